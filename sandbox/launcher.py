@@ -1,0 +1,104 @@
+"""The process side of a kernel: how it is started, watched, signalled and stopped.
+
+A :class:`KernelLauncher` owns one kernel *process* (a local subprocess, a container, ...). Messaging
+with the kernel is the same for every backend and lives in :class:`themisto_env.sandbox.kernel.Kernel`,
+which drives a launcher. A launcher is reusable: ``start`` may be called again after ``stop`` (that is
+how a kernel restarts). Backends are named in :data:`BACKENDS`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import ClassVar
+
+from themisto_env.errors import ConfigError
+from themisto_env.sandbox.models import SandboxLimits
+
+
+class KernelLauncher(ABC):
+    """Starts and stops one kernel process.
+
+    Attributes:
+        name: Registered backend name (``local``, ``docker``, ...).
+        isolated: Whether the kernel is isolated from the host (file system, network, limits).
+    """
+
+    name: ClassVar[str]
+    isolated: ClassVar[bool]
+
+    def __init__(self, limits: SandboxLimits, shared_dirs: tuple[Path, ...] = ()) -> None:
+        """Args:
+        limits: Limits to apply where the backend can.
+        shared_dirs: Host directories the kernel must be able to read and write at the same path
+            (the snapshot store, the kernel's run directory).
+        """
+        self.limits = limits
+        self.shared_dirs = shared_dirs
+
+    @abstractmethod
+    def start(self, connection_file: Path, workdir: Path) -> None:
+        """Start the kernel process with this connection file and working directory; return at once."""
+
+    @abstractmethod
+    def is_alive(self) -> bool:
+        """Whether the kernel process is still running (cheap: called while waiting for replies)."""
+
+    @abstractmethod
+    def exit_reason(self) -> str:
+        """Why the process is gone (exit code, signal, OOM kill), for error messages."""
+
+    @abstractmethod
+    def interrupt(self) -> None:
+        """Send SIGINT to the kernel process."""
+
+    @abstractmethod
+    def stop(self, *, graceful: bool = True) -> str:
+        """Stop the process and free what it holds; return the path taken ("exited", "terminated",
+        "killed", "removed"). Idempotent."""
+
+    def pid(self) -> int | None:
+        """The kernel's process id as seen from the host, if it can be read."""
+        return None
+
+    def memory_bytes(self) -> int | None:
+        """Resident memory of the kernel process, read from the host's /proc; None if unknown."""
+        pid = self.pid()
+        if pid is None:
+            return None
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            return None
+
+    @classmethod
+    def cleanup_stale(cls) -> list[str]:
+        """Remove what crashed host processes left behind (containers, ...); return what was removed."""
+        return []
+
+
+#: Backend name -> "module:Class" of its launcher, imported only when used.
+BACKENDS: dict[str, str] = {
+    "local": "themisto_env.sandbox.local:LocalLauncher",
+    "bwrap": "themisto_env.sandbox.local:BwrapLauncher",
+    "docker": "themisto_env.sandbox.docker:DockerLauncher",
+}
+
+
+def launcher_class(backend: str) -> type[KernelLauncher]:
+    """The launcher class registered for a backend name.
+
+    Raises:
+        ConfigError: The name is unknown (the message suggests the nearest one).
+    """
+    if backend not in BACKENDS:
+        near = difflib.get_close_matches(backend, BACKENDS, n=1)
+        hint = f" Did you mean {near[0]!r}?" if near else ""
+        raise ConfigError(f"unknown sandbox backend {backend!r}; known: {', '.join(BACKENDS)}.{hint}")
+    module_name, _, class_name = BACKENDS[backend].partition(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    return cls  # type: ignore[no-any-return]

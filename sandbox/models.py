@@ -1,0 +1,97 @@
+"""Data that crosses the sandbox boundary: limits in, execution results and snapshot references out."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ExecutionStatus = Literal["ok", "error", "timeout"]
+
+
+class SandboxLimits(BaseModel):
+    """Limits applied to a kernel. The local backend enforces only the per-execution ones.
+
+    Attributes:
+        timeout_s: Wall-clock limit of one execution; on expiry the kernel is interrupted, and restarted
+            if it does not come back within ``interrupt_grace_s``.
+        interrupt_grace_s: How long an interrupted kernel has to become idle again.
+        output_limit_bytes: Cap on the text of all outputs of one execution; the rest is dropped and a
+            marker says how much.
+        memory_mb: Container memory limit (docker backend); swap is not allowed beyond it.
+        cpus: Container CPU quota (docker backend).
+        pids: Container process limit (docker backend).
+        start_timeout_s: How long a kernel has to become ready.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    timeout_s: float = Field(60.0, gt=0)
+    interrupt_grace_s: float = Field(5.0, gt=0)
+    output_limit_bytes: int = Field(256 * 1024, ge=1024)
+    memory_mb: int = Field(2048, ge=64)
+    cpus: float = Field(1.0, gt=0)
+    pids: int = Field(256, ge=16)
+    start_timeout_s: float = Field(30.0, gt=0)
+
+
+class ExecutionResult(BaseModel):
+    """What one cell execution produced.
+
+    Attributes:
+        status: ``ok``, ``error`` (the cell raised) or ``timeout`` (it ran past the limit and was
+            interrupted).
+        outputs: nbformat v4 output dicts in order (stream, execute_result, display_data, error); adjacent
+            stream outputs of the same name are merged, as a notebook shows them.
+        execution_count: The kernel's counter for this cell (None for silent executions).
+        duration_s: Wall-clock time from request to idle, as seen by the host.
+        memory_bytes: Resident memory of the kernel process after the execution, if it could be read.
+        truncated: Whether outputs were cut at the output cap.
+        kernel_restarted: Whether the kernel had to be restarted after a timeout (its state is gone).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: ExecutionStatus
+    outputs: list[dict[str, Any]] = Field(default_factory=list)
+    execution_count: int | None = None
+    duration_s: float = 0.0
+    memory_bytes: int | None = None
+    truncated: bool = False
+    kernel_restarted: bool = False
+
+    @property
+    def error(self) -> dict[str, Any] | None:
+        """The error output, if the cell raised."""
+        return next((o for o in self.outputs if o.get("output_type") == "error"), None)
+
+    def text(self) -> str:
+        """The plain text a person sees (streams, text/plain of results, error name and value)."""
+        parts: list[str] = []
+        for out in self.outputs:
+            kind = out.get("output_type")
+            if kind == "stream":
+                parts.append(out.get("text", ""))
+            elif kind in ("execute_result", "display_data"):
+                parts.append(str(out.get("data", {}).get("text/plain", "")))
+            elif kind == "error":
+                parts.append(f"{out.get('ename', '')}: {out.get('evalue', '')}")
+        return "".join(p if p.endswith("\n") else p + "\n" for p in parts if p)
+
+
+class SnapshotInfo(BaseModel):
+    """A content-addressed snapshot of a kernel's user namespace.
+
+    Attributes:
+        digest: sha256 of the snapshot file's bytes; the file is ``<store>/<digest[:2]>/<digest>.dill``.
+        size_bytes: Size of the file.
+        names: The names saved.
+        skipped: Names left out, with the reason (unpicklable objects such as generators).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    digest: str
+    size_bytes: int
+    names: list[str]
+    skipped: dict[str, str] = Field(default_factory=dict)

@@ -1,0 +1,100 @@
+"""The one exception tree of themisto-env.
+
+Every error this package raises on purpose is a ``ThemistoError``::
+
+    ThemistoError
+    ├── ConfigError              a config file or option is invalid (names the key)
+    ├── DataError                a data file is malformed (names the file, row and field)
+    ├── ActionError              an agent's action is malformed (answered in the observation, never raised
+    │                            out of ``Env.step``)
+    ├── ProviderError            an optional LLM provider package or key is missing (says what to install)
+    └── InfrastructureError      the machinery failed, not the model: never scored as a wrong answer
+        ├── BackendUnavailableError  the backend cannot run here (no Docker engine, no image, ...)
+        ├── KernelStartError         a kernel did not become ready
+        ├── KernelDiedError          the kernel process died (segfault, os._exit, OOM kill, lost container)
+        ├── KernelTimeoutError       the kernel stopped answering and could not be recovered
+        └── SnapshotError            a snapshot could not be written or restored
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class ThemistoError(Exception):
+    """Base class of every error raised by themisto-env on purpose."""
+
+
+class ConfigError(ThemistoError):
+    """An experiment config or option is invalid."""
+
+
+class DataError(ThemistoError):
+    """A data file is malformed. The message names the file, and the row and field where known."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | Path | None = None,
+        row: int | None = None,
+        field: str | None = None,
+    ) -> None:
+        self.path = str(path) if path is not None else None
+        self.row = row
+        self.field = field
+        where = []
+        if self.path is not None:
+            where.append(self.path)
+        if row is not None:
+            where.append(f"row {row}")
+        if field is not None:
+            where.append(f"field {field!r}")
+        super().__init__(f"{', '.join(where)}: {message}" if where else message)
+
+
+class ActionError(ThemistoError):
+    """An agent's action is malformed; the env answers it in the observation."""
+
+
+class ProviderError(ThemistoError):
+    """An optional provider (LLM package, API key) is missing; the message says what to install or set."""
+
+
+class InfrastructureError(ThemistoError):
+    """The infrastructure failed (not the model). Never scored as a wrong answer."""
+
+
+class BackendUnavailableError(InfrastructureError):
+    """The requested kernel backend cannot run on this machine."""
+
+
+class KernelStartError(InfrastructureError):
+    """A kernel did not start or did not become ready in time."""
+
+
+class KernelDiedError(InfrastructureError):
+    """The kernel process died while it was running or waiting."""
+
+
+class KernelTimeoutError(InfrastructureError):
+    """The kernel did not answer in time and could not be brought back."""
+
+
+class SnapshotError(InfrastructureError):
+    """A snapshot could not be written or restored."""
+
+
+__all__ = [
+    "ActionError",
+    "BackendUnavailableError",
+    "ConfigError",
+    "DataError",
+    "InfrastructureError",
+    "KernelDiedError",
+    "KernelStartError",
+    "KernelTimeoutError",
+    "ProviderError",
+    "SnapshotError",
+    "ThemistoError",
+]
