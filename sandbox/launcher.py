@@ -15,8 +15,9 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import ClassVar
 
-from themisto_env.errors import ConfigError
 from themisto_env.sandbox.models import SandboxLimits
+
+from themisto_env.errors import ConfigError
 
 
 class KernelLauncher(ABC):
@@ -24,11 +25,13 @@ class KernelLauncher(ABC):
 
     Attributes:
         name: Registered backend name (``local``, ``docker``, ...).
-        isolated: Whether the kernel is isolated from the host (file system, network, limits).
+        isolated: Whether the kernel is isolated from the host (own user, no network, read-only root).
+        enforces_limits: Whether memory, CPU and process limits of ``SandboxLimits`` are enforced.
     """
 
     name: ClassVar[str]
     isolated: ClassVar[bool]
+    enforces_limits: ClassVar[bool] = False
 
     def __init__(self, limits: SandboxLimits, shared_dirs: tuple[Path, ...] = ()) -> None:
         """Args:

@@ -1,0 +1,439 @@
+"""A Jupyter kernel on any backend: start, execute, introspect, snapshot, restore, restart, close.
+
+:class:`Kernel` speaks the Jupyter messaging protocol (jupyter_client over IPC sockets in a private run
+directory) and drives a backend's :class:`~themisto_env.sandbox.launcher.KernelLauncher` for the
+process. While it waits for a reply it checks that the process is alive, so a kernel that dies (a
+segfault, ``os._exit``, the OOM killer, a removed container) raises :class:`KernelDiedError` within a
+second instead of hanging.
+
+Example:
+    >>> with Kernel("local") as kernel:
+    ...     kernel.execute("x = 41 + 1").status
+    ...     kernel.call("inspect_variable", name="x")["repr"]
+    'ok'
+    '42'
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import os
+import queue
+import shutil
+import tempfile
+import time
+import uuid
+from importlib import resources
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from jupyter_client.blocking import BlockingKernelClient
+from jupyter_client.connect import write_connection_file
+from nbformat.v4 import output_from_msg
+from themisto_env.sandbox.launcher import KernelLauncher, launcher_class
+from themisto_env.sandbox.models import ExecutionResult, SandboxLimits, SnapshotInfo
+from themisto_env.sandbox.snapshots import SnapshotStore
+
+from themisto_env.errors import (
+    InfrastructureError,
+    KernelDiedError,
+    KernelStartError,
+    KernelTimeoutError,
+    SnapshotError,
+)
+
+_POLL_S = 0.25  # how often a silent wait checks that the kernel is alive
+_HELPER_MODULE = "_themisto_helper"
+_OUTPUT_KINDS = frozenset({"stream", "display_data", "execute_result", "error"})
+
+
+def _helper_source() -> str:
+    return resources.files("themisto_env.sandbox").joinpath("kernel_helper.py").read_text()
+
+
+def _output_size(output: dict[str, Any]) -> int:
+    if output["output_type"] == "stream":
+        return len(output.get("text", ""))
+    return len(json.dumps(output.get("data", output), default=str))
+
+
+class _Outputs:
+    """Collects nbformat outputs of one execution, merging streams and enforcing the size cap."""
+
+    def __init__(self, limit: int) -> None:
+        self.items: list[dict[str, Any]] = []
+        self.limit = limit
+        self.size = 0
+        self.omitted = 0
+        self._clear_pending = False
+
+    def add(self, msg: dict[str, Any]) -> None:
+        kind = msg["msg_type"]
+        if kind == "clear_output":
+            if msg["content"].get("wait"):
+                self._clear_pending = True
+            else:
+                self.items, self.size = [], 0
+            return
+        if kind not in _OUTPUT_KINDS:
+            return
+        if self._clear_pending:
+            self.items, self.size, self._clear_pending = [], 0, False
+        output = dict(output_from_msg(msg))
+        room = self.limit - self.size
+        needed = _output_size(output)
+        if needed > room:
+            if output["output_type"] == "stream" and room > 0:
+                self.omitted += needed - room
+                output["text"] = output["text"][:room]
+                needed = room
+            else:
+                self.omitted += needed
+                return
+        self.size += needed
+        last = self.items[-1] if self.items else None
+        if (
+            last is not None
+            and output["output_type"] == "stream"
+            and last["output_type"] == "stream"
+            and last["name"] == output["name"]
+        ):
+            last["text"] += output["text"]
+        else:
+            self.items.append(output)
+
+    def finish(self) -> list[dict[str, Any]]:
+        if self.omitted:
+            self.items.append(
+                {
+                    "output_type": "stream",
+                    "name": "stderr",
+                    "text": f"\n[output truncated: {self.omitted} more bytes not shown]\n",
+                }
+            )
+        return self.items
+
+
+class Kernel:
+    """A Jupyter kernel on a named backend.
+
+    Args:
+        backend: ``local`` (default, not isolated), ``bwrap`` or ``docker``.
+        limits: Per-execution and per-kernel limits.
+        snapshot_dir: Where snapshots are stored (content-addressed); defaults to the user cache.
+        launcher_options: Extra keyword arguments for the backend's launcher (e.g. ``image`` for docker).
+    """
+
+    def __init__(
+        self,
+        backend: str = "local",
+        *,
+        limits: SandboxLimits | None = None,
+        snapshot_dir: str | Path | None = None,
+        launcher_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.limits = limits or SandboxLimits()
+        self.store = SnapshotStore(snapshot_dir)
+        self._launcher_cls = launcher_class(backend)
+        self._launcher_options = launcher_options or {}
+        self._launcher: KernelLauncher | None = None
+        self._client: BlockingKernelClient | None = None
+        self._run_dir: Path | None = None
+        self._connection: dict[str, Any] | None = None
+        self.restarts = 0
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+
+    @property
+    def isolated(self) -> bool:
+        """Whether the backend isolates the kernel from the host."""
+        return bool(self._launcher_cls.isolated)
+
+    @property
+    def run_dir(self) -> Path:
+        """The kernel's private directory (connection file, sockets, working directory)."""
+        if self._run_dir is None:
+            raise InfrastructureError("the kernel is not started")
+        return self._run_dir
+
+    @property
+    def launcher(self) -> KernelLauncher:
+        """The backend's launcher that owns the kernel process."""
+        if self._launcher is None:
+            raise InfrastructureError("the kernel is not started")
+        return self._launcher
+
+    def start(self) -> Kernel:
+        """Start the kernel and wait until it answers. Returns ``self``."""
+        if self._launcher is not None:
+            return self
+        self._run_dir = Path(tempfile.mkdtemp(prefix="themisto-kernel-"))
+        os.chmod(self._run_dir, 0o777)  # a container's non-root user writes its sockets here
+        workdir = self._run_dir / "work"
+        workdir.mkdir()
+        os.chmod(workdir, 0o777)
+        connection_file = self._run_dir / "kernel.json"
+        _, self._connection = write_connection_file(
+            str(connection_file), transport="ipc", ip=str(self._run_dir / "k"), key=uuid.uuid4().hex.encode()
+        )
+        os.chmod(connection_file, 0o644)
+        self._launcher = self._launcher_cls(
+            self.limits,
+            shared_dirs=(self._run_dir, self.store.root),
+            **self._launcher_options,
+        )
+        try:
+            self._boot()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _boot(self) -> None:
+        launcher = self.launcher
+        launcher.start(self.run_dir / "kernel.json", self.run_dir / "work")
+        client = BlockingKernelClient()
+        client.load_connection_info(self._connection or {})
+        client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=False)
+        self._client = client
+        deadline = time.monotonic() + self.limits.start_timeout_s
+        while True:
+            msg_id = client.kernel_info()
+            try:
+                self._wait_shell_reply(msg_id, deadline=time.monotonic() + 1.0, during="start")
+                break
+            except _Silent:
+                if time.monotonic() > deadline:
+                    raise KernelStartError(
+                        f"the {self.backend} kernel did not answer within {self.limits.start_timeout_s:g} s"
+                    ) from None
+            except KernelDiedError as exc:
+                raise KernelStartError(str(exc)) from exc
+        self._drain_iopub()
+        source = _helper_source()
+        code = (
+            f"exec(compile({source!r}, '<themisto-helper>', 'exec'), __import__('sys').modules.setdefault("
+            f"{_HELPER_MODULE!r}, __import__('types').ModuleType({_HELPER_MODULE!r})).__dict__)"
+        )
+        result = self._run(code, silent=True, store_history=False, timeout_s=self.limits.start_timeout_s)
+        if result[0].get("status") != "ok":
+            raise KernelStartError(f"could not install the introspection helper: {result[0]}")
+
+    def restart(self) -> None:
+        """Kill the kernel process and start a fresh one (the user's state is gone)."""
+        self._stop_process(graceful=False)
+        self.restarts += 1
+        self._boot()
+
+    def close(self) -> None:
+        """Stop the kernel, remove its process or container and its run directory. Idempotent."""
+        self._stop_process(graceful=True)
+        self._launcher = None
+        if self._run_dir is not None:
+            shutil.rmtree(self._run_dir, ignore_errors=True)
+            self._run_dir = None
+
+    def _stop_process(self, *, graceful: bool) -> str:
+        if self._client is not None:
+            self._client.stop_channels()
+            self._client = None
+        return self._launcher.stop(graceful=graceful) if self._launcher is not None else "not started"
+
+    def __enter__(self) -> Kernel:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # last resort: never leave a process or container behind
+        if getattr(self, "_launcher", None) is not None:
+            with contextlib.suppress(Exception):
+                self.close()
+
+    def is_alive(self) -> bool:
+        """Whether the kernel process is running."""
+        return self._launcher is not None and self._launcher.is_alive()
+
+    def interrupt(self) -> None:
+        """Send an interrupt (SIGINT) to the kernel."""
+        self.launcher.interrupt()
+
+    def memory_bytes(self) -> int | None:
+        """Resident memory of the kernel process."""
+        memory = self.launcher.memory_bytes()
+        return memory if memory is not None else self.call("kernel_memory")
+
+    # -- execution -------------------------------------------------------------------------------------
+
+    def execute(self, code: str, *, timeout_s: float | None = None) -> ExecutionResult:
+        """Run a cell as a user would (stored in history, counted) and return what it produced.
+
+        A cell that runs past the timeout is interrupted (status ``timeout``); if the kernel does not
+        come back within the grace period it is restarted (``kernel_restarted``; the state is gone).
+
+        Raises:
+            KernelDiedError: The kernel process died while running the cell.
+        """
+        started = time.perf_counter()
+        reply, outputs, timed_out, restarted, truncated = self._run(
+            code, silent=False, store_history=True, timeout_s=timeout_s
+        )
+        duration = time.perf_counter() - started
+        status = "timeout" if timed_out else ("error" if reply.get("status") == "error" else "ok")
+        return ExecutionResult(
+            status=status,
+            outputs=outputs,
+            execution_count=reply.get("execution_count"),
+            duration_s=duration,
+            memory_bytes=None if restarted else self.launcher.memory_bytes(),
+            truncated=truncated,
+            kernel_restarted=restarted,
+        )
+
+    def call(self, function: str, *, timeout_s: float | None = None, **kwargs: Any) -> Any:
+        """Run a function of the in-kernel helper without touching the user's state; return its value.
+
+        The call is a silent execution with the work done in ``user_expressions``: it changes neither the
+        user namespace, nor ``_``/``Out``, nor the execution counter or history.
+
+        Raises:
+            InfrastructureError: The helper itself failed (a bug, not a user error).
+        """
+        expression = (
+            f"__import__('sys').modules[{_HELPER_MODULE!r}].call({function!r}, {json.dumps(kwargs)!r})"
+        )
+        reply, *_ = self._run(
+            "", silent=True, store_history=False, timeout_s=timeout_s, user_expressions={"r": expression}
+        )
+        value = reply.get("user_expressions", {}).get("r", {})
+        if value.get("status") != "ok":
+            raise InfrastructureError(
+                f"kernel helper {function!r} failed: {value.get('ename')}: {value.get('evalue')}"
+            )
+        payload = json.loads(ast.literal_eval(value["data"]["text/plain"]))
+        if "raised" in payload:
+            raise InfrastructureError(f"kernel helper {function!r} raised {payload['raised']}")
+        return payload["ok"]
+
+    def snapshot(self) -> SnapshotInfo:
+        """Save the user namespace to the snapshot store (content-addressed); unpicklable names skipped."""
+        try:
+            info = self.call("snapshot", store=str(self.store.root))
+        except InfrastructureError as exc:
+            if isinstance(exc, KernelDiedError):
+                raise
+            raise SnapshotError(f"snapshot failed: {exc}") from exc
+        return SnapshotInfo(**info)
+
+    def restore(self, snapshot: SnapshotInfo | str, *, clean: bool = True) -> list[str]:
+        """Load a snapshot (or digest) into the user namespace; with ``clean`` other user names go.
+
+        Returns:
+            The names restored.
+        """
+        digest = snapshot.digest if isinstance(snapshot, SnapshotInfo) else snapshot
+        path = self.store.path(digest)
+        if not path.exists():
+            raise SnapshotError(f"no snapshot {digest[:12]} in {self.store.root}")
+        try:
+            return list(self.call("restore", path=str(path), clean=clean)["names"])
+        except InfrastructureError as exc:
+            if isinstance(exc, KernelDiedError):
+                raise
+            raise SnapshotError(f"restoring snapshot {digest[:12]} failed: {exc}") from exc
+
+    # -- protocol ------------------------------------------------------------------------------------
+
+    @property
+    def _kc(self) -> BlockingKernelClient:
+        if self._client is None:
+            raise InfrastructureError("the kernel is not started (or was closed)")
+        return self._client
+
+    def _died(self, during: str) -> KernelDiedError:
+        reason = self._launcher.exit_reason() if self._launcher is not None else "closed"
+        return KernelDiedError(f"the {self.backend} kernel died during {during} ({reason})")
+
+    def _drain_iopub(self) -> None:
+        while True:
+            try:
+                self._kc.get_iopub_msg(timeout=0.01)
+            except queue.Empty:
+                return
+
+    def _wait_shell_reply(self, msg_id: str, *, deadline: float, during: str) -> dict[str, Any]:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _Silent
+            try:
+                msg = self._kc.get_shell_msg(timeout=min(remaining, _POLL_S))
+            except queue.Empty:
+                if not self.launcher.is_alive():
+                    raise self._died(during) from None
+                continue
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return dict(msg["content"])
+
+    def _run(
+        self,
+        code: str,
+        *,
+        silent: bool,
+        store_history: bool,
+        timeout_s: float | None,
+        user_expressions: dict[str, str] | None = None,
+    ) -> tuple[dict[str, Any], list[dict[str, Any]], bool, bool, bool]:
+        """Send one execute request; return (reply, outputs, timed_out, restarted, truncated)."""
+        during = "an introspection call" if silent else "a cell execution"
+        msg_id = self._kc.execute(
+            code,
+            silent=silent,
+            store_history=store_history,
+            user_expressions=user_expressions or {},
+            allow_stdin=False,
+            stop_on_error=False,
+        )
+        outputs = _Outputs(self.limits.output_limit_bytes)
+        deadline = time.monotonic() + (timeout_s or self.limits.timeout_s)
+        timed_out = False
+        idle = False
+        while not idle:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if timed_out:  # interrupted and still busy: the kernel is wedged
+                    self.restart()
+                    return {"status": "error"}, outputs.finish(), True, True, bool(outputs.omitted)
+                timed_out = True
+                self.launcher.interrupt()
+                deadline = time.monotonic() + self.limits.interrupt_grace_s
+                continue
+            try:
+                msg = self._kc.get_iopub_msg(timeout=min(remaining, _POLL_S))
+            except queue.Empty:
+                if not self.launcher.is_alive():
+                    raise self._died(during) from None
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "status":
+                idle = msg["content"]["execution_state"] == "idle"
+            else:
+                outputs.add(msg)
+        try:
+            reply = self._wait_shell_reply(
+                msg_id, deadline=time.monotonic() + max(self.limits.interrupt_grace_s, 5.0), during=during
+            )
+        except _Silent:
+            raise KernelTimeoutError(f"the {self.backend} kernel went idle but sent no reply") from None
+        return reply, outputs.finish(), timed_out, False, bool(outputs.omitted)
+
+
+class _Silent(Exception):
+    """No reply before the deadline (internal)."""

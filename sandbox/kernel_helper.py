@@ -1,0 +1,346 @@
+"""Helper code that runs *inside* the kernel, injected as source at kernel start.
+
+It is installed as the module ``_themisto_helper`` in the kernel's ``sys.modules`` without binding any
+name in the user namespace, and is called through ``user_expressions`` of a silent execute request, so
+that introspection leaves the user's namespace, ``_``, ``Out`` and the execution counter untouched.
+Every public function takes JSON-able keyword arguments and returns a JSON-able value; :func:`call`
+dispatches by name and returns a JSON string.
+
+This file must stay self-contained (standard library; numpy, pandas and dill only when present) because
+the kernel may run in a container where themisto_env is not installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import reprlib
+import sys
+import tempfile
+import types
+from typing import Any
+
+#: IPython's own names, never part of the user's state.
+IPYTHON_NAMES = frozenset({"In", "Out", "exit", "quit", "get_ipython"})
+
+
+def _shell() -> Any:
+    from IPython import get_ipython
+
+    return get_ipython()
+
+
+def _user_ns() -> dict[str, Any]:
+    return _shell().user_ns  # type: ignore[no-any-return]
+
+
+def user_names(include_modules: bool = True) -> list[str]:
+    """The names a user defined: not IPython's, not hidden, not starting with an underscore."""
+    shell = _shell()
+    hidden = shell.user_ns_hidden
+    names = []
+    for name, value in list(shell.user_ns.items()):
+        if name.startswith("_") or name in IPYTHON_NAMES:
+            continue
+        if name in hidden and hidden[name] is value:
+            continue
+        if not include_modules and isinstance(value, types.ModuleType):
+            continue
+        names.append(name)
+    return names
+
+
+def _type_name(obj: Any) -> str:
+    cls = type(obj)
+    module = cls.__module__
+    return cls.__qualname__ if module in ("builtins", "__main__") else f"{module}.{cls.__qualname__}"
+
+
+def _deep_size(obj: Any, seen: set[int] | None = None, budget: list[int] | None = None) -> int:
+    """Approximate memory held by an object (numpy nbytes, pandas deep usage, containers recursively)."""
+    seen = set() if seen is None else seen
+    budget = [10_000] if budget is None else budget
+    if id(obj) in seen or budget[0] <= 0:
+        return 0
+    seen.add(id(obj))
+    budget[0] -= 1
+    pd = sys.modules.get("pandas")
+    if pd is not None and isinstance(obj, (pd.DataFrame, pd.Series, pd.Index)):
+        try:
+            usage = obj.memory_usage(deep=True)
+            return int(usage.sum() if hasattr(usage, "sum") else usage)
+        except Exception:
+            return sys.getsizeof(obj)
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(obj, np.ndarray):
+        return int(obj.nbytes + sys.getsizeof(obj) * (obj.base is None))
+    size = sys.getsizeof(obj)
+    if isinstance(obj, (str, bytes, bytearray, int, float, complex, bool, types.ModuleType, type)):
+        return size
+    if isinstance(obj, dict):
+        return size + sum(_deep_size(k, seen, budget) + _deep_size(v, seen, budget) for k, v in obj.items())
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return size + sum(_deep_size(item, seen, budget) for item in obj)
+    attrs = getattr(obj, "__dict__", None)
+    if isinstance(attrs, dict) and not isinstance(obj, (types.FunctionType, types.MethodType)):
+        return size + _deep_size(attrs, seen, budget)
+    return size
+
+
+def _shape(obj: Any) -> list[int] | None:
+    shape = getattr(obj, "shape", None)
+    if isinstance(shape, tuple) and all(isinstance(d, int) for d in shape):
+        return list(shape)
+    return None
+
+
+def _length(obj: Any) -> int | None:
+    if isinstance(obj, (type, types.ModuleType)):
+        return None
+    try:
+        return len(obj)
+    except Exception:
+        return None
+
+
+def _bounded_repr(obj: Any, max_chars: int) -> str:
+    if isinstance(obj, (list, tuple, dict, set, frozenset, str, bytes)):
+        r = reprlib.Repr()
+        r.maxlist = r.maxtuple = r.maxdict = r.maxset = r.maxfrozenset = 50
+        r.maxstring = r.maxother = max_chars
+        r.maxlevel = 4
+        text = r.repr(obj)
+    else:
+        try:
+            text = repr(obj)
+        except Exception as exc:  # a broken __repr__ is the user's, not ours
+            text = f"<repr failed: {type(exc).__name__}: {exc}>"
+    if len(text) > max_chars:
+        text = text[:max_chars] + f"... [{len(text) - max_chars} more characters]"
+    return text
+
+
+def _missing(name: str) -> dict[str, Any]:
+    names = user_names()
+    import difflib
+
+    near = difflib.get_close_matches(name, names, n=3)
+    hint = f" Did you mean {', '.join(near)}?" if near else ""
+    return {"error": f"no variable named {name!r} in the kernel.{hint}"}
+
+
+def list_variables(limit: int = 100) -> dict[str, Any]:
+    """Name, type, size, and shape or length of each user variable (modules left out)."""
+    names = user_names(include_modules=False)
+    ns = _user_ns()
+    rows = []
+    for name in sorted(names)[:limit]:
+        obj = ns[name]
+        rows.append(
+            {
+                "name": name,
+                "type": _type_name(obj),
+                "size_bytes": _deep_size(obj),
+                "shape": _shape(obj),
+                "length": _length(obj),
+            }
+        )
+    return {"variables": rows, "total": len(names), "shown": len(rows)}
+
+
+def inspect_variable(name: str, max_chars: int = 2000) -> dict[str, Any]:
+    """A bounded repr of one variable with its type, shape, dtype, length and size."""
+    ns = _user_ns()
+    if name not in ns or name not in user_names():
+        return _missing(name)
+    obj = ns[name]
+    dtype = getattr(obj, "dtype", None)
+    dtypes = getattr(obj, "dtypes", None)
+    info: dict[str, Any] = {
+        "name": name,
+        "type": _type_name(obj),
+        "shape": _shape(obj),
+        "length": _length(obj),
+        "size_bytes": _deep_size(obj),
+        "dtype": str(dtype) if dtype is not None and not callable(dtype) else None,
+        "repr": _bounded_repr(obj, max_chars),
+    }
+    if dtypes is not None and hasattr(dtypes, "items"):
+        info["dtypes"] = {str(k): str(v) for k, v in list(dtypes.items())[:50]}
+    return info
+
+
+def dataframe(name: str, view: str = "head", n: int = 5, max_chars: int = 4000) -> dict[str, Any]:
+    """``head``, ``info`` or ``describe`` of a pandas DataFrame or Series, as text."""
+    ns = _user_ns()
+    if name not in ns or name not in user_names():
+        return _missing(name)
+    obj = ns[name]
+    pd = sys.modules.get("pandas")
+    if pd is None or not isinstance(obj, (pd.DataFrame, pd.Series)):
+        return {"error": f"{name!r} is a {_type_name(obj)}, not a pandas DataFrame or Series."}
+    n = max(1, min(int(n), 50))
+    if view == "head":
+        text = obj.head(n).to_string()
+    elif view == "describe":
+        text = obj.describe().to_string()
+    elif view == "info":
+        buf = io.StringIO()
+        if isinstance(obj, pd.DataFrame):
+            obj.info(buf=buf)
+        else:
+            obj.to_frame().info(buf=buf)
+        text = buf.getvalue()
+    else:
+        return {"error": f"unknown view {view!r}: use 'head', 'info' or 'describe'."}
+    if len(text) > max_chars:
+        text = text[:max_chars] + f"\n... [{len(text) - max_chars} more characters]"
+    return {"name": name, "view": view, "text": text}
+
+
+def kernel_memory() -> int | None:
+    """Resident memory of this kernel process in bytes."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def memory(top: int = 20) -> dict[str, Any]:
+    """The kernel's resident memory and the largest user variables."""
+    ns = _user_ns()
+    sizes = [
+        {"name": name, "size_bytes": _deep_size(ns[name]), "type": _type_name(ns[name])}
+        for name in user_names(include_modules=False)
+    ]
+    sizes.sort(key=lambda row: -row["size_bytes"])
+    return {
+        "kernel_rss_bytes": kernel_memory(),
+        "variables_total_bytes": sum(row["size_bytes"] for row in sizes),
+        "variables": sizes[:top],
+    }
+
+
+def variable_sizes() -> dict[str, int]:
+    """Size in bytes of every user variable (modules left out)."""
+    ns = _user_ns()
+    return {name: _deep_size(ns[name]) for name in user_names(include_modules=False)}
+
+
+def source(name: str, max_chars: int = 4000) -> dict[str, Any]:
+    """The source of a function or class (or of a bound method, or an instance's class)."""
+    import inspect
+
+    ns = _user_ns()
+    if name not in ns or name not in user_names():
+        return _missing(name)
+    obj = ns[name]
+    target = obj if inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismethod(obj) else type(obj)
+    try:
+        text = inspect.getsource(target)
+    except (OSError, TypeError) as exc:
+        return {"error": f"no source available for {name!r} ({_type_name(obj)}): {exc}"}
+    if len(text) > max_chars:
+        text = text[:max_chars] + f"\n... [{len(text) - max_chars} more characters]"
+    return {"name": name, "source": text}
+
+
+def state_fingerprint() -> dict[str, Any]:
+    """What must not change under introspection: user names with ids and types, ``_``, ``Out``, counter."""
+    shell = _shell()
+    ns = shell.user_ns
+    return {
+        "names": {name: [id(ns[name]), _type_name(ns[name])] for name in sorted(user_names())},
+        "underscore": id(ns.get("_")),
+        "out_keys": sorted(ns.get("Out", {})),
+        "execution_count": shell.execution_count,
+        "history_length": len(ns.get("In", [])),
+    }
+
+
+def snapshot(store: str) -> dict[str, Any]:
+    """Save the user namespace with dill to ``<store>/<sha[:2]>/<sha>.dill``; unpicklable names skipped.
+
+    The file is written to a temporary name and renamed, so a failure never leaves a partial snapshot.
+    Open files are saved with their contents and position (dill's FILE_FMODE), so they come back even
+    in a fresh kernel whose working directory does not hold the file.
+    """
+    import dill
+
+    ns = _user_ns()
+    names = user_names()
+    state = {name: ns[name] for name in names}
+    skipped: dict[str, str] = {}
+    try:
+        data = dill.dumps(state, fmode=dill.FILE_FMODE, recurse=False)
+    except Exception:
+        for name in names:
+            try:
+                dill.dumps(state[name], fmode=dill.FILE_FMODE, recurse=False)
+            except Exception as exc:
+                skipped[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        for name in skipped:
+            del state[name]
+        data = dill.dumps(state, fmode=dill.FILE_FMODE, recurse=False)
+    digest = hashlib.sha256(data).hexdigest()
+    folder = os.path.join(store, digest[:2])
+    path = os.path.join(folder, digest + ".dill")
+    if not os.path.exists(path):
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    return {"digest": digest, "size_bytes": len(data), "names": sorted(state), "skipped": skipped}
+
+
+def restore(path: str, clean: bool = True) -> dict[str, Any]:
+    """Load a snapshot into the user namespace; with ``clean``, user names not in it are removed first."""
+    import dill
+
+    with open(path, "rb") as f:
+        state = dill.load(f)
+    ns = _user_ns()
+    if clean:
+        for name in user_names():
+            if name not in state:
+                del ns[name]
+    ns.update(state)
+    return {"names": sorted(state)}
+
+
+FUNCTIONS = {
+    f.__name__: f
+    for f in (
+        list_variables,
+        inspect_variable,
+        dataframe,
+        memory,
+        kernel_memory,
+        variable_sizes,
+        source,
+        state_fingerprint,
+        snapshot,
+        restore,
+        user_names,
+    )
+}
+
+
+def call(name: str, kwargs_json: str = "{}") -> str:
+    """Run helper ``name`` with JSON keyword arguments; return ``{"ok": value}`` or ``{"raised": ...}``."""
+    try:
+        value = FUNCTIONS[name](**json.loads(kwargs_json))
+        return json.dumps({"ok": value}, default=str)
+    except Exception as exc:
+        return json.dumps({"raised": f"{type(exc).__name__}: {exc}"})

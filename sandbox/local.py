@@ -1,0 +1,190 @@
+"""Kernels as host subprocesses: ``local`` (no isolation) and ``bwrap`` (bubblewrap namespaces).
+
+``local`` is the embedded default. It is **not isolated**: the kernel runs as the current user with the
+host's file system and network, and no memory or process limits. Use ``docker`` for code you do not
+trust (model-written cells).
+
+``bwrap`` runs the same kernel in bubblewrap namespaces: a separate user (uid 1000, no capabilities),
+no network, a read-only view of the host's file system with a private ``/tmp``, at no start-up cost.
+It has no memory or process limits of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import ClassVar
+
+from themisto_env.sandbox.launcher import KernelLauncher
+
+from themisto_env.errors import BackendUnavailableError, KernelStartError
+
+
+def _child_pid(pid: int) -> int | None:
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            children = Path(f"/proc/{pid}/task/{task}/children").read_text().split()
+            if children:
+                return int(children[0])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+class LocalLauncher(KernelLauncher):
+    """An ipykernel subprocess of this Python, in its own process group."""
+
+    name: ClassVar[str] = "local"
+    isolated: ClassVar[bool] = False
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: Path | None = None
+
+    def command(self, connection_file: Path, workdir: Path) -> list[str]:
+        """The command line that starts the kernel."""
+        return [
+            sys.executable,
+            "-m",
+            "ipykernel_launcher",
+            "-f",
+            str(connection_file),
+            "--HistoryManager.hist_file=:memory:",
+        ]
+
+    def environment(self, connection_file: Path) -> dict[str, str]:
+        """The kernel's environment: the host's, with a private IPython directory."""
+        env = dict(os.environ)
+        env["IPYTHONDIR"] = str(connection_file.parent / "ipython")
+        env["PYTHONUNBUFFERED"] = "1"
+        env.pop("THEMISTO_RECORD_PATH", None)
+        return env
+
+    def start(self, connection_file: Path, workdir: Path) -> None:
+        self._log = connection_file.parent / "kernel.log"
+        with open(self._log, "ab") as log:
+            try:
+                self._proc = subprocess.Popen(
+                    self.command(connection_file, workdir),
+                    cwd=workdir,
+                    env=self.environment(connection_file),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise KernelStartError(f"could not start the {self.name} kernel: {exc}") from exc
+
+    def is_alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def exit_reason(self) -> str:
+        if self._proc is None:
+            return "never started"
+        code = self._proc.poll()
+        if code is None:
+            return "still running"
+        tail = ""
+        if self._log is not None and self._log.exists():
+            lines = self._log.read_text(errors="replace").strip().splitlines()
+            tail = f"; last log line: {lines[-1][:300]}" if lines else ""
+        if code < 0:
+            return f"killed by signal {signal.Signals(-code).name}{tail}"
+        return f"exit code {code}{tail}"
+
+    def pid(self) -> int | None:
+        return self._proc.pid if self.is_alive() and self._proc is not None else None
+
+    def interrupt(self) -> None:
+        pid = self.pid()
+        if pid is not None:
+            os.kill(pid, signal.SIGINT)
+
+    def stop(self, *, graceful: bool = True) -> str:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return "exited"
+        if graceful:
+            proc.terminate()
+            try:
+                proc.wait(timeout=2)
+                return "terminated"
+            except subprocess.TimeoutExpired:
+                pass
+        with_group = _kill_group(proc.pid)
+        proc.wait(timeout=5)
+        return "killed" + (" (group)" if with_group else "")
+
+
+def _kill_group(pid: int) -> bool:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+        return True
+    except (ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
+        return False
+
+
+class BwrapLauncher(LocalLauncher):
+    """The local kernel inside bubblewrap: own user, no network, no capabilities, read-only host."""
+
+    name: ClassVar[str] = "bwrap"
+    isolated: ClassVar[bool] = True
+
+    def command(self, connection_file: Path, workdir: Path) -> list[str]:
+        bwrap = shutil.which("bwrap")
+        if bwrap is None:
+            raise BackendUnavailableError(
+                "the bwrap backend needs bubblewrap: install it with `apt-get install bubblewrap`"
+            )
+        binds: list[str] = []
+        for folder in {connection_file.parent, workdir, *self.shared_dirs}:
+            binds += ["--bind", str(folder), str(folder)]
+        return [
+            bwrap,
+            "--unshare-user",
+            "--uid",
+            "1000",
+            "--gid",
+            "1000",
+            "--unshare-net",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--cap-drop",
+            "ALL",
+            "--as-pid-1",
+            "--die-with-parent",
+            "--new-session",
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--tmpfs",
+            "/tmp",
+            *binds,
+            "--chdir",
+            str(workdir),
+            "--",
+            *super().command(connection_file, workdir),
+        ]
+
+    def pid(self) -> int | None:
+        outer = super().pid()
+        if outer is None:
+            return None
+        for _ in range(50):  # the namespaced child appears right after bwrap forks
+            child = _child_pid(outer)
+            if child is not None:
+                return child
+            time.sleep(0.002)
+        return None

@@ -1,0 +1,82 @@
+"""Shared fixtures: backend gating, a kernel per test, and a check that nothing is left running."""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from themisto_env.sandbox.kernel import Kernel
+
+from themisto_env.errors import BackendUnavailableError
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+BACKENDS = ("local", "bwrap", "docker")
+
+
+@functools.cache
+def backend_unavailable(backend: str) -> str | None:
+    """Why a backend cannot run here, or None. Probed once per test session by starting a kernel."""
+    if backend == "bwrap" and shutil.which("bwrap") is None:
+        return "bubblewrap is not installed (apt-get install bubblewrap)"
+    if backend == "docker":
+        try:
+            Kernel("docker").start().close()
+        except BackendUnavailableError as exc:
+            return str(exc)
+    return None
+
+
+def require_backend(backend: str) -> None:
+    """Skip (or, in CI, fail) when a backend cannot run on this machine; say why either way."""
+    reason = backend_unavailable(backend)
+    if reason is None:
+        return
+    if IN_CI:
+        pytest.fail(f"the {backend} backend must run in CI, but: {reason}")
+    pytest.skip(f"{backend} backend unavailable here: {reason}")
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """Each kernel backend in turn (skipped with the reason where it cannot run)."""
+    require_backend(request.param)
+    return str(request.param)
+
+
+@pytest.fixture
+def snapshot_dir(tmp_path: Path) -> Path:
+    """A private snapshot store for one test."""
+    return tmp_path / "snapshots"
+
+
+@pytest.fixture
+def local_kernel(snapshot_dir: Path) -> Iterator[Kernel]:
+    """A started local kernel, closed after the test."""
+    with Kernel("local", snapshot_dir=snapshot_dir) as kernel:
+        yield kernel
+
+
+def _kernel_dirs() -> set[str]:
+    return {p.name for p in Path("/tmp").glob("themisto-kernel-*")}
+
+
+@pytest.fixture(autouse=True, scope="session")
+def nothing_left_running() -> Iterator[None]:
+    """After the whole run: no kernel run directories and no labelled containers may remain."""
+    before = _kernel_dirs()
+    yield
+    left = _kernel_dirs() - before
+    assert not left, f"kernel run directories left behind: {sorted(left)}"
+    try:
+        import docker
+
+        client = docker.from_env()
+        client.ping()
+    except Exception:  # no engine here: no container can be left behind
+        return
+    containers = client.containers.list(all=True, filters={"label": "themisto-env.kernel"})
+    assert not containers, f"containers left behind: {[c.name for c in containers]}"

@@ -1,0 +1,72 @@
+"""Kernel behaviour beyond the conformance suite: errors a user meets, cleanup, introspection results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from themisto_env.sandbox.kernel import Kernel
+
+from themisto_env.errors import ConfigError, InfrastructureError, SnapshotError
+
+
+def test_unknown_backend_suggests_the_nearest_name() -> None:
+    with pytest.raises(ConfigError, match="Did you mean 'docker'"):
+        Kernel("dockr")
+
+
+def test_close_is_idempotent_and_removes_the_run_directory(snapshot_dir: Path) -> None:
+    kernel = Kernel("local", snapshot_dir=snapshot_dir).start()
+    run_dir = kernel.run_dir
+    assert (run_dir / "kernel.json").exists()
+    kernel.close()
+    kernel.close()
+    assert not run_dir.exists()
+    assert not kernel.is_alive()
+    with pytest.raises(InfrastructureError, match="not started"):
+        kernel.execute("1")
+
+
+def test_restore_of_an_unknown_digest_names_it(local_kernel: Kernel) -> None:
+    with pytest.raises(SnapshotError, match="no snapshot 0123456789ab"):
+        local_kernel.restore("0123456789abcdef" * 4)
+
+
+def test_error_result_carries_name_value_and_counter(local_kernel: Kernel) -> None:
+    result = local_kernel.execute("{}['missing']")
+    assert result.status == "error"
+    assert result.error is not None and result.error["ename"] == "KeyError"
+    assert result.execution_count == 1
+    assert result.text() == "KeyError: 'missing'\n"
+
+
+def test_introspection_reports_variables(local_kernel: Kernel) -> None:
+    local_kernel.execute(
+        "import numpy as np, pandas as pd\n"
+        "arr = np.zeros((100, 10))\n"
+        "frame = pd.DataFrame({'city': ['a', 'b', 'c'], 'n': [1, 2, 3]})\n"
+        "def area(r):\n    '''Area of a circle.'''\n    return 3.14159 * r * r\n"
+    )
+    listing = local_kernel.call("list_variables")
+    by_name = {row["name"]: row for row in listing["variables"]}
+    assert set(by_name) == {"arr", "frame", "area"}, "modules are not variables"
+    assert by_name["arr"]["shape"] == [100, 10] and by_name["arr"]["size_bytes"] >= 8000
+    assert by_name["frame"]["type"] == "pandas.DataFrame" and by_name["frame"]["length"] == 3
+
+    detail = local_kernel.call("inspect_variable", name="arr")
+    assert detail["dtype"] == "float64" and detail["shape"] == [100, 10]
+    head = local_kernel.call("dataframe", name="frame", view="head", n=2)["text"]
+    assert "city" in head and "b" in head and "c" not in head.split("\n", 3)[-1]
+    assert "non-null" in local_kernel.call("dataframe", name="frame", view="info")["text"]
+    assert "Area of a circle" in local_kernel.call("source", name="area")["source"]
+    assert "not a pandas DataFrame" in local_kernel.call("dataframe", name="arr")["error"]
+    assert "Did you mean frame" in local_kernel.call("inspect_variable", name="fram")["error"]
+    memory = local_kernel.call("memory")
+    assert memory["kernel_rss_bytes"] > 10_000_000
+    assert memory["variables"][0]["name"] == "arr"
+
+
+def test_long_repr_is_bounded(local_kernel: Kernel) -> None:
+    local_kernel.execute("big = list(range(100_000))\ntext = 'x' * 50_000")
+    assert len(local_kernel.call("inspect_variable", name="big", max_chars=500)["repr"]) < 600
+    assert len(local_kernel.call("inspect_variable", name="text", max_chars=500)["repr"]) < 600
