@@ -1,0 +1,432 @@
+"""The ``docker`` backend: each kernel in its own container, with no network and hard limits.
+
+A kernel container is started as (DESIGN.md section 5)::
+
+    docker run -d --init --network none --read-only --tmpfs /tmp --user 1000:1000 --cap-drop ALL
+        --security-opt no-new-privileges --memory M --memory-swap M --cpus C --pids-limit P
+        -v DIR:DIR ... -w WORKDIR IMAGE python -m ipykernel_launcher -f DIR/kernel.json
+
+The kernel talks to the host over IPC sockets in its run directory, which is bind-mounted at the same
+path inside and out, as are the other shared directories (the snapshot store) and the working directory
+when it lies outside them. Everything the kernel writes goes to those mounts or to the ``/tmp`` tmpfs
+(which counts against the memory limit).
+
+Permissions: the kernel runs as uid 1000, so every mounted directory must be writable by that uid. The
+:class:`~themisto_env.sandbox.kernel.Kernel` already makes its run directory mode 0777 and the snapshot
+store 1777; for any mounted directory that is still not writable by uid 1000 the launcher adds the
+``o+rwx`` bits itself (never recursively, never removing bits). The connection file must be readable by
+uid 1000; the kernel rewrites it as its own user with mode 0600, so the host keeps its content in memory.
+
+Each container gets a unique name (``themisto-kernel-<hex>``) and labels that let
+:meth:`DockerLauncher.cleanup_stale` find containers whose host process died: ``themisto-env.kernel=1``,
+``themisto-env.host`` (host name), ``themisto-env.host-pid``, ``themisto-env.host-pid-start`` (the
+process's start time, so a reused pid is not mistaken for the owner) and ``themisto-env.created``.
+
+The docker SDK is imported only when a launcher is used; importing this module has no side effects.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import secrets
+import signal
+import socket
+import stat
+import time
+import weakref
+from pathlib import Path
+from typing import Any, ClassVar
+
+from themisto_env.sandbox.launcher import KernelLauncher
+from themisto_env.sandbox.models import SandboxLimits
+
+from themisto_env.errors import BackendUnavailableError, KernelStartError
+
+#: Label on every kernel container (value "1").
+LABEL_KERNEL = "themisto-env.kernel"
+LABEL_HOST = "themisto-env.host"
+LABEL_HOST_PID = "themisto-env.host-pid"
+LABEL_HOST_PID_START = "themisto-env.host-pid-start"
+LABEL_CREATED = "themisto-env.created"
+#: The user the kernel runs as inside the container.
+KERNEL_UID = 1000
+#: Seconds a SIGTERM'd kernel gets to exit before the container is killed (graceful stop).
+TERM_GRACE_S = 2.0
+#: Without a host pid to watch, the engine is asked about the container at most this often.
+RELOAD_INTERVAL_S = 0.5
+
+
+def default_image() -> str:
+    """Name of the default kernel image (the host's package set): see :mod:`themisto_env.sandbox.image`."""
+    from themisto_env.sandbox.image import default_image as image_default
+
+    return image_default()
+
+
+def _process_start(pid: int) -> str | None:
+    """Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces and parentheses: split after its closing paren.
+    fields = data[data.rfind(b")") + 2 :].split()
+    return fields[19].decode() if len(fields) > 19 else None
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [part.decode(errors="replace") for part in f.read().split(b"\0") if part]
+    except OSError:
+        return []
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found += [int(p) for p in f.read().split()]
+    except (OSError, ValueError):
+        return []
+    return found
+
+
+def _owner_alive(labels: dict[str, str]) -> bool:
+    """Whether the host process named in a container's labels is still running."""
+    try:
+        pid = int(labels.get(LABEL_HOST_PID, ""))
+    except ValueError:
+        return False
+    start = _process_start(pid)
+    if start is None:
+        return False
+    recorded = labels.get(LABEL_HOST_PID_START)
+    return recorded is None or recorded == start
+
+
+def _grant_kernel_access(folder: Path) -> None:
+    """Make ``folder`` writable by the kernel's uid, adding o+rwx only where it is not already."""
+    st = folder.stat()
+    if st.st_uid == KERNEL_UID or st.st_mode & 0o007 == 0o007:
+        return
+    with contextlib.suppress(PermissionError):
+        os.chmod(folder, stat.S_IMODE(st.st_mode) | 0o007)
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(code - 128).name
+    except ValueError:
+        return f"signal {code - 128}"
+
+
+def _remove_quietly(client: Any, container_id: str) -> None:
+    """Finalizer: remove a container whose launcher was dropped without ``stop``."""
+    with contextlib.suppress(Exception):
+        client.api.remove_container(container_id, force=True)
+
+
+class DockerLauncher(KernelLauncher):
+    """One ipykernel per container (docker SDK).
+
+    Args:
+        limits: ``memory_mb`` (swap is not allowed beyond it), ``cpus`` and ``pids`` become container
+            limits.
+        shared_dirs: Host directories bind-mounted read-write at the same path (run dir, snapshot store).
+        image: The kernel image; default :func:`default_image` (``themisto-kernel:<tag>`` of the host's
+            package set).
+    """
+
+    name: ClassVar[str] = "docker"
+    isolated: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        limits: SandboxLimits,
+        shared_dirs: tuple[Path, ...] = (),
+        *,
+        image: str | None = None,
+    ) -> None:
+        super().__init__(limits, shared_dirs)
+        self.image = image
+        self._client: Any = None
+        self._image_checked = False
+        self._container: Any = None
+        self._init_pid: int | None = None  # host pid of the container's init (tini), if visible
+        self._init_start: str | None = None
+        self._kernel_pid: int | None = None
+        self._last_reload = 0.0
+        self._finalizer: weakref.finalize | None = None
+        self._last_stop = "exited"
+        self.container_name: str | None = None
+
+    # -- engine ----------------------------------------------------------------------------------
+
+    def _docker(self) -> Any:
+        """The docker client, after checking that the engine answers and the image exists."""
+        if self._client is None:
+            from themisto_env.sandbox.image import docker_client
+
+            self._client = docker_client()
+        if not self._image_checked:
+            from themisto_env.sandbox.image import image_exists
+
+            self.image = self.image or default_image()
+            if not image_exists(self._client, self.image):
+                raise BackendUnavailableError(
+                    f"the kernel image {self.image} is missing: build it with `themisto sandbox build-image` "
+                    "(or `python -m themisto_env.sandbox.image build`)"
+                )
+            self._image_checked = True
+        return self._client
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def mounts(self, connection_file: Path, workdir: Path) -> list[Path]:
+        """Host directories bind-mounted at the same path: the run dir, the shared dirs, and the working
+        directory unless it lies inside one of them."""
+        wanted = [connection_file.parent, *self.shared_dirs, workdir]
+        resolved = sorted({Path(os.path.realpath(p)) for p in wanted}, key=lambda p: len(p.parts))
+        chosen: list[Path] = []
+        for path in resolved:
+            if not any(path.is_relative_to(parent) for parent in chosen):
+                chosen.append(path)
+        return chosen
+
+    def command(self, connection_file: Path) -> list[str]:
+        """The command run in the container."""
+        return [
+            "python",
+            "-m",
+            "ipykernel_launcher",
+            "-f",
+            str(connection_file),
+            "--HistoryManager.hist_file=:memory:",
+        ]
+
+    def start(self, connection_file: Path, workdir: Path) -> None:
+        """Create and start the kernel's container; return once it runs (the kernel boots on its own).
+
+        Raises:
+            BackendUnavailableError: No Docker engine or no kernel image (the message says the fix).
+            KernelStartError: The engine refused the container.
+        """
+        import docker.errors
+
+        if self._container is not None:
+            self.stop(graceful=False)
+        client = self._docker()
+        mounts = self.mounts(connection_file, workdir)
+        for folder in mounts:
+            folder.mkdir(parents=True, exist_ok=True)
+            _grant_kernel_access(folder)
+        limits = self.limits
+        name = f"themisto-kernel-{secrets.token_hex(6)}"
+        labels = {
+            LABEL_KERNEL: "1",
+            LABEL_HOST: socket.gethostname(),
+            LABEL_HOST_PID: str(os.getpid()),
+            LABEL_HOST_PID_START: _process_start(os.getpid()) or "",
+            LABEL_CREATED: datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        }
+        try:
+            container = client.containers.run(
+                self.image,
+                self.command(connection_file),
+                name=name,
+                labels=labels,
+                detach=True,
+                init=True,
+                network_mode="none",
+                read_only=True,
+                tmpfs={"/tmp": f"rw,nosuid,nodev,size={limits.memory_mb}m,mode=1777"},
+                user=f"{KERNEL_UID}:{KERNEL_UID}",
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                mem_limit=f"{limits.memory_mb}m",
+                memswap_limit=f"{limits.memory_mb}m",
+                nano_cpus=int(limits.cpus * 1e9),
+                pids_limit=limits.pids,
+                volumes={str(p): {"bind": str(p), "mode": "rw"} for p in mounts},
+                working_dir=str(workdir),
+                stdin_open=False,
+                tty=False,
+            )
+        except docker.errors.ImageNotFound as exc:
+            self._image_checked = False
+            raise BackendUnavailableError(
+                f"the kernel image {self.image} is missing: build it with `themisto sandbox build-image`"
+            ) from exc
+        except docker.errors.APIError as exc:
+            # The container may exist (created, not started): do not leave it behind.
+            with contextlib.suppress(docker.errors.APIError):
+                client.api.remove_container(name, force=True)
+            raise KernelStartError(f"the Docker engine could not start the kernel container: {exc}") from exc
+        with contextlib.suppress(docker.errors.DockerException):
+            container.reload()  # run() returns the attributes from before the start: no Pid yet
+        self._container = container
+        self.container_name = name
+        self._finalizer = weakref.finalize(self, _remove_quietly, client, container.id)
+        self._last_reload = time.monotonic()
+        self._kernel_pid = None
+        self._init_pid, self._init_start = None, None
+        pid = int(container.attrs.get("State", {}).get("Pid") or 0)
+        # Watch the init's host pid only when it is really visible here (same pid namespace as dockerd):
+        # its command line is docker-init's, ending with this kernel's connection file.
+        if pid and str(connection_file) in _cmdline(pid):
+            self._init_pid, self._init_start = pid, _process_start(pid)
+
+    def _reload(self, *, force: bool = False) -> dict[str, Any]:
+        """The container's State, asking the engine at most every RELOAD_INTERVAL_S unless forced."""
+        import docker.errors
+
+        if self._container is None:
+            return {}
+        now = time.monotonic()
+        if force or now - self._last_reload >= RELOAD_INTERVAL_S:
+            self._last_reload = now
+            try:
+                self._container.reload()
+            except docker.errors.NotFound:
+                return {"Status": "removed"}
+            except docker.errors.DockerException as exc:
+                return {"Status": "unknown", "Error": f"Docker engine not answering: {exc}"}
+        return dict(self._container.attrs.get("State", {}))
+
+    def is_alive(self) -> bool:
+        """Whether the container still runs: a /proc check of its init when visible, else the engine
+        (asked at most every RELOAD_INTERVAL_S)."""
+        if self._container is None:
+            return False
+        if self._init_pid is not None:
+            if _process_start(self._init_pid) == self._init_start:
+                return True
+            return bool(self._reload(force=True).get("Running"))  # confirm before declaring death
+        return bool(self._reload().get("Running"))
+
+    def exit_reason(self) -> str:
+        """Exit code (or signal) and OOM kill from the container's state, and its last log line."""
+        if self._container is None:
+            return (
+                "never started" if self.container_name is None else f"container stopped ({self._last_stop})"
+            )
+        state = self._reload(force=True)
+        status = state.get("Status", "unknown")
+        if state.get("Running"):
+            return f"container {self.container_name} still running"
+        if status == "removed":
+            return f"container {self.container_name} was removed"
+        parts = [f"container {self.container_name} {status}"]
+        code = state.get("ExitCode")
+        if isinstance(code, int):
+            parts.append(f"exit code {code}" + (f" ({_signal_name(code)})" if code > 128 else ""))
+        if state.get("OOMKilled"):
+            parts.append(f"OOMKilled: out of memory (limit {self.limits.memory_mb} MiB)")
+        if state.get("Error"):
+            parts.append(f"error: {state['Error']}")
+        with contextlib.suppress(Exception):
+            lines = self._container.logs(tail=3).decode(errors="replace").strip().splitlines()
+            if lines:
+                parts.append(f"last log line: {lines[-1][:300]}")
+        return "; ".join(parts)
+
+    def interrupt(self) -> None:
+        """SIGINT to the container's init (tini), which forwards it to the kernel."""
+        import docker.errors
+
+        if self._container is None:
+            return
+        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+            self._container.kill(signal="SIGINT")
+
+    def stop(self, *, graceful: bool = True) -> str:
+        """Stop and remove the container. Returns ``exited`` (it had already stopped), ``terminated``
+        (SIGTERM within TERM_GRACE_S), ``killed`` (removed by force) or ``lost`` (the engine failed).
+        Idempotent: a second call returns what the first one did."""
+        import docker.errors
+
+        container, self._container = self._container, None
+        if container is None:
+            return self._last_stop
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        path = "killed"
+        try:
+            state = self._state_of(container)
+            if not state.get("Running"):
+                path = "exited"
+            elif graceful:
+                with contextlib.suppress(docker.errors.APIError):  # it may have exited meanwhile
+                    container.kill(signal="SIGTERM")
+                deadline = time.monotonic() + TERM_GRACE_S
+                while time.monotonic() < deadline:
+                    if not self._state_of(container, wait_s=0.05).get("Running"):
+                        path = "terminated"
+                        break
+            container.remove(force=True)
+        except docker.errors.NotFound:
+            path = "exited"
+        except docker.errors.DockerException:
+            path = "lost"
+            _remove_quietly(self._client, container.id)
+        self._init_pid = self._kernel_pid = None
+        self._last_stop = path
+        return path
+
+    def _state_of(self, container: Any, wait_s: float = 0.0) -> dict[str, Any]:
+        """A container's state; with ``wait_s``, first wait that long for the init to exit."""
+        if self._init_pid is not None:
+            deadline = time.monotonic() + wait_s
+            while _process_start(self._init_pid) == self._init_start:
+                if time.monotonic() >= deadline:
+                    return {"Running": True}
+                time.sleep(0.005)
+            return {"Running": False}
+        if wait_s:
+            time.sleep(wait_s)
+        container.reload()
+        return dict(container.attrs.get("State", {}))
+
+    def pid(self) -> int | None:
+        """Host pid of the ipykernel process (the child of the container's init), if visible here."""
+        if self._init_pid is None or self._container is None:
+            return None
+        if self._kernel_pid is not None and _process_start(self._kernel_pid) is not None:
+            return self._kernel_pid
+        for child in _children(self._init_pid):
+            if any("ipykernel" in part for part in _cmdline(child)):
+                self._kernel_pid = child
+                return child
+        return None
+
+    @classmethod
+    def cleanup_stale(cls) -> list[str]:
+        """Remove kernel containers of this host whose owning process is gone; return their names.
+
+        Containers of live processes, and of other hosts sharing the engine, are left alone. Returns
+        ``[]`` when no engine is reachable (there is nothing to clean).
+        """
+        import docker
+        import docker.errors
+
+        try:
+            client = docker.from_env()
+            containers = client.containers.list(all=True, filters={"label": f"{LABEL_KERNEL}=1"})
+        except docker.errors.DockerException:
+            return []
+        host = socket.gethostname()
+        removed: list[str] = []
+        for container in containers:
+            labels = container.labels or {}
+            if labels.get(LABEL_HOST, host) != host or _owner_alive(labels):
+                continue
+            with contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True)
+                removed.append(container.name)
+        return removed
