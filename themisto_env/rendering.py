@@ -1,0 +1,238 @@
+"""The text a person sees for a cell's outputs: the target of the output-prediction task.
+
+:func:`render_outputs` turns a list of nbformat v4 output dicts into one string, one rule per kind:
+
+``stream`` (stdout, stderr)
+    Its ``text`` (a string, or a list of strings as nbformat stores it on disk). Adjacent stream outputs
+    of the same name are first concatenated, as a notebook shows them (``print("a", end="")`` followed
+    by ``print("b")`` is one line ``ab``). Then terminal control is applied the way Jupyter front ends
+    apply it: ANSI escape sequences (colours, cursor codes) are removed, ``\\r\\n`` is a newline, and a
+    bare carriage return moves to the start of the line so that the text after it overwrites the text
+    before it (a tqdm progress bar renders as its last state). ``stderr`` is included unless
+    ``include_stderr=False``.
+``execute_result`` and ``display_data``
+    The ``text/plain`` entry of ``data`` (ANSI removed). Without one, a placeholder naming the mime type
+    in angle brackets, e.g. ``<image/png>``, choosing the first present of image/png, image/jpeg,
+    image/svg+xml, text/html, text/markdown, text/latex, application/json, application/javascript, then
+    the alphabetically first. A matplotlib figure has a ``text/plain`` such as
+    ``<Figure size 640x480 with 1 Axes>``, which is used as is. Empty ``data`` renders as nothing.
+``error``
+    ``ENAME: evalue`` (ANSI removed), or just ``ENAME`` when the value is empty, which is how Python
+    prints an exception's last line. The traceback is left out on purpose: it holds kernel-specific
+    details (``/tmp/ipykernel_<pid>/<hash>.py`` cell file names, site-packages paths, line numbers of
+    the recording session, colour codes) that no model can predict and that differ between the
+    recorded run and a replay; the exception's name and message are what a developer reads.
+any other ``output_type``
+    Ignored (nbformat v4 has no other kinds; unknown ones are tolerated, not guessed at).
+
+The rendered parts are joined in order with one newline; a part's own final newline (``print`` adds
+one) is dropped first so that it does not become an empty line, and parts that render empty are skipped.
+The result has no trailing newline.
+
+:func:`normalize_for_comparison` is for measuring *replay agreement*: whether an output recorded in the
+log and the output of replaying the same cell are the same up to what legitimately differs between two
+runs. It is not applied to prediction targets. The rules, applied in this order:
+
+1. ANSI escape sequences are removed.
+2. ``%time`` lines (``CPU times: ...``, ``Wall time: ...``) become ``CPU times: <TIME>`` and
+   ``Wall time: <TIME>``; ``%timeit`` lines (``1.2 ms ± 3.4 µs per loop (...)``, ``1000 loops, best of
+   3: ...``, ``The slowest run took ...``) become ``<TIMEIT>``.
+3. tqdm's ``[00:01<00:02, 85.21it/s]`` becomes ``[<ELAPSED>]``; a rate such as ``85.21it/s`` or
+   ``1.5s/it`` becomes ``<RATE>``.
+4. Durations, a number directly followed by one of ``ns``, ``µs``/``μs``/``us``, ``ms``, ``s``,
+   ``sec``, ``secs``, ``second``, ``seconds`` (``1.23 s``, ``12s``, ``3ms/step``), become ``<TIME>``.
+   Minutes and hours are left alone: ``min`` is also a pandas ``describe()`` row label.
+5. Memory addresses, ``0x`` followed by 8 to 16 hex digits (the ``at 0x7f3a1c2b4d50`` of default reprs
+   of functions, generators, objects and matplotlib artists), become ``0x<ADDR>``. Shorter hex numbers
+   (``hex(255)`` is ``0xff``) are kept.
+6. Temporary paths (under ``/tmp/``, ``/var/tmp/``, macOS ``/var/folders/``, Windows ``...\\Temp\\``)
+   become ``<TMPPATH>``; this includes ipykernel's cell files ``/tmp/ipykernel_<pid>/<hash>.py``.
+7. Process ids where they are labelled (``pid 123``, ``PID: 123``, ``pid=123``, ``process 123``)
+   become ``<PID>`` after the label.
+8. Trailing whitespace is removed from every line, and leading and trailing blank lines are dropped.
+
+Everything else is compared as is: numbers in data, exception messages, shapes, and paths outside the
+temporary directories must match exactly.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from themisto_env.errors import DataError
+
+__all__ = ["normalize_for_comparison", "render_outputs", "strip_ansi"]
+
+# CSI (ESC [ ... final), OSC (ESC ] ... BEL or ESC \), and the two-character escapes (ESC + one byte).
+_ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+
+_MIME_PRIORITY = (
+    "image/png",
+    "image/jpeg",
+    "image/svg+xml",
+    "text/html",
+    "text/markdown",
+    "text/latex",
+    "application/json",
+    "application/javascript",
+)
+
+
+def strip_ansi(text: str) -> str:
+    """Remove ANSI escape sequences (colours, cursor movement, terminal titles) from ``text``.
+
+    Args:
+        text: Any text, e.g. a traceback with IPython's colours.
+
+    Returns:
+        The text without escape sequences.
+    """
+    if "\x1b" not in text:
+        return text
+    return _ANSI_RE.sub("", text)
+
+
+def _as_text(value: Any) -> str:
+    """nbformat stores multiline strings either as one string or as a list of lines."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list | tuple):
+        return "".join(str(v) for v in value)
+    return str(value)
+
+
+def _apply_carriage_returns(text: str) -> str:
+    r"""Overwrite each line's text before a bare ``\r`` with the text after it, as a terminal does."""
+    if "\r" not in text:
+        return text
+    text = re.sub(r"\r+\n", "\n", text)
+    lines = []
+    for line in text.split("\n"):
+        if "\r" in line:
+            segments = line.split("\r")
+            shown = segments[0]
+            for segment in segments[1:]:
+                shown = segment + shown[len(segment) :]
+            line = shown
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _render_stream(text: str) -> str:
+    return _apply_carriage_returns(strip_ansi(text))
+
+
+def _render_data(data: Mapping[str, Any]) -> str:
+    if not data:
+        return ""
+    if "text/plain" in data:
+        return strip_ansi(_as_text(data["text/plain"]))
+    mime = next((m for m in _MIME_PRIORITY if m in data), None) or min(data)
+    return f"<{mime}>"
+
+
+def _render_error(output: Mapping[str, Any]) -> str:
+    name = strip_ansi(_as_text(output.get("ename")))
+    value = strip_ansi(_as_text(output.get("evalue")))
+    return f"{name}: {value}" if value else name
+
+
+def render_outputs(outputs: Iterable[Mapping[str, Any]], *, include_stderr: bool = True) -> str:
+    """Render a cell's nbformat v4 outputs as the plain text a person sees (rules in the module doc).
+
+    Args:
+        outputs: The cell's outputs in order, as nbformat v4 dicts (``output_type`` and its fields).
+        include_stderr: Whether ``stderr`` stream text (warnings, logging) is part of the rendering.
+
+    Returns:
+        The rendered text, without a trailing newline; ``""`` for a cell without visible output.
+
+    Raises:
+        DataError: An output is not a mapping.
+    """
+    parts: list[str] = []
+    stream_name: str | None = None
+    stream_chunks: list[str] = []
+
+    def flush_stream() -> None:
+        nonlocal stream_name
+        if stream_name is not None:
+            parts.append(_render_stream("".join(stream_chunks)))
+            stream_chunks.clear()
+            stream_name = None
+
+    for position, output in enumerate(outputs):
+        if not isinstance(output, Mapping):
+            raise DataError(f"output {position} is a {type(output).__name__}, not an nbformat output dict")
+        kind = output.get("output_type")
+        if kind == "stream":
+            name = str(output.get("name", "stdout"))
+            if name == "stderr" and not include_stderr:
+                continue
+            if name != stream_name:
+                flush_stream()
+                stream_name = name
+            stream_chunks.append(_as_text(output.get("text")))
+            continue
+        flush_stream()
+        if kind in ("execute_result", "display_data"):
+            data = output.get("data") or {}
+            parts.append(_render_data(data if isinstance(data, Mapping) else {}))
+        elif kind == "error":
+            parts.append(_render_error(output))
+    flush_stream()
+    rendered = (p[:-1] if p.endswith("\n") else p for p in parts if p)
+    return "\n".join(p for p in rendered if p)
+
+
+_TIME_UNIT = r"(?:ns|[µμu]s|ms|s|secs?|seconds?)"
+_NUMBER = r"\d+(?:[.,]\d+)*"
+_NORMALIZERS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^CPU times:.*$", re.MULTILINE), "CPU times: <TIME>"),
+    (re.compile(r"^Wall time:.*$", re.MULTILINE), "Wall time: <TIME>"),
+    (re.compile(rf"^.*{_NUMBER}\s*{_TIME_UNIT} ± .* per loop.*$", re.MULTILINE), "<TIMEIT>"),
+    (re.compile(r"^.*\bloops?, best of \d+:.*$", re.MULTILINE), "<TIMEIT>"),
+    (re.compile(r"^The slowest run took .*$", re.MULTILINE), "<TIMEIT>"),
+    (re.compile(r"^.*intermediate result is being cached\.?$", re.MULTILINE), "<TIMEIT>"),
+    (re.compile(r"\[[\d:]+<[\d:?]+,\s*[^\]]*\]"), "[<ELAPSED>]"),
+    (re.compile(rf"{_NUMBER}\s*(?:it/s|s/it)\b"), "<RATE>"),
+    (re.compile(rf"(?<![\w.]){_NUMBER}\s?{_TIME_UNIT}(?![^\W/])"), "<TIME>"),
+    (re.compile(r"\b0x[0-9a-fA-F]{8,16}\b"), "0x<ADDR>"),
+    (
+        re.compile(
+            r"(?:/private)?/var/folders/[^\s'\"():,]+"
+            r"|(?<![\w.])/(?:var/)?tmp/[^\s'\"():,]*"
+            r"|[A-Za-z]:\\[^\s'\"]*?\\Temp\\[^\s'\"():,]*",
+            re.IGNORECASE,
+        ),
+        "<TMPPATH>",
+    ),
+    (re.compile(r"\b(pid|PID|process)(\s*[:=]?\s*)\d+\b"), r"\1\2<PID>"),
+)
+
+
+def normalize_for_comparison(text: str) -> str:
+    """Replace what legitimately varies between two runs with fixed placeholders (rules in the module doc).
+
+    Used to measure replay agreement: two renderings of the same cell's outputs agree when their
+    normalised forms are equal.
+
+    Args:
+        text: Rendered output text (see :func:`render_outputs`).
+
+    Returns:
+        The normalised text.
+    """
+    text = strip_ansi(text)
+    for pattern, replacement in _NORMALIZERS:
+        text = pattern.sub(replacement, text)
+    lines = [line.rstrip() for line in text.split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    while lines and not lines[0]:
+        lines.pop(0)
+    return "\n".join(lines)
