@@ -36,3 +36,15 @@ __all__ = [
     "ThemistoError",
     "__version__",
 ]
+
+
+def _register_envs() -> None:
+    """Register the gymnasium ids (registration only: no env, kernel or dataset is touched)."""
+    from gymnasium.envs.registration import register, registry
+
+    for env_id, task in (("themisto/NextCell-v0", "next-cell"), ("themisto/OutputPrediction-v0", "output")):
+        if env_id not in registry:
+            register(id=env_id, entry_point="themisto_env.env:ThemistoEnv", kwargs={"task": task})
+
+
+_register_envs()

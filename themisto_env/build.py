@@ -1,0 +1,247 @@
+"""Building trajectories: replay recorded sessions in a sandbox kernel and record the runtime state.
+
+``themisto data build SRC... --out DIR`` calls :func:`build_dataset`. Each session is replayed in a
+kernel of the chosen backend, execution by execution, as the person performed them (restarting the
+kernel where they did); after each execution the replayed outputs, time, memory, per-variable sizes and
+a namespace snapshot are recorded. A session that fails midway (its kernel dies) keeps what was built
+and says where and why; building again into the same folder skips what is already built.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from themisto_env.errors import DataError, InfrastructureError
+from themisto_env.june import read_sessions
+from themisto_env.notebook import read_notebook_session
+from themisto_env.rendering import normalize_for_comparison, render_outputs
+from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.models import SandboxLimits
+from themisto_env.sessions import RecordedExecution, Session
+from themisto_env.trajectory import (
+    Manifest,
+    Step,
+    Trajectory,
+    append_trajectory,
+    dump_json,
+    iter_trajectories,
+    write_manifest,
+)
+
+LOG_SUFFIXES = (".csv", ".csv.gz", ".parquet", ".jsonl", ".jsonl.gz")
+PACKAGES = ("ipykernel", "dill", "numpy", "pandas", "scikit-learn", "matplotlib")
+
+ProgressHook = Callable[[str, int], None]
+
+
+@dataclass
+class BuildReport:
+    """What a build did."""
+
+    built: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    steps: int = 0
+    seconds: float = 0.0
+
+
+def source_files(sources: Iterable[str | Path]) -> list[Path]:
+    """Expand folders into the event logs and notebooks they hold (sorted); check files exist."""
+    files: list[Path] = []
+    for src in map(Path, sources):
+        if src.is_dir():
+            found = sorted(p for p in src.rglob("*") if p.name.endswith(LOG_SUFFIXES) or p.suffix == ".ipynb")
+            if not found:
+                raise DataError(
+                    "no JuNE logs (.csv, .parquet, .jsonl) or notebooks (.ipynb) inside", path=src
+                )
+            files += found
+        elif src.exists():
+            files.append(src)
+        else:
+            raise DataError("no such file or folder", path=src)
+    return files
+
+
+def load_sessions(sources: Iterable[str | Path]) -> list[Session]:
+    """Read every session from JuNE logs and notebooks."""
+    sessions: list[Session] = []
+    for path in source_files(sources):
+        if path.suffix == ".ipynb":
+            sessions.append(read_notebook_session(path))
+        elif path.name.endswith(LOG_SUFFIXES):
+            sessions += read_sessions(path)
+        else:
+            raise DataError("not a JuNE log (.csv, .parquet, .jsonl) or a notebook (.ipynb)", path=path)
+    return sessions
+
+
+def trajectory_id(session: Session) -> str:
+    """A stable, readable id: the notebook's name and the start of the session key."""
+    name = session.notebook_name or Path(session.source_path or "session").stem
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", Path(name).stem).strip("-").lower() or "session"
+    return f"{slug}-{re.sub(r'[^A-Za-z0-9]', '', session.key)[:8] or 'x'}"
+
+
+def session_digest(session: Session) -> str:
+    """Digest of what was recorded (sources and outputs), to notice a changed source."""
+    return hashlib.sha256(
+        dump_json(session.model_dump(mode="json", exclude={"source_path"})).encode()
+    ).hexdigest()[:16]
+
+
+def outputs_agree(recorded: list[dict], replayed: list[dict]) -> bool:
+    """Whether replayed outputs equal recorded ones once what legitimately varies is normalised."""
+    return normalize_for_comparison(render_outputs(recorded)) == normalize_for_comparison(
+        render_outputs(replayed)
+    )
+
+
+def replay_execution(kernel: Kernel, execution: RecordedExecution, *, snapshots: bool) -> Step:
+    """Run one recorded execution and record what the kernel did and holds afterwards."""
+    result = kernel.execute(execution.source)
+    snapshot = kernel.snapshot() if snapshots and not result.kernel_restarted else None
+    return Step(
+        index=execution.index,
+        cell_id=execution.cell_id,
+        source=execution.source,
+        recorded_outputs=execution.recorded_outputs,
+        recorded_duration_s=execution.duration_s,
+        restarted_before=execution.restarted_before,
+        status=result.status,
+        outputs=result.outputs,
+        duration_s=round(result.duration_s, 6),
+        memory_bytes=result.memory_bytes,
+        variables=kernel.call("variable_sizes"),
+        snapshot=snapshot.digest if snapshot else None,
+        snapshot_skipped=snapshot.skipped if snapshot else {},
+        agrees=outputs_agree(execution.recorded_outputs, result.outputs),
+    )
+
+
+def replay_session(
+    session: Session, kernel: Kernel, *, snapshots: bool = True, on_step: ProgressHook | None = None
+) -> Trajectory:
+    """Replay a session in a (started) kernel, restarting it first, into a trajectory.
+
+    A kernel that dies midway ends the trajectory there: it is returned with ``complete=False`` and a
+    ``failure`` that names the step and the reason, keeping the steps built so far.
+    """
+    trajectory = Trajectory(
+        id=trajectory_id(session),
+        session_key=session.key,
+        notebook_name=session.notebook_name,
+        user_id=session.user_id,
+        origin=session.origin,
+        source_path=session.source_path,
+        source_digest=session_digest(session),
+        backend=kernel.backend,
+    )
+    kernel.restart()
+    for execution in session.executions:
+        try:
+            if execution.restarted_before and trajectory.steps:
+                kernel.restart()
+            trajectory.steps.append(replay_execution(kernel, execution, snapshots=snapshots))
+        except InfrastructureError as exc:
+            trajectory.complete = False
+            trajectory.failure = f"step {execution.index} (cell {execution.cell_id}): {exc}"
+            kernel.restart()
+            break
+        finally:
+            if on_step is not None:
+                on_step(trajectory.id, execution.index)
+    return trajectory
+
+
+def _already_built(
+    trajectory: Trajectory, digest: str, backend: str, kernel: Kernel, snapshots: bool
+) -> bool:
+    if not trajectory.complete or trajectory.source_digest != digest or trajectory.backend != backend:
+        return False
+    return not snapshots or all(s.snapshot is None or s.snapshot in kernel.store for s in trajectory.steps)
+
+
+def build_dataset(
+    sources: Sequence[str | Path],
+    out: str | Path,
+    *,
+    backend: str = "local",
+    snapshots: bool = True,
+    limits: SandboxLimits | None = None,
+    snapshot_dir: str | Path | None = None,
+    progress: bool = True,
+) -> BuildReport:
+    """Replay every session of the sources into a trajectory dataset folder.
+
+    Args:
+        sources: JuNE logs, notebooks, or folders of them.
+        out: The dataset folder (created; an existing one is continued).
+        backend: Sandbox backend to replay on.
+        snapshots: Whether to snapshot the namespace after every step.
+        limits: Sandbox limits (per-execution timeout, ...).
+        snapshot_dir: The snapshot store; defaults to the user cache.
+        progress: Show a progress bar.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    started = time.perf_counter()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    sessions = load_sessions(sources)
+    existing = {t.id: t for t in iter_trajectories(out)}
+    report = BuildReport()
+    manifest = Manifest(
+        backend=backend,
+        snapshots=snapshots,
+        sources=[str(p) for p in source_files(sources)],
+        packages={name: _version(name) for name in PACKAGES},
+    )
+    write_manifest(out, manifest)
+    total = sum(len(s.executions) for s in sessions)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with (
+        Kernel(backend, limits=limits, snapshot_dir=snapshot_dir) as kernel,
+        Progress(*columns, disable=not progress, transient=False) as bar,
+    ):
+        task = bar.add_task("replaying", total=total)
+        for session in sessions:
+            tid = trajectory_id(session)
+            previous = existing.get(tid)
+            if previous is not None and _already_built(
+                previous, session_digest(session), backend, kernel, snapshots
+            ):
+                report.skipped.append(tid)
+                bar.advance(task, len(session.executions))
+                continue
+            bar.update(task, description=f"replaying {tid}")
+            done_before = bar.tasks[0].completed
+            trajectory = replay_session(
+                session, kernel, snapshots=snapshots, on_step=lambda _tid, _i: bar.advance(task)
+            )
+            bar.update(task, completed=done_before + len(session.executions))
+            append_trajectory(out, trajectory)
+            report.steps += len(trajectory.steps)
+            if trajectory.complete:
+                report.built.append(tid)
+            else:
+                report.failed[tid] = trajectory.failure or "incomplete"
+    all_trajectories = list(iter_trajectories(out))
+    manifest.trajectories = len(all_trajectories)
+    manifest.steps = sum(len(t.steps) for t in all_trajectories)
+    write_manifest(out, manifest)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "absent"

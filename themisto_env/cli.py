@@ -1,0 +1,137 @@
+"""The ``themisto`` command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from themisto_env.errors import ThemistoError
+
+app = typer.Typer(
+    help="themisto-env: predict Jupyter development trajectories from runtime state.", no_args_is_help=True
+)
+data_app = typer.Typer(help="Build and inspect trajectory datasets.", no_args_is_help=True)
+sandbox_app = typer.Typer(help="Kernel backends: build the image, check a backend.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+app.add_typer(sandbox_app, name="sandbox")
+console = Console()
+
+Backend = Annotated[str, typer.Option("--backend", "-b", help="Kernel backend: local, bwrap or docker.")]
+
+
+def main() -> None:
+    """Entry point: ThemistoErrors become a one-line message and exit code 1, never a traceback."""
+    try:
+        app()
+    except ThemistoError as exc:
+        Console(stderr=True).print(f"[bold red]error:[/] {exc}")
+        raise SystemExit(1) from None
+
+
+# -- sandbox ---------------------------------------------------------------------------------------------
+
+
+@sandbox_app.command("build-image")
+def sandbox_build_image(
+    force: Annotated[bool, typer.Option(help="Rebuild even if the image exists.")] = False,
+) -> None:
+    """Build the kernel container image offline (debootstrap + wheels of the host's versions)."""
+    from themisto_env.sandbox.image import build_image
+
+    name = build_image(force=force)
+    console.print(f"kernel image: [bold]{name}[/]")
+
+
+@sandbox_app.command("check")
+def sandbox_check(backend: Backend = "local") -> None:
+    """Run the conformance suite on a backend and print a table; exit 1 if a check fails."""
+    from themisto_env.sandbox.conformance import checks_for, run_check
+    from themisto_env.sandbox.launcher import launcher_class
+
+    cleaned = launcher_class(backend).cleanup_stale()
+    if cleaned:
+        console.print(
+            f"removed {len(cleaned)} stale kernel(s) left by crashed processes: {', '.join(cleaned)}"
+        )
+    table = Table(title=f"sandbox check: {backend}")
+    for column in ("check", "result", "seconds", "detail"):
+        table.add_column(column)
+    failed = 0
+    with console.status(f"checking the {backend} backend...") as status:
+        for check in checks_for(backend):
+            status.update(f"{check.name}: {check.description}")
+            result = run_check(check, backend)
+            failed += not result.passed
+            mark = "[green]pass[/]" if result.passed else "[red]FAIL[/]"
+            table.add_row(check.name, mark, f"{result.seconds:.1f}", result.detail)
+    console.print(table)
+    if failed:
+        raise typer.Exit(1)
+
+
+# -- data --------------------------------------------------------------------------------------------------
+
+
+@data_app.command("build")
+def data_build(
+    sources: Annotated[
+        list[Path], typer.Argument(help="JuNE logs (.csv, .parquet, .jsonl), .ipynb files, or folders.")
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Dataset folder to write (continued if it exists).")
+    ],
+    backend: Backend = "local",
+    snapshots: Annotated[bool, typer.Option(help="Snapshot the namespace after every step.")] = True,
+    timeout: Annotated[float, typer.Option(help="Per-execution timeout in seconds.")] = 60.0,
+) -> None:
+    """Replay sessions into trajectories with runtime state."""
+    from themisto_env.build import build_dataset
+    from themisto_env.sandbox.models import SandboxLimits
+
+    report = build_dataset(
+        sources, out, backend=backend, snapshots=snapshots, limits=SandboxLimits(timeout_s=timeout)
+    )
+    console.print(
+        f"built {len(report.built)}, skipped {len(report.skipped)} already built, "
+        f"failed {len(report.failed)}; {report.steps} steps in {report.seconds:.1f} s -> {out}"
+    )
+    for tid, why in report.failed.items():
+        console.print(f"[yellow]incomplete[/] {tid}: {why}")
+
+
+@data_app.command("info")
+def data_info(
+    folder: Annotated[Path | None, typer.Argument(help="Dataset folder (default: the bundled data).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    backend: Backend = "local",
+) -> None:
+    """Sessions, executions, samples per task, and replay agreement."""
+    from themisto_env.data import resolve_dataset
+    from themisto_env.stats import dataset_info
+
+    info = dataset_info(resolve_dataset(folder, backend=backend))
+    if as_json:
+        typer.echo(json.dumps(info, indent=2))
+        return
+    table = Table(title=f"dataset {info['folder']}")
+    table.add_column("")
+    table.add_column("value", justify="right")
+    for key in ("trajectories", "complete", "executions", "errors", "restarts", "snapshot_mb"):
+        table.add_row(key, str(info[key]))
+    for task, n in info["samples"].items():
+        table.add_row(f"samples: {task}", str(n))
+    table.add_row("replay agreement", f"{info['agreement']:.1%}")
+    console.print(table)
+    if info["disagreements"]:
+        console.print("executions whose replayed output differs from the recorded one:")
+        for row in info["disagreements"][:20]:
+            console.print(f"  {row['trajectory']} step {row['step']}: {row['source'][:70]!r}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,56 @@
+"""Where trajectories come from: a built dataset folder, or the bundled data (built on first use)."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+from pathlib import Path
+
+from themisto_env.datasets import bundled_log_path
+from themisto_env.sandbox.snapshots import default_cache_dir
+from themisto_env.trajectory import MANIFEST, read_manifest
+
+
+def bundled_dataset_dir(backend: str = "local") -> Path:
+    """The cache folder of the bundled dataset built on a backend (content-addressed by the log)."""
+    digest = hashlib.sha256(bundled_log_path().read_bytes()).hexdigest()[:12]
+    return default_cache_dir() / "datasets" / f"bundled-{digest}-{backend}"
+
+
+def resolve_dataset(
+    dataset: str | Path | None = None, *, backend: str = "local", progress: bool = True
+) -> Path:
+    """A dataset folder ready to use: ``dataset`` as given, or the bundled data, replayed if needed.
+
+    The bundled dataset is replayed into the cache the first time it is used on a backend (with a
+    progress bar); later calls find it built, and only rebuild what is missing (e.g. snapshots removed
+    from the cache).
+    """
+    if dataset is not None:
+        read_manifest(dataset)
+        return Path(dataset)
+    from themisto_env.build import build_dataset
+
+    folder = bundled_dataset_dir(backend)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:  # parallel workers build it once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / MANIFEST).exists() or not _complete(folder):
+            build_dataset([bundled_log_path()], folder, backend=backend, progress=progress)
+    return folder
+
+
+def _complete(folder: Path) -> bool:
+    from themisto_env.build import load_sessions, session_digest, trajectory_id
+    from themisto_env.sandbox.snapshots import SnapshotStore
+    from themisto_env.trajectory import iter_trajectories
+
+    built = {t.id: t for t in iter_trajectories(folder)}
+    store = SnapshotStore()
+    for session in load_sessions([bundled_log_path()]):
+        t = built.get(trajectory_id(session))
+        if t is None or t.source_digest != session_digest(session):
+            return False
+        if any(s.snapshot is not None and s.snapshot not in store for s in t.steps):
+            return False
+    return True

@@ -1,0 +1,385 @@
+"""The gymnasium environment: one trajectory per episode, a live kernel, tools, predictions, rewards.
+
+Turn structure of an episode (documented for training loops):
+
+1. ``reset`` picks a trajectory (by ``seed``, or ``options={"trajectory": id, "sample": n}``) and
+   brings a kernel to the state just before the first sample's target step by *restoring a snapshot*
+   (replaying only when a snapshot is missing from the cache).
+2. For each sample, the agent takes any number of tool calls (``kind=0``; in ``tools`` mode; each costs
+   ``tool_cost`` and at most ``tool_budget`` per sample), then one prediction (``kind=1``), which is
+   scored: ``reward = metrics.reward(score, weights)``. Once the budget is spent, a further tool call
+   submits an empty prediction.
+3. The env then executes the ground-truth cells up to the next sample, and the next observation is that
+   sample's. ``terminated`` is True after the trajectory's last sample.
+
+Nothing the agent reaches reveals the target: the kernel is in the state *before* the target step, the
+history holds only executed steps, ``info`` carries ids and scores but no target text. An infrastructure
+failure (kernel death, lost container) is recovered from (restart, restore) and reported in
+``info["infrastructure_error"]``; such a sample is marked and never scored as a wrong answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from pydantic import BaseModel, ConfigDict, Field
+
+from themisto_env.actions import Action, Prediction, parse_action
+from themisto_env.data import resolve_dataset
+from themisto_env.errors import ActionError, ConfigError, InfrastructureError
+from themisto_env.metrics import RewardWeights, reward, score
+from themisto_env.observation import history_items, render_history, render_runtime
+from themisto_env.rendering import render_outputs
+from themisto_env.samples import Sample, SampleRule, TaskName, make_samples, samples_by_trajectory
+from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.models import SandboxLimits
+from themisto_env.tools import TOOL_NAMES, ToolCall, ToolContext, ToolResult, run_tool
+from themisto_env.trajectory import Trajectory, read_trajectories
+
+ObservationMode = Literal["static", "full", "tools"]
+
+#: Every character of the Basic Multilingual Plane but surrogates: code and outputs are any text.
+CHARSET = "".join(chr(c) for c in range(0x10000) if not 0xD800 <= c <= 0xDFFF)
+_CHARSET_SET = frozenset(CHARSET)
+
+
+class EnvConfig(BaseModel):
+    """Options of a Themisto environment (``gymnasium.make(id, **options)``).
+
+    Attributes:
+        task: ``next-cell`` or ``output``.
+        dataset: A built trajectory dataset folder; None uses the bundled data (built on first use).
+        backend: Sandbox backend (``local``, ``bwrap``, ``docker``).
+        observation: ``static`` (history), ``full`` (history + every variable and memory), ``tools``
+            (history; the agent queries the state with tool calls).
+        history_length: How many recent executions the observation shows.
+        tool_budget: Tool calls allowed per sample.
+        tool_cost: Reward subtracted per tool call.
+        reward: Weights of the metrics in the reward.
+        execution_score: Also score a next-cell prediction by running it (use the docker backend).
+        sample_rule: Which steps are samples.
+        limits: Sandbox limits.
+        max_output_chars: Cap of one output in the history.
+        max_text_chars: Cap of each text field of the observation.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: TaskName = "next-cell"
+    dataset: str | None = None
+    backend: str = "local"
+    observation: ObservationMode = "tools"
+    history_length: int = Field(10, ge=0)
+    tool_budget: int = Field(5, ge=0)
+    tool_cost: float = Field(0.01, ge=0)
+    reward: RewardWeights = Field(default_factory=RewardWeights)
+    execution_score: bool = False
+    sample_rule: SampleRule = Field(default_factory=SampleRule)
+    limits: SandboxLimits = Field(default_factory=SandboxLimits)
+    max_output_chars: int = Field(1500, ge=100)
+    max_text_chars: int = Field(16000, ge=1000)
+    snapshot_dir: str | None = None
+
+
+def _text(value: str, limit: int) -> str:
+    """Fit text into a Text space: cut to the limit, replace characters outside the charset."""
+    value = value[:limit]
+    if not all(ch in _CHARSET_SET for ch in value):
+        value = "".join(ch if ch in _CHARSET_SET else "\ufffd" for ch in value)
+    return value
+
+
+class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
+    """Predict the next cell (or a cell's output) of a Jupyter development trajectory.
+
+    See the module docstring for the turn structure; :class:`EnvConfig` for the options.
+    """
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(self, render_mode: str | None = None, **options: Any) -> None:
+        try:
+            self.config = EnvConfig(**options)
+        except Exception as exc:
+            raise ConfigError(f"invalid environment options: {exc}") from exc
+        self.render_mode = render_mode
+        folder = resolve_dataset(self.config.dataset, backend=self.config.backend, progress=False)
+        self.dataset_dir = Path(folder)
+        self.trajectories: dict[str, Trajectory] = {t.id: t for t in read_trajectories(folder)}
+        self.samples = make_samples(self.trajectories.values(), self.config.task, self.config.sample_rule)
+        self._by_trajectory = samples_by_trajectory(self.samples)
+        self.episode_ids = sorted(self._by_trajectory)
+        if not self.episode_ids:
+            raise ConfigError(f"no {self.config.task} samples in {folder} under {self.config.sample_rule}")
+        limit = self.config.max_text_chars
+        self.observation_space = spaces.Dict(
+            {
+                "history": spaces.Text(limit, min_length=0, charset=CHARSET),
+                "cell": spaces.Text(limit, min_length=0, charset=CHARSET),
+                "runtime": spaces.Text(limit, min_length=0, charset=CHARSET),
+                "tool_result": spaces.Text(limit, min_length=0, charset=CHARSET),
+                "tools_left": spaces.Discrete(self.config.tool_budget + 1),
+            }
+        )
+        self.action_space = spaces.Dict(
+            {
+                "kind": spaces.Discrete(2),
+                "tool": spaces.Discrete(len(TOOL_NAMES)),
+                "args": spaces.Text(2000, min_length=0, charset=CHARSET),
+                "text": spaces.Text(limit, min_length=0, charset=CHARSET),
+            }
+        )
+        self._kernel: Kernel | None = None
+        self._trajectory: Trajectory | None = None
+        self._queue: list[Sample] = []
+        self._sample: Sample | None = None
+        self._kernel_step = 0  # index of the next step the kernel would execute
+        self._tools_used = 0
+        self._tool_calls: list[dict[str, Any]] = []
+        self._last_tool: str = ""
+        self._runtime_text = ""
+
+    # -- gymnasium API -------------------------------------------------------------------------------
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Start an episode: ``options`` may name ``trajectory`` (id or index) and ``sample`` (index
+        into that trajectory's samples); otherwise the trajectory is drawn with the seeded RNG."""
+        super().reset(seed=seed)
+        options = options or {}
+        chosen = options.get("trajectory")
+        if chosen is None:
+            tid = self.episode_ids[int(self.np_random.integers(len(self.episode_ids)))]
+        elif isinstance(chosen, int):
+            tid = self.episode_ids[chosen]
+        elif chosen in self._by_trajectory:
+            tid = str(chosen)
+        else:
+            raise ConfigError(
+                f"no trajectory {chosen!r} with {self.config.task} samples; known: {self.episode_ids}"
+            )
+        samples = self._by_trajectory[tid]
+        start = int(options.get("sample", 0))
+        if not 0 <= start < len(samples):
+            raise ConfigError(f"trajectory {tid} has {len(samples)} samples; sample {start} is out of range")
+        self._trajectory = self.trajectories[tid]
+        self._queue = list(samples[start:])
+        kernel = self._ensure_kernel()
+        self._move_to(kernel, self._queue[0].step)
+        return self._begin_sample(), self._info()
+
+    def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        if self._sample is None:
+            raise ConfigError("call reset() before step()")
+        extra: dict[str, Any] = {}
+        try:
+            parsed: Action = parse_action(action)
+        except ActionError as exc:
+            parsed, extra["action_error"] = None, str(exc)  # type: ignore[assignment]
+        if not isinstance(parsed, Prediction):
+            if self._tools_used >= self.config.tool_budget:
+                extra["forced_submission"] = True
+                parsed = Prediction(text="")
+            else:
+                self._tools_used += 1
+                if parsed is None:
+                    self._last_tool = f"Invalid action: {extra['action_error']}"
+                else:
+                    self._last_tool = self._call_tool(parsed, extra)
+                return self._observation(), -self.config.tool_cost, False, False, self._info(**extra)
+        return self._submit(parsed, extra)
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi" or self._sample is None:
+            return None
+        obs = self._observation()
+        return f"{obs['history']}\n# Next cell:\n{obs['cell']}\n{obs['tool_result']}"
+
+    def close(self) -> None:
+        if self._kernel is not None:
+            self._kernel.close()
+            self._kernel = None
+
+    # -- bound state for agents ----------------------------------------------------------------------
+
+    def tool_context(self) -> ToolContext:
+        """The tools' view of the current state (for langchain tools bound to this env)."""
+        if self._trajectory is None or self._sample is None:
+            raise ConfigError("call reset() before using tools")
+        return ToolContext(kernel=self._ensure_kernel(), history=history_items(self._executed_steps()))
+
+    @property
+    def current_sample(self) -> Sample | None:
+        """The sample being predicted (its target is for scoring code, never for agents)."""
+        return self._sample
+
+    # -- internals -------------------------------------------------------------------------------------
+
+    def _ensure_kernel(self) -> Kernel:
+        if self._kernel is None:
+            self._kernel = Kernel(
+                self.config.backend, limits=self.config.limits, snapshot_dir=self.config.snapshot_dir
+            ).start()
+        return self._kernel
+
+    def _executed_steps(self) -> list[Any]:
+        assert self._trajectory is not None
+        return self._trajectory.steps[: self._kernel_step]
+
+    def _move_to(self, kernel: Kernel, step: int) -> None:
+        """Bring the kernel to the state right before ``step``: restore the nearest snapshot at or
+        before it, then replay the few steps in between."""
+        trajectory = self._trajectory
+        assert trajectory is not None
+        start = step
+        while start > 0 and not trajectory.steps[start].restarted_before:
+            digest = trajectory.state_before(start)
+            if digest is not None and digest in kernel.store:
+                break
+            start -= 1
+        digest = trajectory.state_before(start)
+        if digest is not None and digest in kernel.store:
+            kernel.restore(digest)
+        else:
+            kernel.restart()
+        for s in trajectory.steps[start:step]:
+            kernel.execute(s.source)
+        self._kernel_step = step
+
+    def _recover(self, error: InfrastructureError) -> str:
+        """Restart the kernel and bring it back to the current state; describe what happened."""
+        kernel = self._ensure_kernel()
+        try:
+            kernel.restart()
+            self._move_to(kernel, self._kernel_step)
+        except InfrastructureError:
+            self.close()
+            kernel = self._ensure_kernel()
+            self._move_to(kernel, self._kernel_step)
+        return f"{type(error).__name__}: {error} (recovered: kernel restarted and state restored)"
+
+    def _begin_sample(self) -> dict[str, Any]:
+        self._sample = self._queue[0]
+        self._tools_used = 0
+        self._tool_calls = []
+        self._last_tool = ""
+        self._runtime_text = ""
+        if self.config.observation == "full":
+            self._runtime_text = render_runtime(self._ensure_kernel(), max_chars=self.config.max_text_chars)
+        return self._observation()
+
+    def _observation(self) -> dict[str, Any]:
+        assert self._trajectory is not None and self._sample is not None
+        limit = self.config.max_text_chars
+        history = render_history(
+            history_items(self._executed_steps()),
+            length=self.config.history_length,
+            max_output_chars=self.config.max_output_chars,
+            max_chars=limit,
+        )
+        cell = self._trajectory.steps[self._sample.step].source if self.config.task == "output" else ""
+        return {
+            "history": _text(history, limit),
+            "cell": _text(cell, limit),
+            "runtime": _text(self._runtime_text, limit),
+            "tool_result": _text(self._last_tool, limit),
+            "tools_left": self.config.tool_budget - self._tools_used,
+        }
+
+    def _info(self, **extra: Any) -> dict[str, Any]:
+        assert self._sample is not None
+        return {
+            "sample_id": self._sample.id,
+            "trajectory_id": self._sample.trajectory_id,
+            "step": self._sample.step,
+            "task": self.config.task,
+            "observation_mode": self.config.observation,
+            "tool_names": TOOL_NAMES if self.config.observation == "tools" else (),
+            "samples_left": len(self._queue),
+            **extra,
+        }
+
+    def _call_tool(self, call: ToolCall, extra: dict[str, Any]) -> str:
+        if self.config.observation != "tools":
+            extra["action_error"] = f"tools are off in the {self.config.observation!r} observation mode"
+            return f"Invalid action: {extra['action_error']}"
+        try:
+            result = run_tool(call, self.tool_context())
+        except InfrastructureError as exc:
+            extra["infrastructure_error"] = self._recover(exc)
+            self._tools_used -= 1  # not the agent's fault
+            return "The tool could not run because the sandbox failed; it was recovered: try again."
+        self._tool_calls.append({"tool": call.tool, "args": call.args, "ok": result.ok})
+        extra["tool_result"] = asdict(result) if isinstance(result, ToolResult) else result
+        return result.text
+
+    def _submit(
+        self, prediction: Prediction, extra: dict[str, Any]
+    ) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        assert self._sample is not None and self._trajectory is not None
+        sample = self._sample
+        scores = score(prediction.text, sample.target)
+        value = reward(scores, self.config.reward)
+        extra["scores"] = asdict(scores) if hasattr(scores, "__dataclass_fields__") else dict(scores)
+        extra["tool_calls"] = list(self._tool_calls)
+        if self.config.execution_score and self.config.task == "next-cell":
+            extra["execution_score"] = self._execution_score(prediction.text, extra)
+        extra["scored_sample_id"] = sample.id
+        self._queue.pop(0)
+        terminated = not self._queue
+        if not terminated:
+            try:
+                self._advance_to(self._queue[0].step)
+            except InfrastructureError as exc:
+                extra["infrastructure_error"] = self._recover(exc)
+            obs = self._begin_sample()
+        else:
+            obs = self._observation()
+        info = self._info(**extra)
+        return obs, value, terminated, False, info
+
+    def _advance_to(self, step: int) -> None:
+        """Execute the ground-truth cells from the kernel's position up to (not including) ``step``."""
+        assert self._trajectory is not None
+        kernel = self._ensure_kernel()
+        for s in self._trajectory.steps[self._kernel_step : step]:
+            if s.restarted_before and s.index > 0:
+                kernel.restart()
+            kernel.execute(s.source)
+            self._kernel_step = s.index + 1
+        self._kernel_step = step
+
+    def _execution_score(self, code: str, extra: dict[str, Any]) -> float | None:
+        """Run the prediction from the pre-target state, compare with the target step, roll back."""
+        assert self._trajectory is not None and self._sample is not None
+        from themisto_env.metrics import score as text_score
+
+        kernel = self._ensure_kernel()
+        target = self._trajectory.steps[self._sample.step]
+        try:
+            saved = kernel.snapshot()
+            before = kernel.call("state_fingerprint")["names"]
+            result = kernel.execute(code, timeout_s=min(self.config.limits.timeout_s, 30))
+            after = kernel.call("state_fingerprint")["names"] if not result.kernel_restarted else {}
+            kernel.restore(saved)
+            base = kernel.call("state_fingerprint")["names"]
+            truth = kernel.execute(target.source)
+            truth_after = kernel.call("state_fingerprint")["names"]
+            kernel.restore(saved)
+        except InfrastructureError as exc:
+            extra["infrastructure_error"] = self._recover(exc)
+            return None
+        changed_pred = {n for n in set(before) | set(after) if before.get(n) != after.get(n)}
+        changed_true = {n for n in set(base) | set(truth_after) if base.get(n) != truth_after.get(n)}
+        union = changed_pred | changed_true
+        jaccard = len(changed_pred & changed_true) / len(union) if union else 1.0
+        output = text_score(render_outputs(result.outputs), render_outputs(truth.outputs)).chrf
+        if not render_outputs(result.outputs).strip() and not render_outputs(truth.outputs).strip():
+            output = 1.0
+        return float(np.mean([jaccard, output]))

@@ -1,0 +1,62 @@
+"""What the agent reads: the execution history, the cell about to run, and the runtime dump.
+
+The history shows the most recent executions, oldest first, each as::
+
+    # In [7]:
+    <source>
+    # Out [7]:
+    <rendered output, cut to max_output_chars>
+
+``In``/``Out`` numbers are positions in the trajectory (1-based), not the kernel's counter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from themisto_env.rendering import render_outputs
+from themisto_env.sandbox.kernel import Kernel
+from themisto_env.tools import HistoryItem
+from themisto_env.trajectory import Step
+
+
+def history_items(steps: Sequence[Step]) -> list[HistoryItem]:
+    """Executed steps as the tools' history items."""
+    return [HistoryItem(index=s.index, source=s.source, output=render_outputs(s.outputs)) for s in steps]
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + f"\n... [{len(text) - limit} more characters]"
+
+
+def render_history(
+    items: Sequence[HistoryItem], *, length: int, max_output_chars: int, max_chars: int
+) -> str:
+    """The last ``length`` executions as text, never longer than ``max_chars`` (oldest dropped first)."""
+    blocks = []
+    for item in list(items)[-length:] if length > 0 else []:
+        block = f"# In [{item.index + 1}]:\n{item.source.rstrip()}\n"
+        if item.output.strip():
+            block += f"# Out [{item.index + 1}]:\n{_cut(item.output.rstrip(), max_output_chars)}\n"
+        blocks.append(block)
+    text = "\n".join(blocks)
+    while len(text) > max_chars and blocks:
+        blocks.pop(0)
+        text = "\n".join(blocks)
+    return text[-max_chars:]
+
+
+def render_runtime(kernel: Kernel, *, max_chars: int, per_variable_chars: int = 300) -> str:
+    """Every user variable with type, size and a short repr, and the kernel's memory (Themisto's
+    "with runtime information" setting)."""
+    memory = kernel.call("memory", top=0)
+    listing = kernel.call("list_variables", limit=500)
+    lines = [
+        f"Kernel memory: {memory['kernel_rss_bytes'] or 0:,} bytes; variables: {memory['variables_total_bytes']:,} bytes",
+    ]
+    for row in listing["variables"]:
+        detail = kernel.call("inspect_variable", name=row["name"], max_chars=per_variable_chars)
+        shape = f" shape={tuple(row['shape'])}" if row.get("shape") else ""
+        first = detail.get("repr", "").replace("\n", " ")[:per_variable_chars]
+        lines.append(f"{row['name']}: {row['type']}{shape} ({row['size_bytes']:,} bytes) = {first}")
+    return _cut("\n".join(lines), max_chars)
