@@ -60,7 +60,8 @@ def parse_action(raw: object) -> Action:
         return raw
     if not isinstance(raw, Mapping):
         raise ActionError(
-            f"an action is a ToolCall, a Prediction or a dict with 'kind', 'tool', 'args', 'text'; got {type(raw).__name__}"
+            "an action is a ToolCall, a Prediction or a dict with 'kind', 'tool', 'args', 'text'; "
+            f"got {type(raw).__name__}"
         )
     kind = raw.get("kind")
     try:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -100,7 +100,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     See the module docstring for the turn structure; :class:`EnvConfig` for the options.
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
 
     def __init__(self, render_mode: str | None = None, **options: Any) -> None:
         try:

@@ -51,9 +51,8 @@ def render_runtime(kernel: Kernel, *, max_chars: int, per_variable_chars: int = 
     "with runtime information" setting)."""
     memory = kernel.call("memory", top=0)
     listing = kernel.call("list_variables", limit=500)
-    lines = [
-        f"Kernel memory: {memory['kernel_rss_bytes'] or 0:,} bytes; variables: {memory['variables_total_bytes']:,} bytes",
-    ]
+    rss, held = memory["kernel_rss_bytes"] or 0, memory["variables_total_bytes"]
+    lines = [f"Kernel memory: {rss:,} bytes; variables: {held:,} bytes"]
     for row in listing["variables"]:
         detail = kernel.call("inspect_variable", name=row["name"], max_chars=per_variable_chars)
         shape = f" shape={tuple(row['shape'])}" if row.get("shape") else ""

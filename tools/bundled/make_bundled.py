@@ -67,6 +67,8 @@ class Played:
     events: list[dict[str, Any]] = field(default_factory=list)
     outputs: list[list[dict[str, Any]]] = field(default_factory=list)
     labels: list[str] = field(default_factory=list)
+    final_order: list[str] = field(default_factory=list)
+    final_cells: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class _Kernel:
@@ -204,12 +206,13 @@ def _diff_chunks(matcher: Any, new: str) -> list[tuple[str, str]]:
     return [(tag, new[j1:j2] or "x" * (i2 - i1)) for tag, i1, i2, j1, j2 in matcher.get_opcodes()]
 
 
-def play(script: SessionScript, *, hash_seed: int) -> Played:
+def play(script: SessionScript, *, hash_seed: int, opened: Played | None = None) -> Played:
     """Play a session in a fresh kernel and return its events (without action ids) and outputs.
 
     Args:
         script: The session.
         hash_seed: ``PYTHONHASHSEED`` of the kernel (plays under two seeds must agree).
+        opened: The play of the session this one continues: the notebook starts with its cells.
 
     Returns:
         The events as JuneEvent field dicts, and each execution's outputs.
@@ -217,8 +220,10 @@ def play(script: SessionScript, *, hash_seed: int) -> Played:
     played = Played()
     clock = _Clock(script.start, script.slug)
     notebook_name = script.notebook_name
-    order: list[str] = []
-    cells: dict[str, dict[str, Any]] = {}
+    order: list[str] = list(opened.final_order) if opened else []
+    cells: dict[str, dict[str, Any]] = (
+        {label: {**cell, "count": None} for label, cell in opened.final_cells.items()} if opened else {}
+    )
     last_error = False
     last_save = clock.now
 
@@ -327,6 +332,8 @@ def play(script: SessionScript, *, hash_seed: int) -> Played:
             save_notebook()
         finally:
             kernel.close()
+    played.final_order = order
+    played.final_cells = cells
     return played
 
 
@@ -420,17 +427,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-check", action="store_true", help="play once; skip the determinism check")
     args = parser.parse_args(argv)
 
-    scripts = _load_scripts(args.session)
-    if not scripts:
+    scripts = _load_scripts(None)
+    selected = [s for s in scripts if args.session is None or s.slug in args.session]
+    if not selected:
         parser.error("no sessions found")
+    plays: dict[str, Played] = {}
     all_events: list[tuple[datetime, int, int, dict[str, Any]]] = []
     failures = 0
     for number, script in enumerate(scripts):
+        opened = plays.get(script.continues) if script.continues else None
+        if script.continues and opened is None:
+            raise SystemExit(f"{script.slug} continues {script.continues!r}, which is not an earlier session")
+        if script not in selected:
+            if any(s.continues == script.slug for s in selected):
+                plays[script.slug] = play(script, hash_seed=1, opened=opened)
+            continue
         started = time.perf_counter()
-        played = play(script, hash_seed=1)
+        played = plays[script.slug] = play(script, hash_seed=1, opened=opened)
         note = ""
         if not args.no_check:
-            again = play(script, hash_seed=2)
+            again = play(script, hash_seed=2, opened=opened)
             bad = [
                 (i, label)
                 for i, (label, a, b) in enumerate(
@@ -465,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     all_events.sort(key=lambda item: item[:3])
     events = [JuneEvent(action_id=i, **e) for i, (_, _, _, e) in enumerate(all_events)]
     write_events(args.out, events)
-    summary = _summary(args.out, scripts)
+    summary = _summary(args.out, selected)
     if args.out == DEFAULT_OUT:
         (args.out.parent / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     print(json.dumps({k: v for k, v in summary.items() if k != "per_session"}))

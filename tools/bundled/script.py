@@ -86,6 +86,8 @@ class SessionScript:
         expert: JuNE's expert flag.
         start: Wall-clock start, ``YYYY-MM-DD HH:MM:SS``.
         task: The analysis task, for the summary.
+        continues: Slug of an earlier session in the same notebook: this one opens the notebook as that
+            one left it (same cells, a new kernel).
         steps: What the person does, in order.
     """
 
@@ -95,6 +97,7 @@ class SessionScript:
     expert: bool
     start: str
     task: str
+    continues: str | None = None
     steps: list[Step] = field(default_factory=list)
 
     def cell_id(self, label: str) -> str:
