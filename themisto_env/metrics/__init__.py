@@ -1,0 +1,60 @@
+"""Metrics and rewards: exact match, ROUGE-L F1 and chrF per sample; corpus means with confidence intervals.
+
+Per sample, :func:`score` returns a :class:`Score` with ``exact_match``, ``rouge_l`` and ``chrf``, each
+in [0, 1]. ROUGE-L and chrF are identical in value to the reference implementations (tested on many
+pairs), only faster:
+
+- ``rouge_l == rouge_score.rouge_scorer.RougeScorer(["rougeL"]).score(reference, prediction)["rougeL"]
+  .fmeasure`` (default tokenizer, no stemmer), with the LCS computed by rapidfuzz;
+- ``chrf == sacrebleu.sentence_chrf(prediction, [reference]).score / 100`` (chrF2, character order 6,
+  whitespace removed), with the n-gram matching done in numpy;
+- ``exact_match`` compares after :func:`normalize_for_exact_match` (trailing whitespace of each line
+  and leading/trailing blank lines removed, nothing else).
+
+Over a corpus, :func:`aggregate` gives each metric's mean with a seeded percentile bootstrap interval,
+and :func:`compare_paired` compares two runs on the same samples (mean difference, paired bootstrap
+interval, wins/ties/losses). :func:`reward` turns a :class:`Score` into a scalar reward with
+:class:`RewardWeights`.
+"""
+
+from __future__ import annotations
+
+from themisto_env.metrics._chrf import chrf
+from themisto_env.metrics._corpus import (
+    CorpusScore,
+    Estimate,
+    PairedComparison,
+    PairedDifference,
+    aggregate,
+    compare_paired,
+)
+from themisto_env.metrics._reward import RewardWeights, reward
+from themisto_env.metrics._rouge import rouge_l, rouge_tokens
+from themisto_env.metrics._sample import (
+    METRICS,
+    Score,
+    exact_match,
+    normalize_for_exact_match,
+    score,
+    score_many,
+)
+
+__all__ = [
+    "METRICS",
+    "CorpusScore",
+    "Estimate",
+    "PairedComparison",
+    "PairedDifference",
+    "RewardWeights",
+    "Score",
+    "aggregate",
+    "chrf",
+    "compare_paired",
+    "exact_match",
+    "normalize_for_exact_match",
+    "reward",
+    "rouge_l",
+    "rouge_tokens",
+    "score",
+    "score_many",
+]

@@ -1,0 +1,243 @@
+"""Corpus aggregation: means with bootstrap confidence intervals, and paired comparison of two runs.
+
+Both use the percentile bootstrap: resample the samples (the same resampled indices for every metric,
+and for both runs in a paired comparison), compute the statistic on each resample, and take the
+``(1 - confidence) / 2`` and ``(1 + confidence) / 2`` quantiles. Resampling is vectorised with numpy
+in chunks of bounded memory and driven by ``numpy.random.default_rng(seed)``: the same inputs and seed
+give the same intervals on every machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from themisto_env.metrics._sample import METRICS, Score
+
+__all__ = ["CorpusScore", "Estimate", "PairedComparison", "PairedDifference", "aggregate", "compare_paired"]
+
+_CHUNK_ELEMENTS = 2_000_000  # resampled indices held in memory at once (16 MB of int64)
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """A corpus mean with its bootstrap confidence interval.
+
+    Attributes:
+        mean: The mean over the samples.
+        ci_low: Lower end of the percentile bootstrap interval.
+        ci_high: Upper end of the percentile bootstrap interval.
+    """
+
+    mean: float
+    ci_low: float
+    ci_high: float
+
+
+@dataclass(frozen=True, slots=True)
+class CorpusScore:
+    """Per-metric means and confidence intervals over a set of samples.
+
+    Attributes:
+        n: Number of samples.
+        confidence: Confidence level of the intervals, e.g. 0.95.
+        exact_match: Estimate for exact match.
+        rouge_l: Estimate for ROUGE-L F1.
+        chrf: Estimate for chrF.
+    """
+
+    n: int
+    confidence: float
+    exact_match: Estimate
+    rouge_l: Estimate
+    chrf: Estimate
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict: ``{"n": ..., "confidence": ..., "rouge_l": {"mean": ..., ...}, ...}``."""
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class PairedDifference:
+    """How run A differs from run B on one metric over the same samples.
+
+    Attributes:
+        mean_a: Mean of A.
+        mean_b: Mean of B.
+        mean_diff: Mean of A - B.
+        ci_low: Lower end of the paired bootstrap interval of the mean difference.
+        ci_high: Upper end of the paired bootstrap interval of the mean difference.
+        wins: Samples where A scored higher than B (by more than the tie tolerance).
+        ties: Samples where they are equal within the tie tolerance.
+        losses: Samples where A scored lower than B.
+    """
+
+    mean_a: float
+    mean_b: float
+    mean_diff: float
+    ci_low: float
+    ci_high: float
+    wins: int
+    ties: int
+    losses: int
+
+    @property
+    def significant(self) -> bool:
+        """Whether the interval excludes zero (A and B differ at the chosen confidence)."""
+        return self.ci_low > 0.0 or self.ci_high < 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PairedComparison:
+    """Per-metric paired comparison of run A against run B.
+
+    Attributes:
+        n: Number of paired samples.
+        confidence: Confidence level of the intervals.
+        exact_match: Difference in exact match.
+        rouge_l: Difference in ROUGE-L F1.
+        chrf: Difference in chrF.
+    """
+
+    n: int
+    confidence: float
+    exact_match: PairedDifference
+    rouge_l: PairedDifference
+    chrf: PairedDifference
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict, like :meth:`CorpusScore.as_dict`."""
+        return asdict(self)
+
+
+def _as_matrix(scores: Sequence[Score], name: str) -> npt.NDArray[np.float64]:
+    """An (n, 3) float matrix of the scores, columns in :data:`METRICS` order."""
+    if len(scores) == 0:
+        raise ValueError(f"{name} is empty: at least one score is needed to aggregate")
+    return np.array([(s.exact_match, s.rouge_l, s.chrf) for s in scores], dtype=np.float64)
+
+
+def _check(n_resamples: int, confidence: float) -> None:
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be at least 1, got {n_resamples}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be strictly between 0 and 1, got {confidence}")
+
+
+def _bootstrap_means(values: npt.NDArray[np.float64], n_resamples: int, seed: int) -> npt.NDArray[np.float64]:
+    """Means of ``n_resamples`` resamples (with replacement) of the rows of ``values``: (n_resamples, k)."""
+    n = values.shape[0]
+    rng = np.random.default_rng(seed)
+    per_chunk = max(1, _CHUNK_ELEMENTS // n)
+    means = np.empty((n_resamples, values.shape[1]), dtype=np.float64)
+    columns = [np.ascontiguousarray(values[:, k]) for k in range(values.shape[1])]
+    for start in range(0, n_resamples, per_chunk):
+        stop = min(n_resamples, start + per_chunk)
+        idx = rng.integers(0, n, size=(stop - start, n))
+        for k, column in enumerate(columns):
+            means[start:stop, k] = column[idx].mean(axis=1)
+    return means
+
+
+def _interval(
+    boot: npt.NDArray[np.float64], confidence: float
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    alpha = (1.0 - confidence) / 2.0
+    low, high = np.quantile(boot, [alpha, 1.0 - alpha], axis=0)
+    return low, high
+
+
+def aggregate(
+    scores: Sequence[Score], *, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0
+) -> CorpusScore:
+    """Mean of each metric over the samples, with a percentile bootstrap confidence interval.
+
+    Args:
+        scores: One :class:`Score` per sample.
+        n_resamples: Number of bootstrap resamples.
+        confidence: Confidence level of the intervals, in (0, 1).
+        seed: Seed of the resampling; the same seed gives the same intervals.
+
+    Returns:
+        The sample count and, per metric, the mean and its interval. A percentile interval need not be
+        centred on the mean; if rounding or very few resamples leave the mean outside it, the interval
+        is widened to include the mean.
+
+    Raises:
+        ValueError: ``scores`` is empty, or an argument is out of range.
+    """
+    _check(n_resamples, confidence)
+    values = _as_matrix(scores, "scores")
+    means = values.mean(axis=0)
+    low, high = _interval(_bootstrap_means(values, n_resamples, seed), confidence)
+    estimates = {
+        name: Estimate(
+            mean=float(means[i]),
+            ci_low=float(min(low[i], means[i])),
+            ci_high=float(max(high[i], means[i])),
+        )
+        for i, name in enumerate(METRICS)
+    }
+    return CorpusScore(n=len(values), confidence=confidence, **estimates)
+
+
+def compare_paired(
+    scores_a: Sequence[Score],
+    scores_b: Sequence[Score],
+    *,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    tie_tolerance: float = 1e-12,
+) -> PairedComparison:
+    """Compare run A with run B on the same samples (same order): mean differences A - B.
+
+    The interval is a paired bootstrap: each resample draws sample indices once and uses them for both
+    runs, so the per-sample pairing (and the correlation between runs) is kept.
+
+    Args:
+        scores_a: Scores of run A, one per sample.
+        scores_b: Scores of run B on the same samples, in the same order.
+        n_resamples: Number of bootstrap resamples.
+        confidence: Confidence level of the intervals, in (0, 1).
+        seed: Seed of the resampling.
+        tie_tolerance: Per-sample differences with absolute value at most this count as ties.
+
+    Returns:
+        Per metric: both means, the mean difference with its interval, and win/tie/loss counts.
+
+    Raises:
+        ValueError: The runs are empty or of different lengths, or an argument is out of range.
+    """
+    _check(n_resamples, confidence)
+    if tie_tolerance < 0:
+        raise ValueError(f"tie_tolerance must be non-negative, got {tie_tolerance}")
+    if len(scores_a) != len(scores_b):
+        raise ValueError(
+            f"paired comparison needs the same samples in both runs, got {len(scores_a)} and {len(scores_b)} scores"
+        )
+    a = _as_matrix(scores_a, "scores_a")
+    b = _as_matrix(scores_b, "scores_b")
+    diff = a - b
+    mean_a, mean_b, mean_diff = a.mean(axis=0), b.mean(axis=0), diff.mean(axis=0)
+    low, high = _interval(_bootstrap_means(diff, n_resamples, seed), confidence)
+    wins = (diff > tie_tolerance).sum(axis=0)
+    losses = (diff < -tie_tolerance).sum(axis=0)
+    differences = {
+        name: PairedDifference(
+            mean_a=float(mean_a[i]),
+            mean_b=float(mean_b[i]),
+            mean_diff=float(mean_diff[i]),
+            ci_low=float(min(low[i], mean_diff[i])),
+            ci_high=float(max(high[i], mean_diff[i])),
+            wins=int(wins[i]),
+            ties=int(len(diff) - wins[i] - losses[i]),
+            losses=int(losses[i]),
+        )
+        for i, name in enumerate(METRICS)
+    }
+    return PairedComparison(n=len(diff), confidence=confidence, **differences)

@@ -1,0 +1,63 @@
+"""The reward of one prediction: a weighted mean of its scores."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from themisto_env.metrics._sample import Score
+
+__all__ = ["RewardWeights", "reward"]
+
+
+class RewardWeights(BaseModel):
+    """Weights of the per-sample scores in the reward (a config boundary, so validated).
+
+    The defaults, ROUGE-L 0.5 and chrF 0.5 and exact match 0, are chosen for training: exact match is
+    all-or-nothing and rare for whole cells, so it gives almost no signal, while ROUGE-L (right tokens
+    in the right order) and chrF (character n-grams, which also credit near-misses such as a misspelt
+    name, and which is defined for outputs without letters such as ``[]``) are graded. An exactly
+    right answer still earns the full reward through ``full_on_exact_match``.
+
+    Attributes:
+        exact_match: Weight of exact match, >= 0.
+        rouge_l: Weight of ROUGE-L F1, >= 0.
+        chrf: Weight of chrF, >= 0.
+        full_on_exact_match: When true, an exact match earns 1.0 whatever the weights. Without it a
+            perfect answer can earn less than 1: ROUGE-L is 0 for a reference with no ASCII letter or
+            digit (``[]``, ``{}``, ``---``), and both ROUGE-L and chrF are 0 when both texts are empty.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    exact_match: float = Field(0.0, ge=0.0)
+    rouge_l: float = Field(0.5, ge=0.0)
+    chrf: float = Field(0.5, ge=0.0)
+    full_on_exact_match: bool = True
+
+    @model_validator(mode="after")
+    def _not_all_zero(self) -> RewardWeights:
+        if self.exact_match + self.rouge_l + self.chrf <= 0.0:
+            raise ValueError("reward weights are all zero: give at least one of exact_match, rouge_l, chrf")
+        return self
+
+
+_DEFAULT_WEIGHTS = RewardWeights()
+
+
+def reward(score: Score, weights: RewardWeights | None = None) -> float:
+    """The weighted mean of a sample's scores, in [0, 1].
+
+    Args:
+        score: The sample's scores.
+        weights: The weights; the defaults of :class:`RewardWeights` when None.
+
+    Returns:
+        ``(w_em * exact_match + w_rouge * rouge_l + w_chrf * chrf) / (w_em + w_rouge + w_chrf)``, or
+        1.0 for an exact match when ``weights.full_on_exact_match``.
+    """
+    w = _DEFAULT_WEIGHTS if weights is None else weights
+    if w.full_on_exact_match and score.exact_match == 1.0:
+        return 1.0
+    total = w.exact_match + w.rouge_l + w.chrf
+    value = (w.exact_match * score.exact_match + w.rouge_l * score.rouge_l + w.chrf * score.chrf) / total
+    return min(1.0, max(0.0, value))
