@@ -82,6 +82,7 @@ SESSION.steps = [
         """
         from sklearn.metrics import ConfusionMatrixDisplay
         ConfusionMatrixDisplay(cm, display_labels=data.target_names).plot()
+        plt.show()
         """,
     ),
     run(
