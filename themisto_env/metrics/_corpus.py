@@ -9,6 +9,7 @@ give the same intervals on every machine.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -121,6 +122,11 @@ def _as_matrix(scores: Sequence[Score], name: str) -> npt.NDArray[np.float64]:
     return np.array([(s.exact_match, s.rouge_l, s.chrf) for s in scores], dtype=np.float64)
 
 
+def _means(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Column means from correctly rounded sums (``math.fsum``): exact for constant columns."""
+    return np.array([math.fsum(column) / len(column) for column in values.T], dtype=np.float64)
+
+
 def _check(n_resamples: int, confidence: float) -> None:
     if n_resamples < 1:
         raise ValueError(f"n_resamples must be at least 1, got {n_resamples}")
@@ -134,12 +140,15 @@ def _bootstrap_means(values: npt.NDArray[np.float64], n_resamples: int, seed: in
     rng = np.random.default_rng(seed)
     per_chunk = max(1, _CHUNK_ELEMENTS // n)
     means = np.empty((n_resamples, values.shape[1]), dtype=np.float64)
-    columns = [np.ascontiguousarray(values[:, k]) for k in range(values.shape[1])]
+    # Resample deviations from the mean, then add the mean back: a constant column gives exactly its
+    # value in every resample, and the sums lose less precision.
+    centre = _means(values)
+    columns = [np.ascontiguousarray(values[:, k] - centre[k]) for k in range(values.shape[1])]
     for start in range(0, n_resamples, per_chunk):
         stop = min(n_resamples, start + per_chunk)
         idx = rng.integers(0, n, size=(stop - start, n))
         for k, column in enumerate(columns):
-            means[start:stop, k] = column[idx].mean(axis=1)
+            means[start:stop, k] = column[idx].mean(axis=1) + centre[k]
     return means
 
 
@@ -172,7 +181,7 @@ def aggregate(
     """
     _check(n_resamples, confidence)
     values = _as_matrix(scores, "scores")
-    means = values.mean(axis=0)
+    means = _means(values)
     low, high = _interval(_bootstrap_means(values, n_resamples, seed), confidence)
     estimates = {
         name: Estimate(
@@ -223,7 +232,7 @@ def compare_paired(
     a = _as_matrix(scores_a, "scores_a")
     b = _as_matrix(scores_b, "scores_b")
     diff = a - b
-    mean_a, mean_b, mean_diff = a.mean(axis=0), b.mean(axis=0), diff.mean(axis=0)
+    mean_a, mean_b, mean_diff = _means(a), _means(b), _means(diff)
     low, high = _interval(_bootstrap_means(diff, n_resamples, seed), confidence)
     wins = (diff > tie_tolerance).sum(axis=0)
     losses = (diff < -tie_tolerance).sum(axis=0)
