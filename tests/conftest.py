@@ -80,3 +80,16 @@ def nothing_left_running() -> Iterator[None]:
         return
     containers = client.containers.list(all=True, filters={"label": "themisto-env.kernel"})
     assert not containers, f"containers left behind: {[c.name for c in containers]}"
+
+
+@pytest.fixture(scope="session")
+def env_dataset(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A trajectory dataset built by the real builder from a small notebook, with its snapshot store."""
+    from tests.env_fixtures import write_notebook
+    from themisto_env.build import build_dataset
+
+    root = tmp_path_factory.mktemp("env-dataset")
+    notebook = write_notebook(root / "sales.ipynb")
+    report = build_dataset([notebook], root / "dataset", snapshot_dir=root / "snapshots", progress=False)
+    assert report.built and not report.failed, report
+    return {"dataset": str(root / "dataset"), "snapshot_dir": str(root / "snapshots")}

@@ -58,9 +58,7 @@ def source_files(sources: Iterable[str | Path]) -> list[Path]:
         if src.is_dir():
             found = sorted(p for p in src.rglob("*") if p.name.endswith(LOG_SUFFIXES) or p.suffix == ".ipynb")
             if not found:
-                raise DataError(
-                    "no JuNE logs (.csv, .parquet, .jsonl) or notebooks (.ipynb) inside", path=src
-                )
+                raise DataError("no JuNE logs (.csv, .parquet, .jsonl) or notebooks (.ipynb) inside", path=src)
             files += found
         elif src.exists():
             files.append(src)
@@ -91,21 +89,24 @@ def trajectory_id(session: Session) -> str:
 
 def session_digest(session: Session) -> str:
     """Digest of what was recorded (sources and outputs), to notice a changed source."""
-    return hashlib.sha256(
-        dump_json(session.model_dump(mode="json", exclude={"source_path"})).encode()
-    ).hexdigest()[:16]
+    return hashlib.sha256(dump_json(session.model_dump(mode="json", exclude={"source_path"})).encode()).hexdigest()[:16]
 
 
 def outputs_agree(recorded: list[dict], replayed: list[dict]) -> bool:
     """Whether replayed outputs equal recorded ones once what legitimately varies is normalised."""
-    return normalize_for_comparison(render_outputs(recorded)) == normalize_for_comparison(
-        render_outputs(replayed)
-    )
+    return normalize_for_comparison(render_outputs(recorded)) == normalize_for_comparison(render_outputs(replayed))
 
 
 def replay_execution(kernel: Kernel, execution: RecordedExecution, *, snapshots: bool) -> Step:
-    """Run one recorded execution and record what the kernel did and holds afterwards."""
-    result = kernel.execute(execution.source)
+    """Run one recorded execution and record what the kernel did and holds afterwards.
+
+    An execution the person interrupted is interrupted at the recorded time (plus a second) rather than
+    left to run to the timeout.
+    """
+    timeout = None
+    if execution.interrupted:
+        timeout = min((execution.duration_s or 5.0) + 1.0, kernel.limits.timeout_s)
+    result = kernel.execute(execution.source, timeout_s=timeout)
     snapshot = kernel.snapshot() if snapshots and not result.kernel_restarted else None
     return Step(
         index=execution.index,
@@ -160,9 +161,7 @@ def replay_session(
     return trajectory
 
 
-def _already_built(
-    trajectory: Trajectory, digest: str, backend: str, kernel: Kernel, snapshots: bool
-) -> bool:
+def _already_built(trajectory: Trajectory, digest: str, backend: str, kernel: Kernel, snapshots: bool) -> bool:
     if not trajectory.complete or trajectory.source_digest != digest or trajectory.backend != backend:
         return False
     return not snapshots or all(s.snapshot is None or s.snapshot in kernel.store for s in trajectory.steps)
@@ -214,9 +213,7 @@ def build_dataset(
         for session in sessions:
             tid = trajectory_id(session)
             previous = existing.get(tid)
-            if previous is not None and _already_built(
-                previous, session_digest(session), backend, kernel, snapshots
-            ):
+            if previous is not None and _already_built(previous, session_digest(session), backend, kernel, snapshots):
                 report.skipped.append(tid)
                 bar.advance(task, len(session.executions))
                 continue
