@@ -36,7 +36,7 @@ runs. It is not applied to prediction targets. The rules, applied in this order:
 1. ANSI escape sequences are removed.
 2. ``%time`` lines (``CPU times: ...``, ``Wall time: ...``) become ``CPU times: <TIME>`` and
    ``Wall time: <TIME>``; ``%timeit`` lines (``1.2 ms ± 3.4 µs per loop (...)``, ``1000 loops, best of
-   3: ...``, ``The slowest run took ...``) become ``<TIMEIT>``.
+   3: ...``) become ``<TIMEIT>``, and its occasional ``The slowest run took ...`` line is removed.
 3. tqdm's ``[00:01<00:02, 85.21it/s]`` becomes ``[<ELAPSED>]``; a rate such as ``85.21it/s`` or
    ``1.5s/it`` becomes ``<RATE>``.
 4. Durations, a number directly followed by one of ``ns``, ``µs``/``μs``/``us``, ``ms``, ``s``,
@@ -65,8 +65,8 @@ from themisto_env.errors import DataError
 
 __all__ = ["normalize_for_comparison", "render_outputs", "strip_ansi"]
 
-# CSI (ESC [ ... final), OSC (ESC ] ... BEL or ESC \), and the two-character escapes (ESC + one byte).
-_ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+# CSI (ESC [ ... final), OSC (ESC ] ... BEL or ESC \), charset selection (ESC ( B), two-character escapes.
+_ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()*+][0-9A-Za-z]|\x1b[@-Z\\-_]")
 
 _MIME_PRIORITY = (
     "image/png",
@@ -196,8 +196,7 @@ _NORMALIZERS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^Wall time:.*$", re.MULTILINE), "Wall time: <TIME>"),
     (re.compile(rf"^.*{_NUMBER}\s*{_TIME_UNIT} ± .* per loop.*$", re.MULTILINE), "<TIMEIT>"),
     (re.compile(r"^.*\bloops?, best of \d+:.*$", re.MULTILINE), "<TIMEIT>"),
-    (re.compile(r"^The slowest run took .*$", re.MULTILINE), "<TIMEIT>"),
-    (re.compile(r"^.*intermediate result is being cached\.?$", re.MULTILINE), "<TIMEIT>"),
+    (re.compile(r"^The slowest run took .*(?:\n|$)", re.MULTILINE), ""),
     (re.compile(r"\[[\d:]+<[\d:?]+,\s*[^\]]*\]"), "[<ELAPSED>]"),
     (re.compile(rf"{_NUMBER}\s*(?:it/s|s/it)\b"), "<RATE>"),
     (re.compile(rf"(?<![\w.]){_NUMBER}\s?{_TIME_UNIT}(?![^\W/])"), "<TIME>"),
