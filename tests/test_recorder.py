@@ -176,3 +176,37 @@ def test_restart_and_unload(frontend: _Frontend, tmp_path: Path) -> None:
         "execute",
         "finished_execute",
     ]
+
+
+def test_terminal_ipython_without_a_kernel(tmp_path: Path) -> None:
+    """Outside a kernel the recorder tees the streams and wraps the display machinery."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "log.jsonl"
+    script = "\n".join(
+        [
+            "from IPython.core.interactiveshell import InteractiveShell",
+            "sh = InteractiveShell.instance()",
+            "sh.run_line_magic('load_ext', 'themisto_env.recorder')",
+            "sh.run_cell('print(1)\\n2', store_history=True)",
+            "sh.run_cell('from IPython.display import display\\ndisplay({\"a\": 1})\\n1/0', store_history=True)",
+            "sh.run_cell('3', store_history=True, silent=True)",
+            "sh.run_cell('import sys; print(\"e\", file=sys.stderr); 4', store_history=True)",
+        ]
+    )
+    env = {**os.environ, "THEMISTO_RECORD_PATH": str(log)}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "Out[1]: 2" in done.stdout  # the terminal still shows everything
+    (session,) = read_sessions(log)
+    summary = [
+        [(o["output_type"], o.get("text") or o.get("data") or o.get("ename")) for o in e.recorded_outputs]
+        for e in session.executions
+    ]
+    assert summary == [
+        [("stream", "1\n"), ("execute_result", {"text/plain": "2"})],
+        [("display_data", {"text/plain": "{'a': 1}"}), ("error", "ZeroDivisionError")],
+        [("stream", "e\n"), ("execute_result", {"text/plain": "4"})],
+    ]
+    assert [e.status for e in session.executions] == ["ok", "error", "ok"]

@@ -189,6 +189,7 @@ class Recorder:
         self._write_failed = False
         self._mode = "hooks"
         self._request_id: str | None = None
+        self._muted = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -208,10 +209,12 @@ class Recorder:
         else:
             # A terminal IPython: tee the streams, wrap the display machinery.
             self._mode = "hooks"
-            self._wrap(self.shell.display_pub, "publish", self._publish)
-            self._wrap(self.shell.display_pub, "clear_output", self._clear_output)
-            self._wrap(self.shell.displayhook, "write_format_data", self._write_format_data)
-            self._wrap(self.shell, "_showtraceback", self._showtraceback)
+            self._wrap(self.shell.display_pub, "publish", self._publish, mute=True)
+            self._wrap(self.shell.display_pub, "clear_output", self._clear_output, mute=True)
+            self._wrap(self.shell.displayhook, "start_displayhook", self._mute)
+            self._wrap(self.shell.displayhook, "write_format_data", self._write_format_data, mute=True)
+            self._wrap(self.shell.displayhook, "finish_displayhook", self._unmute, after=True)
+            self._wrap(self.shell, "_showtraceback", self._showtraceback, mute=True)
 
     def stop(self) -> None:
         """Unhook everything; the shell behaves as if the extension had never been loaded.
@@ -236,18 +239,36 @@ class Recorder:
             del self._originals[key]
         self._capture = None
 
-    def _wrap(self, owner: Any, name: str, hook: Any) -> None:
+    def _wrap(self, owner: Any, name: str, hook: Any, *, mute: bool = False, after: bool = False) -> None:
+        """Replace ``owner.name`` by a wrapper calling ``hook`` with the same arguments while a cell is
+        captured; with ``mute``, what the original writes to the teed streams is not captured (the
+        terminal's display machinery prints what it displays)."""
         original = getattr(owner, name)
         own = owner.__dict__.get(name) if hasattr(owner, "__dict__") else None
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if self._capture is not None:
+            if self._capture is not None and not after:
                 with contextlib.suppress(Exception):
                     hook(*args, **kwargs)
-            return original(*args, **kwargs)
+            if mute:
+                self._muted += 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                if mute:
+                    self._muted -= 1
+                if self._capture is not None and after:
+                    with contextlib.suppress(Exception):
+                        hook(*args, **kwargs)
 
         setattr(owner, name, wrapper)
         self._originals[f"{id(owner)}.{name}"] = (owner, name, own)
+
+    def _mute(self, *args: Any, **kwargs: Any) -> None:
+        self._muted += 1
+
+    def _unmute(self, *args: Any, **kwargs: Any) -> None:
+        self._muted = max(0, self._muted - 1)
 
     # -- hooks -------------------------------------------------------------------------------------
 
@@ -307,8 +328,11 @@ class Recorder:
         for name in ("stdout", "stderr"):
             stream = getattr(sys, name)
             self._streams[name] = stream
-            capture = self._capture
-            setattr(sys, name, _Tee(stream, lambda text, n=name, c=capture: c.stream(n, text)))
+            setattr(sys, name, _Tee(stream, lambda text, n=name, c=self._capture: self._on_stream(c, n, text)))
+
+    def _on_stream(self, capture: _Capture, name: str, text: str) -> None:
+        if not self._muted:
+            capture.stream(name, text)
 
     def _post_run_cell(self, result: Any) -> None:
         capture = self._capture
@@ -320,6 +344,7 @@ class Recorder:
                     stream.flush()
         self._restore_streams()
         self._capture = None
+        self._muted = 0
         outputs = capture.final()
         exc = getattr(result, "error_before_exec", None) or getattr(result, "error_in_exec", None)
         errors = [o for o in outputs if o["output_type"] == "error"]
