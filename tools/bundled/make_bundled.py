@@ -434,13 +434,21 @@ def main(argv: list[str] | None = None) -> int:
     plays: dict[str, Played] = {}
     all_events: list[tuple[datetime, int, int, dict[str, Any]]] = []
     failures = 0
+    by_slug = {s.slug: s for s in scripts}
+    needed: set[str] = set()
+    for chosen in selected:
+        slug: str | None = chosen.slug
+        while slug is not None and slug not in needed:
+            needed.add(slug)
+            slug = by_slug[slug].continues if slug in by_slug else None
     for number, script in enumerate(scripts):
+        if script.slug not in needed:
+            continue
         opened = plays.get(script.continues) if script.continues else None
         if script.continues and opened is None:
             raise SystemExit(f"{script.slug} continues {script.continues!r}, which is not an earlier session")
-        if script not in selected:
-            if any(s.continues == script.slug for s in selected):
-                plays[script.slug] = play(script, hash_seed=1, opened=opened)
+        if script not in selected:  # played only to open the notebook of a selected session
+            plays[script.slug] = play(script, hash_seed=1, opened=opened)
             continue
         started = time.perf_counter()
         played = plays[script.slug] = play(script, hash_seed=1, opened=opened)
