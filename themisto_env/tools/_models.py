@@ -1,0 +1,116 @@
+"""The data of the observation tools: a call, its result, the context it runs in, and a tool itself."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from themisto_env.errors import ActionError
+
+if TYPE_CHECKING:
+    from themisto_env.sandbox.kernel import Kernel
+
+#: Bounds of :attr:`ToolContext.max_chars`.
+MIN_RESULT_CHARS = 200
+MAX_RESULT_CHARS = 100_000
+
+
+class ToolCall(BaseModel):
+    """An agent's request to run one observation tool (an env action, or a model's tool call).
+
+    Attributes:
+        tool: The tool's name, one of :data:`~themisto_env.tools.TOOL_NAMES`.
+        args: The tool's arguments by name; validated against the tool's args model when run.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What one tool call produced.
+
+    Attributes:
+        tool: The tool's name as called (possibly unknown).
+        ok: Whether the tool ran and answered; False for an unknown tool, bad arguments or a name that is
+            not defined in the kernel.
+        text: What the agent reads: the answer, or the error with a hint. Never longer than the context's
+            ``max_chars``.
+        error: The error message when ``ok`` is False, else None.
+    """
+
+    tool: str
+    ok: bool
+    text: str
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class HistoryItem:
+    """One execution of the trajectory so far, as the env shows it.
+
+    Attributes:
+        index: The execution's position in the trajectory (as the env numbers it).
+        source: The cell's source code.
+        output: The rendered text of the cell's outputs (streams, results, errors).
+    """
+
+    index: int
+    source: str
+    output: str = ""
+
+
+@dataclass
+class ToolContext:
+    """The state the tools observe: the live kernel, the executions so far, and the size bounds.
+
+    Attributes:
+        kernel: The started kernel holding the state after the last execution.
+        history: The executions so far, oldest first.
+        max_chars: Upper bound on the length of every result's text (a marker says when it was cut).
+        max_rows: Upper bound on the rows of a listing (variables, memory).
+    """
+
+    kernel: Kernel
+    history: Sequence[HistoryItem] = ()
+    max_chars: int = 3000
+    max_rows: int = 50
+
+    def __post_init__(self) -> None:
+        if not MIN_RESULT_CHARS <= self.max_chars <= MAX_RESULT_CHARS:
+            raise ValueError(f"max_chars must be in [{MIN_RESULT_CHARS}, {MAX_RESULT_CHARS}], got {self.max_chars}")
+        if self.max_rows < 1:
+            raise ValueError(f"max_rows must be at least 1, got {self.max_rows}")
+
+
+@dataclass(frozen=True)
+class ObservationTool:
+    """One observation tool: what a model reads about it, its arguments, and what it does.
+
+    Attributes:
+        name: The tool's name (an env action's ``tool``, a langchain tool's name).
+        description: What the tool answers, written for a model.
+        args_model: The pydantic model of the arguments; its fields (types, bounds, descriptions) are the
+            schema a model sees. ``extra="forbid"``.
+        function: ``(context, validated_args) -> text``; raises :class:`ToolError` for answers the agent
+            should read as an error.
+    """
+
+    name: str
+    description: str
+    args_model: type[BaseModel]
+    function: Callable[[ToolContext, Any], str] = field(repr=False)
+
+
+class ToolError(ActionError):
+    """A tool's answer is an error the agent should read (unknown name, wrong kind of variable, ...).
+
+    Raised inside tool functions and turned by :func:`~themisto_env.tools.run_tool` into an ``ok=False``
+    result; it never leaves ``run_tool``.
+    """
