@@ -197,9 +197,15 @@ def test_metrics_equal_references_on_overlapping_text(prediction: str, reference
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.text(max_size=100))
+@given(st.text(max_size=100) | st.text(st.characters(max_codepoint=127), max_size=100))
 def test_rouge_tokens_equal_rouge_score_tokenizer(text: str) -> None:
     assert rouge_tokens(text) == tokenize.tokenize(text, None)
+
+
+def test_rouge_tokens_on_every_ascii_character() -> None:
+    text = "".join(chr(c) + " x" + chr(c) + "Y9" for c in range(128))
+    assert rouge_tokens(text) == tokenize.tokenize(text, None)
+    assert rouge_tokens("Hello_World, 3.14 x2") == ["hello", "world", "3", "14", "x2"]
 
 
 def test_long_texts() -> None:

@@ -3,11 +3,12 @@
 ``rouge_score.rouge_scorer.RougeScorer(["rougeL"])`` (default tokenizer, no stemmer) lowercases the text,
 replaces every run of characters other than ``[a-z0-9]`` with a space, splits on whitespace and drops
 empty tokens. That is exactly ``re.findall("[a-z0-9]+", text.lower())``, which is what
-:func:`rouge_tokens` does. The longest common subsequence of the two token lists is then computed with
-rapidfuzz's bit-parallel ``LCSseq`` instead of rouge-score's pure-Python dynamic programme, after mapping
-each distinct token of the pair to a small integer (so the comparison is by token identity, with no
-hashing collisions). Precision, recall and F1 use the same float expressions as rouge-score, so the
-values are identical, not merely close.
+:func:`rouge_tokens` does (for ASCII text, faster, with one ``str.translate`` and a ``split``). The
+longest common subsequence of the two token lists is then computed with rapidfuzz's bit-parallel
+``LCSseq`` instead of rouge-score's pure-Python dynamic programme, after mapping each distinct token of
+the pair to a small integer (so tokens are compared by identity, with no hash collisions). Precision,
+recall and F1 use the same float expressions as rouge-score, so the values are identical, not merely
+close.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ from rapidfuzz.distance import LCSseq
 __all__ = ["rouge_l", "rouge_tokens"]
 
 _TOKEN_RE = re.compile(r"[a-z0-9]+")
+# For ASCII text the same tokens come faster from one translate (letters lowercased, digits kept, every
+# other character a space) and a split.
+_ASCII_TABLE = str.maketrans(
+    {chr(c): chr(c).lower() if chr(c).isalnum() else " " for c in range(128)},
+)
 
 
 def rouge_tokens(text: str) -> list[str]:
@@ -32,6 +38,8 @@ def rouge_tokens(text: str) -> list[str]:
     Returns:
         The lowercase ASCII alphanumeric runs of ``text``, in order.
     """
+    if text.isascii():
+        return text.translate(_ASCII_TABLE).split()
     return _TOKEN_RE.findall(text.lower())
 
 
