@@ -1,0 +1,210 @@
+"""The agent protocol: what a runner needs from a policy, and a base class that does the bookkeeping.
+
+A runner drives an agent through an episode like this::
+
+    obs, info = env.reset()
+    agent.reset(info)
+    while True:
+        action = agent.act(obs, info)              # a ToolCall or a Prediction
+        obs, reward, terminated, truncated, info = env.step(action)
+        if isinstance(action, Prediction):
+            log(info["scored_sample_id"], info["scores"], agent.usage)   # this sample's usage
+        if terminated or truncated:
+            break
+
+:class:`Agent` is the contract (a :class:`typing.Protocol`: any object with these members is an agent).
+:class:`BaseAgent` implements it for the common case: subclass it, set ``name``, write ``decide``.
+A whole new agent takes a dozen lines::
+
+    from themisto_env.actions import Prediction
+    from themisto_env.agents import BaseAgent, parse_history
+
+
+    class LastSourceAgent(BaseAgent):
+        \"\"\"Predicts that the developer re-runs the last cell.\"\"\"
+
+        name = "last-source"
+
+        def decide(self, observation, info):
+            cells = parse_history(observation["history"])
+            return Prediction(text=cells[-1].source if cells else "")
+
+Register it to make it available by name (``themisto run --agent last-source``)::
+
+    from themisto_env.agents import register_agent
+
+    register_agent("last-source", "my_package.my_module:LastSourceAgent")
+
+:class:`AgentUsage` is what an agent spent on one sample (model calls, tokens where the model reports
+them, tool calls); ``agent.usage`` holds it for the current sample, and a new one starts when the
+agent sees a new ``info["sample_id"]`` (or on ``reset``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from themisto_env.actions import Prediction
+from themisto_env.tools import ToolCall
+
+Action = ToolCall | Prediction
+Observation = Mapping[str, Any]
+Info = Mapping[str, Any]
+
+
+@dataclass
+class AgentUsage:
+    """What an agent spent on one sample.
+
+    Attributes:
+        model_calls: Calls to a language model (0 for non-LLM agents).
+        input_tokens: Prompt tokens over those calls, where the model reports them.
+        output_tokens: Completion tokens over those calls, where the model reports them.
+        tokens_reported: Whether every model call reported its token counts; when False the two token
+            fields are lower bounds (or 0 when no call reported them).
+        tool_calls: Tool calls the agent made (each one env step).
+    """
+
+    model_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    tokens_reported: bool = True
+    tool_calls: int = 0
+
+    def add_model_call(self, input_tokens: int | None = None, output_tokens: int | None = None) -> None:
+        """Count one model call and the tokens it reported (None where it reported none)."""
+        self.model_calls += 1
+        if input_tokens is None or output_tokens is None:
+            self.tokens_reported = False
+        self.input_tokens += input_tokens or 0
+        self.output_tokens += output_tokens or 0
+
+    def __add__(self, other: AgentUsage) -> AgentUsage:
+        return AgentUsage(
+            model_calls=self.model_calls + other.model_calls,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            tokens_reported=self.tokens_reported and other.tokens_reported,
+            tool_calls=self.tool_calls + other.tool_calls,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The usage as a plain dict (for a results line)."""
+        return asdict(self)
+
+
+@runtime_checkable
+class Agent(Protocol):
+    """A policy for the Themisto environment.
+
+    Attributes:
+        name: The agent's registered name (results are labelled with it).
+        usage: What the agent spent on the current sample so far; after ``act`` returns a
+            :class:`Prediction`, the usage of the sample just predicted.
+    """
+
+    name: str
+    usage: AgentUsage
+
+    def reset(self, info: Info) -> None:
+        """Start an episode (called after ``env.reset`` with its ``info``)."""
+        ...
+
+    def act(self, observation: Observation, info: Info) -> Action:
+        """Choose the next action: a tool call (``tools`` mode) or the prediction for the sample."""
+        ...
+
+
+class BaseAgent:
+    """Bookkeeping for agents: per-sample usage, sample changes, and an async ``aact``.
+
+    Subclasses set :attr:`name` and implement :meth:`decide` (and, for real async work,
+    :meth:`adecide`); they may override :meth:`start_episode` and :meth:`start_sample`.
+
+    Attributes:
+        name: The agent's name.
+        observation: The observation mode the agent is written for (``static``, ``full``, ``tools``),
+            or None when any mode works. A runner should create the env in this mode.
+        usage: What the agent spent on the current sample.
+    """
+
+    name: str = "agent"
+    observation: ClassVar[str | None] = None
+
+    def __init__(self) -> None:
+        self.usage = AgentUsage()
+        self._sample_id: object = None
+
+    # -- the protocol ------------------------------------------------------------------------------
+
+    def reset(self, info: Info) -> None:
+        """Start an episode: forget the previous sample and call :meth:`start_episode`.
+
+        Warns when the env's observation mode is not the one the agent is written for.
+        """
+        mode = info.get("observation_mode")
+        if self.observation is not None and mode is not None and mode != self.observation:
+            warnings.warn(
+                f"the {self.name} agent is written for the {self.observation!r} observation mode, but the env "
+                f"is in {mode!r}: make the env with observation={self.observation!r}",
+                stacklevel=2,
+            )
+        self._sample_id = None
+        self.usage = AgentUsage()
+        self.start_episode(info)
+
+    def act(self, observation: Observation, info: Info) -> Action:
+        """Choose the next action (see :meth:`decide`), counting tool calls in :attr:`usage`."""
+        self._enter(observation, info)
+        return self._count(self.decide(observation, info))
+
+    async def aact(self, observation: Observation, info: Info) -> Action:
+        """The async form of :meth:`act` (see :meth:`adecide`)."""
+        self._enter(observation, info)
+        return self._count(await self.adecide(observation, info))
+
+    # -- for subclasses ----------------------------------------------------------------------------
+
+    def decide(self, observation: Observation, info: Info) -> Action:
+        """The agent's policy: the next action for this observation.
+
+        Args:
+            observation: The env's observation (``history``, ``cell``, ``runtime``, ``tool_result``,
+                ``tools_left``).
+            info: The env's info (``sample_id``, ``task``, ``observation_mode``, ``tool_names``, ...).
+
+        Returns:
+            A :class:`ToolCall` (only when ``observation["tools_left"] > 0`` and the env is in
+            ``tools`` mode) or a :class:`Prediction`.
+        """
+        raise NotImplementedError
+
+    async def adecide(self, observation: Observation, info: Info) -> Action:
+        """Async :meth:`decide`; by default it calls :meth:`decide`."""
+        return self.decide(observation, info)
+
+    def start_episode(self, info: Info) -> None:
+        """Called by :meth:`reset`; does nothing by default."""
+
+    def start_sample(self, observation: Observation, info: Info) -> None:
+        """Called before the first :meth:`decide` of each sample; does nothing by default."""
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _enter(self, observation: Observation, info: Info) -> None:
+        sample_id = info.get("sample_id")
+        if sample_id != self._sample_id:
+            self._sample_id = sample_id
+            self.usage = AgentUsage()
+            self.start_sample(observation, info)
+
+    def _count(self, action: Action) -> Action:
+        if isinstance(action, ToolCall):
+            self.usage.tool_calls += 1
+        return action
+
+
+__all__ = ["Action", "Agent", "AgentUsage", "BaseAgent", "Info", "Observation"]

@@ -1,0 +1,78 @@
+"""Reading the observation's ``history`` text back into cells.
+
+The env renders the recent executions as (see :mod:`themisto_env.observation`)::
+
+    # In [7]:
+    <source>
+    # Out [7]:
+    <output, possibly cut with a "... [N more characters]" marker>
+
+:func:`parse_history` inverts that: a header line ``# In [n]:`` starts a cell, and a line
+``# Out [n]:`` with the *same* ``n`` separates its source from its output (a source line that merely
+looks like a header of another number stays source).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_IN = re.compile(r"^# In \[(\d+)\]:$")
+_OUT = re.compile(r"^# Out \[(\d+)\]:$")
+
+
+@dataclass(frozen=True)
+class HistoryCell:
+    """One execution shown in the history.
+
+    Attributes:
+        number: Its ``In``/``Out`` number (1-based position in the trajectory).
+        source: The cell's source.
+        output: Its rendered output ("" when it showed nothing).
+    """
+
+    number: int
+    source: str
+    output: str = ""
+
+
+def parse_history(text: str) -> list[HistoryCell]:
+    """The executions in a rendered history, oldest first.
+
+    Args:
+        text: The observation's ``history`` (may be empty).
+
+    Returns:
+        The cells; text before the first ``# In [n]:`` header (a history cut to fit) is ignored.
+    """
+    cells: list[HistoryCell] = []
+    number: int | None = None
+    source: list[str] = []
+    output: list[str] | None = None
+
+    def close() -> None:
+        if number is not None:
+            out = "\n".join(output).strip("\n") if output is not None else ""
+            cells.append(HistoryCell(number, "\n".join(source).strip("\n"), out))
+
+    for line in text.splitlines():
+        header = _IN.match(line)
+        if header is not None and (output is not None or number is None or not source or _blank_before(source)):
+            close()
+            number, source, output = int(header.group(1)), [], None
+            continue
+        marker = _OUT.match(line)
+        if marker is not None and number is not None and output is None and int(marker.group(1)) == number:
+            output = []
+            continue
+        (source if output is None else output).append(line)
+    close()
+    return cells
+
+
+def _blank_before(lines: list[str]) -> bool:
+    """Blocks are separated by a blank line: a header right after one starts a new cell."""
+    return not lines[-1].strip()
+
+
+__all__ = ["HistoryCell", "parse_history"]

@@ -1,0 +1,156 @@
+"""LLM agents on any langchain-core ``BaseChatModel``, one per kind of context.
+
+``llm-static`` (:class:`StaticContextAgent`)
+    The history only (Themisto's setting without runtime information).
+``llm-full`` (:class:`FullRuntimeAgent`)
+    The history and the env's runtime dump: every variable and the memory (the env's ``full`` mode;
+    Themisto's "with runtime information" setting).
+``llm-tools`` (:class:`~themisto_env.agents.llm_tools.ToolUsingAgent`)
+    The history, and the observation tools bound to the model: it queries the kernel, then answers.
+
+Each is made from a chat model, or from a provider and a model name (see
+:func:`~themisto_env.agents.providers.make_chat_model`)::
+
+    agent = StaticContextAgent(provider="openai", model="gpt-4o-mini", temperature=0)
+    agent = make_agent("llm-full", chat_model=my_chat_model)
+
+A reply is read with :func:`~themisto_env.agents.parsing.extract_prediction`; the tokens each call
+used are taken from ``AIMessage.usage_metadata`` when the model reports them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from themisto_env.agents.base import Action, BaseAgent, Info, Observation
+from themisto_env.agents.parsing import extract_prediction
+from themisto_env.agents.prompting import ContextMode, PromptTemplates, load_prompts
+
+from themisto_env.actions import Prediction
+from themisto_env.errors import ConfigError
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import BaseMessage
+
+
+def message_text(message: Any) -> str:
+    """The text of a chat message: its string content, or the text parts of a list content.
+
+    Args:
+        message: An ``AIMessage`` (or anything with ``content``).
+
+    Returns:
+        The text ("" when there is none).
+    """
+    content = getattr(message, "content", message)
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for part in content if isinstance(content, Sequence) else ():
+        if isinstance(part, str):
+            parts.append(part)
+        elif isinstance(part, dict) and part.get("type") == "text":
+            parts.append(str(part.get("text", "")))
+    return "".join(parts)
+
+
+class LLMAgent(BaseAgent):
+    """An agent asking a chat model with the prompt of its context mode (see the subclasses).
+
+    Args:
+        chat_model: The model; or give ``provider`` and ``model`` instead.
+        provider: A provider of :func:`~themisto_env.agents.providers.make_chat_model`.
+        model: The provider's model name.
+        prompts: A prompt-templates YAML file (default: the bundled ``prompts/default.yaml``).
+        **model_options: Passed to the provider's model class (``temperature``, ``base_url``, ...).
+
+    Raises:
+        ConfigError: Neither a chat model nor a provider, or both.
+        ProviderError: The provider's package or key is missing.
+    """
+
+    name = "llm"
+    mode: ClassVar[ContextMode] = "static"
+
+    def __init__(
+        self,
+        chat_model: BaseChatModel | None = None,
+        *,
+        provider: str | None = None,
+        model: str | None = None,
+        prompts: str | Path | None = None,
+        **model_options: Any,
+    ) -> None:
+        super().__init__()
+        if chat_model is not None and (provider is not None or model_options):
+            raise ConfigError(f"{self.name}: pass either chat_model or provider/model options, not both")
+        if chat_model is None:
+            if provider is None:
+                raise ConfigError(
+                    f"{self.name} needs a chat model: pass chat_model=..., or provider=... and model=... "
+                    "(e.g. provider='openai', model='gpt-4o-mini'; provider='fake' for a scripted model)"
+                )
+            from themisto_env.agents.providers import make_chat_model
+
+            chat_model = make_chat_model(provider, model, **model_options)
+        self.chat_model: BaseChatModel = chat_model
+        self.prompts: PromptTemplates = load_prompts(prompts)
+
+    def messages(self, observation: Observation, task: str, mode: ContextMode | None = None) -> list[BaseMessage]:
+        """The system and user messages for an observation.
+
+        Args:
+            observation: The env's observation.
+            task: ``next-cell`` or ``output``.
+            mode: The context to include (default: the agent's).
+
+        Returns:
+            ``[SystemMessage, HumanMessage]``.
+        """
+        from langchain_core.messages import HumanMessage, SystemMessage
+
+        return [
+            SystemMessage(self.prompts.system_text(task)),
+            HumanMessage(self.prompts.user_text(observation, task, mode or self.mode)),
+        ]
+
+    def record(self, message: Any) -> None:
+        """Count a model call and the tokens its ``usage_metadata`` reports."""
+        usage = getattr(message, "usage_metadata", None) or {}
+        self.usage.add_model_call(usage.get("input_tokens"), usage.get("output_tokens"))
+
+    def decide(self, observation: Observation, info: Info) -> Action:
+        """Ask the model once and read its prediction."""
+        task = str(info["task"])
+        reply = self.chat_model.invoke(self.messages(observation, task))
+        self.record(reply)
+        return Prediction(text=extract_prediction(message_text(reply), task))  # type: ignore[arg-type]
+
+    async def adecide(self, observation: Observation, info: Info) -> Action:
+        """Async :meth:`decide` (the model's ``ainvoke``)."""
+        task = str(info["task"])
+        reply = await self.chat_model.ainvoke(self.messages(observation, task))
+        self.record(reply)
+        return Prediction(text=extract_prediction(message_text(reply), task))  # type: ignore[arg-type]
+
+
+class StaticContextAgent(LLMAgent):
+    """``llm-static``: the model sees the history (and the cell about to run), nothing of the state."""
+
+    name = "llm-static"
+    mode = "static"
+    observation = "static"
+
+
+class FullRuntimeAgent(LLMAgent):
+    """``llm-full``: the model also sees the env's dump of every variable and the memory."""
+
+    name = "llm-full"
+    mode = "full"
+    observation = "full"
+
+
+__all__ = ["FullRuntimeAgent", "LLMAgent", "StaticContextAgent", "message_text"]

@@ -1,0 +1,119 @@
+"""Chat models chosen by configuration: ``make_chat_model("openai", "gpt-4o-mini")``.
+
+========================  ==========================  ==================================================
+provider                  needs                       made as
+========================  ==========================  ==================================================
+``openai``                ``themisto-env[openai]``,   ``langchain_openai.ChatOpenAI(model=..., **kw)``
+                          ``OPENAI_API_KEY``
+``anthropic``             ``themisto-env[anthropic]``,  ``langchain_anthropic.ChatAnthropic(model=..., **kw)``
+                          ``ANTHROPIC_API_KEY``
+``ollama``                ``themisto-env[ollama]``,   ``langchain_ollama.ChatOllama(model=..., **kw)``
+                          a running Ollama server
+``fake``                  nothing                     :class:`~themisto_env.agents.fake_chat.ScriptedChatModel`
+                                                      replaying ``responses=[...]`` (tests, demos)
+``package.module:Class``  that package                ``Class(model=..., **kw)``, any ``BaseChatModel``
+========================  ==========================  ==================================================
+
+Provider packages are imported when a model is made, never at import. A missing package or key raises
+:class:`~themisto_env.errors.ProviderError` whose message is the one line that fixes it. An API key may
+also be passed as ``api_key=...``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from themisto_env.errors import ConfigError, ProviderError
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+
+
+@dataclass(frozen=True)
+class Provider:
+    """A named LLM provider.
+
+    Attributes:
+        module: The module holding the chat model class.
+        cls: The class name.
+        extra: The ``themisto-env`` extra that installs the module.
+        key: The environment variable holding the API key, if one is needed.
+    """
+
+    module: str
+    cls: str
+    extra: str | None = None
+    key: str | None = None
+
+
+PROVIDERS: dict[str, Provider] = {
+    "openai": Provider("langchain_openai", "ChatOpenAI", extra="openai", key="OPENAI_API_KEY"),
+    "anthropic": Provider("langchain_anthropic", "ChatAnthropic", extra="anthropic", key="ANTHROPIC_API_KEY"),
+    "ollama": Provider("langchain_ollama", "ChatOllama", extra="ollama"),
+    "fake": Provider("themisto_env.agents.fake_chat", "ScriptedChatModel"),
+}
+
+
+def make_chat_model(provider: str, model: str | None = None, **kwargs: Any) -> BaseChatModel:
+    """Make a langchain-core chat model.
+
+    Args:
+        provider: ``openai``, ``anthropic``, ``ollama``, ``fake``, or ``package.module:ClassName``.
+        model: The model name (e.g. ``gpt-4o-mini``, ``claude-3-5-haiku-latest``, ``qwen2.5-coder:7b``);
+            ignored by ``fake``.
+        **kwargs: Passed to the model class (``temperature``, ``base_url``, ``api_key``, ...; for ``fake``:
+            ``responses`` and ``cycle``).
+
+    Returns:
+        The chat model.
+
+    Raises:
+        ProviderError: The provider's package is not installed, or its API key is not set.
+        ConfigError: Unknown provider name, or no ``model`` for a provider that needs one.
+    """
+    if ":" in provider:
+        module_name, _, cls_name = provider.partition(":")
+        spec = Provider(module_name, cls_name)
+    elif provider in PROVIDERS:
+        spec = PROVIDERS[provider]
+    else:
+        near = difflib.get_close_matches(provider, PROVIDERS, n=1, cutoff=0.5)
+        hint = f" Did you mean {near[0]!r}?" if near else ""
+        raise ConfigError(
+            f"unknown LLM provider {provider!r}.{hint} Providers: {', '.join(PROVIDERS)}, "
+            "or 'package.module:ClassName' for any langchain-core chat model"
+        )
+    if provider == "fake":
+        return _import_class(provider, spec)(**kwargs)
+    if not model:
+        raise ConfigError(f"the {provider} provider needs a model name: make_chat_model({provider!r}, model=...)")
+    cls = _import_class(provider, spec)
+    if spec.key is not None and not kwargs.get("api_key") and not os.environ.get(spec.key):
+        raise ProviderError(f"the {provider} provider needs an API key: set {spec.key} (or pass api_key=...)")
+    return cls(model=model, **kwargs)
+
+
+def _import_class(provider: str, spec: Provider) -> Any:
+    try:
+        module = importlib.import_module(spec.module)
+    except ImportError as exc:
+        top = spec.module.split(".")[0]
+        package = top.replace("_", "-")
+        missing = isinstance(exc, ModuleNotFoundError) and exc.name == top
+        why = "" if missing else f" (importing {spec.module} failed: {exc})"
+        if spec.extra is not None:
+            fix = f"pip install 'themisto-env[{spec.extra}]'"
+        else:
+            fix = f"install the package that provides {spec.module} (pip install {package}?)"
+        raise ProviderError(f"the {provider} provider needs {package}{why}: {fix}") from exc
+    try:
+        return getattr(module, spec.cls)
+    except AttributeError:
+        raise ConfigError(f"{spec.module} has no {spec.cls} (provider {provider!r})") from None
+
+
+__all__ = ["PROVIDERS", "Provider", "make_chat_model"]
