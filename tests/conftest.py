@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,17 +61,26 @@ def local_kernel(snapshot_dir: Path) -> Iterator[Kernel]:
         yield kernel
 
 
-def _kernel_dirs() -> set[str]:
-    return {p.name for p in Path("/tmp").glob("themisto-kernel-*")}
-
-
 @pytest.fixture(autouse=True, scope="session")
 def nothing_left_running() -> Iterator[None]:
-    """After the whole run: no kernel run directories and no labelled containers may remain."""
-    before = _kernel_dirs()
+    """After the whole run: no kernel run directories and no labelled containers may remain.
+
+    Kernels of this test session make their run directories in a temp root of its own (TMPDIR, which
+    worker processes inherit), so kernels of other sessions on the machine do not count.
+    """
+    root = Path(tempfile.mkdtemp(prefix="themisto-tests-"))
+    saved = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(root)
+    tempfile.tempdir = str(root)
     yield
-    left = _kernel_dirs() - before
-    assert not left, f"kernel run directories left behind: {sorted(left)}"
+    tempfile.tempdir = saved
+    if saved is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = saved
+    left = sorted(p.name for p in root.glob("themisto-kernel-*"))
+    shutil.rmtree(root, ignore_errors=True)
+    assert not left, f"kernel run directories left behind: {left}"
     try:
         import docker
 
@@ -78,7 +88,8 @@ def nothing_left_running() -> Iterator[None]:
         client.ping()
     except Exception:  # no engine here: no container can be left behind
         return
-    containers = client.containers.list(all=True, filters={"label": "themisto-env.kernel"})
+    mine = f"themisto-env.host-pid={os.getpid()}"  # other sessions on this machine have their own
+    containers = client.containers.list(all=True, filters={"label": ["themisto-env.kernel", mine]})
     assert not containers, f"containers left behind: {[c.name for c in containers]}"
 
 

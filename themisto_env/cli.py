@@ -55,9 +55,7 @@ def sandbox_check(backend: Backend = "local") -> None:
 
     cleaned = launcher_class(backend).cleanup_stale()
     if cleaned:
-        console.print(
-            f"removed {len(cleaned)} stale kernel(s) left by crashed processes: {', '.join(cleaned)}"
-        )
+        console.print(f"removed {len(cleaned)} stale kernel(s) left by crashed processes: {', '.join(cleaned)}")
     table = Table(title=f"sandbox check: {backend}")
     for column in ("check", "result", "seconds", "detail"):
         table.add_column(column)
@@ -82,9 +80,7 @@ def data_build(
     sources: Annotated[
         list[Path], typer.Argument(help="JuNE logs (.csv, .parquet, .jsonl), .ipynb files, or folders.")
     ],
-    out: Annotated[
-        Path, typer.Option("--out", "-o", help="Dataset folder to write (continued if it exists).")
-    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Dataset folder to write (continued if it exists).")],
     backend: Backend = "local",
     snapshots: Annotated[bool, typer.Option(help="Snapshot the namespace after every step.")] = True,
     timeout: Annotated[float, typer.Option(help="Per-execution timeout in seconds.")] = 60.0,
@@ -93,9 +89,7 @@ def data_build(
     from themisto_env.build import build_dataset
     from themisto_env.sandbox.models import SandboxLimits
 
-    report = build_dataset(
-        sources, out, backend=backend, snapshots=snapshots, limits=SandboxLimits(timeout_s=timeout)
-    )
+    report = build_dataset(sources, out, backend=backend, snapshots=snapshots, limits=SandboxLimits(timeout_s=timeout))
     console.print(
         f"built {len(report.built)}, skipped {len(report.skipped)} already built, "
         f"failed {len(report.failed)}; {report.steps} steps in {report.seconds:.1f} s -> {out}"
@@ -131,6 +125,46 @@ def data_info(
         console.print("executions whose replayed output differs from the recorded one:")
         for row in info["disagreements"][:20]:
             console.print(f"  {row['trajectory']} step {row['step']}: {row['source'][:70]!r}")
+
+
+# -- experiments -----------------------------------------------------------------------------------------
+
+
+@app.command("run")
+def run_command(
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="Experiment config (YAML or JSON).")] = None,
+    agent: Annotated[str | None, typer.Option(help="Registered agent name.")] = None,
+    task: Annotated[str | None, typer.Option(help="next-cell or output.")] = None,
+    backend: Annotated[str | None, typer.Option("--backend", "-b", help="local, bwrap or docker.")] = None,
+    data: Annotated[Path | None, typer.Option(help="Dataset folder (default: the bundled data).")] = None,
+    limit: Annotated[int | None, typer.Option(help="At most this many samples.")] = None,
+    workers: Annotated[int | None, typer.Option(help="Worker processes.")] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Run folder (resumed if it exists).")] = Path("runs/latest"),
+) -> None:
+    """Run an agent over a task's samples; write results.jsonl and summary.json (resumable)."""
+    from themisto_env.config import load_run_config
+    from themisto_env.runner import run
+
+    overrides = {"agent": agent, "task": task, "backend": backend, "limit": limit, "workers": workers}
+    overrides["data"] = str(data) if data is not None else None
+    run_config = load_run_config(config, {k: v for k, v in overrides.items() if v is not None})
+    summary = run(run_config, out)
+    table = Table(
+        title=f"{summary['agent']} on {summary['task']} ({summary['observation']}), {summary['samples']} samples"
+    )
+    for column in ("metric", "mean", "95% CI"):
+        table.add_column(column)
+    for metric in ("exact_match", "rouge_l", "chrf"):
+        if metric in summary:
+            m = summary[metric]
+            table.add_row(metric, f"{m['mean']:.3f}", f"[{m['ci_low']:.3f}, {m['ci_high']:.3f}]")
+    console.print(table)
+    if summary["infrastructure_failures"]:
+        console.print(
+            f"[yellow]{summary['infrastructure_failures']} samples hit an infrastructure failure "
+            "(not scored; run again to retry them)[/]"
+        )
+    console.print(f"results: {out / 'results.jsonl'}")
 
 
 if __name__ == "__main__":  # pragma: no cover

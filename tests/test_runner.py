@@ -1,0 +1,84 @@
+"""The experiment runner: results as they finish, resume after a kill, workers, configs, CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from themisto_env.cli import app
+from themisto_env.config import load_run_config
+from themisto_env.errors import ConfigError
+from themisto_env.runner import RESULTS, SUMMARY, RunConfig, read_results, run
+
+
+def _config(env_dataset: dict[str, str], **kw: object) -> RunConfig:
+    return RunConfig(data=env_dataset["dataset"], env={"snapshot_dir": env_dataset["snapshot_dir"]}, **kw)
+
+
+def test_run_writes_a_row_per_sample_and_a_summary(env_dataset: dict[str, str], tmp_path: Path) -> None:
+    summary = run(_config(env_dataset, agent="repeat-previous"), tmp_path, progress=False)
+    rows = read_results(tmp_path)
+    assert len(rows) == summary["samples"] > 0
+    assert len({r["sample_id"] for r in rows}) == len(rows)
+    row = rows[0]
+    assert {"sample_id", "prediction", "target", "scores", "tool_calls", "usage", "seconds"} <= set(row)
+    mean = sum(r["scores"]["rouge_l"] for r in rows) / len(rows)
+    assert summary["rouge_l"]["mean"] == pytest.approx(mean)
+    assert summary["rouge_l"]["ci_low"] <= mean <= summary["rouge_l"]["ci_high"]
+    assert json.loads((tmp_path / SUMMARY).read_text()) == summary
+
+
+def test_a_killed_run_resumes_without_loss_or_duplicates(env_dataset: dict[str, str], tmp_path: Path) -> None:
+    full = tmp_path / "full"
+    run(_config(env_dataset), full, progress=False)
+    expected = [r["sample_id"] for r in read_results(full)]
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    lines = (full / RESULTS).read_text().splitlines(keepends=True)
+    (killed / RESULTS).write_text("".join(lines[:3]) + lines[3][: len(lines[3]) // 2])  # torn mid-line
+    run(_config(env_dataset), killed, progress=False)
+    resumed = read_results(killed)
+    assert sorted(r["sample_id"] for r in resumed) == sorted(expected)
+    assert [r["sample_id"] for r in resumed[:3]] == expected[:3], "rows written before the kill are kept"
+
+
+def test_two_workers_score_the_same_samples(env_dataset: dict[str, str], tmp_path: Path) -> None:
+    one = run(_config(env_dataset, task="output"), tmp_path / "one", progress=False)
+    two = run(_config(env_dataset, task="output", workers=2), tmp_path / "two", progress=False)
+    assert one["samples"] == two["samples"]
+    assert one["rouge_l"]["mean"] == pytest.approx(two["rouge_l"]["mean"])
+
+
+def test_config_errors_name_the_key(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("agent: repeat-previous\ntaks: output\n")
+    with pytest.raises(ConfigError, match="taks"):
+        load_run_config(bad)
+    bad.write_text("task: everything\n")
+    with pytest.raises(ConfigError, match="task"):
+        load_run_config(bad)
+
+
+def test_cli_run_prints_a_summary_table(env_dataset: dict[str, str], tmp_path: Path, monkeypatch) -> None:
+    config = tmp_path / "run.yaml"
+    config.write_text(f"agent: retrieval\nenv:\n  snapshot_dir: {env_dataset['snapshot_dir']}\n")
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "--config",
+            str(config),
+            "--data",
+            env_dataset["dataset"],
+            "--limit",
+            "3",
+            "--out",
+            str(tmp_path / "r"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "rouge_l" in result.output and "retrieval" in result.output
+    assert len(read_results(tmp_path / "r")) == 3

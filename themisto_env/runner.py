@@ -1,0 +1,262 @@
+"""Running an agent over a dataset: episodes, results as they finish, resume, summary.
+
+``themisto run`` calls :func:`run`. Each scored sample becomes one line of ``OUT/results.jsonl``,
+appended and flushed as soon as it is scored; ``OUT/summary.json`` is written at the end. Started again
+on the same folder, a run skips the samples already there (a torn last line from a killed run is
+dropped), so no sample is lost and none is scored twice. A sample whose episode met an infrastructure
+failure is written with ``infrastructure_error`` set, left out of the summary, and retried on resume.
+
+With ``workers > 1``, trajectories are spread over worker processes, each owning its env and kernel.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import time
+import traceback
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from themisto_env.actions import Prediction
+from themisto_env.env import ObservationMode, ThemistoEnv
+from themisto_env.errors import DataError
+from themisto_env.metrics import Score, aggregate
+from themisto_env.samples import TaskName
+
+RESULTS = "results.jsonl"
+SUMMARY = "summary.json"
+CONFIG = "config.json"
+
+
+class RunConfig(BaseModel):
+    """What to run. Pure data: code is chosen by registered name (``agent``).
+
+    Attributes:
+        agent: Registered agent name (``themisto_env.agents.AGENTS``).
+        agent_options: Keyword arguments for the agent's factory (e.g. provider and model).
+        task: ``next-cell`` or ``output``.
+        observation: Observation mode; None uses the agent's own (or ``tools``).
+        backend: Sandbox backend.
+        data: A built dataset folder; None uses the bundled data.
+        limit: Run at most this many samples (the first ones, in dataset order).
+        workers: Worker processes, each with its own env and kernel.
+        env: Further environment options (see ``EnvConfig``).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str = "repeat-previous"
+    agent_options: dict[str, Any] = Field(default_factory=dict)
+    task: TaskName = "next-cell"
+    observation: ObservationMode | None = None
+    backend: str = "local"
+    data: str | None = None
+    limit: int | None = Field(None, ge=1)
+    workers: int = Field(1, ge=1)
+    env: dict[str, Any] = Field(default_factory=dict)
+
+
+def _make_agent(config: RunConfig) -> Any:
+    from themisto_env.agents import make_agent
+
+    return make_agent(config.agent, **config.agent_options)
+
+
+def env_options(config: RunConfig, agent: Any) -> dict[str, Any]:
+    """The environment options a run uses (its observation mode defaults to the agent's)."""
+    observation = config.observation or getattr(agent, "observation", None) or "tools"
+    return {
+        "task": config.task,
+        "dataset": config.data,
+        "backend": config.backend,
+        "observation": observation,
+        **config.env,
+    }
+
+
+def read_results(out: str | Path) -> list[dict[str, Any]]:
+    """The result rows of a run folder; a torn last line (a killed writer) is dropped from the file."""
+    path = Path(out) / RESULTS
+    if not path.exists():
+        return []
+    rows: list[dict[str, Any]] = []
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    for number, line in enumerate(lines, start=1):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number == len(lines):  # torn by a kill: drop it so appends stay well-formed
+                path.write_text("".join(lines[:-1]), encoding="utf-8")
+                break
+            raise DataError("not a JSON line", path=path, row=number) from None
+    return rows
+
+
+def _episodes(env: ThemistoEnv, wanted: set[str]) -> Iterator[tuple[str, int]]:
+    """(trajectory id, first wanted sample index) for each trajectory with wanted samples."""
+    for tid in env.episode_ids:
+        ids = [s.id for s in env._by_trajectory[tid]]
+        first = next((i for i, sid in enumerate(ids) if sid in wanted), None)
+        if first is not None:
+            yield tid, first
+
+
+def run_episodes(config: RunConfig, trajectory_ids: Iterable[str] | None, wanted: set[str]) -> Iterator[dict]:
+    """Run the agent over the wanted samples (of the given trajectories); yield a row per sample."""
+    agent = _make_agent(config)
+    options = env_options(config, agent)
+    env = ThemistoEnv(**options)
+    chosen = set(trajectory_ids) if trajectory_ids is not None else None
+    try:
+        for tid, first in _episodes(env, wanted):
+            if chosen is not None and tid not in chosen:
+                continue
+            obs, info = env.reset(options={"trajectory": tid, "sample": first})
+            agent.reset(info)
+            started, infra = time.perf_counter(), None
+            while True:
+                sample = env.current_sample
+                assert sample is not None
+                action = agent.act(obs, info) if sample.id in wanted else Prediction(text="")
+                obs, reward, terminated, truncated, info = env.step(action)
+                infra = infra or info.get("infrastructure_error")
+                if "scored_sample_id" in info:
+                    if sample.id in wanted:
+                        yield _row(config, options, agent, sample, action, reward, info, infra, started)
+                    started, infra = time.perf_counter(), None
+                if terminated or truncated:
+                    break
+    finally:
+        env.close()
+
+
+def _row(
+    config: RunConfig,
+    options: dict,
+    agent: Any,
+    sample: Any,
+    action: Any,
+    reward: float,
+    info: dict,
+    infra: str | None,
+    started: float,
+) -> dict[str, Any]:
+    usage = getattr(agent, "usage", None)
+    return {
+        "sample_id": sample.id,
+        "trajectory_id": sample.trajectory_id,
+        "step": sample.step,
+        "task": sample.task,
+        "agent": config.agent,
+        "observation": options["observation"],
+        "backend": config.backend,
+        "prediction": action.text if isinstance(action, Prediction) else "",
+        "target": sample.target,
+        "scores": info["scores"],
+        "reward": reward,
+        "execution_score": info.get("execution_score"),
+        "tool_calls": info.get("tool_calls", []),
+        "forced_submission": bool(info.get("forced_submission")),
+        "usage": usage.as_dict() if hasattr(usage, "as_dict") else None,
+        "seconds": round(time.perf_counter() - started, 4),
+        "infrastructure_error": infra,
+    }
+
+
+def _worker(config_json: str, trajectory_ids: list[str], wanted: list[str], queue: Any) -> None:
+    try:
+        config = RunConfig.model_validate_json(config_json)
+        for row in run_episodes(config, trajectory_ids, set(wanted)):
+            queue.put(("row", row))
+        queue.put(("done", None))
+    except BaseException:
+        queue.put(("error", traceback.format_exc()))
+
+
+def _parallel(config: RunConfig, env: ThemistoEnv, wanted: set[str]) -> Iterator[dict]:
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    episodes = [tid for tid, _ in _episodes(env, wanted)]
+    # longest trajectories first, dealt round-robin, for balanced workers
+    episodes.sort(key=lambda tid: -sum(1 for s in env._by_trajectory[tid] if s.id in wanted))
+    chunks = [episodes[i :: config.workers] for i in range(config.workers)]
+    procs = [
+        ctx.Process(target=_worker, args=(config.model_dump_json(), chunk, sorted(wanted), queue), daemon=True)
+        for chunk in chunks
+        if chunk
+    ]
+    for p in procs:
+        p.start()
+    running = len(procs)
+    try:
+        while running:
+            kind, payload = queue.get()
+            if kind == "row":
+                yield payload
+            elif kind == "done":
+                running -= 1
+            else:
+                raise RuntimeError(f"a worker failed:\n{payload}")
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+
+
+def run(config: RunConfig, out: str | Path, *, progress: bool = True) -> dict[str, Any]:
+    """Run (or resume) an experiment into ``out``; return the summary (also written to summary.json)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / CONFIG).write_text(config.model_dump_json(indent=2) + "\n")
+    done = {r["sample_id"] for r in read_results(out) if not r.get("infrastructure_error")}
+    agent = _make_agent(config)
+    env = ThemistoEnv(**env_options(config, agent))  # resolves (and if needed builds) the dataset
+    try:
+        samples = env.samples[: config.limit] if config.limit else env.samples
+        wanted = {s.id for s in samples} - done
+        if config.data is None:
+            config = config.model_copy(update={"data": str(env.dataset_dir)})
+    finally:
+        env.close()
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, disable=not progress) as bar, open(out / RESULTS, "a", encoding="utf-8") as f:
+        task = bar.add_task(
+            f"{config.agent} on {config.task}", total=len(samples), completed=len(samples) - len(wanted)
+        )
+        rows = run_episodes(config, None, wanted) if config.workers == 1 else _parallel(config, env, wanted)
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            bar.advance(task)
+    summary = summarize(read_results(out), config)
+    (out / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def summarize(rows: list[dict[str, Any]], config: RunConfig | None = None) -> dict[str, Any]:
+    """Per-metric means with bootstrap intervals over the scored samples (infrastructure failures out)."""
+    latest = {r["sample_id"]: r for r in rows}
+    scored = [r for r in latest.values() if not r.get("infrastructure_error")]
+    summary: dict[str, Any] = {
+        "agent": config.agent if config else (scored[0]["agent"] if scored else None),
+        "task": config.task if config else (scored[0]["task"] if scored else None),
+        "observation": scored[0]["observation"] if scored else None,
+        "samples": len(scored),
+        "infrastructure_failures": len(latest) - len(scored),
+        "tool_calls": sum(len(r["tool_calls"]) for r in scored),
+        "seconds": round(sum(r["seconds"] for r in scored), 2),
+    }
+    if scored:
+        corpus = aggregate([Score(**r["scores"]) for r in scored])
+        for metric in ("exact_match", "rouge_l", "chrf"):
+            estimate = getattr(corpus, metric)
+            summary[metric] = {"mean": estimate.mean, "ci_low": estimate.ci_low, "ci_high": estimate.ci_high}
+        summary["reward"] = sum(r["reward"] for r in scored) / len(scored)
+    return summary
