@@ -100,7 +100,7 @@ class ImageSpec(BaseModel):
         from packaging.utils import canonicalize_name
 
         roots = [canonicalize_name(n) for n in names]
-        missing = [n for n in roots if _installed_version(n) is None]
+        missing = [n for n in roots if _distribution(n) is None]
         if missing:
             raise BackendUnavailableError(
                 f"cannot pin the kernel image to this host's versions: {', '.join(missing)} not installed; "
@@ -112,11 +112,12 @@ class ImageSpec(BaseModel):
             name = stack.pop()
             if name in versions:
                 continue
-            version = _installed_version(name)
-            if version is None:  # a dependency absent here: pip chooses its version
+            dist = _distribution(name)
+            if dist is None:  # a dependency absent here: pip chooses its version
                 continue
-            versions[name] = version
-            for line in importlib.metadata.requires(name) or []:
+            metadata = dist.metadata  # parsed anew on every access: read once
+            versions[name] = metadata["Version"]
+            for line in metadata.get_all("Requires-Dist") or []:
                 try:
                     req = Requirement(line)
                 except InvalidRequirement:
@@ -157,9 +158,10 @@ class ImageSpec(BaseModel):
         return "".join(f"{c}\n" for c in self.constraints)
 
 
-def _installed_version(name: str) -> str | None:
+@functools.cache
+def _distribution(name: str) -> importlib.metadata.Distribution | None:
     try:
-        return importlib.metadata.version(name)
+        return importlib.metadata.distribution(name)
     except importlib.metadata.PackageNotFoundError:
         return None
 
@@ -497,7 +499,10 @@ def _docker_build(
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m themisto_env.sandbox.image {build,name,context}``."""
-    parser = argparse.ArgumentParser(prog="python -m themisto_env.sandbox.image", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m themisto_env.sandbox.image",
+        description="Build, name or write the build context of the themisto-env kernel image.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", help="build the kernel image unless it exists; print its name")
     build.add_argument("--force", action="store_true", help="rebuild even if the image exists")
