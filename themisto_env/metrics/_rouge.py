@@ -56,7 +56,8 @@ def rouge_l_from_tokens(prediction: list[str], reference: list[str]) -> float:
     if not prediction or not reference:
         return 0.0
     # Each distinct token gets the next integer the first time it is looked up (all in C).
-    token_id = defaultdict(count().__next__).__getitem__
+    vocabulary: defaultdict[str, int] = defaultdict(count().__next__)
+    token_id = vocabulary.__getitem__
     lcs = LCSseq.similarity(list(map(token_id, reference)), list(map(token_id, prediction)))
     precision = lcs / len(prediction)
     recall = lcs / len(reference)
