@@ -99,10 +99,12 @@ def _matches_numpy(hyp: str, ref: str) -> list[int] | None:
     signs = tagged & 1
     signs <<= 1
     signs -= 1
-    imbalance = np.zeros(starts.size + 1, dtype=np.int64)  # imbalance[j + 1]: |count_r - count_h| of run j
+    # imbalance[j + 1] = |count_r - count_h| of run j, then cumulated: imbalance[j] sums runs 0..j-1.
+    imbalance = np.zeros(starts.size + 1, dtype=np.int64)
     np.add.reduceat(signs, starts, out=imbalance[1:])
     np.abs(imbalance, out=imbalance)
     np.cumsum(imbalance, out=imbalance)
+    # Runs are sorted by code, so the runs of order n are those with codes in [base**(n-1), base**n).
     at = imbalance[keys[starts].searchsorted(_order_bounds(base))].tolist()
     return [
         (max(len_hyp - n + 1, 0) + max(len_ref - n + 1, 0) - (at[n] - at[n - 1])) // 2 for n in range(1, CHAR_ORDER + 1)
