@@ -190,10 +190,12 @@ class DockerLauncher(KernelLauncher):
     def mounts(self, connection_file: Path, workdir: Path) -> list[Path]:
         """Host directories bind-mounted at the same path: the run dir, the shared dirs, and the working
         directory unless it lies inside one of them."""
+        # Absolute but not resolved: the kernel is given these very paths (the engine resolves the
+        # host side of a bind mount itself).
         wanted = [connection_file.parent, *self.shared_dirs, workdir]
-        resolved = sorted({Path(os.path.realpath(p)) for p in wanted}, key=lambda p: len(p.parts))
+        paths = sorted({Path(os.path.abspath(p)) for p in wanted}, key=lambda p: (len(p.parts), str(p)))
         chosen: list[Path] = []
-        for path in resolved:
+        for path in paths:
             if not any(path.is_relative_to(parent) for parent in chosen):
                 chosen.append(path)
         return chosen
@@ -312,9 +314,7 @@ class DockerLauncher(KernelLauncher):
     def exit_reason(self) -> str:
         """Exit code (or signal) and OOM kill from the container's state, and its last log line."""
         if self._container is None:
-            return (
-                "never started" if self.container_name is None else f"container stopped ({self._last_stop})"
-            )
+            return "never started" if self.container_name is None else f"container stopped ({self._last_stop})"
         state = self._reload(force=True)
         status = state.get("Status", "unknown")
         if state.get("Running"):

@@ -13,6 +13,7 @@ import functools
 import os
 import socket
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,20 @@ def test_debian_mirror_env_override(monkeypatch: pytest.MonkeyPatch) -> None:
     assert debian_mirror() == "http://mirror.example/debian"
     monkeypatch.delenv("THEMISTO_DEBIAN_MIRROR")
     assert debian_mirror().startswith("http")
+
+
+def test_mounts_share_nested_dirs_once(tmp_path: Path) -> None:
+    run, store = tmp_path / "run", tmp_path / "store"
+    launcher = DockerLauncher(SandboxLimits(), shared_dirs=(run, store))
+    assert launcher.mounts(run / "kernel.json", run / "work") == [run, store]
+    outside = tmp_path / "notebooks"
+    assert launcher.mounts(run / "kernel.json", outside) == [outside, run, store]
+
+
+def test_import_has_no_side_effects() -> None:
+    code = "import sys, themisto_env.sandbox.docker; print('docker' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 # -- gating ----------------------------------------------------------------------------------------------
