@@ -144,6 +144,7 @@ class DockerLauncher(KernelLauncher):
 
     name: ClassVar[str] = "docker"
     isolated: ClassVar[bool] = True
+    enforces_limits: ClassVar[bool] = True
 
     def __init__(
         self,
