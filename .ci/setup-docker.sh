@@ -22,13 +22,19 @@ command -v debootstrap >/dev/null || need+=(debootstrap)
 if [ "${#need[@]}" -gt 0 ]; then
   echo "==> installing ${need[*]}"
   $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  # With docker.io's recommends (cgroupfs-mount, apparmor, ...): the set this script was tested with.
+  $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
 if docker info >/dev/null 2>&1; then
   echo "==> Docker engine already running"
 else
   echo "==> starting dockerd (log: $log)"
+  # dockerd needs the cgroup controllers mounted (v2: cgroup.controllers; v1: one folder per controller).
+  if [ ! -e /sys/fs/cgroup/cgroup.controllers ] && [ ! -d /sys/fs/cgroup/memory ] \
+     && command -v cgroupfs-mount >/dev/null; then
+    $SUDO cgroupfs-mount
+  fi
   # A service manager may run here (a normal machine); else start it by hand (containers, CI).
   if ! { command -v systemctl >/dev/null && [ -d /run/systemd/system ] && $SUDO systemctl start docker; }; then
     $SUDO sh -c "nohup dockerd >>'$log' 2>&1 &"
