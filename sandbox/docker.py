@@ -331,9 +331,12 @@ class DockerLauncher(KernelLauncher):
         if state.get("Error"):
             parts.append(f"error: {state['Error']}")
         with contextlib.suppress(Exception):
-            lines = self._container.logs(tail=3).decode(errors="replace").strip().splitlines()
-            if lines:
-                parts.append(f"last log line: {lines[-1][:300]}")
+            lines = self._container.logs(tail=50).decode(errors="replace").splitlines()
+            # ipykernel's start-up banner ends with "--existing FILE": only what follows is news.
+            banner_end = max((i for i, line in enumerate(lines) if "--existing" in line), default=-1)
+            news = [line for line in lines[banner_end + 1 :] if line.strip()]
+            if news:
+                parts.append(f"last log line: {news[-1][:300]}")
         return "; ".join(parts)
 
     def interrupt(self) -> None:
