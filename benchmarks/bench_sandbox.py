@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -70,18 +72,27 @@ def run_cells(kernel: Kernel, cells: list[str]) -> None:
 
 
 def bench_backend(backend: str, repeat: int) -> dict[str, float]:
+    store = tempfile.mkdtemp(prefix="bench-sandbox-")
+    os.chmod(store, 0o777)  # a container's non-root user writes snapshots here
+    try:
+        return _bench_backend(backend, repeat, store)
+    finally:
+        shutil.rmtree(store, ignore_errors=True)
+
+
+def _bench_backend(backend: str, repeat: int, store: str) -> dict[str, float]:
     r: dict[str, float] = {}
     # start to ready (one warm-up start, untimed)
     starts = []
     for i in range(repeat + 1):
-        kernel = Kernel(backend)
+        kernel = Kernel(backend, snapshot_dir=store)
         t = timed(kernel.start)
         kernel.close()
         if i:
             starts.append(t)
     r["start"] = med(starts)
 
-    with Kernel(backend) as kernel:
+    with Kernel(backend, snapshot_dir=store) as kernel:
         run_cells(kernel, [GROUPBY_SETUP])
         for _ in range(3):  # warm-up
             kernel.execute("1+1")
@@ -119,9 +130,9 @@ def bench_backend(backend: str, repeat: int) -> dict[str, float]:
 
     fresh, reexec = [], []
     for i in range(repeat + 1):
-        with Kernel(backend) as k1:
+        with Kernel(backend, snapshot_dir=store) as k1:
             t_restore = timed(lambda: k1.restore(info))
-        with Kernel(backend) as k2:
+        with Kernel(backend, snapshot_dir=store) as k2:
             t_exec = timed(lambda: run_cells(k2, HEAVY_CELLS))
         if i:  # first round is the warm-up (page cache, imports)
             fresh.append(t_restore)
