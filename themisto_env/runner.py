@@ -39,7 +39,7 @@ class RunConfig(BaseModel):
         agent: Registered agent name (``themisto_env.agents.AGENTS``).
         agent_options: Keyword arguments for the agent's factory (e.g. provider and model).
         task: ``next-cell`` or ``output``.
-        observation: Observation mode; None uses the agent's own (or ``tools``).
+        observation: Observation mode; None uses the agent's own (or ``static``).
         backend: Sandbox backend.
         data: A built dataset folder; None uses the bundled data.
         limit: Run at most this many samples (the first ones, in dataset order).
@@ -68,7 +68,7 @@ def _make_agent(config: RunConfig) -> Any:
 
 def env_options(config: RunConfig, agent: Any) -> dict[str, Any]:
     """The environment options a run uses (its observation mode defaults to the agent's)."""
-    observation = config.observation or getattr(agent, "observation", None) or "tools"
+    observation = config.observation or getattr(agent, "observation", None) or "static"
     return {
         "task": config.task,
         "dataset": config.data,

@@ -1,0 +1,97 @@
+"""compare and report on real runs; the report is opened in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from themisto_env.cli import app
+from themisto_env.compare import compare_runs
+from themisto_env.errors import DataError
+from themisto_env.runner import RunConfig, run
+
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def two_runs(env_dataset: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("runs")
+    for name, agent in (("static", "repeat-previous"), ("tools", "runtime-rules")):
+        config = RunConfig(
+            agent=agent, task="output", data=env_dataset["dataset"], env={"snapshot_dir": env_dataset["snapshot_dir"]}
+        )
+        run(config, root / name, progress=False)
+    return root / "static", root / "tools"
+
+
+def test_compare_pairs_the_same_samples(two_runs: tuple[Path, Path]) -> None:
+    static, tools = two_runs
+    result = compare_runs(static, tools)
+    rows_a = [json.loads(line) for line in (static / "results.jsonl").read_text().splitlines()]
+    assert result["shared_samples"] == len(rows_a)
+    rouge = result["metrics"]["rouge_l"]
+    assert rouge["mean_diff"] == pytest.approx(rouge["mean_a"] - rouge["mean_b"])
+    assert rouge["wins"] + rouge["ties"] + rouge["losses"] == result["shared_samples"]
+    assert rouge["ci_low"] <= rouge["mean_diff"] <= rouge["ci_high"]
+    for example in result["b_wins_most"]:
+        assert example["rouge_l_b"] > example["rouge_l_a"]
+
+
+def test_compare_refuses_runs_without_shared_samples(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="no results"):
+        compare_runs(two_runs[0], tmp_path)
+
+
+def test_cli_compare_and_report(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
+    static, tools = two_runs
+    shown = CliRunner().invoke(app, ["compare", str(static), str(tools)])
+    assert shown.exit_code == 0, shown.output
+    assert "rouge_l" in shown.output and "runtime-rules" in shown.output
+    out = tmp_path / "report.html"
+    made = CliRunner().invoke(app, ["report", str(static), str(tools), "--out", str(out)])
+    assert made.exit_code == 0, made.output
+    page = out.read_text()
+    assert page.count("data:image/png;base64,") >= 2
+    assert "repeat-previous (static)" in page and "runtime-rules (tools)" in page
+
+
+def test_report_renders_in_headless_chromium(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("Chromium is not installed (bash scripts/setup.sh installs it)")
+    out = tmp_path / "report.html"
+    CliRunner().invoke(app, ["report", *map(str, two_runs), "--out", str(out)])
+    shot = tmp_path / "report.png"
+    subprocess.run(
+        [
+            chromium,
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--window-size=1200,2400",
+            f"--screenshot={shot}",
+            out.as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    from PIL import Image
+
+    image = Image.open(shot).convert("L")
+    assert image.size == (1200, 2400)
+    dark = sum(image.histogram()[:128])
+    assert dark > 0.01 * image.size[0] * image.size[1], "the page rendered (almost) blank"

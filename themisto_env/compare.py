@@ -1,0 +1,66 @@
+"""Comparing two runs on the same samples (``themisto compare RUN_A RUN_B``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from themisto_env.errors import DataError
+from themisto_env.metrics import METRICS, Score, compare_paired
+from themisto_env.runner import read_results
+
+
+def scored_rows(run_dir: str | Path) -> dict[str, dict[str, Any]]:
+    """A run's scored rows by sample id (infrastructure failures left out; the last row of a sample wins)."""
+    rows = read_results(run_dir)
+    if not rows:
+        raise DataError("no results.jsonl with results (run `themisto run --out` first)", path=run_dir)
+    return {r["sample_id"]: r for r in rows if not r.get("infrastructure_error")}
+
+
+def run_label(rows: dict[str, dict[str, Any]], run_dir: str | Path) -> str:
+    """``agent (observation)`` of a run, or its folder name."""
+    first = next(iter(rows.values()), None)
+    return f"{first['agent']} ({first['observation']})" if first else Path(run_dir).name
+
+
+def compare_runs(run_a: str | Path, run_b: str | Path, *, examples: int = 3) -> dict[str, Any]:
+    """Paired comparison of two runs on the samples both scored.
+
+    Returns:
+        Labels, the number of shared samples, per metric the means, mean difference (A - B) with a paired
+        bootstrap interval and wins/ties/losses, and the samples where each run wins by most (ROUGE-L).
+    """
+    a, b = scored_rows(run_a), scored_rows(run_b)
+    shared = sorted(set(a) & set(b))
+    if not shared:
+        raise DataError(f"the runs share no sample: compare runs of the same task and data ({run_a} vs {run_b})")
+    comparison = compare_paired([Score(**a[s]["scores"]) for s in shared], [Score(**b[s]["scores"]) for s in shared])
+
+    def gap(sid: str) -> float:
+        return float(a[sid]["scores"]["rouge_l"] - b[sid]["scores"]["rouge_l"])
+
+    gaps = sorted(shared, key=gap)
+
+    def example(sid: str) -> dict[str, Any]:
+        return {
+            "sample_id": sid,
+            "target": a[sid]["target"],
+            "a": a[sid]["prediction"],
+            "b": b[sid]["prediction"],
+            "rouge_l_a": a[sid]["scores"]["rouge_l"],
+            "rouge_l_b": b[sid]["scores"]["rouge_l"],
+        }
+
+    return {
+        "a": run_label(a, run_a),
+        "b": run_label(b, run_b),
+        "shared_samples": len(shared),
+        "only_a": len(set(a) - set(b)),
+        "only_b": len(set(b) - set(a)),
+        "metrics": {m: {**comparison.as_dict()[m], "significant": getattr(comparison, m).significant} for m in METRICS},
+        "a_wins_most": [
+            example(s) for s in reversed(gaps[-examples:]) if a[s]["scores"]["rouge_l"] > b[s]["scores"]["rouge_l"]
+        ],
+        "b_wins_most": [example(s) for s in gaps[:examples] if b[s]["scores"]["rouge_l"] > a[s]["scores"]["rouge_l"]],
+    }
