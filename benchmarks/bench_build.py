@@ -2,11 +2,12 @@
 
 Run from the repository root::
 
-    python benchmarks/bench_build.py [--backend local] [--sessions 1] [--repeat 1] [--ks 5,15,30,45]
+    python benchmarks/bench_build.py [--backend local] [--sessions 1] [--repeat 1] [--ks 5,15,30]
 
 On the bundled JuNE log (``themisto_env.datasets.bundled_log_path()``), limited to its first
 ``--sessions`` sessions, one kernel replays each session with :func:`themisto_env.build.replay_session`
-with and without snapshots (alternating, after an untimed warm-up replay) and reports executions per
+with and without snapshots (alternating, after an untimed warm-up replay of its first 5 cells) and
+reports executions per
 second (median over ``--repeat``), and the snapshot size per step (median, max). Then, on the first
 session's trajectory, for each k: restoring the snapshot taken after step k-1 into the kernel vs
 restarting it and re-executing steps 0..k-1 (median over ``--repeat``); the ratio per k. Snapshots are
@@ -34,7 +35,7 @@ def main() -> None:
     parser.add_argument("--backend", default="local", help="local (default), docker, bwrap")
     parser.add_argument("--repeat", type=int, default=1, help="timed runs per figure (median)")
     parser.add_argument("--sessions", type=int, default=1, help="first N sessions of the bundled log")
-    parser.add_argument("--ks", default="5,15,30,45", help="steps k to restore to (comma-separated)")
+    parser.add_argument("--ks", default="5,15,30", help="steps k to restore to (comma-separated)")
     args = parser.parse_args()
     console = Console()
     sessions = load_sessions([bundled_log_path()])[: args.sessions]
@@ -47,7 +48,8 @@ def main() -> None:
         tempfile.TemporaryDirectory(prefix="bench-build-") as store,
         Kernel(args.backend, snapshot_dir=store) as kernel,
     ):
-        replay_session(sessions[0], kernel, snapshots=False)  # warm-up: imports, page cache
+        warm = sessions[0].model_copy(update={"executions": sessions[0].executions[:5]})
+        replay_session(warm, kernel, snapshots=False)  # warm-up (imports, page cache), first 5 cells
         rates: dict[bool, list[float]] = {True: [], False: []}
         trajectories = []
         for _ in range(args.repeat):
