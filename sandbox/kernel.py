@@ -324,7 +324,7 @@ class Kernel:
     def snapshot(self) -> SnapshotInfo:
         """Save the user namespace to the snapshot store (content-addressed); unpicklable names skipped."""
         try:
-            info = self.call("snapshot", store=str(self.store.root))
+            info = self.call("snapshot", store=self.launcher.kernel_path(self.store.root))
         except InfrastructureError as exc:
             if isinstance(exc, KernelDiedError):
                 raise
@@ -342,7 +342,7 @@ class Kernel:
         if not path.exists():
             raise SnapshotError(f"no snapshot {digest[:12]} in {self.store.root}")
         try:
-            return list(self.call("restore", path=str(path), clean=clean)["names"])
+            return list(self.call("restore", path=self.launcher.kernel_path(path), clean=clean)["names"])
         except InfrastructureError as exc:
             if isinstance(exc, KernelDiedError):
                 raise

@@ -63,6 +63,10 @@ class KernelLauncher(ABC):
         """Stop the process and free what it holds; return the path taken ("exited", "terminated",
         "killed", "removed"). Idempotent."""
 
+    def kernel_path(self, host_path: Path) -> str:
+        """Where a path inside one of ``shared_dirs`` is seen by the kernel (the same path by default)."""
+        return str(host_path)
+
     def pid(self) -> int | None:
         """The kernel's process id as seen from the host, if it can be read."""
         return None

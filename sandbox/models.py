@@ -66,17 +66,10 @@ class ExecutionResult(BaseModel):
         return next((o for o in self.outputs if o.get("output_type") == "error"), None)
 
     def text(self) -> str:
-        """The plain text a person sees (streams, text/plain of results, error name and value)."""
-        parts: list[str] = []
-        for out in self.outputs:
-            kind = out.get("output_type")
-            if kind == "stream":
-                parts.append(out.get("text", ""))
-            elif kind in ("execute_result", "display_data"):
-                parts.append(str(out.get("data", {}).get("text/plain", "")))
-            elif kind == "error":
-                parts.append(f"{out.get('ename', '')}: {out.get('evalue', '')}")
-        return "".join(p if p.endswith("\n") else p + "\n" for p in parts if p)
+        """The text a person sees, rendered by :func:`themisto_env.rendering.render_outputs`."""
+        from themisto_env.rendering import render_outputs
+
+        return render_outputs(self.outputs)
 
 
 class SnapshotInfo(BaseModel):

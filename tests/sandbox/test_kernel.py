@@ -37,7 +37,7 @@ def test_error_result_carries_name_value_and_counter(local_kernel: Kernel) -> No
     assert result.status == "error"
     assert result.error is not None and result.error["ename"] == "KeyError"
     assert result.execution_count == 1
-    assert result.text() == "KeyError: 'missing'\n"
+    assert result.text() == "KeyError: 'missing'"
 
 
 def test_introspection_reports_variables(local_kernel: Kernel) -> None:
