@@ -95,9 +95,7 @@ def test_csv_as_pandas_writes_it() -> None:
         ("missing_column.csv", None, "kernel_id", "missing column"),
     ],
 )
-def test_malformed_files_name_file_row_and_field(
-    name: str, row: int | None, field: str | None, detail: str
-) -> None:
+def test_malformed_files_name_file_row_and_field(name: str, row: int | None, field: str | None, detail: str) -> None:
     path = MALFORMED / name
     with pytest.raises(DataError) as info:
         read_sessions(path)
@@ -117,8 +115,7 @@ def test_exact_message_for_a_bad_time() -> None:
     with pytest.raises(DataError) as info:
         read_events(path)
     assert str(info.value) == (
-        f"{path}, row 2, field 'time': "
-        "expected a time like '2023-05-06 10:32:26.282', got 'yesterday at noon'"
+        f"{path}, row 2, field 'time': expected a time like '2023-05-06 10:32:26.282', got 'yesterday at noon'"
     )
 
 

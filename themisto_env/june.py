@@ -173,9 +173,7 @@ class JuneEvent(BaseModel):
             raise ValueError("must not be empty")
         return str(value)
 
-    @field_validator(
-        "session_id", "notebook_name", "cell_index", "cell_type", "cell_source", "user_id", mode="before"
-    )
+    @field_validator("session_id", "notebook_name", "cell_index", "cell_type", "cell_source", "user_id", mode="before")
     @classmethod
     def _optional_text(cls, value: Any) -> str | None:
         if _is_null(value):
@@ -537,9 +535,7 @@ def _session_from_events(key: str, events: list[JuneEvent], source_path: str | N
     )
 
 
-def sessions_from_events(
-    events: Iterable[JuneEvent], *, source_path: str | Path | None = None
-) -> list[Session]:
+def sessions_from_events(events: Iterable[JuneEvent], *, source_path: str | Path | None = None) -> list[Session]:
     """Group events into sessions by ``kernel_id`` and pair executions with their finishes.
 
     Within a session, events are ordered by ``action_id`` (file order breaks ties). Sessions come in the

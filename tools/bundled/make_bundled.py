@@ -192,9 +192,7 @@ class _Clock:
     def before_edit(self, old: str, new: str, after_error: bool) -> float:
         import difflib
 
-        changed = sum(
-            len(s) for tag, s in _diff_chunks(difflib.SequenceMatcher(None, old, new), new) if tag != "equal"
-        )
+        changed = sum(len(s) for tag, s in _diff_chunks(difflib.SequenceMatcher(None, old, new), new) if tag != "equal")
         reading = self.noise(12.0) if after_error else 0.0
         return reading + self.noise(4.0) + changed / self.rng.uniform(2.5, 5.0)
 
@@ -419,9 +417,7 @@ def _summary(path: Path, scripts: list[SessionScript]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Play the sessions, check they replay identically, write the log and its summary."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the log to write (.jsonl, .csv, ...)")
     parser.add_argument("--session", action="append", help="play only this session slug (repeatable)")
     parser.add_argument("--no-check", action="store_true", help="play once; skip the determinism check")
@@ -457,9 +453,7 @@ def main(argv: list[str] | None = None) -> int:
             again = play(script, hash_seed=2, opened=opened)
             bad = [
                 (i, label)
-                for i, (label, a, b) in enumerate(
-                    zip(played.labels, played.outputs, again.outputs, strict=True)
-                )
+                for i, (label, a, b) in enumerate(zip(played.labels, played.outputs, again.outputs, strict=True))
                 if _comparable(a) != _comparable(b)
             ]
             failures += len(bad)
@@ -476,9 +470,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"time-dependent: {SUSPICIOUS.search(text).group(0)!r}",
                     file=sys.stderr,
                 )  # type: ignore[union-attr]
-        print(
-            f"{script.slug}: {len(played.outputs)} executions in {time.perf_counter() - started:.1f}s{note}"
-        )
+        print(f"{script.slug}: {len(played.outputs)} executions in {time.perf_counter() - started:.1f}s{note}")
         all_events.extend((e["time"], number, seq, e) for seq, e in enumerate(played.events))
     if failures:
         print(

@@ -109,9 +109,16 @@ SESSION.steps = [
                 return pd.DataFrame(self.rows)
         """,
     ),
-    run("track", "tracker = Tracker()\ntracker.add('logreg', grid.best_estimator_)\ntracker.add('rf', rf_grid.best_estimator_)\ntracker.table()"),
-    run("track_more", "tracker.add('rf_shallow', RandomForestClassifier(max_depth=2, random_state=0))\ntracker.tabel()"),
-    run("track_more", "tracker.add('rf_shallow', RandomForestClassifier(max_depth=2, random_state=0))\ntracker.table()"),
+    run(
+        "track",
+        "tracker = Tracker()\ntracker.add('logreg', grid.best_estimator_)\ntracker.add('rf', rf_grid.best_estimator_)\ntracker.table()",
+    ),
+    run(
+        "track_more", "tracker.add('rf_shallow', RandomForestClassifier(max_depth=2, random_state=0))\ntracker.tabel()"
+    ),
+    run(
+        "track_more", "tracker.add('rf_shallow', RandomForestClassifier(max_depth=2, random_state=0))\ntracker.table()"
+    ),
     run(
         "tracker",
         """
@@ -129,8 +136,14 @@ SESSION.steps = [
         """,
     ),
     run("track"),
-    run("track_more", "tracker.add('rf_shallow', RandomForestClassifier(max_depth=2, random_state=0), 10)\ntracker.table()"),
-    run("track_more", "tracker.add('rf_shallow', RandomForestClassifier(max_depth=2, random_state=0), cv=10)\ntracker.table()"),
+    run(
+        "track_more",
+        "tracker.add('rf_shallow', RandomForestClassifier(max_depth=2, random_state=0), 10)\ntracker.table()",
+    ),
+    run(
+        "track_more",
+        "tracker.add('rf_shallow', RandomForestClassifier(max_depth=2, random_state=0), cv=10)\ntracker.table()",
+    ),
     run("track_more", "tracker.add('rf_shallow', RandomForestClassifier(max_depth=2, random_state=0), cv='ten')"),
     run("track_more", "tracker.add('rf_shallow', RandomForestClassifier(max_depth=2, random_state=0), cv=5).table()"),
     run("track"),
@@ -171,15 +184,24 @@ SESSION.steps = [
     run("logreg"),
     run("score"),
     run("cv"),
+    run("rf"),
+    run("cv"),
     run("compare"),
     run("grid"),
     run("grid_score"),
+    run("rf_grid"),
     run("tracker"),
     run("track"),
     delete("scratch2"),
     delete("settings_next"),
     run("final_md_check", "grid.best_estimator_.named_steps['logisticregression'].coef_.shape"),
-    run("final_md_check", "coef = pd.DataFrame(grid.best_estimator_.named_steps['logisticregression'].coef_.T, index=X.columns, columns=data.target_names)\ncoef.round(2)"),
-    md("conclusion", "**Conclusion:** scaled logistic regression and the forest are both ~98% in CV; logreg is simpler."),
+    run(
+        "final_md_check",
+        "coef = pd.DataFrame(grid.best_estimator_.named_steps['logisticregression'].coef_.T, index=X.columns, columns=data.target_names)\ncoef.round(2)",
+    ),
+    md(
+        "conclusion",
+        "**Conclusion:** scaled logistic regression and the forest are both ~98% in CV; logreg is simpler.",
+    ),
     save(),
 ]

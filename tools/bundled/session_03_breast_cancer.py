@@ -6,7 +6,6 @@ a helper for metrics written then extended, pipelines, a grid search, threshold 
 a scratch cell deleted, a restart to check the notebook runs top to bottom.
 """
 
-# ruff: noqa: E501
 from __future__ import annotations
 
 from script import SessionScript, delete, md, restart, run, save
@@ -21,7 +20,10 @@ SESSION = SessionScript(
 )
 
 SESSION.steps = [
-    md("title", "# Breast cancer: malignant vs benign\nBaseline, then a tuned pipeline. Metric: ROC AUC, recall on malignant."),
+    md(
+        "title",
+        "# Breast cancer: malignant vs benign\nBaseline, then a tuned pipeline. Metric: ROC AUC, recall on malignant.",
+    ),
     run(
         "imports",
         """
@@ -54,6 +56,9 @@ SESSION.steps = [
     run("xy", "y = df.pop('target')\nX = df\nX.shape, y.shape"),
     run("xy"),
     run("xy", "df = bc.frame.copy()\ny = df.pop('target')\nX = df\nX.shape, y.shape"),
+    run("load"),
+    run("head"),
+    run("xy"),
     run(
         "split",
         """
@@ -234,6 +239,9 @@ SESSION.steps = [
         final
         """,
     ),
-    md("done", "Final: scaled logistic regression; AUC and malignant recall above. Threshold left at 0.5 for the report."),
+    md(
+        "done",
+        "Final: scaled logistic regression; AUC and malignant recall above. Threshold left at 0.5 for the report.",
+    ),
     save(),
 ]

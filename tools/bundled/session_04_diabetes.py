@@ -9,7 +9,7 @@ re-runs of an earlier cell after changing the data.
 # ruff: noqa: E501
 from __future__ import annotations
 
-from script import SessionScript, delete, md, pause, run, save
+from script import SessionScript, delete, md, pause, restart, run, save
 
 SESSION = SessionScript(
     slug="diabetes-regression",
@@ -29,7 +29,10 @@ SESSION.steps = [
     run("stats", "X.describe().loc[['mean', 'std']]"),
     run("stats", "X.describe().loc[['mean', 'std']].round(3)"),
     run("target_stats", "pd.Series(y).describe()"),
-    run("imports", "import numpy as np\nimport pandas as pd\nimport matplotlib.pyplot as plt\nfrom sklearn.datasets import load_diabetes"),
+    run(
+        "imports",
+        "import numpy as np\nimport pandas as pd\nimport matplotlib.pyplot as plt\nfrom sklearn.datasets import load_diabetes",
+    ),
     run(
         "scatter",
         """
@@ -43,7 +46,10 @@ SESSION.steps = [
     run("corr", "X.assign(target=y).corr()['target'].sort_values(ascending=False)"),
     md("lin_md", "## One feature first: bmi"),
     run("bmi_fit", "from sklearn.linear_model import LinearRegression\nlin = LinearRegression().fit(X['bmi'], y)"),
-    run("bmi_fit", "from sklearn.linear_model import LinearRegression\nlin = LinearRegression().fit(X[['bmi']], y)\nlin.coef_, lin.intercept_"),
+    run(
+        "bmi_fit",
+        "from sklearn.linear_model import LinearRegression\nlin = LinearRegression().fit(X[['bmi']], y)\nlin.coef_, lin.intercept_",
+    ),
     run("bmi_score", "print(rmse(y, lin.predict(X[['bmi']])))"),
     run(
         "rmse",
@@ -84,7 +90,10 @@ SESSION.steps = [
         X_train.shape
         """,
     ),
-    run("full_lin", "lin_all = LinearRegression().fit(X_train, y_train)\nrmse(y_test, lin_all.predict(X_test)), lin_all.score(X_test, y_test)"),
+    run(
+        "full_lin",
+        "lin_all = LinearRegression().fit(X_train, y_train)\nrmse(y_test, lin_all.predict(X_test)), lin_all.score(X_test, y_test)",
+    ),
     run("coef", "pd.Series(lin_all.coef_, index=X.columns).round(1).sort_values()"),
     run(
         "rmse",
@@ -168,8 +177,14 @@ SESSION.steps = [
     save(),
     pause(6),
     md("fe_md", "## Feature engineering"),
-    run("poly", "from sklearn.preprocessing import PolynomialFeatures\npoly = PolynomialFeatures(3)\nXp = poly.fit_transform(X)\nXp.shape"),
-    run("poly", "from sklearn.preprocessing import PolynomialFeatures\npoly = PolynomialFeatures(2, include_bias=False)\nXp = poly.fit_transform(X)\nXp.shape"),
+    run(
+        "poly",
+        "from sklearn.preprocessing import PolynomialFeatures\npoly = PolynomialFeatures(3)\nXp = poly.fit_transform(X)\nXp.shape",
+    ),
+    run(
+        "poly",
+        "from sklearn.preprocessing import PolynomialFeatures\npoly = PolynomialFeatures(2, include_bias=False)\nXp = poly.fit_transform(X)\nXp.shape",
+    ),
     run("poly_names", "poly.get_feature_names_out()[:15]"),
     run(
         "inter",
@@ -181,14 +196,41 @@ SESSION.steps = [
     ),
     run("split"),
     run("exp_runs"),
-    run("exp_runs", "experiments.append(Experiment('linear+inter', LinearRegression()))\nresults = pd.DataFrame([e.run() for e in experiments])\nresults"),
+    run(
+        "exp_runs",
+        "experiments.append(Experiment('linear+inter', LinearRegression()))\nresults = pd.DataFrame([e.run() for e in experiments])\nresults",
+    ),
     run("features_default", "experiments[0].features == experiments[-1].features, len(experiments[-1].features)"),
     run("oops", "X = X.drop(columns=['bmi_bp', 'bmi_s5', 'bmi_age'])"),
     run("oops", "X = X.drop(columns=['bmi_bp', 'bmi_s5'])\nX.shape"),
     delete("oops"),
+    restart(),
+    run("imports"),
+    run("frame"),
+    run("load"),
+    run("frame"),
+    run("rmse"),
     run("inter", "X['bmi_bp'] = X['bmi'] * X['bp']\nX.shape"),
     run("split"),
-    run("exp_runs"),
+    run("experiment"),
+    run(
+        "exp_runs",
+        """
+        from sklearn.linear_model import Ridge, Lasso
+        experiments = [
+            Experiment('linear', LinearRegression()),
+            Experiment('ridge', Ridge(alpha=1.0)),
+            Experiment('lasso', Lasso(alpha=0.1)),
+            Experiment('bmi+s5', LinearRegression(), ['bmi', 's5']),
+            Experiment('bmi+bp+bmi_bp', LinearRegression(), ['bmi', 'bp', 'bmi_bp']),
+        ]
+        results = pd.DataFrame([e.run() for e in experiments])
+        results
+        """,
+    ),
+    run("alphas"),
+    run("sweep"),
+    run("sweep_best"),
     run(
         "residuals",
         """

@@ -39,7 +39,10 @@ SESSION.steps = [
     rename("store_sales.ipynb"),
     run("info", "sales.dtypes"),
     run("info", "sales.shape, sales.date.min(), sales.date.max()"),
-    run("prices", "prices = {'A': 9.99, 'B': 14.5, 'C': 30}\nsales['revenue'] = sales['units'] * sales['product'].map(prices)\nsales.head()"),
+    run(
+        "prices",
+        "prices = {'A': 9.99, 'B': 14.5, 'C': 30}\nsales['revenue'] = sales['units'] * sales['product'].map(prices)\nsales.head()",
+    ),
     run("totals", "sales.groupby('store').revenue.sum()"),
     run("totals", "sales.groupby('store').revenue.sum().sort()"),
     run("totals", "sales.groupby('store').revenue.sum().sort_values(ascending=False).round(2)"),
@@ -49,7 +52,10 @@ SESSION.steps = [
     run("label", "print(f'Best month: {monthly.idxmax()} ({monthly.max():,.2f})')"),
     md("pivot_md", "### Store x product"),
     run("pivot", "pd.pivot_table(sales, index='store', columns='product', values='units', aggfunc='sum')"),
-    run("pivot", "pt = pd.pivot_table(sales, index='store', columns='product', values='revenue', aggfunc='sum', margins=True)\npt.round(0)"),
+    run(
+        "pivot",
+        "pt = pd.pivot_table(sales, index='store', columns='product', values='revenue', aggfunc='sum', margins=True)\npt.round(0)",
+    ),
     run("share", "(pt.div(pt['All'], axis=0) * 100).round(1)"),
     run(
         "stores",
@@ -66,12 +72,21 @@ SESSION.steps = [
     run("merge", "merged = sales.merge(stores, on='store')\nmerged.shape"),
     run("clean", "stores['manager'] = stores.manager.str.strip().str.title()\nstores"),
     run("merge"),
-    run("per_sqm", "merged.groupby(['store', 'manager']).revenue.sum() / merged.groupby(['store', 'manager']).sqm.first()"),
-    run("per_sqm", "per = merged.groupby(['store', 'manager']).agg(revenue=('revenue', 'sum'), sqm=('sqm', 'first'))\nper['per_sqm'] = (per.revenue / per.sqm).round(1)\nper.sort_values('per_sqm')"),
+    run(
+        "per_sqm",
+        "merged.groupby(['store', 'manager']).revenue.sum() / merged.groupby(['store', 'manager']).sqm.first()",
+    ),
+    run(
+        "per_sqm",
+        "per = merged.groupby(['store', 'manager']).agg(revenue=('revenue', 'sum'), sqm=('sqm', 'first'))\nper['per_sqm'] = (per.revenue / per.sqm).round(1)\nper.sort_values('per_sqm')",
+    ),
     save(),
     md("plots_md", "### Plots"),
     run("plot_month", "import matplotlib.pyplot as plt\nmonthly.plot(kind='bar')"),
-    run("plot_month", "import matplotlib.pyplot as plt\nax = monthly.plot(kind='bar', figsize=(6, 3), color='tab:blue')\nax.set_ylabel('revenue')\nplt.show()"),
+    run(
+        "plot_month",
+        "import matplotlib.pyplot as plt\nax = monthly.plot(kind='bar', figsize=(6, 3), color='tab:blue')\nax.set_ylabel('revenue')\nplt.show()",
+    ),
     run(
         "plot_stores",
         """
@@ -83,7 +98,10 @@ SESSION.steps = [
     run("weekly_shape", "weekly.shape"),
     run("weekly_shape", "weekly.shape, weekly.isna().sum().sum()"),
     md("discount_md", "Apply the 10% discount to product C (it started in July)."),
-    run("discount", "sales.loc[(sales['product'] == 'C') & (sales.month >= 7), 'revenue'] *= 0.9\nsales.revenue.sum().round(2)"),
+    run(
+        "discount",
+        "sales.loc[(sales['product'] == 'C') & (sales.month >= 7), 'revenue'] *= 0.9\nsales.revenue.sum().round(2)",
+    ),
     run("discount"),
     run("check_c", "sales[sales['product'] == 'C'].groupby(sales.month >= 7).revenue.mean().round(2)"),
     md("restart_note", "Ran the discount twice. Restart and rerun."),
@@ -131,7 +149,10 @@ SESSION.steps = [
         print(daily.rolling(7).mean().dropna().round(1).to_string())
         """,
     ),
-    run("daily", "daily = sales.groupby('date').revenue.sum().asfreq('D', fill_value=0)\nprint(daily.rolling(7).mean().dropna().round(1).head(40).to_string())"),
+    run(
+        "daily",
+        "daily = sales.groupby('date').revenue.sum().asfreq('D', fill_value=0)\nprint(daily.rolling(7).mean().dropna().round(1).head(40).to_string())",
+    ),
     delete("restart_note"),
     md("fc_md", "### Forecast next quarter (naive linear trend on monthly revenue)"),
     run(
@@ -158,8 +179,14 @@ SESSION.steps = [
         plt.show()
         """,
     ),
-    run("export", "summary = {'total': round(sales.revenue.sum(), 2), 'best_store': per.per_sqm.idxmax(), 'orders': len(sales)}\nsummary"),
-    run("export", "summary = {'total': round(float(sales.revenue.sum()), 2), 'best_store': per.per_sqm.idxmax()[0], 'orders': len(sales)}\nsummary"),
+    run(
+        "export",
+        "summary = {'total': round(sales.revenue.sum(), 2), 'best_store': per.per_sqm.idxmax(), 'orders': len(sales)}\nsummary",
+    ),
+    run(
+        "export",
+        "summary = {'total': round(float(sales.revenue.sum()), 2), 'best_store': per.per_sqm.idxmax()[0], 'orders': len(sales)}\nsummary",
+    ),
     run("to_csv", "per.to_csv('per_store.csv')\npd.read_csv('per_store.csv').head()"),
     save(),
 ]

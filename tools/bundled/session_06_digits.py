@@ -52,7 +52,10 @@ SESSION.steps = [
         """,
     ),
     run("knn", "from sklearn.neighbors import KNeighborsClassifier\nknn = KNeighborsClassifier(n_neighbor=3)"),
-    run("knn", "from sklearn.neighbors import KNeighborsClassifier\nknn = KNeighborsClassifier(n_neighbors=3).fit(X_train, y_train)\nknn.score(X_test, y_test)"),
+    run(
+        "knn",
+        "from sklearn.neighbors import KNeighborsClassifier\nknn = KNeighborsClassifier(n_neighbors=3).fit(X_train, y_train)\nknn.score(X_test, y_test)",
+    ),
     run(
         "k_sweep",
         """
@@ -72,7 +75,10 @@ SESSION.steps = [
     run("k_sweep2", "best_k = max(sweep_k(range(1, 16)).items(), key=lambda kv: kv[1])\nbest_k"),
     md("svm_md", "## SVM"),
     run("svm", "from sklearn.svm import SVC\nsvm = SVC().fit(X_train, y_train)\nsvm.score(X_test, y_test)"),
-    run("svm_gamma", "for g in [0.0001, 0.001, 0.01, 0.1]:\n    print(g, SVC(gamma=g).fit(X_train, y_train).score(X_test, y_test))"),
+    run(
+        "svm_gamma",
+        "for g in [0.0001, 0.001, 0.01, 0.1]:\n    print(g, SVC(gamma=g).fit(X_train, y_train).score(X_test, y_test))",
+    ),
     run(
         "confusion",
         """
@@ -96,7 +102,10 @@ SESSION.steps = [
     run("acc", "acc = lambda model: round(model.score(X_test, y_test), 4)\nacc(knn), acc(svm)"),
     save(),
     md("pca_md", "## PCA to 2-D"),
-    run("pca", "from sklearn.decomposition import PCA\npca = PCA(2)\nZ = pca.fit_transform(digits.data)\nZ.shape, pca.explained_variance_ratio_.round(3)"),
+    run(
+        "pca",
+        "from sklearn.decomposition import PCA\npca = PCA(2)\nZ = pca.fit_transform(digits.data)\nZ.shape, pca.explained_variance_ratio_.round(3)",
+    ),
     run(
         "pca_plot",
         """
@@ -116,12 +125,18 @@ SESSION.steps = [
         """,
     ),
     run("scratch", "for i in range(len(X_test)):\n    if pred[i] != y_test[i]:\n        print(i, y_test[i], pred[i])"),
-    run("scratch", "for i in range(len(X_test)):\n    if pred[i] != y_test[i]:\n        print(f'test #{i}: true {y_test[i]}, predicted {pred[i]}')"),
+    run(
+        "scratch",
+        "for i in range(len(X_test)):\n    if pred[i] != y_test[i]:\n        print(f'test #{i}: true {y_test[i]}, predicted {pred[i]}')",
+    ),
     delete("scratch"),
     restart(),
     run("imports"),
     run("load"),
-    run("split", "from sklearn.model_selection import train_test_split\nX_train, X_test, y_train, y_test = train_test_split(digits.data, digits.target, test_size=0.3, random_state=3, stratify=digits.target)\nX_train.shape, X_test.shape"),
+    run(
+        "split",
+        "from sklearn.model_selection import train_test_split\nX_train, X_test, y_train, y_test = train_test_split(digits.data, digits.target, test_size=0.3, random_state=3, stratify=digits.target)\nX_train.shape, X_test.shape",
+    ),
     run("knn"),
     run("svm"),
     run("acc"),
@@ -134,7 +149,10 @@ SESSION.steps = [
     run("show_wrong"),
     run("svm_gamma"),
     run("final", "results = {'knn': acc(knn), 'svm': acc(svm), 'pca+knn': acc(pk)}\nresults"),
-    run("final", "results = {'knn': acc(knn), 'svm': acc(svm), 'pca+knn': acc(pk)}\nsorted(results.items(), key=lambda kv: -kv[1])"),
+    run(
+        "final",
+        "results = {'knn': acc(knn), 'svm': acc(svm), 'pca+knn': acc(pk)}\nsorted(results.items(), key=lambda kv: -kv[1])",
+    ),
     md("end", "SVM with default gamma wins; PCA(20)+kNN close behind."),
     save(),
 ]
