@@ -256,6 +256,15 @@ def image_exists(client: Any, name: str) -> bool:
     return True
 
 
+def _image_id(client: Any, name: str) -> str | None:
+    import docker.errors
+
+    try:
+        return str(client.images.get(name).id)
+    except docker.errors.ImageNotFound:
+        return None
+
+
 def docker_client() -> Any:
     """A ``docker.DockerClient`` for the engine in the environment (``DOCKER_HOST`` or the socket).
 
@@ -331,10 +340,15 @@ def build_image(
             buildargs, network = {}, "default"
         else:
             raise ValueError(f"unknown build method {method!r}; use 'debootstrap' or 'dockerfile'")
+        replaced = _image_id(client, name)
         _docker_build(client, context, name, spec, buildargs, network, cache / "build.log", console, force)
-        # The multi-stage build leaves its first stage (venv + wheels) as a dangling image: drop it.
+        # The multi-stage build leaves its first stage (venv + wheels) as a dangling image, and a forced
+        # rebuild the image it replaced: drop both (an image a container still uses is kept).
         with contextlib.suppress(Exception):
             client.images.prune(filters={"dangling": True, "label": "themisto-env.stage=build"})
+        if replaced is not None and replaced != _image_id(client, name):
+            with contextlib.suppress(Exception):
+                client.images.remove(replaced)
     size = client.images.get(name).attrs.get("Size", 0)
     console.print(
         f"[green]✓[/] built {name} in {time.perf_counter() - started:.0f} s ({size / 1e6:.0f} MB)",
