@@ -52,6 +52,8 @@ LABEL_HOST_PID_START = "themisto-env.host-pid-start"
 LABEL_CREATED = "themisto-env.created"
 #: The user the kernel runs as inside the container.
 KERNEL_UID = 1000
+#: Where shared dirs other than the run dir are mounted inside the container.
+SHARED_MOUNT_ROOT = "/mnt/themisto"
 #: Seconds a SIGTERM'd kernel gets to exit before the container is killed (graceful stop).
 TERM_GRACE_S = 2.0
 #: Without a host pid to watch, the engine is asked about the container at most this often.
@@ -201,6 +203,14 @@ class DockerLauncher(KernelLauncher):
                 chosen.append(path)
         return chosen
 
+    def kernel_path(self, host_path: Path) -> str:
+        """The path at which the container sees a host path inside one of its mounts."""
+        host_path = Path(os.path.abspath(host_path))
+        for mount, target in getattr(self, "_targets", {}).items():
+            if host_path.is_relative_to(mount):
+                return str(Path(target) / host_path.relative_to(mount))
+        return str(host_path)
+
     def command(self, connection_file: Path) -> list[str]:
         """The command run in the container."""
         return [
@@ -228,6 +238,11 @@ class DockerLauncher(KernelLauncher):
         for folder in mounts:
             folder.mkdir(parents=True, exist_ok=True)
             _grant_kernel_access(folder)
+        # The run dir and workdir keep their path (the IPC sockets' paths must agree inside and out);
+        # other shared dirs (the snapshot store) go under /mnt, as their host path may lie in a folder
+        # the kernel's user cannot enter in the container (e.g. /root/.cache).
+        keep = {Path(os.path.abspath(connection_file.parent)), Path(os.path.abspath(workdir))}
+        self._targets = {p: str(p) if p in keep else f"{SHARED_MOUNT_ROOT}/{i}" for i, p in enumerate(mounts)}
         limits = self.limits
         name = f"themisto-kernel-{secrets.token_hex(6)}"
         labels = {
@@ -255,7 +270,7 @@ class DockerLauncher(KernelLauncher):
                 memswap_limit=f"{limits.memory_mb}m",
                 nano_cpus=int(limits.cpus * 1e9),
                 pids_limit=limits.pids,
-                volumes={str(p): {"bind": str(p), "mode": "rw"} for p in mounts},
+                volumes={str(p): {"bind": target, "mode": "rw"} for p, target in self._targets.items()},
                 working_dir=str(workdir),
                 stdin_open=False,
                 tty=False,

@@ -201,11 +201,13 @@ class Kernel:
         client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=False)
         self._client = client
         deadline = time.monotonic() + self.limits.start_timeout_s
-        while True:
+        while True:  # ready = a kernel_info reply on shell AND its status on iopub (no slow joiner)
             msg_id = client.kernel_info()
             try:
                 self._wait_shell_reply(msg_id, deadline=time.monotonic() + 1.0, during="start")
-                break
+                if self._seen_on_iopub(msg_id, deadline=time.monotonic() + 1.0):
+                    break
+                raise _Silent
             except _Silent:
                 if time.monotonic() > deadline:
                     raise KernelStartError(
@@ -305,17 +307,13 @@ class Kernel:
         Raises:
             InfrastructureError: The helper itself failed (a bug, not a user error).
         """
-        expression = (
-            f"__import__('sys').modules[{_HELPER_MODULE!r}].call({function!r}, {json.dumps(kwargs)!r})"
-        )
+        expression = f"__import__('sys').modules[{_HELPER_MODULE!r}].call({function!r}, {json.dumps(kwargs)!r})"
         reply, *_ = self._run(
             "", silent=True, store_history=False, timeout_s=timeout_s, user_expressions={"r": expression}
         )
         value = reply.get("user_expressions", {}).get("r", {})
         if value.get("status") != "ok":
-            raise InfrastructureError(
-                f"kernel helper {function!r} failed: {value.get('ename')}: {value.get('evalue')}"
-            )
+            raise InfrastructureError(f"kernel helper {function!r} failed: {value.get('ename')}: {value.get('evalue')}")
         payload = json.loads(ast.literal_eval(value["data"]["text/plain"]))
         if "raised" in payload:
             raise InfrastructureError(f"kernel helper {function!r} raised {payload['raised']}")
@@ -359,6 +357,16 @@ class Kernel:
     def _died(self, during: str) -> KernelDiedError:
         reason = self._launcher.exit_reason() if self._launcher is not None else "closed"
         return KernelDiedError(f"the {self.backend} kernel died during {during} ({reason})")
+
+    def _seen_on_iopub(self, msg_id: str, *, deadline: float) -> bool:
+        while time.monotonic() < deadline:
+            try:
+                msg = self._kc.get_iopub_msg(timeout=max(0.0, min(deadline - time.monotonic(), _POLL_S)))
+            except queue.Empty:
+                continue
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return True
+        return False
 
     def _drain_iopub(self) -> None:
         while True:

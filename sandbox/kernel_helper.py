@@ -290,7 +290,10 @@ def snapshot(store: str) -> dict[str, Any]:
     folder = os.path.join(store, digest[:2])
     path = os.path.join(folder, digest + ".dill")
     if not os.path.exists(path):
-        os.makedirs(folder, exist_ok=True)
+        if not os.path.isdir(folder):
+            os.makedirs(folder, exist_ok=True)
+            with contextlib.suppress(OSError):
+                os.chmod(folder, 0o1777)  # kernels of other users share the store
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as f:

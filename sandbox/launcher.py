@@ -61,7 +61,7 @@ class KernelLauncher(ABC):
     @abstractmethod
     def stop(self, *, graceful: bool = True) -> str:
         """Stop the process and free what it holds; return the path taken ("exited", "terminated",
-        "killed", "removed"). Idempotent."""
+        "killed", "lost"). Idempotent."""
 
     def kernel_path(self, host_path: Path) -> str:
         """Where a path inside one of ``shared_dirs`` is seen by the kernel (the same path by default)."""

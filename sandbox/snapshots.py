@@ -32,9 +32,16 @@ class SnapshotStore:
     def __init__(self, root: str | Path | None = None) -> None:
         self.root = Path(root) if root is not None else default_cache_dir() / "snapshots"
         self.root.mkdir(parents=True, exist_ok=True)
-        if self.root.stat().st_mode & 0o1777 != 0o1777:
+        # Kernels of any user write here (a root local kernel, a uid-1000 container): the root and its
+        # 256 prefix folders are made world-writable with the sticky bit, like /tmp, once.
+        marker = self.root / ".prefixes-1777"
+        if not marker.exists():
+            for folder in [self.root, *(self.root / f"{i:02x}" for i in range(256))]:
+                folder.mkdir(exist_ok=True)
+                with contextlib.suppress(PermissionError):
+                    os.chmod(folder, 0o1777)
             with contextlib.suppress(PermissionError):
-                os.chmod(self.root, 0o1777)
+                marker.touch()
 
     def path(self, digest: str) -> Path:
         """Where the snapshot with this digest lives."""
