@@ -30,7 +30,8 @@ if [ "${#need[@]}" -gt 0 ]; then
 fi
 
 echo "==> installing themisto-env and its Python dependencies"
-python3 -m pip install -q --disable-pip-version-check -e '.[dev]'
+python3 -m pip install -q --disable-pip-version-check torch==2.13.0  # CPU wheel first: an unpinned torch pulls CUDA
+python3 -m pip install -q --disable-pip-version-check -e '.[dev,rl,ray]'
 
 if [ "$with_docker" -eq 1 ]; then
   echo "==> Docker engine and kernel image"

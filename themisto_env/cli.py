@@ -138,14 +138,23 @@ def run_command(
     backend: Annotated[str | None, typer.Option("--backend", "-b", help="local, bwrap or docker.")] = None,
     data: Annotated[Path | None, typer.Option(help="Dataset folder (default: the bundled data).")] = None,
     limit: Annotated[int | None, typer.Option(help="At most this many samples.")] = None,
-    workers: Annotated[int | None, typer.Option(help="Worker processes.")] = None,
+    workers: Annotated[int | None, typer.Option(help="Worker processes (or Ray actors with --ray).")] = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="ADDRESS",
+            help="Spread episodes over Ray actors: 'local' starts a local Ray instance; 'auto' or a cluster "
+            "address (HOST:6379, ray://HOST:10001) joins a running cluster. Needs themisto-env[ray].",
+        ),
+    ] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Run folder (resumed if it exists).")] = Path("runs/latest"),
 ) -> None:
     """Run an agent over a task's samples; write results.jsonl and summary.json (resumable)."""
     from themisto_env.config import load_run_config
     from themisto_env.runner import run
 
-    overrides = {"agent": agent, "task": task, "backend": backend, "limit": limit, "workers": workers}
+    overrides = {"agent": agent, "task": task, "backend": backend, "limit": limit, "workers": workers, "ray": ray}
     overrides["data"] = str(data) if data is not None else None
     run_config = load_run_config(config, {k: v for k, v in overrides.items() if v is not None})
     summary = run(run_config, out)

@@ -7,6 +7,8 @@ dropped), so no sample is lost and none is scored twice. A sample whose episode 
 failure is written with ``infrastructure_error`` set, left out of the summary, and retried on resume.
 
 With ``workers > 1``, trajectories are spread over worker processes, each owning its env and kernel.
+With ``ray`` set (``local``, ``auto`` or a cluster address), they are spread over ``workers`` Ray actors
+instead (:mod:`themisto_env.ray_runner`), each owning its env and kernel, on any node of the cluster.
 """
 
 from __future__ import annotations
@@ -43,7 +45,10 @@ class RunConfig(BaseModel):
         backend: Sandbox backend.
         data: A built dataset folder; None uses the bundled data.
         limit: Run at most this many samples (the first ones, in dataset order).
-        workers: Worker processes, each with its own env and kernel.
+        workers: Worker processes (or Ray actors), each with its own env and kernel.
+        ray: None runs on this machine; ``local`` starts a private local Ray instance; ``auto`` or an
+            address (``HOST:6379``, ``ray://HOST:10001``) joins a running Ray cluster. Episodes are then
+            spread over ``workers`` Ray actors (:mod:`themisto_env.ray_runner`).
         env: Further environment options (see ``EnvConfig``).
     """
 
@@ -57,6 +62,7 @@ class RunConfig(BaseModel):
     data: str | None = None
     limit: int | None = Field(None, ge=1)
     workers: int = Field(1, ge=1)
+    ray: str | None = None
     env: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -113,25 +119,39 @@ def run_episodes(config: RunConfig, trajectory_ids: Iterable[str] | None, wanted
     chosen = set(trajectory_ids) if trajectory_ids is not None else None
     try:
         for tid, first in _episodes(env, wanted):
-            if chosen is not None and tid not in chosen:
-                continue
-            obs, info = env.reset(options={"trajectory": tid, "sample": first})
-            agent.reset(info)
-            started, infra = time.perf_counter(), None
-            while True:
-                sample = env.current_sample
-                assert sample is not None
-                action = agent.act(obs, info) if sample.id in wanted else Prediction(text="")
-                obs, reward, terminated, truncated, info = env.step(action)
-                infra = infra or info.get("infrastructure_error")
-                if "scored_sample_id" in info:
-                    if sample.id in wanted:
-                        yield _row(config, options, agent, sample, action, reward, info, infra, started)
-                    started, infra = time.perf_counter(), None
-                if terminated or truncated:
-                    break
+            if chosen is None or tid in chosen:
+                yield from episode_rows(config, env, agent, options, tid, first, wanted)
     finally:
         env.close()
+
+
+def episode_rows(
+    config: RunConfig,
+    env: ThemistoEnv,
+    agent: Any,
+    options: dict[str, Any],
+    tid: str,
+    first: int,
+    wanted: set[str],
+) -> Iterator[dict]:
+    """One episode of ``env`` from sample ``first`` of trajectory ``tid``: a row per wanted sample."""
+    obs, info = env.reset(options={"trajectory": tid, "sample": first})
+    agent.reset(info)
+    started, infra = time.perf_counter(), None
+    left = {s.id for s in env._by_trajectory[tid][first:]} & wanted
+    while left:  # the episode stops after its last wanted sample
+        sample = env.current_sample
+        assert sample is not None
+        action = agent.act(obs, info) if sample.id in wanted else Prediction(text="")
+        obs, reward, terminated, truncated, info = env.step(action)
+        infra = infra or info.get("infrastructure_error")
+        if "scored_sample_id" in info:
+            if sample.id in wanted:
+                left.discard(sample.id)
+                yield _row(config, options, agent, sample, action, reward, info, infra, started)
+            started, infra = time.perf_counter(), None
+        if terminated or truncated:
+            break
 
 
 def _row(
@@ -177,12 +197,17 @@ def _worker(config_json: str, trajectory_ids: list[str], wanted: list[str], queu
         queue.put(("error", traceback.format_exc()))
 
 
+def balanced_order(env: ThemistoEnv, wanted: set[str]) -> list[str]:
+    """The trajectories with wanted samples, longest (most wanted samples) first, for balanced workers."""
+    episodes = [tid for tid, _ in _episodes(env, wanted)]
+    episodes.sort(key=lambda tid: -sum(1 for s in env._by_trajectory[tid] if s.id in wanted))
+    return episodes
+
+
 def _parallel(config: RunConfig, env: ThemistoEnv, wanted: set[str]) -> Iterator[dict]:
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    episodes = [tid for tid, _ in _episodes(env, wanted)]
-    # longest trajectories first, dealt round-robin, for balanced workers
-    episodes.sort(key=lambda tid: -sum(1 for s in env._by_trajectory[tid] if s.id in wanted))
+    episodes = balanced_order(env, wanted)
     chunks = [episodes[i :: config.workers] for i in range(config.workers)]
     procs = [
         ctx.Process(target=_worker, args=(config.model_dump_json(), chunk, sorted(wanted), queue), daemon=True)
@@ -221,7 +246,7 @@ def run(config: RunConfig, out: str | Path, *, progress: bool = True) -> dict[st
     try:
         samples = env.samples[: config.limit] if config.limit else env.samples
         wanted = {s.id for s in samples} - done
-        if config.data is None:
+        if config.data is None and config.ray is None:  # Ray nodes resolve the bundled data themselves
             config = config.model_copy(update={"data": str(env.dataset_dir)})
     finally:
         env.close()
@@ -230,7 +255,14 @@ def run(config: RunConfig, out: str | Path, *, progress: bool = True) -> dict[st
         task = bar.add_task(
             f"{config.agent} on {config.task}", total=len(samples), completed=len(samples) - len(wanted)
         )
-        rows = run_episodes(config, None, wanted) if config.workers == 1 else _parallel(config, env, wanted)
+        if config.ray is not None:
+            from themisto_env.ray_runner import ray_rows
+
+            rows = ray_rows(config, balanced_order(env, wanted), wanted)
+        elif config.workers == 1:
+            rows = run_episodes(config, None, wanted)
+        else:
+            rows = _parallel(config, env, wanted)
         for row in rows:
             f.write(json.dumps(row) + "\n")
             f.flush()
