@@ -1,0 +1,83 @@
+"""Every command in README.md runs, as a newcomer would type it (from a folder beside the repo's files).
+
+Shell lines starting with ``themisto`` are run in README order (compare and report read the runs made
+before them) through the installed entry point; ``themisto run`` gets
+``--limit 12`` appended so the suite stays short (the main job runs in full in CI's first command).
+The Python example is run as a script. ``bash scripts/setup.sh`` is what CI itself runs first.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require_backend
+
+REPO = Path(__file__).resolve().parent.parent
+README = (REPO / "README.md").read_text()
+
+
+def _blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+
+
+def readme_commands() -> list[str]:
+    """The themisto commands of the README's bash blocks, in order, comments removed."""
+    commands = []
+    for block in _blocks("bash"):
+        for line in block.splitlines():
+            line = line.split(" #", 1)[0].strip()
+            if "&& themisto" in line:
+                line = line.split("&&", 1)[1].strip()
+            if line.startswith("themisto "):
+                commands.append(line)
+    return commands
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder where the README's relative paths (configs/, tests/data/) resolve, and outputs land."""
+    root = tmp_path_factory.mktemp("readme")
+    (root / "configs").symlink_to(REPO / "configs")
+    (root / "tests").symlink_to(REPO / "tests")
+    return root
+
+
+def test_the_readme_has_the_two_commands() -> None:
+    first = _blocks("bash")[0]
+    assert "bash scripts/setup.sh && themisto run" in first
+    assert "bash scripts/setup.sh --docker && python3 -m pytest" in first
+    ci = (REPO / ".ci" / "run").read_text()
+    assert "bash scripts/setup.sh --docker" in ci and "python3 -m pytest -ra" in ci, "CI runs the README's command"
+
+
+@pytest.mark.parametrize("command", readme_commands())
+def test_readme_command_runs(command: str, workdir: Path) -> None:
+    args = shlex.split(command)
+    if "--backend" in args:
+        require_backend(args[args.index("--backend") + 1])
+    if args[1] == "run":
+        args += ["--limit", "12"]
+        if "--out" not in args:
+            args += ["--out", "runs/latest"]
+    done = subprocess.run(args, cwd=workdir, capture_output=True, text=True, timeout=1800, env=dict(os.environ))
+    assert done.returncode == 0, f"{command}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    if args[1] == "run":
+        out = workdir / args[args.index("--out") + 1]
+        assert (out / "results.jsonl").exists() and (out / "summary.json").exists()
+        assert "rouge_l" in done.stdout
+    if args[1] == "report":
+        assert (workdir / args[2] / "report.html").exists()
+
+
+def test_readme_python_example_runs(workdir: Path) -> None:
+    (example,) = _blocks("python")
+    done = subprocess.run([sys.executable, "-c", example], cwd=workdir, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "exact_match" in done.stdout
