@@ -1,8 +1,8 @@
 """Every command in README.md runs, as a newcomer would type it (from a folder beside the repo's files).
 
 Shell lines starting with ``themisto`` are run in README order (compare and report read the runs made
-before them) through the installed entry point; ``themisto run`` gets
-``--limit 12`` appended so the suite stays short (the main job runs in full in CI's first command).
+before them) through the installed entry point; ``themisto run`` gets ``--limit 12`` appended so the
+suite stays short (the main job's full run is measured in the issue notes, not here).
 The Python example is run as a script. ``bash scripts/setup.sh`` is what CI itself runs first.
 """
 

@@ -277,8 +277,9 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     def _observation(self) -> dict[str, Any]:
         assert self._trajectory is not None and self._sample is not None
         limit = self.config.max_text_chars
+        recent = self._executed_steps()[-self.config.history_length :] if self.config.history_length else []
         history = render_history(
-            history_items(self._executed_steps()),
+            history_items(recent),
             length=self.config.history_length,
             max_output_chars=self.config.max_output_chars,
             max_chars=limit,

@@ -21,8 +21,22 @@ from themisto_env.trajectory import Step
 
 
 def history_items(steps: Sequence[Step]) -> list[HistoryItem]:
-    """Executed steps as the tools' history items."""
-    return [HistoryItem(index=s.index, source=s.source, output=render_outputs(s.outputs)) for s in steps]
+    """Executed steps as the tools' history items (each step's output rendered once, then cached)."""
+    return [_history_item(s) for s in steps]
+
+
+_RENDERED: dict[int, tuple[Step, HistoryItem]] = {}
+
+
+def _history_item(step: Step) -> HistoryItem:
+    cached = _RENDERED.get(id(step))
+    if cached is not None and cached[0] is step:
+        return cached[1]
+    item = HistoryItem(index=step.index, source=step.source, output=render_outputs(step.outputs))
+    if len(_RENDERED) > 100_000:
+        _RENDERED.clear()
+    _RENDERED[id(step)] = (step, item)
+    return item
 
 
 def _cut(text: str, limit: int) -> str:
