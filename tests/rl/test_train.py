@@ -1,0 +1,48 @@
+"""The GRPO example really trains: a tiny model, a few TRL steps on the env's reward, a reward curve."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl", reason="the rl extra is not installed: pip install 'themisto-env[rl]'")
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_grpo.py"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_grpo_example_trains_and_plots_the_reward_curve(env_dataset: dict[str, str], tmp_path: Path) -> None:
+    steps = 6
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLE),
+            "--out",
+            str(tmp_path),
+            "--data",
+            env_dataset["dataset"],
+            "--snapshot-dir",
+            env_dataset["snapshot_dir"],
+            "--steps",
+            str(steps),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert len(summary["rewards"]) == steps
+    assert all(math.isfinite(r) and 0.0 <= r <= 1.0 for r in summary["rewards"])
+    assert 1e4 < summary["parameters"] < 1e6
+    history = json.loads((tmp_path / "log_history.json").read_text())
+    assert [row["step"] for row in history if "reward" in row] == list(range(1, steps + 1))
+    png = (tmp_path / "reward_curve.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 5000
