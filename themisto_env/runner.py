@@ -6,7 +6,8 @@ on the same folder, a run skips the samples already there (a torn last line from
 dropped), so no sample is lost and none is scored twice. A sample whose episode met an infrastructure
 failure is written with ``infrastructure_error`` set, left out of the summary, and retried on resume.
 
-With ``workers > 1``, trajectories are spread over worker processes, each owning its env and kernel.
+With ``workers > 1``, trajectories are spread over worker processes, each owning its env and kernel;
+each worker takes the next trajectory (longest first) when it finishes one.
 With ``ray`` set (``local``, ``auto`` or a cluster address), they are spread over ``workers`` Ray actors
 instead (:mod:`themisto_env.ray_runner`), each owning its env and kernel, on any node of the cluster.
 """
@@ -187,11 +188,21 @@ def _row(
     }
 
 
-def _worker(config_json: str, trajectory_ids: list[str], wanted: list[str], queue: Any) -> None:
+def _worker(config_json: str, tasks: Any, wanted: list[str], queue: Any) -> None:
+    """A worker process: one env and kernel; takes trajectory ids from ``tasks`` until a None."""
     try:
         config = RunConfig.model_validate_json(config_json)
-        for row in run_episodes(config, trajectory_ids, set(wanted)):
-            queue.put(("row", row))
+        chosen = set(wanted)
+        agent = _make_agent(config)
+        options = env_options(config, agent)
+        env = ThemistoEnv(**options)
+        firsts = dict(_episodes(env, chosen))
+        try:
+            while (tid := tasks.get()) is not None:
+                for row in episode_rows(config, env, agent, options, tid, firsts[tid], chosen):
+                    queue.put(("row", row))
+        finally:
+            env.close()
         queue.put(("done", None))
     except BaseException:
         queue.put(("error", traceback.format_exc()))
@@ -206,13 +217,14 @@ def balanced_order(env: ThemistoEnv, wanted: set[str]) -> list[str]:
 
 def _parallel(config: RunConfig, env: ThemistoEnv, wanted: set[str]) -> Iterator[dict]:
     ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    episodes = balanced_order(env, wanted)
-    chunks = [episodes[i :: config.workers] for i in range(config.workers)]
+    queue, tasks = ctx.Queue(), ctx.Queue()
+    episodes = balanced_order(env, wanted)  # handed to whichever worker is free, longest first
+    count = min(config.workers, len(episodes))
+    for tid in [*episodes, *([None] * count)]:
+        tasks.put(tid)
     procs = [
-        ctx.Process(target=_worker, args=(config.model_dump_json(), chunk, sorted(wanted), queue), daemon=True)
-        for chunk in chunks
-        if chunk
+        ctx.Process(target=_worker, args=(config.model_dump_json(), tasks, sorted(wanted), queue), daemon=True)
+        for _ in range(count)
     ]
     for p in procs:
         p.start()
