@@ -59,7 +59,9 @@ def main() -> None:
     console.print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; backend={args.backend}")
 
     env = ThemistoEnv(task="next-cell", observation="static", dataset=args.data, backend=args.backend)
-    tid = args.trajectory or env.episode_ids[0]
+    # By default a trajectory without a restart midway: nbclient cannot restart, so it would not compare.
+    no_restart = [t for t in env.episode_ids if not any(s.restarted_before for s in env.trajectories[t].steps[1:])]
+    tid = args.trajectory or (no_restart or env.episode_ids)[0]
     trajectory = env.trajectories[tid]
     sources = [s.source for s in trajectory.steps]
     if any(s.restarted_before for s in trajectory.steps[1:]):

@@ -32,7 +32,6 @@ from typing import Any
 
 from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
-from nbformat.v4 import output_from_msg
 from themisto_env.sandbox.launcher import KernelLauncher, launcher_class
 from themisto_env.sandbox.models import ExecutionResult, SandboxLimits, SnapshotInfo
 from themisto_env.sandbox.snapshots import SnapshotStore
@@ -52,6 +51,24 @@ _OUTPUT_KINDS = frozenset({"stream", "display_data", "execute_result", "error"})
 
 def _helper_source() -> str:
     return resources.files("themisto_env.sandbox").joinpath("kernel_helper.py").read_text()
+
+
+def _output_from_msg(msg: dict[str, Any]) -> dict[str, Any]:
+    """An nbformat v4 output from an iopub message (nbformat's own helper, minus its slow validation)."""
+    kind, content = msg["msg_type"], msg["content"]
+    if kind == "stream":
+        return {"output_type": "stream", "name": content["name"], "text": content["text"]}
+    if kind == "error":
+        return {
+            "output_type": "error",
+            "ename": content["ename"],
+            "evalue": content["evalue"],
+            "traceback": list(content["traceback"]),
+        }
+    output = {"output_type": kind, "data": content["data"], "metadata": content.get("metadata", {})}
+    if kind == "execute_result":
+        output["execution_count"] = content.get("execution_count")
+    return output
 
 
 def _output_size(output: dict[str, Any]) -> int:
@@ -82,7 +99,7 @@ class _Outputs:
             return
         if self._clear_pending:
             self.items, self.size, self._clear_pending = [], 0, False
-        output = dict(output_from_msg(msg))
+        output = _output_from_msg(msg)
         room = self.limit - self.size
         needed = _output_size(output)
         if needed > room:
