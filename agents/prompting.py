@@ -112,7 +112,7 @@ def load_prompts(path: str | Path | None = None) -> PromptTemplates:
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"cannot read prompt templates from {path or 'the package'}: {exc}") from exc
     try:
-        return PromptTemplates(
+        templates = PromptTemplates(
             system=TaskTexts.from_data(data["system"]),
             sections=Sections(**data["sections"]),
             instructions=TaskTexts.from_data(data["instructions"]),
@@ -121,6 +121,19 @@ def load_prompts(path: str | Path | None = None) -> PromptTemplates:
         )
     except (KeyError, TypeError, ValidationError) as exc:
         raise ConfigError(f"prompt templates in {where} are incomplete or malformed: {exc!r}") from exc
+    for section, template in templates.sections.model_dump().items():
+        try:
+            template.format(**_PLACEHOLDERS)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ConfigError(
+                f"prompt templates in {where}: sections.{section} has a bad placeholder ({exc!r}); "
+                f"the placeholders are {', '.join('{' + name + '}' for name in _PLACEHOLDERS)} "
+                "(write a literal brace as {{ or }})"
+            ) from exc
+    return templates
+
+
+_PLACEHOLDERS = {"history": "", "cell": "", "runtime": "", "tools_left": 0}
 
 
 __all__ = ["ContextMode", "PromptTemplates", "load_prompts"]

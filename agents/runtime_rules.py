@@ -1,9 +1,17 @@
 """``runtime-rules``: a rule-based agent that asks the live kernel instead of guessing.
 
 Output prediction
-    When the cell about to run ends by displaying one of these expressions of a variable ``x``, and
-    nothing earlier in the cell mentions ``x`` (so the kernel's ``x`` is the one displayed), the agent
-    asks a tool and predicts from its answer:
+    First, whether the cell fails: when it reads a name (in evaluation order, see
+    :func:`~themisto_env.agents.cell_names.needed_names`) that the kernel does not define
+    (``list_variables``, then ``inspect_variable`` for names that are neither listed nor imported in the
+    visible history, such as modules), it predicts ``NameError: name 'x' is not defined``; when it reads
+    ``df['col']`` or calls ``df.pop('col')`` on a kernel DataFrame without that column
+    (``dataframe_info``), it predicts ``KeyError: 'col'``. One tool call is kept for the display rule;
+    names left unchecked for lack of budget are taken as defined.
+
+    Otherwise, when the cell ends by displaying one of these expressions of a variable ``x``, and nothing
+    earlier in the cell mentions ``x`` (so the kernel's ``x`` is the one displayed), the agent asks a
+    tool and predicts from its answer:
 
     ==================  ==================================  =================================================
     the cell ends with  tool call(s)                        prediction
@@ -19,14 +27,17 @@ Output prediction
                         a DataFrame, ``dataframe_info(x)``  dtypes Series' repr for a DataFrame
     ==================  ==================================  =================================================
 
-    A trailing ``;`` (display suppressed), a tool error (no such variable, not a DataFrame), a spent
-    budget or an env without tools make it fall back to the static baseline.
+    A tuple of the first four (``X.shape, y.shape``, ``len(a), len(b)``) is answered element by element
+    and printed as IPython prints a tuple. A trailing ``;`` (display suppressed), a tool error (no such
+    variable, not a DataFrame), a spent budget or an env without tools make it fall back to the static
+    baseline.
 Next-cell prediction
     When the last executed cell ends by assigning a variable and showed nothing, people usually look
     at it next: the agent calls ``list_variables`` and, when the variable exists, predicts ``x.head()``
     for a DataFrame or Series and ``x`` otherwise. Else it falls back to the static baseline.
 
-The static baseline is ``retrieval`` by default (``fallback="repeat-previous"`` for the other one).
+The static baseline is ``retrieval`` for output prediction and ``repeat-previous`` for next-cell
+prediction by default (``fallback=...`` chooses one for both).
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ from typing import Literal
 
 from themisto_env.agents.base import Action, BaseAgent, Info, Observation
 from themisto_env.agents.baselines import repeat_previous, retrieve
+from themisto_env.agents.cell_names import column_lookups, needed_names, parse_cell
 from themisto_env.agents.frame_text import notebook_frame_text
 from themisto_env.agents.history import parse_history
 
@@ -49,10 +61,13 @@ from themisto_env.tools import ToolCall
 #: A rule: yields tool calls, is sent each call's result text, returns the prediction (None: fall back).
 Plan = Generator[ToolCall, str, str | None]
 
-DisplayKind = Literal["value", "shape", "len", "type", "head", "describe", "info", "dtypes"]
+Fallback = Literal["auto", "retrieval", "repeat-previous"]
+DisplayKind = Literal["value", "shape", "len", "type", "head", "describe", "info", "dtypes", "tuple"]
 
+_SCALAR_KINDS = frozenset({"value", "shape", "len", "type"})
+#: IPython's pretty printer breaks a tuple over lines when it is wider than this.
+_PRETTY_WIDTH = 79
 _CUT_MARKER = re.compile(r"\n?\.\.\. \[[\d,]+ more characters\]\s*\Z")
-_MAGIC_LINE = re.compile(r"^\s*[%!]")
 _INFO_ROW = re.compile(r"^\s*\d+\s+(?P<column>.+?)\s+\d+ non-null\s+(?P<dtype>\S+)\s*$")
 
 
@@ -61,14 +76,16 @@ class DisplayedExpression:
     """What a cell's last line displays, in a form a tool can answer.
 
     Attributes:
-        kind: Which expression of the variable (see the module docstring's table).
-        name: The variable.
+        kind: Which expression of the variable (see the module docstring's table), or ``tuple``.
+        name: The variable ("" for a tuple).
         n: The row count of ``head``.
+        parts: A tuple's elements (each a ``value``, ``shape``, ``len`` or ``type`` of a variable).
     """
 
     kind: DisplayKind
     name: str
     n: int = 5
+    parts: tuple[DisplayedExpression, ...] = ()
 
 
 def displayed_expression(cell: str) -> DisplayedExpression | None:
@@ -81,25 +98,30 @@ def displayed_expression(cell: str) -> DisplayedExpression | None:
         The expression, or None when the cell does not end with one of the supported expressions of a
         variable untouched earlier in the cell, or when the display is suppressed by a ``;``.
     """
-    lines = [line for line in cell.rstrip().split("\n") if not _MAGIC_LINE.match(line)]
-    if not lines or lines[-1].rstrip().endswith(";"):
+    if cell.rstrip().endswith(";"):
         return None
-    try:
-        tree = ast.parse("\n".join(lines))
-    except SyntaxError:
+    parsed = parse_cell(cell)
+    if parsed is None:
         return None
+    tree = parsed[0]
     if not tree.body or not isinstance(tree.body[-1], ast.Expr):
         return None
     found = _classify(tree.body[-1].value)
     if found is None:
         return None
+    names = {part.name for part in found.parts} if found.kind == "tuple" else {found.name}
     earlier = ast.Module(body=tree.body[:-1], type_ignores=[])
-    if any(isinstance(node, ast.Name) and node.id == found.name for node in ast.walk(earlier)):
+    if any(isinstance(node, ast.Name) and node.id in names for node in ast.walk(earlier)):
         return None
     return found
 
 
 def _classify(expr: ast.expr) -> DisplayedExpression | None:
+    if isinstance(expr, ast.Tuple) and expr.elts:
+        parts = tuple(_classify(element) for element in expr.elts)
+        if all(p is not None and p.kind in _SCALAR_KINDS for p in parts):
+            return DisplayedExpression("tuple", "", parts=parts)  # type: ignore[arg-type]
+        return None
     if isinstance(expr, ast.Name):
         return DisplayedExpression("value", expr.id)
     if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
@@ -133,7 +155,43 @@ def _classify(expr: ast.expr) -> DisplayedExpression | None:
 # -- rules --------------------------------------------------------------------------------------------
 
 
-def output_plan(expr: DisplayedExpression) -> Plan:
+def output_plan(observation: Observation, budget: int) -> Plan:
+    """The output rules for the cell about to run: first whether it fails, then what it displays.
+
+    Args:
+        observation: The sample's first observation (its ``cell`` and ``history``).
+        budget: The tool calls available for the sample.
+    """
+    cell = str(observation.get("cell", ""))
+    expr = displayed_expression(cell)
+    reserve = 1 if expr is not None else 0
+    needed, lookups = needed_names(cell), column_lookups(cell)
+    if (needed or lookups) and budget - reserve >= 1:
+        listing = yield ToolCall(tool="list_variables", args={})
+        budget -= 1
+        types = _variable_types(listing)
+        imported = _imported_names(observation)
+        for name in needed if types is not None else ():
+            if name in types or name in imported:  # type: ignore[operator]
+                continue
+            if budget - reserve < 1:
+                break
+            budget -= 1
+            if _undefined((yield _inspect(name))):
+                return f"NameError: name '{name}' is not defined"
+        for name, column in lookups if types is not None else ():
+            if not _is_pandas(types.get(name, ""), "DataFrame") or budget - reserve < 1:  # type: ignore[union-attr]
+                continue
+            budget -= 1
+            columns = _info_columns((yield ToolCall(tool="dataframe_info", args={"name": name})))
+            if columns is not None and column not in columns:
+                return f"KeyError: '{column}'"
+    if expr is None:
+        return None
+    return (yield from display_plan(expr))
+
+
+def display_plan(expr: DisplayedExpression) -> Plan:
     """The tool calls that answer a displayed expression, and the prediction from their results."""
     if expr.kind in ("head", "describe", "info"):
         tool = {"head": "dataframe_head", "describe": "dataframe_describe", "info": "dataframe_info"}[expr.kind]
@@ -143,8 +201,33 @@ def output_plan(expr: DisplayedExpression) -> Plan:
         if body is None:
             return None
         return body if expr.kind == "info" else notebook_frame_text(body)
-    result = yield ToolCall(tool="inspect_variable", args={"name": expr.name, "max_chars": 4000})
-    facts = _inspection(result)
+    if expr.kind == "tuple":
+        inspected: dict[str, _Inspection | None] = {}
+        for name in dict.fromkeys(part.name for part in expr.parts):
+            inspected[name] = _inspection((yield _inspect(name)))
+        texts = [_scalar(part, inspected[part.name]) for part in expr.parts]
+        if any(text is None or "\n" in text for text in texts):
+            return None
+        return _tuple_repr([text for text in texts if text is not None])
+    facts = _inspection((yield _inspect(expr.name)))
+    if expr.kind in _SCALAR_KINDS:
+        return _scalar(expr, facts)
+    if facts is None:
+        return None
+    # dtypes
+    if not _is_pandas(facts.type, "DataFrame"):
+        return f"dtype('{facts.dtype}')" if facts.dtype else None
+    info = yield ToolCall(tool="dataframe_info", args={"name": expr.name})
+    body = _body(info)
+    return _dtypes_repr(body) if body is not None else None
+
+
+def _inspect(name: str) -> ToolCall:
+    return ToolCall(tool="inspect_variable", args={"name": name, "max_chars": 4000})
+
+
+def _scalar(expr: DisplayedExpression, facts: _Inspection | None) -> str | None:
+    """The text of a ``value``, ``shape``, ``len`` or ``type`` expression from the variable's inspection."""
     if facts is None:
         return None
     if expr.kind == "value":
@@ -153,14 +236,15 @@ def output_plan(expr: DisplayedExpression) -> Plan:
         return facts.shape
     if expr.kind == "len":
         return facts.length
-    if expr.kind == "type":
-        return _qualified(facts.type)
-    # dtypes
-    if not _is_pandas(facts.type, "DataFrame"):
-        return f"dtype('{facts.dtype}')" if facts.dtype else None
-    info = yield ToolCall(tool="dataframe_info", args={"name": expr.name})
-    body = _body(info)
-    return _dtypes_repr(body) if body is not None else None
+    return _qualified(facts.type)
+
+
+def _tuple_repr(items: list[str]) -> str:
+    """A tuple as IPython prints it: on one line, or one element per line when too wide."""
+    one_line = "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    if len(one_line) <= _PRETTY_WIDTH:
+        return one_line
+    return "(" + ",\n ".join(items) + ("," if len(items) == 1 else "") + ")"
 
 
 def next_cell_plan(observation: Observation) -> Plan:
@@ -172,7 +256,7 @@ def next_cell_plan(observation: Observation) -> Plan:
     if name is None:
         return None
     listing = yield ToolCall(tool="list_variables", args={})
-    types = _variable_types(listing)
+    types = _variable_types(listing) or {}
     if name not in types:
         return None
     frame = _is_pandas(types[name], "DataFrame") or _is_pandas(types[name], "Series")
@@ -243,10 +327,10 @@ def _dtypes_repr(info_text: str) -> str | None:
     return repr(dtypes)
 
 
-def _variable_types(listing: str) -> dict[str, str]:
-    """Name -> type from ``list_variables``' table."""
+def _variable_types(listing: str) -> dict[str, str] | None:
+    """Name -> type from ``list_variables``' table (None when the tool failed)."""
     if listing.startswith("Error:"):
-        return {}
+        return None
     types = {}
     for line in listing.split("\n")[2:]:
         parts = line.split()
@@ -255,14 +339,35 @@ def _variable_types(listing: str) -> dict[str, str]:
     return types
 
 
+def _undefined(result: str) -> bool:
+    """Whether an ``inspect_variable`` answer says the kernel has no such name."""
+    return result.startswith("Error: no variable named")
+
+
+def _info_columns(result: str) -> set[str] | None:
+    """The column names in a ``dataframe_info`` answer (None for an error or a summary without them)."""
+    body = _body(result)
+    if body is None:
+        return None
+    columns = {m["column"] for line in body.split("\n") if (m := _INFO_ROW.match(line))}
+    return columns or None
+
+
+def _imported_names(observation: Observation) -> set[str]:
+    """Names bound by imports in the visible history (taken as still defined, to save tool calls)."""
+    names: set[str] = set()
+    for cell in parse_history(str(observation.get("history", ""))):
+        parsed = parse_cell(cell.source)
+        for node in ast.walk(parsed[0]) if parsed is not None else ():
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names.update(alias.asname or alias.name.split(".")[0] for alias in node.names)
+    return names
+
+
 def _assigned_name(source: str) -> str | None:
     """The variable a cell's last statement assigns (``x = ...``, ``x: T = ...``), if any."""
-    lines = [line for line in source.split("\n") if not _MAGIC_LINE.match(line)]
-    try:
-        tree = ast.parse("\n".join(lines))
-    except SyntaxError:
-        return None
-    last = tree.body[-1] if tree.body else None
+    parsed = parse_cell(source)
+    last = parsed[0].body[-1] if parsed is not None and parsed[0].body else None
     if isinstance(last, ast.Assign) and len(last.targets) == 1 and isinstance(last.targets[0], ast.Name):
         return last.targets[0].id
     if isinstance(last, ast.AnnAssign) and isinstance(last.target, ast.Name) and last.value is not None:
@@ -277,31 +382,34 @@ class RuntimeRulesAgent(BaseAgent):
     """Answers displayed expressions from the live kernel through tools; static fallback otherwise.
 
     Args:
-        fallback: The static baseline for samples no rule answers: ``retrieval`` or ``repeat-previous``.
+        fallback: The static baseline for samples no rule answers: ``retrieval``, ``repeat-previous``, or
+            ``auto`` (retrieval for output prediction, repeat-previous for next-cell prediction: the better
+            of the two on the bundled data for each task).
         next_cell_rules: Whether to use the ``list_variables`` rule for next-cell prediction.
     """
 
     name = "runtime-rules"
     observation = "tools"
 
-    def __init__(
-        self, fallback: Literal["retrieval", "repeat-previous"] = "retrieval", *, next_cell_rules: bool = True
-    ) -> None:
+    def __init__(self, fallback: Fallback = "auto", *, next_cell_rules: bool = True) -> None:
         super().__init__()
-        baselines: dict[str, Callable[[Observation, str], str]] = {
-            "retrieval": retrieve,
-            "repeat-previous": repeat_previous,
-        }
-        if fallback not in baselines:
-            raise ValueError(f"fallback must be 'retrieval' or 'repeat-previous', got {fallback!r}")
+        if fallback not in ("auto", "retrieval", "repeat-previous"):
+            raise ValueError(f"fallback must be 'auto', 'retrieval' or 'repeat-previous', got {fallback!r}")
         self.fallback = fallback
-        self._static = baselines[fallback]
         self.next_cell_rules = next_cell_rules
         self._plan: Plan | None = None
         self._first: Observation | None = None
         self._started = False
         #: How many samples a rule answered from tool results (the rest fell back), this episode.
         self.answered_by_tools = 0
+
+    def _static(self, observation: Observation, task: str) -> str:
+        baselines: dict[str, Callable[[Observation, str], str]] = {
+            "retrieval": retrieve,
+            "repeat-previous": repeat_previous,
+        }
+        name = self.fallback if self.fallback != "auto" else ("retrieval" if task == "output" else "repeat-previous")
+        return baselines[name](observation, task)
 
     def start_episode(self, info: Info) -> None:
         """Forget the previous episode's counts."""
@@ -315,8 +423,7 @@ class RuntimeRulesAgent(BaseAgent):
         if not info.get("tool_names"):
             return
         if info["task"] == "output":
-            expr = displayed_expression(str(observation.get("cell", "")))
-            self._plan = output_plan(expr) if expr is not None else None
+            self._plan = output_plan(observation, int(observation.get("tools_left", 0)))
         elif self.next_cell_rules:
             self._plan = next_cell_plan(observation)
 
@@ -342,4 +449,11 @@ class RuntimeRulesAgent(BaseAgent):
         return call
 
 
-__all__ = ["DisplayedExpression", "RuntimeRulesAgent", "displayed_expression", "next_cell_plan", "output_plan"]
+__all__ = [
+    "DisplayedExpression",
+    "RuntimeRulesAgent",
+    "display_plan",
+    "displayed_expression",
+    "next_cell_plan",
+    "output_plan",
+]

@@ -2,7 +2,8 @@
 
 Cells a person would run while exploring a DataFrame and a few Python values: many end by displaying
 a variable (``df.shape``, ``df.head()``, ``len(df)``, ...), which is what ``runtime-rules`` answers from
-the kernel, and some define a variable and show nothing, which its next-cell rule looks at.
+the kernel, two fail (a module used before its import, a column that does not exist), and some define
+a variable and show nothing, which its next-cell rule looks at.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ SESSIONS: dict[str, list[str]] = {
         "small = df[df.a < 5]",
         "small.shape",
         "small",
+        "small.shape, len(df)",
+        "df['e'].sum()",
         "df.info()",
     ],
     "k-values": [
@@ -37,6 +40,7 @@ SESSIONS: dict[str, list[str]] = {
         "len(scores)",
         "best = max(scores)",
         "best",
+        "statistics.median(scores)",
         "import statistics\nmean = statistics.mean(scores)",
         "mean",
         "params = {'model': 'rf', 'depth': 4}",

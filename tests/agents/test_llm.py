@@ -196,6 +196,10 @@ def test_custom_prompt_templates_are_data(tmp_path: Path) -> None:
     broken.write_text("system: {}\n")
     with pytest.raises(ConfigError, match="incomplete or malformed"):
         load_prompts(broken)
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(text.replace("{history}", "{histroy}"))
+    with pytest.raises(ConfigError, match=r"sections\.history has a bad placeholder \(KeyError\('histroy'\)\)"):
+        load_prompts(typo)
     with pytest.raises(ConfigError, match="cannot read prompt templates"):
         load_prompts(tmp_path / "missing.yaml")
 

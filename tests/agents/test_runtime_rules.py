@@ -24,6 +24,12 @@ CELLS = [
     ("type(model)", DisplayedExpression("type", "model")),
     ("import numpy as np\nx.shape", DisplayedExpression("shape", "x")),
     ("%matplotlib inline\ndf.head()", DisplayedExpression("head", "df")),
+    (
+        "X.shape, len(y)",
+        DisplayedExpression("tuple", "", parts=(DisplayedExpression("shape", "X"), DisplayedExpression("len", "y"))),
+    ),
+    ("X.shape, y.head()", None),
+    ("y = f()\nX.shape, y.shape", None),
     ("df.head();", None),  # display suppressed
     ("df = load()\ndf.head()", None),  # the kernel's df is not the one displayed
     ("df['x'] = 1\ndf.shape", None),
@@ -54,21 +60,62 @@ def test_without_tools_it_falls_back_to_the_static_baseline() -> None:
         RuntimeRulesAgent(fallback="oracle")  # type: ignore[arg-type]
 
 
+TOOLS = ("list_variables", "inspect_variable", "dataframe_head", "dataframe_info")
+LISTING = (
+    "2 user variables (modules not listed):\n"
+    "name  type              size    shape/len\n"
+    "df    pandas.DataFrame  1.1 KB  (4, 2)\n"
+    "n     int               28 B\n"
+)
+
+
+def _step(agent: RuntimeRulesAgent, cell: str, tool_result: str = "", tools_left: int = 5) -> object:
+    info = {"sample_id": "s", "task": "output", "tool_names": TOOLS}
+    history = "# In [1]:\nimport pandas as pd\n\n# In [2]:\n1 + 1\n# Out [2]:\n2\n"
+    obs = {"history": history, "cell": cell, "runtime": "", "tool_result": tool_result, "tools_left": tools_left}
+    return agent.act(obs, info)
+
+
+def test_an_undefined_name_predicts_a_name_error() -> None:
+    agent = RuntimeRulesAgent()
+    agent.reset({})
+    assert _step(agent, "pd.concat([df, extra])") == ToolCall(tool="list_variables")
+    # df is listed, pd was imported in the history: only extra is asked about
+    assert _step(agent, "", LISTING, 4) == ToolCall(tool="inspect_variable", args={"name": "extra", "max_chars": 4000})
+    no_such = "Error: no variable named 'extra' in the kernel. Did you mean n?"
+    assert _step(agent, "", no_such, 3) == Prediction(text="NameError: name 'extra' is not defined")
+    assert agent.answered_by_tools == 1
+
+
+def test_a_missing_column_predicts_a_key_error() -> None:
+    agent = RuntimeRulesAgent()
+    agent.reset({})
+    assert _step(agent, "y = df.pop('target')") == ToolCall(tool="list_variables")
+    assert _step(agent, "", LISTING, 4) == ToolCall(tool="dataframe_info", args={"name": "df"})
+    info = (
+        "df.info():\n<class 'pandas.DataFrame'>\nRangeIndex: 4 entries, 0 to 3\nData columns (total 2 columns):\n"
+        " #   Column  Non-Null Count  Dtype  \n---  ------  --------------  -----  \n"
+        " 0   a       4 non-null      int64  \n 1   b b     4 non-null      float64\n"
+    )
+    assert _step(agent, "", info, 3) == Prediction(text="KeyError: 'target'")
+
+
 def test_a_tool_error_falls_back_to_the_static_baseline() -> None:
     agent = RuntimeRulesAgent(fallback="repeat-previous")
-    info = {"sample_id": "s", "task": "output", "tool_names": ("inspect_variable",)}
-    obs = {
-        "history": "# In [1]:\n1 + 1\n# Out [1]:\n2\n",
-        "cell": "x",
-        "runtime": "",
-        "tool_result": "",
-        "tools_left": 3,
-    }
-    agent.reset(info)
-    assert agent.act(obs, info) == ToolCall(tool="inspect_variable", args={"name": "x", "max_chars": 4000})
-    answer = agent.act({**obs, "tool_result": "Error: no variable named 'x' in the kernel.", "tools_left": 2}, info)
-    assert answer == Prediction(text="2")
+    agent.reset({})
+    assert _step(agent, "n.head()") == ToolCall(tool="list_variables")
+    assert _step(agent, "", LISTING, 4) == ToolCall(tool="dataframe_head", args={"name": "n", "n": 5})
+    not_a_frame = "Error: 'n' is a int, not a pandas DataFrame or Series."
+    assert _step(agent, "", not_a_frame, 3) == Prediction(text="2")
     assert agent.answered_by_tools == 0
+
+
+def test_the_display_rule_keeps_a_tool_call_for_itself() -> None:
+    agent = RuntimeRulesAgent()
+    agent.reset({})
+    # two tools left: one for list_variables, one kept for the display; the unlisted names are not checked
+    assert _step(agent, "print(a, b, c)\ndf.shape", tools_left=2) == ToolCall(tool="list_variables")
+    assert _step(agent, "", LISTING, 1) == ToolCall(tool="inspect_variable", args={"name": "df", "max_chars": 4000})
 
 
 def test_runtime_rules_beats_the_static_baselines_on_output_prediction(make_env: MakeEnv) -> None:
@@ -93,6 +140,11 @@ def test_runtime_rules_beats_the_static_baselines_on_output_prediction(make_env:
     by_id = {r.sample_id: r for r in rules}
     assert by_id["k-frames-kframes/output/2"].prediction == "(40, 3)"  # df.shape
     assert by_id["k-frames-kframes/output/12"].prediction == "numpy.float64"  # type(total)
+    assert by_id["k-frames-kframes/output/16"].prediction == "((5, 4), 40)"  # small.shape, len(df)
+    assert by_id["k-frames-kframes/output/16"].scores["exact_match"] == 1.0
+    assert by_id["k-frames-kframes/output/17"].prediction == "KeyError: 'e'"  # df['e'].sum()
+    assert by_id["k-values-kvalues/output/4"].prediction == "NameError: name 'statistics' is not defined"
+    assert by_id["k-values-kvalues/output/4"].scores["exact_match"] == 1.0
 
 
 def test_runtime_rules_looks_at_a_new_variable_on_next_cell_prediction(make_env: MakeEnv) -> None:
