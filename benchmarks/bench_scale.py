@@ -17,7 +17,10 @@ categories nested in it): the kernel (ground-truth cells, snapshot restores, res
 (tool calls, with their kernel round trips), metrics (``score`` and ``reward``), observation rendering,
 the agent's ``act``, env construction (dataset load), and the rest (the runner's loop, results file).
 
-Nothing is asserted; the goal (2 workers at least 1.7x one worker) is printed as met or missed.
+"cores used" is the CPU time of the run's processes (the runner, its workers and their kernels) over its
+wall time: below the worker count, the workers waited for CPUs that other processes held (Ray runs: n/a,
+their processes belong to the Ray instance). Nothing is asserted; the goal (2 workers at least 1.7x one
+worker) is printed as met or missed.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import tempfile
 import time
@@ -126,10 +130,19 @@ def warm_snapshots(data: str | None) -> tuple[int, int]:
 def timed_run(config: RunConfig, root: Path, name: str) -> dict[str, Any]:
     out = root / name
     shutil.rmtree(out, ignore_errors=True)
+    cpu_before = _cpu_seconds()
     started = time.perf_counter()
     summary = run(config, out, progress=False)
     seconds = time.perf_counter() - started
-    return {"name": name, "samples": summary["samples"], "seconds": seconds, "summary": summary}
+    cpu = _cpu_seconds() - cpu_before
+    return {"name": name, "samples": summary["samples"], "seconds": seconds, "cpu_seconds": cpu, "summary": summary}
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and its finished descendants (workers and their kernels)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def main() -> None:
@@ -182,7 +195,8 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
 
     table = Table(title=f"throughput: {args.agent} on {args.task}, load average now {os.getloadavg()[0]:.2f}")
-    for column in ("mode", "workers", "samples", "seconds", "samples/s", "vs 1 worker", f"goal >= {GOAL}x"):
+    columns = ("mode", "workers", "samples", "seconds", "samples/s", "vs 1 worker", f"goal >= {GOAL}x", "cores used")
+    for column in columns:
         table.add_column(column, justify="right" if column != "mode" else "left")
     for row in results:
         row["throughput"] = row["samples"] / row["seconds"]
@@ -198,6 +212,7 @@ def main() -> None:
             f"{row['throughput']:.2f}",
             "" if ratio is None else f"{ratio:.2f}x",
             goal,
+            f"{row['cpu_seconds'] / row['seconds']:.2f}" if row["mode"] == "local processes" else "n/a",
         )
     console.print(table)
     if profile:

@@ -45,9 +45,10 @@ class EpisodeWorker:
 
     def __init__(self, config_json: str) -> None:
         from themisto_env.env import ThemistoEnv
-        from themisto_env.runner import RunConfig, _make_agent, env_options
+        from themisto_env.runner import RunConfig, _make_agent, env_options, limit_threads
 
         self.config = RunConfig.model_validate_json(config_json)
+        limit_threads(self.config.workers)  # Ray sets OMP_NUM_THREADS for its actors; the rest follow
         self.agent = _make_agent(self.config)
         self.options = env_options(self.config, self.agent)
         self.env = ThemistoEnv(**self.options)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import os
 import time
 import traceback
 from collections.abc import Iterable, Iterator
@@ -188,10 +189,24 @@ def _row(
     }
 
 
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+def limit_threads(workers: int) -> None:
+    """Share the CPUs between parallel workers: each worker's kernels get ``cpus // workers`` threads
+    for OpenMP and BLAS (numpy, scikit-learn), unless the variables are already set. Without it, every
+    kernel starts as many threads as there are CPUs and the workers slow each other down (measured in
+    ``benchmarks/bench_scale.py``). Ray does the same for its actors."""
+    threads = str(max(1, (os.cpu_count() or 1) // max(1, workers)))
+    for name in THREAD_VARIABLES:
+        os.environ.setdefault(name, threads)
+
+
 def _worker(config_json: str, tasks: Any, wanted: list[str], queue: Any) -> None:
     """A worker process: one env and kernel; takes trajectory ids from ``tasks`` until a None."""
     try:
         config = RunConfig.model_validate_json(config_json)
+        limit_threads(config.workers)
         chosen = set(wanted)
         agent = _make_agent(config)
         options = env_options(config, agent)
