@@ -1,5 +1,18 @@
 """Agents for the Themisto environment: the protocol, a registry by name, baselines and LLM agents.
 
+Modules:
+
+- ``base``: the :class:`Agent` protocol, :class:`BaseAgent` (a new agent in a dozen lines),
+  :class:`AgentUsage`.
+- ``registry``: :data:`AGENTS`, :func:`make_agent`, :func:`register_agent`.
+- ``baselines``: ``repeat-previous`` and ``retrieval`` (history only).
+- ``runtime_rules``: ``runtime-rules``, which answers from the kernel through the observation tools
+  (helped by ``cell_names``: what a cell reads; ``frame_text``: a notebook's DataFrame layout).
+- ``llm`` and ``llm_tools``: ``llm-static``, ``llm-full``, ``llm-tools`` on any langchain-core chat model;
+  ``prompting`` (templates in ``prompts/default.yaml``), ``parsing`` (reading replies), ``providers``
+  (:func:`~themisto_env.agents.providers.make_chat_model`), ``fake_chat`` (a scripted model).
+- ``history``: the observation's history text read back into cells.
+
 Importing this package imports no LLM provider and not langchain: agents are made by name with
 :func:`make_agent`, which imports the agent's module then.
 """

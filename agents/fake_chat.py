@@ -8,7 +8,7 @@ the tools' names and returns the model itself, as langchain's own tests do) and 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -53,8 +53,7 @@ class ScriptedChatModel(GenericFakeChatModel):
 def _tool_name(tool: Any) -> str:
     if isinstance(tool, dict):
         return str(tool.get("name") or tool.get("function", {}).get("name", "?"))
-    name: str | Callable[..., Any] = getattr(tool, "name", None) or getattr(tool, "__name__", "?")
-    return str(name)
+    return str(getattr(tool, "name", None) or getattr(tool, "__name__", "?"))
 
 
 __all__ = ["ScriptedChatModel"]

@@ -10,7 +10,9 @@ against the sample's budget and cost), and the resulting observation's ``tool_re
     act <- tool_result of a: ToolMessage(a)                                           -> ToolCall b
     act <- tool_result of b: ToolMessage(b) -> model -> AIMessage("```python ...```") -> Prediction
 
-Several tool calls in one model message are stepped one by one before the model is asked again. When
+Several tool calls in one model message are stepped one by one before the model is asked again; a
+tool call whose arguments did not parse (``invalid_tool_calls``) is answered with an error tool message
+without an env step. When
 the budget runs out (``observation["tools_left"] == 0``), tool calls still pending are answered with a
 "not run" tool message, the model is told to answer and asked once more without tools, and its reply is
 the prediction. The model is asked at most ``max_model_calls`` times per sample (default: the budget
@@ -138,11 +140,17 @@ class ToolUsingAgent(LLMAgent):
         assert self._messages is not None
         self.record(reply)
         self._last_reply = reply
+        from langchain_core.messages import ToolMessage
+
         calls = list(getattr(reply, "tool_calls", None) or [])
-        for call in calls:  # every tool call needs an id for its ToolMessage
+        invalid = list(getattr(reply, "invalid_tool_calls", None) or [])
+        for call in [*calls, *invalid]:  # every tool call needs an id for its ToolMessage
             call["id"] = call.get("id") or f"call_{uuid.uuid4().hex[:12]}"
         self._messages.append(reply)
-        if not calls:
+        for call in invalid:  # arguments that did not parse: the model reads why, no env step is taken
+            error = f"Error: the tool call could not be read ({call.get('error') or 'its arguments are not JSON'})."
+            self._messages.append(ToolMessage(content=error, tool_call_id=call["id"], status="error"))
+        if not calls and not invalid:
             return self._prediction(reply, info)
         self._pending.extend(calls)
         return self._next(observation, info)

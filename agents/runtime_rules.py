@@ -434,7 +434,7 @@ class RuntimeRulesAgent(BaseAgent):
         if plan is None:
             return Prediction(text=self._static(first, task))
         try:
-            call = plan.send(str(observation.get("tool_result", "")) if self._started else None)
+            call = plan.send(str(observation.get("tool_result", ""))) if self._started else next(plan)
             self._started = True
         except StopIteration as done:
             self._plan = None

@@ -37,7 +37,7 @@ def make_env(agents_dataset: dict[str, str]) -> Iterator[MakeEnv]:
     def make(
         task: str = "output", observation: str = "tools", **options: Any
     ) -> gym.Env[dict[str, Any], dict[str, Any]]:
-        env = gym.make(ENV_IDS[task], observation=observation, **agents_dataset, **options)
+        env = gym.make(ENV_IDS[task], observation=observation, **{**agents_dataset, **options})
         opened.append(env)
         return env
 

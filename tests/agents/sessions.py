@@ -65,20 +65,24 @@ def write_log(path: Path) -> Path:
     for kernel_id, cells in SESSIONS.items():
         for number, source in enumerate(cells):
             cell_id = f"{kernel_id[2:]:x<8}{number:024x}"[:32]
-            common = {
-                "session_id": f"s-{kernel_id}",
-                "kernel_id": kernel_id,
-                "notebook_name": f"{kernel_id}.ipynb",
-                "cell_index": cell_id,
-                "cell_num": float(number),
-                "cell_type": "code",
-                "cell_source": source,
-                "user_id": "tester",
-                "expert": False,
-            }
             for event, delay in (("execute", 20), ("finished_execute", 1)):
                 clock += timedelta(seconds=delay)
-                output = [] if event == "finished_execute" else None
-                events.append(JuneEvent(action_id=len(events), time=clock, event=event, cell_output=output, **common))
+                events.append(
+                    JuneEvent(
+                        action_id=len(events),
+                        time=clock,
+                        session_id=f"s-{kernel_id}",
+                        kernel_id=kernel_id,
+                        notebook_name=f"{kernel_id}.ipynb",
+                        event=event,
+                        cell_index=cell_id,
+                        cell_num=float(number),
+                        cell_type="code",
+                        cell_source=source,
+                        cell_output=[] if event == "finished_execute" else None,
+                        user_id="tester",
+                        expert=False,
+                    )
+                )
     write_events(path, events)
     return path

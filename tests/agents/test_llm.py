@@ -100,8 +100,9 @@ def test_llm_tools_steps_the_env_for_every_model_tool_call(make_env: MakeEnv) ->
     second = model.prompts[1]
     tool_messages = [m for m in second if isinstance(m, ToolMessage)]
     assert [m.tool_call_id for m in tool_messages] == ["a", "b"]
-    assert "df" in tool_messages[0].content and "pandas.DataFrame" in tool_messages[0].content
-    assert tool_messages[1].content.startswith("df: pandas.DataFrame\nshape (40, 3)")
+    contents = [message_text(m) for m in tool_messages]
+    assert "df" in contents[0] and "pandas.DataFrame" in contents[0]
+    assert contents[1].startswith("df: pandas.DataFrame\nshape (40, 3)")
     assert "tool calls for this prediction" in second[1].content
 
 
@@ -115,9 +116,29 @@ def test_llm_tools_reads_tool_errors_from_the_env(make_env: MakeEnv) -> None:
     )
     agent = make_agent("llm-tools", chat_model=model)
     _first_sample(make_env("output", "tools"), agent)
-    errors = [m.content for m in model.prompts[2] if isinstance(m, ToolMessage)]
+    errors = [message_text(m) for m in model.prompts[2] if isinstance(m, ToolMessage)]
     assert errors[0].startswith("Error: no variable named 'dff'") and "df" in errors[0]
     assert errors[1].startswith("Error: unknown tool 'peek'")
+
+
+def test_llm_tools_answers_unreadable_tool_calls_without_an_env_step(make_env: MakeEnv) -> None:
+    broken = AIMessage(
+        "",
+        invalid_tool_calls=[
+            {
+                "name": "inspect_variable",
+                "args": '{"name": df',
+                "id": "z",
+                "error": "bad JSON",
+                "type": "invalid_tool_call",
+            }
+        ],
+    )
+    model = ScriptedChatModel([broken, AIMessage("```\n(40, 3)\n```")])
+    actions, info = _first_sample(make_env("output", "tools"), make_agent("llm-tools", chat_model=model))
+    assert actions == [Prediction(text="(40, 3)")] and info["tool_calls"] == []
+    (error,) = [m for m in model.prompts[1] if isinstance(m, ToolMessage)]
+    assert error.tool_call_id == "z" and error.status == "error" and "bad JSON" in error.content
 
 
 def test_llm_tools_stops_calling_tools_when_the_budget_is_spent(make_env: MakeEnv) -> None:
