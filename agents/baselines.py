@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rapidfuzz import fuzz
-from themisto_env.agents.base import Action, BaseAgent, Info, Observation
-from themisto_env.agents.history import HistoryCell, parse_history
 
 from themisto_env.actions import Prediction
+from themisto_env.agents.base import Action, BaseAgent, Info, Observation
+from themisto_env.agents.history import HistoryCell, parse_history
 
 
 def repeat_previous(observation: Observation, task: str) -> str:

@@ -24,11 +24,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from themisto_env.actions import Prediction
 from themisto_env.agents.base import Action, BaseAgent, Info, Observation
 from themisto_env.agents.parsing import extract_prediction
 from themisto_env.agents.prompting import ContextMode, PromptTemplates, load_prompts
-
-from themisto_env.actions import Prediction
 from themisto_env.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -26,11 +26,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from themisto_env.actions import Prediction
 from themisto_env.agents.base import Action, Info, Observation
 from themisto_env.agents.llm import LLMAgent, message_text
 from themisto_env.agents.parsing import extract_prediction
-
-from themisto_env.actions import Prediction
 from themisto_env.errors import ConfigError
 from themisto_env.tools import ToolCall, ToolContext
 

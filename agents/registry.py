@@ -11,7 +11,6 @@ import importlib
 from typing import Any
 
 from themisto_env.agents.base import Agent
-
 from themisto_env.errors import ConfigError
 
 #: Registered agents: name -> ``"module:factory"`` (a class or a function returning an :class:`Agent`).

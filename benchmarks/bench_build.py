@@ -24,10 +24,10 @@ import time
 
 from rich.console import Console
 from rich.table import Table
-from themisto_env.sandbox.kernel import Kernel
 
 from themisto_env.build import load_sessions, replay_session
 from themisto_env.datasets import bundled_log_path
+from themisto_env.sandbox.kernel import Kernel
 
 
 def main() -> None:

@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 from rich.console import Console
 from rich.table import Table
+
 from themisto_env.sandbox.kernel import Kernel
 
 GROUPBY_SETUP = """

@@ -40,11 +40,11 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
-from themisto_env.sandbox.kernel import Kernel
 
 import themisto_env.env as env_module
 import themisto_env.runner as runner_module
 from themisto_env.runner import RunConfig, run
+from themisto_env.sandbox.kernel import Kernel
 from themisto_env.trajectory import read_trajectories
 
 GOAL = 1.7
@@ -112,9 +112,8 @@ def instrumented(profiler: Profiler) -> Iterator[None]:
 
 def warm_snapshots(data: str | None) -> tuple[int, int]:
     """Read every snapshot of the dataset once (page cache); return (files, bytes)."""
-    from themisto_env.sandbox.snapshots import SnapshotStore
-
     from themisto_env.data import resolve_dataset
+    from themisto_env.sandbox.snapshots import SnapshotStore
 
     folder = resolve_dataset(data)
     store = SnapshotStore()

@@ -14,11 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from themisto_env.errors import KernelDiedError
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.launcher import launcher_class
 from themisto_env.sandbox.models import SandboxLimits
-
-from themisto_env.errors import KernelDiedError
 
 
 @dataclass(frozen=True)
@@ -115,9 +114,7 @@ def _check_timeout_interrupt(new: KernelFactory) -> str:
 
 def _check_timeout_restart(new: KernelFactory) -> str:
     with new(timeout_s=1.0, interrupt_grace_s=1.0) as k:
-        result = k.execute(
-            "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass"
-        )
+        result = k.execute("import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass")
         assert result.status == "timeout" and result.kernel_restarted, result
         assert k.execute("21 * 2").outputs[0]["data"]["text/plain"] == "42"
     return "a cell that ignores SIGINT gets the kernel restarted"

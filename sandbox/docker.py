@@ -39,10 +39,9 @@ import weakref
 from pathlib import Path
 from typing import Any, ClassVar
 
+from themisto_env.errors import BackendUnavailableError, KernelStartError
 from themisto_env.sandbox.launcher import KernelLauncher
 from themisto_env.sandbox.models import SandboxLimits
-
-from themisto_env.errors import BackendUnavailableError, KernelStartError
 
 #: Label on every kernel container (value "1").
 LABEL_KERNEL = "themisto-env.kernel"

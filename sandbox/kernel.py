@@ -32,9 +32,6 @@ from typing import Any
 
 from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
-from themisto_env.sandbox.launcher import KernelLauncher, launcher_class
-from themisto_env.sandbox.models import ExecutionResult, SandboxLimits, SnapshotInfo
-from themisto_env.sandbox.snapshots import SnapshotStore
 
 from themisto_env.errors import (
     InfrastructureError,
@@ -43,6 +40,9 @@ from themisto_env.errors import (
     KernelTimeoutError,
     SnapshotError,
 )
+from themisto_env.sandbox.launcher import KernelLauncher, launcher_class
+from themisto_env.sandbox.models import ExecutionResult, SandboxLimits, SnapshotInfo
+from themisto_env.sandbox.snapshots import SnapshotStore
 
 _POLL_S = 0.25  # how often a silent wait checks that the kernel is alive
 _HELPER_MODULE = "_themisto_helper"

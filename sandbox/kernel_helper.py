@@ -107,7 +107,9 @@ def _length(obj: Any) -> int | None:
 
 
 def _bounded_repr(obj: Any, max_chars: int) -> str:
-    if isinstance(obj, (list, tuple, dict, set, frozenset, str, bytes)):
+    """repr() as the notebook shows it (dicts in insertion order); reprlib only for big containers."""
+    small = isinstance(obj, (list, tuple, dict, set, frozenset)) and len(obj) <= 200
+    if isinstance(obj, (list, tuple, dict, set, frozenset, str, bytes)) and not small:
         r = reprlib.Repr()
         r.maxlist = r.maxtuple = r.maxdict = r.maxset = r.maxfrozenset = 50
         r.maxstring = r.maxother = max_chars

@@ -15,9 +15,8 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import ClassVar
 
-from themisto_env.sandbox.models import SandboxLimits
-
 from themisto_env.errors import ConfigError
+from themisto_env.sandbox.models import SandboxLimits
 
 
 class KernelLauncher(ABC):

@@ -20,9 +20,8 @@ import time
 from pathlib import Path
 from typing import ClassVar
 
-from themisto_env.sandbox.launcher import KernelLauncher
-
 from themisto_env.errors import BackendUnavailableError, KernelStartError
+from themisto_env.sandbox.launcher import KernelLauncher
 
 
 def _child_pid(pid: int) -> int | None:

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from themisto_env.sandbox.kernel import Kernel
 
 from themisto_env.errors import BackendUnavailableError
+from themisto_env.sandbox.kernel import Kernel
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 BACKENDS = ("local", "bwrap", "docker")

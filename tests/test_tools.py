@@ -14,10 +14,10 @@ from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool, StructuredTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field
-from themisto_env.sandbox.kernel import Kernel
 
 import themisto_env.tools
 from themisto_env.errors import ActionError, InfrastructureError, KernelDiedError
+from themisto_env.sandbox.kernel import Kernel
 from themisto_env.tools import (
     TOOL_NAMES,
     TOOLS,

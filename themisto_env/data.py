@@ -17,9 +17,7 @@ def bundled_dataset_dir(backend: str = "local") -> Path:
     return default_cache_dir() / "datasets" / f"bundled-{digest}-{backend}"
 
 
-def resolve_dataset(
-    dataset: str | Path | None = None, *, backend: str = "local", progress: bool = True
-) -> Path:
+def resolve_dataset(dataset: str | Path | None = None, *, backend: str = "local", progress: bool = True) -> Path:
     """A dataset folder ready to use: ``dataset`` as given, or the bundled data, replayed if needed.
 
     The bundled dataset is replayed into the cache the first time it is used on a backend (with a

@@ -161,9 +161,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         elif chosen in self._by_trajectory:
             tid = str(chosen)
         else:
-            raise ConfigError(
-                f"no trajectory {chosen!r} with {self.config.task} samples; known: {self.episode_ids}"
-            )
+            raise ConfigError(f"no trajectory {chosen!r} with {self.config.task} samples; known: {self.episode_ids}")
         samples = self._by_trajectory[tid]
         start = int(options.get("sample", 0))
         if not 0 <= start < len(samples):

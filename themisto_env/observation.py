@@ -43,9 +43,7 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n... [{len(text) - limit} more characters]"
 
 
-def render_history(
-    items: Sequence[HistoryItem], *, length: int, max_output_chars: int, max_chars: int
-) -> str:
+def render_history(items: Sequence[HistoryItem], *, length: int, max_output_chars: int, max_chars: int) -> str:
     """The last ``length`` executions as text, never longer than ``max_chars`` (oldest dropped first)."""
     blocks = []
     for item in list(items)[-length:] if length > 0 else []:

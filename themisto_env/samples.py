@@ -66,9 +66,7 @@ def sample_id(task: TaskName, trajectory_id: str, step: int) -> str:
     return f"{trajectory_id}/{task}/{step}"
 
 
-def make_samples(
-    trajectories: Iterable[Trajectory], task: TaskName, rule: SampleRule | None = None
-) -> list[Sample]:
+def make_samples(trajectories: Iterable[Trajectory], task: TaskName, rule: SampleRule | None = None) -> list[Sample]:
     """All samples of a task over trajectories, in trajectory and step order."""
     rule = rule or SampleRule()
     first = 1 if task == "next-cell" else 0

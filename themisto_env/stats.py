@@ -29,8 +29,6 @@ def dataset_info(folder: str | Path) -> dict[str, Any]:
         "snapshot_mb": round(sum(store.path(d).stat().st_size for d in digests) / 1e6, 1),
         "samples": {task: len(make_samples(trajectories, task)) for task in TASKS},
         "agreement": agree / len(steps) if steps else 1.0,
-        "disagreements": [
-            {"trajectory": t.id, "step": s.index, "source": s.source} for t, s in steps if not s.agrees
-        ],
+        "disagreements": [{"trajectory": t.id, "step": s.index, "source": s.source} for t, s in steps if not s.agrees],
         "failures": {t.id: t.failure for t in trajectories if not t.complete},
     }

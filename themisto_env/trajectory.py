@@ -134,9 +134,7 @@ def read_manifest(folder: str | Path) -> Manifest:
     """Read and validate a dataset's manifest."""
     path = Path(folder) / MANIFEST
     if not path.exists():
-        raise DataError(
-            f"not a trajectory dataset (no {MANIFEST}); build one with `themisto data build`", path=folder
-        )
+        raise DataError(f"not a trajectory dataset (no {MANIFEST}); build one with `themisto data build`", path=folder)
     try:
         manifest = Manifest.model_validate_json(path.read_text())
     except ValidationError as exc:
@@ -175,9 +173,7 @@ def iter_trajectories(folder: str | Path) -> Iterator[Trajectory]:
                 trajectory = Trajectory.model_validate_json(line)
             except ValidationError as exc:
                 err = exc.errors()[0]
-                raise DataError(
-                    err["msg"], path=path, row=row, field=".".join(map(str, err["loc"]))
-                ) from None
+                raise DataError(err["msg"], path=path, row=row, field=".".join(map(str, err["loc"]))) from None
             latest[trajectory.id] = trajectory
     yield from latest.values()
 

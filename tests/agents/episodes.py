@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
-from themisto_env.agents import Agent, AgentUsage
 
 from themisto_env.actions import Prediction
+from themisto_env.agents import Agent, AgentUsage
 
 
 @dataclass(frozen=True)

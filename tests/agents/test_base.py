@@ -7,10 +7,10 @@ import warnings
 from typing import Any
 
 import pytest
-import themisto_env.agents as agents
-from themisto_env.agents import AGENTS, Agent, AgentUsage, BaseAgent, make_agent, parse_history, register_agent
 
+import themisto_env.agents as agents
 from themisto_env.actions import Prediction
+from themisto_env.agents import AGENTS, Agent, AgentUsage, BaseAgent, make_agent, parse_history, register_agent
 from themisto_env.errors import ConfigError
 from themisto_env.tools import ToolCall
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from themisto_env.agents import make_agent
-from themisto_env.agents.baselines import repeat_previous, retrieve
 
 from tests.agents.conftest import MakeEnv
 from tests.agents.episodes import run_agent
+from themisto_env.agents import make_agent
+from themisto_env.agents.baselines import repeat_previous, retrieve
 
 HISTORY = """# In [1]:
 df = load()

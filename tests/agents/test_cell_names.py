@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from themisto_env.agents.cell_names import column_lookups, needed_names
 
 NEEDED = [

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from sklearn.datasets import load_breast_cancer, load_diabetes, load_iris, load_wine
+
 from themisto_env.agents.frame_text import notebook_frame_text
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from themisto_env.agents import HistoryCell, parse_history
-
 from themisto_env.observation import render_history
 from themisto_env.tools import HistoryItem
 

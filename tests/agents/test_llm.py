@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+
+from tests.agents.conftest import MakeEnv
+from tests.agents.episodes import run_agent
+from themisto_env.actions import Prediction
 from themisto_env.agents import make_agent
 from themisto_env.agents.fake_chat import ScriptedChatModel
 from themisto_env.agents.llm import StaticContextAgent, message_text
 from themisto_env.agents.llm_tools import ToolUsingAgent
 from themisto_env.agents.prompting import load_prompts
-
-from tests.agents.conftest import MakeEnv
-from tests.agents.episodes import run_agent
-from themisto_env.actions import Prediction
 from themisto_env.errors import ConfigError
 from themisto_env.tools import TOOL_NAMES, ToolCall
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from themisto_env.agents.parsing import extract_prediction
 
 NEXT_CELL = [

@@ -7,9 +7,9 @@ import types
 from typing import Any
 
 import pytest
+
 from themisto_env.agents.fake_chat import ScriptedChatModel
 from themisto_env.agents.providers import make_chat_model
-
 from themisto_env.errors import ConfigError, ProviderError
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from themisto_env.agents import make_agent
-from themisto_env.agents.runtime_rules import DisplayedExpression, RuntimeRulesAgent, displayed_expression
 
 from tests.agents.conftest import MakeEnv
 from tests.agents.episodes import mean, run_agent
 from themisto_env.actions import Prediction
+from themisto_env.agents import make_agent
+from themisto_env.agents.runtime_rules import DisplayedExpression, RuntimeRulesAgent, displayed_expression
 from themisto_env.tools import ToolCall
 
 CELLS = [

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from themisto_env.errors import BackendUnavailableError, KernelDiedError
 from themisto_env.sandbox.docker import (
     LABEL_HOST,
     LABEL_HOST_PID,
@@ -29,8 +31,6 @@ from themisto_env.sandbox.docker import (
 from themisto_env.sandbox.image import ImageSpec, debian_mirror, default_image, default_spec, write_context
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.models import SandboxLimits
-
-from themisto_env.errors import BackendUnavailableError, KernelDiedError
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 

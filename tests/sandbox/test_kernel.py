@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from themisto_env.sandbox.kernel import Kernel
 
 from themisto_env.errors import ConfigError, InfrastructureError, SnapshotError
+from themisto_env.sandbox.kernel import Kernel
 
 
 def test_unknown_backend_suggests_the_nearest_name() -> None:
