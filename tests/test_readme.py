@@ -76,8 +76,14 @@ def test_readme_command_runs(command: str, workdir: Path) -> None:
         assert (workdir / args[2] / "report.html").exists()
 
 
-def test_readme_python_example_runs(workdir: Path) -> None:
-    (example,) = _blocks("python")
-    done = subprocess.run([sys.executable, "-c", example], cwd=workdir, capture_output=True, text=True, timeout=1800)
+@pytest.mark.parametrize("index", range(len(_blocks("python"))))
+def test_readme_python_block_runs(index: int, workdir: Path) -> None:
+    """Complete examples run as scripts; a sketch with ``...`` placeholders (the GRPO trainer, which
+    ``examples/train_grpo.py`` runs in full in tests/rl) must at least import what it names."""
+    block = _blocks("python")[index]
+    if re.search(r"[=(,]\s*\.\.\.", block):  # an argument left as `...`: a sketch
+        block = "\n".join(line for line in block.splitlines() if line.startswith(("import ", "from ")))
+    done = subprocess.run([sys.executable, "-c", block], cwd=workdir, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "exact_match" in done.stdout
+    if index == 0:
+        assert "exact_match" in done.stdout
