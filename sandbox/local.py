@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import site
 import subprocess
 import sys
 import time
@@ -144,7 +145,12 @@ class BwrapLauncher(LocalLauncher):
                 "the bwrap backend needs bubblewrap: install it with `apt-get install bubblewrap`"
             )
         binds: list[str] = []
-        for folder in {connection_file.parent, workdir, *self.shared_dirs}:
+        # The Python running the kernel may live under /tmp (a venv there), which the private /tmp
+        # would hide: bind it back, read-only.
+        for folder in sorted({sys.prefix, sys.base_prefix, *site.getsitepackages()}):
+            if Path(folder).is_relative_to("/tmp") and Path(folder).exists():
+                binds += ["--ro-bind", folder, folder]
+        for folder in sorted({connection_file.parent, workdir, *self.shared_dirs}):
             binds += ["--bind", str(folder), str(folder)]
         return [
             bwrap,
