@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import require_backend
 from themisto_env.errors import ConfigError, InfrastructureError, SnapshotError
 from themisto_env.sandbox.kernel import Kernel
 
@@ -70,3 +73,17 @@ def test_long_repr_is_bounded(local_kernel: Kernel) -> None:
     local_kernel.execute("big = list(range(100_000))\ntext = 'x' * 50_000")
     assert len(local_kernel.call("inspect_variable", name="big", max_chars=500)["repr"]) < 600
     assert len(local_kernel.call("inspect_variable", name="text", max_chars=500)["repr"]) < 600
+
+
+def test_bwrap_kernel_starts_from_a_venv_under_tmp(tmp_path: Path) -> None:
+    """bwrap gives the kernel a private /tmp; a Python that lives under /tmp must still be visible."""
+    require_backend("bwrap")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
+    code = (
+        "from themisto_env.sandbox.kernel import Kernel\n"
+        "with Kernel('bwrap') as k:\n"
+        "    print(k.execute('21 * 2').outputs[0]['data']['text/plain'])"
+    )
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "42", done.stderr[-2000:]
