@@ -145,6 +145,7 @@ class DockerLauncher(KernelLauncher):
 
     name: ClassVar[str] = "docker"
     isolated: ClassVar[bool] = True
+    _stale_checked: ClassVar[bool] = False  # cleanup_stale() ran in this process
     enforces_limits: ClassVar[bool] = True
 
     def __init__(
@@ -233,6 +234,9 @@ class DockerLauncher(KernelLauncher):
         if self._container is not None:
             self.stop(graceful=False)
         client = self._docker()
+        if not DockerLauncher._stale_checked:  # once per process: containers of crashed runs go
+            DockerLauncher._stale_checked = True
+            self.cleanup_stale()
         mounts = self.mounts(connection_file, workdir)
         for folder in mounts:
             folder.mkdir(parents=True, exist_ok=True)
