@@ -23,6 +23,7 @@ from themisto_env.notebook import read_notebook_session
 from themisto_env.rendering import normalize_for_comparison, render_outputs
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.models import SandboxLimits
+from themisto_env.sandbox.snapshots import SnapshotStore
 from themisto_env.sessions import RecordedExecution, Session
 from themisto_env.trajectory import (
     Manifest,
@@ -161,10 +162,12 @@ def replay_session(
     return trajectory
 
 
-def _already_built(trajectory: Trajectory, digest: str, backend: str, kernel: Kernel, snapshots: bool) -> bool:
-    if not trajectory.complete or trajectory.source_digest != digest or trajectory.backend != backend:
+def is_built(trajectory: Trajectory, session: Session, backend: str, store: SnapshotStore, snapshots: bool) -> bool:
+    """Whether a built trajectory still stands for the session: complete, same source, same backend,
+    and (when snapshots are wanted) every snapshot still in the store."""
+    if not trajectory.complete or trajectory.source_digest != session_digest(session) or trajectory.backend != backend:
         return False
-    return not snapshots or all(s.snapshot is None or s.snapshot in kernel.store for s in trajectory.steps)
+    return not snapshots or all(s.snapshot is None or s.snapshot in store for s in trajectory.steps)
 
 
 def build_dataset(
@@ -213,7 +216,7 @@ def build_dataset(
         for session in sessions:
             tid = trajectory_id(session)
             previous = existing.get(tid)
-            if previous is not None and _already_built(previous, session_digest(session), backend, kernel, snapshots):
+            if previous is not None and is_built(previous, session, backend, kernel.store, snapshots):
                 report.skipped.append(tid)
                 bar.advance(task, len(session.executions))
                 continue

@@ -33,22 +33,19 @@ def resolve_dataset(dataset: str | Path | None = None, *, backend: str = "local"
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / ".lock", "w") as lock:  # parallel workers build it once
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (folder / MANIFEST).exists() or not _complete(folder):
+        if not (folder / MANIFEST).exists() or not _complete(folder, backend):
             build_dataset([bundled_log_path()], folder, backend=backend, progress=progress)
     return folder
 
 
-def _complete(folder: Path) -> bool:
-    from themisto_env.build import load_sessions, session_digest, trajectory_id
+def _complete(folder: Path, backend: str) -> bool:
+    from themisto_env.build import is_built, load_sessions, trajectory_id
     from themisto_env.sandbox.snapshots import SnapshotStore
     from themisto_env.trajectory import iter_trajectories
 
     built = {t.id: t for t in iter_trajectories(folder)}
     store = SnapshotStore()
-    for session in load_sessions([bundled_log_path()]):
-        t = built.get(trajectory_id(session))
-        if t is None or t.source_digest != session_digest(session):
-            return False
-        if any(s.snapshot is not None and s.snapshot not in store for s in t.steps):
-            return False
-    return True
+    return all(
+        (t := built.get(trajectory_id(session))) is not None and is_built(t, session, backend, store, snapshots=True)
+        for session in load_sessions([bundled_log_path()])
+    )

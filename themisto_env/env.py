@@ -38,7 +38,7 @@ from themisto_env.rendering import render_outputs
 from themisto_env.samples import Sample, SampleRule, TaskName, make_samples, samples_by_trajectory
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.models import SandboxLimits
-from themisto_env.tools import TOOL_NAMES, ToolCall, ToolContext, ToolResult, run_tool
+from themisto_env.tools import TOOL_NAMES, ToolCall, ToolContext, run_tool
 from themisto_env.trajectory import Trajectory, read_trajectories
 
 ObservationMode = Literal["static", "full", "tools"]
@@ -112,8 +112,9 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.dataset_dir = Path(folder)
         self.trajectories: dict[str, Trajectory] = {t.id: t for t in read_trajectories(folder)}
         self.samples = make_samples(self.trajectories.values(), self.config.task, self.config.sample_rule)
-        self._by_trajectory = samples_by_trajectory(self.samples)
-        self.episode_ids = sorted(self._by_trajectory)
+        #: Each trajectory's samples in step order (the episodes).
+        self.episode_samples: dict[str, list[Sample]] = samples_by_trajectory(self.samples)
+        self.episode_ids = sorted(self.episode_samples)
         if not self.episode_ids:
             raise ConfigError(f"no {self.config.task} samples in {folder} under {self.config.sample_rule}")
         limit = self.config.max_text_chars
@@ -158,11 +159,11 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             tid = self.episode_ids[int(self.np_random.integers(len(self.episode_ids)))]
         elif isinstance(chosen, int):
             tid = self.episode_ids[chosen]
-        elif chosen in self._by_trajectory:
+        elif chosen in self.episode_samples:
             tid = str(chosen)
         else:
             raise ConfigError(f"no trajectory {chosen!r} with {self.config.task} samples; known: {self.episode_ids}")
-        samples = self._by_trajectory[tid]
+        samples = self.episode_samples[tid]
         start = int(options.get("sample", 0))
         if not 0 <= start < len(samples):
             raise ConfigError(f"trajectory {tid} has {len(samples)} samples; sample {start} is out of range")
@@ -315,7 +316,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             self._tools_used -= 1  # not the agent's fault
             return "The tool could not run because the sandbox failed; it was recovered: try again."
         self._tool_calls.append({"tool": call.tool, "args": call.args, "ok": result.ok})
-        extra["tool_result"] = asdict(result) if isinstance(result, ToolResult) else result
+        extra["tool_result"] = asdict(result)
         return result.text
 
     def _submit(
@@ -325,7 +326,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         sample = self._sample
         scores = score(prediction.text, sample.target)
         value = reward(scores, self.config.reward)
-        extra["scores"] = asdict(scores) if hasattr(scores, "__dataclass_fields__") else dict(scores)
+        extra["scores"] = scores.as_dict()
         extra["tool_calls"] = list(self._tool_calls)
         if self.config.execution_score and self.config.task == "next-cell":
             extra["execution_score"] = self._execution_score(prediction.text, extra)
@@ -357,8 +358,6 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     def _execution_score(self, code: str, extra: dict[str, Any]) -> float | None:
         """Run the prediction from the pre-target state, compare with the target step, roll back."""
         assert self._trajectory is not None and self._sample is not None
-        from themisto_env.metrics import score as text_score
-
         kernel = self._ensure_kernel()
         target = self._trajectory.steps[self._sample.step]
         try:
@@ -378,7 +377,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         changed_true = {n for n in set(base) | set(truth_after) if base.get(n) != truth_after.get(n)}
         union = changed_pred | changed_true
         jaccard = len(changed_pred & changed_true) / len(union) if union else 1.0
-        output = text_score(render_outputs(result.outputs), render_outputs(truth.outputs)).chrf
+        output = score(render_outputs(result.outputs), render_outputs(truth.outputs)).chrf
         if not render_outputs(result.outputs).strip() and not render_outputs(truth.outputs).strip():
             output = 1.0
         return float(np.mean([jaccard, output]))

@@ -107,7 +107,7 @@ def read_results(out: str | Path) -> list[dict[str, Any]]:
 def _episodes(env: ThemistoEnv, wanted: set[str]) -> Iterator[tuple[str, int]]:
     """(trajectory id, first wanted sample index) for each trajectory with wanted samples."""
     for tid in env.episode_ids:
-        ids = [s.id for s in env._by_trajectory[tid]]
+        ids = [s.id for s in env.episode_samples[tid]]
         first = next((i for i, sid in enumerate(ids) if sid in wanted), None)
         if first is not None:
             yield tid, first
@@ -140,7 +140,7 @@ def episode_rows(
     obs, info = env.reset(options={"trajectory": tid, "sample": first})
     agent.reset(info)
     started, infra = time.perf_counter(), None
-    left = {s.id for s in env._by_trajectory[tid][first:]} & wanted
+    left = {s.id for s in env.episode_samples[tid][first:]} & wanted
     while left:  # the episode stops after its last wanted sample
         sample = env.current_sample
         assert sample is not None
@@ -226,7 +226,7 @@ def _worker(config_json: str, tasks: Any, wanted: list[str], queue: Any) -> None
 def balanced_order(env: ThemistoEnv, wanted: set[str]) -> list[str]:
     """The trajectories with wanted samples, longest (most wanted samples) first, for balanced workers."""
     episodes = [tid for tid, _ in _episodes(env, wanted)]
-    episodes.sort(key=lambda tid: -sum(1 for s in env._by_trajectory[tid] if s.id in wanted))
+    episodes.sort(key=lambda tid: -sum(1 for s in env.episode_samples[tid] if s.id in wanted))
     return episodes
 
 

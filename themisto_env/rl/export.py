@@ -193,7 +193,7 @@ def _walk_observations(env: Any, wanted: set[str]) -> dict[str, dict[str, Any]]:
     found: dict[str, dict[str, Any]] = {}
     for tid, first in _episodes(env, wanted):
         obs, _ = env.reset(options={"trajectory": tid, "sample": first})
-        left = {s.id for s in env._by_trajectory[tid][first:]} & wanted
+        left = {s.id for s in env.episode_samples[tid][first:]} & wanted
         while left:
             sample = env.current_sample
             if sample.id in left:

@@ -157,7 +157,7 @@ class ExecutionReward:
         self.env = ThemistoEnv(**options)
         self.text = MetricReward(parse=parse)
         self.__name__ = "themisto_execution"
-        self._index = {s.id: (tid, i) for tid, group in self.env._by_trajectory.items() for i, s in enumerate(group)}
+        self._index = {s.id: (tid, i) for tid, group in self.env.episode_samples.items() for i, s in enumerate(group)}
 
     def __call__(
         self,
