@@ -25,6 +25,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
@@ -34,12 +35,15 @@ from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
 from themisto_env.errors import (
+    HelperError,
     InfrastructureError,
     KernelDiedError,
     KernelStartError,
     KernelTimeoutError,
+    SnapshotCorruptError,
     SnapshotError,
 )
+from themisto_env.sandbox import lifetime
 from themisto_env.sandbox.launcher import KernelLauncher, launcher_class
 from themisto_env.sandbox.models import ExecutionResult, SandboxLimits, SnapshotInfo
 from themisto_env.sandbox.snapshots import SnapshotStore
@@ -198,6 +202,8 @@ class Kernel:
             str(connection_file), transport="ipc", ip=str(self._run_dir / "k"), key=uuid.uuid4().hex.encode()
         )
         os.chmod(connection_file, 0o644)
+        lifetime.write_owner(self._run_dir, self.backend)  # before any process: a reaper can find it
+        lifetime.track(self, self._run_dir)
         self._launcher = self._launcher_cls(
             self.limits,
             shared_dirs=(self._run_dir, self.store.root),
@@ -213,6 +219,7 @@ class Kernel:
     def _boot(self) -> None:
         launcher = self.launcher
         launcher.start(self.run_dir / "kernel.json", self.run_dir / "work")
+        self._record_owner()
         client = BlockingKernelClient()
         client.load_connection_info(self._connection or {})
         client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=False)
@@ -250,11 +257,17 @@ class Kernel:
 
     def close(self) -> None:
         """Stop the kernel, remove its process or container and its run directory. Idempotent."""
+        lifetime.untrack(self)
         self._stop_process(graceful=True)
         self._launcher = None
         if self._run_dir is not None:
             shutil.rmtree(self._run_dir, ignore_errors=True)
             self._run_dir = None
+
+    def _record_owner(self) -> None:
+        """Name the kernel's host processes and containers in the run directory's owner record, so that
+        they go with this process however it ends (see :mod:`themisto_env.sandbox.lifetime`)."""
+        lifetime.write_owner(self.run_dir, self.backend, **self.launcher.owner_record())
 
     def _stop_process(self, *, graceful: bool) -> str:
         if self._client is not None:
@@ -322,7 +335,8 @@ class Kernel:
         user namespace, nor ``_``/``Out``, nor the execution counter or history.
 
         Raises:
-            InfrastructureError: The helper itself failed (a bug, not a user error).
+            HelperError: The helper function raised on the user's data (the kernel is fine).
+            InfrastructureError: The helper could not be reached or run (the kernel is not fine).
         """
         expression = f"__import__('sys').modules[{_HELPER_MODULE!r}].call({function!r}, {json.dumps(kwargs)!r})"
         reply, *_ = self._run(
@@ -333,35 +347,74 @@ class Kernel:
             raise InfrastructureError(f"kernel helper {function!r} failed: {value.get('ename')}: {value.get('evalue')}")
         payload = json.loads(ast.literal_eval(value["data"]["text/plain"]))
         if "raised" in payload:
-            raise InfrastructureError(f"kernel helper {function!r} raised {payload['raised']}")
+            raise HelperError(function, payload["raised"])
         return payload["ok"]
 
+    def fingerprint(self) -> dict[str, str]:
+        """The user namespace's fingerprint: per name ``type|shape-or-length|content-hash`` (the hash
+        where cheap). Equal in two kernels in the same state, in any process; see
+        :func:`themisto_env.sandbox.kernel_helper.namespace_fingerprint`.
+
+        Raises:
+            InfrastructureError: The kernel could not answer.
+        """
+        try:
+            return dict(self.call("namespace_fingerprint"))
+        except HelperError as exc:  # the helper guards every value: this is a bug, not user data
+            raise InfrastructureError(str(exc)) from exc
+
+    def package_versions(self, names: Sequence[str]) -> dict[str, str]:
+        """The versions of these distributions installed where the kernel runs (``absent`` if not)."""
+        try:
+            return dict(self.call("package_versions", names=list(names)))
+        except HelperError as exc:
+            raise InfrastructureError(str(exc)) from exc
+
     def snapshot(self) -> SnapshotInfo:
-        """Save the user namespace to the snapshot store (content-addressed); unpicklable names skipped."""
+        """Save the user namespace to the snapshot store (content-addressed); unpicklable names skipped.
+
+        Raises:
+            SnapshotError: The namespace could not be saved.
+            KernelDiedError: The kernel died meanwhile.
+        """
         try:
             info = self.call("snapshot", store=self.launcher.kernel_path(self.store.root))
-        except InfrastructureError as exc:
+        except (InfrastructureError, HelperError) as exc:
             if isinstance(exc, KernelDiedError):
                 raise
             raise SnapshotError(f"snapshot failed: {exc}") from exc
         return SnapshotInfo(**info)
 
-    def restore(self, snapshot: SnapshotInfo | str, *, clean: bool = True) -> list[str]:
-        """Load a snapshot (or digest) into the user namespace; with ``clean`` other user names go.
+    def restore(self, snapshot: SnapshotInfo | str, *, clean: bool = True, keep: Sequence[str] = ()) -> list[str]:
+        """Load a snapshot (or digest) into the user namespace; with ``clean`` other user names go, but
+        those in ``keep``.
+
+        The kernel reads the file once, checks that its bytes hash to the digest, and loads those bytes:
+        a file changed after it was written is never loaded.
 
         Returns:
             The names restored.
+
+        Raises:
+            SnapshotCorruptError: The file's content does not match its digest (nothing was loaded).
+            SnapshotError: The file is missing or could not be loaded (a package it needs is absent, ...).
+            KernelDiedError: The kernel died meanwhile.
         """
         digest = snapshot.digest if isinstance(snapshot, SnapshotInfo) else snapshot
         path = self.store.path(digest)
         if not path.exists():
             raise SnapshotError(f"no snapshot {digest[:12]} in {self.store.root}")
         try:
-            return list(self.call("restore", path=self.launcher.kernel_path(path), clean=clean)["names"])
-        except InfrastructureError as exc:
+            answer = self.call(
+                "restore", path=self.launcher.kernel_path(path), digest=digest, clean=clean, keep=list(keep)
+            )
+        except (InfrastructureError, HelperError) as exc:
             if isinstance(exc, KernelDiedError):
                 raise
             raise SnapshotError(f"restoring snapshot {digest[:12]} failed: {exc}") from exc
+        if "corrupt" in answer:
+            raise SnapshotCorruptError(f"snapshot {path}: {answer['corrupt']}")
+        return list(answer["names"])
 
     # -- protocol ------------------------------------------------------------------------------------
 

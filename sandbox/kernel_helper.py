@@ -309,19 +309,152 @@ def snapshot(store: str) -> dict[str, Any]:
     return {"digest": digest, "size_bytes": len(data), "names": sorted(state), "skipped": skipped}
 
 
-def restore(path: str, clean: bool = True) -> dict[str, Any]:
-    """Load a snapshot into the user namespace; with ``clean``, user names not in it are removed first."""
+def restore(path: str, digest: str = "", clean: bool = True, keep: list[str] | None = None) -> dict[str, Any]:
+    """Load a snapshot into the user namespace, after checking that its bytes hash to ``digest``.
+
+    The bytes are read once, hashed and loaded from memory, so what is checked is what is loaded. With
+    ``clean``, user names not in the snapshot are removed first, except those in ``keep`` (names the
+    snapshot could not hold, rebuilt by replay).
+    """
     import dill
 
     with open(path, "rb") as f:
-        state = dill.load(f)
+        data = f.read()
+    if digest and hashlib.sha256(data).hexdigest() != digest:
+        return {"corrupt": f"content hash {hashlib.sha256(data).hexdigest()[:12]} does not match its name"}
+    state = dill.loads(data)
+    if not isinstance(state, dict):
+        return {"corrupt": f"holds a {type(state).__name__}, not a namespace"}
     ns = _user_ns()
     if clean:
+        kept = set(keep or ())
         for name in user_names():
-            if name not in state:
+            if name not in state and name not in kept:
                 del ns[name]
     ns.update(state)
     return {"names": sorted(state)}
+
+
+#: Objects larger than this are fingerprinted by type and shape only (content hashing stays cheap).
+FINGERPRINT_MAX_BYTES = 1 << 20
+_ADDRESS = __import__("re").compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _code_digest(code: Any, h: Any) -> None:
+    h.update(code.co_code)
+    h.update(repr(code.co_names).encode())
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _code_digest(const, h)
+        else:
+            h.update(_ADDRESS.sub("", repr(const)).encode("utf-8", "surrogatepass"))
+
+
+def _content(obj: Any, h: Any, depth: int = 0) -> bool:
+    """Feed a deterministic digest of ``obj``'s content into ``h``; False where that is not cheap."""
+    np = sys.modules.get("numpy")
+    pd = sys.modules.get("pandas")
+    if obj is None or isinstance(obj, (bool, int, float, complex)) or (np is not None and isinstance(obj, np.generic)):
+        h.update(repr(obj).encode())
+        return True
+    if isinstance(obj, str):
+        if len(obj) > FINGERPRINT_MAX_BYTES:
+            return False
+        h.update(obj.encode("utf-8", "surrogatepass"))
+        return True
+    if isinstance(obj, (bytes, bytearray)):
+        if len(obj) > FINGERPRINT_MAX_BYTES:
+            return False
+        h.update(obj)
+        return True
+    if np is not None and isinstance(obj, np.ndarray):
+        if obj.dtype.hasobject or obj.nbytes > FINGERPRINT_MAX_BYTES:
+            return False
+        h.update(f"{obj.dtype.str}{obj.shape}".encode())
+        h.update(np.ascontiguousarray(obj).data)
+        return True
+    if pd is not None and isinstance(obj, (pd.DataFrame, pd.Series, pd.Index)):
+        try:
+            if int(obj.memory_usage(deep=False, index=True).sum() if not isinstance(obj, pd.Index) else obj.nbytes) > (
+                FINGERPRINT_MAX_BYTES
+            ):
+                return False
+            if isinstance(obj, pd.DataFrame):
+                h.update(repr(list(obj.columns)).encode() + repr(list(map(str, obj.dtypes))).encode())
+            else:
+                h.update(f"{obj.name!r}{obj.dtype}".encode())
+            h.update(pd.util.hash_pandas_object(obj, index=not isinstance(obj, pd.Index)).to_numpy().data)
+            return True
+        except Exception:  # unhashable cells (lists, dicts): shape and dtypes only
+            return False
+    if depth > 3:
+        return False
+    if isinstance(obj, (list, tuple)):
+        if len(obj) > 10_000:
+            return False
+        h.update(f"{type(obj).__name__}{len(obj)}[".encode())
+        return all(_content(item, h, depth + 1) for item in obj)
+    if isinstance(obj, dict):
+        if len(obj) > 10_000:
+            return False
+        h.update(f"dict{len(obj)}{{".encode())
+        return all(_content(k, h, depth + 1) and _content(v, h, depth + 1) for k, v in obj.items())
+    if isinstance(obj, (set, frozenset)):
+        if len(obj) > 10_000:
+            return False
+        parts = []
+        for item in obj:
+            sub = hashlib.blake2b(digest_size=8)
+            if not _content(item, sub, depth + 1):
+                return False
+            parts.append(sub.digest())
+        h.update(b"set" + b"".join(sorted(parts)))
+        return True
+    if isinstance(obj, types.FunctionType):
+        _code_digest(obj.__code__, h)
+        return True
+    if isinstance(obj, types.ModuleType):
+        h.update(obj.__name__.encode())
+        return True
+    return False
+
+
+def _fingerprint(obj: Any) -> str:
+    shape = _shape(obj)
+    size = "x".join(map(str, shape)) if shape is not None else ""
+    if shape is None and not isinstance(obj, (types.FunctionType, types.ModuleType)):
+        length = _length(obj)
+        size = "" if length is None else f"len{length}"
+    h = hashlib.blake2b(digest_size=8)
+    try:
+        content = h.hexdigest() if _content(obj, h) else ""
+    except Exception:
+        content = ""
+    return f"{_type_name(obj)}|{size}|{content}"
+
+
+def namespace_fingerprint() -> dict[str, str]:
+    """A cheap, deterministic summary of the user namespace: per name ``type|shape-or-length|content``.
+
+    The content part is a hash of the value where that is cheap (numbers, strings, arrays and frames up
+    to 1 MiB, small containers of those, functions' code, modules' names) and empty elsewhere. Two
+    kernels in the same state give the same fingerprint, in any process.
+    """
+    ns = _user_ns()
+    return {name: _fingerprint(ns[name]) for name in sorted(user_names())}
+
+
+def package_versions(names: list[str]) -> dict[str, str]:
+    """The installed version of each distribution (``absent`` where it is not installed)."""
+    from importlib import metadata
+
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "absent"
+    return versions
 
 
 FUNCTIONS = {
@@ -335,6 +468,8 @@ FUNCTIONS = {
         variable_sizes,
         source,
         state_fingerprint,
+        namespace_fingerprint,
+        package_versions,
         snapshot,
         restore,
         user_names,

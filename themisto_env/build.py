@@ -14,7 +14,6 @@ import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 
 from themisto_env.errors import DataError, InfrastructureError
@@ -25,6 +24,7 @@ from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.snapshots import SnapshotStore
 from themisto_env.sessions import RecordedExecution, Session
+from themisto_env.state import run_recorded
 from themisto_env.trajectory import (
     Manifest,
     Step,
@@ -99,15 +99,9 @@ def outputs_agree(recorded: list[dict], replayed: list[dict]) -> bool:
 
 
 def replay_execution(kernel: Kernel, execution: RecordedExecution, *, snapshots: bool) -> Step:
-    """Run one recorded execution and record what the kernel did and holds afterwards.
-
-    An execution the person interrupted is interrupted at the recorded time (plus a second) rather than
-    left to run to the timeout.
-    """
-    timeout = None
-    if execution.interrupted:
-        timeout = min((execution.duration_s or 5.0) + 1.0, kernel.limits.timeout_s)
-    result = kernel.execute(execution.source, timeout_s=timeout)
+    """Run one recorded execution and record what the kernel did and holds afterwards: outputs, time,
+    memory, per-variable sizes, the namespace fingerprint and (optionally) a snapshot."""
+    result = run_recorded(kernel, execution.source, interrupted=execution.interrupted, duration_s=execution.duration_s)
     snapshot = kernel.snapshot() if snapshots and not result.kernel_restarted else None
     return Step(
         index=execution.index,
@@ -116,6 +110,8 @@ def replay_execution(kernel: Kernel, execution: RecordedExecution, *, snapshots:
         recorded_outputs=execution.recorded_outputs,
         recorded_duration_s=execution.duration_s,
         restarted_before=execution.restarted_before,
+        interrupted=execution.interrupted,
+        wedged=result.kernel_restarted,
         status=result.status,
         outputs=result.outputs,
         duration_s=round(result.duration_s, 6),
@@ -123,6 +119,7 @@ def replay_execution(kernel: Kernel, execution: RecordedExecution, *, snapshots:
         variables=kernel.call("variable_sizes"),
         snapshot=snapshot.digest if snapshot else None,
         snapshot_skipped=snapshot.skipped if snapshot else {},
+        fingerprint=kernel.fingerprint(),
         agrees=outputs_agree(execution.recorded_outputs, result.outputs),
     )
 
@@ -164,8 +161,10 @@ def replay_session(
 
 def is_built(trajectory: Trajectory, session: Session, backend: str, store: SnapshotStore, snapshots: bool) -> bool:
     """Whether a built trajectory still stands for the session: complete, same source, same backend,
-    and (when snapshots are wanted) every snapshot still in the store."""
+    fingerprinted (format 2), and (when snapshots are wanted) every snapshot still in the store."""
     if not trajectory.complete or trajectory.source_digest != session_digest(session) or trajectory.backend != backend:
+        return False
+    if any(s.fingerprint is None for s in trajectory.steps):
         return False
     return not snapshots or all(s.snapshot is None or s.snapshot in store for s in trajectory.steps)
 
@@ -199,19 +198,15 @@ def build_dataset(
     sessions = load_sessions(sources)
     existing = {t.id: t for t in iter_trajectories(out)}
     report = BuildReport()
-    manifest = Manifest(
-        backend=backend,
-        snapshots=snapshots,
-        sources=[str(p) for p in source_files(sources)],
-        packages={name: _version(name) for name in PACKAGES},
-    )
-    write_manifest(out, manifest)
+    manifest = Manifest(backend=backend, snapshots=snapshots, sources=[str(p) for p in source_files(sources)])
     total = sum(len(s.executions) for s in sessions)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with (
         Kernel(backend, limits=limits, snapshot_dir=snapshot_dir) as kernel,
         Progress(*columns, disable=not progress, transient=False) as bar,
     ):
+        manifest.packages = kernel.package_versions(PACKAGES)  # the kernel's, which wrote the snapshots
+        write_manifest(out, manifest)
         task = bar.add_task("replaying", total=total)
         for session in sessions:
             tid = trajectory_id(session)
@@ -238,10 +233,3 @@ def build_dataset(
     write_manifest(out, manifest)
     report.seconds = time.perf_counter() - started
     return report
-
-
-def _version(package: str) -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "absent"

@@ -173,6 +173,11 @@ def run_command(
             f"[yellow]{summary['infrastructure_failures']} samples hit an infrastructure failure "
             "(not scored; run again to retry them)[/]"
         )
+    if summary.get("state_mismatches"):
+        console.print(
+            f"[yellow]{summary['state_mismatches']} samples could not be served in their recorded state "
+            "(not scored; see state_mismatch in results.jsonl)[/]"
+        )
     console.print(f"results: {out / 'results.jsonl'}")
 
 

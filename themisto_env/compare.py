@@ -7,15 +7,17 @@ from typing import Any
 
 from themisto_env.errors import DataError
 from themisto_env.metrics import METRICS, Score, compare_paired
-from themisto_env.runner import read_results
+from themisto_env.runner import is_scored, read_results
 
 
 def scored_rows(run_dir: str | Path) -> dict[str, dict[str, Any]]:
-    """A run's scored rows by sample id (infrastructure failures left out; the last row of a sample wins)."""
+    """A run's scored rows by sample id (infrastructure failures and mismatched states left out; the last
+    row of a sample wins)."""
     rows = read_results(run_dir)
     if not rows:
         raise DataError("no results.jsonl with results (run `themisto run --out` first)", path=run_dir)
-    return {r["sample_id"]: r for r in rows if not r.get("infrastructure_error")}
+    latest = {r["sample_id"]: r for r in rows}
+    return {sid: r for sid, r in latest.items() if is_scored(r)}
 
 
 def run_label(rows: dict[str, dict[str, Any]], run_dir: str | Path) -> str:

@@ -4,7 +4,7 @@ Turn structure of an episode (documented for training loops):
 
 1. ``reset`` picks a trajectory (by ``seed``, or ``options={"trajectory": id, "sample": n}``) and
    brings a kernel to the state just before the first sample's target step by *restoring a snapshot*
-   (replaying only when a snapshot is missing from the cache).
+   (replaying only the cells a snapshot cannot stand for).
 2. For each sample, the agent takes any number of tool calls (``kind=0``; in ``tools`` mode; each costs
    ``tool_cost`` and at most ``tool_budget`` per sample), then one prediction (``kind=1``), which is
    scored: ``reward = metrics.reward(score, weights)``. Once the budget is spent, a further tool call
@@ -12,20 +12,28 @@ Turn structure of an episode (documented for training loops):
 3. The env then executes the ground-truth cells up to the next sample, and the next observation is that
    sample's. ``terminated`` is True after the trajectory's last sample.
 
+Every served state is checked (:mod:`themisto_env.state`): the live namespace must match the
+fingerprint recorded at build time, else it is repaired from snapshots, and what could not be repaired
+is reported. ``info["state"]`` tells how the current sample's state was reached and checked.
+
+What happened to a sample is reported with that sample, never with its neighbour. The ``info`` of the
+step that scores sample S (``info["scored_sample_id"] == S``) carries S's ``scores`` and, when S cannot
+be trusted, ``infrastructure_error`` (the machinery failed while serving S or during its tool calls:
+recovered from, never scored as a wrong answer) or ``state_mismatch`` (S was served in a state that
+differs from the recording). A failure while moving on to sample S+1 belongs to S+1.
+
 Nothing the agent reaches reveals the target: the kernel is in the state *before* the target step, the
-history holds only executed steps, ``info`` carries ids and scores but no target text. An infrastructure
-failure (kernel death, lost container) is recovered from (restart, restore) and reported in
-``info["infrastructure_error"]``; such a sample is marked and never scored as a wrong answer.
+history holds only executed steps, ``info`` carries ids and scores but no target text.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
-import numpy as np
 from gymnasium import spaces
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -34,12 +42,15 @@ from themisto_env.data import resolve_dataset
 from themisto_env.errors import ActionError, ConfigError, InfrastructureError
 from themisto_env.metrics import RewardWeights, reward, score
 from themisto_env.observation import history_items, render_history, render_runtime
-from themisto_env.rendering import render_outputs
 from themisto_env.samples import Sample, SampleRule, TaskName, make_samples, samples_by_trajectory
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.models import SandboxLimits
+from themisto_env.scorers import execution_score
+from themisto_env.state import StateReport, TrajectoryKernel
 from themisto_env.tools import TOOL_NAMES, ToolCall, ToolContext, run_tool
-from themisto_env.trajectory import Trajectory, read_trajectories
+from themisto_env.trajectory import Trajectory, read_manifest, read_trajectories
+
+log = logging.getLogger("themisto_env")
 
 ObservationMode = Literal["static", "full", "tools"]
 
@@ -135,11 +146,13 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 "text": spaces.Text(limit, min_length=0, charset=CHARSET),
             }
         )
-        self._kernel: Kernel | None = None
+        self._state = TrajectoryKernel(self._new_kernel)
+        self._packages_checked = False
         self._trajectory: Trajectory | None = None
         self._queue: list[Sample] = []
         self._sample: Sample | None = None
-        self._kernel_step = 0  # index of the next step the kernel would execute
+        self._report: StateReport | None = None  # how the current sample's state was served
+        self._sample_errors: list[str] = []  # infrastructure failures that touch the current sample
         self._tools_used = 0
         self._tool_calls: list[dict[str, Any]] = []
         self._last_tool: str = ""
@@ -169,8 +182,6 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             raise ConfigError(f"trajectory {tid} has {len(samples)} samples; sample {start} is out of range")
         self._trajectory = self.trajectories[tid]
         self._queue = list(samples[start:])
-        kernel = self._ensure_kernel()
-        self._move_to(kernel, self._queue[0].step)
         return self._begin_sample(), self._info()
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
@@ -201,9 +212,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return f"{obs['history']}\n# Next cell:\n{obs['cell']}\n{obs['tool_result']}"
 
     def close(self) -> None:
-        if self._kernel is not None:
-            self._kernel.close()
-            self._kernel = None
+        self._state.close()
 
     # -- bound state for agents ----------------------------------------------------------------------
 
@@ -211,7 +220,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         """The tools' view of the current state (for langchain tools bound to this env)."""
         if self._trajectory is None or self._sample is None:
             raise ConfigError("call reset() before using tools")
-        return ToolContext(kernel=self._ensure_kernel(), history=history_items(self._executed_steps()))
+        return ToolContext(kernel=self._state.kernel, history=history_items(self._executed_steps()))
 
     @property
     def current_sample(self) -> Sample | None:
@@ -220,47 +229,59 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
     # -- internals -------------------------------------------------------------------------------------
 
-    def _ensure_kernel(self) -> Kernel:
-        if self._kernel is None:
-            self._kernel = Kernel(
-                self.config.backend, limits=self.config.limits, snapshot_dir=self.config.snapshot_dir
-            ).start()
-        return self._kernel
+    @property
+    def state_report(self) -> StateReport | None:
+        """How the current sample's state was served and checked."""
+        return self._report
+
+    def _new_kernel(self) -> Kernel:
+        return Kernel(self.config.backend, limits=self.config.limits, snapshot_dir=self.config.snapshot_dir)
 
     def _executed_steps(self) -> list[Any]:
-        assert self._trajectory is not None
-        return self._trajectory.steps[: self._kernel_step]
+        """The steps executed before the current sample (the position follows from the sample)."""
+        assert self._trajectory is not None and self._sample is not None
+        return self._trajectory.steps[: self._sample.step]
 
-    def _move_to(self, kernel: Kernel, step: int) -> None:
-        """Bring the kernel to the state right before ``step``: restore the nearest snapshot at or
-        before it, then replay the few steps in between."""
-        trajectory = self._trajectory
-        assert trajectory is not None
-        start = step
-        while start > 0 and not trajectory.steps[start].restarted_before:
-            digest = trajectory.state_before(start)
-            if digest is not None and digest in kernel.store:
-                break
-            start -= 1
-        digest = trajectory.state_before(start)
-        if digest is not None and digest in kernel.store:
-            kernel.restore(digest)
-        else:
-            kernel.restart()
-        for s in trajectory.steps[start:step]:
-            kernel.execute(s.source)
-        self._kernel_step = step
+    def _check_packages(self) -> None:
+        """Once: do the kernel's packages match those that wrote the dataset's snapshots? If not, say
+        what differs in one line and reach states by replay instead of loading the snapshots."""
+        if self._packages_checked:
+            return
+        self._packages_checked = True
+        manifest = read_manifest(self.dataset_dir)
+        if not manifest.snapshots or not manifest.packages:
+            return
+        live = self._state.kernel.package_versions(sorted(manifest.packages))
+        differ = [
+            f"{name} {want} (kernel: {live.get(name)})"
+            for name, want in manifest.packages.items()
+            if live.get(name) != want
+        ]
+        if differ:
+            self._state.use_snapshots = False
+            log.warning(
+                "the %s kernel's packages differ from those that wrote the snapshots of %s: %s; states are "
+                "reached by replay (slower). Rebuild with `themisto data build ... --backend %s` to use snapshots.",
+                self.config.backend,
+                self.dataset_dir,
+                ", ".join(differ),
+                self.config.backend,
+            )
+
+    def _serve(self) -> None:
+        """Bring the kernel to the current sample's state and check it; record what happened."""
+        assert self._trajectory is not None and self._sample is not None
+        try:
+            self._check_packages()
+            self._report = self._state.serve(self._trajectory, self._sample.step)
+        except InfrastructureError as exc:
+            self._report = StateReport(self._trajectory.id, self._sample.step, route="failed")
+            self._sample_errors.append(f"{type(exc).__name__}: {exc}")
 
     def _recover(self, error: InfrastructureError) -> str:
-        """Restart the kernel and bring it back to the current state; describe what happened."""
-        kernel = self._ensure_kernel()
-        try:
-            kernel.restart()
-            self._move_to(kernel, self._kernel_step)
-        except InfrastructureError:
-            self.close()
-            kernel = self._ensure_kernel()
-            self._move_to(kernel, self._kernel_step)
+        """Bring a failed kernel back to the current sample's state; describe what happened."""
+        self._state.taint()
+        self._serve()
         return f"{type(error).__name__}: {error} (recovered: kernel restarted and state restored)"
 
     def _begin_sample(self) -> dict[str, Any]:
@@ -269,8 +290,16 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self._tool_calls = []
         self._last_tool = ""
         self._runtime_text = ""
+        self._sample_errors = []
+        self._serve()
         if self.config.observation == "full":
-            self._runtime_text = render_runtime(self._ensure_kernel(), max_chars=self.config.max_text_chars)
+            recorded = self._trajectory.steps[self._sample.step - 1] if self._sample.step > 0 else None
+            try:
+                self._runtime_text = render_runtime(
+                    self._state.kernel, max_chars=self.config.max_text_chars, recorded=recorded
+                )
+            except InfrastructureError as exc:
+                self._sample_errors.append(self._recover(exc))
         return self._observation()
 
     def _observation(self) -> dict[str, Any]:
@@ -294,6 +323,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
     def _info(self, **extra: Any) -> dict[str, Any]:
         assert self._sample is not None
+        state = self._report.as_dict() if self._report is not None else {}
         return {
             "sample_id": self._sample.id,
             "trajectory_id": self._sample.trajectory_id,
@@ -302,6 +332,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             "observation_mode": self.config.observation,
             "tool_names": TOOL_NAMES if self.config.observation == "tools" else (),
             "samples_left": len(self._queue),
+            "state": state,
             **extra,
         }
 
@@ -313,6 +344,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             result = run_tool(call, self.tool_context())
         except InfrastructureError as exc:
             extra["infrastructure_error"] = self._recover(exc)
+            self._sample_errors.append(extra["infrastructure_error"])
             self._tools_used -= 1  # not the agent's fault
             return "The tool could not run because the sandbox failed; it was recovered: try again."
         self._tool_calls.append({"tool": call.tool, "args": call.args, "ok": result.ok})
@@ -322,62 +354,43 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     def _submit(
         self, prediction: Prediction, extra: dict[str, Any]
     ) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
-        assert self._sample is not None and self._trajectory is not None
+        assert self._sample is not None and self._trajectory is not None and self._report is not None
         sample = self._sample
         scores = score(prediction.text, sample.target)
         value = reward(scores, self.config.reward)
         extra["scores"] = scores.as_dict()
         extra["tool_calls"] = list(self._tool_calls)
         if self.config.execution_score and self.config.task == "next-cell":
-            extra["execution_score"] = self._execution_score(prediction.text, extra)
+            extra["execution_score"] = self._execution_score(prediction.text)
         extra["scored_sample_id"] = sample.id
+        if self._sample_errors:
+            extra["infrastructure_error"] = "; ".join(self._sample_errors)
+        if self._report.check == "mismatch":
+            extra["state_mismatch"] = "; ".join(self._report.differences[:10]) or "the state differs"
+        if self._report.faults:
+            extra["recovered"] = list(self._report.faults)
         self._queue.pop(0)
         terminated = not self._queue
-        if not terminated:
-            try:
-                self._advance_to(self._queue[0].step)
-            except InfrastructureError as exc:
-                extra["infrastructure_error"] = self._recover(exc)
-            obs = self._begin_sample()
-        else:
-            obs = self._observation()
-        info = self._info(**extra)
-        return obs, value, terminated, False, info
+        obs = self._observation() if terminated else self._begin_sample()
+        return obs, value, terminated, False, self._info(**extra)
 
-    def _advance_to(self, step: int) -> None:
-        """Execute the ground-truth cells from the kernel's position up to (not including) ``step``."""
-        assert self._trajectory is not None
-        kernel = self._ensure_kernel()
-        for s in self._trajectory.steps[self._kernel_step : step]:
-            if s.restarted_before and s.index > 0:
-                kernel.restart()
-            kernel.execute(s.source)
-            self._kernel_step = s.index + 1
-        self._kernel_step = step
+    def _execution_score(self, code: str) -> float | None:
+        """Run the prediction from the pre-target state and compare its effects with the recorded ones.
 
-    def _execution_score(self, code: str, extra: dict[str, Any]) -> float | None:
-        """Run the prediction from the pre-target state, compare with the target step, roll back."""
+        The kernel is tainted afterwards (the prediction may have changed anything): the next sample is
+        served from a fresh kernel.
+        """
         assert self._trajectory is not None and self._sample is not None
-        kernel = self._ensure_kernel()
-        target = self._trajectory.steps[self._sample.step]
         try:
-            saved = kernel.snapshot()
-            before = kernel.call("state_fingerprint")["names"]
-            result = kernel.execute(code, timeout_s=min(self.config.limits.timeout_s, 30))
-            after = kernel.call("state_fingerprint")["names"] if not result.kernel_restarted else {}
-            kernel.restore(saved)
-            base = kernel.call("state_fingerprint")["names"]
-            truth = kernel.execute(target.source)
-            truth_after = kernel.call("state_fingerprint")["names"]
-            kernel.restore(saved)
+            return execution_score(
+                self._state.kernel,
+                self._trajectory,
+                self._sample.step,
+                code,
+                timeout_s=min(self.config.limits.timeout_s, 30),
+            )
         except InfrastructureError as exc:
-            extra["infrastructure_error"] = self._recover(exc)
+            self._sample_errors.append(f"{type(exc).__name__}: {exc}")
             return None
-        changed_pred = {n for n in set(before) | set(after) if before.get(n) != after.get(n)}
-        changed_true = {n for n in set(base) | set(truth_after) if base.get(n) != truth_after.get(n)}
-        union = changed_pred | changed_true
-        jaccard = len(changed_pred & changed_true) / len(union) if union else 1.0
-        output = score(render_outputs(result.outputs), render_outputs(truth.outputs)).chrf
-        if not render_outputs(result.outputs).strip() and not render_outputs(truth.outputs).strip():
-            output = 1.0
-        return float(np.mean([jaccard, output]))
+        finally:
+            self._state.taint()

@@ -8,12 +8,16 @@ Every error this package raises on purpose is a ``ThemistoError``::
     ├── ActionError              an agent's action is malformed (answered in the observation, never raised
     │                            out of ``Env.step``)
     ├── ProviderError            an optional LLM provider package or key is missing (says what to install)
+    ├── HelperError              the in-kernel helper failed on the user's data (a broken ``__repr__``, ...):
+    │                            the kernel is healthy; tools answer it as text
     └── InfrastructureError      the machinery failed, not the model: never scored as a wrong answer
         ├── BackendUnavailableError  the backend cannot run here (no Docker engine, no image, ...)
         ├── KernelStartError         a kernel did not become ready
         ├── KernelDiedError          the kernel process died (segfault, os._exit, OOM kill, lost container)
         ├── KernelTimeoutError       the kernel stopped answering and could not be recovered
-        └── SnapshotError            a snapshot could not be written or restored
+        ├── SnapshotError            a snapshot could not be written or restored
+        │   └── SnapshotCorruptError     a snapshot's bytes do not hash to its name (set aside, never loaded)
+        └── ReplayDivergedError      a replayed cell ended otherwise than recorded (timeout, restart, error)
 """
 
 from __future__ import annotations
@@ -61,6 +65,20 @@ class ProviderError(ThemistoError):
     """An optional provider (LLM package, API key) is missing; the message says what to install or set."""
 
 
+class HelperError(ThemistoError):
+    """The in-kernel helper raised on the user's data; the kernel itself is fine.
+
+    Attributes:
+        function: The helper function that was called.
+        detail: The exception it raised, as ``Type: message``.
+    """
+
+    def __init__(self, function: str, detail: str) -> None:
+        self.function = function
+        self.detail = detail
+        super().__init__(f"kernel helper {function!r} raised {detail}")
+
+
 class InfrastructureError(ThemistoError):
     """The infrastructure failed (not the model). Never scored as a wrong answer."""
 
@@ -85,16 +103,27 @@ class SnapshotError(InfrastructureError):
     """A snapshot could not be written or restored."""
 
 
+class SnapshotCorruptError(SnapshotError):
+    """A snapshot file's content does not hash to its name: it was changed after it was written."""
+
+
+class ReplayDivergedError(InfrastructureError):
+    """A recorded cell, replayed to reach a sample's state, ended otherwise than when it was recorded."""
+
+
 __all__ = [
     "ActionError",
     "BackendUnavailableError",
     "ConfigError",
     "DataError",
+    "HelperError",
     "InfrastructureError",
     "KernelDiedError",
     "KernelStartError",
     "KernelTimeoutError",
     "ProviderError",
+    "ReplayDivergedError",
+    "SnapshotCorruptError",
     "SnapshotError",
     "ThemistoError",
 ]

@@ -12,6 +12,7 @@ The history shows the most recent executions, oldest first, each as::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from themisto_env.rendering import render_outputs
@@ -58,16 +59,32 @@ def render_history(items: Sequence[HistoryItem], *, length: int, max_output_char
     return text[-max_chars:]
 
 
-def render_runtime(kernel: Kernel, *, max_chars: int, per_variable_chars: int = 300) -> str:
+_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")
+
+
+def render_runtime(
+    kernel: Kernel, *, max_chars: int, per_variable_chars: int = 300, recorded: Step | None = None
+) -> str:
     """Every user variable with type, size and a short repr, and the kernel's memory (Themisto's
-    "with runtime information" setting)."""
-    memory = kernel.call("memory", top=0)
+    "with runtime information" setting).
+
+    Deterministic for a state: memory and sizes are the figures recorded at build time after the
+    previous step (``recorded``; live ones only when nothing was recorded), and object addresses in
+    reprs are masked, so the same sample gives the same text in any process.
+    """
     listing = kernel.call("list_variables", limit=500)
-    rss, held = memory["kernel_rss_bytes"] or 0, memory["variables_total_bytes"]
+    sizes = recorded.variables if recorded is not None else {}
+    if recorded is not None:
+        rss = recorded.memory_bytes or 0
+        held = sum(sizes.get(row["name"], row["size_bytes"]) for row in listing["variables"])
+    else:
+        memory = kernel.call("memory", top=0)
+        rss, held = memory["kernel_rss_bytes"] or 0, memory["variables_total_bytes"]
     lines = [f"Kernel memory: {rss:,} bytes; variables: {held:,} bytes"]
     for row in listing["variables"]:
         detail = kernel.call("inspect_variable", name=row["name"], max_chars=per_variable_chars)
         shape = f" shape={tuple(row['shape'])}" if row.get("shape") else ""
-        first = detail.get("repr", "").replace("\n", " ")[:per_variable_chars]
-        lines.append(f"{row['name']}: {row['type']}{shape} ({row['size_bytes']:,} bytes) = {first}")
+        first = _ADDRESS.sub("0x…", detail.get("repr", "").replace("\n", " "))[:per_variable_chars]
+        size = sizes.get(row["name"], row["size_bytes"])
+        lines.append(f"{row['name']}: {row['type']}{shape} ({size:,} bytes) = {first}")
     return _cut("\n".join(lines), max_chars)

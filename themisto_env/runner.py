@@ -104,6 +104,12 @@ def read_results(out: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
+def is_scored(row: dict[str, Any]) -> bool:
+    """Whether a result row counts: not an infrastructure failure, not served in a mismatched state.
+    Rows that do not count are left out of the summary and run again on resume."""
+    return not row.get("infrastructure_error") and not row.get("state_mismatch")
+
+
 def _episodes(env: ThemistoEnv, wanted: set[str]) -> Iterator[tuple[str, int]]:
     """(trajectory id, first wanted sample index) for each trajectory with wanted samples."""
     for tid in env.episode_ids:
@@ -139,19 +145,18 @@ def episode_rows(
     """One episode of ``env`` from sample ``first`` of trajectory ``tid``: a row per wanted sample."""
     obs, info = env.reset(options={"trajectory": tid, "sample": first})
     agent.reset(info)
-    started, infra = time.perf_counter(), None
+    started = time.perf_counter()
     left = {s.id for s in env.episode_samples[tid][first:]} & wanted
     while left:  # the episode stops after its last wanted sample
         sample = env.current_sample
         assert sample is not None
         action = agent.act(obs, info) if sample.id in wanted else Prediction(text="")
         obs, reward, terminated, truncated, info = env.step(action)
-        infra = infra or info.get("infrastructure_error")
-        if "scored_sample_id" in info:
+        if "scored_sample_id" in info:  # the env reports each sample's failures with its score
             if sample.id in wanted:
                 left.discard(sample.id)
-                yield _row(config, options, agent, sample, action, reward, info, infra, started)
-            started, infra = time.perf_counter(), None
+                yield _row(config, options, agent, sample, action, reward, info, started)
+            started = time.perf_counter()
         if terminated or truncated:
             break
 
@@ -164,7 +169,6 @@ def _row(
     action: Any,
     reward: float,
     info: dict,
-    infra: str | None,
     started: float,
 ) -> dict[str, Any]:
     usage = getattr(agent, "usage", None)
@@ -185,7 +189,9 @@ def _row(
         "forced_submission": bool(info.get("forced_submission")),
         "usage": usage.as_dict() if hasattr(usage, "as_dict") else None,
         "seconds": round(time.perf_counter() - started, 4),
-        "infrastructure_error": infra,
+        "infrastructure_error": info.get("infrastructure_error"),
+        "state_mismatch": info.get("state_mismatch"),
+        "recovered": info.get("recovered"),
     }
 
 
@@ -267,7 +273,7 @@ def run(config: RunConfig, out: str | Path, *, progress: bool = True) -> dict[st
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / CONFIG).write_text(config.model_dump_json(indent=2) + "\n")
-    done = {r["sample_id"] for r in read_results(out) if not r.get("infrastructure_error")}
+    done = {r["sample_id"] for r in read_results(out) if is_scored(r)}
     agent = _make_agent(config)
     env = ThemistoEnv(**env_options(config, agent))  # resolves (and if needed builds) the dataset
     try:
@@ -302,13 +308,16 @@ def run(config: RunConfig, out: str | Path, *, progress: bool = True) -> dict[st
 def summarize(rows: list[dict[str, Any]], config: RunConfig | None = None) -> dict[str, Any]:
     """Per-metric means with bootstrap intervals over the scored samples (infrastructure failures out)."""
     latest = {r["sample_id"]: r for r in rows}
-    scored = [r for r in latest.values() if not r.get("infrastructure_error")]
+    scored = [r for r in latest.values() if is_scored(r)]
     summary: dict[str, Any] = {
         "agent": config.agent if config else (scored[0]["agent"] if scored else None),
         "task": config.task if config else (scored[0]["task"] if scored else None),
         "observation": scored[0]["observation"] if scored else None,
         "samples": len(scored),
-        "infrastructure_failures": len(latest) - len(scored),
+        "infrastructure_failures": sum(1 for r in latest.values() if r.get("infrastructure_error")),
+        "state_mismatches": sum(
+            1 for r in latest.values() if r.get("state_mismatch") and not r.get("infrastructure_error")
+        ),
         "tool_calls": sum(len(r["tool_calls"]) for r in scored),
         "seconds": round(sum(r["seconds"] for r in scored), 2),
     }

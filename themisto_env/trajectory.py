@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from themisto_env.errors import DataError
 
 FORMAT_NAME = "themisto-trajectories"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: steps carry the namespace fingerprint and the interrupted flag
 MANIFEST = "manifest.json"
 TRAJECTORIES = "trajectories.jsonl"
 
@@ -43,6 +43,8 @@ class Step(BaseModel):
         recorded_outputs: nbformat outputs recorded at the time.
         recorded_duration_s: Execution time recorded at the time, if known.
         restarted_before: The kernel was restarted just before this step (the namespace was empty).
+        interrupted: The person interrupted this execution (the replay interrupts it at the recorded time).
+        wedged: The replay did not stop when interrupted and the kernel was restarted (the state is gone).
         status: Status of the replay (``ok``, ``error``, ``timeout``).
         outputs: nbformat outputs of the replay (what the env's kernel reproduces).
         duration_s: Execution time of the replay.
@@ -50,6 +52,9 @@ class Step(BaseModel):
         variables: Size in bytes of each user variable after the step.
         snapshot: Digest of the namespace snapshot after the step (None if snapshots were off).
         snapshot_skipped: Names the snapshot could not hold, with the reason.
+        fingerprint: The user namespace after the step, per name ``type|shape-or-length|content-hash``
+            (see :mod:`themisto_env.state`); what a served state is checked against. None in datasets
+            built before format version 2.
         agrees: Whether the replayed output equals the recorded one after normalisation.
     """
 
@@ -61,6 +66,8 @@ class Step(BaseModel):
     recorded_outputs: list[dict[str, Any]] = Field(default_factory=list)
     recorded_duration_s: float | None = None
     restarted_before: bool = False
+    interrupted: bool = False
+    wedged: bool = False
     status: Literal["ok", "error", "timeout"]
     outputs: list[dict[str, Any]] = Field(default_factory=list)
     duration_s: float
@@ -68,6 +75,7 @@ class Step(BaseModel):
     variables: dict[str, int] = Field(default_factory=dict)
     snapshot: str | None = None
     snapshot_skipped: dict[str, str] = Field(default_factory=dict)
+    fingerprint: dict[str, str] | None = None
     agrees: bool
 
 

@@ -185,7 +185,8 @@ class ExecutionReward:
             prediction = Prediction(text=self.text.prediction(completion, "next-cell"))
             *_, info = self.env.step(prediction)
             value = info.get("execution_score")
-            values.append(None if value is None or info.get("infrastructure_error") else float(value))
+            failed = info.get("infrastructure_error") or info.get("state_mismatch")
+            values.append(None if value is None or failed else float(value))
         return values
 
     def close(self) -> None:

@@ -11,14 +11,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from themisto_env.errors import InfrastructureError
+from themisto_env.errors import HelperError
 from themisto_env.tools._history import find_definition
 from themisto_env.tools._models import ObservationTool, ToolContext, ToolError
 from themisto_env.tools._text import clip, human_size, shape_or_length, table
 
-# Kernel.call raises a plain InfrastructureError when a helper function raised; when the helper raised on
-# the user's own object (e.g. ``describe()`` of a frame without columns) that is the agent's answer.
-_HELPER_RAISED = re.compile(r"kernel helper '(?P<function>[^']+)' raised (?P<detail>.*)", re.DOTALL)
 _NAME_DESCRIPTION = "The variable's name in the kernel, as list_variables shows it."
 
 
@@ -69,11 +66,8 @@ def _ask(ctx: ToolContext, function: str, **kwargs: Any) -> dict[str, Any]:
     """Call an in-kernel helper function; its ``{"error": ...}`` answers become :class:`ToolError`."""
     try:
         answer = ctx.kernel.call(function, **kwargs)
-    except InfrastructureError as exc:
-        raised = _HELPER_RAISED.fullmatch(str(exc)) if type(exc) is InfrastructureError else None
-        if raised is None:
-            raise
-        raise ToolError(f"the kernel could not compute this: {raised['detail']}") from exc
+    except HelperError as exc:  # the helper raised on the user's own object: the agent's answer
+        raise ToolError(f"the kernel could not compute this: {exc.detail}") from exc
     if isinstance(answer, dict) and "error" in answer:
         raise ToolError(str(answer["error"]))
     return dict(answer)

@@ -1,0 +1,313 @@
+"""A kernel in the state before step k of a trajectory: the one owner of that promise.
+
+The builder, the env and the scorers all need "a kernel in which step k is about to run". This module
+is the only code that moves a kernel through a trajectory:
+
+* :func:`run_recorded` runs one recorded cell as it was recorded (restarting first where the person
+  restarted, interrupting it where the person interrupted it). The builder records with it; the env
+  replays with it and checks that each replayed cell ends as recorded (:class:`ReplayDivergedError`).
+* :class:`TrajectoryKernel` serves a state: :meth:`TrajectoryKernel.serve` brings its kernel to the
+  state before a step and **checks** the live namespace against the fingerprint recorded at build time.
+
+Serving a state, in order of cost:
+
+1. *forward*: the kernel is already before an earlier step of the same trajectory: run the recorded
+   cells in between (the cheap path between consecutive samples);
+2. *snapshot*: restore the nearest trusted snapshot that holds the whole namespace, replay the cells
+   after it, and where the exact snapshot skipped unpicklable names (generators), restore it over the
+   replayed state keeping those names (the replay supplies them, the snapshot the exact values).
+
+After either, the namespace fingerprint must equal the recorded one. A mismatch after *forward* (an
+unseeded random cell, a fault) is repaired by *snapshot*; a mismatch after *snapshot* is reported
+(``check == "mismatch"``, with the differing names) and never served silently as verified. A sample
+whose step was recorded right after a kernel restart is served from a fresh kernel. Snapshots are
+trusted only when their bytes hash to their name (checked inside the kernel, on the bytes it loads); a
+corrupt one is set aside (renamed ``*.corrupt``) and an unloadable one is not tried again by this
+owner. An infrastructure failure on the way (the kernel died, a replayed cell timed out) is recorded in
+the report's ``faults``, the kernel restarted, and the snapshot route tried again; only when that keeps
+failing does :meth:`serve` raise.
+
+Code that is not a recorded cell (a model's prediction) taints the kernel: :meth:`TrajectoryKernel.taint`
+makes the next :meth:`serve` start from a fresh kernel, since such code may have changed anything,
+the in-kernel helper included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from themisto_env.errors import (
+    InfrastructureError,
+    ReplayDivergedError,
+    SnapshotCorruptError,
+    SnapshotError,
+)
+from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.models import ExecutionResult
+from themisto_env.trajectory import Step, Trajectory
+
+StateCheck = Literal["verified", "mismatch", "unchecked"]
+
+#: How often :meth:`TrajectoryKernel.serve` retries the snapshot route after an infrastructure failure.
+MAX_RECOVERIES = 2
+
+
+def interrupt_after(duration_s: float | None, timeout_s: float) -> float:
+    """The timeout that reproduces a cell the person interrupted: its recorded time plus a second."""
+    return min((duration_s or 5.0) + 1.0, timeout_s)
+
+
+def run_recorded(kernel: Kernel, source: str, *, interrupted: bool, duration_s: float | None) -> ExecutionResult:
+    """Run one recorded cell as it was recorded: a cell the person interrupted is interrupted at the
+    recorded time (plus a second) rather than left to run to the kernel's timeout."""
+    timeout = interrupt_after(duration_s, kernel.limits.timeout_s) if interrupted else None
+    return kernel.execute(source, timeout_s=timeout)
+
+
+def replay_step(kernel: Kernel, step: Step) -> ExecutionResult:
+    """Replay a built step and check that it ends as it did when it was built.
+
+    Raises:
+        ReplayDivergedError: It timed out, needed a restart, or raised where the build did not (or the
+            other way round): the state after it cannot be the recorded one.
+        InfrastructureError: The kernel failed.
+    """
+    result = run_recorded(kernel, step.source, interrupted=step.interrupted, duration_s=step.recorded_duration_s)
+    if result.kernel_restarted != step.wedged or result.status != step.status:
+        how = "needed a kernel restart" if result.kernel_restarted else f"ended {result.status!r}"
+        built = "needed a restart" if step.wedged else f"ended {step.status!r}"
+        raise ReplayDivergedError(f"step {step.index} {how} on replay; when built it {built}")
+    return result
+
+
+def expected_fingerprint(trajectory: Trajectory, step: int) -> dict[str, str] | None:
+    """The recorded fingerprint of the namespace in which ``step`` starts (None where not recorded)."""
+    if step == 0 or trajectory.steps[step].restarted_before:
+        return {}
+    return trajectory.steps[step - 1].fingerprint
+
+
+def diff_fingerprints(expected: Mapping[str, str], actual: Mapping[str, str]) -> list[str]:
+    """What differs between a recorded and a live fingerprint, one line per name (empty: the same).
+
+    Type and shape (or length) must match; content hashes are compared where both sides have one.
+    """
+    lines = [f"{name}: missing" for name in sorted(expected.keys() - actual.keys())]
+    lines += [f"{name}: not recorded" for name in sorted(actual.keys() - expected.keys())]
+    for name in sorted(expected.keys() & actual.keys()):
+        want, got = expected[name].rsplit("|", 2), actual[name].rsplit("|", 2)
+        if want[:2] != got[:2] or (want[2] and got[2] and want[2] != got[2]):
+            lines.append(f"{name}: recorded {expected[name]}, live {actual[name]}")
+    return lines
+
+
+@dataclass
+class StateReport:
+    """How a state was served.
+
+    Attributes:
+        trajectory_id: The trajectory.
+        step: The step about to run (the kernel is in the state before it).
+        check: ``verified`` (the live fingerprint equals the recorded one), ``mismatch`` (it still
+            differs after repair) or ``unchecked`` (nothing recorded to check against).
+        route: How the state was reached (``forward``, ``snapshot``, ``fresh``, ``in place``).
+        faults: Infrastructure failures met and recovered from on the way.
+        differences: Where the live state differs from the recorded one (when ``mismatch``).
+    """
+
+    trajectory_id: str
+    step: int
+    check: StateCheck = "unchecked"
+    route: str = ""
+    faults: list[str] = field(default_factory=list)
+    differences: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-able form (for ``info`` and result rows)."""
+        return {
+            "check": self.check,
+            "route": self.route,
+            "faults": list(self.faults),
+            "differences": self.differences[:20],
+        }
+
+
+class TrajectoryKernel:
+    """A kernel that can be put in the state before any step of any trajectory, and checked there.
+
+    Args:
+        new_kernel: Makes a new, unstarted kernel (called again when one cannot be restarted).
+        use_snapshots: Restore snapshots; False replays from the start (for kernels that cannot load
+            the dataset's snapshots).
+    """
+
+    def __init__(self, new_kernel: Callable[[], Kernel], *, use_snapshots: bool = True) -> None:
+        self._new_kernel = new_kernel
+        self.use_snapshots = use_snapshots
+        self._kernel: Kernel | None = None
+        #: (trajectory id, step) the kernel is before, when known; None after anything unrecorded ran.
+        self.position: tuple[str, int] | None = None
+        self._tainted = False
+        #: Snapshots this kernel could not load (a missing package, ...): not tried again.
+        self.unloadable: set[str] = set()
+
+    @property
+    def kernel(self) -> Kernel:
+        """The kernel (started on first use)."""
+        if self._kernel is None:
+            self._kernel = self._new_kernel().start()
+            self.position = None
+        return self._kernel
+
+    @property
+    def started(self) -> bool:
+        """Whether a kernel is running."""
+        return self._kernel is not None
+
+    def close(self) -> None:
+        """Stop the kernel. Idempotent."""
+        if self._kernel is not None:
+            self._kernel.close()
+            self._kernel = None
+        self.position = None
+
+    def taint(self) -> None:
+        """Unrecorded code ran in the kernel: the next :meth:`serve` starts from a fresh kernel."""
+        self._tainted = True
+        self.position = None
+
+    # -- serving a state -------------------------------------------------------------------------------
+
+    def serve(self, trajectory: Trajectory, step: int) -> StateReport:
+        """Bring the kernel to the state before ``step`` of ``trajectory`` and check it.
+
+        Raises:
+            InfrastructureError: The state could not be reached even after restarting the kernel
+                (the message lists each failure).
+        """
+        report = StateReport(trajectory.id, step)
+        expected = expected_fingerprint(trajectory, step)
+        forward = self._forward_from(trajectory, step)
+        for attempt in range(MAX_RECOVERIES + 2):
+            route = "forward" if forward is not None and attempt == 0 else "snapshot"
+            try:
+                if self._tainted:
+                    self._fresh_kernel()
+                if route == "forward":
+                    assert forward is not None
+                    report.route = self._forward(trajectory, forward, step)
+                else:
+                    report.route = self._by_snapshot(trajectory, step)
+                self.position = (trajectory.id, step)
+                if expected is None:
+                    report.check = "unchecked"
+                    return report
+                report.differences = diff_fingerprints(expected, self.kernel.fingerprint())
+            except InfrastructureError as exc:
+                self.position = None
+                report.faults.append(f"{type(exc).__name__}: {exc}")
+                if len(report.faults) > MAX_RECOVERIES:
+                    raise InfrastructureError(
+                        f"could not reach the state before step {step} of {trajectory.id}: " + "; ".join(report.faults)
+                    ) from exc
+                self._fresh_kernel()
+                continue
+            if not report.differences:
+                report.check = "verified"
+                return report
+            if route == "snapshot":
+                report.check = "mismatch"
+                return report
+            # forward replay diverged (nondeterminism, a fault): repair from snapshots
+        report.check = "mismatch"  # pragma: no cover - the loop always returns or raises
+        return report
+
+    def _fresh_kernel(self) -> None:
+        """Restart the kernel; when even that fails, replace it."""
+        self._tainted = False
+        self.position = None
+        if self._kernel is None:
+            return
+        try:
+            self._kernel.restart()
+        except InfrastructureError:
+            with contextlib.suppress(Exception):
+                self._kernel.close()
+            self._kernel = None
+
+    def _forward_from(self, trajectory: Trajectory, step: int) -> int | None:
+        """The position to replay forward from, when the kernel is before an earlier step."""
+        if self._tainted or self.position is None or self.position[0] != trajectory.id:
+            return None
+        position = self.position[1]
+        return position if position <= step else None
+
+    def _forward(self, trajectory: Trajectory, start: int, step: int) -> str:
+        kernel = self.kernel
+        for s in trajectory.steps[start:step]:
+            if s.index > start and s.restarted_before:
+                kernel.restart()
+            replay_step(kernel, s)
+        if step > start and trajectory.steps[step].restarted_before:
+            kernel.restart()
+        return "in place" if step == start else f"forward ({step - start} cells)"
+
+    def _usable(self, digest: str | None) -> bool:
+        if not self.use_snapshots or digest is None or digest in self.unloadable:
+            return False
+        return digest in self.kernel.store
+
+    def _restore(self, digest: str, keep: list[str] | None = None) -> bool:
+        """Restore a snapshot; a corrupt one is set aside, an unloadable one remembered. True if loaded."""
+        kernel = self.kernel
+        try:
+            kernel.restore(digest, clean=True, keep=keep or ())
+            return True
+        except SnapshotCorruptError:
+            path = kernel.store.path(digest)
+            with contextlib.suppress(OSError):
+                path.replace(path.with_name(path.name + ".corrupt"))
+        except SnapshotError:
+            self.unloadable.add(digest)
+        return False
+
+    def _by_snapshot(self, trajectory: Trajectory, step: int) -> str:
+        steps = trajectory.steps
+        kernel = self.kernel
+        if step == 0 or steps[step].restarted_before:
+            kernel.restart()
+            return "fresh"
+        while True:  # a snapshot found corrupt or unloadable is dropped and the route planned again
+            found, j = None, step - 1
+            while j >= 0:  # the nearest snapshot that holds the whole namespace, back to a restart
+                if self._usable(steps[j].snapshot) and not steps[j].snapshot_skipped:
+                    found = j
+                    break
+                if steps[j].restarted_before:
+                    break
+                j -= 1
+            if found is not None:
+                digest = steps[found].snapshot
+                assert digest is not None
+                if not self._restore(digest):
+                    continue
+                first, route = found + 1, f"snapshot after step {found}"
+            else:
+                kernel.restart()
+                first, route = max(j, 0), "fresh"
+            for s in steps[first:step]:
+                if s.restarted_before and s.index > first:
+                    kernel.restart()
+                replay_step(kernel, s)
+            if step > first:
+                route += f" + {step - first} cells"
+                last = steps[step - 1]
+                if last.snapshot_skipped and self._usable(last.snapshot):
+                    assert last.snapshot is not None
+                    keep = sorted(last.snapshot_skipped)
+                    if self._restore(last.snapshot, keep=keep):
+                        route += f" + snapshot after step {step - 1} keeping {', '.join(keep)}"
+            return route
