@@ -36,19 +36,33 @@ import socket
 import stat
 import time
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 from themisto_env.errors import BackendUnavailableError, KernelStartError
 from themisto_env.sandbox.launcher import KernelLauncher
+from themisto_env.sandbox.lifetime import (
+    LABEL_CREATED,
+    LABEL_HOST,
+    LABEL_HOST_PID,
+    LABEL_HOST_PID_START,
+    LABEL_KERNEL,  # on every kernel container (value "1")
+    engine_unreachable,
+)
+from themisto_env.sandbox.lifetime import process_start as _process_start
 from themisto_env.sandbox.models import SandboxLimits
 
-#: Label on every kernel container (value "1").
-LABEL_KERNEL = "themisto-env.kernel"
-LABEL_HOST = "themisto-env.host"
-LABEL_HOST_PID = "themisto-env.host-pid"
-LABEL_HOST_PID_START = "themisto-env.host-pid-start"
-LABEL_CREATED = "themisto-env.created"
+__all__ = [
+    "LABEL_CREATED",
+    "LABEL_HOST",
+    "LABEL_HOST_PID",
+    "LABEL_HOST_PID_START",
+    "LABEL_KERNEL",
+    "DockerLauncher",
+    "engine",
+    "remove_stale_containers",
+]
 #: The user the kernel runs as inside the container.
 KERNEL_UID = 1000
 #: Where shared dirs other than the run dir are mounted inside the container.
@@ -66,16 +80,57 @@ def default_image() -> str:
     return image_default()
 
 
-def _process_start(pid: int) -> str | None:
-    """Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat), or None."""
+def engine_address(client: Any = None) -> str:
+    """The Docker engine a client talks to (without one: ``DOCKER_HOST``, else the default socket)."""
+    api = getattr(client, "api", None)
+    socket_path = getattr(getattr(api, "_custom_adapter", None), "socket_path", None)
+    if socket_path:
+        return f"unix://{socket_path}"
+    base_url = str(getattr(api, "base_url", "") or "")
+    if base_url and not base_url.startswith("http+docker://"):
+        return base_url
+    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
+def _short_reason(exc: BaseException) -> str:
+    """The root cause of an SDK or requests error in a few words (``Connection refused``, ...)."""
+    seen: set[int] = set()
+    todo: list[object] = [exc]
+    while todo:
+        item = todo.pop(0)
+        if not isinstance(item, BaseException) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, OSError) and item.strerror:
+            return str(item.strerror)
+        todo += [*item.args, item.__cause__, item.__context__]
+    text = " ".join(str(exc).split())
+    return text[:200] or type(exc).__name__
+
+
+def unreachable(exc: BaseException, client: Any = None) -> BackendUnavailableError:
+    """The one-line error for an engine that does not answer."""
+    reason = _short_reason(exc)
+    if "ermission denied" in reason:
+        fix = "add your user to the `docker` group (or run as root)"
+    else:
+        fix = (
+            "start it with `dockerd >/var/log/dockerd.log 2>&1 &` as root, `systemctl start docker`, "
+            "or `.ci/setup-docker.sh`"
+        )
+    return BackendUnavailableError(f"the Docker engine at {engine_address(client)} is not reachable: {reason}; {fix}")
+
+
+@contextlib.contextmanager
+def engine(client: Any = None) -> Iterator[None]:
+    """Around docker SDK calls: an unreachable engine becomes :class:`BackendUnavailableError` (one line);
+    the engine's own answers (``NotFound``, ``APIError``) pass through."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    # The command name (field 2) may contain spaces and parentheses: split after its closing paren.
-    fields = data[data.rfind(b")") + 2 :].split()
-    return fields[19].decode() if len(fields) > 19 else None
+        yield
+    except Exception as exc:
+        if engine_unreachable(exc):
+            raise unreachable(exc, client) from exc
+        raise
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -180,7 +235,9 @@ class DockerLauncher(KernelLauncher):
             from themisto_env.sandbox.image import image_exists
 
             self.image = self.image or default_image()
-            if not image_exists(self._client, self.image):
+            with engine(self._client):
+                exists = image_exists(self._client, self.image)
+            if not exists:
                 raise BackendUnavailableError(
                     f"the kernel image {self.image} is missing: build it with `themisto sandbox build-image` "
                     "(or `python -m themisto_env.sandbox.image build`)"
@@ -234,7 +291,7 @@ class DockerLauncher(KernelLauncher):
         if self._container is not None:
             self.stop(graceful=False)
         client = self._docker()
-        if not DockerLauncher._stale_checked:  # once per process: containers of crashed runs go
+        if not DockerLauncher._stale_checked:  # once per process: containers of dead owners go
             DockerLauncher._stale_checked = True
             self.cleanup_stale()
         mounts = self.mounts(connection_file, workdir)
@@ -256,28 +313,29 @@ class DockerLauncher(KernelLauncher):
             LABEL_CREATED: datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         }
         try:
-            container = client.containers.run(
-                self.image,
-                self.command(connection_file),
-                name=name,
-                labels=labels,
-                detach=True,
-                init=True,
-                network_mode="none",
-                read_only=True,
-                tmpfs={"/tmp": f"rw,nosuid,nodev,size={limits.memory_mb}m,mode=1777"},
-                user=f"{KERNEL_UID}:{KERNEL_UID}",
-                cap_drop=["ALL"],
-                security_opt=["no-new-privileges"],
-                mem_limit=f"{limits.memory_mb}m",
-                memswap_limit=f"{limits.memory_mb}m",
-                nano_cpus=int(limits.cpus * 1e9),
-                pids_limit=limits.pids,
-                volumes={str(p): {"bind": target, "mode": "rw"} for p, target in self._targets.items()},
-                working_dir=str(workdir),
-                stdin_open=False,
-                tty=False,
-            )
+            with engine(client):
+                container = client.containers.run(
+                    self.image,
+                    self.command(connection_file),
+                    name=name,
+                    labels=labels,
+                    detach=True,
+                    init=True,
+                    network_mode="none",
+                    read_only=True,
+                    tmpfs={"/tmp": f"rw,nosuid,nodev,size={limits.memory_mb}m,mode=1777"},
+                    user=f"{KERNEL_UID}:{KERNEL_UID}",
+                    cap_drop=["ALL"],
+                    security_opt=["no-new-privileges"],
+                    mem_limit=f"{limits.memory_mb}m",
+                    memswap_limit=f"{limits.memory_mb}m",
+                    nano_cpus=int(limits.cpus * 1e9),
+                    pids_limit=limits.pids,
+                    volumes={str(p): {"bind": target, "mode": "rw"} for p, target in self._targets.items()},
+                    working_dir=str(workdir),
+                    stdin_open=False,
+                    tty=False,
+                )
         except docker.errors.ImageNotFound as exc:
             self._image_checked = False
             raise BackendUnavailableError(
@@ -288,7 +346,10 @@ class DockerLauncher(KernelLauncher):
             with contextlib.suppress(docker.errors.APIError):
                 client.api.remove_container(name, force=True)
             raise KernelStartError(f"the Docker engine could not start the kernel container: {exc}") from exc
-        with contextlib.suppress(docker.errors.DockerException):
+        except BackendUnavailableError:  # the engine went away: the container may exist
+            _remove_quietly(client, name)
+            raise
+        with contextlib.suppress(Exception):
             container.reload()  # run() returns the attributes from before the start: no Pid yet
         self._container = container
         self.container_name = name
@@ -315,8 +376,10 @@ class DockerLauncher(KernelLauncher):
                 self._container.reload()
             except docker.errors.NotFound:
                 return {"Status": "removed"}
-            except docker.errors.DockerException as exc:
-                return {"Status": "unknown", "Error": f"Docker engine not answering: {exc}"}
+            except Exception as exc:  # an unreachable engine: the kernel counts as dead (waits end)
+                if not engine_unreachable(exc) and not isinstance(exc, docker.errors.DockerException):
+                    raise
+                return {"Status": "unknown", "Error": str(unreachable(exc, self._client))}
         return dict(self._container.attrs.get("State", {}))
 
     def is_alive(self) -> bool:
@@ -363,7 +426,7 @@ class DockerLauncher(KernelLauncher):
 
         if self._container is None:
             return
-        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError), engine(self._client):
             self._container.kill(signal="SIGINT")
 
     def stop(self, *, graceful: bool = True) -> str:
@@ -394,7 +457,9 @@ class DockerLauncher(KernelLauncher):
             container.remove(force=True)
         except docker.errors.NotFound:
             path = "exited"
-        except docker.errors.DockerException:
+        except Exception as exc:  # the engine failed or is unreachable: the container is lost to us
+            if not engine_unreachable(exc) and not isinstance(exc, docker.errors.DockerException):
+                raise
             path = "lost"
             _remove_quietly(self._client, container.id)
         self._init_pid = self._kernel_pid = None
@@ -428,27 +493,43 @@ class DockerLauncher(KernelLauncher):
         return None
 
     @classmethod
-    def cleanup_stale(cls) -> list[str]:
+    def cleanup_stale(cls, *, dry_run: bool = False) -> list[str]:
         """Remove kernel containers of this host whose owning process is gone; return their names.
 
         Containers of live processes, and of other hosts sharing the engine, are left alone. Returns
         ``[]`` when no engine is reachable (there is nothing to clean).
         """
-        import docker
-        import docker.errors
-
         try:
-            client = docker.from_env()
-            containers = client.containers.list(all=True, filters={"label": f"{LABEL_KERNEL}=1"})
-        except docker.errors.DockerException:
+            return remove_stale_containers(dry_run=dry_run)
+        except BackendUnavailableError:
             return []
-        host = socket.gethostname()
-        removed: list[str] = []
-        for container in containers:
-            labels = container.labels or {}
-            if labels.get(LABEL_HOST, host) != host or _owner_alive(labels):
-                continue
-            with contextlib.suppress(docker.errors.NotFound):
+
+    def owner_record(self) -> dict[str, list[Any]]:
+        """The container's id (the reaper removes it if this process dies)."""
+        return {"processes": [], "containers": [str(self._container.id)] if self._container is not None else []}
+
+
+def remove_stale_containers(*, dry_run: bool = False) -> list[str]:
+    """Remove (with ``dry_run``: only list) the kernel containers of this host whose owner is dead.
+
+    Raises:
+        BackendUnavailableError: No engine answers.
+    """
+    import docker
+    import docker.errors
+
+    client = None
+    with engine(client):
+        client = docker.from_env()
+        containers = client.containers.list(all=True, filters={"label": f"{LABEL_KERNEL}=1"})
+    host = socket.gethostname()
+    removed: list[str] = []
+    for container in containers:
+        labels = container.labels or {}
+        if labels.get(LABEL_HOST, host) != host or _owner_alive(labels):
+            continue
+        with contextlib.suppress(docker.errors.NotFound), engine(client):
+            if not dry_run:
                 container.remove(force=True)
-                removed.append(container.name)
-        return removed
+            removed.append(container.name)
+    return removed

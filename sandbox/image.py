@@ -277,12 +277,10 @@ def docker_client() -> Any:
     try:
         client = docker.from_env()
         client.ping()
-    except docker.errors.DockerException as exc:
-        raise BackendUnavailableError(
-            f"no Docker engine reachable ({exc}). Start it: as root `dockerd >/var/log/dockerd.log 2>&1 &` "
-            "or `systemctl start docker` (or run `.ci/setup-docker.sh`); a non-root user must be in the "
-            "`docker` group."
-        ) from exc
+    except (docker.errors.DockerException, OSError) as exc:
+        from themisto_env.sandbox.docker import unreachable
+
+        raise unreachable(exc) from exc
     return client
 
 

@@ -13,7 +13,7 @@ import importlib
 import os
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from themisto_env.errors import ConfigError
 from themisto_env.sandbox.models import SandboxLimits
@@ -81,9 +81,16 @@ class KernelLauncher(ABC):
         except (OSError, ValueError, IndexError):
             return None
 
+    def owner_record(self) -> dict[str, list[Any]]:
+        """What must go if the owning process dies, for the run directory's owner record
+        (:mod:`themisto_env.sandbox.lifetime`): ``processes`` (host pid and start time, each the leader
+        of its process group) and ``containers`` (ids)."""
+        return {"processes": [], "containers": []}
+
     @classmethod
-    def cleanup_stale(cls) -> list[str]:
-        """Remove what crashed host processes left behind (containers, ...); return what was removed."""
+    def cleanup_stale(cls, *, dry_run: bool = False) -> list[str]:
+        """Remove what dead host processes left behind (containers, ...); return what was removed (with
+        ``dry_run``: what would be)."""
         return []
 
 

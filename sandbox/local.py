@@ -19,10 +19,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from themisto_env.errors import BackendUnavailableError, KernelStartError
 from themisto_env.sandbox.launcher import KernelLauncher
+from themisto_env.sandbox.lifetime import process_record
 
 
 def _child_pid(pid: int) -> int | None:
@@ -64,6 +65,9 @@ class LocalLauncher(KernelLauncher):
         env["IPYTHONDIR"] = str(connection_file.parent / "ipython")
         env["PYTHONUNBUFFERED"] = "1"
         env.pop("THEMISTO_RECORD_PATH", None)
+        # ipykernel's parent poller ends the kernel within a second once its parent is no longer this
+        # process (it compares getppid() with this pid): a kernel never outlives its owner.
+        env["JPY_PARENT_PID"] = str(os.getpid())
         return env
 
     def start(self, connection_file: Path, workdir: Path) -> None:
@@ -101,6 +105,11 @@ class LocalLauncher(KernelLauncher):
 
     def pid(self) -> int | None:
         return self._proc.pid if self.is_alive() and self._proc is not None else None
+
+    def owner_record(self) -> dict[str, list[Any]]:
+        if self._proc is None:
+            return super().owner_record()
+        return {"processes": [process_record(self._proc.pid)], "containers": []}
 
     def interrupt(self) -> None:
         pid = self.pid()

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from themisto_env.errors import ThemistoError
@@ -16,7 +17,9 @@ app = typer.Typer(
     help="themisto-env: predict Jupyter development trajectories from runtime state.", no_args_is_help=True
 )
 data_app = typer.Typer(help="Build and inspect trajectory datasets.", no_args_is_help=True)
-sandbox_app = typer.Typer(help="Kernel backends: build the image, check a backend.", no_args_is_help=True)
+sandbox_app = typer.Typer(
+    help="Kernel backends: build the image, check a backend, remove what dead processes left.", no_args_is_help=True
+)
 app.add_typer(data_app, name="data")
 app.add_typer(sandbox_app, name="sandbox")
 console = Console()
@@ -28,8 +31,9 @@ def main() -> None:
     """Entry point: ThemistoErrors become a one-line message and exit code 1, never a traceback."""
     try:
         app()
-    except ThemistoError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}")
+    except ThemistoError as exc:  # one line, not wrapped, the message's brackets not read as markup
+        message = " ".join(str(exc).split())
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}")
         raise SystemExit(1) from None
 
 
@@ -70,6 +74,37 @@ def sandbox_check(backend: Backend = "local") -> None:
     console.print(table)
     if failed:
         raise typer.Exit(1)
+
+
+@sandbox_app.command("gc")
+def sandbox_gc(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only list what would be removed.")] = False,
+    roots: Annotated[
+        list[Path] | None,
+        typer.Option("--root", help="Where run directories are (default: the temporary directory and /tmp)."),
+    ] = None,
+) -> None:
+    """Remove what dead processes left: kernel run directories, kernel processes, containers.
+
+    Kernels, run directories and containers of live processes are never touched.
+    """
+    from themisto_env.errors import BackendUnavailableError
+    from themisto_env.sandbox import lifetime
+    from themisto_env.sandbox.docker import remove_stale_containers
+
+    lines = lifetime.collect(roots or None, dry_run=dry_run, containers=False)  # containers: all labelled ones, below
+    docker_note = None
+    try:
+        verb = "would remove" if dry_run else "removed"
+        lines += [f"{verb} container {name} (owner dead)" for name in remove_stale_containers(dry_run=dry_run)]
+    except BackendUnavailableError as exc:
+        docker_note = f"docker: not checked ({exc})"
+    for line in lines:
+        typer.echo(line)
+    if docker_note:
+        typer.echo(docker_note)
+    items = sum(not line.startswith("warning:") for line in lines)
+    typer.echo(f"{items} item(s) {'to remove' if dry_run else 'removed'}" + ("" if items else ": nothing left behind"))
 
 
 # -- data --------------------------------------------------------------------------------------------------
