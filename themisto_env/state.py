@@ -12,7 +12,8 @@ is the only code that moves a kernel through a trajectory:
 Serving a state, in order of cost:
 
 1. *forward*: the kernel is already before an earlier step of the same trajectory: run the recorded
-   cells in between (the cheap path between consecutive samples);
+   cells in between (the cheap path between consecutive samples), when their recorded execution time
+   is below the cost of the snapshot route;
 2. *snapshot*: restore the nearest trusted snapshot that holds the whole namespace, replay the cells
    after it, and where the exact snapshot skipped unpicklable names (generators), restore it over the
    replayed state keeping those names (the replay supplies them, the snapshot the exact values).
@@ -53,6 +54,9 @@ StateCheck = Literal["verified", "mismatch", "unchecked"]
 
 #: How often :meth:`TrajectoryKernel.serve` retries the snapshot route after an infrastructure failure.
 MAX_RECOVERIES = 2
+#: Cost model of a restore (measured on the bundled data: a round trip plus dill's load speed).
+RESTORE_S = 0.01
+RESTORE_BYTES_PER_S = 200e6
 
 
 def interrupt_after(duration_s: float | None, timeout_s: float) -> float:
@@ -239,11 +243,37 @@ class TrajectoryKernel:
             self._kernel = None
 
     def _forward_from(self, trajectory: Trajectory, step: int) -> int | None:
-        """The position to replay forward from, when the kernel is before an earlier step."""
+        """The position to replay forward from: the kernel is before an earlier step of the same
+        trajectory and replaying the cells in between is expected to cost less than the snapshot route
+        (by the recorded execution times, and a restore estimated from the snapshot's size)."""
         if self._tainted or self.position is None or self.position[0] != trajectory.id:
             return None
         position = self.position[1]
-        return position if position <= step else None
+        if position > step:
+            return None
+        steps = trajectory.steps
+        forward_cost = sum(s.duration_s for s in steps[position:step])
+        base = self._nearest_snapshot(trajectory, step)
+        if base is None or base < position:
+            return position
+        digest = steps[base].snapshot
+        assert digest is not None
+        try:
+            size = self.kernel.store.path(digest).stat().st_size
+        except OSError:
+            return position
+        snapshot_cost = RESTORE_S + size / RESTORE_BYTES_PER_S + sum(s.duration_s for s in steps[base + 1 : step])
+        return position if forward_cost <= snapshot_cost else None
+
+    def _nearest_snapshot(self, trajectory: Trajectory, step: int) -> int | None:
+        """The last step before ``step`` (back to a restart) whose trusted snapshot holds the whole namespace."""
+        steps = trajectory.steps
+        for j in range(step - 1, -1, -1):
+            if self._usable(steps[j].snapshot) and not steps[j].snapshot_skipped:
+                return j
+            if steps[j].restarted_before:
+                return None
+        return None
 
     def _forward(self, trajectory: Trajectory, start: int, step: int) -> str:
         kernel = self.kernel
@@ -281,13 +311,9 @@ class TrajectoryKernel:
             kernel.restart()
             return "fresh"
         while True:  # a snapshot found corrupt or unloadable is dropped and the route planned again
-            found, j = None, step - 1
-            while j >= 0:  # the nearest snapshot that holds the whole namespace, back to a restart
-                if self._usable(steps[j].snapshot) and not steps[j].snapshot_skipped:
-                    found = j
-                    break
-                if steps[j].restarted_before:
-                    break
+            found = self._nearest_snapshot(trajectory, step)
+            j = step - 1  # without a snapshot: back to the last restart (or the start)
+            while found is None and j > 0 and not steps[j].restarted_before:
                 j -= 1
             if found is not None:
                 digest = steps[found].snapshot

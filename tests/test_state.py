@@ -1,0 +1,325 @@
+"""Served states under faults: every sample in its recorded state, every fault on its own row.
+
+Each fault test runs the same samples as a clean run and checks that rows differ only where flagged,
+and that the flag is on the affected sample. Kernels, kills and snapshots are real.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import themisto_env.state as state_module
+from themisto_env.actions import Prediction
+from themisto_env.env import ThemistoEnv
+from themisto_env.samples import SampleRule
+from themisto_env.state import diff_fingerprints, expected_fingerprint
+from themisto_env.tools import ToolCall
+from themisto_env.trajectory import read_trajectories
+from tests.state_fixtures import RESTART_STEP, fault_session, random_session, write_dataset
+
+ALL_SAMPLES = SampleRule(max_length_quantile=None).model_dump()
+
+
+@pytest.fixture(scope="module")
+def fault_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("fault-data")
+    flag = root / "slow-flag"
+    snapshots = root / "snapshots"
+    write_dataset(root / "dataset", [fault_session(flag)], snapshots)
+    return {"dataset": str(root / "dataset"), "snapshot_dir": str(snapshots), "flag": flag}
+
+
+def make_env(data: dict[str, Any], **options: Any) -> ThemistoEnv:
+    options = {"task": "next-cell", "sample_rule": ALL_SAMPLES, "observation": "tools", **options}
+    return ThemistoEnv(dataset=data["dataset"], snapshot_dir=data["snapshot_dir"], **options)
+
+
+@pytest.fixture
+def env(fault_data: dict[str, Any]) -> Iterator[ThemistoEnv]:
+    env = make_env(fault_data)
+    yield env
+    env.close()
+
+
+def run_rows(env: ThemistoEnv, act: Any = None) -> dict[int, dict[str, Any]]:
+    """One episode from the first sample, predicting each target's first line; a row per scored step."""
+    rows: dict[int, dict[str, Any]] = {}
+    obs, info = env.reset(options={"trajectory": 0, "sample": 0})
+    while True:
+        sample = env.current_sample
+        assert sample is not None
+        if act is not None:
+            act(env, sample)
+        obs, reward, terminated, _, info = env.step(Prediction(text=sample.target.splitlines()[0]))
+        rows[sample.step] = {
+            "reward": reward,
+            "served": served_state(env) if not terminated else None,
+            **{k: info.get(k) for k in ("scores", "infrastructure_error", "state_mismatch", "recovered")},
+        }
+        if terminated:
+            return rows
+
+
+def served_state(env: ThemistoEnv) -> dict[str, Any]:
+    """The live state of the current sample as a user of the env sees it: check, fingerprint, a tool."""
+    assert env.state_report is not None
+    return {
+        "check": env.state_report.check,
+        "fingerprint": env.tool_context().kernel.fingerprint(),
+    }
+
+
+def flagged(row: dict[str, Any]) -> bool:
+    return bool(row["infrastructure_error"] or row["state_mismatch"])
+
+
+@pytest.fixture(scope="module")
+def clean_rows(fault_data: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    env = make_env(fault_data)
+    try:
+        rows = run_rows(env)
+    finally:
+        env.close()
+    assert not any(flagged(r) or r["recovered"] for r in rows.values()), rows
+    return rows
+
+
+def assert_same_except(rows: dict[int, dict[str, Any]], clean: dict[int, dict[str, Any]], flagged_steps: set[int]):
+    assert set(rows) == set(clean)
+    for step, row in rows.items():
+        if step in flagged_steps:
+            assert flagged(row), f"step {step} should be flagged: {row}"
+        else:
+            assert not flagged(row), f"step {step} should not be flagged: {row}"
+            assert row["scores"] == clean[step]["scores"], f"step {step} scored differently"
+
+
+# -- states ---------------------------------------------------------------------------------------------
+
+
+def test_every_sample_is_served_in_its_recorded_state(env: ThemistoEnv, fault_data: dict[str, Any]) -> None:
+    trajectory = read_trajectories(fault_data["dataset"])[0]
+    env.reset(options={"trajectory": 0, "sample": 0})
+    while True:
+        sample = env.current_sample
+        assert env.state_report is not None and env.state_report.check == "verified", env.state_report
+        live = env.tool_context().kernel.fingerprint()
+        assert not diff_fingerprints(expected_fingerprint(trajectory, sample.step) or {}, live)
+        *_, terminated, _, _ = env.step(Prediction(text=""))
+        if terminated:
+            break
+
+
+def test_reset_and_stepping_serve_the_same_state(env: ThemistoEnv) -> None:
+    stepped: dict[int, tuple[dict[str, str], str]] = {}
+    env.reset(options={"trajectory": 0, "sample": 0})
+    while True:
+        sample = env.current_sample
+        listing = env.step(ToolCall(tool="list_variables"))[0]["tool_result"]
+        stepped[sample.step] = (env.tool_context().kernel.fingerprint(), listing)
+        if env.step(Prediction(text=""))[2]:
+            break
+    for index, step in enumerate(sorted(stepped)):
+        obs, info = env.reset(options={"trajectory": 0, "sample": index})
+        assert info["state"]["check"] == "verified", info["state"]
+        listing = env.step(ToolCall(tool="list_variables"))[0]["tool_result"]
+        assert (env.tool_context().kernel.fingerprint(), listing) == stepped[step], f"step {step}"
+
+
+def test_a_sample_after_a_restart_starts_from_an_empty_namespace(env: ThemistoEnv) -> None:
+    index = next(i for i, s in enumerate(env.episode_samples["faults-faults"]) if s.step == RESTART_STEP)
+    env.reset(options={"trajectory": 0, "sample": index - 1})  # reached by stepping
+    env.step(Prediction(text=""))
+    assert env.current_sample.step == RESTART_STEP
+    assert env.tool_context().kernel.fingerprint() == {}
+    assert "No user variables" in env.step(ToolCall(tool="list_variables"))[0]["tool_result"]
+    env.reset(options={"trajectory": 0, "sample": index})  # reached by reset
+    assert env.tool_context().kernel.fingerprint() == {}
+
+
+def test_names_a_snapshot_cannot_hold_are_rebuilt_and_stepping_on_matches_the_recording(
+    env: ThemistoEnv, fault_data: dict[str, Any]
+) -> None:
+    trajectory = read_trajectories(fault_data["dataset"])[0]
+    assert "g" in trajectory.steps[7].snapshot_skipped, "the generator cannot be pickled"
+    index = next(i for i, s in enumerate(env.episode_samples["faults-faults"]) if s.step == 7)
+    _, info = env.reset(options={"trajectory": 0, "sample": index})
+    assert info["state"]["check"] == "verified" and "keeping g" in info["state"]["route"], info["state"]
+    kernel = env.tool_context().kernel
+    assert kernel.execute("rows.append(next(g)); rows").outputs[0]["data"]["text/plain"] == "[1, 2, 3, 4]"
+
+
+# -- faults ---------------------------------------------------------------------------------------------
+
+
+def _kill(env: ThemistoEnv) -> None:
+    pid = env.tool_context().kernel.launcher.pid()
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+
+
+def test_a_kill_during_an_advance_lands_on_the_next_sample(
+    fault_data: dict[str, Any], clean_rows: dict[int, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = make_env(fault_data)
+    original, killed = state_module.replay_step, []
+
+    def kill_before_step_4(kernel: Any, step: Any) -> Any:
+        if step.index == 4 and not killed:
+            killed.append(kernel.launcher.pid())
+            os.kill(killed[0], signal.SIGKILL)  # the kernel dies while the env moves to step 5
+        return original(kernel, step)
+
+    monkeypatch.setattr(state_module, "replay_step", kill_before_step_4)
+    try:
+        rows = run_rows(env)
+    finally:
+        env.close()
+    assert killed
+    assert_same_except(rows, clean_rows, flagged_steps=set())  # repaired and verified: scored
+    assert rows[5]["recovered"] and "KernelDiedError" in rows[5]["recovered"][0]
+    assert not any(rows[s]["recovered"] for s in rows if s != 5), "the fault is reported with step 5 only"
+    assert rows[4]["served"]["check"] == "verified"
+
+
+def test_a_kill_during_a_tool_call_flags_that_sample_only(
+    fault_data: dict[str, Any], clean_rows: dict[int, dict[str, Any]]
+) -> None:
+    env = make_env(fault_data)
+
+    def kill_then_call(env: ThemistoEnv, sample: Any) -> None:
+        if sample.step == 3:
+            _kill(env)
+            obs, *_, info = env.step(ToolCall(tool="list_variables"))
+            assert "sandbox failed" in obs["tool_result"] and "infrastructure_error" in info
+
+    try:
+        rows = run_rows(env, act=kill_then_call)
+    finally:
+        env.close()
+    assert_same_except(rows, clean_rows, flagged_steps={3})
+
+
+def test_a_kill_during_a_scored_cell_flags_that_sample_only(
+    fault_data: dict[str, Any], clean_rows: dict[int, dict[str, Any]]
+) -> None:
+    env = make_env(fault_data, execution_score=True)
+    rows: dict[int, dict[str, Any]] = {}
+    env.reset(options={"trajectory": 0, "sample": 0})
+    try:
+        while True:
+            sample = env.current_sample
+            text = sample.target.splitlines()[0]
+            if sample.step == 5:  # the kernel is killed while it runs the prediction
+                text = "import time\ntime.sleep(20)"
+                threading.Timer(0.5, _kill, args=(env,)).start()
+            *_, terminated, _, info = env.step(Prediction(text=text))
+            rows[sample.step] = {k: info.get(k) for k in ("scores", "infrastructure_error", "state_mismatch")}
+            if terminated:
+                break
+    finally:
+        env.close()
+    assert rows[5]["infrastructure_error"] and "KernelDiedError" in rows[5]["infrastructure_error"]
+    assert [s for s, r in rows.items() if flagged(r)] == [5]
+    assert all(rows[s]["scores"] == clean_rows[s]["scores"] for s in rows if s != 5)
+
+
+def test_a_replayed_cell_that_times_out_flags_the_samples_it_cannot_serve(
+    fault_data: dict[str, Any], clean_rows: dict[int, dict[str, Any]]
+) -> None:
+    flag: Path = fault_data["flag"]
+    flag.touch()  # steps 6 and 10 now sleep: their replays time out
+    env = make_env(fault_data, limits={"timeout_s": 1.0, "interrupt_grace_s": 2.0})
+    try:
+        rows = run_rows(env)
+    finally:
+        env.close()
+        flag.unlink()
+    # The generator that step 6 advances lives in no snapshot: 7 and 8 cannot be reached, and say so.
+    assert_same_except(rows, clean_rows, flagged_steps={7, 8})
+    assert "step 6 ended 'timeout'" in rows[7]["infrastructure_error"]
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "garbage"])
+def test_damaged_snapshots_are_set_aside_and_the_state_rebuilt(
+    tmp_path: Path, fault_data: dict[str, Any], clean_rows: dict[int, dict[str, Any]], damage: str
+) -> None:
+    # A private copy of the store: damage must not leak into other tests.
+    import shutil
+
+    store = tmp_path / "snapshots"
+    shutil.copytree(fault_data["snapshot_dir"], store)
+    data = {**fault_data, "snapshot_dir": str(store)}
+    trajectory = read_trajectories(data["dataset"])[0]
+    digests = {s.snapshot for s in trajectory.steps if s.snapshot and not s.snapshot_skipped}
+    for digest in digests:
+        path = store / digest[:2] / f"{digest}.dill"
+        raw = bytearray(path.read_bytes())
+        if damage == "flip":
+            raw[len(raw) // 2] ^= 0x01
+        elif damage == "truncate":
+            raw = raw[: len(raw) // 2]
+        else:
+            raw[:16] = b"\x00garbage-header!"
+        path.write_bytes(bytes(raw))
+    env = make_env(data)
+    try:
+        samples = list(enumerate(env.episode_samples["faults-faults"]))
+        for index, sample in reversed(samples):  # backwards: each reset needs a snapshot, none is forward
+            _, info = env.reset(options={"trajectory": 0, "sample": index})
+            assert info["state"]["check"] == "verified", (sample.step, info["state"])
+            assert "snapshot after" not in info["state"]["route"] or "keeping" in info["state"]["route"]
+        rows = run_rows(env)
+    finally:
+        env.close()
+    assert_same_except(rows, clean_rows, flagged_steps=set())
+    needed = digests - {trajectory.steps[-1].snapshot}  # no sample starts after the last step
+    assert all((store / d[:2] / f"{d}.dill.corrupt").exists() for d in needed), "set aside, not deleted"
+    assert not any((store / d[:2] / f"{d}.dill").exists() for d in needed)
+
+
+def test_an_unrepairable_state_is_flagged_as_a_mismatch(tmp_path: Path) -> None:
+    """No snapshots and an unseeded random cell: the replayed state cannot equal the recorded one."""
+    dataset = write_dataset(tmp_path / "dataset", [random_session()], tmp_path / "snapshots", snapshots=False)
+    env = ThemistoEnv(
+        dataset=str(dataset), snapshot_dir=str(tmp_path / "snapshots"), task="next-cell", sample_rule=ALL_SAMPLES
+    )
+    try:
+        rows = run_rows(env)
+    finally:
+        env.close()
+    assert not flagged(rows[1]), "before the random value exists the state matches"
+    for step in (2, 3, 4, 5):
+        assert rows[step]["state_mismatch"] and "seed_free" in rows[step]["state_mismatch"], rows[step]
+        assert not rows[step]["infrastructure_error"]
+
+
+def test_full_mode_passes_the_checker_and_is_the_same_in_two_processes(fault_data: dict[str, Any]) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from gymnasium.utils.env_checker import check_env
+
+    for task in ("next-cell", "output"):
+        env = make_env(fault_data, observation="full", task=task)
+        try:
+            check_env(env, skip_render_check=True)
+        finally:
+            env.close()
+    program = (
+        "import json, sys\nfrom themisto_env.env import ThemistoEnv\n"
+        f"env = ThemistoEnv(dataset={fault_data['dataset']!r}, snapshot_dir={fault_data['snapshot_dir']!r},"
+        f" observation='full', sample_rule={ALL_SAMPLES!r})\n"
+        "obs, _ = env.reset(seed=3)\nprint(json.dumps(obs['runtime']))\nenv.close()\n"
+    )
+    runs = [subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True) for _ in "ab"]
+    first, second = (json.loads(r.stdout.strip().splitlines()[-1]) for r in runs)
+    assert first == second and "Kernel memory" in first and "0x7" not in first
