@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 import themisto_env.state as state_module
+from tests.state_fixtures import RESTART_STEP, fault_session, random_session, write_dataset
 from themisto_env.actions import Prediction
 from themisto_env.env import ThemistoEnv
 from themisto_env.samples import SampleRule
 from themisto_env.state import diff_fingerprints, expected_fingerprint
 from themisto_env.tools import ToolCall
 from themisto_env.trajectory import read_trajectories
-from tests.state_fixtures import RESTART_STEP, fault_session, random_session, write_dataset
 
 ALL_SAMPLES = SampleRule(max_length_quantile=None).model_dump()
 
