@@ -4,7 +4,9 @@ It is installed as the module ``_themisto_helper`` in the kernel's ``sys.modules
 name in the user namespace, and is called through ``user_expressions`` of a silent execute request, so
 that introspection leaves the user's namespace, ``_``, ``Out`` and the execution counter untouched.
 Every public function takes JSON-able keyword arguments and returns a JSON-able value; :func:`call`
-dispatches by name and returns a JSON string.
+dispatches by name and returns a JSON string. A function declines with :class:`Refused` (no such
+variable, not a DataFrame, ...); the host raises ``UnknownNameError`` or ``IntrospectionRefused`` for it.
+The host's models of the answers are in ``themisto_env.sandbox.introspection``.
 
 This file must stay self-contained (standard library; numpy, pandas and dill only when present) because
 the kernel may run in a container where themisto_env is not installed.
@@ -90,8 +92,16 @@ def _deep_size(obj: Any, seen: set[int] | None = None, budget: list[int] | None 
     return size
 
 
+def _attribute(obj: Any, name: str) -> Any:
+    """``getattr(obj, name, None)``, also None where the object's ``__getattr__`` raises something else."""
+    try:
+        return getattr(obj, name, None)
+    except Exception:
+        return None
+
+
 def _shape(obj: Any) -> list[int] | None:
-    shape = getattr(obj, "shape", None)
+    shape = _attribute(obj, "shape")
     if isinstance(shape, tuple) and all(isinstance(d, int) for d in shape):
         return list(shape)
     return None
@@ -125,13 +135,34 @@ def _bounded_repr(obj: Any, max_chars: int) -> str:
     return text
 
 
-def _missing(name: str) -> dict[str, Any]:
-    names = user_names()
+class Refused(Exception):
+    """The helper declines to answer (a sentence for the agent); ``suggestions`` (the nearest names, possibly
+    none) is set when no such name exists."""
+
+    def __init__(self, message: str, *, name: str | None = None, suggestions: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.name = name
+        self.suggestions = suggestions
+
+
+def _user_value(name: str) -> Any:
+    """The user variable ``name``; :class:`Refused` with the nearest names when there is none."""
+    ns = _user_ns()
+    if name in ns and name in user_names():
+        return ns[name]
     import difflib
 
-    near = difflib.get_close_matches(name, names, n=3)
+    near = difflib.get_close_matches(name, user_names(), n=3)
     hint = f" Did you mean {', '.join(near)}?" if near else ""
-    return {"error": f"no variable named {name!r} in the kernel.{hint}"}
+    raise Refused(f"no variable named {name!r} in the kernel.{hint}", name=name, suggestions=near)
+
+
+def _size(obj: Any) -> int:
+    """:func:`_deep_size`, or 0 where the object's own methods raise (one odd object spoils no listing)."""
+    try:
+        return _deep_size(obj)
+    except Exception:
+        return 0
 
 
 def list_variables(limit: int = 100) -> dict[str, Any]:
@@ -145,22 +176,19 @@ def list_variables(limit: int = 100) -> dict[str, Any]:
             {
                 "name": name,
                 "type": _type_name(obj),
-                "size_bytes": _deep_size(obj),
+                "size_bytes": _size(obj),
                 "shape": _shape(obj),
                 "length": _length(obj),
             }
         )
-    return {"variables": rows, "total": len(names), "shown": len(rows)}
+    return {"variables": rows, "total": len(names)}
 
 
 def inspect_variable(name: str, max_chars: int = 2000) -> dict[str, Any]:
     """A bounded repr of one variable with its type, shape, dtype, length and size."""
-    ns = _user_ns()
-    if name not in ns or name not in user_names():
-        return _missing(name)
-    obj = ns[name]
-    dtype = getattr(obj, "dtype", None)
-    dtypes = getattr(obj, "dtypes", None)
+    obj = _user_value(name)
+    dtype = _attribute(obj, "dtype")
+    dtypes = _attribute(obj, "dtypes")
     info: dict[str, Any] = {
         "name": name,
         "type": _type_name(obj),
@@ -177,13 +205,10 @@ def inspect_variable(name: str, max_chars: int = 2000) -> dict[str, Any]:
 
 def dataframe(name: str, view: str = "head", n: int = 5, max_chars: int = 4000) -> dict[str, Any]:
     """``head``, ``info`` or ``describe`` of a pandas DataFrame or Series, as text."""
-    ns = _user_ns()
-    if name not in ns or name not in user_names():
-        return _missing(name)
-    obj = ns[name]
+    obj = _user_value(name)
     pd = sys.modules.get("pandas")
     if pd is None or not isinstance(obj, (pd.DataFrame, pd.Series)):
-        return {"error": f"{name!r} is a {_type_name(obj)}, not a pandas DataFrame or Series."}
+        raise Refused(f"{name!r} is a {_type_name(obj)}, not a pandas DataFrame or Series.", name=name)
     n = max(1, min(int(n), 50))
     if view == "head":
         text = obj.head(n).to_string()
@@ -197,7 +222,7 @@ def dataframe(name: str, view: str = "head", n: int = 5, max_chars: int = 4000) 
             obj.to_frame().info(buf=buf)
         text = buf.getvalue()
     else:
-        return {"error": f"unknown view {view!r}: use 'head', 'info' or 'describe'."}
+        raise Refused(f"unknown view {view!r}: use 'head', 'info' or 'describe'.", name=name)
     if len(text) > max_chars:
         text = text[:max_chars] + f"\n... [{len(text) - max_chars} more characters]"
     return {"name": name, "view": view, "text": text}
@@ -216,7 +241,7 @@ def memory(top: int = 20) -> dict[str, Any]:
     """The kernel's resident memory and the largest user variables."""
     ns = _user_ns()
     sizes = [
-        {"name": name, "size_bytes": _deep_size(ns[name]), "type": _type_name(ns[name])}
+        {"name": name, "size_bytes": _size(ns[name]), "type": _type_name(ns[name])}
         for name in user_names(include_modules=False)
     ]
     sizes.sort(key=lambda row: -row["size_bytes"])
@@ -230,22 +255,19 @@ def memory(top: int = 20) -> dict[str, Any]:
 def variable_sizes() -> dict[str, int]:
     """Size in bytes of every user variable (modules left out)."""
     ns = _user_ns()
-    return {name: _deep_size(ns[name]) for name in user_names(include_modules=False)}
+    return {name: _size(ns[name]) for name in user_names(include_modules=False)}
 
 
 def source(name: str, max_chars: int = 4000) -> dict[str, Any]:
     """The source of a function or class (or of a bound method, or an instance's class)."""
     import inspect
 
-    ns = _user_ns()
-    if name not in ns or name not in user_names():
-        return _missing(name)
-    obj = ns[name]
+    obj = _user_value(name)
     target = obj if inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismethod(obj) else type(obj)
     try:
         text = inspect.getsource(target)
     except (OSError, TypeError) as exc:
-        return {"error": f"no source available for {name!r} ({_type_name(obj)}): {exc}"}
+        raise Refused(f"no source available for {name!r} ({_type_name(obj)}): {exc}", name=name) from exc
     if len(text) > max_chars:
         text = text[:max_chars] + f"\n... [{len(text) - max_chars} more characters]"
     return {"name": name, "source": text}
@@ -332,12 +354,86 @@ def restore(path: str, digest: str = "", clean: bool = True, keep: list[str] | N
             if name not in state and name not in kept:
                 del ns[name]
     ns.update(state)
-    return {"names": sorted(state)}
+    return {"names": sorted(state), "fingerprint": namespace_fingerprint()}
 
 
-#: Objects larger than this are fingerprinted by type and shape only (content hashing stays cheap).
-FINGERPRINT_MAX_BYTES = 1 << 20
+#: Changes whenever the fingerprint of some value would change: recorded fingerprints of another version
+#: are not compared (the dataset must be rebuilt to be checked).
+FINGERPRINT_VERSION = 1
+#: Arrays and frames up to this size are hashed whole; larger ones on an evenly strided sample of about
+#: this many bytes (with their shape), so a fingerprint stays cheap whatever the data's size.
+FINGERPRINT_FULL_BYTES = 64 * 1024
+#: Strings and bytes longer than this are fingerprinted by length only.
+FINGERPRINT_MAX_TEXT = 1 << 20
 _ADDRESS = __import__("re").compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _array_digest(array: Any, h: Any) -> bool:
+    """Hash a numeric numpy array (whole, or a strided sample when large); False for object arrays."""
+    np = sys.modules["numpy"]
+    if array.dtype.hasobject:
+        return False
+    h.update(f"{array.dtype.str}{array.shape}".encode())
+    if array.nbytes > FINGERPRINT_FULL_BYTES:
+        flat = array.reshape(-1)
+        array = flat[:: max(1, array.nbytes // FINGERPRINT_FULL_BYTES)]
+    h.update(np.ascontiguousarray(array).data)
+    return True
+
+
+#: Values that are not plain numbers (strings, objects) are hashed on at most about this many elements.
+FINGERPRINT_SAMPLE_ITEMS = 256
+
+
+def _values_digest(values: Any, h: Any) -> bool:
+    """Hash a pandas column's or index's values: numbers (datetimes too) as arrays, others on a strided
+    sample by pandas' own hashing."""
+    np = sys.modules["numpy"]
+    pd = sys.modules["pandas"]
+    backing = getattr(values, "_ndarray", None)  # DatetimeArray, TimedeltaArray, NumpyExtensionArray
+    if isinstance(backing, np.ndarray) and not backing.dtype.hasobject:
+        values = backing
+    if isinstance(values, np.ndarray) and not values.dtype.hasobject:
+        return _array_digest(values, h)
+    two_d = getattr(values, "ndim", 1) == 2
+    count = values.shape[-1] if two_d else len(values)
+    if count > FINGERPRINT_SAMPLE_ITEMS:
+        step = -(-count // FINGERPRINT_SAMPLE_ITEMS)
+        values = values[:, ::step] if two_d else values[::step]
+    h.update(f"{getattr(values, 'dtype', '')}{count}".encode())
+    h.update(pd.util.hash_array(np.asarray(values, dtype=object).reshape(-1)).data)
+    return True
+
+
+def _index_digest(index: Any, h: Any) -> bool:
+    pd = sys.modules["pandas"]
+    if isinstance(index, pd.RangeIndex):
+        h.update(f"range{index.start},{index.stop},{index.step}".encode())
+        return True
+    h.update(f"{index.dtype}{len(index)}".encode())
+    return _values_digest(index._values if hasattr(index, "_values") else index.to_numpy(), h)
+
+
+def _frame_digest(obj: Any, h: Any) -> bool:
+    """Hash a DataFrame or Series: column names, dtypes, index and values (numeric blocks as arrays)."""
+    pd = sys.modules["pandas"]
+    if isinstance(obj, pd.Index):
+        return _index_digest(obj, h)
+    if isinstance(obj, pd.Series):
+        h.update(f"{obj.name!r}{obj.dtype}".encode())
+        return _index_digest(obj.index, h) and _values_digest(obj._values, h)
+    h.update(repr(obj.columns.tolist()).encode())
+    if not _index_digest(obj.index, h):
+        return False
+    manager = getattr(obj, "_mgr", None)
+    blocks = getattr(manager, "blocks", None)
+    if blocks is None:  # another pandas: column by column
+        return all(_values_digest(column._values, h) for _, column in obj.items())
+    for block in blocks:
+        h.update(repr(list(block.mgr_locs.as_array)).encode() + str(block.dtype).encode())
+        if not _values_digest(block.values, h):
+            return False
+    return True
 
 
 def _code_digest(code: Any, h: Any) -> None:
@@ -358,34 +454,21 @@ def _content(obj: Any, h: Any, depth: int = 0) -> bool:
         h.update(repr(obj).encode())
         return True
     if isinstance(obj, str):
-        if len(obj) > FINGERPRINT_MAX_BYTES:
+        if len(obj) > FINGERPRINT_MAX_TEXT:
             return False
         h.update(obj.encode("utf-8", "surrogatepass"))
         return True
     if isinstance(obj, (bytes, bytearray)):
-        if len(obj) > FINGERPRINT_MAX_BYTES:
+        if len(obj) > FINGERPRINT_MAX_TEXT:
             return False
         h.update(obj)
         return True
     if np is not None and isinstance(obj, np.ndarray):
-        if obj.dtype.hasobject or obj.nbytes > FINGERPRINT_MAX_BYTES:
-            return False
-        h.update(f"{obj.dtype.str}{obj.shape}".encode())
-        h.update(np.ascontiguousarray(obj).data)
-        return True
+        return _array_digest(obj, h)
     if pd is not None and isinstance(obj, (pd.DataFrame, pd.Series, pd.Index)):
         try:
-            if int(obj.memory_usage(deep=False, index=True).sum() if not isinstance(obj, pd.Index) else obj.nbytes) > (
-                FINGERPRINT_MAX_BYTES
-            ):
-                return False
-            if isinstance(obj, pd.DataFrame):
-                h.update(repr(list(obj.columns)).encode() + repr(list(map(str, obj.dtypes))).encode())
-            else:
-                h.update(f"{obj.name!r}{obj.dtype}".encode())
-            h.update(pd.util.hash_pandas_object(obj, index=not isinstance(obj, pd.Index)).to_numpy().data)
-            return True
-        except Exception:  # unhashable cells (lists, dicts): shape and dtypes only
+            return _frame_digest(obj, h)
+        except Exception:  # unhashable cells (lists, dicts), an unusual pandas: shape and type only
             return False
     if depth > 3:
         return False
@@ -404,10 +487,10 @@ def _content(obj: Any, h: Any, depth: int = 0) -> bool:
             return False
         parts = []
         for item in obj:
-            sub = hashlib.blake2b(digest_size=8)
+            sub = hashlib.sha1()
             if not _content(item, sub, depth + 1):
                 return False
-            parts.append(sub.digest())
+            parts.append(sub.digest()[:8])
         h.update(b"set" + b"".join(sorted(parts)))
         return True
     if isinstance(obj, types.FunctionType):
@@ -425,9 +508,9 @@ def _fingerprint(obj: Any) -> str:
     if shape is None and not isinstance(obj, (types.FunctionType, types.ModuleType)):
         length = _length(obj)
         size = "" if length is None else f"len{length}"
-    h = hashlib.blake2b(digest_size=8)
+    h = hashlib.sha1()
     try:
-        content = h.hexdigest() if _content(obj, h) else ""
+        content = h.hexdigest()[:16] if _content(obj, h) else ""
     except Exception:
         content = ""
     return f"{_type_name(obj)}|{size}|{content}"
@@ -436,8 +519,9 @@ def _fingerprint(obj: Any) -> str:
 def namespace_fingerprint() -> dict[str, str]:
     """A cheap, deterministic summary of the user namespace: per name ``type|shape-or-length|content``.
 
-    The content part is a hash of the value where that is cheap (numbers, strings, arrays and frames up
-    to 1 MiB, small containers of those, functions' code, modules' names) and empty elsewhere. Two
+    The content part is a hash of the value where that is cheap (numbers, strings, numpy arrays and
+    pandas objects, whole up to 64 KiB and on a strided sample above, small containers of those,
+    functions' code, modules' names) and empty elsewhere (other objects: type and length only). Two
     kernels in the same state give the same fingerprint, in any process.
     """
     ns = _user_ns()
@@ -478,9 +562,12 @@ FUNCTIONS = {
 
 
 def call(name: str, kwargs_json: str = "{}") -> str:
-    """Run helper ``name`` with JSON keyword arguments; return ``{"ok": value}`` or ``{"raised": ...}``."""
+    """Run helper ``name`` with JSON keyword arguments; return ``{"ok": value}``, ``{"refused": {...}}``
+    (it declined: ``detail``, ``name``, and ``suggestions`` for an unknown name) or ``{"raised": ...}``."""
     try:
         value = FUNCTIONS[name](**json.loads(kwargs_json))
         return json.dumps({"ok": value}, default=str)
+    except Refused as exc:
+        return json.dumps({"refused": {"detail": str(exc), "name": exc.name, "suggestions": exc.suggestions}})
     except Exception as exc:
         return json.dumps({"raised": f"{type(exc).__name__}: {exc}"})

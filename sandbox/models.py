@@ -48,6 +48,8 @@ class ExecutionResult(BaseModel):
         memory_bytes: Resident memory of the kernel process after the execution, if it could be read.
         truncated: Whether outputs were cut at the output cap.
         kernel_restarted: Whether the kernel had to be restarted after a timeout (its state is gone).
+        fingerprint: The namespace fingerprint right after the cell, when asked for and the cell did not
+            raise (taken in the same request: no extra round trip).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -59,6 +61,7 @@ class ExecutionResult(BaseModel):
     memory_bytes: int | None = None
     truncated: bool = False
     kernel_restarted: bool = False
+    fingerprint: dict[str, str] | None = None
 
     @property
     def error(self) -> dict[str, Any] | None:
@@ -88,3 +91,17 @@ class SnapshotInfo(BaseModel):
     size_bytes: int
     names: list[str]
     skipped: dict[str, str] = Field(default_factory=dict)
+
+
+class RestoreResult(BaseModel):
+    """What a restore loaded.
+
+    Attributes:
+        names: The names restored.
+        fingerprint: The namespace fingerprint right after the restore (taken in the same request).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    names: list[str]
+    fingerprint: dict[str, str]

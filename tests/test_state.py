@@ -171,11 +171,11 @@ def test_a_kill_during_an_advance_lands_on_the_next_sample(
     env = make_env(fault_data)
     original, killed = state_module.replay_step, []
 
-    def kill_before_step_4(kernel: Any, step: Any) -> Any:
+    def kill_before_step_4(kernel: Any, step: Any, **options: Any) -> Any:
         if step.index == 4 and not killed:
             killed.append(kernel.launcher.pid())
             os.kill(killed[0], signal.SIGKILL)  # the kernel dies while the env moves to step 5
-        return original(kernel, step)
+        return original(kernel, step, **options)
 
     monkeypatch.setattr(state_module, "replay_step", kill_before_step_4)
     try:

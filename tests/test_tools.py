@@ -261,7 +261,7 @@ def test_get_source_after_a_restore_in_a_fresh_kernel_comes_from_the_history(loc
 
     snapshot = local_kernel.snapshot()
     local_kernel.restart()
-    assert "area" in local_kernel.restore(snapshot)
+    assert "area" in local_kernel.restore(snapshot).names
     text = answer(ctx, "get_source", name="area")
     assert "The kernel cannot show the source of 'area'" in text
     assert text.endswith("in execution [1]:\ndef area(r):\n    return 3.14 * r * r")
@@ -433,6 +433,29 @@ def test_a_helper_failing_on_the_users_object_is_answered(ctx: ToolContext) -> N
     assert result.error == "the kernel could not compute this: ValueError: Cannot describe a DataFrame without columns"
 
 
+def test_user_objects_that_break_the_helper_are_answered_and_the_kernel_kept(local_kernel: Kernel) -> None:
+    local_kernel.execute(
+        "import pandas as pd\n"
+        "class Loud:\n    def __repr__(self):\n        raise RuntimeError('no repr for you')\n"
+        "class Endless(list):\n    def __len__(self):\n        raise RuntimeError('no len for you')\n"
+        "class Sulky(pd.DataFrame):\n    def describe(self, *args, **kwargs):\n"
+        "        raise RuntimeError('no stats for you')\n"
+        "loud, endless, sulky = Loud(), Endless([1, 2]), Sulky({'x': [1, 2]})"
+    )
+    ctx = ToolContext(kernel=local_kernel)
+    pid, before = local_kernel.launcher.pid(), local_kernel.namespace_state()
+    endless = call(ctx, "inspect_variable", name="endless")
+    assert not endless.ok and endless.error == "the kernel could not compute this: RuntimeError: no len for you"
+    sulky = call(ctx, "dataframe_describe", name="sulky")
+    assert not sulky.ok and sulky.error == "the kernel could not compute this: RuntimeError: no stats for you"
+    assert "<repr failed: RuntimeError: no repr for you>" in answer(ctx, "inspect_variable", name="loud")
+    listing = answer(ctx, "list_variables")
+    assert all(name in listing for name in ("loud", "endless", "sulky"))
+    assert "sulky" in answer(ctx, "memory_usage") and "x" in answer(ctx, "dataframe_head", name="sulky")
+    assert local_kernel.launcher.pid() == pid and local_kernel.restarts == 0
+    assert local_kernel.namespace_state() == before
+
+
 @pytest.mark.parametrize(
     "raw", [{"tool": "list_variables", "args": [1]}, {"name": "list_variables"}, "list_variables", None]
 )
@@ -464,14 +487,13 @@ def every_call() -> list[tuple[str, dict[str, Any]]]:
 
 def test_tools_are_read_only(ctx: ToolContext) -> None:
     kernel = ctx.kernel
-    before = kernel.call("state_fingerprint")
+    before = kernel.namespace_state()
     results = [call(ctx, tool, **args) for tool, args in every_call()]
     tools = {tool.name: tool for tool in langchain_tools(lambda: ctx)}
     results_lc = [tools[name].invoke(dict(args)) for name, args in every_call() if name in tools]
-    after = kernel.call("state_fingerprint")
+    after = kernel.namespace_state()
     assert after == before
-    assert set(before) >= {"names", "underscore", "out_keys", "execution_count", "history_length"}
-    assert before["execution_count"] == len(CELLS) + 1
+    assert before.execution_count == len(CELLS) + 1
     assert any(r.ok for r in results) and any(not r.ok for r in results) and results_lc
 
 

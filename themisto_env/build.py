@@ -21,6 +21,7 @@ from themisto_env.june import read_sessions
 from themisto_env.notebook import read_notebook_session
 from themisto_env.rendering import normalize_for_comparison, render_outputs
 from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.snapshots import SnapshotStore
 from themisto_env.sessions import RecordedExecution, Session
@@ -116,7 +117,7 @@ def replay_execution(kernel: Kernel, execution: RecordedExecution, *, snapshots:
         outputs=result.outputs,
         duration_s=round(result.duration_s, 6),
         memory_bytes=result.memory_bytes,
-        variables=kernel.call("variable_sizes"),
+        variables=kernel.variable_sizes(),
         snapshot=snapshot.digest if snapshot else None,
         snapshot_skipped=snapshot.skipped if snapshot else {},
         fingerprint=kernel.fingerprint(),
@@ -141,6 +142,7 @@ def replay_session(
         source_path=session.source_path,
         source_digest=session_digest(session),
         backend=kernel.backend,
+        fingerprint_version=FINGERPRINT_VERSION,
     )
     kernel.restart()
     for execution in session.executions:
@@ -164,7 +166,7 @@ def is_built(trajectory: Trajectory, session: Session, backend: str, store: Snap
     fingerprinted (format 2), and (when snapshots are wanted) every snapshot still in the store."""
     if not trajectory.complete or trajectory.source_digest != session_digest(session) or trajectory.backend != backend:
         return False
-    if any(s.fingerprint is None for s in trajectory.steps):
+    if trajectory.fingerprint_version != FINGERPRINT_VERSION:
         return False
     return not snapshots or all(s.snapshot is None or s.snapshot in store for s in trajectory.steps)
 

@@ -44,6 +44,7 @@ from themisto_env.metrics import RewardWeights, reward, score
 from themisto_env.observation import history_items, render_history, render_runtime
 from themisto_env.samples import Sample, SampleRule, TaskName, make_samples, samples_by_trajectory
 from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.scorers import execution_score
 from themisto_env.state import StateReport, TrajectoryKernel
@@ -248,6 +249,15 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         if self._packages_checked:
             return
         self._packages_checked = True
+        stale = sorted(t.id for t in self.trajectories.values() if t.fingerprint_version != FINGERPRINT_VERSION)
+        if stale:
+            log.warning(
+                "%d trajectories of %s carry no current state fingerprints (%s): their served states are not "
+                "checked; rebuild the dataset with `themisto data build` to check them.",
+                len(stale),
+                self.dataset_dir,
+                ", ".join(stale[:3]) + (", ..." if len(stale) > 3 else ""),
+            )
         manifest = read_manifest(self.dataset_dir)
         if not manifest.snapshots or not manifest.packages:
             return

@@ -47,6 +47,7 @@ from themisto_env.errors import (
     SnapshotError,
 )
 from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.models import ExecutionResult
 from themisto_env.trajectory import Step, Trajectory
 
@@ -64,14 +65,17 @@ def interrupt_after(duration_s: float | None, timeout_s: float) -> float:
     return min((duration_s or 5.0) + 1.0, timeout_s)
 
 
-def run_recorded(kernel: Kernel, source: str, *, interrupted: bool, duration_s: float | None) -> ExecutionResult:
+def run_recorded(
+    kernel: Kernel, source: str, *, interrupted: bool, duration_s: float | None, fingerprint: bool = False
+) -> ExecutionResult:
     """Run one recorded cell as it was recorded: a cell the person interrupted is interrupted at the
-    recorded time (plus a second) rather than left to run to the kernel's timeout."""
+    recorded time (plus a second) rather than left to run to the kernel's timeout. With ``fingerprint``
+    the namespace fingerprint after it comes back in the same request."""
     timeout = interrupt_after(duration_s, kernel.limits.timeout_s) if interrupted else None
-    return kernel.execute(source, timeout_s=timeout)
+    return kernel.execute(source, timeout_s=timeout, fingerprint=fingerprint)
 
 
-def replay_step(kernel: Kernel, step: Step) -> ExecutionResult:
+def replay_step(kernel: Kernel, step: Step, *, fingerprint: bool = False) -> ExecutionResult:
     """Replay a built step and check that it ends as it did when it was built.
 
     Raises:
@@ -79,7 +83,9 @@ def replay_step(kernel: Kernel, step: Step) -> ExecutionResult:
             other way round): the state after it cannot be the recorded one.
         InfrastructureError: The kernel failed.
     """
-    result = run_recorded(kernel, step.source, interrupted=step.interrupted, duration_s=step.recorded_duration_s)
+    result = run_recorded(
+        kernel, step.source, interrupted=step.interrupted, duration_s=step.recorded_duration_s, fingerprint=fingerprint
+    )
     if result.kernel_restarted != step.wedged or result.status != step.status:
         how = "needed a kernel restart" if result.kernel_restarted else f"ended {result.status!r}"
         built = "needed a restart" if step.wedged else f"ended {step.status!r}"
@@ -88,7 +94,10 @@ def replay_step(kernel: Kernel, step: Step) -> ExecutionResult:
 
 
 def expected_fingerprint(trajectory: Trajectory, step: int) -> dict[str, str] | None:
-    """The recorded fingerprint of the namespace in which ``step`` starts (None where not recorded)."""
+    """The recorded fingerprint of the namespace in which ``step`` starts (None where not recorded, or
+    recorded by another version of the fingerprint)."""
+    if trajectory.fingerprint_version != FINGERPRINT_VERSION:
+        return None
     if step == 0 or trajectory.steps[step].restarted_before:
         return {}
     return trajectory.steps[step - 1].fingerprint
@@ -202,14 +211,16 @@ class TrajectoryKernel:
                     self._fresh_kernel()
                 if route == "forward":
                     assert forward is not None
-                    report.route = self._forward(trajectory, forward, step)
+                    report.route, live = self._forward(trajectory, forward, step)
                 else:
-                    report.route = self._by_snapshot(trajectory, step)
+                    report.route, live = self._by_snapshot(trajectory, step)
                 self.position = (trajectory.id, step)
                 if expected is None:
                     report.check = "unchecked"
                     return report
-                report.differences = diff_fingerprints(expected, self.kernel.fingerprint())
+                if live is None:  # the route did not end with a fingerprinted request
+                    live = self.kernel.fingerprint()
+                report.differences = diff_fingerprints(expected, live)
             except InfrastructureError as exc:
                 self.position = None
                 report.faults.append(f"{type(exc).__name__}: {exc}")
@@ -275,50 +286,57 @@ class TrajectoryKernel:
                 return None
         return None
 
-    def _forward(self, trajectory: Trajectory, start: int, step: int) -> str:
+    def _forward(self, trajectory: Trajectory, start: int, step: int) -> tuple[str, dict[str, str] | None]:
+        """Replay the cells from ``start`` to ``step``; return the route and the fingerprint after it."""
         kernel = self.kernel
+        live = None
         for s in trajectory.steps[start:step]:
             if s.index > start and s.restarted_before:
                 kernel.restart()
-            replay_step(kernel, s)
+            live = replay_step(kernel, s, fingerprint=s.index == step - 1).fingerprint
         if step > start and trajectory.steps[step].restarted_before:
             kernel.restart()
-        return "in place" if step == start else f"forward ({step - start} cells)"
+            live = None
+        return ("in place" if step == start else f"forward ({step - start} cells)"), live
 
     def _usable(self, digest: str | None) -> bool:
         if not self.use_snapshots or digest is None or digest in self.unloadable:
             return False
         return digest in self.kernel.store
 
-    def _restore(self, digest: str, keep: list[str] | None = None) -> bool:
-        """Restore a snapshot; a corrupt one is set aside, an unloadable one remembered. True if loaded."""
+    def _restore(self, digest: str, keep: list[str] | None = None) -> dict[str, str] | None:
+        """Restore a snapshot; return the fingerprint after it, or None when it could not be loaded: a
+        corrupt snapshot is set aside, an unloadable one remembered."""
         kernel = self.kernel
         try:
-            kernel.restore(digest, clean=True, keep=keep or ())
-            return True
+            return kernel.restore(digest, clean=True, keep=keep or ()).fingerprint
         except SnapshotCorruptError:
             path = kernel.store.path(digest)
             with contextlib.suppress(OSError):
                 path.replace(path.with_name(path.name + ".corrupt"))
         except SnapshotError:
             self.unloadable.add(digest)
-        return False
+        return None
 
-    def _by_snapshot(self, trajectory: Trajectory, step: int) -> str:
+    def _by_snapshot(self, trajectory: Trajectory, step: int) -> tuple[str, dict[str, str] | None]:
+        """Restore the nearest trusted snapshot and replay after it; return the route and the
+        fingerprint after it."""
         steps = trajectory.steps
         kernel = self.kernel
         if step == 0 or steps[step].restarted_before:
             kernel.restart()
-            return "fresh"
+            return "fresh", None
         while True:  # a snapshot found corrupt or unloadable is dropped and the route planned again
             found = self._nearest_snapshot(trajectory, step)
             j = step - 1  # without a snapshot: back to the last restart (or the start)
             while found is None and j > 0 and not steps[j].restarted_before:
                 j -= 1
+            live = None
             if found is not None:
                 digest = steps[found].snapshot
                 assert digest is not None
-                if not self._restore(digest):
+                live = self._restore(digest)
+                if live is None:
                     continue
                 first, route = found + 1, f"snapshot after step {found}"
             else:
@@ -327,13 +345,15 @@ class TrajectoryKernel:
             for s in steps[first:step]:
                 if s.restarted_before and s.index > first:
                     kernel.restart()
-                replay_step(kernel, s)
+                live = replay_step(kernel, s, fingerprint=s.index == step - 1).fingerprint
             if step > first:
                 route += f" + {step - first} cells"
                 last = steps[step - 1]
                 if last.snapshot_skipped and self._usable(last.snapshot):
                     assert last.snapshot is not None
                     keep = sorted(last.snapshot_skipped)
-                    if self._restore(last.snapshot, keep=keep):
+                    overlaid = self._restore(last.snapshot, keep=keep)
+                    if overlaid is not None:
+                        live = overlaid
                         route += f" + snapshot after step {step - 1} keeping {', '.join(keep)}"
-            return route
+            return route, live

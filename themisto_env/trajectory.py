@@ -94,6 +94,8 @@ class Trajectory(BaseModel):
         steps: The replayed executions.
         complete: Whether every execution was replayed.
         failure: Where and why the replay stopped, when it did not complete.
+        fingerprint_version: Version of the namespace fingerprints of its steps (0: none recorded); see
+            :data:`themisto_env.sandbox.kernel_helper.FINGERPRINT_VERSION`.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -109,6 +111,7 @@ class Trajectory(BaseModel):
     steps: list[Step] = Field(default_factory=list)
     complete: bool = True
     failure: str | None = None
+    fingerprint_version: int = 0
 
     @property
     def agreement(self) -> float:
