@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from themisto_env.errors import KernelDiedError
+from themisto_env.errors import (
+    HelperError,
+    InfrastructureError,
+    IntrospectionRefused,
+    KernelDiedError,
+    UnknownNameError,
+)
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.launcher import launcher_class
 from themisto_env.sandbox.models import SandboxLimits
@@ -176,17 +182,69 @@ def _check_snapshot(new: KernelFactory) -> str:
 def _check_readonly_introspection(new: KernelFactory) -> str:
     with new() as k:
         k.execute("import pandas as pd\nframe = pd.DataFrame({'x': [1, 2]})\nfn = lambda v: v\nframe")
-        before = k.call("state_fingerprint")
-        k.call("list_variables")
-        k.call("inspect_variable", name="frame")
-        k.call("dataframe", name="frame", view="describe")
-        k.call("memory")
-        k.call("source", name="fn")
-        k.call("inspect_variable", name="nope")
+        before = k.namespace_state()
+        k.list_variables()
+        k.inspect_variable("frame")
+        k.dataframe("frame", "describe")
+        k.memory()
+        k.variable_sizes()
+        k.source("fn")
+        with suppress(UnknownNameError):
+            k.inspect_variable("nope")
         k.snapshot()
-        after = k.call("state_fingerprint")
+        after = k.namespace_state()
         assert before == after, (before, after)
     return "namespace, _, Out, counter and history unchanged"
+
+
+def _check_helper_errors(new: KernelFactory) -> str:
+    """The helper failing on the user's objects, or declining, is a HelperError: the kernel stays as it was."""
+    build = (
+        "import pandas as pd\n"
+        "class Loud:\n    def __repr__(self):\n        raise RuntimeError('no repr for you')\n"
+        "class Endless(list):\n    def __len__(self):\n        raise RuntimeError('no len for you')\n"
+        "class Sulky(pd.DataFrame):\n    def describe(self, *args, **kwargs):\n"
+        "        raise RuntimeError('no stats for you')\n"
+        "class Lookup:\n    def __getattr__(self, key):\n        raise KeyError(key)\n"
+        "loud, endless, sulky, lookup = Loud(), Endless([1, 2]), Sulky({'x': [1, 2]}), Lookup()\n"
+        "frame = pd.DataFrame({'x': [1, 2]})"
+    )
+    with new() as k:
+        assert k.execute(build).status == "ok"
+        pid, before = k.launcher.pid(), k.namespace_state()
+        failures = (
+            (lambda: k.inspect_variable("endless"), "no len for you"),
+            (lambda: k.dataframe("sulky", "describe"), "no stats for you"),
+        )
+        for ask, detail in failures:
+            try:
+                ask()
+            except InfrastructureError as exc:
+                raise AssertionError(f"a failure on the user's data is not an infrastructure error: {exc!r}") from exc
+            except HelperError as exc:
+                assert not isinstance(exc, IntrospectionRefused) and detail in exc.detail, repr(exc)
+            else:
+                raise AssertionError(f"no HelperError ({detail})")
+        assert k.inspect_variable("loud").repr.startswith("<repr failed: RuntimeError: no repr for you")
+        assert k.inspect_variable("lookup").shape is None, "a __getattr__ that raises is no failure"
+        listed = {row.name for row in k.list_variables().variables}
+        assert {"loud", "endless", "sulky", "lookup", "frame"} <= listed, listed
+        try:
+            k.inspect_variable("fram")
+        except UnknownNameError as exc:
+            assert "Did you mean frame" in str(exc) and exc.suggestions[0] == "frame", repr(exc)
+        else:
+            raise AssertionError("an unknown name was answered")
+        try:
+            k.dataframe("loud")
+        except IntrospectionRefused as exc:
+            assert not isinstance(exc, UnknownNameError) and "not a pandas DataFrame" in str(exc), repr(exc)
+        else:
+            raise AssertionError("a DataFrame view of a non-frame was answered")
+        assert k.is_alive() and k.restarts == 0 and k.launcher.pid() == pid, "the kernel was restarted"
+        assert k.namespace_state() == before, "the namespace changed"
+        assert k.execute("len(frame)").outputs[0]["data"]["text/plain"] == "2"
+    return "HelperError, the same kernel process, the namespace intact; unknown names with the nearest"
 
 
 def _check_no_network(new: KernelFactory) -> str:
@@ -244,6 +302,7 @@ CHECKS: tuple[Check, ...] = (
     Check("death", "a dying kernel raises KernelDiedError quickly", _check_death),
     Check("snapshot", "snapshot and restore round trip", _check_snapshot),
     Check("read-only-tools", "introspection leaves the state untouched", _check_readonly_introspection),
+    Check("helper-errors", "the helper failing on user data leaves the kernel alone", _check_helper_errors),
     Check("no-network", "no network inside", _check_no_network, isolation=True),
     Check("read-only-root", "read-only root, non-root user", _check_readonly_root, isolation=True),
     Check("memory-limit", "memory limit enforced", _check_memory_limit, limits=True),

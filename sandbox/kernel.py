@@ -9,7 +9,7 @@ second instead of hanging.
 Example:
     >>> with Kernel("local") as kernel:
     ...     kernel.execute("x = 41 + 1").status
-    ...     kernel.call("inspect_variable", name="x")["repr"]
+    ...     kernel.inspect_variable("x").repr
     'ok'
     '42'
 """
@@ -37,13 +37,24 @@ from jupyter_client.connect import write_connection_file
 from themisto_env.errors import (
     HelperError,
     InfrastructureError,
+    IntrospectionRefused,
     KernelDiedError,
     KernelStartError,
     KernelTimeoutError,
     SnapshotCorruptError,
     SnapshotError,
+    UnknownNameError,
 )
 from themisto_env.sandbox import lifetime
+from themisto_env.sandbox.introspection import (
+    FrameView,
+    FrameViewName,
+    MemoryReport,
+    NamespaceState,
+    SourceText,
+    VariableDetail,
+    VariableListing,
+)
 from themisto_env.sandbox.launcher import KernelLauncher, launcher_class
 from themisto_env.sandbox.models import ExecutionResult, SandboxLimits, SnapshotInfo
 from themisto_env.sandbox.snapshots import SnapshotStore
@@ -334,21 +345,128 @@ class Kernel:
         The call is a silent execution with the work done in ``user_expressions``: it changes neither the
         user namespace, nor ``_``/``Out``, nor the execution counter or history.
 
+        This is the low-level escape hatch: the typed methods (:meth:`list_variables`,
+        :meth:`inspect_variable`, ...) call it and return models.
+
         Raises:
-            HelperError: The helper function raised on the user's data (the kernel is fine).
+            UnknownNameError: The function was asked about a name the user did not define.
+            IntrospectionRefused: The function declined (the variable is not of the kind asked for).
+            HelperError: The function raised on the user's data, or ran past the time limit and was
+                interrupted (the kernel is fine).
+            KernelTimeoutError: It ran past the limit and the kernel had to be restarted (the state is gone).
             InfrastructureError: The helper could not be reached or run (the kernel is not fine).
         """
         expression = f"__import__('sys').modules[{_HELPER_MODULE!r}].call({function!r}, {json.dumps(kwargs)!r})"
-        reply, *_ = self._run(
+        reply, _, timed_out, restarted, _ = self._run(
             "", silent=True, store_history=False, timeout_s=timeout_s, user_expressions={"r": expression}
         )
+        if restarted:
+            raise KernelTimeoutError(
+                f"kernel helper {function!r} ran past the time limit and the {self.backend} kernel had to be "
+                "restarted (its state is gone)"
+            )
         value = reply.get("user_expressions", {}).get("r", {})
+        if timed_out and value.get("status") != "ok":
+            limit = timeout_s or self.limits.timeout_s
+            raise HelperError(function, f"TimeoutError: it ran past {limit:g} s and was interrupted")
         if value.get("status") != "ok":
             raise InfrastructureError(f"kernel helper {function!r} failed: {value.get('ename')}: {value.get('evalue')}")
         payload = json.loads(ast.literal_eval(value["data"]["text/plain"]))
+        if "refused" in payload:
+            refused = payload["refused"]
+            if refused.get("suggestions") is not None:
+                raise UnknownNameError(
+                    function, refused["detail"], name=refused.get("name"), suggestions=tuple(refused["suggestions"])
+                )
+            raise IntrospectionRefused(function, refused["detail"], name=refused.get("name"))
         if "raised" in payload:
             raise HelperError(function, payload["raised"])
         return payload["ok"]
+
+    # -- introspection: none of it changes the user namespace, ``_``, ``Out``, the counter or the history ----
+
+    def list_variables(self, *, limit: int = 100) -> VariableListing:
+        """The user's variables sorted by name, with type, size, and shape or length (modules left out).
+
+        Args:
+            limit: The most rows to return (``total`` counts them all).
+
+        Raises:
+            HelperError: The helper failed on the user's data (the kernel is fine).
+            InfrastructureError: The kernel could not answer (it died, or stopped answering).
+        """
+        return VariableListing.model_validate(self.call("list_variables", limit=limit))
+
+    def inspect_variable(self, name: str, *, max_chars: int = 2000) -> VariableDetail:
+        """One variable: type, shape, length, size, dtype(s) and its repr cut to ``max_chars``.
+
+        A ``__repr__`` that raises is answered in :attr:`VariableDetail.repr` (``<repr failed: ...>``).
+
+        Raises:
+            UnknownNameError: No user variable is called ``name`` (the message names the nearest ones).
+            HelperError: The helper failed on the user's object (a ``__len__`` that raises, ...; the kernel
+                is fine).
+            InfrastructureError: The kernel could not answer.
+        """
+        return VariableDetail.model_validate(self.call("inspect_variable", name=name, max_chars=max_chars))
+
+    def dataframe(self, name: str, view: FrameViewName = "head", *, n: int = 5, max_chars: int = 4000) -> FrameView:
+        """``head(n)``, ``info()`` or ``describe()`` of a pandas DataFrame or Series, as text.
+
+        Args:
+            name: The variable's name.
+            view: Which view.
+            n: How many rows ``head`` shows (1 to 50).
+            max_chars: The longest text returned (a marker says how much was cut).
+
+        Raises:
+            UnknownNameError: No user variable is called ``name``.
+            IntrospectionRefused: ``name`` is not a DataFrame or Series, or ``view`` is not a view.
+            HelperError: pandas raised on the user's frame (``describe()`` of a frame without columns,
+                ...; the kernel is fine).
+            InfrastructureError: The kernel could not answer.
+        """
+        return FrameView.model_validate(self.call("dataframe", name=name, view=view, n=n, max_chars=max_chars))
+
+    def memory(self, *, top: int = 20) -> MemoryReport:
+        """The kernel's resident memory, the user variables' total size and the ``top`` largest ones.
+
+        Raises:
+            HelperError: The helper failed on the user's data (the kernel is fine).
+            InfrastructureError: The kernel could not answer.
+        """
+        return MemoryReport.model_validate(self.call("memory", top=top))
+
+    def variable_sizes(self) -> dict[str, int]:
+        """Approximate deep size in bytes of every user variable (modules left out).
+
+        Raises:
+            HelperError: The helper failed on the user's data (the kernel is fine).
+            InfrastructureError: The kernel could not answer.
+        """
+        return {str(name): int(size) for name, size in self.call("variable_sizes").items()}
+
+    def source(self, name: str, *, max_chars: int = 4000) -> SourceText:
+        """The source of a function or class (of a bound method's function; of another object's class).
+
+        Raises:
+            UnknownNameError: No user variable is called ``name``.
+            IntrospectionRefused: Python has no source for it (a class defined in a cell, a builtin, a
+                kernel restored from a snapshot, ...).
+            HelperError: The helper failed on the user's object (the kernel is fine).
+            InfrastructureError: The kernel could not answer.
+        """
+        return SourceText.model_validate(self.call("source", name=name, max_chars=max_chars))
+
+    def namespace_state(self) -> NamespaceState:
+        """What introspection must never change: user names with object ids and types, ``_``, ``Out``'s
+        keys, the execution counter and the history's length (comparable within one kernel process).
+
+        Raises:
+            HelperError: The helper failed on the user's data (``Out`` rebound to a non-dict, ...).
+            InfrastructureError: The kernel could not answer.
+        """
+        return NamespaceState.model_validate(self.call("state_fingerprint"))
 
     def fingerprint(self) -> dict[str, str]:
         """The user namespace's fingerprint: per name ``type|shape-or-length|content-hash`` (the hash

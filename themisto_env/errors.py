@@ -9,7 +9,10 @@ Every error this package raises on purpose is a ``ThemistoError``::
     │                            out of ``Env.step``)
     ├── ProviderError            an optional LLM provider package or key is missing (says what to install)
     ├── HelperError              the in-kernel helper failed on the user's data (a broken ``__repr__``, ...):
-    │                            the kernel is healthy; tools answer it as text
+    │   │                        the kernel is healthy; tools answer it as text
+    │   └── IntrospectionRefused     the helper declined: not the kind of variable asked for (``dataframe`` of a
+    │       │                        list, ``source`` of an object without one)
+    │       └── UnknownNameError         no user variable has that name (carries the nearest names)
     └── InfrastructureError      the machinery failed, not the model: never scored as a wrong answer
         ├── BackendUnavailableError  the backend cannot run here (no Docker engine, no image, ...)
         ├── KernelStartError         a kernel did not become ready
@@ -78,6 +81,41 @@ class HelperError(ThemistoError):
         self.detail = detail
         super().__init__(f"kernel helper {function!r} raised {detail}")
 
+    def __reduce__(self) -> tuple[object, ...]:  # crosses processes (Ray) with its fields
+        return type(self), (self.function, self.detail), self.__dict__
+
+
+class IntrospectionRefused(HelperError):
+    """The helper declined to answer: the variable is not of the kind asked for (``dataframe`` of a list,
+    ``source`` of an object without one, an unknown view). The kernel is fine; tools answer it as text.
+
+    Attributes:
+        function: The helper function that was called.
+        detail: Why, as a sentence for the agent (also ``str(error)``).
+        name: The variable asked about, if any.
+    """
+
+    def __init__(self, function: str, detail: str, *, name: str | None = None) -> None:
+        super().__init__(function, detail)
+        self.name = name
+
+    def __str__(self) -> str:
+        return self.detail
+
+
+class UnknownNameError(IntrospectionRefused):
+    """No user variable has the name asked about; ``detail`` names the nearest ones ("Did you mean ...?").
+
+    Attributes:
+        suggestions: The nearest user names, closest first (possibly none).
+    """
+
+    def __init__(
+        self, function: str, detail: str, *, name: str | None = None, suggestions: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(function, detail, name=name)
+        self.suggestions = tuple(suggestions)
+
 
 class InfrastructureError(ThemistoError):
     """The infrastructure failed (not the model). Never scored as a wrong answer."""
@@ -118,6 +156,7 @@ __all__ = [
     "DataError",
     "HelperError",
     "InfrastructureError",
+    "IntrospectionRefused",
     "KernelDiedError",
     "KernelStartError",
     "KernelTimeoutError",
@@ -126,4 +165,5 @@ __all__ = [
     "SnapshotCorruptError",
     "SnapshotError",
     "ThemistoError",
+    "UnknownNameError",
 ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from themisto_env.errors import HelperError
 from themisto_env.rendering import render_outputs
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.tools import HistoryItem
@@ -70,21 +71,31 @@ def render_runtime(
 
     Deterministic for a state: memory and sizes are the figures recorded at build time after the
     previous step (``recorded``; live ones only when nothing was recorded), and object addresses in
-    reprs are masked, so the same sample gives the same text in any process.
+    reprs are masked, so the same sample gives the same text in any process. Where the helper fails on
+    the user's data (a ``__len__`` that raises, ...) the text says so: the kernel is fine.
+
+    Raises:
+        InfrastructureError: The kernel could not answer.
     """
-    listing = kernel.call("list_variables", limit=500)
     sizes = recorded.variables if recorded is not None else {}
-    if recorded is not None:
-        rss = recorded.memory_bytes or 0
-        held = sum(sizes.get(row["name"], row["size_bytes"]) for row in listing["variables"])
-    else:
-        memory = kernel.call("memory", top=0)
-        rss, held = memory["kernel_rss_bytes"] or 0, memory["variables_total_bytes"]
+    try:
+        listing = kernel.list_variables(limit=500)
+        if recorded is not None:
+            rss = recorded.memory_bytes or 0
+            held = sum(sizes.get(row.name, row.size_bytes) for row in listing.variables)
+        else:
+            memory = kernel.memory(top=0)
+            rss, held = memory.kernel_rss_bytes or 0, memory.variables_total_bytes
+    except HelperError as exc:
+        return _cut(f"The kernel's variables could not be listed: {exc.detail}", max_chars)
     lines = [f"Kernel memory: {rss:,} bytes; variables: {held:,} bytes"]
-    for row in listing["variables"]:
-        detail = kernel.call("inspect_variable", name=row["name"], max_chars=per_variable_chars)
-        shape = f" shape={tuple(row['shape'])}" if row.get("shape") else ""
-        first = _ADDRESS.sub("0x…", detail.get("repr", "").replace("\n", " "))[:per_variable_chars]
-        size = sizes.get(row["name"], row["size_bytes"])
-        lines.append(f"{row['name']}: {row['type']}{shape} ({size:,} bytes) = {first}")
+    for row in listing.variables:
+        try:
+            text = kernel.inspect_variable(row.name, max_chars=per_variable_chars).repr
+        except HelperError as exc:
+            text = f"<not shown: {exc.detail}>"
+        shape = f" shape={row.shape}" if row.shape else ""
+        first = _ADDRESS.sub("0x…", text.replace("\n", " "))[:per_variable_chars]
+        size = sizes.get(row.name, row.size_bytes)
+        lines.append(f"{row.name}: {row.type}{shape} ({size:,} bytes) = {first}")
     return _cut("\n".join(lines), max_chars)

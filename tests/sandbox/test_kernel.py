@@ -9,8 +9,16 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require_backend
-from themisto_env.errors import ConfigError, InfrastructureError, SnapshotError
+from themisto_env.errors import (
+    ConfigError,
+    HelperError,
+    InfrastructureError,
+    IntrospectionRefused,
+    SnapshotError,
+    UnknownNameError,
+)
 from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.models import SandboxLimits
 
 
 def test_unknown_backend_suggests_the_nearest_name() -> None:
@@ -50,29 +58,58 @@ def test_introspection_reports_variables(local_kernel: Kernel) -> None:
         "frame = pd.DataFrame({'city': ['a', 'b', 'c'], 'n': [1, 2, 3]})\n"
         "def area(r):\n    '''Area of a circle.'''\n    return 3.14159 * r * r\n"
     )
-    listing = local_kernel.call("list_variables")
-    by_name = {row["name"]: row for row in listing["variables"]}
+    listing = local_kernel.list_variables()
+    by_name = {row.name: row for row in listing.variables}
     assert set(by_name) == {"arr", "frame", "area"}, "modules are not variables"
-    assert by_name["arr"]["shape"] == [100, 10] and by_name["arr"]["size_bytes"] >= 8000
-    assert by_name["frame"]["type"] == "pandas.DataFrame" and by_name["frame"]["length"] == 3
+    assert listing.total == listing.shown == 3
+    assert by_name["arr"].shape == (100, 10) and by_name["arr"].size_bytes >= 8000
+    assert by_name["frame"].type == "pandas.DataFrame" and by_name["frame"].length == 3
+    assert local_kernel.list_variables(limit=1).variables == listing.variables[:1]
 
-    detail = local_kernel.call("inspect_variable", name="arr")
-    assert detail["dtype"] == "float64" and detail["shape"] == [100, 10]
-    head = local_kernel.call("dataframe", name="frame", view="head", n=2)["text"]
+    detail = local_kernel.inspect_variable("arr")
+    assert detail.dtype == "float64" and detail.shape == (100, 10)
+    assert set(local_kernel.inspect_variable("frame").dtypes or {}) == {"city", "n"}
+    head = local_kernel.dataframe("frame", "head", n=2).text
     assert "city" in head and "b" in head and "c" not in head.split("\n", 3)[-1]
-    assert "non-null" in local_kernel.call("dataframe", name="frame", view="info")["text"]
-    assert "Area of a circle" in local_kernel.call("source", name="area")["source"]
-    assert "not a pandas DataFrame" in local_kernel.call("dataframe", name="arr")["error"]
-    assert "Did you mean frame" in local_kernel.call("inspect_variable", name="fram")["error"]
-    memory = local_kernel.call("memory")
-    assert memory["kernel_rss_bytes"] > 10_000_000
-    assert memory["variables"][0]["name"] == "arr"
+    assert "non-null" in local_kernel.dataframe("frame", "info").text
+    assert "Area of a circle" in local_kernel.source("area").source
+    memory = local_kernel.memory()
+    assert memory.kernel_rss_bytes is not None and memory.kernel_rss_bytes > 10_000_000
+    assert memory.variables[0].name == "arr"
+    assert set(local_kernel.variable_sizes()) == {"arr", "frame", "area"}
+
+
+def test_introspection_refusals_are_typed(local_kernel: Kernel) -> None:
+    local_kernel.execute("import numpy as np\narr = np.zeros(3)\nframe = arr.tolist()\nclass Cell:\n    pass")
+    with pytest.raises(UnknownNameError, match=r"^no variable named 'fram' in the kernel\. Did you mean frame") as err:
+        local_kernel.inspect_variable("fram")
+    assert err.value.name == "fram" and err.value.suggestions[0] == "frame" and err.value.function == "inspect_variable"
+    with pytest.raises(UnknownNameError) as err:
+        local_kernel.source("zzz")
+    assert err.value.suggestions == () and "Did you mean" not in str(err.value)
+    with pytest.raises(IntrospectionRefused, match=r"'arr' is a numpy\.ndarray, not a pandas DataFrame") as refused:
+        local_kernel.dataframe("arr")
+    assert not isinstance(refused.value, UnknownNameError) and refused.value.name == "arr"
+    with pytest.raises(IntrospectionRefused, match="no source available for 'Cell'"):
+        local_kernel.source("Cell")
+    assert local_kernel.is_alive() and local_kernel.restarts == 0
+
+
+def test_a_helper_that_runs_past_the_limit_is_interrupted_not_restarted(snapshot_dir: Path) -> None:
+    with Kernel("local", limits=SandboxLimits(timeout_s=1), snapshot_dir=snapshot_dir) as kernel:
+        kernel.execute("import time\nclass Slow:\n    def __repr__(self):\n        time.sleep(30)\nslow = Slow()")
+        pid, before = kernel.launcher.pid(), kernel.namespace_state()
+        with pytest.raises(HelperError, match="TimeoutError: it ran past 1 s and was interrupted") as err:
+            kernel.inspect_variable("slow")
+        assert not isinstance(err.value, InfrastructureError)
+        assert kernel.launcher.pid() == pid and kernel.restarts == 0
+        assert kernel.namespace_state() == before
 
 
 def test_long_repr_is_bounded(local_kernel: Kernel) -> None:
     local_kernel.execute("big = list(range(100_000))\ntext = 'x' * 50_000")
-    assert len(local_kernel.call("inspect_variable", name="big", max_chars=500)["repr"]) < 600
-    assert len(local_kernel.call("inspect_variable", name="text", max_chars=500)["repr"]) < 600
+    assert len(local_kernel.inspect_variable("big", max_chars=500).repr) < 600
+    assert len(local_kernel.inspect_variable("text", max_chars=500).repr) < 600
 
 
 def test_bwrap_kernel_starts_from_a_venv_under_tmp(tmp_path: Path) -> None:

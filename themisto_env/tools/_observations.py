@@ -1,17 +1,20 @@
 """The observation tools: their argument models, what each does, and the registry in its fixed order.
 
-Every tool is read-only: the kernel is asked through :meth:`Kernel.call` (a silent execution that leaves
-the user namespace, ``_``, ``Out`` and the execution counter alone), and the history is the env's own.
+Every tool is read-only: the kernel is asked through its introspection methods (:meth:`Kernel.list_variables`,
+...: silent executions that leave the user namespace, ``_``, ``Out`` and the execution counter alone), and
+the history is the env's own.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from themisto_env.errors import HelperError
+from themisto_env.errors import HelperError, IntrospectionRefused
+from themisto_env.sandbox.introspection import FrameViewName, VariableDetail
 from themisto_env.tools._history import find_definition
 from themisto_env.tools._models import ObservationTool, ToolContext, ToolError
 from themisto_env.tools._text import clip, human_size, shape_or_length, table
@@ -62,29 +65,30 @@ class RecentExecutionsArgs(_Args):
     n: int = Field(3, ge=1, le=20, description="How many of the most recent executions to show.")
 
 
-def _ask(ctx: ToolContext, function: str, **kwargs: Any) -> dict[str, Any]:
-    """Call an in-kernel helper function; its ``{"error": ...}`` answers become :class:`ToolError`."""
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def _ask(method: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    """Call a kernel introspection method; its refusals and its failures on the user's data (the kernel is
+    fine either way) become :class:`ToolError`, the agent's answer. Infrastructure errors propagate."""
     try:
-        answer = ctx.kernel.call(function, **kwargs)
-    except HelperError as exc:  # the helper raised on the user's own object: the agent's answer
+        return method(*args, **kwargs)
+    except IntrospectionRefused as exc:  # no such name (with the nearest), not a DataFrame, no source
+        raise ToolError(exc.detail) from exc
+    except HelperError as exc:  # the helper raised on the user's own object
         raise ToolError(f"the kernel could not compute this: {exc.detail}") from exc
-    if isinstance(answer, dict) and "error" in answer:
-        raise ToolError(str(answer["error"]))
-    return dict(answer)
 
 
 def list_variables(ctx: ToolContext, args: NoArgs) -> str:
     """A table of the user's variables: name, type, size, shape or length."""
-    answer = _ask(ctx, "list_variables", limit=ctx.max_rows)
-    rows = answer["variables"]
+    answer = _ask(ctx.kernel.list_variables, limit=ctx.max_rows)
+    rows = answer.variables
     if not rows:
         return "No user variables are defined (imported modules are not listed)."
-    total = answer["total"]
+    total = answer.total
     shown = f", the first {len(rows)} by name" if len(rows) < total else ""
-    lines = [
-        (row["name"], row["type"], human_size(row["size_bytes"]), shape_or_length(row["shape"], row["length"]))
-        for row in rows
-    ]
+    lines = [(row.name, row.type, human_size(row.size_bytes), shape_or_length(row.shape, row.length)) for row in rows]
     return f"{total} user variables{shown} (modules not listed):\n" + table(
         ("name", "type", "size", "shape/len"), lines
     )
@@ -93,40 +97,39 @@ def list_variables(ctx: ToolContext, args: NoArgs) -> str:
 def inspect_variable(ctx: ToolContext, args: InspectVariableArgs) -> str:
     """One variable: type, shape, dtype, length, size, column dtypes, and a bounded repr."""
     limit = max(50, min(args.max_chars, ctx.max_chars - 400))
-    info = _ask(ctx, "inspect_variable", name=args.name, max_chars=limit)
-    facts = [f"size {human_size(info['size_bytes'])}"]
-    if info.get("shape") is not None:
-        facts.insert(0, f"shape {shape_or_length(info['shape'], None)}")
-    elif info.get("length") is not None:
-        facts.insert(0, f"len {info['length']}")
-    if info.get("dtype"):
-        facts.append(f"dtype {info['dtype']}")
-    lines = [f"{info['name']}: {info['type']}", ", ".join(facts)]
-    dtypes = info.get("dtypes")
+    info = _ask(ctx.kernel.inspect_variable, args.name, max_chars=limit)
+    facts = [f"size {human_size(info.size_bytes)}"]
+    if info.shape is not None:
+        facts.insert(0, f"shape {shape_or_length(info.shape, None)}")
+    elif info.length is not None:
+        facts.insert(0, f"len {info.length}")
+    if info.dtype:
+        facts.append(f"dtype {info.dtype}")
+    lines = [f"{info.name}: {info.type}", ", ".join(facts)]
+    dtypes = info.dtypes
     if dtypes:
         columns = ", ".join(f"{column} {dtype}" for column, dtype in dtypes.items())
-        shape = info.get("shape") or []
+        shape = info.shape or ()
         label = (
             f"column dtypes (first {len(dtypes)} of {shape[1]})"
             if len(shape) == 2 and shape[1] > len(dtypes)
             else "column dtypes"
         )
         lines.append(clip(f"{label}: {columns}", 400))
-    lines += ["value (shortened, ... marks the cuts):" if _shortened(info) else "value:", info["repr"]]
+    lines += ["value (shortened, ... marks the cuts):" if _shortened(info) else "value:", info.repr]
     return "\n".join(lines)
 
 
-def _shortened(info: dict[str, Any]) -> bool:
+def _shortened(info: VariableDetail) -> bool:
     """Whether the helper's repr left items or characters out (its repr of builtins marks cuts with ...)."""
-    length, text = info.get("length"), str(info["repr"])
-    if length is None or info["type"] not in ("str", "bytes", "list", "tuple", "dict", "set", "frozenset"):
+    length, text = info.length, info.repr
+    if length is None or info.type not in ("str", "bytes", "list", "tuple", "dict", "set", "frozenset"):
         return False
-    return len(text) < length if info["type"] in ("str", "bytes") else length > 50 and "..." in text
+    return len(text) < length if info.type in ("str", "bytes") else length > 50 and "..." in text
 
 
-def _dataframe_view(ctx: ToolContext, name: str, view: str, n: int = 5) -> str:
-    answer = _ask(ctx, "dataframe", name=name, view=view, n=n, max_chars=ctx.max_chars)
-    return str(answer["text"])
+def _dataframe_view(ctx: ToolContext, name: str, view: FrameViewName, n: int = 5) -> str:
+    return _ask(ctx.kernel.dataframe, name, view, n=n, max_chars=ctx.max_chars).text
 
 
 def dataframe_head(ctx: ToolContext, args: DataFrameHeadArgs) -> str:
@@ -146,20 +149,20 @@ def dataframe_describe(ctx: ToolContext, args: DataFrameArgs) -> str:
 
 def memory_usage(ctx: ToolContext, args: NoArgs) -> str:
     """The kernel's resident memory and the largest user variables."""
-    answer = _ask(ctx, "memory", top=min(ctx.max_rows, 15))
-    total = answer["variables_total_bytes"]
+    answer = _ask(ctx.kernel.memory, top=min(ctx.max_rows, 15))
+    total = answer.variables_total_bytes
     lines = [
-        f"kernel process memory (resident): {human_size(answer['kernel_rss_bytes'])}",
+        f"kernel process memory (resident): {human_size(answer.kernel_rss_bytes)}",
         f"user variables: {human_size(total)} in total (modules not counted)",
     ]
-    rows = answer["variables"]
+    rows = answer.variables
     if rows:
         lines.append("largest variables:")
-        share = [f"{100 * row['size_bytes'] / total:.0f}%" if total else "" for row in rows]
+        share = [f"{100 * row.size_bytes / total:.0f}%" if total else "" for row in rows]
         lines.append(
             table(
                 ("name", "type", "size", "share"),
-                [(r["name"], r["type"], human_size(r["size_bytes"]), s) for r, s in zip(rows, share, strict=True)],
+                [(r.name, r.type, human_size(r.size_bytes), s) for r, s in zip(rows, share, strict=True)],
             )
         )
     return "\n".join(lines)
@@ -174,7 +177,7 @@ def get_source(ctx: ToolContext, args: SourceArgs) -> str:
     """
     name = args.name
     try:
-        answer = _ask(ctx, "source", name=name, max_chars=ctx.max_chars)
+        source = _ask(ctx.kernel.source, name, max_chars=ctx.max_chars).source
     except ToolError as exc:
         found, what = find_definition(name, ctx.history), f"of {name!r}"
         if found is None and (cls := _class_name(ctx, name)) not in (None, name):
@@ -185,7 +188,6 @@ def get_source(ctx: ToolContext, args: SourceArgs) -> str:
             f"# The kernel cannot show the source {what} ({exc}).\n"
             f"# From the history: the most recent definition, in execution [{found.index}]:\n{found.source}"
         )
-    source = str(answer["source"])
     header = _DEFINITION_LINE.search(source)
     if header is None or header["name"] == name:
         return f"# source of {name}, from the kernel:\n{source}"
@@ -199,10 +201,10 @@ _DEFINITION_LINE = re.compile(r"^\s*(?P<kind>class|def|async\s+def)\s+(?P<name>\
 def _class_name(ctx: ToolContext, name: str) -> str | None:
     """The unqualified class name of a variable, or None when the kernel does not define it."""
     try:
-        info = _ask(ctx, "inspect_variable", name=name, max_chars=50)
+        info = _ask(ctx.kernel.inspect_variable, name, max_chars=50)
     except ToolError:
         return None
-    return str(info["type"]).rsplit(".", 1)[-1]
+    return info.type.rsplit(".", 1)[-1]
 
 
 def recent_executions(ctx: ToolContext, args: RecentExecutionsArgs) -> str:
