@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from themisto_env.errors import BackendUnavailableError, KernelStartError
-from themisto_env.sandbox.launcher import KernelLauncher
+from themisto_env.sandbox.launcher import KERNEL_ENVIRONMENT, KernelLauncher
 from themisto_env.sandbox.lifetime import (
     LABEL_CREATED,
     LABEL_HOST,
@@ -333,6 +333,7 @@ class DockerLauncher(KernelLauncher):
                     pids_limit=limits.pids,
                     volumes={str(p): {"bind": target, "mode": "rw"} for p, target in self._targets.items()},
                     working_dir=str(workdir),
+                    environment=dict(KERNEL_ENVIRONMENT),
                     stdin_open=False,
                     tty=False,
                 )

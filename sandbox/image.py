@@ -57,6 +57,9 @@ DEFAULT_PACKAGES: tuple[str, ...] = (
     "scipy",
     "matplotlib",
 )
+#: Packages the image carries when the host has them: pandas stores strings with pyarrow when it is
+#: installed, and a snapshot holding such strings loads only where pyarrow is installed too.
+OPTIONAL_PACKAGES: tuple[str, ...] = ("pyarrow",)
 #: Repository part of the kernel image name.
 IMAGE_REPOSITORY = "themisto-kernel"
 #: Repository part of the imported debootstrap base image.
@@ -168,8 +171,9 @@ def _distribution(name: str) -> importlib.metadata.Distribution | None:
 
 @functools.cache
 def default_spec() -> ImageSpec:
-    """The host-pinned spec of :data:`DEFAULT_PACKAGES` (computed once per process)."""
-    return ImageSpec.from_host()
+    """The host-pinned spec of :data:`DEFAULT_PACKAGES`, and of those :data:`OPTIONAL_PACKAGES` the host
+    has (computed once per process)."""
+    return ImageSpec.from_host([*DEFAULT_PACKAGES, *(n for n in OPTIONAL_PACKAGES if _distribution(n) is not None)])
 
 
 def default_image() -> str:

@@ -56,12 +56,41 @@ from themisto_env.sandbox.introspection import (
     VariableListing,
 )
 from themisto_env.sandbox.launcher import KernelLauncher, launcher_class
-from themisto_env.sandbox.models import ExecutionResult, SandboxLimits, SnapshotInfo
+from themisto_env.sandbox.models import ExecutionResult, RestoreResult, SandboxLimits, SnapshotInfo
 from themisto_env.sandbox.snapshots import SnapshotStore
 
 _POLL_S = 0.25  # how often a silent wait checks that the kernel is alive
 _HELPER_MODULE = "_themisto_helper"
 _OUTPUT_KINDS = frozenset({"stream", "display_data", "execute_result", "error"})
+
+
+def _helper_expression(function: str, kwargs: dict[str, Any]) -> str:
+    """The user expression that calls a helper function (see :func:`kernel_helper.call`)."""
+    return f"__import__('sys').modules[{_HELPER_MODULE!r}].call({function!r}, {json.dumps(kwargs)!r})"
+
+
+def _helper_value(function: str, value: dict[str, Any]) -> Any:
+    """The value of a helper call from its user-expression result.
+
+    Raises:
+        UnknownNameError: The helper was asked about a name the user did not define.
+        IntrospectionRefused: The helper declined (the variable is not of the kind asked for).
+        HelperError: The helper function raised on the user's data.
+        InfrastructureError: The expression itself failed (the helper is missing or broken).
+    """
+    if value.get("status") != "ok":
+        raise InfrastructureError(f"kernel helper {function!r} failed: {value.get('ename')}: {value.get('evalue')}")
+    payload = json.loads(ast.literal_eval(value["data"]["text/plain"]))
+    if "refused" in payload:
+        refused = payload["refused"]
+        if refused.get("suggestions") is not None:
+            raise UnknownNameError(
+                function, refused["detail"], name=refused.get("name"), suggestions=tuple(refused["suggestions"])
+            )
+        raise IntrospectionRefused(function, refused["detail"], name=refused.get("name"))
+    if "raised" in payload:
+        raise HelperError(function, payload["raised"])
+    return payload["ok"]
 
 
 def _helper_source() -> str:
@@ -314,21 +343,25 @@ class Kernel:
 
     # -- execution -------------------------------------------------------------------------------------
 
-    def execute(self, code: str, *, timeout_s: float | None = None) -> ExecutionResult:
+    def execute(self, code: str, *, timeout_s: float | None = None, fingerprint: bool = False) -> ExecutionResult:
         """Run a cell as a user would (stored in history, counted) and return what it produced.
 
         A cell that runs past the timeout is interrupted (status ``timeout``); if the kernel does not
         come back within the grace period it is restarted (``kernel_restarted``; the state is gone).
+        With ``fingerprint``, the namespace fingerprint after a cell that did not raise comes back in the
+        same request (``result.fingerprint``).
 
         Raises:
             KernelDiedError: The kernel process died while running the cell.
         """
         started = time.perf_counter()
+        expressions = {"fp": _helper_expression("namespace_fingerprint", {})} if fingerprint else None
         reply, outputs, timed_out, restarted, truncated = self._run(
-            code, silent=False, store_history=True, timeout_s=timeout_s
+            code, silent=False, store_history=True, timeout_s=timeout_s, user_expressions=expressions
         )
         duration = time.perf_counter() - started
         status = "timeout" if timed_out else ("error" if reply.get("status") == "error" else "ok")
+        after = reply.get("user_expressions", {}).get("fp") if fingerprint and status == "ok" else None
         return ExecutionResult(
             status=status,
             outputs=outputs,
@@ -337,6 +370,7 @@ class Kernel:
             memory_bytes=None if restarted else self.launcher.memory_bytes(),
             truncated=truncated,
             kernel_restarted=restarted,
+            fingerprint=_helper_value("namespace_fingerprint", after) if after else None,
         )
 
     def call(self, function: str, *, timeout_s: float | None = None, **kwargs: Any) -> Any:
@@ -356,7 +390,7 @@ class Kernel:
             KernelTimeoutError: It ran past the limit and the kernel had to be restarted (the state is gone).
             InfrastructureError: The helper could not be reached or run (the kernel is not fine).
         """
-        expression = f"__import__('sys').modules[{_HELPER_MODULE!r}].call({function!r}, {json.dumps(kwargs)!r})"
+        expression = _helper_expression(function, kwargs)
         reply, _, timed_out, restarted, _ = self._run(
             "", silent=True, store_history=False, timeout_s=timeout_s, user_expressions={"r": expression}
         )
@@ -369,19 +403,7 @@ class Kernel:
         if timed_out and value.get("status") != "ok":
             limit = timeout_s or self.limits.timeout_s
             raise HelperError(function, f"TimeoutError: it ran past {limit:g} s and was interrupted")
-        if value.get("status") != "ok":
-            raise InfrastructureError(f"kernel helper {function!r} failed: {value.get('ename')}: {value.get('evalue')}")
-        payload = json.loads(ast.literal_eval(value["data"]["text/plain"]))
-        if "refused" in payload:
-            refused = payload["refused"]
-            if refused.get("suggestions") is not None:
-                raise UnknownNameError(
-                    function, refused["detail"], name=refused.get("name"), suggestions=tuple(refused["suggestions"])
-                )
-            raise IntrospectionRefused(function, refused["detail"], name=refused.get("name"))
-        if "raised" in payload:
-            raise HelperError(function, payload["raised"])
-        return payload["ok"]
+        return _helper_value(function, value)
 
     # -- introspection: none of it changes the user namespace, ``_``, ``Out``, the counter or the history ----
 
@@ -488,6 +510,13 @@ class Kernel:
         except HelperError as exc:
             raise InfrastructureError(str(exc)) from exc
 
+    def loaded_distributions(self) -> dict[str, str]:
+        """Installed distributions (name: version) whose modules the kernel has imported so far."""
+        try:
+            return dict(self.call("loaded_distributions"))
+        except HelperError as exc:
+            raise InfrastructureError(str(exc)) from exc
+
     def snapshot(self) -> SnapshotInfo:
         """Save the user namespace to the snapshot store (content-addressed); unpicklable names skipped.
 
@@ -503,7 +532,7 @@ class Kernel:
             raise SnapshotError(f"snapshot failed: {exc}") from exc
         return SnapshotInfo(**info)
 
-    def restore(self, snapshot: SnapshotInfo | str, *, clean: bool = True, keep: Sequence[str] = ()) -> list[str]:
+    def restore(self, snapshot: SnapshotInfo | str, *, clean: bool = True, keep: Sequence[str] = ()) -> RestoreResult:
         """Load a snapshot (or digest) into the user namespace; with ``clean`` other user names go, but
         those in ``keep``.
 
@@ -511,7 +540,7 @@ class Kernel:
         a file changed after it was written is never loaded.
 
         Returns:
-            The names restored.
+            The names restored, and the namespace's fingerprint after the restore.
 
         Raises:
             SnapshotCorruptError: The file's content does not match its digest (nothing was loaded).
@@ -532,7 +561,7 @@ class Kernel:
             raise SnapshotError(f"restoring snapshot {digest[:12]} failed: {exc}") from exc
         if "corrupt" in answer:
             raise SnapshotCorruptError(f"snapshot {path}: {answer['corrupt']}")
-        return list(answer["names"])
+        return RestoreResult(names=answer["names"], fingerprint=answer["fingerprint"])
 
     # -- protocol ------------------------------------------------------------------------------------
 

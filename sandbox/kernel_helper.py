@@ -541,6 +541,19 @@ def package_versions(names: list[str]) -> dict[str, str]:
     return versions
 
 
+def loaded_distributions() -> dict[str, str]:
+    """Installed distributions (with versions) whose top-level modules are imported in this kernel."""
+    from importlib import metadata
+
+    owners = metadata.packages_distributions()
+    versions: dict[str, str] = {}
+    for top in sorted({name.partition(".")[0] for name in list(sys.modules)}):
+        for dist in owners.get(top, ()):
+            with contextlib.suppress(Exception):
+                versions[dist] = metadata.version(dist)
+    return versions
+
+
 FUNCTIONS = {
     f.__name__: f
     for f in (
@@ -554,6 +567,7 @@ FUNCTIONS = {
         state_fingerprint,
         namespace_fingerprint,
         package_versions,
+        loaded_distributions,
         snapshot,
         restore,
         user_names,

@@ -94,6 +94,11 @@ class KernelLauncher(ABC):
         return []
 
 
+#: Environment every kernel starts with, on every backend: a fixed hash seed makes the iteration order of
+#: sets of strings (and so their reprs and outputs) the same in every kernel, so replays, snapshots and
+#: observations of a state do not depend on the process.
+KERNEL_ENVIRONMENT: dict[str, str] = {"PYTHONHASHSEED": "0"}
+
 #: Backend name -> "module:Class" of its launcher, imported only when used.
 BACKENDS: dict[str, str] = {
     "local": "themisto_env.sandbox.local:LocalLauncher",

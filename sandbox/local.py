@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from themisto_env.errors import BackendUnavailableError, KernelStartError
-from themisto_env.sandbox.launcher import KernelLauncher
+from themisto_env.sandbox.launcher import KERNEL_ENVIRONMENT, KernelLauncher
 from themisto_env.sandbox.lifetime import process_record
 
 
@@ -64,6 +64,7 @@ class LocalLauncher(KernelLauncher):
         env = dict(os.environ)
         env["IPYTHONDIR"] = str(connection_file.parent / "ipython")
         env["PYTHONUNBUFFERED"] = "1"
+        env.update(KERNEL_ENVIRONMENT)
         env.pop("THEMISTO_RECORD_PATH", None)
         # ipykernel's parent poller ends the kernel within a second once its parent is no longer this
         # process (it compares getppid() with this pid): a kernel never outlives its owner.

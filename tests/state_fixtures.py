@@ -61,6 +61,7 @@ def write_dataset(folder: Path, sessions: list[Session], snapshot_dir: Path, *, 
             trajectory = replay_session(session, kernel, snapshots=snapshots)
             assert trajectory.complete, trajectory.failure
             append_trajectory(folder, trajectory)
+            manifest.packages.update(trajectory.packages)
         manifest.trajectories = len(sessions)
         write_manifest(folder, manifest)
     return folder

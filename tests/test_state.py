@@ -6,6 +6,7 @@ and that the flag is on the affected sample. Kernels, kills and snapshots are re
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -16,9 +17,12 @@ from typing import Any
 import pytest
 
 import themisto_env.state as state_module
+from tests.conftest import require_backend
+from tests.sandbox.test_lifetime import engine_proxy  # noqa: F401  (a fixture)
 from tests.state_fixtures import RESTART_STEP, fault_session, random_session, write_dataset
 from themisto_env.actions import Prediction
 from themisto_env.env import ThemistoEnv
+from themisto_env.errors import BackendUnavailableError
 from themisto_env.samples import SampleRule
 from themisto_env.state import diff_fingerprints, expected_fingerprint
 from themisto_env.tools import ToolCall
@@ -41,9 +45,16 @@ def make_env(data: dict[str, Any], **options: Any) -> ThemistoEnv:
     return ThemistoEnv(dataset=data["dataset"], snapshot_dir=data["snapshot_dir"], **options)
 
 
+@pytest.fixture(params=["local", "docker"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """The embedded backend and the isolated one (skipped with the reason where no engine runs)."""
+    require_backend(request.param)
+    return str(request.param)
+
+
 @pytest.fixture
-def env(fault_data: dict[str, Any]) -> Iterator[ThemistoEnv]:
-    env = make_env(fault_data)
+def env(fault_data: dict[str, Any], backend: str) -> Iterator[ThemistoEnv]:
+    env = make_env(fault_data, backend=backend)
     yield env
     env.close()
 
@@ -166,9 +177,9 @@ def _kill(env: ThemistoEnv) -> None:
 
 
 def test_a_kill_during_an_advance_lands_on_the_next_sample(
-    fault_data: dict[str, Any], clean_rows: dict[int, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+    fault_data: dict[str, Any], clean_rows: dict[int, dict[str, Any]], monkeypatch: pytest.MonkeyPatch, backend: str
 ) -> None:
-    env = make_env(fault_data)
+    env = make_env(fault_data, backend=backend)
     original, killed = state_module.replay_step, []
 
     def kill_before_step_4(kernel: Any, step: Any, **options: Any) -> Any:
@@ -190,9 +201,9 @@ def test_a_kill_during_an_advance_lands_on_the_next_sample(
 
 
 def test_a_kill_during_a_tool_call_flags_that_sample_only(
-    fault_data: dict[str, Any], clean_rows: dict[int, dict[str, Any]]
+    fault_data: dict[str, Any], clean_rows: dict[int, dict[str, Any]], backend: str
 ) -> None:
-    env = make_env(fault_data)
+    env = make_env(fault_data, backend=backend)
 
     def kill_then_call(env: ThemistoEnv, sample: Any) -> None:
         if sample.step == 3:
@@ -249,7 +260,7 @@ def test_a_replayed_cell_that_times_out_flags_the_samples_it_cannot_serve(
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "garbage"])
 def test_damaged_snapshots_are_set_aside_and_the_state_rebuilt(
-    tmp_path: Path, fault_data: dict[str, Any], clean_rows: dict[int, dict[str, Any]], damage: str
+    tmp_path: Path, fault_data: dict[str, Any], clean_rows: dict[int, dict[str, Any]], damage: str, backend: str
 ) -> None:
     # A private copy of the store: damage must not leak into other tests.
     import shutil
@@ -269,7 +280,7 @@ def test_damaged_snapshots_are_set_aside_and_the_state_rebuilt(
         else:
             raw[:16] = b"\x00garbage-header!"
         path.write_bytes(bytes(raw))
-    env = make_env(data)
+    env = make_env(data, backend=backend)
     try:
         samples = list(enumerate(env.episode_samples["faults-faults"]))
         for index, sample in reversed(samples):  # backwards: each reset needs a snapshot, none is forward
@@ -323,3 +334,49 @@ def test_full_mode_passes_the_checker_and_is_the_same_in_two_processes(fault_dat
     runs = [subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True) for _ in "ab"]
     first, second = (json.loads(r.stdout.strip().splitlines()[-1]) for r in runs)
     assert first == second and "Kernel memory" in first and "0x7" not in first
+
+
+def test_every_bundled_sample_has_the_same_state_by_reset_as_by_stepping() -> None:
+    """The bundled data, every next-cell sample of every trajectory: verified either way, and the same
+    fingerprint and tool answers whether reached by stepping through the episode or by a reset."""
+    env = ThemistoEnv(task="next-cell", observation="tools", tool_budget=2)
+    try:
+        for tid in env.episode_ids:
+            stepped = []
+            obs, info = env.reset(options={"trajectory": tid, "sample": 0})
+            while True:
+                assert info["state"]["check"] == "verified", (tid, env.current_sample.step, info["state"])
+                listing = env.step(ToolCall(tool="list_variables"))[0]["tool_result"]
+                stepped.append((env.tool_context().kernel.fingerprint(), listing))
+                obs, _, terminated, _, info = env.step(Prediction(text=""))
+                if terminated:
+                    break
+            for index in reversed(range(len(stepped))):  # backwards: every reset restores
+                _, info = env.reset(options={"trajectory": tid, "sample": index})
+                assert info["state"]["check"] == "verified", (tid, index, info["state"])
+                listing = env.step(ToolCall(tool="list_variables"))[0]["tool_result"]
+                assert (env.tool_context().kernel.fingerprint(), listing) == stepped[index], (tid, index)
+    finally:
+        env.close()
+
+
+def test_a_lost_engine_mid_episode_stops_in_one_line_and_leaves_the_sample_unscored(
+    fault_data: dict[str, Any], request: pytest.FixtureRequest
+) -> None:
+    proxy = request.getfixturevalue("engine_proxy")  # DOCKER_HOST through a proxy we can cut
+    env = make_env(fault_data, backend="docker")
+    try:
+        env.reset(options={"trajectory": 0, "sample": 0})
+        *_, info = env.step(Prediction(text=""))
+        assert "scores" in info
+        name = env.tool_context().kernel.launcher.container_name
+        proxy.real_client().api.kill(name)  # what an engine restart does to its containers
+        proxy.stop()
+        with pytest.raises(BackendUnavailableError) as lost:
+            env.step(Prediction(text=""))
+        message = str(lost.value)
+        assert "\n" not in message and "is not reachable" in message, message
+    finally:
+        env.close()  # does not raise without an engine
+        with contextlib.suppress(Exception):
+            proxy.real_client().api.remove_container(name, force=True)

@@ -9,6 +9,7 @@ and says where and why; building again into the same folder skips what is alread
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import time
@@ -145,9 +146,17 @@ def replay_session(
         fingerprint_version=FINGERPRINT_VERSION,
     )
     kernel.restart()
+    baseline = kernel.loaded_distributions()  # the kernel's own machinery, loaded before any cell
+    used: dict[str, str] = {}
+
+    def note_packages() -> None:  # what the cells imported, before a restart forgets it
+        with contextlib.suppress(InfrastructureError):
+            used.update((d, v) for d, v in kernel.loaded_distributions().items() if d not in baseline)
+
     for execution in session.executions:
         try:
             if execution.restarted_before and trajectory.steps:
+                note_packages()
                 kernel.restart()
             trajectory.steps.append(replay_execution(kernel, execution, snapshots=snapshots))
         except InfrastructureError as exc:
@@ -158,6 +167,8 @@ def replay_session(
         finally:
             if on_step is not None:
                 on_step(trajectory.id, execution.index)
+    note_packages()
+    trajectory.packages = dict(sorted(used.items()))
     return trajectory
 
 
@@ -230,6 +241,8 @@ def build_dataset(
             else:
                 report.failed[tid] = trajectory.failure or "incomplete"
     all_trajectories = list(iter_trajectories(out))
+    for built in all_trajectories:  # every package a snapshot may need, with the version that wrote it
+        manifest.packages.update(built.packages)
     manifest.trajectories = len(all_trajectories)
     manifest.steps = sum(len(t.steps) for t in all_trajectories)
     write_manifest(out, manifest)

@@ -16,6 +16,10 @@ Every served state is checked (:mod:`themisto_env.state`): the live namespace mu
 fingerprint recorded at build time, else it is repaired from snapshots, and what could not be repaired
 is reported. ``info["state"]`` tells how the current sample's state was reached and checked.
 
+A lost backend (the Docker engine stopped answering) is not recovered from: ``step`` and ``reset`` raise
+:class:`~themisto_env.errors.BackendUnavailableError` with one line, the sample it hit is left unscored,
+and a run resumes from it once the engine is back.
+
 What happened to a sample is reported with that sample, never with its neighbour. The ``info`` of the
 step that scores sample S (``info["scored_sample_id"] == S``) carries S's ``scores`` and, when S cannot
 be trusted, ``infrastructure_error`` (the machinery failed while serving S or during its tool calls:
@@ -39,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from themisto_env.actions import Action, Prediction, parse_action
 from themisto_env.data import resolve_dataset
-from themisto_env.errors import ActionError, ConfigError, InfrastructureError
+from themisto_env.errors import ActionError, BackendUnavailableError, ConfigError, InfrastructureError
 from themisto_env.metrics import RewardWeights, reward, score
 from themisto_env.observation import history_items, render_history, render_runtime
 from themisto_env.samples import Sample, SampleRule, TaskName, make_samples, samples_by_trajectory
@@ -148,7 +152,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             }
         )
         self._state = TrajectoryKernel(self._new_kernel)
-        self._packages_checked = False
+        self._dataset_checked = False
         self._trajectory: Trajectory | None = None
         self._queue: list[Sample] = []
         self._sample: Sample | None = None
@@ -221,7 +225,13 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         """The tools' view of the current state (for langchain tools bound to this env)."""
         if self._trajectory is None or self._sample is None:
             raise ConfigError("call reset() before using tools")
-        return ToolContext(kernel=self._state.kernel, history=history_items(self._executed_steps()))
+        sizes, memory = self._recorded_figures()
+        return ToolContext(
+            kernel=self._state.kernel,
+            history=history_items(self._executed_steps()),
+            recorded_sizes=sizes,
+            recorded_memory=memory,
+        )
 
     @property
     def current_sample(self) -> Sample | None:
@@ -235,6 +245,16 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         """How the current sample's state was served and checked."""
         return self._report
 
+    def _recorded_figures(self) -> tuple[dict[str, int], int | None]:
+        """Per-variable sizes and kernel memory recorded at build time for the current sample's state
+        (what tools and ``full`` mode show, so that answers do not depend on how the state was reached)."""
+        assert self._trajectory is not None and self._sample is not None
+        step = self._sample.step
+        if step == 0 or self._trajectory.steps[step].restarted_before:
+            return {}, None  # a fresh namespace: nothing recorded applies
+        before = self._trajectory.steps[step - 1]
+        return before.variables, before.memory_bytes
+
     def _new_kernel(self) -> Kernel:
         return Kernel(self.config.backend, limits=self.config.limits, snapshot_dir=self.config.snapshot_dir)
 
@@ -243,12 +263,14 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         assert self._trajectory is not None and self._sample is not None
         return self._trajectory.steps[: self._sample.step]
 
-    def _check_packages(self) -> None:
-        """Once: do the kernel's packages match those that wrote the dataset's snapshots? If not, say
-        what differs in one line and reach states by replay instead of loading the snapshots."""
-        if self._packages_checked:
+    def _check_dataset(self) -> None:
+        """Once, at the first kernel: say in one line what would keep states from being checked or
+        snapshots from loading (stale fingerprints; packages the snapshots' writer had and this kernel
+        has not, or has at another version). Each snapshot is still tried and checked: one that does not
+        load, or loads into another state, is passed over for replay."""
+        if self._dataset_checked:
             return
-        self._packages_checked = True
+        self._dataset_checked = True
         stale = sorted(t.id for t in self.trajectories.values() if t.fingerprint_version != FINGERPRINT_VERSION)
         if stale:
             log.warning(
@@ -264,14 +286,13 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         live = self._state.kernel.package_versions(sorted(manifest.packages))
         differ = [
             f"{name} {want} (kernel: {live.get(name)})"
-            for name, want in manifest.packages.items()
+            for name, want in sorted(manifest.packages.items())
             if live.get(name) != want
         ]
         if differ:
-            self._state.use_snapshots = False
             log.warning(
-                "the %s kernel's packages differ from those that wrote the snapshots of %s: %s; states are "
-                "reached by replay (slower). Rebuild with `themisto data build ... --backend %s` to use snapshots.",
+                "the %s kernel lacks packages the snapshots of %s were written with: %s; snapshots that do not "
+                "load are replayed instead (slower). Rebuild with `themisto data build ... --backend %s`.",
                 self.config.backend,
                 self.dataset_dir,
                 ", ".join(differ),
@@ -282,8 +303,10 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         """Bring the kernel to the current sample's state and check it; record what happened."""
         assert self._trajectory is not None and self._sample is not None
         try:
-            self._check_packages()
+            self._check_dataset()
             self._report = self._state.serve(self._trajectory, self._sample.step)
+        except BackendUnavailableError:
+            raise  # the engine is gone: stop (in one line) rather than flag every sample after this one
         except InfrastructureError as exc:
             self._report = StateReport(self._trajectory.id, self._sample.step, route="failed")
             self._sample_errors.append(f"{type(exc).__name__}: {exc}")
@@ -303,10 +326,13 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self._sample_errors = []
         self._serve()
         if self.config.observation == "full":
-            recorded = self._trajectory.steps[self._sample.step - 1] if self._sample.step > 0 else None
+            sizes, memory = self._recorded_figures()
             try:
                 self._runtime_text = render_runtime(
-                    self._state.kernel, max_chars=self.config.max_text_chars, recorded=recorded
+                    self._state.kernel,
+                    max_chars=self.config.max_text_chars,
+                    recorded_sizes=sizes,
+                    recorded_memory=memory,
                 )
             except InfrastructureError as exc:
                 self._sample_errors.append(self._recover(exc))

@@ -13,7 +13,7 @@ The history shows the most recent executions, oldest first, each as::
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from themisto_env.errors import HelperError
 from themisto_env.rendering import render_outputs
@@ -64,31 +64,37 @@ _ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")
 
 
 def render_runtime(
-    kernel: Kernel, *, max_chars: int, per_variable_chars: int = 300, recorded: Step | None = None
+    kernel: Kernel,
+    *,
+    max_chars: int,
+    per_variable_chars: int = 300,
+    recorded_sizes: Mapping[str, int] | None = None,
+    recorded_memory: int | None = None,
 ) -> str:
     """Every user variable with type, size and a short repr, and the kernel's memory (Themisto's
     "with runtime information" setting).
 
-    Deterministic for a state: memory and sizes are the figures recorded at build time after the
-    previous step (``recorded``; live ones only when nothing was recorded), and object addresses in
+    Deterministic for a state: with ``recorded_sizes``, memory and sizes are the figures recorded at
+    build time for this state (live ones only when nothing was recorded), and object addresses in
     reprs are masked, so the same sample gives the same text in any process. Where the helper fails on
     the user's data (a ``__len__`` that raises, ...) the text says so: the kernel is fine.
 
     Raises:
         InfrastructureError: The kernel could not answer.
     """
-    sizes = recorded.variables if recorded is not None else {}
+    sizes = recorded_sizes if recorded_sizes is not None else {}
     try:
         listing = kernel.list_variables(limit=500)
-        if recorded is not None:
-            rss = recorded.memory_bytes or 0
+        if recorded_sizes is not None:
+            rss = recorded_memory
             held = sum(sizes.get(row.name, row.size_bytes) for row in listing.variables)
         else:
             memory = kernel.memory(top=0)
             rss, held = memory.kernel_rss_bytes or 0, memory.variables_total_bytes
     except HelperError as exc:
         return _cut(f"The kernel's variables could not be listed: {exc.detail}", max_chars)
-    lines = [f"Kernel memory: {rss:,} bytes; variables: {held:,} bytes"]
+    memory_text = f"{rss:,} bytes" if rss is not None else "not recorded"
+    lines = [f"Kernel memory: {memory_text}; variables: {held:,} bytes"]
     for row in listing.variables:
         try:
             text = kernel.inspect_variable(row.name, max_chars=per_variable_chars).repr

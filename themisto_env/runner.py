@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from themisto_env.actions import Prediction
 from themisto_env.env import ObservationMode, ThemistoEnv
-from themisto_env.errors import DataError
+from themisto_env.errors import DataError, InfrastructureError, ThemistoError
 from themisto_env.metrics import Score, aggregate
 from themisto_env.samples import TaskName
 
@@ -225,6 +225,8 @@ def _worker(config_json: str, tasks: Any, wanted: list[str], queue: Any) -> None
         finally:
             env.close()
         queue.put(("done", None))
+    except ThemistoError as exc:  # a known failure (no engine, bad data): one line in the parent
+        queue.put(("fatal", (isinstance(exc, InfrastructureError), str(exc))))
     except BaseException:
         queue.put(("error", traceback.format_exc()))
 
@@ -257,6 +259,9 @@ def _parallel(config: RunConfig, env: ThemistoEnv, wanted: set[str]) -> Iterator
                 yield payload
             elif kind == "done":
                 running -= 1
+            elif kind == "fatal":
+                infrastructure, message = payload
+                raise (InfrastructureError if infrastructure else ThemistoError)(message)
             else:
                 raise RuntimeError(f"a worker failed:\n{payload}")
     finally:

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from themisto_env.errors import (
+    BackendUnavailableError,
     InfrastructureError,
     ReplayDivergedError,
     SnapshotCorruptError,
@@ -198,6 +199,7 @@ class TrajectoryKernel:
         """Bring the kernel to the state before ``step`` of ``trajectory`` and check it.
 
         Raises:
+            BackendUnavailableError: The backend itself is gone (the Docker engine is not reachable).
             InfrastructureError: The state could not be reached even after restarting the kernel
                 (the message lists each failure).
         """
@@ -211,9 +213,9 @@ class TrajectoryKernel:
                     self._fresh_kernel()
                 if route == "forward":
                     assert forward is not None
-                    report.route, live = self._forward(trajectory, forward, step)
+                    report.route, live = self._forward(trajectory, forward, step, check=expected is not None)
                 else:
-                    report.route, live = self._by_snapshot(trajectory, step)
+                    report.route, live = self._by_snapshot(trajectory, step, check=expected is not None)
                 self.position = (trajectory.id, step)
                 if expected is None:
                     report.check = "unchecked"
@@ -221,6 +223,9 @@ class TrajectoryKernel:
                 if live is None:  # the route did not end with a fingerprinted request
                     live = self.kernel.fingerprint()
                 report.differences = diff_fingerprints(expected, live)
+            except BackendUnavailableError:  # no engine: nothing to retry here; the caller stops
+                self.position = None
+                raise
             except InfrastructureError as exc:
                 self.position = None
                 report.faults.append(f"{type(exc).__name__}: {exc}")
@@ -286,14 +291,17 @@ class TrajectoryKernel:
                 return None
         return None
 
-    def _forward(self, trajectory: Trajectory, start: int, step: int) -> tuple[str, dict[str, str] | None]:
-        """Replay the cells from ``start`` to ``step``; return the route and the fingerprint after it."""
+    def _forward(
+        self, trajectory: Trajectory, start: int, step: int, *, check: bool
+    ) -> tuple[str, dict[str, str] | None]:
+        """Replay the cells from ``start`` to ``step``; return the route and (with ``check``) the
+        fingerprint after it, taken with the last cell."""
         kernel = self.kernel
         live = None
         for s in trajectory.steps[start:step]:
             if s.index > start and s.restarted_before:
                 kernel.restart()
-            live = replay_step(kernel, s, fingerprint=s.index == step - 1).fingerprint
+            live = replay_step(kernel, s, fingerprint=check and s.index == step - 1).fingerprint
         if step > start and trajectory.steps[step].restarted_before:
             kernel.restart()
             live = None
@@ -318,7 +326,7 @@ class TrajectoryKernel:
             self.unloadable.add(digest)
         return None
 
-    def _by_snapshot(self, trajectory: Trajectory, step: int) -> tuple[str, dict[str, str] | None]:
+    def _by_snapshot(self, trajectory: Trajectory, step: int, *, check: bool) -> tuple[str, dict[str, str] | None]:
         """Restore the nearest trusted snapshot and replay after it; return the route and the
         fingerprint after it."""
         steps = trajectory.steps
@@ -345,7 +353,7 @@ class TrajectoryKernel:
             for s in steps[first:step]:
                 if s.restarted_before and s.index > first:
                     kernel.restart()
-                live = replay_step(kernel, s, fingerprint=s.index == step - 1).fingerprint
+                live = replay_step(kernel, s, fingerprint=check and s.index == step - 1).fingerprint
             if step > first:
                 route += f" + {step - first} cells"
                 last = steps[step - 1]

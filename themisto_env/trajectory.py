@@ -96,6 +96,8 @@ class Trajectory(BaseModel):
         failure: Where and why the replay stopped, when it did not complete.
         fingerprint_version: Version of the namespace fingerprints of its steps (0: none recorded); see
             :data:`themisto_env.sandbox.kernel_helper.FINGERPRINT_VERSION`.
+        packages: Distributions the replayed cells imported, with their versions (what its snapshots
+            may need to load).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -112,6 +114,7 @@ class Trajectory(BaseModel):
     complete: bool = True
     failure: str | None = None
     fingerprint_version: int = 0
+    packages: dict[str, str] = Field(default_factory=dict)
 
     @property
     def agreement(self) -> float:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -75,12 +75,24 @@ class ToolContext:
         history: The executions so far, oldest first.
         max_chars: Upper bound on the length of every result's text (a marker says when it was cut).
         max_rows: Upper bound on the rows of a listing (variables, memory).
+        recorded_sizes: Per-variable sizes recorded at build time for this state, shown instead of live
+            ones: a live deep size depends on how an object was built (a dict's spare capacity differs
+            after a restore), the recorded one only on the state, so answers are the same however the
+            state was reached.
+        recorded_memory: The kernel's resident memory recorded at build time for this state, shown
+            instead of the live figure (which varies from process to process).
     """
 
     kernel: Kernel
     history: Sequence[HistoryItem] = ()
     max_chars: int = 3000
     max_rows: int = 50
+    recorded_sizes: Mapping[str, int] | None = None
+    recorded_memory: int | None = None
+
+    def size_of(self, name: str, live: int) -> int:
+        """A variable's size as the tools show it: the recorded one where there is one."""
+        return self.recorded_sizes.get(name, live) if self.recorded_sizes is not None else live
 
     def __post_init__(self) -> None:
         if not MIN_RESULT_CHARS <= self.max_chars <= MAX_RESULT_CHARS:

@@ -88,7 +88,10 @@ def list_variables(ctx: ToolContext, args: NoArgs) -> str:
         return "No user variables are defined (imported modules are not listed)."
     total = answer.total
     shown = f", the first {len(rows)} by name" if len(rows) < total else ""
-    lines = [(row.name, row.type, human_size(row.size_bytes), shape_or_length(row.shape, row.length)) for row in rows]
+    lines = [
+        (row.name, row.type, human_size(ctx.size_of(row.name, row.size_bytes)), shape_or_length(row.shape, row.length))
+        for row in rows
+    ]
     return f"{total} user variables{shown} (modules not listed):\n" + table(
         ("name", "type", "size", "shape/len"), lines
     )
@@ -98,7 +101,7 @@ def inspect_variable(ctx: ToolContext, args: InspectVariableArgs) -> str:
     """One variable: type, shape, dtype, length, size, column dtypes, and a bounded repr."""
     limit = max(50, min(args.max_chars, ctx.max_chars - 400))
     info = _ask(ctx.kernel.inspect_variable, args.name, max_chars=limit)
-    facts = [f"size {human_size(info.size_bytes)}"]
+    facts = [f"size {human_size(ctx.size_of(info.name, info.size_bytes))}"]
     if info.shape is not None:
         facts.insert(0, f"shape {shape_or_length(info.shape, None)}")
     elif info.length is not None:
@@ -149,20 +152,21 @@ def dataframe_describe(ctx: ToolContext, args: DataFrameArgs) -> str:
 
 def memory_usage(ctx: ToolContext, args: NoArgs) -> str:
     """The kernel's resident memory and the largest user variables."""
-    answer = _ask(ctx.kernel.memory, top=min(ctx.max_rows, 15))
-    total = answer.variables_total_bytes
+    answer = _ask(ctx.kernel.memory, top=10_000)
+    sized = sorted(((ctx.size_of(r.name, r.size_bytes), r) for r in answer.variables), key=lambda p: (-p[0], p[1].name))
+    total = sum(size for size, _ in sized)
+    rss = ctx.recorded_memory if ctx.recorded_memory is not None else answer.kernel_rss_bytes
     lines = [
-        f"kernel process memory (resident): {human_size(answer.kernel_rss_bytes)}",
+        f"kernel process memory (resident): {human_size(rss)}",
         f"user variables: {human_size(total)} in total (modules not counted)",
     ]
-    rows = answer.variables
+    rows = sized[: min(ctx.max_rows, 15)]
     if rows:
         lines.append("largest variables:")
-        share = [f"{100 * row.size_bytes / total:.0f}%" if total else "" for row in rows]
         lines.append(
             table(
                 ("name", "type", "size", "share"),
-                [(r.name, r.type, human_size(r.size_bytes), s) for r, s in zip(rows, share, strict=True)],
+                [(r.name, r.type, human_size(size), f"{100 * size / total:.0f}%" if total else "") for size, r in rows],
             )
         )
     return "\n".join(lines)
