@@ -93,6 +93,17 @@ def _helper_value(function: str, value: dict[str, Any]) -> Any:
     return payload["ok"]
 
 
+def _fingerprint_value(value: dict[str, Any] | None) -> dict[str, str] | None:
+    """A fingerprint that rode on an execute request, or None where it could not be taken (the caller
+    then asks for it on its own, where a failure is reported properly)."""
+    if not value:
+        return None
+    try:
+        return dict(_helper_value("namespace_fingerprint", value))
+    except (HelperError, InfrastructureError):
+        return None
+
+
 def _helper_source() -> str:
     return resources.files("themisto_env.sandbox").joinpath("kernel_helper.py").read_text()
 
@@ -370,7 +381,7 @@ class Kernel:
             memory_bytes=None if restarted else self.launcher.memory_bytes(),
             truncated=truncated,
             kernel_restarted=restarted,
-            fingerprint=_helper_value("namespace_fingerprint", after) if after else None,
+            fingerprint=_fingerprint_value(after),
         )
 
     def call(self, function: str, *, timeout_s: float | None = None, **kwargs: Any) -> Any:
@@ -545,7 +556,7 @@ class Kernel:
         Raises:
             SnapshotCorruptError: The file's content does not match its digest (nothing was loaded).
             SnapshotError: The file is missing or could not be loaded (a package it needs is absent, ...).
-            KernelDiedError: The kernel died meanwhile.
+            InfrastructureError: The kernel failed meanwhile (died, timed out): its namespace is unknown.
         """
         digest = snapshot.digest if isinstance(snapshot, SnapshotInfo) else snapshot
         path = self.store.path(digest)
@@ -555,9 +566,7 @@ class Kernel:
             answer = self.call(
                 "restore", path=self.launcher.kernel_path(path), digest=digest, clean=clean, keep=list(keep)
             )
-        except (InfrastructureError, HelperError) as exc:
-            if isinstance(exc, KernelDiedError):
-                raise
+        except HelperError as exc:  # dill raised while loading (a missing package, ...): nothing changed
             raise SnapshotError(f"restoring snapshot {digest[:12]} failed: {exc}") from exc
         if "corrupt" in answer:
             raise SnapshotCorruptError(f"snapshot {path}: {answer['corrupt']}")

@@ -299,6 +299,13 @@ def snapshot(store: str) -> dict[str, Any]:
     names = user_names()
     state = {name: ns[name] for name in names}
     skipped: dict[str, str] = {}
+    options = _display_options()
+    if options:
+        try:
+            dill.dumps(options, recurse=False)
+            state[OPTIONS_KEY] = options
+        except Exception as exc:  # left out: the state check then shows the difference
+            skipped[OPTIONS_KEY] = f"{type(exc).__name__}: {str(exc)[:200]}"
     try:
         data = dill.dumps(state, fmode=dill.FILE_FMODE, recurse=False)
     except Exception:
@@ -308,7 +315,7 @@ def snapshot(store: str) -> dict[str, Any]:
             except Exception as exc:
                 skipped[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
         for name in skipped:
-            del state[name]
+            state.pop(name, None)
         data = dill.dumps(state, fmode=dill.FILE_FMODE, recurse=False)
     digest = hashlib.sha256(data).hexdigest()
     folder = os.path.join(store, digest[:2])
@@ -328,10 +335,10 @@ def snapshot(store: str) -> dict[str, Any]:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
-    return {"digest": digest, "size_bytes": len(data), "names": sorted(state), "skipped": skipped}
+    return {"digest": digest, "size_bytes": len(data), "names": sorted(set(state) - {OPTIONS_KEY}), "skipped": skipped}
 
 
-def restore(path: str, digest: str = "", clean: bool = True, keep: list[str] | None = None) -> dict[str, Any]:
+def restore(path: str, digest: str, clean: bool = True, keep: list[str] | None = None) -> dict[str, Any]:
     """Load a snapshot into the user namespace, after checking that its bytes hash to ``digest``.
 
     The bytes are read once, hashed and loaded from memory, so what is checked is what is loaded. With
@@ -342,11 +349,12 @@ def restore(path: str, digest: str = "", clean: bool = True, keep: list[str] | N
 
     with open(path, "rb") as f:
         data = f.read()
-    if digest and hashlib.sha256(data).hexdigest() != digest:
+    if hashlib.sha256(data).hexdigest() != digest:
         return {"corrupt": f"content hash {hashlib.sha256(data).hexdigest()[:12]} does not match its name"}
     state = dill.loads(data)
     if not isinstance(state, dict):
         return {"corrupt": f"holds a {type(state).__name__}, not a namespace"}
+    _set_display_options(state.pop(OPTIONS_KEY, {}))
     ns = _user_ns()
     if clean:
         kept = set(keep or ())
@@ -359,7 +367,7 @@ def restore(path: str, digest: str = "", clean: bool = True, keep: list[str] | N
 
 #: Changes whenever the fingerprint of some value would change: recorded fingerprints of another version
 #: are not compared (the dataset must be rebuilt to be checked).
-FINGERPRINT_VERSION = 1
+FINGERPRINT_VERSION = 3
 #: Arrays and frames up to this size are hashed whole; larger ones on an evenly strided sample of about
 #: this many bytes (with their shape), so a fingerprint stays cheap whatever the data's size.
 FINGERPRINT_FULL_BYTES = 64 * 1024
@@ -369,39 +377,49 @@ _ADDRESS = __import__("re").compile(r" at 0x[0-9a-fA-F]+")
 
 
 def _array_digest(array: Any, h: Any) -> bool:
-    """Hash a numeric numpy array (whole, or a strided sample when large); False for object arrays."""
+    """Hash a numpy array of a non-object dtype (whole, or an evenly strided sample when large, taken
+    without copying the rest); False for object arrays."""
     np = sys.modules["numpy"]
     if array.dtype.hasobject:
         return False
     h.update(f"{array.dtype.str}{array.shape}".encode())
     if array.nbytes > FINGERPRINT_FULL_BYTES:
-        flat = array.reshape(-1)
-        array = flat[:: max(1, array.nbytes // FINGERPRINT_FULL_BYTES)]
-    h.update(np.ascontiguousarray(array).data)
+        array = array.flat[:: max(1, array.nbytes // FINGERPRINT_FULL_BYTES)]
+    h.update(np.ascontiguousarray(array).view(np.uint8).data)
     return True
 
 
 #: Values that are not plain numbers (strings, objects) are hashed on at most about this many elements.
-FINGERPRINT_SAMPLE_ITEMS = 256
+FINGERPRINT_SAMPLE_ITEMS = 1024
+
+
+#: What ``pandas.api.types.infer_dtype`` may say of object values that are hashed (their ``str`` is
+#: their content); other objects (user classes, whose ``str`` may hold addresses) are not hashed.
+_PLAIN_VALUES = frozenset(
+    {"string", "bytes", "integer", "floating", "mixed-integer-float", "boolean", "empty", "decimal", "complex"}
+)
 
 
 def _values_digest(values: Any, h: Any) -> bool:
-    """Hash a pandas column's or index's values: numbers (datetimes too) as arrays, others on a strided
-    sample by pandas' own hashing."""
+    """Hash a pandas column's or index's values: numbers and datetimes as arrays, categoricals as codes
+    and categories, plain objects (strings, ...) on a strided sample by pandas' own hashing."""
     np = sys.modules["numpy"]
     pd = sys.modules["pandas"]
+    if isinstance(values, pd.Categorical):
+        return _index_digest(values.categories, h) and _array_digest(np.asarray(values.codes), h)
     backing = getattr(values, "_ndarray", None)  # DatetimeArray, TimedeltaArray, NumpyExtensionArray
     if isinstance(backing, np.ndarray) and not backing.dtype.hasobject:
         values = backing
     if isinstance(values, np.ndarray) and not values.dtype.hasobject:
         return _array_digest(values, h)
-    two_d = getattr(values, "ndim", 1) == 2
-    count = values.shape[-1] if two_d else len(values)
+    count = len(values)
     if count > FINGERPRINT_SAMPLE_ITEMS:
-        step = -(-count // FINGERPRINT_SAMPLE_ITEMS)
-        values = values[:, ::step] if two_d else values[::step]
+        values = values[:: -(-count // FINGERPRINT_SAMPLE_ITEMS)]
+    sample = np.asarray(values, dtype=object).reshape(-1)
+    if pd.api.types.infer_dtype(sample, skipna=True) not in _PLAIN_VALUES:
+        return False
     h.update(f"{getattr(values, 'dtype', '')}{count}".encode())
-    h.update(pd.util.hash_array(np.asarray(values, dtype=object).reshape(-1)).data)
+    h.update(pd.util.hash_array(sample).data)
     return True
 
 
@@ -410,29 +428,44 @@ def _index_digest(index: Any, h: Any) -> bool:
     if isinstance(index, pd.RangeIndex):
         h.update(f"range{index.start},{index.stop},{index.step}".encode())
         return True
-    h.update(f"{index.dtype}{len(index)}".encode())
-    return _values_digest(index._values if hasattr(index, "_values") else index.to_numpy(), h)
+    h.update(f"{type(index).__name__}{index.dtype}{len(index)}".encode())
+    if isinstance(index, pd.MultiIndex):  # levels and codes: never builds (and caches) its tuples
+        return all(_index_digest(level, h) for level in index.levels) and all(
+            _array_digest(codes, h) for codes in index.codes
+        )
+    return _values_digest(index.array, h)
 
 
 def _frame_digest(obj: Any, h: Any) -> bool:
-    """Hash a DataFrame or Series: column names, dtypes, index and values (numeric blocks as arrays)."""
+    """Hash a DataFrame or Series: names, dtypes, index and values, column by column in column order
+    (the same however pandas laid the columns out in blocks)."""
     pd = sys.modules["pandas"]
     if isinstance(obj, pd.Index):
         return _index_digest(obj, h)
     if isinstance(obj, pd.Series):
         h.update(f"{obj.name!r}{obj.dtype}".encode())
-        return _index_digest(obj.index, h) and _values_digest(obj._values, h)
+        return _index_digest(obj.index, h) and _values_digest(obj.array, h)
     h.update(repr(obj.columns.tolist()).encode())
     if not _index_digest(obj.index, h):
         return False
-    manager = getattr(obj, "_mgr", None)
-    blocks = getattr(manager, "blocks", None)
-    if blocks is None:  # another pandas: column by column
-        return all(_values_digest(column._values, h) for _, column in obj.items())
-    for block in blocks:
-        h.update(repr(list(block.mgr_locs.as_array)).encode() + str(block.dtype).encode())
-        if not _values_digest(block.values, h):
-            return False
+    digests: list[bytes | None] = [None] * obj.shape[1]
+    blocks = getattr(getattr(obj, "_mgr", None), "blocks", None)
+    for block in blocks or ():  # pandas' blocks, each column hashed on its own
+        values = block.values
+        for j, position in enumerate(block.mgr_locs.as_array):
+            column = values[j] if getattr(values, "ndim", 1) == 2 else values
+            sub = hashlib.sha1(str(block.dtype).encode())
+            if not _values_digest(column, sub):
+                return False
+            digests[position] = sub.digest()
+    for position, digest in enumerate(digests):  # another pandas (or none filled): column by column
+        if digest is None:
+            column = obj.iloc[:, position]
+            sub = hashlib.sha1(str(column.dtype).encode())
+            if not _values_digest(column.array, sub):
+                return False
+            digests[position] = sub.digest()
+    h.update(b"".join(d for d in digests if d is not None))
     return True
 
 
@@ -495,19 +528,27 @@ def _content(obj: Any, h: Any, depth: int = 0) -> bool:
         return True
     if isinstance(obj, types.FunctionType):
         _code_digest(obj.__code__, h)
-        return True
+        bound = [*(obj.__defaults__ or ()), *(obj.__kwdefaults__ or {}).items()]
+        for cell in obj.__closure__ or ():
+            try:
+                bound.append(cell.cell_contents)
+            except ValueError:  # an empty cell
+                bound.append(None)
+        return _content(tuple(bound), h, depth + 1) if bound else True
     if isinstance(obj, types.ModuleType):
         h.update(obj.__name__.encode())
         return True
     return False
 
 
+_SIZED = (str, bytes, bytearray, list, tuple, dict, set, frozenset, range)
+
+
 def _fingerprint(obj: Any) -> str:
     shape = _shape(obj)
     size = "x".join(map(str, shape)) if shape is not None else ""
-    if shape is None and not isinstance(obj, (types.FunctionType, types.ModuleType)):
-        length = _length(obj)
-        size = "" if length is None else f"len{length}"
+    if shape is None and isinstance(obj, _SIZED):  # never a user's __len__ (it may compute anything)
+        size = f"len{len(obj)}"
     h = hashlib.sha1()
     try:
         content = h.hexdigest()[:16] if _content(obj, h) else ""
@@ -516,16 +557,95 @@ def _fingerprint(obj: Any) -> str:
     return f"{_type_name(obj)}|{size}|{content}"
 
 
+#: Key of the fingerprint's entry for module state that changes what tools and outputs print (it is not
+#: a Python name, so it never collides with a variable); snapshots hold these options and restores set them.
+AMBIENT = "<display options>"
+
+
+#: numpy's default print options (those a cell may change; others are ignored).
+_NUMPY_PRINT_DEFAULTS = {
+    "edgeitems": 3,
+    "threshold": 1000,
+    "floatmode": "maxprec",
+    "precision": 8,
+    "suppress": False,
+    "linewidth": 75,
+    "nanstr": "nan",
+    "infstr": "inf",
+    "sign": "-",
+    "formatter": None,
+}
+
+
+#: Where a snapshot keeps the display options (not a Python name: never a user's variable).
+OPTIONS_KEY = "<display options>"
+
+
+def _display_options() -> dict[str, dict[str, Any]]:
+    """The display options of pandas and numpy that differ from their defaults."""
+    options: dict[str, dict[str, Any]] = {}
+    pd = sys.modules.get("pandas")
+    registered = getattr(getattr(getattr(pd, "_config", None), "config", None), "_registered_options", None)
+    if pd is not None and isinstance(registered, dict):
+        for key in sorted(k for k in registered if k.startswith("display.")):
+            with contextlib.suppress(Exception):
+                value = pd.get_option(key)
+                if value != registered[key].defval:
+                    options.setdefault("pandas", {})[key] = value
+    np = sys.modules.get("numpy")
+    if np is not None:
+        with contextlib.suppress(Exception):
+            printing = np.get_printoptions()
+            changed = {k: printing[k] for k, v in _NUMPY_PRINT_DEFAULTS.items() if k in printing and printing[k] != v}
+            if changed:
+                options["numpy"] = changed
+    return options
+
+
+def _set_display_options(options: dict[str, dict[str, Any]]) -> None:
+    """Make the display options exactly these (the rest at their defaults), where the module is loaded
+    or named in ``options``."""
+    if "pandas" in options or "pandas" in sys.modules:
+        import pandas as pd
+
+        registered = pd._config.config._registered_options
+        for key in [k for k in registered if k.startswith("display.")]:
+            want = options.get("pandas", {}).get(key, registered[key].defval)
+            with contextlib.suppress(Exception):
+                if pd.get_option(key) != want:
+                    pd.set_option(key, want)
+    if "numpy" in options or "numpy" in sys.modules:
+        import numpy as np
+
+        with contextlib.suppress(Exception):
+            np.set_printoptions(**{**_NUMPY_PRINT_DEFAULTS, **options.get("numpy", {})})
+
+
+def _ambient() -> str | None:
+    """A digest of the display options a cell changed from their defaults (pandas, numpy), or None
+    where none is: they change the text of tools and outputs."""
+    options = _display_options()
+    if not options:
+        return None
+    text = repr(sorted((module, sorted(values.items())) for module, values in options.items()))
+    return f"options|len{sum(map(len, options.values()))}|{hashlib.sha1(text.encode()).hexdigest()[:16]}"
+
+
 def namespace_fingerprint() -> dict[str, str]:
     """A cheap, deterministic summary of the user namespace: per name ``type|shape-or-length|content``.
 
     The content part is a hash of the value where that is cheap (numbers, strings, numpy arrays and
     pandas objects, whole up to 64 KiB and on a strided sample above, small containers of those,
-    functions' code, modules' names) and empty elsewhere (other objects: type and length only). Two
-    kernels in the same state give the same fingerprint, in any process.
+    functions' code, modules' names) and empty elsewhere (other objects: type and length only); and one
+    entry, :data:`AMBIENT`, for the display options of pandas and numpy. Two kernels in the same state
+    give the same fingerprint, in any process.
     """
     ns = _user_ns()
-    return {name: _fingerprint(ns[name]) for name in sorted(user_names())}
+    fingerprint = {name: _fingerprint(ns[name]) for name in sorted(user_names())}
+    ambient = _ambient()
+    if ambient is not None:
+        fingerprint[AMBIENT] = ambient
+    return fingerprint
 
 
 def package_versions(names: list[str]) -> dict[str, str]:

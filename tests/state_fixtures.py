@@ -26,6 +26,13 @@ FAULT_CELLS = [
     "if os.path.exists({flag!r}):\n    time.sleep(30)\ny = x * 2\ny",
     "print(y.sum())",
     "z = y + 1\nz",
+    "import pandas as pd\nframe2 = pd.DataFrame({'day': pd.date_range('2024-01-01', periods=6),"
+    " 'shop': ['a', 'b'] * 3, 'kind': pd.Categorical(list('xyxyxy')), 'units': range(6)})",
+    "class Box:\n    pass\n\nboxes = pd.Series([Box(), Box()])\ntags = {'red', 'green', 'blue'}",
+    "def make(k):\n    return lambda v: v * k\n\ntimes3 = make(3)",
+    "summary = frame2.groupby('shop')['units'].sum()\nsummary",
+    "pd.set_option('display.precision', 2)",  # module state: no snapshot holds it
+    "frame2.describe()",
 ]
 RESTART_STEP = 9
 

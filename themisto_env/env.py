@@ -17,14 +17,17 @@ fingerprint recorded at build time, else it is repaired from snapshots, and what
 is reported. ``info["state"]`` tells how the current sample's state was reached and checked.
 
 A lost backend (the Docker engine stopped answering) is not recovered from: ``step`` and ``reset`` raise
-:class:`~themisto_env.errors.BackendUnavailableError` with one line, the sample it hit is left unscored,
-and a run resumes from it once the engine is back.
+:class:`~themisto_env.errors.BackendUnavailableError` with one line (a step that scored a sample first
+returns that score; the next call raises), the sample it hit is left unscored, and a run resumes from it
+once the engine is back. A prediction whose own code kills the kernel or runs past the time limit under
+the execution score is the model's failure: it scores 0 with ``info["prediction_failed"]`` (a reason).
 
 What happened to a sample is reported with that sample, never with its neighbour. The ``info`` of the
-step that scores sample S (``info["scored_sample_id"] == S``) carries S's ``scores`` and, when S cannot
-be trusted, ``infrastructure_error`` (the machinery failed while serving S or during its tool calls:
-recovered from, never scored as a wrong answer) or ``state_mismatch`` (S was served in a state that
-differs from the recording). A failure while moving on to sample S+1 belongs to S+1.
+step that scores sample S (``info["scored_sample_id"] == S``) carries S's ``scores``, how S was served
+(``scored_state``) and, when S cannot be trusted, ``infrastructure_error`` (the machinery failed while
+serving S or during its tool calls: recovered from, never scored as a wrong answer) or
+``state_mismatch`` (S was served in a state that differs from the recording). A failure while moving
+on to sample S+1 belongs to S+1.
 
 Nothing the agent reaches reveals the target: the kernel is in the state *before* the target step, the
 history holds only executed steps, ``info`` carries ids and scores but no target text.
@@ -157,6 +160,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self._queue: list[Sample] = []
         self._sample: Sample | None = None
         self._report: StateReport | None = None  # how the current sample's state was served
+        self._lost_backend: BackendUnavailableError | None = None  # raised at the next call
         self._sample_errors: list[str] = []  # infrastructure failures that touch the current sample
         self._tools_used = 0
         self._tool_calls: list[dict[str, Any]] = []
@@ -171,6 +175,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         """Start an episode: ``options`` may name ``trajectory`` (id or index) and ``sample`` (index
         into that trajectory's samples); otherwise the trajectory is drawn with the seeded RNG."""
         super().reset(seed=seed)
+        self._raise_lost_backend()
         options = options or {}
         chosen = options.get("trajectory")
         if chosen is None:
@@ -192,6 +197,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         if self._sample is None:
             raise ConfigError("call reset() before step()")
+        self._raise_lost_backend()
         extra: dict[str, Any] = {}
         try:
             parsed: Action = parse_action(action)
@@ -244,6 +250,12 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     def state_report(self) -> StateReport | None:
         """How the current sample's state was served and checked."""
         return self._report
+
+    def _raise_lost_backend(self) -> None:
+        if self._lost_backend is not None:
+            error, self._lost_backend = self._lost_backend, None
+            self._state.position = None
+            raise error
 
     def _recorded_figures(self) -> tuple[dict[str, int], int | None]:
         """Per-variable sizes and kernel memory recorded at build time for the current sample's state
@@ -397,7 +409,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         extra["scores"] = scores.as_dict()
         extra["tool_calls"] = list(self._tool_calls)
         if self.config.execution_score and self.config.task == "next-cell":
-            extra["execution_score"] = self._execution_score(prediction.text)
+            extra["execution_score"] = self._execution_score(prediction.text, extra)
         extra["scored_sample_id"] = sample.id
         if self._sample_errors:
             extra["infrastructure_error"] = "; ".join(self._sample_errors)
@@ -405,12 +417,20 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             extra["state_mismatch"] = "; ".join(self._report.differences[:10]) or "the state differs"
         if self._report.faults:
             extra["recovered"] = list(self._report.faults)
+        extra["scored_state"] = self._report.as_dict()
         self._queue.pop(0)
         terminated = not self._queue
-        obs = self._observation() if terminated else self._begin_sample()
+        if terminated:
+            obs = self._observation()
+        else:
+            try:
+                obs = self._begin_sample()
+            except BackendUnavailableError as exc:  # S is scored: report it; the next call raises
+                self._lost_backend = exc
+                obs = self._observation()
         return obs, value, terminated, False, self._info(**extra)
 
-    def _execution_score(self, code: str) -> float | None:
+    def _execution_score(self, code: str, extra: dict[str, Any]) -> float | None:
         """Run the prediction from the pre-target state and compare its effects with the recorded ones.
 
         The kernel is tainted afterwards (the prediction may have changed anything): the next sample is
@@ -418,15 +438,22 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         """
         assert self._trajectory is not None and self._sample is not None
         try:
-            return execution_score(
+            scored = execution_score(
                 self._state.kernel,
                 self._trajectory,
                 self._sample.step,
                 code,
                 timeout_s=min(self.config.limits.timeout_s, 30),
             )
+        except BackendUnavailableError:
+            raise
         except InfrastructureError as exc:
             self._sample_errors.append(f"{type(exc).__name__}: {exc}")
             return None
         finally:
             self._state.taint()
+        if scored is None:
+            return None
+        if scored.failure is not None:
+            extra["prediction_failed"] = scored.failure
+        return scored.value

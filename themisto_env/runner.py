@@ -192,6 +192,8 @@ def _row(
         "infrastructure_error": info.get("infrastructure_error"),
         "state_mismatch": info.get("state_mismatch"),
         "recovered": info.get("recovered"),
+        "state_check": info.get("scored_state", {}).get("check"),
+        "prediction_failed": info.get("prediction_failed"),
     }
 
 

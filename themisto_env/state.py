@@ -94,12 +94,19 @@ def replay_step(kernel: Kernel, step: Step, *, fingerprint: bool = False) -> Exe
     return result
 
 
+def fresh_before(trajectory: Trajectory, step: int) -> bool:
+    """Whether ``step`` starts in a fresh kernel: the first step, one the person restarted the kernel
+    before, or one after a cell that wedged the kernel when built (it was restarted then)."""
+    steps = trajectory.steps
+    return step == 0 or steps[step].restarted_before or steps[step - 1].wedged
+
+
 def expected_fingerprint(trajectory: Trajectory, step: int) -> dict[str, str] | None:
     """The recorded fingerprint of the namespace in which ``step`` starts (None where not recorded, or
     recorded by another version of the fingerprint)."""
     if trajectory.fingerprint_version != FINGERPRINT_VERSION:
         return None
-    if step == 0 or trajectory.steps[step].restarted_before:
+    if fresh_before(trajectory, step):
         return {}
     return trajectory.steps[step - 1].fingerprint
 
@@ -140,13 +147,10 @@ class StateReport:
     differences: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
-        """JSON-able form (for ``info`` and result rows)."""
-        return {
-            "check": self.check,
-            "route": self.route,
-            "faults": list(self.faults),
-            "differences": self.differences[:20],
-        }
+        """JSON-able form for ``info`` and result rows: what was checked and met, not the route taken
+        (which depends on where the kernel happened to be, so the same seed and actions give the same
+        ``info``, as gymnasium's checker requires)."""
+        return {"check": self.check, "faults": list(self.faults), "differences": self.differences[:20]}
 
 
 class TrajectoryKernel:
@@ -165,6 +169,7 @@ class TrajectoryKernel:
         #: (trajectory id, step) the kernel is before, when known; None after anything unrecorded ran.
         self.position: tuple[str, int] | None = None
         self._tainted = False
+        self._fresh = False  # the kernel was just started or restarted: nothing ran in it yet
         #: Snapshots this kernel could not load (a missing package, ...): not tried again.
         self.unloadable: set[str] = set()
 
@@ -174,6 +179,7 @@ class TrajectoryKernel:
         if self._kernel is None:
             self._kernel = self._new_kernel().start()
             self.position = None
+            self._fresh = True
         return self._kernel
 
     @property
@@ -206,8 +212,14 @@ class TrajectoryKernel:
         report = StateReport(trajectory.id, step)
         expected = expected_fingerprint(trajectory, step)
         forward = self._forward_from(trajectory, step)
-        for attempt in range(MAX_RECOVERIES + 2):
-            route = "forward" if forward is not None and attempt == 0 else "snapshot"
+        self.position = None  # known again only once this state is reached
+        # Cheapest first; each later route repairs what the one before could not: a divergent forward
+        # replay, then module state a snapshot does not hold (display options from another state).
+        plan = [*(["forward"] if forward is not None else []), "snapshot", "fresh snapshot"]
+        index = 0
+        while True:
+            route = plan[index]
+            started_fresh = self._fresh or self._tainted
             try:
                 if self._tainted:
                     self._fresh_kernel()
@@ -215,6 +227,8 @@ class TrajectoryKernel:
                     assert forward is not None
                     report.route, live = self._forward(trajectory, forward, step, check=expected is not None)
                 else:
+                    if route == "fresh snapshot" and not self._fresh:
+                        self._restart()
                     report.route, live = self._by_snapshot(trajectory, step, check=expected is not None)
                 self.position = (trajectory.id, step)
                 if expected is None:
@@ -233,17 +247,17 @@ class TrajectoryKernel:
                     raise InfrastructureError(
                         f"could not reach the state before step {step} of {trajectory.id}: " + "; ".join(report.faults)
                     ) from exc
-                self._fresh_kernel()
+                self._fresh_kernel()  # the retry starts from a fresh kernel
+                index = plan.index("fresh snapshot")
                 continue
             if not report.differences:
                 report.check = "verified"
                 return report
-            if route == "snapshot":
+            if route == "fresh snapshot" or (route == "snapshot" and started_fresh):
                 report.check = "mismatch"
                 return report
-            # forward replay diverged (nondeterminism, a fault): repair from snapshots
-        report.check = "mismatch"  # pragma: no cover - the loop always returns or raises
-        return report
+            self.position = None
+            index = plan.index(route) + 1
 
     def _fresh_kernel(self) -> None:
         """Restart the kernel; when even that fails, replace it."""
@@ -252,11 +266,21 @@ class TrajectoryKernel:
         if self._kernel is None:
             return
         try:
-            self._kernel.restart()
+            self._restart()
+        except BackendUnavailableError:
+            raise
         except InfrastructureError:
             with contextlib.suppress(Exception):
                 self._kernel.close()
             self._kernel = None
+
+    def _restart(self) -> None:
+        self.kernel.restart()
+        self._fresh = True
+
+    def _replay(self, step: Step, *, fingerprint: bool) -> dict[str, str] | None:
+        self._fresh = False
+        return replay_step(self.kernel, step, fingerprint=fingerprint).fingerprint
 
     def _forward_from(self, trajectory: Trajectory, step: int) -> int | None:
         """The position to replay forward from: the kernel is before an earlier step of the same
@@ -287,7 +311,7 @@ class TrajectoryKernel:
         for j in range(step - 1, -1, -1):
             if self._usable(steps[j].snapshot) and not steps[j].snapshot_skipped:
                 return j
-            if steps[j].restarted_before:
+            if fresh_before(trajectory, j):
                 return None
         return None
 
@@ -296,16 +320,25 @@ class TrajectoryKernel:
     ) -> tuple[str, dict[str, str] | None]:
         """Replay the cells from ``start`` to ``step``; return the route and (with ``check``) the
         fingerprint after it, taken with the last cell."""
-        kernel = self.kernel
+        return ("in place" if step == start else f"forward ({step - start} cells)"), self._replay_range(
+            trajectory, start, step, check=check
+        )
+
+    def _replay_range(self, trajectory: Trajectory, first: int, step: int, *, check: bool) -> dict[str, str] | None:
+        """Replay steps ``first`` .. ``step - 1`` from the state before ``first``, restarting where the
+        recording did; return the fingerprint after the last one (None if not taken)."""
         live = None
-        for s in trajectory.steps[start:step]:
-            if s.index > start and s.restarted_before:
-                kernel.restart()
-            live = replay_step(kernel, s, fingerprint=check and s.index == step - 1).fingerprint
-        if step > start and trajectory.steps[step].restarted_before:
-            kernel.restart()
+        for s in trajectory.steps[first:step]:
+            if s.index > first and fresh_before(trajectory, s.index):
+                self._restart()
+                live = None
+            if s.wedged:  # it wedged the kernel when built: the state after it is a fresh kernel
+                continue
+            live = self._replay(s, fingerprint=check and s.index == step - 1)
+        if step > first and fresh_before(trajectory, step):
+            self._restart()
             live = None
-        return ("in place" if step == start else f"forward ({step - start} cells)"), live
+        return live
 
     def _usable(self, digest: str | None) -> bool:
         if not self.use_snapshots or digest is None or digest in self.unloadable:
@@ -313,12 +346,15 @@ class TrajectoryKernel:
         return digest in self.kernel.store
 
     def _restore(self, digest: str, keep: list[str] | None = None) -> dict[str, str] | None:
-        """Restore a snapshot; return the fingerprint after it, or None when it could not be loaded: a
-        corrupt snapshot is set aside, an unloadable one remembered."""
+        """Restore a snapshot; return the fingerprint after it, or None when it cannot be loaded: a
+        corrupt snapshot is set aside (renamed ``*.corrupt``), and either kind is not tried again by this
+        owner. A failure of the kernel itself propagates (the route is retried on a fresh kernel)."""
         kernel = self.kernel
+        self._fresh = False
         try:
             return kernel.restore(digest, clean=True, keep=keep or ()).fingerprint
         except SnapshotCorruptError:
+            self.unloadable.add(digest)
             path = kernel.store.path(digest)
             with contextlib.suppress(OSError):
                 path.replace(path.with_name(path.name + ".corrupt"))
@@ -328,16 +364,18 @@ class TrajectoryKernel:
 
     def _by_snapshot(self, trajectory: Trajectory, step: int, *, check: bool) -> tuple[str, dict[str, str] | None]:
         """Restore the nearest trusted snapshot and replay after it; return the route and the
-        fingerprint after it."""
+        fingerprint after it. The kernel is not restarted (a restore into a warm kernel is fast): module
+        state a snapshot does not hold survives, and where it shows (display options, in the
+        fingerprint) :meth:`serve` repeats the route from a fresh kernel."""
         steps = trajectory.steps
-        kernel = self.kernel
-        if step == 0 or steps[step].restarted_before:
-            kernel.restart()
+        if fresh_before(trajectory, step):
+            if not self._fresh:
+                self._restart()
             return "fresh", None
         while True:  # a snapshot found corrupt or unloadable is dropped and the route planned again
             found = self._nearest_snapshot(trajectory, step)
-            j = step - 1  # without a snapshot: back to the last restart (or the start)
-            while found is None and j > 0 and not steps[j].restarted_before:
+            j = step - 1  # without a snapshot: back to the last fresh start
+            while found is None and not fresh_before(trajectory, j):
                 j -= 1
             live = None
             if found is not None:
@@ -348,20 +386,17 @@ class TrajectoryKernel:
                     continue
                 first, route = found + 1, f"snapshot after step {found}"
             else:
-                kernel.restart()
-                first, route = max(j, 0), "fresh"
-            for s in steps[first:step]:
-                if s.restarted_before and s.index > first:
-                    kernel.restart()
-                live = replay_step(kernel, s, fingerprint=check and s.index == step - 1).fingerprint
+                if not self._fresh:
+                    self._restart()
+                first, route = j, "fresh"
             if step > first:
+                live = self._replay_range(trajectory, first, step, check=check)
                 route += f" + {step - first} cells"
                 last = steps[step - 1]
                 if last.snapshot_skipped and self._usable(last.snapshot):
                     assert last.snapshot is not None
                     keep = sorted(last.snapshot_skipped)
-                    overlaid = self._restore(last.snapshot, keep=keep)
-                    if overlaid is not None:
-                        live = overlaid
+                    live = self._restore(last.snapshot, keep=keep)  # None (so taken again) if it failed
+                    if live is not None:
                         route += f" + snapshot after step {step - 1} keeping {', '.join(keep)}"
             return route, live
