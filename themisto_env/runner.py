@@ -325,6 +325,7 @@ def summarize(rows: list[dict[str, Any]], config: RunConfig | None = None) -> di
         "state_mismatches": sum(
             1 for r in latest.values() if r.get("state_mismatch") and not r.get("infrastructure_error")
         ),
+        "prediction_failures": sum(1 for r in scored if r.get("prediction_failed")),
         "tool_calls": sum(len(r["tool_calls"]) for r in scored),
         "seconds": round(sum(r["seconds"] for r in scored), 2),
     }
