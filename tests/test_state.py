@@ -405,3 +405,17 @@ def test_a_lost_engine_mid_episode_keeps_the_scored_sample_and_stops_in_one_line
         env.close()  # does not raise without an engine
         with contextlib.suppress(Exception):
             proxy.real_client().api.remove_container(name, force=True)
+
+
+def test_model_written_code_on_the_local_backend_is_warned_about_once(
+    fault_data: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    import themisto_env.env as env_module
+
+    env_module._WARNED_UNISOLATED.discard("local")
+    with caplog.at_level("WARNING", logger="themisto_env"):
+        for _ in range(2):
+            make_env(fault_data, execution_score=True).close()
+        make_env(fault_data).close()
+    warnings = [r.getMessage() for r in caplog.records if "not isolated" in r.getMessage()]
+    assert len(warnings) == 1 and "--backend docker" in warnings[0], warnings

@@ -52,6 +52,7 @@ from themisto_env.observation import history_items, render_history, render_runti
 from themisto_env.samples import Sample, SampleRule, TaskName, make_samples, samples_by_trajectory
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
+from themisto_env.sandbox.launcher import launcher_class
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.scorers import execution_score
 from themisto_env.state import StateReport, TrajectoryKernel
@@ -59,6 +60,19 @@ from themisto_env.tools import TOOL_NAMES, ToolCall, ToolContext, run_tool
 from themisto_env.trajectory import Trajectory, read_manifest, read_trajectories
 
 log = logging.getLogger("themisto_env")
+_WARNED_UNISOLATED: set[str] = set()
+
+
+def _warn_unisolated(backend: str) -> None:
+    """Once per process and backend: model-written code is about to run without isolation."""
+    if backend not in _WARNED_UNISOLATED:
+        _WARNED_UNISOLATED.add(backend)
+        log.warning(
+            "the execution score runs model-written code on the %s backend, which is not isolated (it runs "
+            "as you, with your files and network); use --backend docker for code you do not trust.",
+            backend,
+        )
+
 
 ObservationMode = Literal["static", "full", "tools"]
 
@@ -155,6 +169,8 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             }
         )
         self._state = TrajectoryKernel(self._new_kernel)
+        if self.config.execution_score and not launcher_class(self.config.backend).isolated:
+            _warn_unisolated(self.config.backend)
         self._dataset_checked = False
         self._trajectory: Trajectory | None = None
         self._queue: list[Sample] = []
