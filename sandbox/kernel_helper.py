@@ -557,11 +557,6 @@ def _fingerprint(obj: Any) -> str:
     return f"{_type_name(obj)}|{size}|{content}"
 
 
-#: Key of the fingerprint's entry for module state that changes what tools and outputs print (it is not
-#: a Python name, so it never collides with a variable); snapshots hold these options and restores set them.
-AMBIENT = "<display options>"
-
-
 #: numpy's default print options (those a cell may change; others are ignored).
 _NUMPY_PRINT_DEFAULTS = {
     "edgeitems": 3,
@@ -577,7 +572,8 @@ _NUMPY_PRINT_DEFAULTS = {
 }
 
 
-#: Where a snapshot keeps the display options (not a Python name: never a user's variable).
+#: Where a snapshot keeps the display options, and the fingerprint's entry for them (not a Python name:
+#: never a user's variable). Restores set them; they change what tools and outputs print.
 OPTIONS_KEY = "<display options>"
 
 
@@ -637,14 +633,14 @@ def namespace_fingerprint() -> dict[str, str]:
     The content part is a hash of the value where that is cheap (numbers, strings, numpy arrays and
     pandas objects, whole up to 64 KiB and on a strided sample above, small containers of those,
     functions' code, modules' names) and empty elsewhere (other objects: type and length only); and one
-    entry, :data:`AMBIENT`, for the display options of pandas and numpy. Two kernels in the same state
+    entry, :data:`OPTIONS_KEY`, for the display options of pandas and numpy. Two kernels in the same state
     give the same fingerprint, in any process.
     """
     ns = _user_ns()
     fingerprint = {name: _fingerprint(ns[name]) for name in sorted(user_names())}
     ambient = _ambient()
     if ambient is not None:
-        fingerprint[AMBIENT] = ambient
+        fingerprint[OPTIONS_KEY] = ambient
     return fingerprint
 
 

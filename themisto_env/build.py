@@ -103,7 +103,9 @@ def outputs_agree(recorded: list[dict], replayed: list[dict]) -> bool:
 def replay_execution(kernel: Kernel, execution: RecordedExecution, *, snapshots: bool) -> Step:
     """Run one recorded execution and record what the kernel did and holds afterwards: outputs, time,
     memory, per-variable sizes, the namespace fingerprint and (optionally) a snapshot."""
-    result = run_recorded(kernel, execution.source, interrupted=execution.interrupted, duration_s=execution.duration_s)
+    result = run_recorded(
+        kernel, execution.source, interrupted=execution.interrupted, duration_s=execution.duration_s, fingerprint=True
+    )
     snapshot = kernel.snapshot() if snapshots and not result.kernel_restarted else None
     return Step(
         index=execution.index,
@@ -121,7 +123,7 @@ def replay_execution(kernel: Kernel, execution: RecordedExecution, *, snapshots:
         variables=kernel.variable_sizes(),
         snapshot=snapshot.digest if snapshot else None,
         snapshot_skipped=snapshot.skipped if snapshot else {},
-        fingerprint=kernel.fingerprint(),
+        fingerprint=result.fingerprint if result.fingerprint is not None else kernel.fingerprint(),
         agrees=outputs_agree(execution.recorded_outputs, result.outputs),
     )
 
@@ -174,7 +176,8 @@ def replay_session(
 
 def is_built(trajectory: Trajectory, session: Session, backend: str, store: SnapshotStore, snapshots: bool) -> bool:
     """Whether a built trajectory still stands for the session: complete, same source, same backend,
-    fingerprinted (format 2), and (when snapshots are wanted) every snapshot still in the store."""
+    fingerprinted by the current fingerprint version, and (when snapshots are wanted) every snapshot
+    still in the store."""
     if not trajectory.complete or trajectory.source_digest != session_digest(session) or trajectory.backend != backend:
         return False
     if trajectory.fingerprint_version != FINGERPRINT_VERSION:

@@ -55,7 +55,7 @@ from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.launcher import launcher_class
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.scorers import execution_score
-from themisto_env.state import StateReport, TrajectoryKernel
+from themisto_env.state import StateReport, TrajectoryKernel, fresh_before
 from themisto_env.tools import TOOL_NAMES, ToolCall, ToolContext, run_tool
 from themisto_env.trajectory import Trajectory, read_manifest, read_trajectories
 
@@ -278,7 +278,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         (what tools and ``full`` mode show, so that answers do not depend on how the state was reached)."""
         assert self._trajectory is not None and self._sample is not None
         step = self._sample.step
-        if step == 0 or self._trajectory.steps[step].restarted_before:
+        if fresh_before(self._trajectory, step):
             return {}, None  # a fresh namespace: nothing recorded applies
         before = self._trajectory.steps[step - 1]
         return before.variables, before.memory_bytes

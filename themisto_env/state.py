@@ -19,8 +19,9 @@ Serving a state, in order of cost:
    replayed state keeping those names (the replay supplies them, the snapshot the exact values).
 
 After either, the namespace fingerprint must equal the recorded one. A mismatch after *forward* (an
-unseeded random cell, a fault) is repaired by *snapshot*; a mismatch after *snapshot* is reported
-(``check == "mismatch"``, with the differing names) and never served silently as verified. A sample
+unseeded random cell, a fault) is repaired by *snapshot*, and a mismatch after that by *snapshot* from a
+fresh kernel (module state a snapshot does not hold); a mismatch after a route that started from a fresh
+kernel is reported (``check == "mismatch"``, with the differing names), never served as verified. A sample
 whose step was recorded right after a kernel restart is served from a fresh kernel. Snapshots are
 trusted only when their bytes hash to their name (checked inside the kernel, on the bytes it loads); a
 corrupt one is set aside (renamed ``*.corrupt``) and an unloadable one is not tried again by this
@@ -158,13 +159,10 @@ class TrajectoryKernel:
 
     Args:
         new_kernel: Makes a new, unstarted kernel (called again when one cannot be restarted).
-        use_snapshots: Restore snapshots; False replays from the start (for kernels that cannot load
-            the dataset's snapshots).
     """
 
-    def __init__(self, new_kernel: Callable[[], Kernel], *, use_snapshots: bool = True) -> None:
+    def __init__(self, new_kernel: Callable[[], Kernel]) -> None:
         self._new_kernel = new_kernel
-        self.use_snapshots = use_snapshots
         self._kernel: Kernel | None = None
         #: (trajectory id, step) the kernel is before, when known; None after anything unrecorded ran.
         self.position: tuple[str, int] | None = None
@@ -181,11 +179,6 @@ class TrajectoryKernel:
             self.position = None
             self._fresh = True
         return self._kernel
-
-    @property
-    def started(self) -> bool:
-        """Whether a kernel is running."""
-        return self._kernel is not None
 
     def close(self) -> None:
         """Stop the kernel. Idempotent."""
@@ -341,7 +334,7 @@ class TrajectoryKernel:
         return live
 
     def _usable(self, digest: str | None) -> bool:
-        if not self.use_snapshots or digest is None or digest in self.unloadable:
+        if digest is None or digest in self.unloadable:
             return False
         return digest in self.kernel.store
 

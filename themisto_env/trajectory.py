@@ -121,12 +121,6 @@ class Trajectory(BaseModel):
         """Share of steps whose replayed output agrees with the recorded one."""
         return sum(s.agrees for s in self.steps) / len(self.steps) if self.steps else 1.0
 
-    def state_before(self, index: int) -> str | None:
-        """Digest of the namespace in which step ``index`` starts (None: an empty namespace)."""
-        if index == 0 or self.steps[index].restarted_before:
-            return None
-        return self.steps[index - 1].snapshot
-
 
 class Manifest(BaseModel):
     """``manifest.json`` of a trajectory dataset."""
