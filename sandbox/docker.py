@@ -6,16 +6,17 @@ A kernel container is started as (DESIGN.md section 5)::
         --security-opt no-new-privileges --memory M --memory-swap M --cpus C --pids-limit P
         -v DIR:DIR ... -w WORKDIR IMAGE python -m ipykernel_launcher -f DIR/kernel.json
 
-The kernel talks to the host over IPC sockets in its run directory, which is bind-mounted at the same
-path inside and out, as are the other shared directories (the snapshot store) and the working directory
-when it lies outside them. Everything the kernel writes goes to those mounts or to the ``/tmp`` tmpfs
-(which counts against the memory limit).
+The kernel talks to the host over IPC sockets in its run directory, which is bind-mounted read-write at
+the same path inside and out, as is the working directory when it lies outside it. The snapshot store,
+when the kernel may see it at all, is mounted read-only under ``/mnt``: a kernel never writes the store
+(it writes snapshots into its run directory; the host checks and moves them). Everything else the
+kernel writes goes to the ``/tmp`` tmpfs (which counts against the memory limit).
 
-Permissions: the kernel runs as uid 1000, so every mounted directory must be writable by that uid. The
-:class:`~themisto_env.sandbox.kernel.Kernel` already makes its run directory mode 0777 and the snapshot
-store 1777; for any mounted directory that is still not writable by uid 1000 the launcher adds the
-``o+rwx`` bits itself (never recursively, never removing bits). The connection file must be readable by
-uid 1000; the kernel rewrites it as its own user with mode 0600, so the host keeps its content in memory.
+Permissions: the kernel runs as uid 1000, so every writable mount must be writable by that uid. The
+:class:`~themisto_env.sandbox.kernel.Kernel` already makes its run directory mode 0777; for any writable
+mount that is still not writable by uid 1000 the launcher adds the ``o+rwx`` bits itself (never
+recursively, never removing bits). The connection file must be readable by uid 1000; the kernel rewrites
+it as its own user with mode 0600, so the host keeps its content in memory.
 
 Each container gets a unique name (``themisto-kernel-<hex>``) and labels that let
 :meth:`DockerLauncher.cleanup_stale` find containers whose host process died: ``themisto-env.kernel=1``,
@@ -174,6 +175,18 @@ def _grant_kernel_access(folder: Path) -> None:
         os.chmod(folder, stat.S_IMODE(st.st_mode) | 0o007)
 
 
+def _counter(path: Path, key: str, name: str) -> dict[str, int]:
+    """``{name: value}`` of the line ``key value`` of a cgroup file, if the file exists and is non-zero."""
+    try:
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == key and int(parts[1]):
+                return {name: int(parts[1])}
+    except (OSError, ValueError):
+        pass
+    return {}
+
+
 def _signal_name(code: int) -> str:
     try:
         return signal.Signals(code - 128).name
@@ -193,7 +206,8 @@ class DockerLauncher(KernelLauncher):
     Args:
         limits: ``memory_mb`` (swap is not allowed beyond it), ``cpus`` and ``pids`` become container
             limits.
-        shared_dirs: Host directories bind-mounted read-write at the same path (run dir, snapshot store).
+        shared_dirs: Host directories bind-mounted read-write (the run dir, at the same path).
+        readonly_dirs: Host directories bind-mounted read-only (the snapshot store, under /mnt).
         image: The kernel image; default :func:`default_image` (``themisto-kernel:<tag>`` of the host's
             package set).
     """
@@ -207,10 +221,11 @@ class DockerLauncher(KernelLauncher):
         self,
         limits: SandboxLimits,
         shared_dirs: tuple[Path, ...] = (),
+        readonly_dirs: tuple[Path, ...] = (),
         *,
         image: str | None = None,
     ) -> None:
-        super().__init__(limits, shared_dirs)
+        super().__init__(limits, shared_dirs, readonly_dirs)
         self.image = image
         self._client: Any = None
         self._image_checked = False
@@ -252,7 +267,7 @@ class DockerLauncher(KernelLauncher):
         directory unless it lies inside one of them."""
         # Absolute but not resolved: the kernel is given these very paths (the engine resolves the
         # host side of a bind mount itself).
-        wanted = [connection_file.parent, *self.shared_dirs, workdir]
+        wanted = [connection_file.parent, *self.shared_dirs, *self.readonly_dirs, workdir]
         paths = sorted({Path(os.path.abspath(p)) for p in wanted}, key=lambda p: (len(p.parts), str(p)))
         chosen: list[Path] = []
         for path in paths:
@@ -295,9 +310,11 @@ class DockerLauncher(KernelLauncher):
             DockerLauncher._stale_checked = True
             self.cleanup_stale()
         mounts = self.mounts(connection_file, workdir)
+        readonly = {Path(os.path.abspath(p)) for p in self.readonly_dirs}
         for folder in mounts:
             folder.mkdir(parents=True, exist_ok=True)
-            _grant_kernel_access(folder)
+            if folder not in readonly:
+                _grant_kernel_access(folder)
         # The run dir and workdir keep their path (the IPC sockets' paths must agree inside and out);
         # other shared dirs (the snapshot store) go under /mnt, as their host path may lie in a folder
         # the kernel's user cannot enter in the container (e.g. /root/.cache).
@@ -331,7 +348,10 @@ class DockerLauncher(KernelLauncher):
                     memswap_limit=f"{limits.memory_mb}m",
                     nano_cpus=int(limits.cpus * 1e9),
                     pids_limit=limits.pids,
-                    volumes={str(p): {"bind": target, "mode": "rw"} for p, target in self._targets.items()},
+                    volumes={
+                        str(p): {"bind": target, "mode": "ro" if p in readonly else "rw"}
+                        for p, target in self._targets.items()
+                    },
                     working_dir=str(workdir),
                     environment=dict(KERNEL_ENVIRONMENT),
                     stdin_open=False,
@@ -393,6 +413,30 @@ class DockerLauncher(KernelLauncher):
                 return True
             return bool(self._reload(force=True).get("Running"))  # confirm before declaring death
         return bool(self._reload().get("Running"))
+
+    def limit_events(self) -> dict[str, int]:
+        """Limit hits from the container's cgroup on the host (v1 or v2, cgroupfs or systemd driver):
+        the kernel cannot forge them."""
+        if self._container is None:
+            return {}
+        cid = self._container.id
+        events: dict[str, int] = {}
+        for folder in (
+            Path("/sys/fs/cgroup/memory/docker", cid),  # v1, cgroupfs
+            Path("/sys/fs/cgroup/memory/system.slice", f"docker-{cid}.scope"),  # v1, systemd
+            Path("/sys/fs/cgroup/docker", cid),  # v2, cgroupfs
+            Path("/sys/fs/cgroup/system.slice", f"docker-{cid}.scope"),  # v2, systemd
+        ):
+            for name in ("memory.oom_control", "memory.events"):
+                events.update(_counter(folder / name, "oom_kill", "oom_kill"))
+        for folder in (
+            Path("/sys/fs/cgroup/pids/docker", cid),
+            Path("/sys/fs/cgroup/pids/system.slice", f"docker-{cid}.scope"),
+            Path("/sys/fs/cgroup/docker", cid),
+            Path("/sys/fs/cgroup/system.slice", f"docker-{cid}.scope"),
+        ):
+            events.update(_counter(folder / "pids.events", "max", "pids_max"))
+        return events
 
     def exit_reason(self) -> str:
         """Exit code (or signal) and OOM kill from the container's state, and its last log line."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import hashlib
 import json
 import os
 import queue
@@ -29,7 +30,7 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
@@ -61,6 +62,7 @@ from themisto_env.sandbox.snapshots import SnapshotStore
 
 _POLL_S = 0.25  # how often a silent wait checks that the kernel is alive
 _HELPER_MODULE = "_themisto_helper"
+_INBOX, _OUTBOX = "snapshots-in", "snapshots-out"  # in the run directory: snapshots handed in, written out
 _OUTPUT_KINDS = frozenset({"stream", "display_data", "execute_result", "error"})
 
 
@@ -196,6 +198,12 @@ class Kernel:
         backend: ``local`` (default, not isolated), ``bwrap`` or ``docker``.
         limits: Per-execution and per-kernel limits.
         snapshot_dir: Where snapshots are stored (content-addressed); defaults to the user cache.
+        store_access: How the kernel sees the snapshot store. ``read``: mounted read-only (the kernel
+            can read every snapshot); ``copy``: not mounted at all, each snapshot to restore is copied
+            into the kernel's run directory and removed once loaded (for kernels that run
+            model-written code, which must not read the states of later steps). Either way a kernel
+            never writes the store: :meth:`snapshot` writes into the run directory and the host checks
+            the file's hash before moving it into the store.
         launcher_options: Extra keyword arguments for the backend's launcher (e.g. ``image`` for docker).
     """
 
@@ -205,11 +213,13 @@ class Kernel:
         *,
         limits: SandboxLimits | None = None,
         snapshot_dir: str | Path | None = None,
+        store_access: Literal["read", "copy"] = "read",
         launcher_options: dict[str, Any] | None = None,
     ) -> None:
         self.backend = backend
         self.limits = limits or SandboxLimits()
         self.store = SnapshotStore(snapshot_dir)
+        self.store_access = store_access
         self._launcher_cls = launcher_class(backend)
         self._launcher_options = launcher_options or {}
         self._launcher: KernelLauncher | None = None
@@ -255,9 +265,13 @@ class Kernel:
         os.chmod(connection_file, 0o644)
         lifetime.write_owner(self._run_dir, self.backend)  # before any process: a reaper can find it
         lifetime.track(self, self._run_dir)
+        for box in (_INBOX, _OUTBOX):  # snapshots handed in, and written out for the host to check
+            (self._run_dir / box).mkdir()
+            os.chmod(self._run_dir / box, 0o777)
         self._launcher = self._launcher_cls(
             self.limits,
-            shared_dirs=(self._run_dir, self.store.root),
+            shared_dirs=(self._run_dir,),
+            readonly_dirs=(self.store.root,) if self.store_access == "read" else (),
             **self._launcher_options,
         )
         try:
@@ -292,9 +306,13 @@ class Kernel:
                 raise KernelStartError(str(exc)) from exc
         self._drain_iopub()
         source = _helper_source()
+        module = (
+            f"__import__('sys').modules.setdefault({_HELPER_MODULE!r}, "
+            f"__import__('types').ModuleType({_HELPER_MODULE!r}))"
+        )
         code = (
-            f"exec(compile({source!r}, '<themisto-helper>', 'exec'), __import__('sys').modules.setdefault("
-            f"{_HELPER_MODULE!r}, __import__('types').ModuleType({_HELPER_MODULE!r})).__dict__)"
+            f"exec(compile({source!r}, '<themisto-helper>', 'exec'), {module}.__dict__)\n"
+            f"{module}.SOURCE = {source!r}"  # seal() compiles private copies from it
         )
         result = self._run(code, silent=True, store_history=False, timeout_s=self.limits.start_timeout_s)
         if result[0].get("status") != "ok":
@@ -354,11 +372,15 @@ class Kernel:
 
     # -- execution -------------------------------------------------------------------------------------
 
-    def execute(self, code: str, *, timeout_s: float | None = None, fingerprint: bool = False) -> ExecutionResult:
+    def execute(
+        self, code: str, *, timeout_s: float | None = None, fingerprint: bool = False, interrupt: bool = True
+    ) -> ExecutionResult:
         """Run a cell as a user would (stored in history, counted) and return what it produced.
 
         A cell that runs past the timeout is interrupted (status ``timeout``); if the kernel does not
         come back within the grace period it is restarted (``kernel_restarted``; the state is gone).
+        Without ``interrupt`` (a kernel about to be discarded) the wait simply ends at the timeout,
+        with status ``timeout``, and the kernel is left busy.
         With ``fingerprint``, the namespace fingerprint after a cell that did not raise comes back in the
         same request (``result.fingerprint``).
 
@@ -368,7 +390,12 @@ class Kernel:
         started = time.perf_counter()
         expressions = {"fp": _helper_expression("namespace_fingerprint", {})} if fingerprint else None
         reply, outputs, timed_out, restarted, truncated = self._run(
-            code, silent=False, store_history=True, timeout_s=timeout_s, user_expressions=expressions
+            code,
+            silent=False,
+            store_history=True,
+            timeout_s=timeout_s,
+            user_expressions=expressions,
+            interrupt=interrupt,
         )
         duration = time.perf_counter() - started
         status = "timeout" if timed_out else ("error" if reply.get("status") == "error" else "ok")
@@ -528,6 +555,53 @@ class Kernel:
         except HelperError as exc:
             raise InfrastructureError(str(exc)) from exc
 
+    def preload(self, modules: Sequence[str]) -> None:
+        """Import these modules (those installed) without binding any user name: a warm kernel's
+        namespace is as empty as a new one's."""
+        if modules:
+            try:
+                self.call("preload", modules=list(modules), timeout_s=self.limits.start_timeout_s)
+            except HelperError as exc:
+                raise InfrastructureError(str(exc)) from exc
+
+    def seal(self) -> str:
+        """Seal the measuring side before model-written code runs: a private copy of the helper, with
+        the builtins as they are now, kept under a random token (returned) that later code cannot guess.
+        See :meth:`sealed_fingerprint`."""
+        try:
+            return str(self.call("seal"))
+        except HelperError as exc:
+            raise InfrastructureError(str(exc)) from exc
+
+    def sealed_fingerprint(self, token: str, canary: dict[str, object]) -> dict[str, str]:
+        """Plant ``canary`` names (plain values: str, int) and take the namespace fingerprint with the
+        helper sealed under ``token``, in one request. The caller checks the canaries' entries: a
+        measuring side that later code froze or replaced cannot know them.
+
+        Raises:
+            InfrastructureError: The measurement failed (the sealed helper is gone or broken).
+        """
+        plant = "\n".join(f"{name} = {value!r}" for name, value in canary.items())
+        expression = (
+            f"__import__('sys').modules[{_HELPER_MODULE!r}].SEALED[{token!r}]['call']('namespace_fingerprint', '{{}}')"
+        )
+        reply, _, timed_out, _, _ = self._run(
+            plant,
+            silent=True,
+            store_history=False,
+            timeout_s=None,
+            user_expressions={"fp": expression},
+            interrupt=False,
+        )
+        if timed_out:
+            raise InfrastructureError("the sealed fingerprint did not come back in time")
+        if reply.get("status") != "ok":
+            raise InfrastructureError(f"planting the canaries failed: {reply.get('ename')}: {reply.get('evalue')}")
+        try:
+            return dict(_helper_value("namespace_fingerprint", reply.get("user_expressions", {}).get("fp", {})))
+        except (HelperError, ValueError, SyntaxError, KeyError, TypeError) as exc:
+            raise InfrastructureError(f"the sealed fingerprint could not be read: {exc}") from exc
+
     def snapshot(self) -> SnapshotInfo:
         """Save the user namespace to the snapshot store (content-addressed); unpicklable names skipped.
 
@@ -535,13 +609,30 @@ class Kernel:
             SnapshotError: The namespace could not be saved.
             KernelDiedError: The kernel died meanwhile.
         """
+        outbox = self.run_dir / _OUTBOX
         try:
-            info = self.call("snapshot", store=self.launcher.kernel_path(self.store.root))
+            info = self.call("snapshot", store=self.launcher.kernel_path(outbox))
         except (InfrastructureError, HelperError) as exc:
             if isinstance(exc, KernelDiedError):
                 raise
             raise SnapshotError(f"snapshot failed: {exc}") from exc
-        return SnapshotInfo(**info)
+        snapshot = SnapshotInfo(**info)
+        self._take_in(outbox / snapshot.digest[:2] / f"{snapshot.digest}.dill", snapshot.digest)
+        return snapshot
+
+    def _take_in(self, written: Path, digest: str) -> None:
+        """Move a snapshot the kernel wrote into the store, once its bytes hash to its name."""
+        try:
+            if self.store.path(digest).exists():
+                return  # the same state was stored before: content-addressed, nothing to add
+            data = written.read_bytes()
+            if hashlib.sha256(data).hexdigest() != digest:
+                raise SnapshotCorruptError(f"the kernel wrote a snapshot whose content does not hash to {digest[:12]}")
+            self.store.add(digest, data)
+        except OSError as exc:
+            raise SnapshotError(f"could not store snapshot {digest[:12]}: {exc}") from exc
+        finally:
+            shutil.rmtree(written.parent, ignore_errors=True)
 
     def restore(self, snapshot: SnapshotInfo | str, *, clean: bool = True, keep: Sequence[str] = ()) -> RestoreResult:
         """Load a snapshot (or digest) into the user namespace; with ``clean`` other user names go, but
@@ -562,12 +653,24 @@ class Kernel:
         path = self.store.path(digest)
         if not path.exists():
             raise SnapshotError(f"no snapshot {digest[:12]} in {self.store.root}")
+        handed = self.run_dir / _INBOX / f"{digest}.dill"
         try:
+            if self.store_access == "copy":
+                shutil.copyfile(path, handed)
+                os.chmod(handed, 0o644)
             answer = self.call(
-                "restore", path=self.launcher.kernel_path(path), digest=digest, clean=clean, keep=list(keep)
+                "restore",
+                path=self.launcher.kernel_path(handed if self.store_access == "copy" else path),
+                digest=digest,
+                clean=clean,
+                keep=list(keep),
             )
+        except OSError as exc:
+            raise SnapshotError(f"could not hand snapshot {digest[:12]} to the kernel: {exc}") from exc
         except HelperError as exc:  # dill raised while loading (a missing package, ...): nothing changed
             raise SnapshotError(f"restoring snapshot {digest[:12]} failed: {exc}") from exc
+        finally:
+            handed.unlink(missing_ok=True)
         if "corrupt" in answer:
             raise SnapshotCorruptError(f"snapshot {path}: {answer['corrupt']}")
         return RestoreResult(names=answer["names"], fingerprint=answer["fingerprint"])
@@ -623,6 +726,7 @@ class Kernel:
         store_history: bool,
         timeout_s: float | None,
         user_expressions: dict[str, str] | None = None,
+        interrupt: bool = True,
     ) -> tuple[dict[str, Any], list[dict[str, Any]], bool, bool, bool]:
         """Send one execute request; return (reply, outputs, timed_out, restarted, truncated)."""
         during = "an introspection call" if silent else "a cell execution"
@@ -641,6 +745,8 @@ class Kernel:
         while not idle:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                if not interrupt:  # the caller discards the kernel: no interrupt, no restart
+                    return {"status": "error"}, outputs.finish(), True, False, bool(outputs.omitted)
                 if timed_out:  # interrupted and still busy: the kernel is wedged
                     self.restart()
                     return {"status": "error"}, outputs.finish(), True, True, bool(outputs.omitted)

@@ -670,6 +670,53 @@ def loaded_distributions() -> dict[str, str]:
     return versions
 
 
+def preload(modules: list[str]) -> list[str]:
+    """Import these modules (into ``sys.modules`` only: no user name is bound); return those imported."""
+    import importlib
+
+    loaded = []
+    for name in modules:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+            loaded.append(name)
+    return loaded
+
+
+#: The source this module was installed from (set by the host at install time; :func:`seal` copies it).
+SOURCE = ""
+#: Sealed copies of this module, by random token (see :func:`seal`).
+SEALED: dict[str, dict[str, Any]] = {}
+
+
+def seal() -> str:
+    """Make a private copy of this module for measuring what later code does; return its token.
+
+    The copy is compiled from :data:`SOURCE` into a namespace of its own, with a copy of the builtins as
+    they are now, snapshots of the standard modules it uses (so rebinding ``hashlib.sha1`` later does not
+    reach it), and the shell's namespace dicts captured now (so rebinding ``user_ns`` later does not
+    either). Later code can still find it (nothing in one process is out of reach), which is why the host
+    also checks canary names it plants after that code ran.
+    """
+    import builtins
+    import secrets
+
+    shell = _shell()
+    frozen_shell = types.SimpleNamespace(user_ns=shell.user_ns, user_ns_hidden=dict(shell.user_ns_hidden))
+    private: dict[str, Any] = {"__builtins__": dict(vars(builtins)), "__name__": "_themisto_sealed"}
+    exec(compile(SOURCE, "<themisto-sealed>", "exec"), private)
+    for name, value in list(private.items()):
+        if isinstance(value, types.ModuleType) and name in _STANDARD_MODULES:
+            private[name] = types.SimpleNamespace(**vars(value))
+    private["_shell"] = lambda: frozen_shell
+    private["_user_ns"] = lambda: frozen_shell.user_ns
+    token = secrets.token_hex(16)
+    SEALED[token] = private
+    return token
+
+
+_STANDARD_MODULES = frozenset({"contextlib", "hashlib", "io", "json", "os", "reprlib", "sys", "tempfile", "types"})
+
+
 FUNCTIONS = {
     f.__name__: f
     for f in (
@@ -687,6 +734,8 @@ FUNCTIONS = {
         snapshot,
         restore,
         user_names,
+        preload,
+        seal,
     )
 }
 

@@ -32,14 +32,19 @@ class KernelLauncher(ABC):
     isolated: ClassVar[bool]
     enforces_limits: ClassVar[bool] = False
 
-    def __init__(self, limits: SandboxLimits, shared_dirs: tuple[Path, ...] = ()) -> None:
+    def __init__(
+        self, limits: SandboxLimits, shared_dirs: tuple[Path, ...] = (), readonly_dirs: tuple[Path, ...] = ()
+    ) -> None:
         """Args:
         limits: Limits to apply where the backend can.
         shared_dirs: Host directories the kernel must be able to read and write at the same path
-            (the snapshot store, the kernel's run directory).
+            (the kernel's run directory).
+        readonly_dirs: Host directories the kernel may read but never write (the snapshot store),
+            where the backend can enforce it.
         """
         self.limits = limits
         self.shared_dirs = shared_dirs
+        self.readonly_dirs = readonly_dirs
 
     @abstractmethod
     def start(self, connection_file: Path, workdir: Path) -> None:
@@ -63,12 +68,19 @@ class KernelLauncher(ABC):
         "killed", "lost"). Idempotent."""
 
     def kernel_path(self, host_path: Path) -> str:
-        """Where a path inside one of ``shared_dirs`` is seen by the kernel (the same path by default)."""
+        """Where a path inside one of ``shared_dirs`` or ``readonly_dirs`` is seen by the kernel (the same
+        path by default)."""
         return str(host_path)
 
     def pid(self) -> int | None:
         """The kernel's process id as seen from the host, if it can be read."""
         return None
+
+    def limit_events(self) -> dict[str, int]:
+        """How often the kernel hit its limits so far, read from outside the kernel where the backend
+        can: ``oom_kill`` (processes killed at the memory limit), ``pids_max`` (forks refused at the
+        process limit). Empty where the backend enforces no limits."""
+        return {}
 
     def memory_bytes(self) -> int | None:
         """Resident memory of the kernel process, read from the host's /proc; None if unknown."""

@@ -11,6 +11,7 @@ It has no memory or process limits of its own.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -125,6 +126,10 @@ class LocalLauncher(KernelLauncher):
             proc.terminate()
             try:
                 proc.wait(timeout=2)
+                # What the kernel started (a cell's child processes) goes too. The group id stays
+                # reserved while any member lives, so this cannot reach an unrelated process.
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
                 return "terminated"
             except subprocess.TimeoutExpired:
                 pass
@@ -154,12 +159,21 @@ class BwrapLauncher(LocalLauncher):
             raise BackendUnavailableError(
                 "the bwrap backend needs bubblewrap: install it with `apt-get install bubblewrap`"
             )
+        if os.geteuid() == 0:
+            # bwrap started by root maps the sandbox's user to root outside: the kernel could read
+            # every root-only file. Refuse rather than pretend to isolate.
+            raise BackendUnavailableError(
+                "the bwrap backend refuses to run as root (the kernel would read root-only files): run as an "
+                "unprivileged user, or use --backend docker"
+            )
         binds: list[str] = []
         # The Python running the kernel may live under /tmp (a venv there), which the private /tmp
         # would hide: bind it back, read-only.
         for folder in sorted({sys.prefix, sys.base_prefix, *site.getsitepackages()}):
             if Path(folder).is_relative_to("/tmp") and Path(folder).exists():
                 binds += ["--ro-bind", folder, folder]
+        for folder in sorted({str(p) for p in self.readonly_dirs}):
+            binds += ["--ro-bind", folder, folder]
         for folder in sorted({connection_file.parent, workdir, *self.shared_dirs}):
             binds += ["--bind", str(folder), str(folder)]
         return [

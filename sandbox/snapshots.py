@@ -1,14 +1,17 @@
 """Content-addressed snapshot files: ``<root>/<digest[:2]>/<digest>.dill``.
 
-Snapshots are written by the kernel itself (so a container writes into a bind-mounted store), to a
-temporary file renamed into place, so the store never holds a partial file. The same state always has
-the same digest, so building a trajectory twice stores each distinct state once.
+Only the host writes the store: a kernel writes a snapshot into its own run directory, and the host
+moves it in once its bytes hash to its name (:meth:`SnapshotStore.add`), through a temporary file renamed
+into place, so the store never holds a partial file. Kernels see the store read-only, or not at all
+(:class:`~themisto_env.sandbox.kernel.Kernel`'s ``store_access``). The same state always has the same
+digest, so building a trajectory twice stores each distinct state once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,27 +28,32 @@ class SnapshotStore:
     """A folder of content-addressed snapshot files.
 
     Args:
-        root: The folder; defaults to ``<cache>/snapshots``. It is made world-writable (sticky, like
-            /tmp) so that a container's non-root kernel can write into it.
+        root: The folder; defaults to ``<cache>/snapshots``.
     """
 
     def __init__(self, root: str | Path | None = None) -> None:
         self.root = Path(root) if root is not None else default_cache_dir() / "snapshots"
         self.root.mkdir(parents=True, exist_ok=True)
-        # Kernels of any user write here (a root local kernel, a uid-1000 container): the root and its
-        # 256 prefix folders are made world-writable with the sticky bit, like /tmp, once.
-        marker = self.root / ".prefixes-1777"
-        if not marker.exists():
-            for folder in [self.root, *(self.root / f"{i:02x}" for i in range(256))]:
-                folder.mkdir(exist_ok=True)
-                with contextlib.suppress(PermissionError):
-                    os.chmod(folder, 0o1777)
-            with contextlib.suppress(PermissionError):
-                marker.touch()
 
     def path(self, digest: str) -> Path:
         """Where the snapshot with this digest lives."""
         return self.root / digest[:2] / f"{digest}.dill"
+
+    def add(self, digest: str, data: bytes) -> Path:
+        """Store snapshot bytes under their digest (the caller checked that they hash to it)."""
+        path = self.path(digest)
+        path.parent.mkdir(exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        return path
 
     def __contains__(self, digest: object) -> bool:
         return isinstance(digest, str) and self.path(digest).exists()

@@ -10,6 +10,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -185,6 +186,16 @@ def _kill(env: ThemistoEnv) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
+def _kill_prediction(env: ThemistoEnv) -> None:
+    """Kill the disposable kernel that runs the prediction, once it runs it."""
+    for _ in range(400):
+        running = env.disposable_kernels().running
+        if running is not None and (pid := running.launcher.pid()) is not None:
+            os.kill(pid, signal.SIGKILL)
+            return
+        time.sleep(0.05)
+
+
 def test_a_kill_during_an_advance_lands_on_the_next_sample(
     fault_data: dict[str, Any], clean_rows: dict[int, dict[str, Any]], monkeypatch: pytest.MonkeyPatch, backend: str
 ) -> None:
@@ -245,7 +256,7 @@ def test_a_prediction_that_kills_the_kernel_is_its_own_failure_and_touches_no_ot
                 text = "import os\nos._exit(3)"
             elif sample.step == 11:  # killed from outside while it runs: indistinguishable, also its own
                 text = "import time\ntime.sleep(20)"
-                threading.Timer(0.5, _kill, args=(env,)).start()
+                threading.Thread(target=_kill_prediction, args=(env,)).start()
             *_, terminated, _, info = env.step(Prediction(text=text))
             rows[sample.step] = {"served": served, **{k: info.get(k) for k in (*KEYS, "execution_score")}}
             if terminated:

@@ -16,11 +16,17 @@ Every served state is checked (:mod:`themisto_env.state`): the live namespace mu
 fingerprint recorded at build time, else it is repaired from snapshots, and what could not be repaired
 is reported. ``info["state"]`` tells how the current sample's state was reached and checked.
 
+Model-written code never runs in the env's kernel: the execution score runs each prediction in a
+disposable kernel brought to the sample's state and discarded after (:mod:`themisto_env.disposable`),
+so nothing one prediction does reaches a later sample or another prediction. With ``samples=K`` each
+sample takes K predictions (pass@k), each scored on its own; the episode moves on after the K-th.
+
 A lost backend (the Docker engine stopped answering) is not recovered from: ``step`` and ``reset`` raise
 :class:`~themisto_env.errors.BackendUnavailableError` with one line (a step that scored a sample first
 returns that score; the next call raises), the sample it hit is left unscored, and a run resumes from it
-once the engine is back. A prediction whose own code kills the kernel or runs past the time limit under
-the execution score is the model's failure: it scores 0 with ``info["prediction_failed"]`` (a reason).
+once the engine is back. A prediction whose own code kills its kernel, hits a limit, runs past the time
+limit or fools the measurement under the execution score is the model's failure: it scores 0 with
+``info["prediction_failed"]`` (a reason).
 
 What happened to a sample is reported with that sample, never with its neighbour. The ``info`` of the
 step that scores sample S (``info["scored_sample_id"] == S``) carries S's ``scores``, how S was served
@@ -46,6 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from themisto_env.actions import Action, Prediction, parse_action
 from themisto_env.data import resolve_dataset
+from themisto_env.disposable import DisposableKernels, imported_modules
 from themisto_env.errors import ActionError, BackendUnavailableError, ConfigError, InfrastructureError
 from themisto_env.metrics import RewardWeights, reward, score
 from themisto_env.observation import history_items, render_history, render_runtime
@@ -54,7 +61,7 @@ from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.launcher import launcher_class
 from themisto_env.sandbox.models import SandboxLimits
-from themisto_env.scorers import execution_score
+from themisto_env.scorers import ExecutionScore, execution_score
 from themisto_env.state import StateReport, TrajectoryKernel, fresh_before
 from themisto_env.tools import TOOL_NAMES, ToolCall, ToolContext, run_tool
 from themisto_env.trajectory import Trajectory, read_manifest, read_trajectories
@@ -63,13 +70,14 @@ log = logging.getLogger("themisto_env")
 _WARNED_UNISOLATED: set[str] = set()
 
 
-def _warn_unisolated(backend: str) -> None:
+def _warn_unisolated(backend: str, what: str) -> None:
     """Once per process and backend: model-written code is about to run without isolation."""
     if backend not in _WARNED_UNISOLATED:
         _WARNED_UNISOLATED.add(backend)
         log.warning(
-            "the execution score runs model-written code on the %s backend, which is not isolated (it runs "
-            "as you, with your files and network); use --backend docker for code you do not trust.",
+            "%s runs model-written code on the %s backend, which is not isolated (it runs as you, with your "
+            "files and network); use --backend docker for code you do not trust.",
+            what,
             backend,
         )
 
@@ -94,7 +102,10 @@ class EnvConfig(BaseModel):
         tool_budget: Tool calls allowed per sample.
         tool_cost: Reward subtracted per tool call.
         reward: Weights of the metrics in the reward.
-        execution_score: Also score a next-cell prediction by running it (use the docker backend).
+        execution_score: Also score a next-cell prediction by running it, in a disposable kernel (use
+            the docker backend).
+        samples: Predictions per sample (pass@k): the sample is scored once per prediction and the
+            episode moves on after the last; ``info["draw"]`` counts them from 0.
         sample_rule: Which steps are samples.
         limits: Sandbox limits.
         max_output_chars: Cap of one output in the history.
@@ -112,6 +123,7 @@ class EnvConfig(BaseModel):
     tool_cost: float = Field(0.01, ge=0)
     reward: RewardWeights = Field(default_factory=RewardWeights)
     execution_score: bool = False
+    samples: int = Field(1, ge=1)
     sample_rule: SampleRule = Field(default_factory=SampleRule)
     limits: SandboxLimits = Field(default_factory=SandboxLimits)
     max_output_chars: int = Field(1500, ge=100)
@@ -170,7 +182,9 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         )
         self._state = TrajectoryKernel(self._new_kernel)
         if self.config.execution_score and not launcher_class(self.config.backend).isolated:
-            _warn_unisolated(self.config.backend)
+            _warn_unisolated(self.config.backend, "the execution score")
+        self._disposable: DisposableKernels | None = None  # kernels for model-written code, on first use
+        self._draw = 0  # predictions already scored for the current sample
         self._dataset_checked = False
         self._trajectory: Trajectory | None = None
         self._queue: list[Sample] = []
@@ -208,6 +222,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             raise ConfigError(f"trajectory {tid} has {len(samples)} samples; sample {start} is out of range")
         self._trajectory = self.trajectories[tid]
         self._queue = list(samples[start:])
+        self._draw = 0
         return self._begin_sample(), self._info()
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
@@ -240,6 +255,21 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
     def close(self) -> None:
         self._state.close()
+        if self._disposable is not None:
+            self._disposable.close()
+            self._disposable = None
+
+    def disposable_kernels(self) -> DisposableKernels:
+        """The kernels model-written code runs in (a pool of disposable kernels, started on first use,
+        preloading the libraries the dataset's cells import)."""
+        if self._disposable is None:
+            self._disposable = DisposableKernels(
+                self.config.backend,
+                limits=self.config.limits,
+                snapshot_dir=self.config.snapshot_dir,
+                preload=imported_modules(self.trajectories.values()),
+            )
+        return self._disposable
 
     # -- bound state for agents ----------------------------------------------------------------------
 
@@ -434,6 +464,12 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         if self._report.faults:
             extra["recovered"] = list(self._report.faults)
         extra["scored_state"] = self._report.as_dict()
+        extra["draw"] = self._draw
+        if self._draw + 1 < self.config.samples:  # another prediction for the same sample, same state
+            self._draw += 1
+            self._tools_used, self._tool_calls, self._last_tool = 0, [], ""
+            return self._observation(), value, False, False, self._info(**extra)
+        self._draw = 0
         self._queue.pop(0)
         terminated = not self._queue
         if terminated:
@@ -447,15 +483,12 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return obs, value, terminated, False, self._info(**extra)
 
     def _execution_score(self, code: str, extra: dict[str, Any]) -> float | None:
-        """Run the prediction from the pre-target state and compare its effects with the recorded ones.
-
-        The kernel is tainted afterwards (the prediction may have changed anything): the next sample is
-        served from a fresh kernel.
-        """
+        """Run the prediction in a disposable kernel in the pre-target state and compare its effects
+        with the recorded ones (:mod:`themisto_env.scorers`). The env's own kernel never runs it."""
         assert self._trajectory is not None and self._sample is not None
         try:
-            scored = execution_score(
-                self._state.kernel,
+            scored: ExecutionScore | None = execution_score(
+                self.disposable_kernels(),
                 self._trajectory,
                 self._sample.step,
                 code,
@@ -466,10 +499,14 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         except InfrastructureError as exc:
             self._sample_errors.append(f"{type(exc).__name__}: {exc}")
             return None
-        finally:
-            self._state.taint()
         if scored is None:
             return None
         if scored.failure is not None:
             extra["prediction_failed"] = scored.failure
+        extra["execution"] = {
+            "variables": scored.variables,
+            "outputs": scored.outputs,
+            "passed": scored.passed,
+            "failure": scored.failure,
+        }
         return scored.value

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +12,7 @@ import pytest
 
 from tests.conftest import require_backend
 from themisto_env.errors import (
+    BackendUnavailableError,
     ConfigError,
     HelperError,
     InfrastructureError,
@@ -124,3 +127,17 @@ def test_bwrap_kernel_starts_from_a_venv_under_tmp(tmp_path: Path) -> None:
     )
     done = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "42", done.stderr[-2000:]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the refusal concerns bwrap started by root")
+def test_bwrap_refuses_root_in_one_line_pointing_to_docker(snapshot_dir: Path) -> None:
+    """bwrap started by root would map the kernel's user to root outside (it could read /root, the
+    host's cache, every root-only file): it must refuse, not pretend to isolate."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    kernel = Kernel("bwrap", snapshot_dir=snapshot_dir)
+    with pytest.raises(BackendUnavailableError) as refused:
+        kernel.start()
+    message = str(refused.value)
+    assert "\n" not in message and "root" in message and "docker" in message
+    assert kernel._run_dir is None, "the refused kernel left its run directory behind"

@@ -1,0 +1,130 @@
+"""Started kernels kept ready in the background, each handed out once.
+
+Starting a kernel (a process or a container) and importing the libraries a notebook uses costs about a
+second; a :class:`KernelPool` pays it ahead of time, on a background thread, so that whoever needs a
+fresh kernel (a disposable kernel for model-written code, a reset) takes one that is already up::
+
+    with KernelPool(lambda: Kernel("docker"), size=1, preload=("pandas", "numpy")) as pool:
+        kernel = pool.take()      # started, pandas and numpy imported; yours to use and close
+        ...
+        kernel.close()
+
+A kernel is handed out once and never comes back: what ran in it stays with it. Preloading imports the
+modules (``sys.modules``) without binding any user name, so a pooled kernel's namespace is as empty as a
+new one's. A kernel that fails to start in the background is reported by the next :meth:`KernelPool.take`
+(which then starts one itself); the pool closes every kernel it still holds on :meth:`KernelPool.close`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Sequence
+from types import TracebackType
+
+from themisto_env.errors import InfrastructureError
+from themisto_env.sandbox.kernel import Kernel
+
+
+class KernelPool:
+    """Keeps ``size`` started kernels ready.
+
+    Args:
+        new_kernel: Makes a new, unstarted kernel.
+        size: How many ready kernels to keep (0: none ahead of time; :meth:`take` starts one).
+        preload: Modules each kernel imports once started (missing ones are skipped).
+    """
+
+    def __init__(self, new_kernel: Callable[[], Kernel], *, size: int = 1, preload: Sequence[str] = ()) -> None:
+        self._new_kernel = new_kernel
+        self.size = size
+        self.preload = tuple(preload)
+        self._ready: list[Kernel] = []
+        self._failure: BaseException | None = None
+        self._lock = threading.Condition()
+        self._starting = 0
+        self._closed = False
+        self._threads: list[threading.Thread] = []
+
+    def take(self) -> Kernel:
+        """A started kernel, now the caller's (to close). Refills the pool in the background.
+
+        Raises:
+            BackendUnavailableError: The backend cannot run here.
+            KernelStartError: The kernel did not start.
+        """
+        with self._lock:
+            if self._closed:
+                raise InfrastructureError("the kernel pool is closed")
+            while not self._ready and self._starting and self._failure is None:
+                self._lock.wait()  # one is on its way: sooner than starting another
+            failure, self._failure = self._failure, None
+            kernel = self._ready.pop(0) if self._ready else None
+        if kernel is None:
+            if failure is not None and not isinstance(failure, InfrastructureError):
+                raise failure
+            kernel = self._start()  # raises what the background failure was, if it happens again
+        self.fill()
+        return kernel
+
+    def fill(self) -> None:
+        """Start kernels in the background until ``size`` are ready or on their way."""
+        with self._lock:
+            if self._closed:
+                return
+            missing = self.size - len(self._ready) - self._starting
+            self._starting += max(0, missing)
+        for _ in range(max(0, missing)):
+            thread = threading.Thread(target=self._start_in_background, name="themisto-kernel-pool", daemon=True)
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+            thread.start()
+
+    def _start(self) -> Kernel:
+        kernel = self._new_kernel().start()
+        try:
+            kernel.preload(self.preload)
+        except BaseException:
+            kernel.close()
+            raise
+        return kernel
+
+    def _start_in_background(self) -> None:
+        kernel: Kernel | None = None
+        failure: BaseException | None = None
+        try:
+            kernel = self._start()
+        except Exception as exc:  # reported by the next take()
+            failure = exc
+        with self._lock:
+            self._starting -= 1
+            if self._closed:
+                pass
+            elif kernel is not None:
+                self._ready.append(kernel)
+                kernel = None
+            else:
+                self._failure = failure
+            self._lock.notify_all()
+        if kernel is not None:  # the pool closed meanwhile
+            kernel.close()
+
+    def close(self) -> None:
+        """Close the ready kernels and those still starting. Idempotent."""
+        with self._lock:
+            self._closed = True
+            ready, self._ready = self._ready, []
+            self._lock.notify_all()
+        for kernel in ready:
+            with contextlib.suppress(Exception):
+                kernel.close()
+        for thread in self._threads:
+            thread.join(timeout=60)  # a kernel that finishes starting is closed by its thread
+
+    def __enter__(self) -> KernelPool:
+        self.fill()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

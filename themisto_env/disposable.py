@@ -1,0 +1,235 @@
+"""Model-written code runs in a disposable kernel, brought to a sample's state and discarded after one run.
+
+The env's own kernel only ever runs recorded cells and the read-only tools. A prediction scored by
+execution, or a cell the agent tries (the ``try_cell`` tool), runs instead in a kernel of its own:
+
+1. a started kernel is taken from a :class:`~themisto_env.sandbox.pool.KernelPool` (started ahead of
+   time, the dataset's libraries already imported), which does not see the snapshot store: each snapshot
+   it restores is copied in and removed once loaded, so the code cannot read the states of later steps;
+2. it is brought to the state before the sample's step and checked against the recorded fingerprint,
+   as the env's own kernel is (:class:`~themisto_env.state.TrajectoryKernel`);
+3. the measuring side is sealed (a private copy of the in-kernel helper, with the builtins as they are
+   now, reachable only through a random token), then the code runs, as a cell;
+4. its outputs are those the kernel's protocol carried for that request (iopub messages collected by the
+   host); its effects are the names whose fingerprint changed, measured by the sealed helper in the same
+   request that plants *canary* names with random values the code could not know. The host checks the
+   canaries' fingerprints itself: a measuring side that the code froze, replaced or broke is caught
+   (``tampered`` or ``unreadable``) rather than believed. Limit hits are read from outside the kernel
+   where the backend can (the container's cgroup: out-of-memory kills, the process limit);
+5. the kernel is closed, in the background: its threads, child processes, module state, display
+   options and files go with it, and never reach another sample or another completion.
+
+A failure while bringing the kernel to the state is the machinery's (:class:`InfrastructureError`); a
+crash, timeout, limit hit or tampering during or after the code is the code's own (``failure``).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import secrets
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from themisto_env.errors import (
+    BackendUnavailableError,
+    HelperError,
+    InfrastructureError,
+    KernelDiedError,
+)
+from themisto_env.sandbox import kernel_helper
+from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.models import SandboxLimits
+from themisto_env.sandbox.pool import KernelPool
+from themisto_env.state import TrajectoryKernel, diff_fingerprints, expected_fingerprint
+from themisto_env.trajectory import Trajectory
+
+#: Why a piece of model-written code failed, when it was its own doing.
+FAILURES = ("exit", "memory", "processes", "timeout", "unreadable", "tampered")
+
+_DELETED = "<deleted>||"
+
+
+def changed_names(before: dict[str, str], after: dict[str, str]) -> dict[str, str]:
+    """Names whose fingerprint differs between two states, with their new fingerprint (``<deleted>||``
+    for a name that went)."""
+    names = set(before) | set(after)
+    return {
+        name: after.get(name, _DELETED)
+        for name in names
+        if name not in before or name not in after or diff_fingerprints({name: before[name]}, {name: after[name]})
+    }
+
+
+def imported_modules(trajectories: Iterable[Trajectory]) -> list[str]:
+    """The top-level modules the trajectories' cells import (to preload in pooled kernels)."""
+    found: set[str] = set()
+    for trajectory in trajectories:
+        for step in trajectory.steps:
+            try:
+                tree = ast.parse(step.source)
+            except (SyntaxError, ValueError):
+                continue  # IPython magics and the like
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    found.update(alias.name.partition(".")[0] for alias in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    found.add(node.module.partition(".")[0])
+    return sorted(found)
+
+
+@dataclass
+class CodeRun:
+    """What a piece of model-written code did in a disposable kernel in a sample's state.
+
+    Attributes:
+        status: ``ok``, ``error`` (it raised) or ``failed`` (see ``failure``).
+        outputs: nbformat outputs the kernel's protocol carried for the code's request.
+        changed: Names whose fingerprint the code changed (created, rebound, mutated, deleted), with
+            their new fingerprint; None when they could not be measured (a failure).
+        failure: Why the code failed, when it was its own doing: one of :data:`FAILURES`.
+        detail: What the failure looked like (for logs).
+        seconds: Wall time of the whole run (serving the state, the code, the measurement).
+    """
+
+    status: str
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+    changed: dict[str, str] | None = None
+    failure: str | None = None
+    detail: str = ""
+    seconds: float = 0.0
+
+
+def _canary() -> dict[str, object]:
+    """Fresh names with random values, planted after the code ran (it cannot know or keep them)."""
+    tag = secrets.token_hex(6)
+    return {f"canary_{tag}_text": secrets.token_hex(16), f"canary_{tag}_number": secrets.randbits(48)}
+
+
+class DisposableKernels:
+    """Runs model-written code in throw-away kernels in a trajectory's states.
+
+    Args:
+        backend: The kernel backend (use ``docker`` for code you do not trust).
+        limits: Limits of each kernel (the code's timeout is passed to :meth:`run`).
+        snapshot_dir: The snapshot store the states are restored from (copied in, never mounted).
+        preload: Modules each pooled kernel imports ahead of time.
+        pool_size: How many kernels to keep started ahead of time.
+    """
+
+    def __init__(
+        self,
+        backend: str,
+        *,
+        limits: SandboxLimits | None = None,
+        snapshot_dir: str | None = None,
+        preload: Iterable[str] = (),
+        pool_size: int = 1,
+    ) -> None:
+        self.backend = backend
+        self.limits = limits or SandboxLimits()
+        self.snapshot_dir = snapshot_dir
+        self.pool = KernelPool(self._new_kernel, size=pool_size, preload=tuple(preload))
+        self._closing: list[threading.Thread] = []
+        #: The kernel running model-written code right now (for tests and monitors), else None.
+        self.running: Kernel | None = None
+
+    def _new_kernel(self) -> Kernel:
+        return Kernel(self.backend, limits=self.limits, snapshot_dir=self.snapshot_dir, store_access="copy")
+
+    def run(self, trajectory: Trajectory, step: int, code: str, *, timeout_s: float) -> CodeRun:
+        """Run ``code`` as a cell in a fresh kernel in the state before ``step``; measure what it did.
+
+        Raises:
+            BackendUnavailableError: The backend is gone.
+            InfrastructureError: The kernel could not be brought to the state (nothing model-written ran).
+        """
+        started = time.perf_counter()
+        served = TrajectoryKernel(self.pool.take)
+        try:
+            report = served.serve(trajectory, step)
+            if report.check == "mismatch":
+                raise InfrastructureError(
+                    f"the disposable kernel's state before step {step} of {trajectory.id} differs from the "
+                    f"recording: {'; '.join(report.differences[:5])}"
+                )
+            kernel = served.kernel
+            before = expected_fingerprint(trajectory, step)
+            if before is None:
+                before = kernel.fingerprint()
+            token = kernel.seal()  # a failure here is the machinery's: nothing model-written ran yet
+            self.running = kernel
+            run = self._run_code(kernel, code, token, before, timeout_s=timeout_s)
+        finally:
+            self.running = None
+            self._discard(served)
+        run.seconds = time.perf_counter() - started
+        return run
+
+    def _run_code(self, kernel: Kernel, code: str, token: str, before: dict[str, str], *, timeout_s: float) -> CodeRun:
+        """The code's part: everything that goes wrong from here on is the code's doing."""
+        try:
+            result = kernel.execute(code, timeout_s=timeout_s, interrupt=False)
+        except BackendUnavailableError:
+            raise
+        except KernelDiedError as exc:
+            return self._failed(kernel, "exit", str(exc))
+        except InfrastructureError as exc:
+            return self._failed(kernel, "unreadable", str(exc))
+        if result.status == "timeout":
+            return self._failed(kernel, "timeout", f"it ran past {timeout_s:g} s", outputs=result.outputs)
+        limit = self._limit_hit(kernel)
+        if limit is not None:
+            return self._failed(kernel, limit[0], limit[1], outputs=result.outputs)
+        canary = _canary()
+        try:
+            measured = kernel.sealed_fingerprint(token, canary)
+        except BackendUnavailableError:
+            raise
+        except KernelDiedError as exc:
+            return self._failed(kernel, "exit", str(exc), outputs=result.outputs)
+        except (InfrastructureError, HelperError) as exc:
+            return CodeRun("failed", result.outputs, failure="unreadable", detail=str(exc))
+        wrong = [
+            name for name, value in canary.items() if measured.pop(name, None) != kernel_helper._fingerprint(value)
+        ]
+        if wrong:
+            return CodeRun(
+                "failed", result.outputs, failure="tampered", detail=f"the measurement missed canaries {wrong}"
+            )
+        return CodeRun(result.status, result.outputs, changed=changed_names(before, measured))
+
+    def _failed(self, kernel: Kernel, failure: str, detail: str, *, outputs: list | None = None) -> CodeRun:
+        """A failure, named more precisely where the backend saw a limit hit (memory, processes)."""
+        limit = self._limit_hit(kernel)
+        if limit is not None:
+            failure, detail = limit
+        elif "oom" in detail.lower() or "out of memory" in detail.lower():
+            failure = "memory"
+        return CodeRun("failed", outputs or [], failure=failure, detail=detail)
+
+    @staticmethod
+    def _limit_hit(kernel: Kernel) -> tuple[str, str] | None:
+        with contextlib.suppress(Exception):
+            events = kernel.launcher.limit_events()
+            if events.get("oom_kill"):
+                return "memory", f"out of memory ({events['oom_kill']} process(es) killed at the memory limit)"
+            if events.get("pids_max"):
+                return "processes", f"the process limit was hit {events['pids_max']} time(s)"
+        return None
+
+    def _discard(self, served: TrajectoryKernel) -> None:
+        """Close the kernel in the background (a container takes a moment to go)."""
+        thread = threading.Thread(target=served.close, name="themisto-discard", daemon=True)
+        self._closing = [t for t in self._closing if t.is_alive()] + [thread]
+        thread.start()
+
+    def close(self) -> None:
+        """Close the pool and wait for discarded kernels to be gone. Idempotent."""
+        self.pool.close()
+        for thread in self._closing:
+            thread.join(timeout=60)
+        self._closing = []
