@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from themisto_env.errors import (
     HelperError,
@@ -55,8 +55,10 @@ class KernelFactory:
         self.snapshot_dir = snapshot_dir
 
     @contextmanager
-    def __call__(self, **limits: Any) -> Iterator[Kernel]:
-        kernel = Kernel(self.backend, limits=SandboxLimits(**limits), snapshot_dir=self.snapshot_dir)
+    def __call__(self, store_access: Literal["read", "copy"] = "read", **limits: Any) -> Iterator[Kernel]:
+        kernel = Kernel(
+            self.backend, limits=SandboxLimits(**limits), snapshot_dir=self.snapshot_dir, store_access=store_access
+        )
         try:
             yield kernel.start()
         finally:
@@ -271,6 +273,33 @@ def _check_readonly_root(new: KernelFactory) -> str:
     return f"root read-only ({root}), /tmp writable, uid {uid}"
 
 
+def _check_store_protected(new: KernelFactory) -> str:
+    probe = (
+        "import os\n"
+        "def attempt(folder):\n"
+        "    try:\n"
+        "        open(os.path.join(folder, 'themisto-probe'), 'w').close(); return 'writable'\n"
+        "    except OSError as e:\n"
+        "        return type(e).__name__\n"
+    )
+    with new() as k:
+        k.execute("x = 1")
+        digest = k.snapshot().digest
+        store = k.launcher.kernel_path(k.store.root)
+        k.execute(probe)
+        outcome = k.execute(f"attempt({store!r}), sorted(os.listdir({store!r}))[:3]").outputs[0]["data"]["text/plain"]
+        assert "writable" not in outcome, f"the kernel can write the snapshot store: {outcome}"
+        assert not (k.store.root / "themisto-probe").exists()
+    with new(store_access="copy") as k:
+        k.restore(digest)  # handed in by copy, removed once loaded
+        k.execute(probe)
+        seen = k.execute(f"os.path.exists({store!r}), sorted(os.listdir({str(k.run_dir)!r}))").outputs[0]
+        text = seen["data"]["text/plain"]
+        assert text.startswith("(False"), f"a copy-mode kernel sees the snapshot store: {text}"
+        assert digest not in text, f"the handed-in snapshot was left in the run directory: {text}"
+    return f"store read-only ({outcome.split(',')[0].strip('(')}); invisible in copy mode"
+
+
 def _check_memory_limit(new: KernelFactory) -> str:
     with new(memory_mb=256) as k:
         try:
@@ -305,6 +334,7 @@ CHECKS: tuple[Check, ...] = (
     Check("helper-errors", "the helper failing on user data leaves the kernel alone", _check_helper_errors),
     Check("no-network", "no network inside", _check_no_network, isolation=True),
     Check("read-only-root", "read-only root, non-root user", _check_readonly_root, isolation=True),
+    Check("store-protected", "no kernel writes the snapshot store", _check_store_protected, isolation=True),
     Check("memory-limit", "memory limit enforced", _check_memory_limit, limits=True),
     Check("pids-limit", "process limit enforced", _check_pids_limit, limits=True),
 )

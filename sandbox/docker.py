@@ -166,13 +166,15 @@ def _owner_alive(labels: dict[str, str]) -> bool:
     return recorded is None or recorded == start
 
 
-def _grant_kernel_access(folder: Path) -> None:
-    """Make ``folder`` writable by the kernel's uid, adding o+rwx only where it is not already."""
+def _grant_kernel_access(folder: Path, *, write: bool = True) -> None:
+    """Make ``folder`` usable by the kernel's uid (``o+rwx``, or ``o+rx`` for a read-only mount), adding
+    bits only where they are missing."""
     st = folder.stat()
-    if st.st_uid == KERNEL_UID or st.st_mode & 0o007 == 0o007:
+    bits = 0o007 if write else 0o005
+    if st.st_uid == KERNEL_UID or st.st_mode & bits == bits:
         return
     with contextlib.suppress(PermissionError):
-        os.chmod(folder, stat.S_IMODE(st.st_mode) | 0o007)
+        os.chmod(folder, stat.S_IMODE(st.st_mode) | bits)
 
 
 def _counter(path: Path, key: str, name: str) -> dict[str, int]:
@@ -313,8 +315,7 @@ class DockerLauncher(KernelLauncher):
         readonly = {Path(os.path.abspath(p)) for p in self.readonly_dirs}
         for folder in mounts:
             folder.mkdir(parents=True, exist_ok=True)
-            if folder not in readonly:
-                _grant_kernel_access(folder)
+            _grant_kernel_access(folder, write=folder not in readonly)
         # The run dir and workdir keep their path (the IPC sockets' paths must agree inside and out);
         # other shared dirs (the snapshot store) go under /mnt, as their host path may lie in a folder
         # the kernel's user cannot enter in the container (e.g. /root/.cache).

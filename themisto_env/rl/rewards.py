@@ -139,10 +139,13 @@ class MetricReward:
 class ExecutionReward:
     """Scores next-cell completions by running them in the sandbox (TRL ``reward_funcs`` signature).
 
-    For each completion the env is reset at the completion's sample (a snapshot restore), the prediction
-    is submitted with ``execution_score`` on, and the env's execution score is returned: the mean of the
-    Jaccard overlap of the variables the predicted and the real cell change and the chrF of their outputs.
-    Output-task samples and samples whose sandbox failed get None (TRL skips them).
+    For each completion the env is reset at the completion's sample, the prediction is submitted with
+    ``execution_score`` on, and the env's execution score is returned: the mean of the Jaccard overlap of
+    the variables the predicted and the real cell change and the chrF of their outputs
+    (:mod:`themisto_env.scorers`). Each completion runs in a disposable kernel of its own, so a batch
+    scores exactly as its completions would alone: what one completion does (a thread, an option, a
+    patched helper) never reaches another. A completion whose own code fails scores 0; output-task
+    samples and samples whose sandbox failed get None (TRL skips them).
 
     Args:
         parse: Read the prediction out of the reply as the LLM agents do.
