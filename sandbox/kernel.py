@@ -324,10 +324,15 @@ class Kernel:
         self.restarts += 1
         self._boot()
 
-    def close(self) -> None:
-        """Stop the kernel, remove its process or container and its run directory. Idempotent."""
+    def close(self, *, graceful: bool = True) -> None:
+        """Stop the kernel, remove its process or container and its run directory. Idempotent.
+
+        Args:
+            graceful: Ask the process to end first (SIGTERM); else kill it outright (a kernel about to
+                be discarded, which may be busy with code that ignores signals).
+        """
         lifetime.untrack(self)
-        self._stop_process(graceful=True)
+        self._stop_process(graceful=graceful)
         self._launcher = None
         if self._run_dir is not None:
             shutil.rmtree(self._run_dir, ignore_errors=True)

@@ -223,7 +223,9 @@ class DisposableKernels:
 
     def _discard(self, served: TrajectoryKernel) -> None:
         """Close the kernel in the background (a container takes a moment to go)."""
-        thread = threading.Thread(target=served.close, name="themisto-discard", daemon=True)
+        thread = threading.Thread(
+            target=served.close, kwargs={"graceful": False}, name="themisto-discard", daemon=True
+        )
         self._closing = [t for t in self._closing if t.is_alive()] + [thread]
         thread.start()
 

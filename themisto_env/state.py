@@ -180,10 +180,10 @@ class TrajectoryKernel:
             self._fresh = True
         return self._kernel
 
-    def close(self) -> None:
-        """Stop the kernel. Idempotent."""
+    def close(self, *, graceful: bool = True) -> None:
+        """Stop the kernel (see :meth:`Kernel.close`). Idempotent."""
         if self._kernel is not None:
-            self._kernel.close()
+            self._kernel.close(graceful=graceful)
             self._kernel = None
         self.position = None
 
