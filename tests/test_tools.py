@@ -92,6 +92,7 @@ def test_tool_names_are_pinned() -> None:
         "memory_usage",
         "get_source",
         "recent_executions",
+        "try_cell",
     )
     assert tuple(TOOLS) == TOOL_NAMES
     assert all(TOOLS[name].name == name for name in TOOL_NAMES)

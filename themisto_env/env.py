@@ -18,7 +18,8 @@ is reported. ``info["state"]`` tells how the current sample's state was reached 
 
 Model-written code never runs in the env's kernel: the execution score runs each prediction in a
 disposable kernel brought to the sample's state and discarded after (:mod:`themisto_env.disposable`),
-so nothing one prediction does reaches a later sample or another prediction. With ``samples=K`` each
+so nothing one prediction does reaches a later sample or another prediction; the ``try_cell`` tool
+(next-cell task) runs the agent's candidates the same way. With ``samples=K`` each
 sample takes K predictions (pass@k), each scored on its own; the episode moves on after the K-th.
 
 A lost backend (the Docker engine stopped answering) is not recovered from: ``step`` and ``reset`` raise
@@ -52,7 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from themisto_env.actions import Action, Prediction, parse_action
 from themisto_env.data import resolve_dataset
-from themisto_env.disposable import DisposableKernels, imported_modules
+from themisto_env.disposable import CodeRun, DisposableKernels, imported_modules
 from themisto_env.errors import ActionError, BackendUnavailableError, ConfigError, InfrastructureError
 from themisto_env.metrics import RewardWeights, reward, score
 from themisto_env.observation import history_items, render_history, render_runtime
@@ -62,7 +63,7 @@ from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.launcher import launcher_class
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.scorers import ExecutionScore, execution_score
-from themisto_env.state import StateReport, TrajectoryKernel, fresh_before
+from themisto_env.state import StateReport, TrajectoryKernel, expected_fingerprint, fresh_before
 from themisto_env.tools import TOOL_NAMES, ToolCall, ToolContext, run_tool
 from themisto_env.trajectory import Trajectory, read_manifest, read_trajectories
 
@@ -181,8 +182,13 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             }
         )
         self._state = TrajectoryKernel(self._new_kernel)
+        #: The tools an agent is offered (try_cell would reveal the output in the output task).
+        self._tool_names = tuple(n for n in TOOL_NAMES if n != "try_cell" or self.config.task == "next-cell")
         if self.config.execution_score and not launcher_class(self.config.backend).isolated:
             _warn_unisolated(self.config.backend, "the execution score")
+        tries = self.config.observation == "tools" and self.config.task == "next-cell"
+        if tries and not launcher_class(self.config.backend).isolated:
+            _warn_unisolated(self.config.backend, "the try_cell tool")
         self._disposable: DisposableKernels | None = None  # kernels for model-written code, on first use
         self._draw = 0  # predictions already scored for the current sample
         self._dataset_checked = False
@@ -278,11 +284,19 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         if self._trajectory is None or self._sample is None:
             raise ConfigError("call reset() before using tools")
         sizes, memory = self._recorded_figures()
+        trajectory, step = self._trajectory, self._sample.step
+
+        def try_code(code: str) -> CodeRun:  # the try_cell tool: a disposable kernel, never this env's
+            timeout_s = min(self.config.limits.timeout_s, 30)
+            return self.disposable_kernels().run(trajectory, step, code, timeout_s=timeout_s)
+
         return ToolContext(
             kernel=self._state.kernel,
             history=history_items(self._executed_steps()),
             recorded_sizes=sizes,
             recorded_memory=memory,
+            try_code=try_code if self.config.task == "next-cell" else None,
+            recorded_fingerprint=expected_fingerprint(trajectory, step),
         )
 
     @property
@@ -424,7 +438,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             "step": self._sample.step,
             "task": self.config.task,
             "observation_mode": self.config.observation,
-            "tool_names": TOOL_NAMES if self.config.observation == "tools" else (),
+            "tool_names": self._tool_names if self.config.observation == "tools" else (),
             "samples_left": len(self._queue),
             "state": state,
             **extra,
@@ -437,7 +451,10 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         try:
             result = run_tool(call, self.tool_context())
         except InfrastructureError as exc:
-            extra["infrastructure_error"] = self._recover(exc)
+            if call.tool == "try_cell" and not isinstance(exc, BackendUnavailableError):
+                extra["infrastructure_error"] = f"{type(exc).__name__}: {exc}"  # its disposable kernel: not ours
+            else:
+                extra["infrastructure_error"] = self._recover(exc)
             self._sample_errors.append(extra["infrastructure_error"])
             self._tools_used -= 1  # not the agent's fault
             return "The tool could not run because the sandbox failed; it was recovered: try again."

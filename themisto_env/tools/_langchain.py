@@ -43,7 +43,9 @@ def langchain_tools(get_context: Callable[[], ToolContext], *, on_call: OnCall |
     the context ``get_context()`` returns at call time (the env's current state). An ``ok=False`` result
     is raised as a ``ToolException`` that the tool turns into its answer (a ``ToolMessage`` with
     ``status="error"`` when invoked with a tool call); infrastructure errors propagate. Calls through the
-    returned tools are serialized (the kernel's client is not thread-safe).
+    returned tools are serialized (the kernel's client is not thread-safe). ``try_cell`` is among them: it
+    runs through the context's ``try_code`` and refuses in one line where that is None (the output task);
+    an agent that should not see it filters it out by name, as ``llm-tools`` does with ``info["tool_names"]``.
 
     Args:
         get_context: Returns the context to answer from; called once per tool call.

@@ -11,7 +11,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from themisto_env.errors import ActionError
 
 if TYPE_CHECKING:
+    from themisto_env.disposable import CodeRun
     from themisto_env.sandbox.kernel import Kernel
+
+#: Runs a candidate cell in a disposable kernel brought to the current state (never the env's own kernel)
+#: and reports what it did; raises :class:`~themisto_env.errors.InfrastructureError` when that kernel
+#: could not be brought to the state.
+TryCode = Callable[[str], "CodeRun"]
 
 #: Bounds of :attr:`ToolContext.max_chars`.
 MIN_RESULT_CHARS = 200
@@ -70,6 +76,9 @@ class HistoryItem:
 class ToolContext:
     """The state the tools observe: the live kernel, the executions so far, and the size bounds.
 
+    The tools only read ``kernel``; ``try_cell`` never touches it and runs its candidate through
+    ``try_code`` instead.
+
     Attributes:
         kernel: The started kernel holding the state after the last execution.
         history: The executions so far, oldest first.
@@ -81,6 +90,11 @@ class ToolContext:
             state was reached.
         recorded_memory: The kernel's resident memory recorded at build time for this state, shown
             instead of the live figure (which varies from process to process).
+        try_code: Runs a candidate cell in a disposable kernel in this state (the ``try_cell`` tool); None
+            where trying cells is not allowed (the output task: running the cell would reveal its output).
+        recorded_fingerprint: The namespace fingerprint recorded at build time for this state (name ->
+            ``type|shape-or-len|hash``), with which ``try_cell`` tells created variables from changed
+            ones; None when not recorded.
     """
 
     kernel: Kernel
@@ -89,6 +103,8 @@ class ToolContext:
     max_rows: int = 50
     recorded_sizes: Mapping[str, int] | None = None
     recorded_memory: int | None = None
+    try_code: TryCode | None = field(default=None, repr=False)
+    recorded_fingerprint: Mapping[str, str] | None = field(default=None, repr=False)
 
     def size_of(self, name: str, live: int) -> int:
         """A variable's size as the tools show it: the recorded one where there is one."""

@@ -2,7 +2,8 @@
 
 Every tool is read-only: the kernel is asked through its introspection methods (:meth:`Kernel.list_variables`,
 ...: silent executions that leave the user namespace, ``_``, ``Out`` and the execution counter alone), and
-the history is the env's own.
+the history is the env's own. ``try_cell`` (:mod:`themisto_env.tools._try`) runs the agent's candidate in a
+disposable kernel of its own and never touches this kernel either.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from themisto_env.sandbox.introspection import FrameViewName, VariableDetail
 from themisto_env.tools._history import find_definition
 from themisto_env.tools._models import ObservationTool, ToolContext, ToolError
 from themisto_env.tools._text import clip, human_size, shape_or_length, table
+from themisto_env.tools._try import TryCellArgs, try_cell
 
 _NAME_DESCRIPTION = "The variable's name in the kernel, as list_variables shows it."
 
@@ -289,6 +291,15 @@ _TOOLS = (
         "Show the n most recently executed cells with their code and output, oldest first.",
         RecentExecutionsArgs,
         recent_executions,
+    ),
+    ObservationTool(
+        "try_cell",
+        "Try a candidate for the next cell (next-cell task only): run code in a disposable copy of the kernel "
+        "in the current state (before the cell you predict) and see its outputs, whether it raised, and which "
+        "variables it created, changed or deleted. The copy is thrown away after: the notebook's kernel is not "
+        "changed. Use it to check and revise a prediction; it never shows the real next cell.",
+        TryCellArgs,
+        try_cell,
     ),
 )
 
