@@ -183,26 +183,47 @@ def run_command(
             "address (HOST:6379, ray://HOST:10001) joins a running cluster. Needs themisto-env[ray].",
         ),
     ] = None,
+    samples: Annotated[
+        int | None,
+        typer.Option(
+            "--samples",
+            min=1,
+            metavar="K",
+            help="Predictions per sample (pass@k): the agent predicts each sample K times; the summary adds "
+            "pass@k over the execution score (with --execution-score) and best-of-K for the text metrics.",
+        ),
+    ] = None,
+    execution_score: Annotated[
+        bool | None,
+        typer.Option(
+            "--execution-score/--no-execution-score",
+            help="Also score next-cell predictions by running them in disposable kernels (needed for pass@k; "
+            "model-written code runs as you on the local backend: use --backend docker for untrusted models).",
+        ),
+    ] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Run folder (resumed if it exists).")] = Path("runs/latest"),
 ) -> None:
     """Run an agent over a task's samples; write results.jsonl and summary.json (resumable)."""
     from themisto_env.config import load_run_config
     from themisto_env.runner import run
 
-    overrides = {"agent": agent, "task": task, "backend": backend, "limit": limit, "workers": workers, "ray": ray}
+    overrides = {
+        "agent": agent,
+        "task": task,
+        "backend": backend,
+        "limit": limit,
+        "workers": workers,
+        "ray": ray,
+        "samples": samples,
+    }
     overrides["data"] = str(data) if data is not None else None
     run_config = load_run_config(config, {k: v for k, v in overrides.items() if v is not None})
+    if execution_score is not None:
+        run_config = run_config.model_copy(update={"env": {**run_config.env, "execution_score": execution_score}})
     summary = run(run_config, out)
-    table = Table(
-        title=f"{summary['agent']} on {summary['task']} ({summary['observation']}), {summary['samples']} samples"
-    )
-    for column in ("metric", "mean", "95% CI"):
-        table.add_column(column)
-    for metric in ("exact_match", "rouge_l", "chrf"):
-        if metric in summary:
-            m = summary[metric]
-            table.add_row(metric, f"{m['mean']:.3f}", f"[{m['ci_low']:.3f}, {m['ci_high']:.3f}]")
-    console.print(table)
+    console.print(summary_table(summary))
+    if note := draws_note(summary):
+        console.print(note)
     if summary["infrastructure_failures"]:
         console.print(
             f"[yellow]{summary['infrastructure_failures']} samples hit an infrastructure failure "
@@ -214,6 +235,42 @@ def run_command(
             "(not scored; see state_mismatch in results.jsonl)[/]"
         )
     console.print(f"results: {out / 'results.jsonl'}")
+
+
+def summary_table(summary: dict) -> Table:
+    """A run summary as a table: each metric's mean and interval; with K predictions per sample, also
+    pass@k (execution score) and best-of-K (text metrics)."""
+    table = Table(
+        title=f"{summary['agent']} on {summary['task']} ({summary['observation']}), {summary['samples']} samples"
+    )
+    for column in ("metric", "mean", "95% CI"):
+        table.add_column(column)
+
+    def add(name: str, m: dict) -> None:
+        table.add_row(name, f"{m['mean']:.3f}", f"[{m['ci_low']:.3f}, {m['ci_high']:.3f}]")
+
+    for metric in ("exact_match", "rouge_l", "chrf"):
+        if metric in summary:
+            add(metric, summary[metric])
+    draws = summary.get("draws")
+    for metric, m in summary.get("best_of_k", {}).items():
+        add(f"best-of-{draws} {metric}", m)
+    for k, m in summary.get("pass_at_k", {}).items():
+        add(f"pass@{k}", m)
+    return table
+
+
+def draws_note(summary: dict) -> str | None:
+    """One line on the K predictions per sample of a summary (None when it has one per sample)."""
+    if "pass_at_k_counts" in summary:
+        c = summary["pass_at_k_counts"]
+        return (
+            f"{summary['draws']} predictions per sample: {c['passed']} of {c['draws']} passed "
+            f"({c['prediction_failures']} failed in their own code); exact_match, rouge_l, chrf: first predictions"
+        )
+    if summary.get("draws"):
+        return f"{summary['draws']} predictions per sample; pass@k needs --execution-score (next-cell task)"
+    return None
 
 
 @app.command("compare")

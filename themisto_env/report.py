@@ -96,6 +96,34 @@ def _img(data: str, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 
+def _cell(m: dict[str, float] | None) -> str:
+    """A mean with its interval as a table cell (empty when absent)."""
+    if m is None:
+        return '<td class="num"></td>'
+    return f'<td class="num">{m["mean"]:.3f} <span class="muted">[{m["ci_low"]:.3f}, {m["ci_high"]:.3f}]</span></td>'
+
+
+def _draws_table(runs: list[tuple[str, list[dict[str, Any]], dict[str, Any]]]) -> str:
+    """pass@k and best-of-K of the runs with several predictions per sample (empty when none has)."""
+    drawn = [(label, s) for label, _, s in runs if s.get("draws")]
+    if not drawn:
+        return ""
+    ks = sorted({k for _, s in drawn for k in s.get("pass_at_k", {})}, key=int)
+    head = "".join(f"<th>pass@{k}</th>" for k in ks) + "".join(f"<th>best-of-K {m}</th>" for m in METRICS)
+    body = "".join(
+        f'<tr><td>{html.escape(label)}</td><td class="num">{s["draws"]}</td>'
+        + "".join(_cell(s.get("pass_at_k", {}).get(k)) for k in ks)
+        + "".join(_cell(s["best_of_k"].get(m)) for m in METRICS)
+        + "</tr>"
+        for label, s in drawn
+    )
+    return (
+        '<h2>K predictions per sample</h2><p class="muted">pass@k: unbiased estimate (Chen et al., 2021) over '
+        "the execution score; best-of-K: per sample, the best of the K predictions on each text metric.</p>"
+        f"<table><tr><th>run</th><th>K</th>{head}</tr>{body}</table>"
+    )
+
+
 def render_report(run_dirs: list[str | Path]) -> str:
     """The report's HTML for the given run folders."""
     runs = []
@@ -106,11 +134,7 @@ def render_report(run_dirs: list[str | Path]) -> str:
     head = "".join(f"<th>{m}</th>" for m in METRICS)
     summary_rows = []
     for label, rows, s in runs:
-        cells = "".join(
-            f'<td class="num">{s[m]["mean"]:.3f} <span class="muted">[{s[m]["ci_low"]:.3f}, {s[m]["ci_high"]:.3f}]'
-            "</span></td>"
-            for m in METRICS
-        )
+        cells = "".join(_cell(s[m]) for m in METRICS)
         tool_calls = sum(len(r["tool_calls"]) for r in rows)
         summary_rows.append(
             f"<tr><td>{html.escape(label)}</td><td>{html.escape(str(s['task']))}</td>"
@@ -135,6 +159,7 @@ def render_report(run_dirs: list[str | Path]) -> str:
 <h2>Summary</h2>
 <table><tr><th>run</th><th>task</th><th>samples</th>{head}<th>tool calls / sample</th>
 <th>infrastructure failures</th></tr>{"".join(summary_rows)}</table>
+{_draws_table(runs)}
 <h2>Metrics by run</h2>{_img(plots["metrics"], "metrics by run")}
 <h2>Score along the trajectory</h2>{_img(plots["trajectory"], "ROUGE-L along the trajectory")}
 {tools}

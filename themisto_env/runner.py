@@ -6,6 +6,11 @@ on the same folder, a run skips the samples already there (a torn last line from
 dropped), so no sample is lost and none is scored twice. A sample whose episode met an infrastructure
 failure is written with ``infrastructure_error`` set, left out of the summary, and retried on resume.
 
+With ``samples=K`` (``themisto run --samples K``) the agent predicts each sample K times; the sample's row,
+written once all K are scored, keeps the first prediction's fields at the top level and adds ``draws``
+(one dict per prediction), and the summary adds pass@k over the execution score and best-of-K for the
+text metrics (:mod:`themisto_env.passk`).
+
 With ``workers > 1``, trajectories are spread over worker processes, each owning its env and kernel;
 each worker takes the next trajectory (longest first) when it finishes one.
 With ``ray`` set (``local``, ``auto`` or a cluster address), they are spread over ``workers`` Ray actors
@@ -23,12 +28,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from themisto_env.actions import Prediction
 from themisto_env.env import ObservationMode, ThemistoEnv
 from themisto_env.errors import DataError, InfrastructureError, ThemistoError
 from themisto_env.metrics import Score, aggregate
+from themisto_env.passk import summarize_draws
 from themisto_env.samples import TaskName
 
 RESULTS = "results.jsonl"
@@ -51,6 +57,8 @@ class RunConfig(BaseModel):
         ray: None runs on this machine; ``local`` starts a private local Ray instance; ``auto`` or an
             address (``HOST:6379``, ``ray://HOST:10001``) joins a running Ray cluster. Episodes are then
             spread over ``workers`` Ray actors (:mod:`themisto_env.ray_runner`).
+        samples: Predictions per sample (pass@k). With K > 1 each row carries the K ``draws`` and the
+            summary reports ``pass_at_k`` (with ``env: {execution_score: true}``) and ``best_of_k``.
         env: Further environment options (see ``EnvConfig``).
     """
 
@@ -65,7 +73,14 @@ class RunConfig(BaseModel):
     limit: int | None = Field(None, ge=1)
     workers: int = Field(1, ge=1)
     ray: str | None = None
+    samples: int = Field(1, ge=1)
     env: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _samples_once(self) -> RunConfig:
+        if "samples" in self.env:
+            raise ValueError("set the predictions per sample with samples (--samples), not env.samples")
+        return self
 
 
 def _make_agent(config: RunConfig) -> Any:
@@ -83,6 +98,7 @@ def env_options(config: RunConfig, agent: Any) -> dict[str, Any]:
         "backend": config.backend,
         "observation": observation,
         **config.env,
+        "samples": config.samples,
     }
 
 
@@ -108,6 +124,11 @@ def is_scored(row: dict[str, Any]) -> bool:
     """Whether a result row counts: not an infrastructure failure, not served in a mismatched state.
     Rows that do not count are left out of the summary and run again on resume."""
     return not row.get("infrastructure_error") and not row.get("state_mismatch")
+
+
+def row_draws(row: dict[str, Any]) -> int:
+    """How many predictions a result row holds (1 for a row without ``draws``)."""
+    return len(row.get("draws") or ()) or 1
 
 
 def _episodes(env: ThemistoEnv, wanted: set[str]) -> Iterator[tuple[str, int]]:
@@ -142,23 +163,53 @@ def episode_rows(
     first: int,
     wanted: set[str],
 ) -> Iterator[dict]:
-    """One episode of ``env`` from sample ``first`` of trajectory ``tid``: a row per wanted sample."""
+    """One episode of ``env`` from sample ``first`` of trajectory ``tid``: a row per wanted sample.
+
+    With ``samples=K`` in the env the agent is asked K times per sample (the env serves the same sample
+    until its K-th prediction); the row is yielded once all K are scored. The draws are independent, as
+    pass@k assumes: each starts from the observation and ``info`` the first one started from, never
+    from the previous draw's score."""
     obs, info = env.reset(options={"trajectory": tid, "sample": first})
     agent.reset(info)
     started = time.perf_counter()
     left = {s.id for s in env.episode_samples[tid][first:]} & wanted
+    drawn: list[tuple[Any, float, dict]] = []  # (action, reward, info) of the current sample's predictions
+    sample_info = info  # what the agent was shown when the current sample began
     while left:  # the episode stops after its last wanted sample
         sample = env.current_sample
         assert sample is not None
         action = agent.act(obs, info) if sample.id in wanted else Prediction(text="")
         obs, reward, terminated, truncated, info = env.step(action)
         if "scored_sample_id" in info:  # the env reports each sample's failures with its score
+            drawn.append((action, reward, info))
+            if info.get("draw", 0) + 1 < env.config.samples and not (terminated or truncated):
+                info = sample_info  # the same sample again, as it began (the env serves its observation)
+                continue
             if sample.id in wanted:
                 left.discard(sample.id)
-                yield _row(config, options, agent, sample, action, reward, info, started)
+                yield _row(config, options, agent, sample, drawn, started)
+            drawn, sample_info = [], info
             started = time.perf_counter()
         if terminated or truncated:
             break
+
+
+def _text(action: Any) -> str:
+    return action.text if isinstance(action, Prediction) else ""
+
+
+def _draw(action: Any, reward: float, info: dict) -> dict[str, Any]:
+    """One prediction of a sample, as kept in a row's ``draws``."""
+    execution = info.get("execution")
+    return {
+        "prediction": _text(action),
+        "scores": info["scores"],
+        "reward": reward,
+        "execution_score": info.get("execution_score"),
+        "passed": bool(execution["passed"]) and not info.get("prediction_failed") if execution else None,
+        "prediction_failed": info.get("prediction_failed"),
+        "tool_calls": info.get("tool_calls", []),
+    }
 
 
 def _row(
@@ -166,13 +217,21 @@ def _row(
     options: dict,
     agent: Any,
     sample: Any,
-    action: Any,
-    reward: float,
-    info: dict,
+    drawn: list[tuple[Any, float, dict]],
     started: float,
 ) -> dict[str, Any]:
-    usage = getattr(agent, "usage", None)
-    return {
+    """A sample's row: the first prediction's fields; with several predictions, also their ``draws``.
+    The trust flags (``infrastructure_error``, ``state_mismatch``, ``recovered``) cover every prediction:
+    a failure during any of them leaves the whole sample out (and runs it again on resume)."""
+    action, reward, info = drawn[0]
+    usage = getattr(agent, "usage", None)  # what the agent spent on the sample, over all its predictions
+
+    infos = [i for _, _, i in drawn]
+
+    def flag(key: str) -> Any:  # the env accumulates a sample's failures: its last report holds them all
+        return next((i[key] for i in reversed(infos) if i.get(key)), None)
+
+    row = {
         "sample_id": sample.id,
         "trajectory_id": sample.trajectory_id,
         "step": sample.step,
@@ -180,7 +239,7 @@ def _row(
         "agent": config.agent,
         "observation": options["observation"],
         "backend": config.backend,
-        "prediction": action.text if isinstance(action, Prediction) else "",
+        "prediction": _text(action),
         "target": sample.target,
         "scores": info["scores"],
         "reward": reward,
@@ -189,12 +248,15 @@ def _row(
         "forced_submission": bool(info.get("forced_submission")),
         "usage": usage.as_dict() if hasattr(usage, "as_dict") else None,
         "seconds": round(time.perf_counter() - started, 4),
-        "infrastructure_error": info.get("infrastructure_error"),
-        "state_mismatch": info.get("state_mismatch"),
-        "recovered": info.get("recovered"),
+        "infrastructure_error": flag("infrastructure_error"),
+        "state_mismatch": flag("state_mismatch"),
+        "recovered": flag("recovered"),
         "state_check": info.get("scored_state", {}).get("check"),
         "prediction_failed": info.get("prediction_failed"),
     }
+    if len(drawn) > 1:
+        row["draws"] = [_draw(*d) for d in drawn]
+    return row
 
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
@@ -280,7 +342,8 @@ def run(config: RunConfig, out: str | Path, *, progress: bool = True) -> dict[st
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / CONFIG).write_text(config.model_dump_json(indent=2) + "\n")
-    done = {r["sample_id"] for r in read_results(out) if is_scored(r)}
+    # a sample counts as done when scored with as many predictions as asked (other rows are run again)
+    done = {r["sample_id"] for r in read_results(out) if is_scored(r) and row_draws(r) == config.samples}
     agent = _make_agent(config)
     env = ThemistoEnv(**env_options(config, agent))  # resolves (and if needed builds) the dataset
     try:
@@ -313,7 +376,12 @@ def run(config: RunConfig, out: str | Path, *, progress: bool = True) -> dict[st
 
 
 def summarize(rows: list[dict[str, Any]], config: RunConfig | None = None) -> dict[str, Any]:
-    """Per-metric means with bootstrap intervals over the scored samples (infrastructure failures out)."""
+    """Per-metric means with bootstrap intervals over the scored samples (infrastructure failures out).
+
+    The metrics and ``reward`` are those of each sample's first prediction. When rows have ``draws``
+    (``samples=K``), :func:`themisto_env.passk.summarize_draws` adds ``draws`` (K), ``best_of_k`` and, with
+    the execution score, ``pass_at_k`` (``{"1": {"mean", "ci_low", "ci_high"}, ..., "K": ...}``) and
+    ``pass_at_k_counts``."""
     latest = {r["sample_id"]: r for r in rows}
     scored = [r for r in latest.values() if is_scored(r)]
     summary: dict[str, Any] = {
@@ -335,4 +403,5 @@ def summarize(rows: list[dict[str, Any]], config: RunConfig | None = None) -> di
             estimate = getattr(corpus, metric)
             summary[metric] = {"mean": estimate.mean, "ci_low": estimate.ci_low, "ci_high": estimate.ci_high}
         summary["reward"] = sum(r["reward"] for r in scored) / len(scored)
+        summary.update(summarize_draws(scored, config.samples if config and config.samples > 1 else None))
     return summary
