@@ -203,7 +203,7 @@ def test_trying_the_target_reveals_only_the_candidates_own_run(
     target = trajectory.steps[STEP]
     recorded = [render_outputs(step.outputs) for step in trajectory.steps[STEP:]]
     later = [step.source for step in trajectory.steps[STEP:]]
-    env.reset(options={"trajectory": TRAJECTORY, "sample": SAMPLE})
+    _, served = env.reset(options={"trajectory": TRAJECTORY, "sample": SAMPLE})
 
     obs, _, _, _, info = env.step(try_cell("unrelated = 1"))
     text = obs["tool_result"]
@@ -219,7 +219,7 @@ def test_trying_the_target_reveals_only_the_candidates_own_run(
     assert target.source not in text, "the candidate is not echoed back"
     rest = text.replace(produced, "")
     assert not any(word in rest.lower() for word in ("target", "recorded", "match", "score", "correct"))
-    assert "scores" not in info and set(info) == set(env._info()) | {"tool_result"}
+    assert "scores" not in info and set(info) == set(served) | {"tool_result"}
     assert len(runs) == 2
 
     _, _, _, _, info = env.step(Prediction(text="X.head()"))  # scored as usual, whatever was tried
@@ -232,7 +232,8 @@ def test_the_output_task_refuses_in_one_line() -> None:
         obs, info = env.reset(options={"sample": 1})
         assert "try_cell" not in info["tool_names"], "not offered to agents where it would reveal the output"
         assert "try_cell" in TOOL_NAMES  # the action space is the same for both tasks
-        obs, _, _, _, info = env.step(try_cell(env._trajectory.steps[env.current_sample.step].source))
+        sample = env.current_sample
+        obs, _, _, _, info = env.step(try_cell(env.trajectories[sample.trajectory_id].steps[sample.step].source))
         assert not info["tool_result"]["ok"] and obs["tools_left"] == 1  # costs a call, like any failing tool
         assert obs["tool_result"] == f"Error: {NOT_AVAILABLE}" and "\n" not in obs["tool_result"]
         assert env._disposable is None, "nothing ran"
