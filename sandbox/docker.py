@@ -567,7 +567,9 @@ def remove_stale_containers(*, dry_run: bool = False) -> list[str]:
     client = None
     with engine(client):
         client = docker.from_env()
-        containers = client.containers.list(all=True, filters={"label": f"{LABEL_KERNEL}=1"})
+        # A container removed between the listing and its inspection (by its owner, or another
+        # process sharing the engine) is skipped, not an error.
+        containers = client.containers.list(all=True, filters={"label": f"{LABEL_KERNEL}=1"}, ignore_removed=True)
     host = socket.gethostname()
     removed: list[str] = []
     for container in containers:

@@ -317,6 +317,10 @@ class Kernel:
         result = self._run(code, silent=True, store_history=False, timeout_s=self.limits.start_timeout_s)
         if result[0].get("status") != "ok":
             raise KernelStartError(f"could not install the introspection helper: {result[0]}")
+        try:
+            self.call("install", timeout_s=self.limits.start_timeout_s)  # outside a cell, by design
+        except (HelperError, InfrastructureError) as exc:
+            raise KernelStartError(f"could not install the introspection helper: {exc}") from exc
 
     def restart(self) -> None:
         """Kill the kernel process and start a fresh one (the user's state is gone)."""

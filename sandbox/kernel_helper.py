@@ -670,6 +670,20 @@ def loaded_distributions() -> dict[str, str]:
     return versions
 
 
+def install() -> bool:
+    """Make ``get_ipython`` a builtin outside cells too (IPython provides it only while a cell runs).
+
+    Libraries decide how to display things at import time by looking for it: pandas imported outside a
+    cell (by a snapshot's restore, or a preload) would believe it runs in a terminal and print frames
+    another way than in the recording. Returns whether it had to be added."""
+    import builtins
+
+    if hasattr(builtins, "get_ipython"):
+        return False
+    builtins.get_ipython = _shell().get_ipython  # type: ignore[attr-defined]
+    return True
+
+
 def preload(modules: list[str]) -> list[str]:
     """Import these modules (into ``sys.modules`` only: no user name is bound); return those imported."""
     import importlib
@@ -736,6 +750,7 @@ FUNCTIONS = {
         user_names,
         preload,
         seal,
+        install,
     )
 }
 

@@ -486,14 +486,6 @@ def test_a_fork_bomb_is_contained(harness: Harness) -> None:
     assert_isolated(outcome, harness.clean(TARGET_6))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a fork bomb is reported as 'memory': the process limit is hit first (pids.events), but the "
-    "forked kernels' copy-on-write pages then hit the memory limit, the OOM killer ends the container, and "
-    "its cgroup (v1, cgroupfs) is gone before DisposableKernels._limit_hit reads it; only docker's "
-    "OOMKilled flag is left (and memory is checked before processes even when both are readable)",
-)
 def test_a_fork_bomb_is_named_processes(harness: Harness) -> None:
     outcome = harness.outcome("fork bomb", TARGET_6, FORK_BOMB)
     assert outcome.hostile["prediction_failed"] == "processes", outcome.run.detail
@@ -607,14 +599,6 @@ def test_a_lie_that_hides_a_change_gains_no_more_than_the_target(harness: Harnes
     assert_isolated(outcome, clean)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a lie that keeps the canaries but drops every other content hash (type|shape| kept) matches "
-    "any recorded value of that type and shape: scorers.score_run matches names with diff_fingerprints, "
-    "which treats a missing content hash as a wildcard; so wrong data scores 1.0 and passes (honest: 0.75), "
-    "against the documented bound 'it can hide changes it made, not invent the right ones'",
-)
 def test_a_lie_that_drops_content_hashes_gains_nothing(harness: Harness) -> None:
     honest = harness.alone("rng", WRONG_DATA)
     lie = harness.alone("rng", STRIP)

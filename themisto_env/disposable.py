@@ -109,6 +109,56 @@ def _canary() -> dict[str, object]:
     return {f"canary_{tag}_text": secrets.token_hex(16), f"canary_{tag}_number": secrets.randbits(48)}
 
 
+class _LimitWatch:
+    """Reads the kernel's limit hits from outside (the container's cgroup) while code runs, and keeps
+    what it saw: a container killed at a limit takes its cgroup along, so reading only afterwards could
+    find nothing."""
+
+    def __init__(self, kernel: Kernel, interval_s: float = 0.1) -> None:
+        self.kernel = kernel
+        self.interval_s = interval_s
+        self.seen: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="themisto-limit-watch", daemon=True)
+
+    def __enter__(self) -> _LimitWatch:
+        self._read()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._read()
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._read()
+
+    def _read(self) -> None:
+        with contextlib.suppress(Exception):  # the cgroup may be gone with the container
+            for key, value in self.kernel.launcher.limit_events().items():
+                self.seen[key] = max(value, self.seen.get(key, 0))
+
+    def hit(self) -> tuple[str, str] | None:
+        """The limit the code hit, if any. A fork bomb also exhausts memory (each fork copies the
+        kernel's pages as it runs): the process limit, when hit, is named first."""
+        if self.seen.get("pids_max"):
+            return "processes", f"the process limit was hit {self.seen['pids_max']} time(s)"
+        if self.seen.get("oom_kill"):
+            return "memory", f"out of memory ({self.seen['oom_kill']} process(es) killed at the memory limit)"
+        return None
+
+    def failed(self, failure: str, detail: str, *, outputs: list | None = None) -> CodeRun:
+        """A failure of the code, named by the limit it hit where the backend saw one."""
+        limit = self.hit()
+        if limit is not None:
+            failure, detail = limit
+        elif "oom" in detail.lower() or "out of memory" in detail.lower():
+            failure = "memory"
+        return CodeRun("failed", outputs or [], failure=failure, detail=detail)
+
+
 class DisposableKernels:
     """Runs model-written code in throw-away kernels in a trajectory's states.
 
@@ -171,26 +221,26 @@ class DisposableKernels:
 
     def _run_code(self, kernel: Kernel, code: str, token: str, before: dict[str, str], *, timeout_s: float) -> CodeRun:
         """The code's part: everything that goes wrong from here on is the code's doing."""
-        try:
-            result = kernel.execute(code, timeout_s=timeout_s, interrupt=False)
-        except BackendUnavailableError:
-            raise
-        except KernelDiedError as exc:
-            return self._failed(kernel, "exit", str(exc))
-        except InfrastructureError as exc:
-            return self._failed(kernel, "unreadable", str(exc))
+        with _LimitWatch(kernel) as limits:
+            try:
+                result = kernel.execute(code, timeout_s=timeout_s, interrupt=False)
+            except BackendUnavailableError:
+                raise
+            except KernelDiedError as exc:
+                return limits.failed("exit", str(exc))
+            except InfrastructureError as exc:
+                return limits.failed("unreadable", str(exc))
         if result.status == "timeout":
-            return self._failed(kernel, "timeout", f"it ran past {timeout_s:g} s", outputs=result.outputs)
-        limit = self._limit_hit(kernel)
-        if limit is not None:
-            return self._failed(kernel, limit[0], limit[1], outputs=result.outputs)
+            return limits.failed("timeout", f"it ran past {timeout_s:g} s", outputs=result.outputs)
+        if (limit := limits.hit()) is not None:  # hit, though the cell survived it
+            return CodeRun("failed", result.outputs, failure=limit[0], detail=limit[1])
         canary = _canary()
         try:
             measured = kernel.sealed_fingerprint(token, canary)
         except BackendUnavailableError:
             raise
         except KernelDiedError as exc:
-            return self._failed(kernel, "exit", str(exc), outputs=result.outputs)
+            return limits.failed("exit", str(exc), outputs=result.outputs)
         except (InfrastructureError, HelperError) as exc:
             return CodeRun("failed", result.outputs, failure="unreadable", detail=str(exc))
         wrong = [
@@ -202,30 +252,9 @@ class DisposableKernels:
             )
         return CodeRun(result.status, result.outputs, changed=changed_names(before, measured))
 
-    def _failed(self, kernel: Kernel, failure: str, detail: str, *, outputs: list | None = None) -> CodeRun:
-        """A failure, named more precisely where the backend saw a limit hit (memory, processes)."""
-        limit = self._limit_hit(kernel)
-        if limit is not None:
-            failure, detail = limit
-        elif "oom" in detail.lower() or "out of memory" in detail.lower():
-            failure = "memory"
-        return CodeRun("failed", outputs or [], failure=failure, detail=detail)
-
-    @staticmethod
-    def _limit_hit(kernel: Kernel) -> tuple[str, str] | None:
-        with contextlib.suppress(Exception):
-            events = kernel.launcher.limit_events()
-            if events.get("oom_kill"):
-                return "memory", f"out of memory ({events['oom_kill']} process(es) killed at the memory limit)"
-            if events.get("pids_max"):
-                return "processes", f"the process limit was hit {events['pids_max']} time(s)"
-        return None
-
     def _discard(self, served: TrajectoryKernel) -> None:
         """Close the kernel in the background (a container takes a moment to go)."""
-        thread = threading.Thread(
-            target=served.close, kwargs={"graceful": False}, name="themisto-discard", daemon=True
-        )
+        thread = threading.Thread(target=served.close, kwargs={"graceful": False}, name="themisto-discard", daemon=True)
         self._closing = [t for t in self._closing if t.is_alive()] + [thread]
         thread.start()
 

@@ -8,7 +8,8 @@ recorded at build time** (never by re-running the target in a kernel the predict
 * variables: the names whose fingerprint the step changed (created, rebound, mutated, deleted), from
   the fingerprints recorded before and after the target step, against the names the prediction changed,
   measured by the sealed helper (see :mod:`themisto_env.disposable`). A name counts as matched when both
-  changed it and its new fingerprint agrees (:func:`themisto_env.state.diff_fingerprints`); the variable
+  changed it and its new fingerprint agrees, content hash included where one was recorded
+  (:func:`same_effect`); the variable
   part is the Jaccard overlap of matched names over all changed names (1.0 when neither changes anything);
 * outputs: chrF (0 to 1) between the prediction's outputs, as the kernel's protocol carried them, and the
   target step's recorded outputs (1.0 when both print nothing).
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 from themisto_env.disposable import CodeRun, DisposableKernels, changed_names
 from themisto_env.metrics import score
 from themisto_env.rendering import render_outputs
-from themisto_env.state import diff_fingerprints, expected_fingerprint
+from themisto_env.state import expected_fingerprint
 from themisto_env.trajectory import Trajectory
 
 #: The output agreement (chrF, 0 to 1) a passing prediction reaches, its variables matching exactly.
@@ -61,6 +62,16 @@ class ExecutionScore:
         return self.failure is None and self.variables == 1.0 and self.outputs >= PASS_OUTPUTS
 
 
+def same_effect(recorded: str, measured: str) -> bool:
+    """Whether a measured fingerprint entry matches a recorded one, for scoring: type and shape (or
+    length) agree and, where the recording has a content hash, the measurement has the same one (a
+    measurement without a hash matches nothing that was hashed: it cannot be checked)."""
+    want, got = recorded.rsplit("|", 2), measured.rsplit("|", 2)
+    if len(want) != 3 or len(got) != 3:
+        return recorded == measured
+    return want[:2] == got[:2] and (not want[2] or want[2] == got[2])
+
+
 def score_run(run: CodeRun, trajectory: Trajectory, step: int) -> ExecutionScore | None:
     """Score what a prediction did (a :class:`~themisto_env.disposable.CodeRun` in the state before
     ``step``) against the recorded effects of ``step``; None when they were not recorded (format 1)."""
@@ -73,11 +84,7 @@ def score_run(run: CodeRun, trajectory: Trajectory, step: int) -> ExecutionScore
     truth = changed_names(recorded_before, target.fingerprint)
     predicted = run.changed
     union = set(truth) | set(predicted)
-    matched = {
-        name
-        for name in set(truth) & set(predicted)
-        if not diff_fingerprints({name: truth[name]}, {name: predicted[name]})
-    }
+    matched = {name for name in set(truth) & set(predicted) if same_effect(truth[name], predicted[name])}
     variables = len(matched) / len(union) if union else 1.0
     produced, wanted = render_outputs(run.outputs), render_outputs(target.outputs)
     outputs = 1.0 if not produced.strip() and not wanted.strip() else score(produced, wanted).chrf
