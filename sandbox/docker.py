@@ -415,6 +415,18 @@ class DockerLauncher(KernelLauncher):
             return bool(self._reload(force=True).get("Running"))  # confirm before declaring death
         return bool(self._reload().get("Running"))
 
+    def check_backend(self) -> None:
+        """Ping the engine: an unreachable one raises :class:`BackendUnavailableError` (one line)."""
+        client = self._docker()
+        with engine(client):
+            client.ping()
+
+    def out_of_memory(self) -> bool:
+        """Docker's own ``OOMKilled`` flag of the container."""
+        if self._container is None:
+            return False
+        return bool(self._reload(force=True).get("OOMKilled"))
+
     def limit_events(self) -> dict[str, int]:
         """Limit hits from the container's cgroup on the host (v1 or v2, cgroupfs or systemd driver):
         the kernel cannot forge them."""

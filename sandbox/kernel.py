@@ -23,6 +23,7 @@ import json
 import os
 import queue
 import shutil
+import stat
 import tempfile
 import time
 import uuid
@@ -62,6 +63,8 @@ from themisto_env.sandbox.snapshots import SnapshotStore
 
 _POLL_S = 0.25  # how often a silent wait checks that the kernel is alive
 _HELPER_MODULE = "_themisto_helper"
+#: Bounds of a measurement after model-written code ran (its answer may be forged).
+MEASURE_TIMEOUT_S, MEASURE_MAX_NAMES, MEASURE_MAX_ENTRY = 10.0, 100_000, 10_000
 _INBOX, _OUTBOX = "snapshots-in", "snapshots-out"  # in the run directory: snapshots handed in, written out
 _OUTPUT_KINDS = frozenset({"stream", "display_data", "execute_result", "error"})
 
@@ -254,7 +257,9 @@ class Kernel:
         if self._launcher is not None:
             return self
         self._run_dir = Path(tempfile.mkdtemp(prefix="themisto-kernel-"))
-        os.chmod(self._run_dir, 0o777)  # a container's non-root user writes its sockets here
+        # A container's non-root user writes its sockets here; sticky, so it cannot replace the host's
+        # files (owner.json, which the reaper trusts, or the connection file).
+        os.chmod(self._run_dir, 0o1777)
         workdir = self._run_dir / "work"
         workdir.mkdir()
         os.chmod(workdir, 0o777)
@@ -582,13 +587,20 @@ class Kernel:
         except HelperError as exc:
             raise InfrastructureError(str(exc)) from exc
 
-    def sealed_fingerprint(self, token: str, canary: dict[str, object]) -> dict[str, str]:
+    def sealed_fingerprint(
+        self, token: str, canary: dict[str, object], *, timeout_s: float = MEASURE_TIMEOUT_S
+    ) -> dict[str, str]:
         """Plant ``canary`` names (plain values: str, int) and take the namespace fingerprint with the
         helper sealed under ``token``, in one request. The caller checks the canaries' entries: a
         measuring side that later code froze or replaced cannot know them.
 
+        The answer comes from code that may have been tampered with: anything but a bounded mapping of
+        names to fingerprint strings is refused.
+
         Raises:
-            InfrastructureError: The measurement failed (the sealed helper is gone or broken).
+            KernelDiedError: The kernel died meanwhile.
+            InfrastructureError: The measurement failed (the sealed helper is gone, broken or lying in a
+                malformed way, or it ran past ``timeout_s``).
         """
         plant = "\n".join(f"{name} = {value!r}" for name, value in canary.items())
         expression = (
@@ -598,7 +610,7 @@ class Kernel:
             plant,
             silent=True,
             store_history=False,
-            timeout_s=None,
+            timeout_s=timeout_s,
             user_expressions={"fp": expression},
             interrupt=False,
         )
@@ -607,9 +619,21 @@ class Kernel:
         if reply.get("status") != "ok":
             raise InfrastructureError(f"planting the canaries failed: {reply.get('ename')}: {reply.get('evalue')}")
         try:
-            return dict(_helper_value("namespace_fingerprint", reply.get("user_expressions", {}).get("fp", {})))
-        except (HelperError, ValueError, SyntaxError, KeyError, TypeError) as exc:
+            answer = _helper_value("namespace_fingerprint", reply.get("user_expressions", {}).get("fp", {}))
+        except KernelDiedError:
+            raise
+        except Exception as exc:  # whatever a tampered helper makes of its answer
             raise InfrastructureError(f"the sealed fingerprint could not be read: {exc}") from exc
+        if not (
+            isinstance(answer, dict)
+            and len(answer) <= MEASURE_MAX_NAMES
+            and all(
+                isinstance(k, str) and isinstance(v, str) and len(k) + len(v) <= MEASURE_MAX_ENTRY
+                for k, v in answer.items()
+            )
+        ):
+            raise InfrastructureError("the sealed fingerprint is not a mapping of names to fingerprints")
+        return answer
 
     def snapshot(self) -> SnapshotInfo:
         """Save the user namespace to the snapshot store (content-addressed); unpicklable names skipped.
@@ -625,23 +649,39 @@ class Kernel:
             if isinstance(exc, KernelDiedError):
                 raise
             raise SnapshotError(f"snapshot failed: {exc}") from exc
-        snapshot = SnapshotInfo(**info)
+        try:
+            snapshot = SnapshotInfo(**info)
+        except (TypeError, ValueError) as exc:  # the answer names host paths: it must be well-formed
+            raise SnapshotError(f"the kernel's snapshot answer is malformed: {exc}") from exc
         self._take_in(outbox / snapshot.digest[:2] / f"{snapshot.digest}.dill", snapshot.digest)
         return snapshot
 
     def _take_in(self, written: Path, digest: str) -> None:
-        """Move a snapshot the kernel wrote into the store, once its bytes hash to its name."""
+        """Move a snapshot the kernel wrote into the store, once its bytes hash to its name.
+
+        The kernel owns the folder it wrote to: the file is opened without following links, must be a
+        regular file no larger than the kernel's memory limit, and only that folder is removed after."""
+        outbox = self.run_dir / _OUTBOX
         try:
+            if written.parent.parent != outbox or len(digest) != 64:
+                raise SnapshotError(f"the kernel named a snapshot outside its outbox: {written}")
             if self.store.path(digest).exists():
                 return  # the same state was stored before: content-addressed, nothing to add
-            data = written.read_bytes()
+            fd = os.open(written, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as f:
+                st = os.fstat(f.fileno())
+                limit = self.limits.memory_mb * 1024 * 1024
+                if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+                    raise SnapshotCorruptError(f"the kernel's snapshot {digest[:12]} is not a regular file in bounds")
+                data = f.read(limit + 1)
             if hashlib.sha256(data).hexdigest() != digest:
                 raise SnapshotCorruptError(f"the kernel wrote a snapshot whose content does not hash to {digest[:12]}")
             self.store.add(digest, data)
         except OSError as exc:
             raise SnapshotError(f"could not store snapshot {digest[:12]}: {exc}") from exc
         finally:
-            shutil.rmtree(written.parent, ignore_errors=True)
+            if written.parent.parent == outbox:
+                shutil.rmtree(written.parent, ignore_errors=True)
 
     def restore(self, snapshot: SnapshotInfo | str, *, clean: bool = True, keep: Sequence[str] = ()) -> RestoreResult:
         """Load a snapshot (or digest) into the user namespace; with ``clean`` other user names go, but

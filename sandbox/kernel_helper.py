@@ -323,8 +323,6 @@ def snapshot(store: str) -> dict[str, Any]:
     if not os.path.exists(path):
         if not os.path.isdir(folder):
             os.makedirs(folder, exist_ok=True)
-            with contextlib.suppress(OSError):
-                os.chmod(folder, 0o1777)  # kernels of other users share the store
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as f:
@@ -555,6 +553,12 @@ def _fingerprint(obj: Any) -> str:
     except Exception:
         content = ""
     return f"{_type_name(obj)}|{size}|{content}"
+
+
+def value_fingerprint(obj: Any) -> str:
+    """One value's fingerprint entry, as :func:`namespace_fingerprint` gives it (the host computes the
+    entries of the canaries it plants with it)."""
+    return _fingerprint(obj)
 
 
 #: numpy's default print options (those a cell may change; others are ignored).

@@ -76,6 +76,16 @@ class KernelLauncher(ABC):
         """The kernel's process id as seen from the host, if it can be read."""
         return None
 
+    def check_backend(self) -> None:
+        """Raise :class:`~themisto_env.errors.BackendUnavailableError` when the backend itself is gone
+        (before a dead kernel is blamed on the code it ran). Nothing to check for a local process."""
+        return None
+
+    def out_of_memory(self) -> bool:
+        """Whether the backend saw the kernel killed at its memory limit (from its own records, never
+        from what the kernel printed)."""
+        return False
+
     def limit_events(self) -> dict[str, int]:
         """How often the kernel hit its limits so far, read from outside the kernel where the backend
         can: ``oom_kill`` (processes killed at the memory limit), ``pids_max`` (forks refused at the

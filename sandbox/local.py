@@ -120,7 +120,11 @@ class LocalLauncher(KernelLauncher):
 
     def stop(self, *, graceful: bool = True) -> str:
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
+        if proc is None:
+            return "exited"
+        if proc.poll() is not None:  # it exited (os._exit, a crash): what it started goes too
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
             return "exited"
         if graceful:
             proc.terminate()

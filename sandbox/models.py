@@ -87,7 +87,7 @@ class SnapshotInfo(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    digest: str
+    digest: str = Field(pattern=r"^[0-9a-f]{64}$")  # a kernel's answer names a host path: nothing else
     size_bytes: int
     names: list[str]
     skipped: dict[str, str] = Field(default_factory=dict)

@@ -52,12 +52,15 @@ class KernelPool:
         Raises:
             BackendUnavailableError: The backend cannot run here.
             KernelStartError: The kernel did not start.
+            InfrastructureError: The pool is closed.
         """
         with self._lock:
-            if self._closed:
-                raise InfrastructureError("the kernel pool is closed")
-            while not self._ready and self._starting and self._failure is None:
-                self._lock.wait()  # one is on its way: sooner than starting another
+            while True:
+                if self._closed:
+                    raise InfrastructureError("the kernel pool is closed")
+                if self._ready or not self._starting or self._failure is not None:
+                    break
+                self._lock.wait(timeout=1.0)  # one is on its way: sooner than starting another
             failure, self._failure = self._failure, None
             kernel = self._ready.pop(0) if self._ready else None
         if kernel is None:
@@ -72,19 +75,27 @@ class KernelPool:
         with self._lock:
             if self._closed:
                 return
-            missing = self.size - len(self._ready) - self._starting
-            self._starting += max(0, missing)
-        for _ in range(max(0, missing)):
-            thread = threading.Thread(target=self._start_in_background, name="themisto-kernel-pool", daemon=True)
-            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
-            thread.start()
+            missing = max(0, self.size - len(self._ready) - self._starting)
+            self._starting += missing
+            started = [
+                threading.Thread(target=self._start_in_background, name="themisto-kernel-pool", daemon=True)
+                for _ in range(missing)
+            ]
+            self._threads = [t for t in self._threads if t.is_alive()] + started
+            for thread in started:  # under the lock: close() sees every thread it must wait for
+                thread.start()
 
     def _start(self) -> Kernel:
+        """A started kernel with the modules preloaded; without them if preloading kills it (an import
+        too heavy for the limits): a kernel that works beats a warm one that does not."""
         kernel = self._new_kernel().start()
         try:
             kernel.preload(self.preload)
+        except InfrastructureError:
+            kernel.close(graceful=False)
+            kernel = self._new_kernel().start()
         except BaseException:
-            kernel.close()
+            kernel.close(graceful=False)
             raise
         return kernel
 
@@ -93,32 +104,32 @@ class KernelPool:
         failure: BaseException | None = None
         try:
             kernel = self._start()
-        except Exception as exc:  # reported by the next take()
+        except BaseException as exc:  # reported by the next take()
             failure = exc
-        with self._lock:
-            self._starting -= 1
-            if self._closed:
-                pass
-            elif kernel is not None:
-                self._ready.append(kernel)
-                kernel = None
-            else:
-                self._failure = failure
-            self._lock.notify_all()
-        if kernel is not None:  # the pool closed meanwhile
-            kernel.close()
+        finally:
+            with self._lock:
+                self._starting -= 1
+                if not self._closed and kernel is not None:
+                    self._ready.append(kernel)
+                    kernel = None
+                elif failure is not None:
+                    self._failure = failure
+                self._lock.notify_all()
+            if kernel is not None:  # the pool closed meanwhile
+                kernel.close(graceful=False)
 
     def close(self) -> None:
-        """Close the ready kernels and those still starting. Idempotent."""
+        """Close the ready kernels and wait for those still starting (closed by their thread). Idempotent."""
         with self._lock:
             self._closed = True
             ready, self._ready = self._ready, []
+            threads = list(self._threads)
             self._lock.notify_all()
         for kernel in ready:
             with contextlib.suppress(Exception):
-                kernel.close()
-        for thread in self._threads:
-            thread.join(timeout=60)  # a kernel that finishes starting is closed by its thread
+                kernel.close(graceful=False)
+        for thread in threads:
+            thread.join(timeout=120)
 
     def __enter__(self) -> KernelPool:
         self.fill()

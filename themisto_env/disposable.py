@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from themisto_env.errors import (
     BackendUnavailableError,
@@ -40,15 +40,16 @@ from themisto_env.errors import (
     InfrastructureError,
     KernelDiedError,
 )
-from themisto_env.sandbox import kernel_helper
 from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel_helper import value_fingerprint
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.pool import KernelPool
 from themisto_env.state import TrajectoryKernel, diff_fingerprints, expected_fingerprint
 from themisto_env.trajectory import Trajectory
 
 #: Why a piece of model-written code failed, when it was its own doing.
-FAILURES = ("exit", "memory", "processes", "timeout", "unreadable", "tampered")
+Failure = Literal["exit", "memory", "processes", "timeout", "unreadable", "tampered"]
+FAILURES: tuple[Failure, ...] = get_args(Failure)
 
 _DELETED = "<deleted>||"
 
@@ -95,10 +96,10 @@ class CodeRun:
         seconds: Wall time of the whole run (serving the state, the code, the measurement).
     """
 
-    status: str
+    status: Literal["ok", "error", "failed"]
     outputs: list[dict[str, Any]] = field(default_factory=list)
     changed: dict[str, str] | None = None
-    failure: str | None = None
+    failure: Failure | None = None
     detail: str = ""
     seconds: float = 0.0
 
@@ -111,18 +112,20 @@ def _canary() -> dict[str, object]:
 
 class _LimitWatch:
     """Reads the kernel's limit hits from outside (the container's cgroup) while code runs, and keeps
-    what it saw: a container killed at a limit takes its cgroup along, so reading only afterwards could
-    find nothing."""
+    what it saw beyond what was there before the code started: a container killed at a limit takes its
+    cgroup along, so reading only afterwards could find nothing."""
 
     def __init__(self, kernel: Kernel, interval_s: float = 0.1) -> None:
         self.kernel = kernel
         self.interval_s = interval_s
+        self.baseline: dict[str, int] = {}
         self.seen: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, name="themisto-limit-watch", daemon=True)
 
     def __enter__(self) -> _LimitWatch:
-        self._read()
+        with contextlib.suppress(Exception):
+            self.baseline = dict(self.kernel.launcher.limit_events())
         self._thread.start()
         return self
 
@@ -138,9 +141,9 @@ class _LimitWatch:
     def _read(self) -> None:
         with contextlib.suppress(Exception):  # the cgroup may be gone with the container
             for key, value in self.kernel.launcher.limit_events().items():
-                self.seen[key] = max(value, self.seen.get(key, 0))
+                self.seen[key] = max(value - self.baseline.get(key, 0), self.seen.get(key, 0))
 
-    def hit(self) -> tuple[str, str] | None:
+    def hit(self) -> tuple[Failure, str] | None:
         """The limit the code hit, if any. A fork bomb also exhausts memory (each fork copies the
         kernel's pages as it runs): the process limit, when hit, is named first."""
         if self.seen.get("pids_max"):
@@ -149,13 +152,16 @@ class _LimitWatch:
             return "memory", f"out of memory ({self.seen['oom_kill']} process(es) killed at the memory limit)"
         return None
 
-    def failed(self, failure: str, detail: str, *, outputs: list | None = None) -> CodeRun:
-        """A failure of the code, named by the limit it hit where the backend saw one."""
+    def failed(self, failure: Failure, detail: str, *, outputs: list[dict[str, Any]] | None = None) -> CodeRun:
+        """A failure of the code, named by the limit it hit where the backend saw one (its own records,
+        never what the code printed)."""
         limit = self.hit()
         if limit is not None:
             failure, detail = limit
-        elif "oom" in detail.lower() or "out of memory" in detail.lower():
-            failure = "memory"
+        elif failure == "exit":
+            with contextlib.suppress(Exception):
+                if self.kernel.launcher.out_of_memory():
+                    failure, detail = "memory", "killed at the memory limit"
         return CodeRun("failed", outputs or [], failure=failure, detail=detail)
 
 
@@ -198,6 +204,8 @@ class DisposableKernels:
             InfrastructureError: The kernel could not be brought to the state (nothing model-written ran).
         """
         started = time.perf_counter()
+        if not code.strip():  # an empty cell does nothing and prints nothing: no kernel needed
+            return CodeRun("ok", [], changed={}, seconds=time.perf_counter() - started)
         served = TrajectoryKernel(self.pool.take)
         try:
             report = served.serve(trajectory, step)
@@ -220,17 +228,21 @@ class DisposableKernels:
         return run
 
     def _run_code(self, kernel: Kernel, code: str, token: str, before: dict[str, str], *, timeout_s: float) -> CodeRun:
-        """The code's part: everything that goes wrong from here on is the code's doing."""
+        """The code's part: what goes wrong from here on is the code's doing, once the backend itself is
+        known to be alive (a lost engine also looks like a dead or silent kernel)."""
         with _LimitWatch(kernel) as limits:
             try:
                 result = kernel.execute(code, timeout_s=timeout_s, interrupt=False)
             except BackendUnavailableError:
                 raise
             except KernelDiedError as exc:
+                kernel.launcher.check_backend()
                 return limits.failed("exit", str(exc))
             except InfrastructureError as exc:
+                kernel.launcher.check_backend()
                 return limits.failed("unreadable", str(exc))
         if result.status == "timeout":
+            kernel.launcher.check_backend()
             return limits.failed("timeout", f"it ran past {timeout_s:g} s", outputs=result.outputs)
         if (limit := limits.hit()) is not None:  # hit, though the cell survived it
             return CodeRun("failed", result.outputs, failure=limit[0], detail=limit[1])
@@ -240,17 +252,18 @@ class DisposableKernels:
         except BackendUnavailableError:
             raise
         except KernelDiedError as exc:
+            kernel.launcher.check_backend()
             return limits.failed("exit", str(exc), outputs=result.outputs)
         except (InfrastructureError, HelperError) as exc:
+            kernel.launcher.check_backend()
             return CodeRun("failed", result.outputs, failure="unreadable", detail=str(exc))
-        wrong = [
-            name for name, value in canary.items() if measured.pop(name, None) != kernel_helper._fingerprint(value)
-        ]
+        wrong = [name for name, value in canary.items() if measured.pop(name, None) != value_fingerprint(value)]
         if wrong:
             return CodeRun(
                 "failed", result.outputs, failure="tampered", detail=f"the measurement missed canaries {wrong}"
             )
-        return CodeRun(result.status, result.outputs, changed=changed_names(before, measured))
+        status: Literal["ok", "error"] = "error" if result.status == "error" else "ok"
+        return CodeRun(status, result.outputs, changed=changed_names(before, measured))
 
     def _discard(self, served: TrajectoryKernel) -> None:
         """Close the kernel in the background (a container takes a moment to go)."""
