@@ -37,7 +37,8 @@ Register it to make it available by name (``themisto run --agent last-source``):
 
 :class:`AgentUsage` is what an agent spent on one sample (model calls, tokens where the model reports
 them, tool calls); ``agent.usage`` holds it for the current sample, and a new one starts when the
-agent sees a new ``info["sample_id"]`` (or on ``reset``).
+agent sees a new ``info["sample_id"]``, or a new ``info["draw"]`` of the same sample (each of the K
+predictions of pass@k starts afresh, :meth:`BaseAgent.start_sample` included), or on ``reset``.
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ class BaseAgent:
 
     def __init__(self) -> None:
         self.usage = AgentUsage()
-        self._sample_id: object = None
+        self._sample_id: object = None  # (sample id, draw) being decided
 
     # -- the protocol ------------------------------------------------------------------------------
 
@@ -195,9 +196,11 @@ class BaseAgent:
     # -- internals ---------------------------------------------------------------------------------
 
     def _enter(self, observation: Observation, info: Info) -> None:
-        sample_id = info.get("sample_id")
-        if sample_id != self._sample_id:
-            self._sample_id = sample_id
+        # A new sample, or another independent prediction of the same one (pass@k: ``info["draw"]``):
+        # either starts afresh, with nothing carried over from the previous attempt.
+        key = (info.get("sample_id"), info.get("draw", 0))
+        if key != self._sample_id:
+            self._sample_id = key
             self.usage = AgentUsage()
             self.start_sample(observation, info)
 

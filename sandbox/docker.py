@@ -216,6 +216,7 @@ class DockerLauncher(KernelLauncher):
 
     name: ClassVar[str] = "docker"
     isolated: ClassVar[bool] = True
+    hides_host_files: ClassVar[bool] = True
     _stale_checked: ClassVar[bool] = False  # cleanup_stale() ran in this process
     enforces_limits: ClassVar[bool] = True
 

@@ -26,11 +26,15 @@ class KernelLauncher(ABC):
         name: Registered backend name (``local``, ``docker``, ...).
         isolated: Whether the kernel is isolated from the host (own user, no network, read-only root).
         enforces_limits: Whether memory, CPU and process limits of ``SandboxLimits`` are enforced.
+        hides_host_files: Whether the kernel sees only what it is given (not the host's files: the
+            dataset with its targets, the snapshot store, the user's home). Model-written code belongs
+            on such a backend.
     """
 
     name: ClassVar[str]
     isolated: ClassVar[bool]
     enforces_limits: ClassVar[bool] = False
+    hides_host_files: ClassVar[bool] = False
 
     def __init__(
         self, limits: SandboxLimits, shared_dirs: tuple[Path, ...] = (), readonly_dirs: tuple[Path, ...] = ()

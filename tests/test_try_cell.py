@@ -241,14 +241,19 @@ def test_the_output_task_refuses_in_one_line() -> None:
         env.close()
 
 
-def test_the_local_backend_warns_once_at_start(monkeypatch: pytest.MonkeyPatch, caplog: Any) -> None:
+def test_the_local_backend_warns_once_when_a_cell_is_first_tried(
+    make_env: MakeEnv, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
     monkeypatch.setattr(env_module, "_WARNED_UNISOLATED", set())
     with caplog.at_level(logging.WARNING, logger="themisto_env"):
-        ThemistoEnv(task="output", observation="tools", backend="local").close()
-        ThemistoEnv(task="next-cell", observation="static", backend="local").close()
-        assert not [r for r in caplog.records if "try_cell" in r.getMessage()]
-        ThemistoEnv(task="next-cell", observation="tools", backend="local").close()
-        ThemistoEnv(task="next-cell", observation="tools", backend="local").close()
+        env = make_env(tool_budget=3)
+        try:
+            env.reset(options={"trajectory": TRAJECTORY, "sample": SAMPLE})
+            assert not [r for r in caplog.records if "try_cell" in r.getMessage()], "nothing model-written ran yet"
+            env.step(try_cell("1 + 1"))
+            env.step(try_cell("2 + 2"))
+        finally:
+            env.close()
     warned = [r.getMessage() for r in caplog.records if "not isolated" in r.getMessage()]
     assert len(warned) == 1 and warned[0].startswith("the try_cell tool runs model-written code on the local")
 

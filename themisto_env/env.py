@@ -72,16 +72,27 @@ _WARNED_UNISOLATED: set[str] = set()
 
 
 def _warn_unisolated(backend: str, what: str) -> None:
-    """Once per process and backend: model-written code is about to run without isolation."""
-    if backend not in _WARNED_UNISOLATED:
-        _WARNED_UNISOLATED.add(backend)
-        log.warning(
-            "%s runs model-written code on the %s backend, which is not isolated (it runs as you, with your "
-            "files and network); use --backend docker for code you do not trust.",
-            what,
-            backend,
-        )
+    """Once per process and backend: model-written code is about to run where it can reach the host's
+    files (the local backend: everything; bwrap: reads only, the dataset and its targets included)."""
+    launcher = launcher_class(backend)
+    if launcher.hides_host_files or backend in _WARNED_UNISOLATED:
+        return
+    _WARNED_UNISOLATED.add(backend)
+    reach = (
+        "which isolates the process but lets it read your files (the dataset with its targets, the snapshots)"
+        if launcher.isolated
+        else "which is not isolated (it runs as you, with your files and network)"
+    )
+    log.warning(
+        "%s runs model-written code on the %s backend, %s; use --backend docker for code you do not trust.",
+        what,
+        backend,
+        reach,
+    )
 
+
+#: The longest model-written code may run (a prediction under the execution score, a tried cell).
+MODEL_CODE_TIMEOUT_S = 30.0
 
 ObservationMode = Literal["static", "full", "tools"]
 
@@ -106,7 +117,8 @@ class EnvConfig(BaseModel):
         execution_score: Also score a next-cell prediction by running it, in a disposable kernel (use
             the docker backend).
         samples: Predictions per sample (pass@k): the sample is scored once per prediction and the
-            episode moves on after the last; ``info["draw"]`` counts them from 0.
+            episode moves on after the last. ``info["draw"]`` is the prediction the env now waits for
+            (from 0); the step that scores one says which in ``info["scored_draw"]``.
         sample_rule: Which steps are samples.
         limits: Sandbox limits.
         max_output_chars: Cap of one output in the history.
@@ -184,11 +196,8 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self._state = TrajectoryKernel(self._new_kernel)
         #: The tools an agent is offered (try_cell would reveal the output in the output task).
         self._tool_names = tuple(n for n in TOOL_NAMES if n != "try_cell" or self.config.task == "next-cell")
-        if self.config.execution_score and not launcher_class(self.config.backend).isolated:
+        if self.config.execution_score and self.config.task == "next-cell":
             _warn_unisolated(self.config.backend, "the execution score")
-        tries = self.config.observation == "tools" and self.config.task == "next-cell"
-        if tries and not launcher_class(self.config.backend).isolated:
-            _warn_unisolated(self.config.backend, "the try_cell tool")
         self._disposable: DisposableKernels | None = None  # kernels for model-written code, on first use
         self._draw = 0  # predictions already scored for the current sample
         self._dataset_checked = False
@@ -265,6 +274,11 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             self._disposable.close()
             self._disposable = None
 
+    @property
+    def _code_timeout_s(self) -> float:
+        """The time limit of model-written code (a prediction, a tried cell)."""
+        return min(self.config.limits.timeout_s, MODEL_CODE_TIMEOUT_S)
+
     def disposable_kernels(self) -> DisposableKernels:
         """The kernels model-written code runs in (a pool of disposable kernels, started on first use,
         preloading the libraries the dataset's cells import)."""
@@ -287,8 +301,8 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         trajectory, step = self._trajectory, self._sample.step
 
         def try_code(code: str) -> CodeRun:  # the try_cell tool: a disposable kernel, never this env's
-            timeout_s = min(self.config.limits.timeout_s, 30)
-            return self.disposable_kernels().run(trajectory, step, code, timeout_s=timeout_s)
+            _warn_unisolated(self.config.backend, "the try_cell tool")
+            return self.disposable_kernels().run(trajectory, step, code, timeout_s=self._code_timeout_s)
 
         return ToolContext(
             kernel=self._state.kernel,
@@ -440,6 +454,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             "observation_mode": self.config.observation,
             "tool_names": self._tool_names if self.config.observation == "tools" else (),
             "samples_left": len(self._queue),
+            "draw": self._draw,
             "state": state,
             **extra,
         }
@@ -481,7 +496,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         if self._report.faults:
             extra["recovered"] = list(self._report.faults)
         extra["scored_state"] = self._report.as_dict()
-        extra["draw"] = self._draw
+        extra["scored_draw"] = self._draw
         if self._draw + 1 < self.config.samples:  # another prediction for the same sample, same state
             self._draw += 1
             self._tools_used, self._tool_calls, self._last_tool = 0, [], ""
@@ -509,7 +524,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 self._trajectory,
                 self._sample.step,
                 code,
-                timeout_s=min(self.config.limits.timeout_s, 30),
+                timeout_s=self._code_timeout_s,
             )
         except BackendUnavailableError:
             raise

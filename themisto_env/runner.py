@@ -174,6 +174,7 @@ def episode_rows(
     started = time.perf_counter()
     left = {s.id for s in env.episode_samples[tid][first:]} & wanted
     drawn: list[tuple[Any, float, dict]] = []  # (action, reward, info) of the current sample's predictions
+    spent: list[Any] = []  # the agent's usage for each of them
     sample_info = info  # what the agent was shown when the current sample began
     while left:  # the episode stops after its last wanted sample
         sample = env.current_sample
@@ -182,13 +183,16 @@ def episode_rows(
         obs, reward, terminated, truncated, info = env.step(action)
         if "scored_sample_id" in info:  # the env reports each sample's failures with its score
             drawn.append((action, reward, info))
-            if info.get("draw", 0) + 1 < env.config.samples and not (terminated or truncated):
-                info = sample_info  # the same sample again, as it began (the env serves its observation)
+            spent.append(getattr(agent, "usage", None))
+            if info.get("scored_draw", 0) + 1 < env.config.samples and not (terminated or truncated):
+                # The same sample again, as it began (the env serves its observation), as the next draw:
+                # the agent starts afresh and never sees the previous draw's score.
+                info = {**sample_info, "draw": info["draw"]}
                 continue
             if sample.id in wanted:
                 left.discard(sample.id)
-                yield _row(config, options, agent, sample, drawn, started)
-            drawn, sample_info = [], info
+                yield _row(config, options, sample, drawn, spent, started)
+            drawn, spent, sample_info = [], [], info
             started = time.perf_counter()
         if terminated or truncated:
             break
@@ -215,16 +219,17 @@ def _draw(action: Any, reward: float, info: dict) -> dict[str, Any]:
 def _row(
     config: RunConfig,
     options: dict,
-    agent: Any,
     sample: Any,
     drawn: list[tuple[Any, float, dict]],
+    spent: list[Any],
     started: float,
 ) -> dict[str, Any]:
     """A sample's row: the first prediction's fields; with several predictions, also their ``draws``.
     The trust flags (``infrastructure_error``, ``state_mismatch``, ``recovered``) cover every prediction:
     a failure during any of them leaves the whole sample out (and runs it again on resume)."""
     action, reward, info = drawn[0]
-    usage = getattr(agent, "usage", None)  # what the agent spent on the sample, over all its predictions
+    usages = [u for u in spent if hasattr(u, "as_dict")]
+    usage = sum(usages[1:], usages[0]) if usages else None  # the agent's spending over all its predictions
 
     infos = [i for _, _, i in drawn]
 

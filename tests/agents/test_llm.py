@@ -228,3 +228,29 @@ def test_custom_prompt_templates_are_data(tmp_path: Path) -> None:
 def test_message_text_joins_the_text_parts_of_a_list_content() -> None:
     message = AIMessage([{"type": "text", "text": "```\n4"}, {"type": "tool_use", "id": "x"}, "2\n```"])
     assert message_text(message) == "```\n42\n```"
+
+
+def test_each_draw_of_pass_at_k_starts_a_fresh_conversation(make_env: MakeEnv) -> None:
+    """With K predictions per sample, llm-tools starts each draw from the sample's own prompt: it never
+    sees its previous answer, and its model-call limit and usage are per draw (summed in the row)."""
+    from themisto_env.runner import RunConfig, episode_rows
+
+    replies = [
+        AIMessage("", tool_calls=[_tool_call("list_variables", {}, "a")], usage_metadata=_usage(100, 5)),
+        AIMessage("The output will be:\n```\n(40, 3)\n```", usage_metadata=_usage(300, 10)),
+        AIMessage("The output will be:\n```\n(1, 1)\n```", usage_metadata=_usage(100, 7)),
+    ]
+    model = ScriptedChatModel(replies)
+    agent = make_agent("llm-tools", chat_model=model)
+    env = make_env("output", "tools", samples=2)
+    config = RunConfig(agent="llm-tools", task="output", samples=2)
+    inner = env.unwrapped
+    tid = inner.episode_ids[0]
+    rows = episode_rows(config, inner, agent, {"observation": "tools"}, tid, 0, {inner.episode_samples[tid][0].id})
+    row = next(rows)
+    assert [d["prediction"] for d in row["draws"]] == ["(40, 3)", "(1, 1)"]
+    assert len(model.prompts) == 3
+    opening = [m for m in model.prompts[0] if not isinstance(m, AIMessage | ToolMessage)]
+    assert model.prompts[2] == opening, "the second draw saw the first draw's conversation"
+    assert row["usage"]["model_calls"] == 3 and row["usage"]["input_tokens"] == 500
+    assert [d["tool_calls"] for d in row["draws"]][1] == []
