@@ -34,6 +34,13 @@ class SnapshotStore:
     def __init__(self, root: str | Path | None = None) -> None:
         self.root = Path(root) if root is not None else default_cache_dir() / "snapshots"
         self.root.mkdir(parents=True, exist_ok=True)
+        legacy = self.root / ".prefixes-1777"
+        if legacy.exists():  # kernels wrote here directly before: nobody but its owner writes it now
+            for folder in [self.root, *(p for p in self.root.iterdir() if p.is_dir())]:
+                with contextlib.suppress(OSError):
+                    os.chmod(folder, 0o755)
+            with contextlib.suppress(OSError):
+                legacy.unlink()
 
     def path(self, digest: str) -> Path:
         """Where the snapshot with this digest lives."""
@@ -42,7 +49,9 @@ class SnapshotStore:
     def add(self, digest: str, data: bytes) -> Path:
         """Store snapshot bytes under their digest (the caller checked that they hash to it)."""
         path = self.path(digest)
-        path.parent.mkdir(exist_ok=True)
+        if not path.parent.is_dir():
+            path.parent.mkdir(exist_ok=True)
+            os.chmod(path.parent, 0o755)  # whatever the umask: read-only kernels must traverse it
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as f:

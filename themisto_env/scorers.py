@@ -27,9 +27,17 @@ recording before it runs), its outputs once sent, or another prediction (each ru
 discarded after). It can read only what the kernel can: on docker, not the dataset nor the snapshot
 store (the one snapshot it starts from is copied in and removed before it runs). It could, with effort,
 find the sealed measuring helper in its own process and make it lie about the names it changed; a lie
-that ignores the canaries planted after it ran is caught (``tampered``). What such a lie can gain is
-bounded: the recorded after-state is not in the kernel, so it can hide changes it made, not invent the
-right ones.
+that ignores the canaries planted after it ran is caught (``tampered``), and an answer that is not a
+bounded mapping of names to fingerprints is ``unreadable``. What a lie can gain is bounded: the recorded
+after-state is not in the kernel, and a name matches only with the recorded content hash, so it can hide
+changes it made, not invent the right ones.
+
+What the score cannot see (the fingerprint's limits, :mod:`themisto_env.state`): objects with no content
+hash (most library objects, e.g. a fitted scikit-learn model, or a matplotlib figure) are compared by type
+and length only, so a cell that fits a model in place changes nothing the score sees, and any plot of the
+same size and axes count prints the same ``<Figure ...>``; arrays and frames above 64 KiB are hashed on a
+strided sample. A prediction passes on such cells by printing and binding what the target did, whatever
+it computed inside those objects.
 """
 
 from __future__ import annotations
