@@ -39,6 +39,7 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 import weakref
 from collections.abc import Iterable, Iterator
@@ -349,6 +350,7 @@ def collect(roots: Iterable[Path] | None = None, *, dry_run: bool = False, conta
 _kernels: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()  # kernel -> owner pid
 _atexit_registered = False
 _reapers: dict[tuple[int, str], int] = {}  # (owner pid, root) -> reaper pid
+_lock = threading.Lock()  # kernels start and close on several threads (a pool's, a discard's)
 
 
 def track(kernel: Any, run_dir: Path) -> None:
@@ -359,28 +361,32 @@ def track(kernel: Any, run_dir: Path) -> None:
     """
     global _atexit_registered
     pid = os.getpid()
-    _kernels[kernel] = pid
-    if not _atexit_registered:
-        atexit.register(_close_all)
-        _atexit_registered = True
-    root = str(run_dir.parent)
-    if (pid, root) in _reapers:
-        return
-    with contextlib.suppress(Exception):  # containers: at the docker backend's first start
-        collect([Path(root)], containers=False)
-    with contextlib.suppress(OSError):  # no reaper: the atexit hook and gc still hold (tried again next start)
-        _reapers[(pid, root)] = start_reaper(root)
+    with _lock:
+        _kernels[kernel] = pid
+        if not _atexit_registered:
+            atexit.register(_close_all)
+            _atexit_registered = True
+        root = str(run_dir.parent)
+        if (pid, root) in _reapers:
+            return
+        with contextlib.suppress(Exception):  # containers: at the docker backend's first start
+            collect([Path(root)], containers=False)
+        with contextlib.suppress(OSError):  # no reaper: the atexit hook and gc still hold (tried again next start)
+            _reapers[(pid, root)] = start_reaper(root)
 
 
 def untrack(kernel: Any) -> None:
     """Called by a kernel as it closes."""
-    _kernels.pop(kernel, None)
+    with _lock:
+        _kernels.pop(kernel, None)
 
 
 def _close_all() -> None:
     """atexit: close the kernels this process started (never a parent's, after a fork)."""
     pid = os.getpid()
-    for kernel, owner in list(_kernels.items()):
+    with _lock:
+        kernels = list(_kernels.items())
+    for kernel, owner in kernels:
         if owner == pid:
             with contextlib.suppress(Exception):
                 kernel.close()
