@@ -51,7 +51,8 @@ from themisto_env.trajectory import Trajectory
 Failure = Literal["exit", "memory", "processes", "timeout", "unreadable", "tampered"]
 FAILURES: tuple[Failure, ...] = get_args(Failure)
 
-_DELETED = "<deleted>||"
+#: The fingerprint entry of a name that code deleted.
+DELETED = "<deleted>||"
 
 
 def changed_names(before: dict[str, str], after: dict[str, str]) -> dict[str, str]:
@@ -59,7 +60,7 @@ def changed_names(before: dict[str, str], after: dict[str, str]) -> dict[str, st
     for a name that went)."""
     names = set(before) | set(after)
     return {
-        name: after.get(name, _DELETED)
+        name: after.get(name, DELETED)
         for name in names
         if name not in before or name not in after or diff_fingerprints({name: before[name]}, {name: after[name]})
     }

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from themisto_env.disposable import DELETED
 from themisto_env.rendering import render_outputs
 from themisto_env.sandbox.kernel_helper import OPTIONS_KEY
 from themisto_env.tools._models import ToolContext, ToolError
@@ -25,8 +26,6 @@ NOT_AVAILABLE = (
     "try_cell is only available in the next-cell task: here the cell is given and running it would "
     "reveal the output you are asked to predict."
 )
-
-_DELETED = "<deleted>"
 
 #: What the agent reads for each way a candidate can fail; the run's own ``detail`` replaces it where it
 #: is plain (``it ran past 30 s``), never where it may name the machinery's internals.
@@ -112,7 +111,7 @@ def _changes(changed: Mapping[str, str] | None, before: Mapping[str, str] | None
         rows = []
         for name in names[:max_rows]:
             entry, old = changed[name], (before or {}).get(name)
-            if entry.startswith(_DELETED):
+            if entry == DELETED:
                 kind, size = _parts(old) if old else ("", "")
                 rows.append((name, kind, size, "deleted"))
                 continue
