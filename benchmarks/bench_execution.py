@@ -88,8 +88,8 @@ def main() -> None:
     parser.add_argument("--trajectories", type=int, default=None, help="only the first N trajectories")
     args = parser.parse_args()
     console = Console()
-    if console.width < 140:  # not a wide terminal (or a file): keep the table's columns whole
-        console = Console(width=140)
+    if console.width < 160:  # not a wide terminal (or a file): keep the table's columns whole
+        console = Console(width=160)
     console.print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; backend={args.backend}")
     scored = ThemistoEnv(
         task="next-cell", observation="static", backend=args.backend, dataset=args.data, execution_score=True
