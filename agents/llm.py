@@ -15,7 +15,10 @@ Each is made from a chat model, or from a provider and a model name (see
     agent = make_agent("llm-full", chat_model=my_chat_model)
 
 A reply is read with :func:`~themisto_env.agents.parsing.extract_prediction`; the tokens each call
-used are taken from ``AIMessage.usage_metadata`` when the model reports them.
+used are taken from ``AIMessage.usage_metadata`` when the model reports them. Every model call goes through
+:func:`~themisto_env.agents.retry.call_with_retries` (rate limits, 5xx, timeouts retried with backoff;
+``max_retries=`` and ``retry_delay=`` set the policy); one that still fails raises
+:class:`~themisto_env.errors.ModelError`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from themisto_env.actions import Prediction
 from themisto_env.agents.base import Action, BaseAgent, Info, Observation
 from themisto_env.agents.parsing import extract_prediction
 from themisto_env.agents.prompting import ContextMode, PromptTemplates, load_prompts
+from themisto_env.agents.retry import RetryPolicy, acall_with_retries, call_with_retries
 from themisto_env.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -64,11 +68,16 @@ class LLMAgent(BaseAgent):
         provider: A provider of :func:`~themisto_env.agents.providers.make_chat_model`.
         model: The provider's model name.
         prompts: A prompt-templates YAML file (default: the bundled ``prompts/default.yaml``).
+        max_retries: Retries of a failed model call (rate limit, 5xx, timeout, lost connection).
+        retry_delay: The backoff's base delay in seconds (see :class:`~themisto_env.agents.retry.RetryPolicy`).
         **model_options: Passed to the provider's model class (``temperature``, ``base_url``, ...).
 
     Raises:
         ConfigError: Neither a chat model nor a provider, or both.
         ProviderError: The provider's package or key is missing.
+
+    Attributes:
+        retry: The retry policy of the model calls (replaceable, e.g. its ``sleep`` in tests).
     """
 
     name = "llm"
@@ -81,9 +90,13 @@ class LLMAgent(BaseAgent):
         provider: str | None = None,
         model: str | None = None,
         prompts: str | Path | None = None,
+        max_retries: int = 5,
+        retry_delay: float = 1.0,
         **model_options: Any,
     ) -> None:
         super().__init__()
+        self.retry = RetryPolicy(max_retries=max_retries, base_delay=retry_delay)
+        self.provider = provider
         if chat_model is not None and (provider is not None or model_options):
             raise ConfigError(f"{self.name}: pass either chat_model or provider/model options, not both")
         if chat_model is None:
@@ -94,6 +107,8 @@ class LLMAgent(BaseAgent):
                 )
             from themisto_env.agents.providers import make_chat_model
 
+            if provider in ("openai", "anthropic"):  # one retry policy: ours (see agents/retry.py)
+                model_options.setdefault("max_retries", 0)
             chat_model = make_chat_model(provider, model, **model_options)
         self.chat_model: BaseChatModel = chat_model
         self.prompts: PromptTemplates = load_prompts(prompts)
@@ -121,17 +136,29 @@ class LLMAgent(BaseAgent):
         usage = getattr(message, "usage_metadata", None) or {}
         self.usage.add_model_call(usage.get("input_tokens"), usage.get("output_tokens"))
 
+    def call_model(self, model: Any, messages: list[BaseMessage]) -> Any:
+        """``model.invoke(messages)``, retried under :attr:`retry`.
+
+        Raises:
+            ModelError: The call still failed after its retries, or cannot succeed (400, 401, ...).
+        """
+        return call_with_retries(lambda: model.invoke(messages), self.retry, provider=self.provider)
+
+    async def acall_model(self, model: Any, messages: list[BaseMessage]) -> Any:
+        """The async form of :meth:`call_model` (``model.ainvoke``)."""
+        return await acall_with_retries(lambda: model.ainvoke(messages), self.retry, provider=self.provider)
+
     def decide(self, observation: Observation, info: Info) -> Action:
         """Ask the model once and read its prediction."""
         task = str(info["task"])
-        reply = self.chat_model.invoke(self.messages(observation, task))
+        reply = self.call_model(self.chat_model, self.messages(observation, task))
         self.record(reply)
         return Prediction(text=extract_prediction(message_text(reply), task))  # type: ignore[arg-type]
 
     async def adecide(self, observation: Observation, info: Info) -> Action:
         """Async :meth:`decide` (the model's ``ainvoke``)."""
         task = str(info["task"])
-        reply = await self.chat_model.ainvoke(self.messages(observation, task))
+        reply = await self.acall_model(self.chat_model, self.messages(observation, task))
         self.record(reply)
         return Prediction(text=extract_prediction(message_text(reply), task))  # type: ignore[arg-type]
 

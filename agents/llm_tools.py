@@ -89,7 +89,7 @@ class ToolUsingAgent(LLMAgent):
         """The next tool call the model asked for, or its prediction (asking the model as needed)."""
         step = self._advance(observation, info)
         while isinstance(step, _ModelTurn):
-            reply = self._model(step, info).invoke(step.messages)
+            reply = self.call_model(self._model(step, info), step.messages)
             step = self._receive(reply, observation, info)
         return step
 
@@ -97,7 +97,7 @@ class ToolUsingAgent(LLMAgent):
         """Async :meth:`decide` (the model's ``ainvoke``)."""
         step = self._advance(observation, info)
         while isinstance(step, _ModelTurn):
-            reply = await self._model(step, info).ainvoke(step.messages)
+            reply = await self.acall_model(self._model(step, info), step.messages)
             step = self._receive(reply, observation, info)
         return step
 

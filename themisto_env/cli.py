@@ -48,7 +48,7 @@ def sandbox_build_image(
     from themisto_env.sandbox.image import build_image
 
     name = build_image(force=force)
-    console.print(f"kernel image: [bold]{name}[/]")
+    console.print(f"kernel image: [bold]{escape(name)}[/]")
 
 
 @sandbox_app.command("check")
@@ -59,18 +59,18 @@ def sandbox_check(backend: Backend = "local") -> None:
 
     cleaned = launcher_class(backend).cleanup_stale()
     if cleaned:
-        console.print(f"removed {len(cleaned)} stale kernel(s) left by crashed processes: {', '.join(cleaned)}")
+        console.print(f"removed {len(cleaned)} stale kernel(s) left by crashed processes: {escape(', '.join(cleaned))}")
     table = Table(title=f"sandbox check: {backend}")
     for column in ("check", "result", "seconds", "detail"):
         table.add_column(column)
     failed = 0
     with console.status(f"checking the {backend} backend...") as status:
         for check in checks_for(backend):
-            status.update(f"{check.name}: {check.description}")
+            status.update(escape(f"{check.name}: {check.description}"))
             result = run_check(check, backend)
             failed += not result.passed
             mark = "[green]pass[/]" if result.passed else "[red]FAIL[/]"
-            table.add_row(check.name, mark, f"{result.seconds:.1f}", result.detail)
+            table.add_row(escape(check.name), mark, f"{result.seconds:.1f}", escape(result.detail))
     console.print(table)
     if failed:
         raise typer.Exit(1)
@@ -127,10 +127,11 @@ def data_build(
     report = build_dataset(sources, out, backend=backend, snapshots=snapshots, limits=SandboxLimits(timeout_s=timeout))
     console.print(
         f"built {len(report.built)}, skipped {len(report.skipped)} already built, "
-        f"failed {len(report.failed)}; {report.steps} steps in {report.seconds:.1f} s -> {out}"
+        f"failed {len(report.failed)}; {report.steps} steps in {report.seconds:.1f} s -> {out}",
+        markup=False,
     )
     for tid, why in report.failed.items():
-        console.print(f"[yellow]incomplete[/] {tid}: {why}")
+        console.print(f"[yellow]incomplete[/] {escape(f'{tid}: {why}')}")
 
 
 @data_app.command("info")
@@ -147,7 +148,7 @@ def data_info(
     if as_json:
         typer.echo(json.dumps(info, indent=2))
         return
-    table = Table(title=f"dataset {info['folder']}")
+    table = Table(title=escape(f"dataset {info['folder']}"))
     table.add_column("")
     table.add_column("value", justify="right")
     for key in ("trajectories", "complete", "executions", "errors", "restarts", "snapshot_mb"):
@@ -159,7 +160,7 @@ def data_info(
     if info["disagreements"]:
         console.print("executions whose replayed output differs from the recorded one:")
         for row in info["disagreements"][:20]:
-            console.print(f"  {row['trajectory']} step {row['step']}: {row['source'][:70]!r}")
+            console.print(f"  {row['trajectory']} step {row['step']}: {row['source'][:70]!r}", markup=False)
 
 
 # -- experiments -----------------------------------------------------------------------------------------
@@ -201,6 +202,28 @@ def run_command(
             "model-written code runs as you on the local backend: use --backend docker for untrusted models).",
         ),
     ] = None,
+    max_retries: Annotated[
+        int | None,
+        typer.Option(
+            "--max-retries",
+            min=0,
+            metavar="N",
+            help="Retries of a failed model call (rate limit, 5xx, timeout), with exponential backoff and "
+            "jitter, honouring Retry-After (LLM agents; default 5).",
+        ),
+    ] = None,
+    fail_on_error: Annotated[
+        float | None,
+        typer.Option(
+            "--fail-on-error",
+            min=0.0,
+            max=1.0,
+            metavar="RATE",
+            help="Stop the run when more than this fraction of the samples done failed in their model calls "
+            "(judged after 10 samples, or all of a smaller run). Such samples are recorded as model_error and "
+            "retried on resume.",
+        ),
+    ] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Run folder (resumed if it exists).")] = Path("runs/latest"),
 ) -> None:
     """Run an agent over a task's samples; write results.jsonl and summary.json (resumable)."""
@@ -215,6 +238,8 @@ def run_command(
         "workers": workers,
         "ray": ray,
         "samples": samples,
+        "max_retries": max_retries,
+        "fail_on_error": fail_on_error,
     }
     overrides["data"] = str(data) if data is not None else None
     run_config = load_run_config(config, {k: v for k, v in overrides.items() if v is not None})
@@ -229,25 +254,32 @@ def run_command(
             f"[yellow]{summary['infrastructure_failures']} samples hit an infrastructure failure "
             "(not scored; run again to retry them)[/]"
         )
+    if summary.get("model_errors"):
+        console.print(
+            f"[yellow]{summary['model_errors']} samples failed in their model calls "
+            "(not scored; see model_error in results.jsonl; run again to retry them)[/]"
+        )
     if summary.get("state_mismatches"):
         console.print(
             f"[yellow]{summary['state_mismatches']} samples could not be served in their recorded state "
             "(not scored; see state_mismatch in results.jsonl)[/]"
         )
-    console.print(f"results: {out / 'results.jsonl'}")
+    console.print(f"results: {out / 'results.jsonl'}", markup=False)
 
 
 def summary_table(summary: dict) -> Table:
     """A run summary as a table: each metric's mean and interval; with K predictions per sample, also
     pass@k (execution score) and best-of-K (text metrics)."""
     table = Table(
-        title=f"{summary['agent']} on {summary['task']} ({summary['observation']}), {summary['samples']} samples"
+        title=escape(
+            f"{summary['agent']} on {summary['task']} ({summary['observation']}), {summary['samples']} samples"
+        )
     )
     for column in ("metric", "mean", "95% CI"):
         table.add_column(column)
 
     def add(name: str, m: dict) -> None:
-        table.add_row(name, f"{m['mean']:.3f}", f"[{m['ci_low']:.3f}, {m['ci_high']:.3f}]")
+        table.add_row(escape(name), f"{m['mean']:.3f}", escape(f"[{m['ci_low']:.3f}, {m['ci_high']:.3f}]"))
 
     for metric in ("exact_match", "rouge_l", "chrf"):
         if metric in summary:
@@ -286,7 +318,9 @@ def compare_command(
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return
-    table = Table(title=f"A = {result['a']}  vs  B = {result['b']}  ({result['shared_samples']} shared samples)")
+    table = Table(
+        title=escape(f"A = {result['a']}  vs  B = {result['b']}  ({result['shared_samples']} shared samples)")
+    )
     for column in ("metric", "A", "B", "A - B", "95% CI", "A wins / ties / B wins"):
         table.add_column(column)
     for metric, d in result["metrics"].items():
@@ -296,14 +330,15 @@ def compare_command(
             f"{d['mean_a']:.3f}",
             f"{d['mean_b']:.3f}",
             f"{mark}{d['mean_diff']:+.3f}",
-            f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]",
+            escape(f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"),
             f"{d['wins']} / {d['ties']} / {d['losses']}",
         )
     console.print(table)
     for side, key in (("A", "a_wins_most"), ("B", "b_wins_most")):
         for ex in result[key]:
             console.print(
-                f"{side} wins most on {ex['sample_id']}: ROUGE-L {ex['rouge_l_a']:.2f} vs {ex['rouge_l_b']:.2f}"
+                f"{side} wins most on {ex['sample_id']}: ROUGE-L {ex['rouge_l_a']:.2f} vs {ex['rouge_l_b']:.2f}",
+                markup=False,
             )
 
 
@@ -316,7 +351,7 @@ def report_command(
     from themisto_env.report import write_report
 
     path = write_report(list(run_dirs), out)
-    console.print(f"report: {path}")
+    console.print(f"report: {path}", markup=False)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,6 +8,9 @@ Every error this package raises on purpose is a ``ThemistoError``::
     ├── ActionError              an agent's action is malformed (answered in the observation, never raised
     │                            out of ``Env.step``)
     ├── ProviderError            an optional LLM provider package or key is missing (says what to install)
+    ├── ModelError               a model call still failed after its retries (rate limit, 5xx, timeout) or
+    │                            cannot succeed (400, 401, malformed reply): the sample is recorded as
+    │                            ``model_error``, neither scored nor an infrastructure failure
     ├── HelperError              the in-kernel helper failed on the user's data (a broken ``__repr__``, ...):
     │   │                        the kernel is healthy; tools answer it as text
     │   └── IntrospectionRefused     the helper declined: not the kind of variable asked for (``dataframe`` of a
@@ -66,6 +69,23 @@ class ActionError(ThemistoError):
 
 class ProviderError(ThemistoError):
     """An optional provider (LLM package, API key) is missing; the message says what to install or set."""
+
+
+class ModelError(ThemistoError):
+    """A model call failed: retries exhausted, or an error retrying cannot mend. One line.
+
+    Attributes:
+        status: The HTTP status, when the provider answered with one.
+        attempts: How many times the call was made.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, attempts: int = 1) -> None:
+        self.status = status
+        self.attempts = attempts
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[object, ...]:  # crosses processes (workers, Ray) with its fields
+        return type(self), (str(self),), self.__dict__
 
 
 class HelperError(ThemistoError):
@@ -160,6 +180,7 @@ __all__ = [
     "KernelDiedError",
     "KernelStartError",
     "KernelTimeoutError",
+    "ModelError",
     "ProviderError",
     "ReplayDivergedError",
     "SnapshotCorruptError",

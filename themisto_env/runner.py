@@ -6,6 +6,15 @@ on the same folder, a run skips the samples already there (a torn last line from
 dropped), so no sample is lost and none is scored twice. A sample whose episode met an infrastructure
 failure is written with ``infrastructure_error`` set, left out of the summary, and retried on resume.
 
+A sample whose model calls still failed after their retries (:class:`~themisto_env.errors.ModelError`:
+rate limits, 5xx, timeouts; or a 400, 401, malformed reply, never retried) is written with
+``model_error`` set (one line): it is neither scored nor an infrastructure failure, is counted in the
+summary's ``model_errors``, and is retried on resume. The episode goes on with the next sample (an empty
+prediction moves the env on). ``max_retries`` (``--max-retries``) sets the LLM agents' retries;
+``fail_on_error`` (``--fail-on-error RATE``) stops the run with one line when more than that fraction of
+the samples run so far have model errors, judged once :data:`FAIL_ON_ERROR_MIN_SAMPLES` samples (or all
+the run's samples, if fewer) are done; the rows written so far are kept and the summary is written.
+
 With ``samples=K`` (``themisto run --samples K``) the agent predicts each sample K times; the sample's row,
 written once all K are scored, keeps the first prediction's fields at the top level and adds ``draws``
 (one dict per prediction), and the summary adds pass@k over the execution score and best-of-K for the
@@ -32,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from themisto_env.actions import Prediction
 from themisto_env.env import ObservationMode, ThemistoEnv
-from themisto_env.errors import DataError, InfrastructureError, ThemistoError
+from themisto_env.errors import DataError, InfrastructureError, ModelError, ThemistoError
 from themisto_env.metrics import Score, aggregate
 from themisto_env.passk import summarize_draws
 from themisto_env.samples import TaskName
@@ -40,6 +49,8 @@ from themisto_env.samples import TaskName
 RESULTS = "results.jsonl"
 SUMMARY = "summary.json"
 CONFIG = "config.json"
+FAIL_ON_ERROR_MIN_SAMPLES = 10
+"""``fail_on_error`` is judged once this many samples are done (or all of a smaller run's)."""
 
 
 class RunConfig(BaseModel):
@@ -59,6 +70,9 @@ class RunConfig(BaseModel):
             spread over ``workers`` Ray actors (:mod:`themisto_env.ray_runner`).
         samples: Predictions per sample (pass@k). With K > 1 each row carries the K ``draws`` and the
             summary reports ``pass_at_k`` (with ``env: {execution_score: true}``) and ``best_of_k``.
+        max_retries: Retries of a failed model call (LLM agents; None: the agent's default, 5).
+        fail_on_error: Stop the run when more than this fraction of the samples done have model errors
+            (judged after :data:`FAIL_ON_ERROR_MIN_SAMPLES` samples); None never stops.
         env: Further environment options (see ``EnvConfig``).
     """
 
@@ -74,6 +88,8 @@ class RunConfig(BaseModel):
     workers: int = Field(1, ge=1)
     ray: str | None = None
     samples: int = Field(1, ge=1)
+    max_retries: int | None = Field(None, ge=0)
+    fail_on_error: float | None = Field(None, ge=0, le=1)
     env: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -86,7 +102,10 @@ class RunConfig(BaseModel):
 def _make_agent(config: RunConfig) -> Any:
     from themisto_env.agents import make_agent
 
-    return make_agent(config.agent, **config.agent_options)
+    agent = make_agent(config.agent, **config.agent_options)
+    if config.max_retries is not None and hasattr(agent, "retry"):  # the LLM agents' RetryPolicy
+        agent.retry.max_retries = config.max_retries
+    return agent
 
 
 def env_options(config: RunConfig, agent: Any) -> dict[str, Any]:
@@ -121,9 +140,9 @@ def read_results(out: str | Path) -> list[dict[str, Any]]:
 
 
 def is_scored(row: dict[str, Any]) -> bool:
-    """Whether a result row counts: not an infrastructure failure, not served in a mismatched state.
-    Rows that do not count are left out of the summary and run again on resume."""
-    return not row.get("infrastructure_error") and not row.get("state_mismatch")
+    """Whether a result row counts: not an infrastructure failure, not served in a mismatched state, no
+    failed model call. Rows that do not count are left out of the summary and run again on resume."""
+    return not row.get("infrastructure_error") and not row.get("state_mismatch") and not row.get("model_error")
 
 
 def row_draws(row: dict[str, Any]) -> int:
@@ -175,11 +194,16 @@ def episode_rows(
     left = {s.id for s in env.episode_samples[tid][first:]} & wanted
     drawn: list[tuple[Any, float, dict]] = []  # (action, reward, info) of the current sample's predictions
     spent: list[Any] = []  # the agent's usage for each of them
+    failed: list[str] = []  # the model errors of the current sample's predictions
     sample_info = info  # what the agent was shown when the current sample began
     while left:  # the episode stops after its last wanted sample
         sample = env.current_sample
         assert sample is not None
-        action = agent.act(obs, info) if sample.id in wanted else Prediction(text="")
+        try:
+            action = agent.act(obs, info) if sample.id in wanted else Prediction(text="")
+        except ModelError as exc:  # recorded as the sample's model_error; an empty prediction moves on
+            failed.append(str(exc))
+            action = Prediction(text="")
         obs, reward, terminated, truncated, info = env.step(action)
         if "scored_sample_id" in info:  # the env reports each sample's failures with its score
             drawn.append((action, reward, info))
@@ -191,8 +215,10 @@ def episode_rows(
                 continue
             if sample.id in wanted:
                 left.discard(sample.id)
-                yield _row(config, options, sample, drawn, spent, started)
-            drawn, spent, sample_info = [], [], info
+                row = _row(config, options, sample, drawn, spent, started)
+                row["model_error"] = failed[0] if failed else None
+                yield row
+            drawn, spent, failed, sample_info = [], [], [], info
             started = time.perf_counter()
         if terminated or truncated:
             break
@@ -225,8 +251,9 @@ def _row(
     started: float,
 ) -> dict[str, Any]:
     """A sample's row: the first prediction's fields; with several predictions, also their ``draws``.
-    The trust flags (``infrastructure_error``, ``state_mismatch``, ``recovered``) cover every prediction:
-    a failure during any of them leaves the whole sample out (and runs it again on resume)."""
+    The trust flags (``infrastructure_error``, ``state_mismatch``, ``recovered``; ``model_error`` is set by
+    the caller) cover every prediction: a failure during any of them leaves the whole sample out (and runs
+    it again on resume)."""
     action, reward, info = drawn[0]
     usages = [u for u in spent if hasattr(u, "as_dict")]
     usage = sum(usages[1:], usages[0]) if usages else None  # the agent's spending over all its predictions
@@ -371,13 +398,37 @@ def run(config: RunConfig, out: str | Path, *, progress: bool = True) -> dict[st
             rows = run_episodes(config, None, wanted)
         else:
             rows = _parallel(config, env, wanted)
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
-            f.flush()
-            bar.advance(task)
+        stop = None
+        try:
+            errors = 0
+            for ran, row in enumerate(rows, start=1):
+                f.write(json.dumps(row) + "\n")
+                f.flush()
+                bar.advance(task)
+                errors += bool(row.get("model_error"))
+                stop = _too_many_errors(config, ran, errors, len(wanted), row)
+                if stop:
+                    break
+        finally:
+            if hasattr(rows, "close"):  # ends the episodes, workers or actors now, not when collected
+                rows.close()
     summary = summarize(read_results(out), config)
     (out / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
+    if stop:
+        raise ModelError(stop)
     return summary
+
+
+def _too_many_errors(config: RunConfig, ran: int, errors: int, total: int, row: dict[str, Any]) -> str | None:
+    """Why the run stops (``fail_on_error`` exceeded), or None."""
+    if config.fail_on_error is None or not row.get("model_error"):
+        return None
+    if ran < min(FAIL_ON_ERROR_MIN_SAMPLES, total) or errors / ran <= config.fail_on_error:
+        return None
+    return (
+        f"stopped: {errors} of {ran} samples failed in their model calls ({errors / ran:.0%} > "
+        f"--fail-on-error {config.fail_on_error:g}); last: {row['model_error']}"
+    )
 
 
 def summarize(rows: list[dict[str, Any]], config: RunConfig | None = None) -> dict[str, Any]:
@@ -397,6 +448,11 @@ def summarize(rows: list[dict[str, Any]], config: RunConfig | None = None) -> di
         "infrastructure_failures": sum(1 for r in latest.values() if r.get("infrastructure_error")),
         "state_mismatches": sum(
             1 for r in latest.values() if r.get("state_mismatch") and not r.get("infrastructure_error")
+        ),
+        "model_errors": sum(
+            1
+            for r in latest.values()
+            if r.get("model_error") and not r.get("infrastructure_error") and not r.get("state_mismatch")
         ),
         "prediction_failures": sum(1 for r in scored if r.get("prediction_failed")),
         "tool_calls": sum(len(r["tool_calls"]) for r in scored),
