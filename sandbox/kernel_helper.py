@@ -21,7 +21,6 @@ import json
 import os
 import reprlib
 import sys
-import tempfile
 import types
 from typing import Any
 
@@ -289,9 +288,10 @@ def state_fingerprint() -> dict[str, Any]:
 def snapshot(store: str) -> dict[str, Any]:
     """Save the user namespace with dill to ``<store>/<sha[:2]>/<sha>.dill``; unpicklable names skipped.
 
-    The file is written to a temporary name and renamed, so a failure never leaves a partial snapshot.
-    Open files are saved with their contents and position (dill's FILE_FMODE), so they come back even
-    in a fresh kernel whose working directory does not hold the file.
+    ``store`` is the kernel's own outbox: the host checks the file's hash and moves it into the store
+    (so a partial file from a failed write is never taken in). Open files are saved with their
+    contents and position (dill's FILE_FMODE), so they come back even in a fresh kernel whose working
+    directory does not hold the file.
     """
     import dill
 
@@ -319,20 +319,9 @@ def snapshot(store: str) -> dict[str, Any]:
         data = dill.dumps(state, fmode=dill.FILE_FMODE, recurse=False)
     digest = hashlib.sha256(data).hexdigest()
     folder = os.path.join(store, digest[:2])
-    path = os.path.join(folder, digest + ".dill")
-    if not os.path.exists(path):
-        if not os.path.isdir(folder):
-            os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, digest + ".dill"), "wb") as f:
+        f.write(data)
     return {"digest": digest, "size_bytes": len(data), "names": sorted(set(state) - {OPTIONS_KEY}), "skipped": skipped}
 
 
@@ -732,7 +721,7 @@ def seal() -> str:
     return token
 
 
-_STANDARD_MODULES = frozenset({"contextlib", "hashlib", "io", "json", "os", "reprlib", "sys", "tempfile", "types"})
+_STANDARD_MODULES = frozenset({"contextlib", "hashlib", "io", "json", "os", "reprlib", "sys", "types"})
 
 
 FUNCTIONS = {

@@ -184,24 +184,21 @@ TARGET"""
 #: their host paths), and tries to forge its run directory's owner record (which a root reaper trusts).
 WRITES = """import json as _json, os as _os
 _result = {'written': [], 'refused': {}}
+def _attempt(_folder):
+    try:
+        with open(_os.path.join(_folder, 'hostile-TOKEN'), 'w') as _f:
+            _f.write('x')
+        _result['written'].append(_folder)
+    except OSError as _e:
+        _result['refused'][_folder] = type(_e).__name__
 for _root, _dirs, _files in _os.walk('/'):
     if _root in ('/proc', '/sys'):
         _dirs[:] = []
         continue
     if _os.access(_root, _os.W_OK):
-        try:
-            with open(_os.path.join(_root, 'hostile-TOKEN'), 'w') as _f:
-                _f.write('x')
-            _result['written'].append(_root)
-        except OSError as _e:
-            _result['refused'][_root] = type(_e).__name__
+        _attempt(_root)
 for _p in HOST_PATHS:
-    try:
-        with open(_os.path.join(_p, 'hostile-TOKEN'), 'w') as _f:
-            _f.write('x')
-        _result['written'].append(_p)
-    except OSError as _e:
-        _result['refused'][_p] = type(_e).__name__
+    _attempt(_p)
 _run = _os.path.dirname(_os.getcwd())
 _result['run_dir'] = _run
 try:

@@ -125,15 +125,17 @@ class _LimitWatch:
         self._thread = threading.Thread(target=self._poll, name="themisto-limit-watch", daemon=True)
 
     def __enter__(self) -> _LimitWatch:
-        with contextlib.suppress(Exception):
-            self.baseline = dict(self.kernel.launcher.limit_events())
-        self._thread.start()
+        if self.kernel.launcher.enforces_limits:  # elsewhere there are no limit hits to read
+            with contextlib.suppress(Exception):
+                self.baseline = dict(self.kernel.launcher.limit_events())
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._read()
+        if self._thread.is_alive():
+            self._stop.set()
+            self._thread.join()
+            self._read()
 
     def _poll(self) -> None:
         while not self._stop.wait(self.interval_s):

@@ -80,16 +80,22 @@ def same_effect(recorded: str, measured: str) -> bool:
     return want[:2] == got[:2] and (not want[2] or want[2] == got[2])
 
 
+def recorded_effects(trajectory: Trajectory, step: int) -> dict[str, str] | None:
+    """The names ``step`` changed, with their fingerprint after it, as recorded at build time; None when
+    the fingerprints were not recorded (format 1 data)."""
+    before, after = expected_fingerprint(trajectory, step), trajectory.steps[step].fingerprint
+    return None if before is None or after is None else changed_names(before, after)
+
+
 def score_run(run: CodeRun, trajectory: Trajectory, step: int) -> ExecutionScore | None:
     """Score what a prediction did (a :class:`~themisto_env.disposable.CodeRun` in the state before
     ``step``) against the recorded effects of ``step``; None when they were not recorded (format 1)."""
-    target = trajectory.steps[step]
-    recorded_before = expected_fingerprint(trajectory, step)
-    if recorded_before is None or target.fingerprint is None:
+    truth = recorded_effects(trajectory, step)
+    if truth is None:
         return None
     if run.failure is not None or run.changed is None:
         return ExecutionScore(0.0, failure=run.failure or "unreadable")
-    truth = changed_names(recorded_before, target.fingerprint)
+    target = trajectory.steps[step]
     predicted = run.changed
     union = set(truth) | set(predicted)
     matched = {name for name in set(truth) & set(predicted) if same_effect(truth[name], predicted[name])}
@@ -109,7 +115,6 @@ def execution_score(
         InfrastructureError: The disposable kernel could not be brought to the state (nothing
             model-written ran), or the backend is gone.
     """
-    target = trajectory.steps[step]
-    if expected_fingerprint(trajectory, step) is None or target.fingerprint is None:
+    if recorded_effects(trajectory, step) is None:  # nothing to compare with: do not run the code
         return None
     return score_run(kernels.run(trajectory, step, code, timeout_s=timeout_s), trajectory, step)
