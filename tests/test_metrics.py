@@ -441,6 +441,74 @@ def test_bootstrap_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     assert chunked.rouge_l.ci_low == pytest.approx(whole.rouge_l.ci_low, abs=0.02)
 
 
+def _trajectory_scores(trajectories: int, per_trajectory: int, seed: int) -> tuple[list[Score], list[str]]:
+    """Samples perfectly correlated within their trajectory: every sample of a trajectory scores the same."""
+    rng = np.random.default_rng(seed)
+    scores, groups = [], []
+    for t in range(trajectories):
+        value = Score(float(rng.random() < 0.3), float(rng.beta(2, 2)), float(rng.beta(3, 2)))
+        scores += [value] * per_trajectory
+        groups += [f"trajectory-{t}"] * per_trajectory
+    return scores, groups
+
+
+def test_cluster_bootstrap_resamples_trajectories() -> None:
+    """With correlated samples the trajectory bootstrap is wider, about sqrt(samples per trajectory)
+    times, and close to the analytic interval over trajectory means; the sample bootstrap is too narrow."""
+    scores, groups = _trajectory_scores(60, 10, seed=11)
+    by_sample = aggregate(scores, n_resamples=4000)
+    by_trajectory = aggregate(scores, groups=groups, n_resamples=4000)
+    values = np.array([s.rouge_l for s in scores[::10]])  # one value per trajectory
+    analytic = 2 * 1.959964 * values.std() / math.sqrt(len(values))
+    width = by_trajectory.rouge_l.ci_high - by_trajectory.rouge_l.ci_low
+    narrow = by_sample.rouge_l.ci_high - by_sample.rouge_l.ci_low
+    assert by_trajectory.rouge_l.mean == by_sample.rouge_l.mean
+    assert width == pytest.approx(analytic, rel=0.1)
+    assert narrow == pytest.approx(analytic / math.sqrt(10), rel=0.1)
+    assert width > 2.5 * narrow
+    # Identical samples within a trajectory: exactly the sample bootstrap over one sample per trajectory.
+    once = aggregate(scores[::10], n_resamples=4000)
+    for name in metrics.METRICS:
+        assert getattr(by_trajectory, name).ci_low == pytest.approx(getattr(once, name).ci_low, abs=1e-12)
+        assert getattr(by_trajectory, name).ci_high == pytest.approx(getattr(once, name).ci_high, abs=1e-12)
+
+
+def test_cluster_bootstrap_is_seeded_and_reduces_to_the_sample_bootstrap() -> None:
+    scores = _random_scores(150, seed=12)
+    groups = [f"t{i // 7}" for i in range(150)]  # trajectories of 7 samples (the last one of 3)
+    assert aggregate(scores, groups=groups) == aggregate(scores, groups=groups)
+    assert aggregate(scores, groups=groups, seed=7) != aggregate(scores, groups=groups, seed=8)
+    assert aggregate(scores, groups=groups) != aggregate(scores)
+    # One sample per trajectory: the same draws as the sample bootstrap.
+    alone, plain = aggregate(scores, groups=range(150)), aggregate(scores)
+    for name in metrics.METRICS:
+        assert getattr(alone, name).ci_low == pytest.approx(getattr(plain, name).ci_low, abs=1e-12)
+        assert getattr(alone, name).ci_high == pytest.approx(getattr(plain, name).ci_high, abs=1e-12)
+    # Unequal trajectories: the statistic is the mean over the drawn samples; constants stay exact.
+    constant = aggregate([Score(0.0, 0.7, 0.25)] * 10, groups=[0, 0, 0, 0, 0, 0, 1, 2, 2, 3])
+    assert (constant.rouge_l.ci_low, constant.rouge_l.ci_high) == (0.7, 0.7)
+    with pytest.raises(ValueError, match="one trajectory per sample"):
+        aggregate(scores, groups=groups[:-1])
+
+
+def test_compare_paired_resamples_trajectories() -> None:
+    b, groups = _trajectory_scores(40, 8, seed=13)
+    rng = np.random.default_rng(14)
+    shifts = np.repeat(rng.normal(0.02, 0.05, size=40), 8)  # A's gain varies by trajectory
+    a = [Score(s.exact_match, float(np.clip(s.rouge_l + d, 0, 1)), s.chrf) for s, d in zip(b, shifts, strict=True)]
+    by_sample, by_trajectory = compare_paired(a, b), compare_paired(a, b, groups=groups)
+    assert by_trajectory.rouge_l.mean_diff == by_sample.rouge_l.mean_diff
+    assert (by_trajectory.rouge_l.wins, by_trajectory.rouge_l.losses) == (
+        by_sample.rouge_l.wins,
+        by_sample.rouge_l.losses,
+    )
+    wide = by_trajectory.rouge_l.ci_high - by_trajectory.rouge_l.ci_low
+    assert wide > 2 * (by_sample.rouge_l.ci_high - by_sample.rouge_l.ci_low)
+    assert compare_paired(a, b, groups=groups) == by_trajectory
+    with pytest.raises(ValueError, match="one trajectory per sample"):
+        compare_paired(a, b, groups=groups[1:])
+
+
 # ---------------------------------------------------------------------------------------------------
 # Reward.
 

@@ -13,8 +13,9 @@ pairs), only faster:
 
 Over a corpus, :func:`aggregate` gives each metric's mean with a seeded percentile bootstrap interval,
 and :func:`compare_paired` compares two runs on the same samples (mean difference, paired bootstrap
-interval, wins/ties/losses). :func:`reward` turns a :class:`Score` into a scalar reward with
-:class:`RewardWeights`.
+interval, wins/ties/losses); given ``groups`` (a trajectory id per sample), both resample whole
+trajectories, since samples of one trajectory are correlated. :func:`reward` turns a :class:`Score`
+into a scalar reward with :class:`RewardWeights`.
 """
 
 from __future__ import annotations

@@ -5,12 +5,20 @@ and for both runs in a paired comparison), compute the statistic on each resampl
 ``(1 - confidence) / 2`` and ``(1 + confidence) / 2`` quantiles. Resampling is vectorised with numpy
 in chunks of bounded memory and driven by ``numpy.random.default_rng(seed)``: the same inputs and seed
 give the same intervals on every machine.
+
+Samples of one trajectory are not independent: a model that misreads a notebook early tends to miss its
+later cells too. Given ``groups`` (one trajectory id per sample), both functions run a cluster bootstrap
+instead: each resample draws whole trajectories with replacement (as many as there are) and the
+statistic is the mean over all the samples of the drawn trajectories. With correlated samples this
+interval is wider, and honest: resampling samples would treat ten near-copies of one judgement as ten
+pieces of evidence. With one sample per trajectory it is the sample bootstrap. The point estimate (the
+mean over samples) is the same either way.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -134,21 +142,52 @@ def _check(n_resamples: int, confidence: float) -> None:
         raise ValueError(f"confidence must be strictly between 0 and 1, got {confidence}")
 
 
-def _bootstrap_means(values: npt.NDArray[np.float64], n_resamples: int, seed: int) -> npt.NDArray[np.float64]:
-    """Means of ``n_resamples`` resamples (with replacement) of the rows of ``values``: (n_resamples, k)."""
-    n = values.shape[0]
+def _cluster_index(groups: Sequence[Hashable] | None, n: int) -> npt.NDArray[np.int64] | None:
+    """Each sample's cluster number (0, 1, ... in order of first appearance), or None without groups."""
+    if groups is None:
+        return None
+    if len(groups) != n:
+        raise ValueError(f"groups must name one trajectory per sample, got {len(groups)} for {n} samples")
+    numbers: dict[Hashable, int] = {}
+    return np.array([numbers.setdefault(g, len(numbers)) for g in groups], dtype=np.int64)
+
+
+def _bootstrap_means(
+    values: npt.NDArray[np.float64],
+    n_resamples: int,
+    seed: int,
+    clusters: npt.NDArray[np.int64] | None = None,
+) -> npt.NDArray[np.float64]:
+    """Means of ``n_resamples`` resamples (with replacement) of the rows of ``values``: (n_resamples, k).
+
+    With ``clusters`` (a cluster number per row, as :func:`_cluster_index` gives), whole clusters are
+    resampled and each resample's mean is over all the rows of the drawn clusters."""
     rng = np.random.default_rng(seed)
-    per_chunk = max(1, _CHUNK_ELEMENTS // n)
     means = np.empty((n_resamples, values.shape[1]), dtype=np.float64)
     # Resample deviations from the mean, then add the mean back: a constant column gives exactly its
     # value in every resample, and the sums lose less precision.
     centre = _means(values)
-    columns = [np.ascontiguousarray(values[:, k] - centre[k]) for k in range(values.shape[1])]
+    deviations = values - centre
+    if clusters is None:
+        n = values.shape[0]
+        per_chunk = max(1, _CHUNK_ELEMENTS // n)
+        columns = [np.ascontiguousarray(deviations[:, k]) for k in range(values.shape[1])]
+        for start in range(0, n_resamples, per_chunk):
+            stop = min(n_resamples, start + per_chunk)
+            idx = rng.integers(0, n, size=(stop - start, n))
+            for k, column in enumerate(columns):
+                means[start:stop, k] = column[idx].mean(axis=1) + centre[k]
+        return means
+    n_clusters = int(clusters.max()) + 1
+    sizes = np.bincount(clusters, minlength=n_clusters).astype(np.float64)
+    sums = [np.bincount(clusters, weights=deviations[:, k], minlength=n_clusters) for k in range(values.shape[1])]
+    per_chunk = max(1, _CHUNK_ELEMENTS // n_clusters)
     for start in range(0, n_resamples, per_chunk):
         stop = min(n_resamples, start + per_chunk)
-        idx = rng.integers(0, n, size=(stop - start, n))
-        for k, column in enumerate(columns):
-            means[start:stop, k] = column[idx].mean(axis=1) + centre[k]
+        idx = rng.integers(0, n_clusters, size=(stop - start, n_clusters))
+        drawn = sizes[idx].sum(axis=1)
+        for k, column in enumerate(sums):
+            means[start:stop, k] = column[idx].sum(axis=1) / drawn + centre[k]
     return means
 
 
@@ -161,12 +200,19 @@ def _interval(
 
 
 def aggregate(
-    scores: Sequence[Score], *, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0
+    scores: Sequence[Score],
+    *,
+    groups: Sequence[Hashable] | None = None,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
 ) -> CorpusScore:
     """Mean of each metric over the samples, with a percentile bootstrap confidence interval.
 
     Args:
         scores: One :class:`Score` per sample.
+        groups: The trajectory (any hashable id) of each sample, in the same order; given, the interval
+            is a cluster bootstrap over trajectories (see the module docstring). None resamples samples.
         n_resamples: Number of bootstrap resamples.
         confidence: Confidence level of the intervals, in (0, 1).
         seed: Seed of the resampling; the same seed gives the same intervals.
@@ -177,12 +223,13 @@ def aggregate(
         is widened to include the mean.
 
     Raises:
-        ValueError: ``scores`` is empty, or an argument is out of range.
+        ValueError: ``scores`` is empty, ``groups`` is not one per sample, or an argument is out of range.
     """
     _check(n_resamples, confidence)
     values = _as_matrix(scores, "scores")
+    clusters = _cluster_index(groups, len(values))
     means = _means(values)
-    low, high = _interval(_bootstrap_means(values, n_resamples, seed), confidence)
+    low, high = _interval(_bootstrap_means(values, n_resamples, seed, clusters), confidence)
     estimates = {
         name: Estimate(
             mean=float(means[i]),
@@ -198,6 +245,7 @@ def compare_paired(
     scores_a: Sequence[Score],
     scores_b: Sequence[Score],
     *,
+    groups: Sequence[Hashable] | None = None,
     n_resamples: int = 1000,
     confidence: float = 0.95,
     seed: int = 0,
@@ -206,11 +254,13 @@ def compare_paired(
     """Compare run A with run B on the same samples (same order): mean differences A - B.
 
     The interval is a paired bootstrap: each resample draws sample indices once and uses them for both
-    runs, so the per-sample pairing (and the correlation between runs) is kept.
+    runs, so the per-sample pairing (and the correlation between runs) is kept. With ``groups`` it draws
+    whole trajectories instead (a paired cluster bootstrap).
 
     Args:
         scores_a: Scores of run A, one per sample.
         scores_b: Scores of run B on the same samples, in the same order.
+        groups: The trajectory of each sample, in the same order; given, trajectories are resampled.
         n_resamples: Number of bootstrap resamples.
         confidence: Confidence level of the intervals, in (0, 1).
         seed: Seed of the resampling.
@@ -220,7 +270,8 @@ def compare_paired(
         Per metric: both means, the mean difference with its interval, and win/tie/loss counts.
 
     Raises:
-        ValueError: The runs are empty or of different lengths, or an argument is out of range.
+        ValueError: The runs are empty or of different lengths, ``groups`` is not one per sample, or an
+            argument is out of range.
     """
     _check(n_resamples, confidence)
     if tie_tolerance < 0:
@@ -232,8 +283,9 @@ def compare_paired(
     a = _as_matrix(scores_a, "scores_a")
     b = _as_matrix(scores_b, "scores_b")
     diff = a - b
+    clusters = _cluster_index(groups, len(diff))
     mean_a, mean_b, mean_diff = _means(a), _means(b), _means(diff)
-    low, high = _interval(_bootstrap_means(diff, n_resamples, seed), confidence)
+    low, high = _interval(_bootstrap_means(diff, n_resamples, seed, clusters), confidence)
     wins = (diff > tie_tolerance).sum(axis=0)
     losses = (diff < -tie_tolerance).sum(axis=0)
     differences = {
