@@ -11,8 +11,10 @@ import pytest
 from typer.testing import CliRunner
 
 from themisto_env.cli import app
-from themisto_env.compare import compare_runs
+from themisto_env.compare import compare_runs, scored_rows
 from themisto_env.errors import DataError
+from themisto_env.metrics import Score, compare_paired
+from themisto_env.report import render_report
 from themisto_env.runner import RunConfig, run
 
 CHROMIUM_FLAGS = [
@@ -67,6 +69,39 @@ def test_cli_compare_and_report(two_runs: tuple[Path, Path], tmp_path: Path) -> 
     page = out.read_text()
     assert page.count("data:image/png;base64,") >= 2
     assert "repeat-previous (static)" in page and "runtime-rules (tools)" in page
+
+
+def test_report_shows_the_paired_comparison(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
+    static, tools = two_runs
+    result = compare_runs(static, tools)
+    page = render_report([static, tools])
+    section = page[page.index("<h2>Paired comparison</h2>") : page.index("<h2>Metrics by run</h2>")]
+    assert f"{result['shared_samples']} shared samples in {result['shared_trajectories']} trajectories" in section
+    for metric, d in result["metrics"].items():
+        row = section[section.index(f"<td>{metric}</td>") :].split("</tr>")[0]
+        assert f"{d['mean_diff']:+.3f}" in row and f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]" in row
+        assert f"{d['wins']} / {d['ties']} / {d['losses']}" in row
+        assert ("yes" if d["significant"] else "no") in row
+    assert "<h2>Paired comparison</h2>" not in render_report([static])
+
+
+def test_compare_resamples_trajectories(two_runs: tuple[Path, Path]) -> None:
+    """compare's interval is the trajectory bootstrap of compare_paired (not the sample bootstrap)."""
+    static, tools = two_runs
+    a, b = scored_rows(static), scored_rows(tools)
+    shared = sorted(set(a) & set(b))
+    scores_a = [Score(**a[s]["scores"]) for s in shared]
+    scores_b = [Score(**b[s]["scores"]) for s in shared]
+    expected = compare_paired(scores_a, scores_b, groups=[a[s]["trajectory_id"] for s in shared]).rouge_l
+    got = compare_runs(static, tools)
+    rouge = got["metrics"]["rouge_l"]
+    assert (rouge["ci_low"], rouge["ci_high"]) == (expected.ci_low, expected.ci_high)
+    # The fixture's notebook is one trajectory: nothing to resample, so a zero-width interval that is not
+    # taken as significant (the sample bootstrap would claim a difference).
+    assert got["shared_trajectories"] == 1 and len(shared) > 1
+    assert rouge["ci_low"] == rouge["ci_high"] == rouge["mean_diff"] != 0
+    assert not any(d["significant"] for d in got["metrics"].values())
+    assert compare_paired(scores_a, scores_b).rouge_l.significant
 
 
 def test_report_renders_in_headless_chromium(two_runs: tuple[Path, Path], tmp_path: Path) -> None:

@@ -30,14 +30,23 @@ def compare_runs(run_a: str | Path, run_b: str | Path, *, examples: int = 3) -> 
     """Paired comparison of two runs on the samples both scored.
 
     Returns:
-        Labels, the number of shared samples, per metric the means, mean difference (A - B) with a paired
-        bootstrap interval and wins/ties/losses, and the samples where each run wins by most (ROUGE-L).
+        Labels, the number of shared samples (and of their trajectories), per metric the means, mean
+        difference (A - B) with a paired bootstrap interval and wins/ties/losses, and the samples where each
+        run wins by most (ROUGE-L). The bootstrap resamples whole trajectories: samples of one trajectory
+        are correlated (:func:`themisto_env.metrics.compare_paired` with ``groups``). With a single shared
+        trajectory the interval has zero width (nothing to resample) and no difference is significant.
     """
     a, b = scored_rows(run_a), scored_rows(run_b)
     shared = sorted(set(a) & set(b))
     if not shared:
         raise DataError(f"the runs share no sample: compare runs of the same task and data ({run_a} vs {run_b})")
-    comparison = compare_paired([Score(**a[s]["scores"]) for s in shared], [Score(**b[s]["scores"]) for s in shared])
+    comparison = compare_paired(
+        [Score(**a[s]["scores"]) for s in shared],
+        [Score(**b[s]["scores"]) for s in shared],
+        groups=[a[s]["trajectory_id"] for s in shared],
+    )
+
+    trajectories = len({a[s]["trajectory_id"] for s in shared})
 
     def gap(sid: str) -> float:
         return float(a[sid]["scores"]["rouge_l"] - b[sid]["scores"]["rouge_l"])
@@ -58,9 +67,13 @@ def compare_runs(run_a: str | Path, run_b: str | Path, *, examples: int = 3) -> 
         "a": run_label(a, run_a),
         "b": run_label(b, run_b),
         "shared_samples": len(shared),
+        "shared_trajectories": trajectories,
         "only_a": len(set(a) - set(b)),
         "only_b": len(set(b) - set(a)),
-        "metrics": {m: {**comparison.as_dict()[m], "significant": getattr(comparison, m).significant} for m in METRICS},
+        "metrics": {
+            m: {**comparison.as_dict()[m], "significant": trajectories > 1 and getattr(comparison, m).significant}
+            for m in METRICS
+        },
         "a_wins_most": [
             example(s) for s in reversed(gaps[-examples:]) if a[s]["scores"]["rouge_l"] > b[s]["scores"]["rouge_l"]
         ],

@@ -2,6 +2,8 @@
 
 Plots (matplotlib, embedded as PNG so the file stands alone): each metric by run with its bootstrap
 interval; ROUGE-L along the trajectory (by position of the sample in its trajectory); tool usage by tool.
+With several runs, the first is compared with each other one as ``themisto compare`` does (paired
+differences with trajectory-bootstrap intervals, wins/ties/losses).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from themisto_env.compare import run_label, scored_rows
+from themisto_env.compare import compare_runs, run_label, scored_rows
+from themisto_env.errors import DataError
 from themisto_env.metrics import METRICS
 from themisto_env.runner import summarize
 
@@ -27,6 +30,7 @@ th { background: #f6f8fa; } td.num { text-align: right; font-variant-numeric: ta
 img { max-width: 100%; border: 1px solid #eee; border-radius: 6px; }
 pre { margin: 0; white-space: pre-wrap; max-height: 12rem; overflow: auto; font-size: 0.8rem; }
 .muted { color: #656d76; }
+h3 { font-size: 1rem; margin-bottom: 0.2rem; } tr.significant td { font-weight: 600; }
 """
 
 
@@ -124,6 +128,40 @@ def _draws_table(runs: list[tuple[str, list[dict[str, Any]], dict[str, Any]]]) -
     )
 
 
+def _paired_section(run_dirs: list[str | Path]) -> str:
+    """The first run against each other run: :func:`~themisto_env.compare.compare_runs` as tables."""
+    if len(run_dirs) < 2:
+        return ""
+    tables = []
+    for other in run_dirs[1:]:
+        try:
+            result = compare_runs(run_dirs[0], other)
+        except DataError as error:
+            tables.append(f'<p class="muted">{html.escape(str(error))}</p>')
+            continue
+        body = "".join(
+            f"<tr{' class=significant' if d['significant'] else ''}><td>{m}</td>"
+            f'<td class="num">{d["mean_a"]:.3f}</td><td class="num">{d["mean_b"]:.3f}</td>'
+            f'<td class="num">{d["mean_diff"]:+.3f}</td>'
+            f'<td class="num">[{d["ci_low"]:+.3f}, {d["ci_high"]:+.3f}]</td>'
+            f"<td>{'yes' if d['significant'] else 'no'}</td>"
+            f'<td class="num">{d["wins"]} / {d["ties"]} / {d["losses"]}</td></tr>'
+            for m, d in result["metrics"].items()
+        )
+        tables.append(
+            f"<h3>A = {html.escape(result['a'])} vs B = {html.escape(result['b'])}</h3>"
+            f'<p class="muted">{result["shared_samples"]} shared samples in {result["shared_trajectories"]} '
+            f"trajectories ({result['only_a']} only in A, {result['only_b']} only in B)</p>"
+            '<table class="paired"><tr><th>metric</th><th>A</th><th>B</th><th>A - B</th><th>95% CI</th>'
+            f"<th>significant</th><th>A wins / ties / B wins</th></tr>{body}</table>"
+        )
+    return (
+        '<h2>Paired comparison</h2><p class="muted">Mean difference A - B on the samples both runs scored, '
+        "with a paired bootstrap interval that resamples whole trajectories (samples of one trajectory are "
+        "correlated); significant when the interval excludes 0. As <code>themisto compare</code>.</p>" + "".join(tables)
+    )
+
+
 def render_report(run_dirs: list[str | Path]) -> str:
     """The report's HTML for the given run folders."""
     runs = []
@@ -160,6 +198,7 @@ def render_report(run_dirs: list[str | Path]) -> str:
 <table><tr><th>run</th><th>task</th><th>samples</th>{head}<th>tool calls / sample</th>
 <th>infrastructure failures</th></tr>{"".join(summary_rows)}</table>
 {_draws_table(runs)}
+{_paired_section(run_dirs)}
 <h2>Metrics by run</h2>{_img(plots["metrics"], "metrics by run")}
 <h2>Score along the trajectory</h2>{_img(plots["trajectory"], "ROUGE-L along the trajectory")}
 {tools}
