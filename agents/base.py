@@ -64,9 +64,13 @@ class AgentUsage:
         model_calls: Calls to a language model (0 for non-LLM agents).
         input_tokens: Prompt tokens over those calls, where the model reports them.
         output_tokens: Completion tokens over those calls, where the model reports them.
-        tokens_reported: Whether every model call reported its token counts; when False the two token
-            fields are lower bounds (or 0 when no call reported them).
+        tokens_reported: Whether every model call (and cached reply) reported its token counts; when False
+            the token fields are lower bounds (or 0 when no call reported them).
         tool_calls: Tool calls the agent made (each one env step).
+        cached_calls: Model replies replayed from a response cache (``cache=``): no call made, no token
+            spent, not counted in ``model_calls``.
+        cached_input_tokens: Prompt tokens the original calls of those replies used (what the cache saved).
+        cached_output_tokens: Completion tokens the original calls of those replies used.
     """
 
     model_calls: int = 0
@@ -74,6 +78,9 @@ class AgentUsage:
     output_tokens: int = 0
     tokens_reported: bool = True
     tool_calls: int = 0
+    cached_calls: int = 0
+    cached_input_tokens: int = 0
+    cached_output_tokens: int = 0
 
     def add_model_call(self, input_tokens: int | None = None, output_tokens: int | None = None) -> None:
         """Count one model call and the tokens it reported (None where it reported none)."""
@@ -83,6 +90,14 @@ class AgentUsage:
         self.input_tokens += input_tokens or 0
         self.output_tokens += output_tokens or 0
 
+    def add_cached_call(self, input_tokens: int | None = None, output_tokens: int | None = None) -> None:
+        """Count one reply replayed from a response cache and the tokens its original call reported."""
+        self.cached_calls += 1
+        if input_tokens is None or output_tokens is None:
+            self.tokens_reported = False
+        self.cached_input_tokens += input_tokens or 0
+        self.cached_output_tokens += output_tokens or 0
+
     def __add__(self, other: AgentUsage) -> AgentUsage:
         return AgentUsage(
             model_calls=self.model_calls + other.model_calls,
@@ -90,6 +105,9 @@ class AgentUsage:
             output_tokens=self.output_tokens + other.output_tokens,
             tokens_reported=self.tokens_reported and other.tokens_reported,
             tool_calls=self.tool_calls + other.tool_calls,
+            cached_calls=self.cached_calls + other.cached_calls,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            cached_output_tokens=self.cached_output_tokens + other.cached_output_tokens,
         )
 
     def as_dict(self) -> dict[str, Any]:

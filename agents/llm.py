@@ -18,7 +18,9 @@ A reply is read with :func:`~themisto_env.agents.parsing.extract_prediction`; th
 used are taken from ``AIMessage.usage_metadata`` when the model reports them. Every model call goes through
 :func:`~themisto_env.agents.retry.call_with_retries` (rate limits, 5xx, timeouts retried with backoff;
 ``max_retries=`` and ``retry_delay=`` set the policy); one that still fails raises
-:class:`~themisto_env.errors.ModelError`.
+:class:`~themisto_env.errors.ModelError`. With ``cache="replies.sqlite"`` every call is looked up in a
+:class:`~themisto_env.agents.cache.ResponseCache` first: a hit is replayed without a request and counted
+as ``usage.cached_calls`` (see :mod:`themisto_env.agents.cache`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from themisto_env.actions import Prediction
 from themisto_env.agents.base import Action, BaseAgent, Info, Observation
+from themisto_env.agents.cache import ResponseCache, is_cached, open_cache, request_key
 from themisto_env.agents.parsing import extract_prediction
 from themisto_env.agents.prompting import ContextMode, PromptTemplates, load_prompts
 from themisto_env.agents.retry import RetryPolicy, acall_with_retries, call_with_retries
@@ -70,14 +73,19 @@ class LLMAgent(BaseAgent):
         prompts: A prompt-templates YAML file (default: the bundled ``prompts/default.yaml``).
         max_retries: Retries of a failed model call (rate limit, 5xx, timeout, lost connection).
         retry_delay: The backoff's base delay in seconds (see :class:`~themisto_env.agents.retry.RetryPolicy`).
+        cache: A response-cache file (or an open :class:`~themisto_env.agents.cache.ResponseCache`): replies
+            are replayed from it when the same call was made before, and stored in it otherwise. None: no
+            cache.
         **model_options: Passed to the provider's model class (``temperature``, ``base_url``, ...).
 
     Raises:
         ConfigError: Neither a chat model nor a provider, or both.
         ProviderError: The provider's package or key is missing.
+        DataError: The cache file is not a readable response cache.
 
     Attributes:
         retry: The retry policy of the model calls (replaceable, e.g. its ``sleep`` in tests).
+        cache: The response cache, or None.
     """
 
     name = "llm"
@@ -92,10 +100,12 @@ class LLMAgent(BaseAgent):
         prompts: str | Path | None = None,
         max_retries: int = 5,
         retry_delay: float = 1.0,
+        cache: str | Path | ResponseCache | None = None,
         **model_options: Any,
     ) -> None:
         super().__init__()
         self.retry = RetryPolicy(max_retries=max_retries, base_delay=retry_delay)
+        self.cache: ResponseCache | None = open_cache(cache)
         self.provider = provider
         if chat_model is not None and (provider is not None or model_options):
             raise ConfigError(f"{self.name}: pass either chat_model or provider/model options, not both")
@@ -132,21 +142,49 @@ class LLMAgent(BaseAgent):
         ]
 
     def record(self, message: Any) -> None:
-        """Count a model call and the tokens its ``usage_metadata`` reports."""
+        """Count a model call and the tokens its ``usage_metadata`` reports (a cached reply as a cached call)."""
         usage = getattr(message, "usage_metadata", None) or {}
-        self.usage.add_model_call(usage.get("input_tokens"), usage.get("output_tokens"))
+        if is_cached(message):
+            self.usage.add_cached_call(usage.get("input_tokens"), usage.get("output_tokens"))
+        else:
+            self.usage.add_model_call(usage.get("input_tokens"), usage.get("output_tokens"))
 
     def call_model(self, model: Any, messages: list[BaseMessage]) -> Any:
-        """``model.invoke(messages)``, retried under :attr:`retry`.
+        """``model.invoke(messages)``, retried under :attr:`retry`; replayed from :attr:`cache` if stored.
 
         Raises:
             ModelError: The call still failed after its retries, or cannot succeed (400, 401, ...).
+            DataError: The cache file cannot be read or written.
         """
-        return call_with_retries(lambda: model.invoke(messages), self.retry, provider=self.provider)
+        if self.cache is None:
+            return call_with_retries(lambda: model.invoke(messages), self.retry, provider=self.provider)
+        key = self.cache_key(model, messages)
+        reply = self.cache.get(key)
+        if reply is None:
+            reply = call_with_retries(lambda: model.invoke(messages), self.retry, provider=self.provider)
+            self.cache.put(key, reply, provider=self.provider or "", model=self._model_name())
+        return reply
 
     async def acall_model(self, model: Any, messages: list[BaseMessage]) -> Any:
         """The async form of :meth:`call_model` (``model.ainvoke``)."""
-        return await acall_with_retries(lambda: model.ainvoke(messages), self.retry, provider=self.provider)
+        if self.cache is None:
+            return await acall_with_retries(lambda: model.ainvoke(messages), self.retry, provider=self.provider)
+        key = self.cache_key(model, messages)
+        reply = await self.cache.aget(key)
+        if reply is None:
+            reply = await acall_with_retries(lambda: model.ainvoke(messages), self.retry, provider=self.provider)
+            await self.cache.aput(key, reply, provider=self.provider or "", model=self._model_name())
+        return reply
+
+    def cache_key(self, model: Any, messages: list[BaseMessage]) -> str:
+        """The response-cache key of a call (:func:`~themisto_env.agents.cache.request_key`), for the
+        current draw of the current sample (pass@k's draws are independent, so each has its own entries)."""
+        current = self._sample_id
+        draw = current[1] if isinstance(current, tuple) and isinstance(current[1], int) else 0
+        return request_key(model, messages, draw=draw)
+
+    def _model_name(self) -> str:
+        return str(getattr(self.chat_model, "model_name", None) or getattr(self.chat_model, "model", None) or "")
 
     def decide(self, observation: Observation, info: Info) -> Action:
         """Ask the model once and read its prediction."""

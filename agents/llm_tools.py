@@ -128,7 +128,7 @@ class ToolUsingAgent(LLMAgent):
                 self._awaiting = call["id"]
                 return ToolCall(tool=str(call.get("name", "")), args=dict(call.get("args") or {}))
             self._messages.append(ToolMessage(content=self.prompts.tool_not_run, tool_call_id=call["id"]))
-        if self.usage.model_calls >= self._limit:
+        if self.usage.model_calls + self.usage.cached_calls >= self._limit:  # replies, made or replayed
             return self._prediction(self._last_reply, info)
         if tools_left <= 0 and self.usage.tool_calls > 0 and not self._told_to_answer:
             self._messages.append(HumanMessage(self.prompts.budget_spent))

@@ -98,6 +98,9 @@ def test_usage_adds_model_calls_and_knows_when_tokens_were_not_reported() -> Non
         "output_tokens": 21,
         "tokens_reported": False,
         "tool_calls": 3,
+        "cached_calls": 0,
+        "cached_input_tokens": 0,
+        "cached_output_tokens": 0,
     }
 
 

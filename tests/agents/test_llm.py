@@ -95,6 +95,9 @@ def test_llm_tools_steps_the_env_for_every_model_tool_call(make_env: MakeEnv) ->
         "output_tokens": 40,
         "tokens_reported": True,
         "tool_calls": 2,
+        "cached_calls": 0,
+        "cached_input_tokens": 0,
+        "cached_output_tokens": 0,
     }
     assert model.bound_tools == [name for name in TOOL_NAMES if name != "try_cell"]  # it would reveal the output
     second = model.prompts[1]
