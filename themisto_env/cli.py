@@ -354,5 +354,22 @@ def report_command(
     console.print(f"report: {path}", markup=False)
 
 
+@app.command("view")
+def view_command(
+    run_dirs: Annotated[list[Path], typer.Argument(help="Run folders to browse side by side.")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="HTML file (default: RUN_DIR/view.html).")] = None,
+    open_page: Annotated[bool, typer.Option("--open", help="Open the page in the default browser.")] = False,
+) -> None:
+    """One HTML page to browse every sample: filters, the runs side by side, transcripts."""
+    from themisto_env.view import write_view
+
+    path = write_view(list(run_dirs), out)
+    typer.echo(path)  # the path alone, unwrapped: `xdg-open $(themisto view RUN)`
+    if open_page:
+        import webbrowser
+
+        webbrowser.open(path.resolve().as_uri())
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,0 +1,399 @@
+"""themisto view on real runs, with hand-written rows for transcripts and errors; driven in headless Chromium
+through the URL fragment (``--dump-dom`` for what is shown, ``--screenshot`` for how it looks)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any, ClassVar
+from urllib.parse import quote
+
+import pytest
+from typer.testing import CliRunner
+
+from themisto_env.cli import app
+from themisto_env.compare import run_label
+from themisto_env.config import RunConfig
+from themisto_env.errors import DataError
+from themisto_env.runner import run
+from themisto_env.view import error_kind, view_data, write_view
+
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+HOSTILE = "<script>document.title = 'pwned'</script><img src=x onerror=\"document.title = 'pwned'\">"
+TOOL_RESULT = "df.shape -> (178, 14)"
+
+
+def _rows(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+
+
+def _append(run_dir: Path, rows: list[dict[str, Any]]) -> None:
+    with (run_dir / "results.jsonl").open("a", encoding="utf-8") as file:
+        for row in rows:
+            file.write(json.dumps(row) + "\n")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two real runs over the bundled data (6 next-cell samples each); the second gets rows written again
+    as a model agent would have (the last row of a sample wins): a transcript with a tool call and its
+    result, a model error, an infrastructure error, a failed prediction, a prediction holding HTML, and
+    two samples of the output task that only it has."""
+    root = tmp_path_factory.mktemp("view-runs")
+    run(RunConfig(agent="repeat-previous", limit=6), root / "static", progress=False)
+    run(RunConfig(agent="runtime-rules", limit=6), root / "model", progress=False)
+    base = _rows(root / "model")
+    model = {"provider": "openai", "name": "gpt-test", "params": {"temperature": 0}}
+    again = [
+        {
+            **base[1],
+            "model": model,
+            "prediction": "df.shape",
+            "scores": {"exact_match": 1.0, "rouge_l": 1.0, "chrf": 1.0},
+            "started_at": "2026-11-23T05:00:00+00:00",
+            "finished_at": "2026-11-23T05:00:03+00:00",
+            "usage": {
+                "model_calls": 2,
+                "input_tokens": 812,
+                "output_tokens": 40,
+                "tokens_reported": True,
+                "tool_calls": 1,
+            },
+            "tool_calls": [{"tool": "inspect", "args": {"expr": "df"}, "ok": True}],
+            "transcript": [
+                {"role": "system", "content": "You predict the next cell of a notebook."},
+                {"role": "user", "content": "What comes after `df.head()`?"},
+                {
+                    "role": "assistant",
+                    "content": "Let me look at the frame.",
+                    "tool_calls": [{"id": "call_7", "name": "inspect", "args": {"expr": "df"}}],
+                },
+                {"role": "tool", "content": TOOL_RESULT, "tool_call_id": "call_7"},
+                {"role": "assistant", "content": "df.shape"},
+            ],
+        },
+        {**base[2], "model": model, "model_error": "RateLimitError: 429 after 5 retries", "transcript": None},
+        {**base[3], "model": model, "infrastructure_error": "kernel died while serving the sample"},
+        {**base[4], "model": model, "prediction": HOSTILE, "prediction_failed": "SyntaxError: invalid syntax"},
+    ]
+    for step in (1, 2):
+        again.append(
+            {
+                **base[0],
+                "sample_id": f"{base[0]['trajectory_id']}/output/{step}",
+                "task": "output",
+                "step": step,
+                "target": "(178, 14)",
+                "prediction": "(178, 13)",
+                "scores": {"exact_match": 0.0, "rouge_l": 0.5, "chrf": 0.8},
+            }
+        )
+    _append(root / "model", again)
+    return root / "static", root / "model"
+
+
+def test_view_data_joins_the_runs_by_sample(runs: tuple[Path, Path]) -> None:
+    static, model = runs
+    data = view_data([static, model])
+    rows_a, rows_b = _rows(static), _rows(model)
+    latest_b = {r["sample_id"]: r for r in rows_b}
+    assert [s["id"] for s in data["samples"]] == list(dict.fromkeys(r["sample_id"] for r in rows_a + rows_b))
+    for sample in data["samples"]:
+        a, b = sample["rows"]
+        assert b == latest_b[sample["id"]]  # the last row of a sample wins
+        assert a is None if sample["task"] == "output" else a["sample_id"] == sample["id"]
+        assert sample["kinds"] == [error_kind(a) if a else None, error_kind(b)]
+    assert [r["label"] for r in data["runs"]] == [
+        run_label({r["sample_id"]: r for r in rows_a}, static),
+        run_label(latest_b, model),
+    ]
+    counts = data["runs"][1]["errors"]
+    assert (counts["model_error"], counts["infrastructure_error"], counts["prediction_failed"]) == (1, 1, 1)
+    assert data["runs"][1]["scored"] == len(latest_b) - 2
+
+
+def test_two_runs_of_one_agent_are_told_apart(runs: tuple[Path, Path], tmp_path: Path) -> None:
+    static = runs[0]
+    shutil.copytree(static, tmp_path / "again")
+    labels = [r["label"] for r in view_data([static, tmp_path / "again"])["runs"]]
+    assert labels[0] != labels[1] and labels[1].endswith("again")
+
+
+def test_missing_or_empty_run_folder_is_a_one_line_error(runs: tuple[Path, Path], tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="no such run folder"):
+        write_view([runs[0], tmp_path / "missing"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="no results"):
+        write_view([tmp_path / "empty"])
+    (tmp_path / "empty" / "results.jsonl").write_text("")
+    with pytest.raises(DataError, match="no results"):
+        write_view([tmp_path / "empty"])
+    shown = subprocess.run(
+        [sys.executable, "-m", "themisto_env.cli", "view", str(runs[0]), str(tmp_path / "missing")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shown.returncode == 1
+    assert shown.stderr.count("\n") == 1 and "no such run folder" in shown.stderr and "Traceback" not in shown.stderr
+
+
+def test_cli_view_writes_one_self_contained_page(runs: tuple[Path, Path], tmp_path: Path) -> None:
+    out = tmp_path / "view.html"
+    made = CliRunner().invoke(app, ["view", *map(str, runs), "--out", str(out)])
+    assert made.exit_code == 0, made.output
+    assert made.output.strip() == str(out)
+    page = out.read_text()
+    before, rest = page.split('<script type="application/json" id="data">', 1)
+    data, after = rest.split("</script>", 1)
+    for markup in (before, after):  # nothing is fetched: no address, no link, no source
+        assert "http" not in markup and "<link" not in markup and "src=" not in markup
+    assert page.count("<script") == 2  # the data block and the code; none from the rows
+    assert json.loads(data) == json.loads(json.dumps(view_data(list(runs))))
+    assert "<img src=x" not in page
+    default = CliRunner().invoke(app, ["view", str(runs[0])])
+    assert default.exit_code == 0 and (runs[0] / "view.html").exists()
+
+
+# -- in the browser ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Node:
+    """An element of a parsed page: tag, attributes, children, and the text directly inside."""
+
+    tag: str
+    attrs: dict[str, str]
+    children: list[Node] = field(default_factory=list)
+    parts: list[str | Node] = field(default_factory=list)
+
+    def text(self) -> str:
+        return "".join(p if isinstance(p, str) else p.text() for p in self.parts)
+
+    def find_all(self, tag: str) -> list[Node]:
+        found = []
+        for child in self.children:
+            if child.tag == tag:
+                found.append(child)
+            found += child.find_all(tag)
+        return found
+
+
+class _Tree(HTMLParser):
+    VOID: ClassVar[set[str]] = {
+        "area",
+        "base",
+        "br",
+        "col",
+        "embed",
+        "hr",
+        "img",
+        "input",
+        "link",
+        "meta",
+        "source",
+        "wbr",
+    }
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.root = Node("#root", {})
+        self.stack = [self.root]
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        node = Node(tag, {k: v or "" for k, v in attrs})
+        self.stack[-1].children.append(node)
+        self.stack[-1].parts.append(node)
+        if tag not in self.VOID:
+            self.stack.append(node)
+
+    def handle_endtag(self, tag: str) -> None:
+        for i in range(len(self.stack) - 1, 0, -1):
+            if self.stack[i].tag == tag:
+                del self.stack[i:]
+                break
+
+    def handle_data(self, data: str) -> None:
+        self.stack[-1].parts.append(data)
+
+
+def _chromium() -> str:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("Chromium is not installed (bash scripts/setup.sh installs it): the page is not rendered")
+    return chromium
+
+
+@pytest.fixture(scope="module")
+def page(runs: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_view(list(runs), tmp_path_factory.mktemp("view") / "view.html")
+
+
+def _browse(page: Path, fragment: str, profile: Path) -> Node:
+    """The page's DOM after its code ran, opened at ``view.html#fragment``."""
+    shown = subprocess.run(
+        [_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", f"{page.as_uri()}#{fragment}"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    tree = _Tree()
+    tree.feed(shown.stdout)
+    return tree.root
+
+
+def _listed(dom: Node) -> list[str]:
+    return [li.attrs["data-sample"] for li in dom.find_all("li") if "data-sample" in li.attrs]
+
+
+def _detail(dom: Node) -> Node:
+    return next(s for s in dom.find_all("section") if s.attrs.get("id") == "detail")
+
+
+def test_filters_in_the_url_choose_the_samples(page: Path, runs: tuple[Path, Path], tmp_path: Path) -> None:
+    data = view_data(list(runs))
+    samples = data["samples"]
+    everything = _browse(page, "", tmp_path / "profile")
+    assert _listed(everything) == [s["id"] for s in samples]
+    assert f"{len(samples)} of {len(samples)} samples" in everything.text()
+
+    def expect(fragment: str, wanted: list[str]) -> None:
+        dom = _browse(page, fragment, tmp_path / "profile")
+        assert _listed(dom) == wanted, fragment
+        assert f"{len(wanted)} of {len(samples)} samples" in dom.text()
+
+    expect("task=output", [s["id"] for s in samples if s["task"] == "output"])
+    expect("error=model_error", [s["id"] for s in samples if "model_error" in s["kinds"]])
+    expect("error=any", [s["id"] for s in samples if any(k not in (None, "none") for k in s["kinds"])])
+    expect("error=none&run=1", [s["id"] for s in samples if s["kinds"][1] == "none"])
+    expect(
+        "metric=rouge_l&min=0.45&max=1&run=0",
+        [s["id"] for s in samples if s["rows"][0] and 0.45 <= s["rows"][0]["scores"]["rouge_l"] <= 1],
+    )
+    expect("q=" + quote("RateLimitError"), [s["id"] for s in samples if "model_error" in s["kinds"]])
+    expect("q=" + quote(TOOL_RESULT), [s["id"] for s in samples if s["rows"][1].get("transcript")])
+    by_score = sorted(samples[:6], key=lambda s: s["rows"][0]["scores"]["chrf"])
+    assert _listed(_browse(page, "task=next-cell&metric=chrf&sort=score&run=0", tmp_path / "profile")) == [
+        s["id"] for s in by_score
+    ]
+    nothing = _browse(page, "q=no-such-text-anywhere", tmp_path / "profile")
+    assert _listed(nothing) == [] and "No sample matches" in nothing.text()
+
+
+def test_side_by_side_and_transcript(page: Path, runs: tuple[Path, Path], tmp_path: Path) -> None:
+    samples = {s["id"]: s for s in view_data(list(runs))["samples"]}
+    talked = next(sid for sid, s in samples.items() if s["rows"][1] and s["rows"][1].get("transcript"))
+    dom = _browse(page, "sample=" + quote(talked, safe=""), tmp_path / "profile")
+    detail = _detail(dom)
+    assert detail.attrs["data-sample"] == talked
+    selected = [li for li in dom.find_all("li") if "selected" in li.attrs.get("class", "").split()]
+    assert [li.attrs["data-sample"] for li in selected] == [talked]
+    assert (
+        next(p for p in detail.find_all("pre") if "target" in p.attrs.get("class", "")).text()
+        == (samples[talked]["target"])
+    )
+    cards = [c for c in detail.find_all("div") if c.attrs.get("class") == "card"]
+    assert [c.attrs["data-run"] for c in cards] == ["0", "1"]
+    for i, card in enumerate(cards):
+        row = samples[talked]["rows"][i]
+        prediction = next(p for p in card.find_all("pre") if p.attrs.get("class") == "prediction")
+        assert prediction.text() == row["prediction"]
+        assert f"rouge_l {row['scores']['rouge_l']:.3f}" in card.text()
+    assert "openai:gpt-test" in cards[1].text() and "812 in / 40 out tokens" in cards[1].text()
+    assert 'inspect({"expr":"df"})' in cards[1].text()  # the env's record of the tool call
+
+    transcript = next(
+        c
+        for c in detail.find_all("div")
+        if c.attrs.get("class") == "card transcript" and c.attrs.get("data-run") == "1"
+    )
+    roles = [m.attrs["data-role"] for m in transcript.find_all("div") if m.attrs.get("class") == "msg"]
+    assert roles == ["system", "user", "assistant", "tool", "assistant"]
+    call = next(c for c in transcript.find_all("div") if c.attrs.get("data-call-id") == "call_7")
+    assert "inspect" in call.text() and '"expr": "df"' in call.text()
+    result = next(m for m in transcript.find_all("div") if m.attrs.get("data-role") == "tool")
+    assert "← inspect (call_7)" in result.text() and TOOL_RESULT in result.text()
+    other = next(
+        c
+        for c in detail.find_all("div")
+        if c.attrs.get("class") == "card transcript" and c.attrs.get("data-run") == "0"
+    )
+    assert "no conversation recorded" in other.text()
+
+
+def test_errors_and_absent_rows_are_shown(page: Path, runs: tuple[Path, Path], tmp_path: Path) -> None:
+    samples = view_data(list(runs))["samples"]
+    failed = next(s for s in samples if s["kinds"][1] == "model_error")
+    detail = _detail(_browse(page, "sample=" + quote(failed["id"], safe=""), tmp_path / "profile"))
+    card = next(c for c in detail.find_all("div") if c.attrs.get("data-run") == "1" and c.attrs.get("data-kind"))
+    assert card.attrs["data-kind"] == "model_error" and "RateLimitError: 429 after 5 retries" in card.text()
+    only_b = next(s for s in samples if s["rows"][0] is None)
+    detail = _detail(_browse(page, "sample=" + quote(only_b["id"], safe=""), tmp_path / "profile"))
+    card = next(c for c in detail.find_all("div") if c.attrs.get("class") == "card" and c.attrs.get("data-run") == "0")
+    assert "not in this run" in card.text()
+
+
+def test_html_in_a_prediction_is_text(page: Path, runs: tuple[Path, Path], tmp_path: Path) -> None:
+    hostile = next(
+        s for s in view_data(list(runs))["samples"] if s["rows"][1] and s["rows"][1]["prediction"] == HOSTILE
+    )
+    dom = _browse(page, "sample=" + quote(hostile["id"], safe=""), tmp_path / "profile")
+    titles = [t.text() for t in dom.find_all("title")]
+    assert titles and "pwned" not in titles[0]
+    assert not dom.find_all("img")  # the markup did not become elements
+    assert len(dom.find_all("script")) == 2
+    card = next(
+        c for c in _detail(dom).find_all("div") if c.attrs.get("class") == "card" and c.attrs.get("data-run") == "1"
+    )
+    prediction = next(p for p in card.find_all("pre") if p.attrs.get("class") == "prediction")
+    assert prediction.text() == HOSTILE  # shown as the text it is
+    assert "SyntaxError: invalid syntax" in card.text()
+
+
+def test_screenshots(page: Path, runs: tuple[Path, Path], tmp_path: Path) -> None:
+    from PIL import Image
+
+    samples = view_data(list(runs))["samples"]
+    talked = next(s["id"] for s in samples if s["rows"][1] and s["rows"][1].get("transcript"))
+    views = {  # name: (fragment, least share of dark pixels: text)
+        "side-by-side": ("sample=" + quote(talked, safe=""), 0.01),
+        "errors": ("error=any", 0.01),
+        "filtered-empty": ("q=no-such-text-anywhere", 0.002),
+    }
+    for name, (fragment, dark) in views.items():
+        shot = tmp_path / f"view-{name}.png"
+        subprocess.run(
+            [
+                _chromium(),
+                *CHROMIUM_FLAGS,
+                f"--user-data-dir={tmp_path / 'profile'}",
+                "--window-size=1400,1000",
+                f"--screenshot={shot}",
+                f"{page.as_uri()}#{fragment}",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        image = Image.open(shot).convert("RGB")
+        assert image.size == (1400, 1000)
+        grey = image.convert("L")
+        assert sum(grey.histogram()[:128]) > dark * 1400 * 1000, f"{name}: the page rendered (almost) blank"
+        if name == "side-by-side":  # score colours: the green of exact_match 1.000 is on the page
+            colours = image.getcolors(maxcolors=1 << 20) or []
+            assert any(g > r + 30 and g > b + 30 for _, (r, g, b) in colours), "no score colour on the page"
