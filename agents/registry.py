@@ -1,13 +1,25 @@
-"""Agents by name: ``make_agent("retrieval")``, ``themisto run --agent llm-tools``.
+"""Agents by name: ``make_agent("retrieval")``, ``themisto run --agent llm-tools``; ``themisto agents`` lists them.
 
-:data:`AGENTS` maps a name to a ``"module:factory"`` string; the module is imported only when the agent
-is made, so listing names imports nothing (and no LLM provider).
+An agent is found, in this order, as:
+
+- a name of :data:`AGENTS` (the built-in agents, and those added with :func:`register_agent`);
+- a name of the ``themisto_env.agents`` entry-point group, so an installed package offers its agents
+  without code here (in its ``pyproject.toml``: ``[project.entry-points."themisto_env.agents"]``
+  ``my-agent = "my_package.agents:MyAgent"``);
+- ``package.module:Factory`` itself (a module importable from the current folder, too).
+
+Targets are ``"module:factory"`` strings; a module is imported only when its agent is made (or described),
+so listing names imports nothing (and no LLM provider).
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
+import os
+import sys
+from importlib.metadata import entry_points
 from typing import Any
 
 from themisto_env.agents.base import Agent
@@ -43,11 +55,59 @@ def register_agent(name: str, target: str, *, replace: bool = False) -> None:
     AGENTS[name] = target
 
 
+ENTRY_POINT_GROUP = "themisto_env.agents"
+
+
+def installed_agents() -> dict[str, str]:
+    """The agents of the ``themisto_env.agents`` entry-point group: name -> ``"module:factory"``."""
+    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def agent_targets() -> dict[str, str]:
+    """Every agent by name: :data:`AGENTS` and the entry-point group (a registered name wins)."""
+    return {**installed_agents(), **AGENTS}
+
+
+def load_factory(target: str, *, name: str | None = None) -> Any:
+    """Import ``"package.module:factory"`` (a module in the current folder too) and return the factory.
+
+    Raises:
+        ConfigError: The module or the attribute cannot be imported (the message says why).
+    """
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"an agent target is 'package.module:factory', got {target!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:  # as `python -m` would: modules next to you
+        sys.path.insert(0, os.getcwd())
+    try:
+        factory = importlib.import_module(module_name)
+        for part in attr.split("."):
+            factory = getattr(factory, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"agent {name or target!r}: cannot import {target}: {exc}") from exc
+    return factory
+
+
+def describe_agents() -> list[tuple[str, str, str]]:
+    """``(name, target, first line of its docstring)`` of every agent (importing each one's module; an
+    agent whose module cannot be imported says why instead of a description)."""
+    described = []
+    for name, target in sorted(agent_targets().items()):
+        try:
+            doc = inspect.getdoc(load_factory(target, name=name)) or ""
+            line = doc.strip().splitlines()[0].replace("``", "") if doc.strip() else ""
+        except ConfigError as exc:
+            line = f"(cannot be imported: {exc})"
+        described.append((name, target, line))
+    return described
+
+
 def make_agent(name: str, **options: Any) -> Agent:
     """Make a registered agent.
 
     Args:
-        name: A key of :data:`AGENTS`.
+        name: A key of :data:`AGENTS`, an entry point of the ``themisto_env.agents`` group, or
+            ``package.module:Factory``.
         **options: Passed to the agent's factory (e.g. ``provider="openai", model="gpt-4o-mini"`` for the
             LLM agents).
 
@@ -58,19 +118,27 @@ def make_agent(name: str, **options: Any) -> Agent:
         ConfigError: Unknown name (the message suggests the nearest names), or a target that cannot be
             imported.
     """
-    target = AGENTS.get(name)
+    targets = AGENTS if name in AGENTS else agent_targets()
+    target = targets.get(name) or (name if ":" in name else None)
     if target is None:
-        near = difflib.get_close_matches(name, AGENTS, n=1, cutoff=0.5)
+        near = difflib.get_close_matches(name, targets, n=1, cutoff=0.5)
         hint = f" Did you mean {near[0]!r}?" if near else ""
-        raise ConfigError(f"no agent named {name!r}.{hint} Agents: {', '.join(sorted(AGENTS))}")
-    module_name, _, attr = target.partition(":")
-    try:
-        factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"agent {name!r}: cannot import {target}: {exc}") from exc
+        raise ConfigError(
+            f"no agent named {name!r}.{hint} Agents: {', '.join(sorted(targets))} (or package.module:Class)"
+        )
+    factory = load_factory(target, name=name)
     agent = factory(**options)
     agent.name = name  # results are labelled with the name the agent was made by
     return agent
 
 
-__all__ = ["AGENTS", "make_agent", "register_agent"]
+__all__ = [
+    "AGENTS",
+    "ENTRY_POINT_GROUP",
+    "agent_targets",
+    "describe_agents",
+    "installed_agents",
+    "load_factory",
+    "make_agent",
+    "register_agent",
+]

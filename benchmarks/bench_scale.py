@@ -43,7 +43,8 @@ from rich.table import Table
 
 import themisto_env.env as env_module
 import themisto_env.runner as runner_module
-from themisto_env.runner import RunConfig, run
+from themisto_env.config import RunConfig
+from themisto_env.runner import run
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.trajectory import read_trajectories
 
@@ -94,18 +95,18 @@ def instrumented(profiler: Profiler) -> Iterator[None]:
     patch(env_module, "render_runtime", "observation rendering")
     patch(env_module.ThemistoEnv, "__init__", "env construction (dataset load)")
 
-    make_agent = runner_module._make_agent
+    make_agent = runner_module.make_run_agent
 
     def make_timed_agent(config: RunConfig) -> Any:
         agent = make_agent(config)
         agent.act = profiler.wrap("agent", agent.act)
         return agent
 
-    runner_module._make_agent = make_timed_agent
+    runner_module.make_run_agent = make_timed_agent
     try:
         yield
     finally:
-        runner_module._make_agent = make_agent
+        runner_module.make_run_agent = make_agent
         for owner, name, original in reversed(patches):
             setattr(owner, name, original)
 

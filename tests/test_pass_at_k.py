@@ -12,14 +12,15 @@ import pytest
 from typer.testing import CliRunner
 
 from themisto_env.actions import Prediction
-from themisto_env.agents import BaseAgent, register_agent
+from themisto_env.agents import BaseAgent
 from themisto_env.cli import app
-from themisto_env.config import load_run_config
+from themisto_env.config import RunConfig, load_run_config
 from themisto_env.env import ThemistoEnv
 from themisto_env.errors import ConfigError
 from themisto_env.passk import k_values, pass_at_k, summarize_draws
 from themisto_env.report import render_report
-from themisto_env.runner import RESULTS, RunConfig, read_results, run, summarize
+from themisto_env.results import RESULTS, read_results, summarize
+from themisto_env.runner import run
 
 # -- the estimator ---------------------------------------------------------------------------------------
 
@@ -169,6 +170,8 @@ def test_a_run_writes_one_row_per_sample_with_its_draws(bundled_run: tuple[RunCo
                 "passed",
                 "prediction_failed",
                 "tool_calls",
+                "usage",
+                "transcript",
             }
             assert isinstance(draw["passed"], bool) and draw["execution_score"] is not None
     assert summary["draws"] == 3
@@ -216,10 +219,9 @@ def test_different_draws_give_pass_at_k_above_pass_at_1(env_dataset: dict[str, s
     env = ThemistoEnv(**data)
     targets = {s.id: s.target for s in env.samples[:3]}
     env.close()
-    register_agent("alternating", f"{__name__}:AlternatingAgent", replace=True)
     AlternatingAgent.seen.clear()
     config = RunConfig(
-        agent="alternating",
+        agent=f"{__name__}:AlternatingAgent",
         agent_options={"targets": targets},
         data=env_dataset["dataset"],
         samples=3,

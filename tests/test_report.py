@@ -12,10 +12,11 @@ from typer.testing import CliRunner
 
 from themisto_env.cli import app
 from themisto_env.compare import compare_runs, scored_rows
+from themisto_env.config import RunConfig
 from themisto_env.errors import DataError
 from themisto_env.metrics import Score, compare_paired
 from themisto_env.report import render_report
-from themisto_env.runner import RunConfig, run
+from themisto_env.runner import run
 
 CHROMIUM_FLAGS = [
     "--headless",

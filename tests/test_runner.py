@@ -9,9 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from themisto_env.cli import app
-from themisto_env.config import load_run_config
+from themisto_env.config import RunConfig, load_run_config
 from themisto_env.errors import ConfigError
-from themisto_env.runner import RESULTS, SUMMARY, RunConfig, read_results, run
+from themisto_env.results import RESULTS, SUMMARY, read_results
+from themisto_env.runner import run
 
 
 def _config(env_dataset: dict[str, str], **kw: object) -> RunConfig:

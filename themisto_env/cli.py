@@ -12,6 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from themisto_env.errors import ThemistoError
+from themisto_env.metrics import METRICS
+from themisto_env.results import model_label
 
 app = typer.Typer(
     help="themisto-env: predict Jupyter development trajectories from runtime state.", no_args_is_help=True
@@ -169,8 +171,37 @@ def data_info(
 @app.command("run")
 def run_command(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Experiment config (YAML or JSON).")] = None,
-    agent: Annotated[str | None, typer.Option(help="Registered agent name.")] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option(help="Agent: a name of `themisto agents`, or package.module:Class (a module here too)."),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            "-m",
+            metavar="PROVIDER/NAME",
+            help="The LLM agents' model: openai/gpt-4o-mini, anthropic/claude-3-5-haiku-latest, "
+            "ollama/qwen2.5-coder:7b, fake, or package.module:ChatClass/NAME.",
+        ),
+    ] = None,
+    base_url: Annotated[
+        str | None, typer.Option("--base-url", metavar="URL", help="The provider's endpoint (OpenAI-compatible).")
+    ] = None,
+    model_args: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model-arg",
+            "-M",
+            metavar="KEY=VALUE",
+            help="A model argument (repeatable): -M temperature=0 -M max_tokens=512.",
+        ),
+    ] = None,
     task: Annotated[str | None, typer.Option(help="next-cell or output.")] = None,
+    observation: Annotated[
+        str | None,
+        typer.Option(help="What the agent sees: static, full or tools (default: the agent's own mode)."),
+    ] = None,
     backend: Annotated[str | None, typer.Option("--backend", "-b", help="local, bwrap or docker.")] = None,
     data: Annotated[Path | None, typer.Option(help="Dataset folder (default: the bundled data).")] = None,
     limit: Annotated[int | None, typer.Option(help="At most this many samples.")] = None,
@@ -224,14 +255,41 @@ def run_command(
             "retried on resume.",
         ),
     ] = None,
+    max_connections: Annotated[
+        int | None,
+        typer.Option(
+            "--max-connections",
+            min=1,
+            metavar="N",
+            help="Model calls in flight at once (LLM agents): episodes run concurrently, each with its own "
+            "kernel, so a run waits on the model N times at once.",
+        ),
+    ] = None,
+    cache: Annotated[
+        Path | None,
+        typer.Option(
+            "--cache",
+            metavar="FILE",
+            help="SQLite cache of model replies (keyed by model, parameters and messages): a rerun is free.",
+        ),
+    ] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Run folder (resumed if it exists).")] = Path("runs/latest"),
+    force: Annotated[
+        bool, typer.Option("--force", help="Start the run folder over (its results are removed).")
+    ] = False,
 ) -> None:
     """Run an agent over a task's samples; write results.jsonl and summary.json (resumable)."""
-    from themisto_env.config import load_run_config
+    from themisto_env.config import load_run_config, parse_model_args
     from themisto_env.runner import run
 
     overrides = {
         "agent": agent,
+        "model": model,
+        "base_url": base_url,
+        "model_args": parse_model_args(model_args or []) or None,
+        "observation": observation,
+        "max_connections": max_connections,
+        "cache": str(cache) if cache is not None else None,
         "task": task,
         "backend": backend,
         "limit": limit,
@@ -245,10 +303,11 @@ def run_command(
     run_config = load_run_config(config, {k: v for k, v in overrides.items() if v is not None})
     if execution_score is not None:
         run_config = run_config.model_copy(update={"env": {**run_config.env, "execution_score": execution_score}})
-    summary = run(run_config, out)
+    summary = run(run_config, out, force=force)
     console.print(summary_table(summary))
-    if note := draws_note(summary):
-        console.print(note)
+    for note in (draws_note(summary), usage_note(summary)):
+        if note:
+            console.print(note, markup=False)
     if summary["infrastructure_failures"]:
         console.print(
             f"[yellow]{summary['infrastructure_failures']} samples hit an infrastructure failure "
@@ -270,10 +329,10 @@ def run_command(
 def summary_table(summary: dict) -> Table:
     """A run summary as a table: each metric's mean and interval; with K predictions per sample, also
     pass@k (execution score) and best-of-K (text metrics)."""
+    model = model_label(summary)
+    agent = f"{summary['agent']} {model}" if model else summary["agent"]
     table = Table(
-        title=escape(
-            f"{summary['agent']} on {summary['task']} ({summary['observation']}), {summary['samples']} samples"
-        )
+        title=escape(f"{agent} on {summary['task']} ({summary['observation']}), {summary['samples']} samples")
     )
     for column in ("metric", "mean", "95% CI"):
         table.add_column(column)
@@ -281,7 +340,7 @@ def summary_table(summary: dict) -> Table:
     def add(name: str, m: dict) -> None:
         table.add_row(escape(name), f"{m['mean']:.3f}", escape(f"[{m['ci_low']:.3f}, {m['ci_high']:.3f}]"))
 
-    for metric in ("exact_match", "rouge_l", "chrf"):
+    for metric in METRICS:
         if metric in summary:
             add(metric, summary[metric])
     draws = summary.get("draws")
@@ -290,6 +349,18 @@ def summary_table(summary: dict) -> Table:
     for k, m in summary.get("pass_at_k", {}).items():
         add(f"pass@{k}", m)
     return table
+
+
+def usage_note(summary: dict) -> str | None:
+    """One line on what the model calls of a run cost (None without model calls)."""
+    usage = summary.get("usage") or {}
+    if not usage.get("model_calls") and not usage.get("cached_calls"):
+        return None
+    note = f"{usage.get('model_calls', 0)} model calls, {usage.get('input_tokens', 0)} input and "
+    note += f"{usage.get('output_tokens', 0)} output tokens"
+    if usage.get("cached_calls"):
+        note += f"; {usage['cached_calls']} replies from the cache"
+    return note + ("" if usage.get("tokens_reported", True) else " (some calls reported no tokens: lower bounds)")
 
 
 def draws_note(summary: dict) -> str | None:
@@ -303,6 +374,19 @@ def draws_note(summary: dict) -> str | None:
     if summary.get("draws"):
         return f"{summary['draws']} predictions per sample; pass@k needs --execution-score (next-cell task)"
     return None
+
+
+@app.command("agents")
+def agents_command() -> None:
+    """The agents `themisto run --agent` knows, a line each (built-in, registered and installed)."""
+    from themisto_env.agents.registry import describe_agents
+
+    table = Table(title="agents (or --agent package.module:Class)")
+    for column in ("name", "description", "target"):
+        table.add_column(column)
+    for name, target, line in describe_agents():
+        table.add_row(escape(name), escape(line), escape(target))
+    console.print(table)
 
 
 @app.command("compare")

@@ -7,7 +7,8 @@ from typing import Any
 
 from themisto_env.errors import DataError
 from themisto_env.metrics import METRICS, Score, compare_paired
-from themisto_env.runner import is_scored, read_results
+from themisto_env.results import is_scored, read_results
+from themisto_env.results import run_label as row_label
 
 
 def scored_rows(run_dir: str | Path) -> dict[str, dict[str, Any]]:
@@ -21,9 +22,9 @@ def scored_rows(run_dir: str | Path) -> dict[str, dict[str, Any]]:
 
 
 def run_label(rows: dict[str, dict[str, Any]], run_dir: str | Path) -> str:
-    """``agent (observation)`` of a run, or its folder name."""
+    """``agent model (observation)`` of a run (:func:`themisto_env.results.run_label`), or its folder name."""
     first = next(iter(rows.values()), None)
-    return f"{first['agent']} ({first['observation']})" if first else Path(run_dir).name
+    return row_label(first) if first else Path(run_dir).name
 
 
 def compare_runs(run_a: str | Path, run_b: str | Path, *, examples: int = 3) -> dict[str, Any]:

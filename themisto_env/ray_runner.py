@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from themisto_env.errors import ConfigError, ProviderError
 
 if TYPE_CHECKING:
-    from themisto_env.runner import RunConfig
+    from themisto_env.config import RunConfig
 
 LOCAL = "local"
 
@@ -44,21 +44,22 @@ class EpisodeWorker:
     """One Ray actor's state: an agent, an env and its kernel, kept for the whole run."""
 
     def __init__(self, config_json: str) -> None:
+        from themisto_env.config import RunConfig
         from themisto_env.env import ThemistoEnv
-        from themisto_env.runner import RunConfig, _make_agent, env_options, limit_threads
+        from themisto_env.runner import env_options, limit_threads, make_run_agent
 
         self.config = RunConfig.model_validate_json(config_json)
         limit_threads(self.config.workers)  # Ray sets OMP_NUM_THREADS for its actors; the rest follow
-        self.agent = _make_agent(self.config)
+        self.agent = make_run_agent(self.config)
         self.options = env_options(self.config, self.agent)
         self.env = ThemistoEnv(**self.options)
 
     def run(self, trajectory_id: str, wanted: list[str]) -> list[dict[str, Any]]:
         """The rows of one episode: the wanted samples of a trajectory."""
-        from themisto_env.runner import _episodes, episode_rows
+        from themisto_env.runner import episode_rows, episode_starts
 
         chosen = set(wanted)
-        for tid, first in _episodes(self.env, chosen):
+        for tid, first in episode_starts(self.env, chosen):
             if tid == trajectory_id:
                 return list(episode_rows(self.config, self.env, self.agent, self.options, tid, first, chosen))
         return []
@@ -105,7 +106,7 @@ def ray_rows(config: RunConfig, episodes: list[str], wanted: set[str]) -> Iterat
         wanted: The sample ids to score.
 
     Yields:
-        One result row per wanted sample, as in :func:`themisto_env.runner.run_episodes`.
+        One result row per wanted sample, as in :func:`themisto_env.runner.serial_rows`.
     """
     ray = import_ray()
     if not episodes:

@@ -18,7 +18,7 @@ from typing import Any
 from themisto_env.compare import compare_runs, run_label, scored_rows
 from themisto_env.errors import DataError
 from themisto_env.metrics import METRICS
-from themisto_env.runner import summarize
+from themisto_env.results import summarize
 
 _CSS = """
 body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 2rem auto; max-width: 1100px;

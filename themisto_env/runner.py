@@ -1,10 +1,12 @@
-"""Running an agent over a dataset: episodes, results as they finish, resume, summary.
+"""Running an agent over a dataset: the episode loop and its executors; results as they finish, resume.
 
-``themisto run`` calls :func:`run`. Each scored sample becomes one line of ``OUT/results.jsonl``,
-appended and flushed as soon as it is scored; ``OUT/summary.json`` is written at the end. Started again
-on the same folder, a run skips the samples already there (a torn last line from a killed run is
-dropped), so no sample is lost and none is scored twice. A sample whose episode met an infrastructure
-failure is written with ``infrastructure_error`` set, left out of the summary, and retried on resume.
+``themisto run`` calls :func:`run`. Each sample becomes one :class:`~themisto_env.results.ResultRow` of
+``OUT/results.jsonl``, appended and flushed as soon as it is scored; ``OUT/summary.json`` is written at the
+end (:mod:`themisto_env.results`: the row, reading, the summary). Started again on the same folder, a run
+skips the samples already there (a torn last line from a killed run is dropped), so no sample is lost and
+none is scored twice; a folder of a run with another config is refused (``force`` starts it over). A sample
+whose episode met an infrastructure failure is written with ``infrastructure_error`` set, left out of the
+summary, and retried on resume.
 
 A sample whose model calls still failed after their retries (:class:`~themisto_env.errors.ModelError`:
 rate limits, 5xx, timeouts; or a 400, 401, malformed reply, never retried) is written with
@@ -20,89 +22,71 @@ written once all K are scored, keeps the first prediction's fields at the top le
 (one dict per prediction), and the summary adds pass@k over the execution score and best-of-K for the
 text metrics (:mod:`themisto_env.passk`).
 
-With ``workers > 1``, trajectories are spread over worker processes, each owning its env and kernel;
-each worker takes the next trajectory (longest first) when it finishes one.
-With ``ray`` set (``local``, ``auto`` or a cluster address), they are spread over ``workers`` Ray actors
-instead (:mod:`themisto_env.ray_runner`), each owning its env and kernel, on any node of the cluster.
+Executors (:data:`EXECUTORS`, chosen by :func:`executor_name`) spread the episodes (one trajectory each):
+
+``serial``
+    One env and agent in this process, one episode after another.
+``processes``
+    ``workers`` worker processes, each owning its env and kernel; each takes the next trajectory
+    (longest first) when it finishes one.
+``concurrent``
+    With ``max_connections`` set: in this process (or in each of ``workers`` processes), episodes run
+    concurrently under asyncio, each with its own agent, env and kernel, the agents calling their models
+    with ``ainvoke``; at most ``max_connections`` model calls are in flight over the whole run.
+``ray``
+    With ``ray`` set (``local``, ``auto`` or a cluster address), ``workers`` Ray actors, each owning its
+    env and kernel, on any node of the cluster (:mod:`themisto_env.ray_runner`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import importlib
 import json
+import math
 import multiprocessing as mp
 import os
+import queue as queue_module
+import threading
 import time
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
 from themisto_env.actions import Prediction
-from themisto_env.env import ObservationMode, ThemistoEnv
-from themisto_env.errors import DataError, InfrastructureError, ModelError, ThemistoError
-from themisto_env.metrics import Score, aggregate
-from themisto_env.passk import summarize_draws
-from themisto_env.samples import TaskName
+from themisto_env.config import RunConfig
+from themisto_env.env import ThemistoEnv
+from themisto_env.errors import ConfigError, InfrastructureError, ModelError, ThemistoError
+from themisto_env.results import (
+    RESULTS,
+    SUMMARY,
+    append_row,
+    done_samples,
+    read_results,
+    secrets,
+    summarize,
+    write_config,
+)
 
-RESULTS = "results.jsonl"
-SUMMARY = "summary.json"
-CONFIG = "config.json"
 FAIL_ON_ERROR_MIN_SAMPLES = 10
 """``fail_on_error`` is judged once this many samples are done (or all of a smaller run's)."""
 
-
-class RunConfig(BaseModel):
-    """What to run. Pure data: code is chosen by registered name (``agent``).
-
-    Attributes:
-        agent: Registered agent name (``themisto_env.agents.AGENTS``).
-        agent_options: Keyword arguments for the agent's factory (e.g. provider and model).
-        task: ``next-cell`` or ``output``.
-        observation: Observation mode; None uses the agent's own (or ``static``).
-        backend: Sandbox backend.
-        data: A built dataset folder; None uses the bundled data.
-        limit: Run at most this many samples (the first ones, in dataset order).
-        workers: Worker processes (or Ray actors), each with its own env and kernel.
-        ray: None runs on this machine; ``local`` starts a private local Ray instance; ``auto`` or an
-            address (``HOST:6379``, ``ray://HOST:10001``) joins a running Ray cluster. Episodes are then
-            spread over ``workers`` Ray actors (:mod:`themisto_env.ray_runner`).
-        samples: Predictions per sample (pass@k). With K > 1 each row carries the K ``draws`` and the
-            summary reports ``pass_at_k`` (with ``env: {execution_score: true}``) and ``best_of_k``.
-        max_retries: Retries of a failed model call (LLM agents; None: the agent's default, 5).
-        fail_on_error: Stop the run when more than this fraction of the samples done have model errors
-            (judged after :data:`FAIL_ON_ERROR_MIN_SAMPLES` samples); None never stops.
-        env: Further environment options (see ``EnvConfig``).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    agent: str = "repeat-previous"
-    agent_options: dict[str, Any] = Field(default_factory=dict)
-    task: TaskName = "next-cell"
-    observation: ObservationMode | None = None
-    backend: str = "local"
-    data: str | None = None
-    limit: int | None = Field(None, ge=1)
-    workers: int = Field(1, ge=1)
-    ray: str | None = None
-    samples: int = Field(1, ge=1)
-    max_retries: int | None = Field(None, ge=0)
-    fail_on_error: float | None = Field(None, ge=0, le=1)
-    env: dict[str, Any] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _samples_once(self) -> RunConfig:
-        if "samples" in self.env:
-            raise ValueError("set the predictions per sample with samples (--samples), not env.samples")
-        return self
+Rows = Iterator[dict[str, Any]]
+Executor = Callable[[RunConfig, list[str], set[str]], Rows]
+"""An executor runs the episodes (trajectory ids, in the order to hand them out) and yields their rows."""
 
 
-def _make_agent(config: RunConfig) -> Any:
+def make_run_agent(config: RunConfig) -> Any:
+    """The agent a run's config names, with its model options and retry policy."""
     from themisto_env.agents import make_agent
 
-    agent = make_agent(config.agent, **config.agent_options)
+    try:
+        agent = make_agent(config.agent, **config.agent_kwargs())
+    except TypeError as exc:  # options the agent does not take (e.g. --model for a baseline)
+        raise ConfigError(f"agent {config.agent!r} does not take these options: {exc}") from None
     if config.max_retries is not None and hasattr(agent, "retry"):  # the LLM agents' RetryPolicy
         agent.retry.max_retries = config.max_retries
     return agent
@@ -121,36 +105,7 @@ def env_options(config: RunConfig, agent: Any) -> dict[str, Any]:
     }
 
 
-def read_results(out: str | Path) -> list[dict[str, Any]]:
-    """The result rows of a run folder; a torn last line (a killed writer) is dropped from the file."""
-    path = Path(out) / RESULTS
-    if not path.exists():
-        return []
-    rows: list[dict[str, Any]] = []
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    for number, line in enumerate(lines, start=1):
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            if number == len(lines):  # torn by a kill: drop it so appends stay well-formed
-                path.write_text("".join(lines[:-1]), encoding="utf-8")
-                break
-            raise DataError("not a JSON line", path=path, row=number) from None
-    return rows
-
-
-def is_scored(row: dict[str, Any]) -> bool:
-    """Whether a result row counts: not an infrastructure failure, not served in a mismatched state, no
-    failed model call. Rows that do not count are left out of the summary and run again on resume."""
-    return not row.get("infrastructure_error") and not row.get("state_mismatch") and not row.get("model_error")
-
-
-def row_draws(row: dict[str, Any]) -> int:
-    """How many predictions a result row holds (1 for a row without ``draws``)."""
-    return len(row.get("draws") or ()) or 1
-
-
-def _episodes(env: ThemistoEnv, wanted: set[str]) -> Iterator[tuple[str, int]]:
+def episode_starts(env: ThemistoEnv, wanted: set[str]) -> Iterator[tuple[str, int]]:
     """(trajectory id, first wanted sample index) for each trajectory with wanted samples."""
     for tid in env.episode_ids:
         ids = [s.id for s in env.episode_samples[tid]]
@@ -159,76 +114,140 @@ def _episodes(env: ThemistoEnv, wanted: set[str]) -> Iterator[tuple[str, int]]:
             yield tid, first
 
 
-def run_episodes(config: RunConfig, trajectory_ids: Iterable[str] | None, wanted: set[str]) -> Iterator[dict]:
-    """Run the agent over the wanted samples (of the given trajectories); yield a row per sample."""
-    agent = _make_agent(config)
-    options = env_options(config, agent)
-    env = ThemistoEnv(**options)
-    chosen = set(trajectory_ids) if trajectory_ids is not None else None
-    try:
-        for tid, first in _episodes(env, wanted):
-            if chosen is None or tid in chosen:
-                yield from episode_rows(config, env, agent, options, tid, first, wanted)
-    finally:
-        env.close()
+def balanced_order(env: ThemistoEnv, wanted: set[str]) -> list[str]:
+    """The trajectories with wanted samples, longest (most wanted samples) first, for balanced workers."""
+    episodes = [tid for tid, _ in episode_starts(env, wanted)]
+    episodes.sort(key=lambda tid: -sum(1 for s in env.episode_samples[tid] if s.id in wanted))
+    return episodes
+
+
+# -- the episode loop ------------------------------------------------------------------------------------------
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+class Episode:
+    """The bookkeeping of one episode: which samples are left, each sample's predictions, its row.
+
+    The loops (:func:`episode_rows`, :func:`aepisode_rows`) ask the agent, step the env and hand each step
+    to :meth:`stepped`, which returns the sample's row once all its predictions are scored.
+
+    With ``samples=K`` in the env the agent is asked K times per sample (the env serves the same sample
+    until its K-th prediction). The draws are independent, as pass@k assumes: each starts from the
+    observation and ``info`` the first one started from, never from the previous draw's score.
+    """
+
+    def __init__(
+        self, config: RunConfig, env: ThemistoEnv, agent: Any, options: dict, tid: str, first: int, wanted: set[str]
+    ) -> None:
+        self.config, self.env, self.agent, self.options, self.wanted = config, env, agent, options, wanted
+        self.tid, self.first = tid, first
+        self.left = {s.id for s in env.episode_samples[tid][first:]} & wanted
+        self._begin_sample({})
+
+    def _begin_sample(self, info: dict[str, Any]) -> None:
+        self.drawn: list[tuple[Any, float, dict, dict[str, Any]]] = []  # (action, reward, info, agent record)
+        self.failed: list[str] = []  # the model errors of the current sample's predictions
+        self.sample_info = info  # what the agent was shown when the current sample began
+        self.started, self.started_at = time.perf_counter(), _now()
+
+    def reset(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Reset the env at the episode's first wanted sample, and the agent."""
+        obs, info = self.env.reset(options={"trajectory": self.tid, "sample": self.first})
+        self.agent.reset(info)
+        self._begin_sample(info)
+        return obs, info
+
+    def wants_answer(self) -> bool:
+        """Whether the agent is asked for the current sample (other samples get an empty prediction)."""
+        sample = self.env.current_sample
+        return sample is not None and sample.id in self.wanted
+
+    def model_failed(self, exc: ModelError) -> Prediction:
+        """Record a model error as the current sample's; the empty prediction that moves the env on."""
+        self.failed.append(str(exc))
+        return Prediction(text="")
+
+    def stepped(
+        self, action: Any, reward: float, done: bool, info: dict[str, Any]
+    ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """Take one env step's result: ``(the sample's row if it is now complete, the info to act on)``."""
+        if "scored_sample_id" not in info:  # a tool call
+            return None, info
+        sample = next(s for s in self.env.episode_samples[self.tid] if s.id == info["scored_sample_id"])
+        self.drawn.append((action, reward, info, agent_record(self.agent)))
+        if info.get("scored_draw", 0) + 1 < self.env.config.samples and not done:
+            # The same sample again, as it began (the env serves its observation), as the next draw:
+            # the agent starts afresh and never sees the previous draw's score.
+            return None, {**self.sample_info, "draw": info["draw"]}
+        row = None
+        if sample.id in self.wanted:
+            self.left.discard(sample.id)
+            row = make_row(self.config, self.options, sample, self.drawn, self.started, self.started_at)
+            row["model_error"] = self.failed[0] if self.failed else None
+        self._begin_sample(info)
+        return row, info
 
 
 def episode_rows(
-    config: RunConfig,
-    env: ThemistoEnv,
-    agent: Any,
-    options: dict[str, Any],
-    tid: str,
-    first: int,
-    wanted: set[str],
-) -> Iterator[dict]:
-    """One episode of ``env`` from sample ``first`` of trajectory ``tid``: a row per wanted sample.
-
-    With ``samples=K`` in the env the agent is asked K times per sample (the env serves the same sample
-    until its K-th prediction); the row is yielded once all K are scored. The draws are independent, as
-    pass@k assumes: each starts from the observation and ``info`` the first one started from, never
-    from the previous draw's score."""
-    obs, info = env.reset(options={"trajectory": tid, "sample": first})
-    agent.reset(info)
-    started = time.perf_counter()
-    left = {s.id for s in env.episode_samples[tid][first:]} & wanted
-    drawn: list[tuple[Any, float, dict]] = []  # (action, reward, info) of the current sample's predictions
-    spent: list[Any] = []  # the agent's usage for each of them
-    failed: list[str] = []  # the model errors of the current sample's predictions
-    sample_info = info  # what the agent was shown when the current sample began
-    while left:  # the episode stops after its last wanted sample
-        sample = env.current_sample
-        assert sample is not None
+    config: RunConfig, env: ThemistoEnv, agent: Any, options: dict[str, Any], tid: str, first: int, wanted: set[str]
+) -> Rows:
+    """One episode of ``env`` from sample ``first`` of trajectory ``tid``: a row per wanted sample."""
+    episode = Episode(config, env, agent, options, tid, first, wanted)
+    obs, info = episode.reset()
+    while episode.left:  # the episode stops after its last wanted sample
         try:
-            action = agent.act(obs, info) if sample.id in wanted else Prediction(text="")
+            action = agent.act(obs, info) if episode.wants_answer() else Prediction(text="")
         except ModelError as exc:  # recorded as the sample's model_error; an empty prediction moves on
-            failed.append(str(exc))
-            action = Prediction(text="")
+            action = episode.model_failed(exc)
         obs, reward, terminated, truncated, info = env.step(action)
-        if "scored_sample_id" in info:  # the env reports each sample's failures with its score
-            drawn.append((action, reward, info))
-            spent.append(getattr(agent, "usage", None))
-            if info.get("scored_draw", 0) + 1 < env.config.samples and not (terminated or truncated):
-                # The same sample again, as it began (the env serves its observation), as the next draw:
-                # the agent starts afresh and never sees the previous draw's score.
-                info = {**sample_info, "draw": info["draw"]}
-                continue
-            if sample.id in wanted:
-                left.discard(sample.id)
-                row = _row(config, options, sample, drawn, spent, started)
-                row["model_error"] = failed[0] if failed else None
-                yield row
-            drawn, spent, failed, sample_info = [], [], [], info
-            started = time.perf_counter()
+        row, info = episode.stepped(action, reward, terminated or truncated, info)
+        if row is not None:
+            yield row
         if terminated or truncated:
             break
+
+
+async def aepisode_rows(
+    config: RunConfig, env: ThemistoEnv, agent: Any, options: dict[str, Any], tid: str, first: int, wanted: set[str]
+) -> list[dict[str, Any]]:
+    """:func:`episode_rows` under asyncio: the agent's ``aact``, the env's steps in a thread."""
+    episode = Episode(config, env, agent, options, tid, first, wanted)
+    obs, info = await asyncio.to_thread(episode.reset)
+    rows: list[dict[str, Any]] = []
+    while episode.left:
+        try:
+            action = await agent.aact(obs, info) if episode.wants_answer() else Prediction(text="")
+        except ModelError as exc:
+            action = episode.model_failed(exc)
+        obs, reward, terminated, truncated, info = await asyncio.to_thread(env.step, action)
+        row, info = episode.stepped(action, reward, terminated or truncated, info)
+        if row is not None:
+            rows.append(row)
+        if terminated or truncated:
+            break
+    return rows
+
+
+def agent_record(agent: Any) -> dict[str, Any]:
+    """What the agent says of the prediction it just made: usage, transcript, model."""
+    usage = getattr(agent, "usage", None)
+    record = getattr(agent, "model_record", None)
+    transcript = getattr(agent, "transcript", None)
+    return {
+        "usage": usage if hasattr(usage, "as_dict") else None,
+        "transcript": list(transcript) if transcript is not None else None,
+        "model": record() if callable(record) else None,
+    }
 
 
 def _text(action: Any) -> str:
     return action.text if isinstance(action, Prediction) else ""
 
 
-def _draw(action: Any, reward: float, info: dict) -> dict[str, Any]:
+def _draw(action: Any, reward: float, info: dict, record: dict[str, Any]) -> dict[str, Any]:
     """One prediction of a sample, as kept in a row's ``draws``."""
     execution = info.get("execution")
     return {
@@ -239,26 +258,27 @@ def _draw(action: Any, reward: float, info: dict) -> dict[str, Any]:
         "passed": bool(execution["passed"]) and not info.get("prediction_failed") if execution else None,
         "prediction_failed": info.get("prediction_failed"),
         "tool_calls": info.get("tool_calls", []),
+        "usage": record["usage"].as_dict() if record["usage"] is not None else None,
+        "transcript": record["transcript"],
     }
 
 
-def _row(
+def make_row(
     config: RunConfig,
     options: dict,
     sample: Any,
-    drawn: list[tuple[Any, float, dict]],
-    spent: list[Any],
+    drawn: list[tuple[Any, float, dict, dict[str, Any]]],
     started: float,
+    started_at: str,
 ) -> dict[str, Any]:
     """A sample's row: the first prediction's fields; with several predictions, also their ``draws``.
     The trust flags (``infrastructure_error``, ``state_mismatch``, ``recovered``; ``model_error`` is set by
     the caller) cover every prediction: a failure during any of them leaves the whole sample out (and runs
     it again on resume)."""
-    action, reward, info = drawn[0]
-    usages = [u for u in spent if hasattr(u, "as_dict")]
+    action, reward, info, record = drawn[0]
+    usages = [r["usage"] for *_, r in drawn if r["usage"] is not None]
     usage = sum(usages[1:], usages[0]) if usages else None  # the agent's spending over all its predictions
-
-    infos = [i for _, _, i in drawn]
+    infos = [i for _, _, i, _ in drawn]
 
     def flag(key: str) -> Any:  # the env accumulates a sample's failures: its last report holds them all
         return next((i[key] for i in reversed(infos) if i.get(key)), None)
@@ -271,6 +291,7 @@ def _row(
         "agent": config.agent,
         "observation": options["observation"],
         "backend": config.backend,
+        "model": record["model"],
         "prediction": _text(action),
         "target": sample.target,
         "scores": info["scores"],
@@ -278,8 +299,11 @@ def _row(
         "execution_score": info.get("execution_score"),
         "tool_calls": info.get("tool_calls", []),
         "forced_submission": bool(info.get("forced_submission")),
-        "usage": usage.as_dict() if hasattr(usage, "as_dict") else None,
+        "usage": usage.as_dict() if usage is not None else None,
+        "transcript": record["transcript"],
         "seconds": round(time.perf_counter() - started, 4),
+        "started_at": started_at,
+        "finished_at": _now(),
         "infrastructure_error": flag("infrastructure_error"),
         "state_mismatch": flag("state_mismatch"),
         "recovered": flag("recovered"),
@@ -289,6 +313,9 @@ def _row(
     if len(drawn) > 1:
         row["draws"] = [_draw(*d) for d in drawn]
     return row
+
+
+# -- executors -------------------------------------------------------------------------------------------------
 
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
@@ -304,22 +331,122 @@ def limit_threads(workers: int) -> None:
         os.environ.setdefault(name, threads)
 
 
+def serial_rows(config: RunConfig, episodes: list[str], wanted: set[str]) -> Rows:
+    """The ``serial`` executor: one env and agent in this process."""
+    agent = make_run_agent(config)
+    options = env_options(config, agent)
+    env = ThemistoEnv(**options)
+    chosen = set(episodes)
+    try:
+        for tid, first in episode_starts(env, wanted):
+            if tid in chosen:
+                yield from episode_rows(config, env, agent, options, tid, first, wanted)
+    finally:
+        env.close()
+
+
+def in_flight(config: RunConfig) -> int:
+    """Episodes one process runs at once: its share of ``max_connections`` (1 without it)."""
+    if config.max_connections is None:
+        return 1
+    return max(1, math.ceil(config.max_connections / max(1, config.workers)))
+
+
+async def concurrent_episodes(
+    config: RunConfig, take: Callable[[], str | None], wanted: set[str], emit: Callable[[dict[str, Any]], None]
+) -> None:
+    """Run episodes concurrently in this process: :func:`in_flight` slots, each with its own agent, env and
+    kernel, taking trajectories from ``take`` until it returns None; the agents' model calls share one
+    bound of :func:`in_flight` (the process's share of ``max_connections``)."""
+    limit = asyncio.Semaphore(in_flight(config))
+
+    async def slot() -> None:
+        if (tid := take()) is None:
+            return
+        agent = make_run_agent(config)
+        if hasattr(agent, "limiter"):
+            agent.limiter = limit
+        options = env_options(config, agent)
+        env = await asyncio.to_thread(lambda: ThemistoEnv(**options))
+        try:
+            firsts = dict(episode_starts(env, wanted))
+            while tid is not None:
+                for row in await aepisode_rows(config, env, agent, options, tid, firsts[tid], wanted):
+                    emit(row)
+                tid = take()
+        finally:
+            await asyncio.to_thread(env.close)
+
+    await asyncio.gather(*(slot() for _ in range(in_flight(config))))
+
+
+def concurrent_rows(config: RunConfig, episodes: list[str], wanted: set[str]) -> Rows:
+    """The ``concurrent`` executor in this process (``workers == 1``): the event loop runs in a thread,
+    and rows come out as their episodes end."""
+    todo = list(episodes)
+    lock = threading.Lock()
+    rows: queue_module.Queue[tuple[str, Any]] = queue_module.Queue()
+
+    def take() -> str | None:
+        with lock:
+            return todo.pop(0) if todo else None
+
+    def loop() -> None:
+        try:
+            asyncio.run(concurrent_episodes(config, take, wanted, lambda row: rows.put(("row", row))))
+            rows.put(("done", None))
+        except BaseException as exc:
+            rows.put(("raise", exc))
+
+    thread = threading.Thread(target=loop, name="themisto-episodes", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, payload = rows.get()
+            if kind == "row":
+                yield payload
+            elif kind == "raise":
+                raise payload
+            else:
+                break
+    finally:
+        with lock:
+            todo.clear()  # episodes in flight finish; no new one starts
+        thread.join()
+
+
 def _worker(config_json: str, tasks: Any, wanted: list[str], queue: Any) -> None:
-    """A worker process: one env and kernel; takes trajectory ids from ``tasks`` until a None."""
+    """A worker process: one env and kernel (or :func:`in_flight` of them, concurrently); takes trajectory
+    ids from ``tasks`` until a None."""
     try:
         config = RunConfig.model_validate_json(config_json)
         limit_threads(config.workers)
         chosen = set(wanted)
-        agent = _make_agent(config)
-        options = env_options(config, agent)
-        env = ThemistoEnv(**options)
-        firsts = dict(_episodes(env, chosen))
-        try:
-            while (tid := tasks.get()) is not None:
-                for row in episode_rows(config, env, agent, options, tid, firsts[tid], chosen):
-                    queue.put(("row", row))
-        finally:
-            env.close()
+        if config.max_connections is not None:
+            lock = threading.Lock()
+            ended = False
+
+            def take() -> str | None:
+                nonlocal ended
+                with lock:
+                    if ended:
+                        return None
+                    tid = tasks.get()
+                    ended = tid is None
+                    return tid
+
+            asyncio.run(concurrent_episodes(config, take, chosen, lambda row: queue.put(("row", row))))
+        else:
+            agent = make_run_agent(config)
+            options = env_options(config, agent)
+            env = ThemistoEnv(**options)
+            firsts = dict(episode_starts(env, chosen))
+            try:
+                while (tid := tasks.get()) is not None:
+                    for row in episode_rows(config, env, agent, options, tid, firsts[tid], chosen):
+                        queue.put(("row", row))
+            finally:
+                env.close()
         queue.put(("done", None))
     except ThemistoError as exc:  # a known failure (no engine, bad data): one line in the parent
         queue.put(("fatal", (isinstance(exc, InfrastructureError), str(exc))))
@@ -327,17 +454,10 @@ def _worker(config_json: str, tasks: Any, wanted: list[str], queue: Any) -> None
         queue.put(("error", traceback.format_exc()))
 
 
-def balanced_order(env: ThemistoEnv, wanted: set[str]) -> list[str]:
-    """The trajectories with wanted samples, longest (most wanted samples) first, for balanced workers."""
-    episodes = [tid for tid, _ in _episodes(env, wanted)]
-    episodes.sort(key=lambda tid: -sum(1 for s in env.episode_samples[tid] if s.id in wanted))
-    return episodes
-
-
-def _parallel(config: RunConfig, env: ThemistoEnv, wanted: set[str]) -> Iterator[dict]:
+def process_rows(config: RunConfig, episodes: list[str], wanted: set[str]) -> Rows:
+    """The ``processes`` executor: ``workers`` processes, each taking the next trajectory when free."""
     ctx = mp.get_context("spawn")
     queue, tasks = ctx.Queue(), ctx.Queue()
-    episodes = balanced_order(env, wanted)  # handed to whichever worker is free, longest first
     count = min(config.workers, len(episodes))
     for tid in [*episodes, *([None] * count)]:
         tasks.put(tid)
@@ -367,43 +487,68 @@ def _parallel(config: RunConfig, env: ThemistoEnv, wanted: set[str]) -> Iterator
                 p.kill()
 
 
-def run(config: RunConfig, out: str | Path, *, progress: bool = True) -> dict[str, Any]:
-    """Run (or resume) an experiment into ``out``; return the summary (also written to summary.json)."""
+EXECUTORS: dict[str, str] = {
+    "serial": "themisto_env.runner:serial_rows",
+    "processes": "themisto_env.runner:process_rows",
+    "concurrent": "themisto_env.runner:concurrent_rows",
+    "ray": "themisto_env.ray_runner:ray_rows",
+}
+"""Executors by name: ``"module:function"`` (an :data:`Executor`), imported when used."""
+
+
+def executor_name(config: RunConfig) -> str:
+    """The executor a config asks for: ``ray`` with ``ray`` set; ``processes`` with several workers;
+    ``concurrent`` with ``max_connections`` in one process; else ``serial``."""
+    if config.ray is not None:
+        return "ray"
+    if config.workers > 1:
+        return "processes"  # each process runs its episodes concurrently when max_connections is set
+    return "concurrent" if config.max_connections is not None else "serial"
+
+
+def executor(name: str) -> Executor:
+    """The executor registered as ``name``."""
+    module, _, function = EXECUTORS[name].partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
+# -- a run -----------------------------------------------------------------------------------------------------
+
+
+def run(config: RunConfig, out: str | Path, *, progress: bool = True, force: bool = False) -> dict[str, Any]:
+    """Run (or resume) an experiment into ``out``; return the summary (also written to summary.json).
+
+    Raises:
+        ConfigError: ``out`` holds a run with another config (``force`` starts it over).
+        ModelError: ``fail_on_error`` was exceeded (the rows so far and the summary are written).
+    """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / CONFIG).write_text(config.model_dump_json(indent=2) + "\n")
-    # a sample counts as done when scored with as many predictions as asked (other rows are run again)
-    done = {r["sample_id"] for r in read_results(out) if is_scored(r) and row_draws(r) == config.samples}
-    agent = _make_agent(config)
+    write_config(out, config, force=force)
+    done = done_samples(out, config.samples)  # other rows (failed, fewer predictions) are run again
+    agent = make_run_agent(config)
     env = ThemistoEnv(**env_options(config, agent))  # resolves (and if needed builds) the dataset
     try:
         samples = env.samples[: config.limit] if config.limit else env.samples
         wanted = {s.id for s in samples} - done
+        episodes = balanced_order(env, wanted)
         if config.data is None and config.ray is None:  # Ray nodes resolve the bundled data themselves
             config = config.model_copy(update={"data": str(env.dataset_dir)})
     finally:
         env.close()
+    hidden = secrets(config)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with Progress(*columns, disable=not progress) as bar, open(out / RESULTS, "a", encoding="utf-8") as f:
-        task = bar.add_task(
-            f"{config.agent} on {config.task}", total=len(samples), completed=len(samples) - len(wanted)
-        )
-        if config.ray is not None:
-            from themisto_env.ray_runner import ray_rows
-
-            rows = ray_rows(config, balanced_order(env, wanted), wanted)
-        elif config.workers == 1:
-            rows = run_episodes(config, None, wanted)
-        else:
-            rows = _parallel(config, env, wanted)
+        label = f"{config.agent}{f' {config.model}' if config.model else ''} on {config.task}"
+        task = bar.add_task(label, total=len(samples), completed=len(samples) - len(wanted))
+        rows = executor(executor_name(config))(config, episodes, wanted)
         stop = None
         try:
             errors = 0
             for ran, row in enumerate(rows, start=1):
-                f.write(json.dumps(row) + "\n")
-                f.flush()
+                append_row(f, row, hidden)
                 bar.advance(task)
                 errors += bool(row.get("model_error"))
                 stop = _too_many_errors(config, ran, errors, len(wanted), row)
@@ -411,7 +556,8 @@ def run(config: RunConfig, out: str | Path, *, progress: bool = True) -> dict[st
                     break
         finally:
             if hasattr(rows, "close"):  # ends the episodes, workers or actors now, not when collected
-                rows.close()
+                with contextlib.suppress(Exception):
+                    rows.close()
     summary = summarize(read_results(out), config)
     (out / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
     if stop:
@@ -431,38 +577,18 @@ def _too_many_errors(config: RunConfig, ran: int, errors: int, total: int, row: 
     )
 
 
-def summarize(rows: list[dict[str, Any]], config: RunConfig | None = None) -> dict[str, Any]:
-    """Per-metric means with bootstrap intervals over the scored samples (infrastructure failures out).
-
-    The metrics and ``reward`` are those of each sample's first prediction. When rows have ``draws``
-    (``samples=K``), :func:`themisto_env.passk.summarize_draws` adds ``draws`` (K), ``best_of_k`` and, with
-    the execution score, ``pass_at_k`` (``{"1": {"mean", "ci_low", "ci_high"}, ..., "K": ...}``) and
-    ``pass_at_k_counts``."""
-    latest = {r["sample_id"]: r for r in rows}
-    scored = [r for r in latest.values() if is_scored(r)]
-    summary: dict[str, Any] = {
-        "agent": config.agent if config else (scored[0]["agent"] if scored else None),
-        "task": config.task if config else (scored[0]["task"] if scored else None),
-        "observation": scored[0]["observation"] if scored else None,
-        "samples": len(scored),
-        "infrastructure_failures": sum(1 for r in latest.values() if r.get("infrastructure_error")),
-        "state_mismatches": sum(
-            1 for r in latest.values() if r.get("state_mismatch") and not r.get("infrastructure_error")
-        ),
-        "model_errors": sum(
-            1
-            for r in latest.values()
-            if r.get("model_error") and not r.get("infrastructure_error") and not r.get("state_mismatch")
-        ),
-        "prediction_failures": sum(1 for r in scored if r.get("prediction_failed")),
-        "tool_calls": sum(len(r["tool_calls"]) for r in scored),
-        "seconds": round(sum(r["seconds"] for r in scored), 2),
-    }
-    if scored:
-        corpus = aggregate([Score(**r["scores"]) for r in scored])
-        for metric in ("exact_match", "rouge_l", "chrf"):
-            estimate = getattr(corpus, metric)
-            summary[metric] = {"mean": estimate.mean, "ci_low": estimate.ci_low, "ci_high": estimate.ci_high}
-        summary["reward"] = sum(r["reward"] for r in scored) / len(scored)
-        summary.update(summarize_draws(scored, config.samples if config and config.samples > 1 else None))
-    return summary
+__all__ = [
+    "EXECUTORS",
+    "FAIL_ON_ERROR_MIN_SAMPLES",
+    "Episode",
+    "aepisode_rows",
+    "balanced_order",
+    "env_options",
+    "episode_rows",
+    "episode_starts",
+    "executor",
+    "executor_name",
+    "limit_threads",
+    "make_run_agent",
+    "run",
+]

@@ -236,7 +236,8 @@ def test_message_text_joins_the_text_parts_of_a_list_content() -> None:
 def test_each_draw_of_pass_at_k_starts_a_fresh_conversation(make_env: MakeEnv) -> None:
     """With K predictions per sample, llm-tools starts each draw from the sample's own prompt: it never
     sees its previous answer, and its model-call limit and usage are per draw (summed in the row)."""
-    from themisto_env.runner import RunConfig, episode_rows
+    from themisto_env.config import RunConfig
+    from themisto_env.runner import episode_rows
 
     replies = [
         AIMessage("", tool_calls=[_tool_call("list_variables", {}, "a")], usage_metadata=_usage(100, 5)),

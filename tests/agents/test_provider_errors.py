@@ -26,13 +26,15 @@ import yaml
 from langchain_core.messages import HumanMessage
 
 from tests.agents.conftest import MakeEnv
-from themisto_env import runner
+from themisto_env import results, runner
 from themisto_env.actions import Prediction
 from themisto_env.agents.llm import StaticContextAgent
 from themisto_env.agents.providers import PROVIDERS, Provider
 from themisto_env.cli import main
+from themisto_env.config import RunConfig
 from themisto_env.errors import ModelError
-from themisto_env.runner import RunConfig, read_results, run
+from themisto_env.results import read_results
+from themisto_env.runner import run
 
 pytest.importorskip("langchain_openai")
 
@@ -299,7 +301,7 @@ def test_fail_on_error_stops_the_run(
     with pytest.raises(ModelError, match=r"stopped: 2 of 2 samples failed .*--fail-on-error 0.5"):
         run(config(fresh, env_dataset, limit=4, max_retries=0, fail_on_error=0.5), tmp_path, progress=False)
     assert len(read_results(tmp_path)) == 2  # the rows so far are kept
-    assert json.loads((tmp_path / runner.SUMMARY).read_text())["model_errors"] == 2
+    assert json.loads((tmp_path / results.SUMMARY).read_text())["model_errors"] == 2
 
 
 # -- the command line: one line, verbatim -------------------------------------------------------------

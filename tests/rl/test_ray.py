@@ -9,7 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from themisto_env.cli import app
-from themisto_env.runner import RunConfig, read_results, run
+from themisto_env.config import RunConfig
+from themisto_env.results import read_results
+from themisto_env.runner import run
 
 pytest.importorskip("ray", reason="the ray extra is not installed: pip install 'themisto-env[ray]'")
 

@@ -188,10 +188,10 @@ def _static_observation(env: Any, sample: Sample) -> dict[str, Any]:
 def _walk_observations(env: Any, wanted: set[str]) -> dict[str, dict[str, Any]]:
     """The env's own observations at the wanted samples, walking each trajectory with empty predictions."""
     from themisto_env.actions import Prediction
-    from themisto_env.runner import _episodes
+    from themisto_env.runner import episode_starts
 
     found: dict[str, dict[str, Any]] = {}
-    for tid, first in _episodes(env, wanted):
+    for tid, first in episode_starts(env, wanted):
         obs, _ = env.reset(options={"trajectory": tid, "sample": first})
         left = {s.id for s in env.episode_samples[tid][first:]} & wanted
         while left:

@@ -1,0 +1,45 @@
+"""A conversation as plain data, for a run's results: one dict per langchain-core message.
+
+``{"role": "system" | "user" | "assistant" | "tool", "content": str}``; an assistant message also has its
+``tool_calls`` (``[{"id", "name", "args"}]``, the unparsable ones with their ``error``) and its token
+``usage`` when the model reported it; a tool message has the ``tool_call_id`` it answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+ROLES = {"system": "system", "human": "user", "ai": "assistant", "tool": "tool"}
+
+
+def message_record(message: Any) -> dict[str, Any]:
+    """One message as a plain dict (see the module docstring)."""
+    from themisto_env.agents.llm import message_text
+
+    role = ROLES.get(getattr(message, "type", ""), str(getattr(message, "type", "user")))
+    record: dict[str, Any] = {"role": role, "content": message_text(message)}
+    calls = (
+        [{"id": c.get("id"), "name": c.get("name"), "args": c.get("args")} for c in message.tool_calls or []]
+        if (getattr(message, "tool_calls", None))
+        else []
+    )
+    calls += [
+        {"id": c.get("id"), "name": c.get("name"), "args": c.get("args"), "error": c.get("error")}
+        for c in getattr(message, "invalid_tool_calls", None) or []
+    ]
+    if calls:
+        record["tool_calls"] = calls
+    if getattr(message, "tool_call_id", None):
+        record["tool_call_id"] = message.tool_call_id
+    if usage := getattr(message, "usage_metadata", None):
+        record["usage"] = {k: usage.get(k) for k in ("input_tokens", "output_tokens")}
+    return record
+
+
+def transcript(messages: Iterable[Any]) -> list[dict[str, Any]]:
+    """The messages as plain dicts."""
+    return [message_record(m) for m in messages]
+
+
+__all__ = ["message_record", "transcript"]
