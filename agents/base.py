@@ -148,6 +148,9 @@ class BaseAgent:
         observation: The observation mode the agent is written for (``static``, ``full``, ``tools``),
             or None when any mode works. A runner should create the env in this mode.
         usage: What the agent spent on the current sample.
+        transcript: The conversation of the current prediction (``{"role", "content", ...}`` messages, see
+            :func:`~themisto_env.agents.transcript.message_record`), kept in the run's results; None for
+            agents without one.
     """
 
     name: str = "agent"
@@ -155,6 +158,7 @@ class BaseAgent:
 
     def __init__(self) -> None:
         self.usage = AgentUsage()
+        self.transcript: list[dict[str, Any]] | None = None
         self._sample_id: object = None  # (sample id, draw) being decided
 
     # -- the protocol ------------------------------------------------------------------------------
@@ -220,6 +224,7 @@ class BaseAgent:
         if key != self._sample_id:
             self._sample_id = key
             self.usage = AgentUsage()
+            self.transcript = None
             self.start_sample(observation, info)
 
     def _count(self, action: Action) -> Action:

@@ -25,6 +25,9 @@ as ``usage.cached_calls`` (see :mod:`themisto_env.agents.cache`).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -35,11 +38,16 @@ from themisto_env.agents.cache import ResponseCache, is_cached, open_cache, requ
 from themisto_env.agents.parsing import extract_prediction
 from themisto_env.agents.prompting import ContextMode, PromptTemplates, load_prompts
 from themisto_env.agents.retry import RetryPolicy, acall_with_retries, call_with_retries
+from themisto_env.agents.transcript import transcript
 from themisto_env.errors import ConfigError
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
     from langchain_core.messages import BaseMessage
+
+
+SECRET_OPTION = re.compile(r"(api_?key|secret|token|password|authorization|credential)", re.IGNORECASE)
+"""Model options never recorded in a run's rows."""
 
 
 def message_text(message: Any) -> str:
@@ -86,6 +94,8 @@ class LLMAgent(BaseAgent):
     Attributes:
         retry: The retry policy of the model calls (replaceable, e.g. its ``sleep`` in tests).
         cache: The response cache, or None.
+        limiter: An ``asyncio.Semaphore`` the async model calls hold while in flight (the runner shares
+            one between concurrent episodes to bound the connections); None for no bound.
     """
 
     name = "llm"
@@ -107,6 +117,9 @@ class LLMAgent(BaseAgent):
         self.retry = RetryPolicy(max_retries=max_retries, base_delay=retry_delay)
         self.cache: ResponseCache | None = open_cache(cache)
         self.provider = provider
+        self.limiter: asyncio.Semaphore | None = None
+        self._model_given = model
+        self._model_params = {k: v for k, v in model_options.items() if not SECRET_OPTION.search(k)}
         if chat_model is not None and (provider is not None or model_options):
             raise ConfigError(f"{self.name}: pass either chat_model or provider/model options, not both")
         if chat_model is None:
@@ -141,6 +154,14 @@ class LLMAgent(BaseAgent):
             HumanMessage(self.prompts.user_text(observation, task, mode or self.mode)),
         ]
 
+    def model_record(self) -> dict[str, Any]:
+        """``{"provider", "name", "params"}``: the model, as a run's rows record it (no secret in it)."""
+        params = {
+            k: v if isinstance(v, str | int | float | bool | None) else repr(v) for k, v in self._model_params.items()
+        }
+        name = self._model_given or self._model_name() or None
+        return {"provider": self.provider or type(self.chat_model).__name__, "name": name, "params": params}
+
     def record(self, message: Any) -> None:
         """Count a model call and the tokens its ``usage_metadata`` reports (a cached reply as a cached call)."""
         usage = getattr(message, "usage_metadata", None) or {}
@@ -166,15 +187,19 @@ class LLMAgent(BaseAgent):
         return reply
 
     async def acall_model(self, model: Any, messages: list[BaseMessage]) -> Any:
-        """The async form of :meth:`call_model` (``model.ainvoke``)."""
+        """The async form of :meth:`call_model` (``model.ainvoke``), holding :attr:`limiter` while it calls."""
         if self.cache is None:
-            return await acall_with_retries(lambda: model.ainvoke(messages), self.retry, provider=self.provider)
+            return await self._ainvoke(model, messages)
         key = self.cache_key(model, messages)
         reply = await self.cache.aget(key)
         if reply is None:
-            reply = await acall_with_retries(lambda: model.ainvoke(messages), self.retry, provider=self.provider)
+            reply = await self._ainvoke(model, messages)
             await self.cache.aput(key, reply, provider=self.provider or "", model=self._model_name())
         return reply
+
+    async def _ainvoke(self, model: Any, messages: list[BaseMessage]) -> Any:
+        async with self.limiter or contextlib.nullcontext():
+            return await acall_with_retries(lambda: model.ainvoke(messages), self.retry, provider=self.provider)
 
     def cache_key(self, model: Any, messages: list[BaseMessage]) -> str:
         """The response-cache key of a call (:func:`~themisto_env.agents.cache.request_key`), for the
@@ -189,15 +214,19 @@ class LLMAgent(BaseAgent):
     def decide(self, observation: Observation, info: Info) -> Action:
         """Ask the model once and read its prediction."""
         task = str(info["task"])
-        reply = self.call_model(self.chat_model, self.messages(observation, task))
+        messages = self.messages(observation, task)
+        reply = self.call_model(self.chat_model, messages)
         self.record(reply)
+        self.transcript = transcript([*messages, reply])
         return Prediction(text=extract_prediction(message_text(reply), task))  # type: ignore[arg-type]
 
     async def adecide(self, observation: Observation, info: Info) -> Action:
         """Async :meth:`decide` (the model's ``ainvoke``)."""
         task = str(info["task"])
-        reply = await self.acall_model(self.chat_model, self.messages(observation, task))
+        messages = self.messages(observation, task)
+        reply = await self.acall_model(self.chat_model, messages)
         self.record(reply)
+        self.transcript = transcript([*messages, reply])
         return Prediction(text=extract_prediction(message_text(reply), task))  # type: ignore[arg-type]
 
 

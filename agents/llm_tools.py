@@ -30,6 +30,7 @@ from themisto_env.actions import Prediction
 from themisto_env.agents.base import Action, Info, Observation
 from themisto_env.agents.llm import LLMAgent, message_text
 from themisto_env.agents.parsing import extract_prediction
+from themisto_env.agents.transcript import transcript
 from themisto_env.errors import ConfigError
 from themisto_env.tools import ToolCall, ToolContext
 
@@ -156,6 +157,7 @@ class ToolUsingAgent(LLMAgent):
 
     def _prediction(self, reply: Any, info: Info) -> Prediction:
         text = message_text(reply) if reply is not None else ""
+        self.transcript = transcript(self._messages or [])
         return Prediction(text=extract_prediction(text, str(info["task"])))  # type: ignore[arg-type]
 
     # -- the models --------------------------------------------------------------------------------
