@@ -3,10 +3,13 @@ through the URL fragment (``--dump-dom`` for what is shown, ``--screenshot`` for
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
 import sys
+import time
+import urllib.request
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -397,3 +400,92 @@ def test_screenshots(page: Path, runs: tuple[Path, Path], tmp_path: Path) -> Non
         if name == "side-by-side":  # score colours: the green of exact_match 1.000 is on the page
             colours = image.getcolors(maxcolors=1 << 20) or []
             assert any(g > r + 30 and g > b + 30 for _, (r, g, b) in colours), "no score colour on the page"
+
+
+class _DevTools:
+    """Chromium driven over the DevTools protocol: key presses and clicks that a URL cannot express."""
+
+    def __init__(self, chromium: str, url: str, profile: Path) -> None:
+        from websockets.sync.client import connect
+
+        self.closing = contextlib.ExitStack()
+        self.process = subprocess.Popen(
+            [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0", "about:blank"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            port_file, deadline = profile / "DevToolsActivePort", time.monotonic() + 60
+            while not (port_file.exists() and port_file.read_text().count("\n") >= 1):
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    raise RuntimeError("Chromium did not open its DevTools port")
+                time.sleep(0.05)  # polling for the file Chromium writes, not waiting for an effect
+            port = port_file.read_text().splitlines()[0]
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=30) as answer:
+                target = next(t for t in json.load(answer) if t["type"] == "page")
+            self.socket = self.closing.enter_context(connect(target["webSocketDebuggerUrl"], max_size=None))
+            self.ids = iter(range(1, 1 << 30))
+            self.events: list[str | None] = []
+            self.call("Page.enable")
+            self.call("Page.navigate", url=url)
+            while "Page.loadEventFired" not in self.events:  # the page's code has run
+                self.events.append(json.loads(self.socket.recv(timeout=60)).get("method"))
+        except BaseException:
+            self.close()
+            raise
+
+    def call(self, method: str, **params: Any) -> dict[str, Any]:
+        number = next(self.ids)
+        self.socket.send(json.dumps({"id": number, "method": method, "params": params}))
+        while True:
+            message = json.loads(self.socket.recv(timeout=30))
+            self.events.append(message.get("method"))
+            if message.get("id") == number:
+                assert "error" not in message, message
+                return message["result"]
+
+    def evaluate(self, expression: str) -> Any:
+        return self.call("Runtime.evaluate", expression=expression, returnByValue=True)["result"].get("value")
+
+    def key(self, key: str, code: str, text: str = "") -> None:
+        for kind in ("keyDown", "keyUp"):
+            self.call("Input.dispatchKeyEvent", type=kind, key=key, code=code, text=text if kind == "keyDown" else "")
+
+    def close(self) -> None:
+        self.closing.close()
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def test_keys_and_controls_move_and_write_the_url(page: Path, runs: tuple[Path, Path], tmp_path: Path) -> None:
+    chromium = _chromium()
+    pytest.importorskip("websockets", reason="websockets is not installed: keys are not tested (URLs are)")
+    ids = [s["id"] for s in view_data(list(runs))["samples"]]
+    browser = _DevTools(chromium, page.as_uri(), tmp_path / "profile")
+    try:
+        selected = "document.querySelector('#list li.selected').dataset.sample"
+        params = "Object.fromEntries(new URLSearchParams(location.hash.slice(1)))"
+        assert browser.evaluate(selected) == ids[0]
+        browser.key("j", "KeyJ", "j")
+        browser.key("ArrowDown", "ArrowDown")
+        assert browser.evaluate(selected) == ids[2]
+        assert browser.evaluate(params)["sample"] == ids[2]  # the URL follows: a link reproduces the view
+        browser.key("k", "KeyK", "k")
+        assert browser.evaluate(selected) == ids[1]
+        browser.evaluate("document.querySelectorAll('#list li')[4].click()")
+        assert browser.evaluate(params)["sample"] == ids[4]
+        browser.evaluate(
+            "const t = document.getElementById('task'); t.value = 'output'; t.dispatchEvent(new Event('change'))"
+        )
+        assert browser.evaluate(params) == {"task": "output", "sample": ids[6]}  # the selection follows the filter
+        browser.key("/", "Slash", "/")
+        assert browser.evaluate("document.activeElement.id") == "q"
+        browser.key("j", "KeyJ", "j")  # typed into the search box, not a move
+        assert browser.evaluate("document.getElementById('q').value") == "j"
+        assert browser.evaluate(params)["q"] == "j"
+    finally:
+        browser.close()
