@@ -14,7 +14,7 @@ from themisto_env.cli import app
 from themisto_env.compare import compare_runs, scored_rows
 from themisto_env.config import RunConfig
 from themisto_env.errors import DataError
-from themisto_env.metrics import Score, compare_paired
+from themisto_env.metrics import METRICS, Score, aggregate, compare_paired
 from themisto_env.report import render_report
 from themisto_env.runner import run
 
@@ -103,6 +103,17 @@ def test_compare_resamples_trajectories(two_runs: tuple[Path, Path]) -> None:
     assert rouge["ci_low"] == rouge["ci_high"] == rouge["mean_diff"] != 0
     assert not any(d["significant"] for d in got["metrics"].values())
     assert compare_paired(scores_a, scores_b).rouge_l.significant
+
+
+def test_summary_resamples_trajectories(two_runs: tuple[Path, Path]) -> None:
+    """summary.json's intervals are the trajectory bootstrap of aggregate, like compare's."""
+    rows = list(scored_rows(two_runs[1]).values())
+    expected = aggregate([Score(**r["scores"]) for r in rows], groups=[r["trajectory_id"] for r in rows])
+    summary = json.loads((two_runs[1] / "summary.json").read_text())
+    for metric in METRICS:
+        got = summary[metric]
+        estimate = getattr(expected, metric)
+        assert (got["mean"], got["ci_low"], got["ci_high"]) == (estimate.mean, estimate.ci_low, estimate.ci_high)
 
 
 def test_report_renders_in_headless_chromium(two_runs: tuple[Path, Path], tmp_path: Path) -> None:

@@ -403,7 +403,10 @@ def compare_command(
         typer.echo(json.dumps(result, indent=2))
         return
     table = Table(
-        title=escape(f"A = {result['a']}  vs  B = {result['b']}  ({result['shared_samples']} shared samples)")
+        title=escape(
+            f"A = {result['a']}  vs  B = {result['b']}  ({result['shared_samples']} shared samples in "
+            f"{result['shared_trajectories']} trajectories, resampled whole)"
+        )
     )
     for column in ("metric", "A", "B", "A - B", "95% CI", "A wins / ties / B wins"):
         table.add_column(column)

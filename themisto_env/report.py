@@ -195,6 +195,8 @@ def render_report(run_dirs: list[str | Path]) -> str:
 <h1>themisto-env report</h1>
 <p class="muted">{len(runs)} run(s): {html.escape(", ".join(str(d) for d in run_dirs))}</p>
 <h2>Summary</h2>
+<p class="muted">Means over the scored samples with 95% bootstrap intervals that resample whole trajectories
+(samples of one trajectory are correlated).</p>
 <table><tr><th>run</th><th>task</th><th>samples</th>{head}<th>tool calls / sample</th>
 <th>infrastructure failures</th></tr>{"".join(summary_rows)}</table>
 {_draws_table(runs)}

@@ -297,7 +297,10 @@ def summarize(rows: list[dict[str, Any]], config: RunConfig | None = None) -> di
         "usage": _usage_totals(latest.values()),
     }
     if scored:
-        corpus = aggregate([Score(**{m: r["scores"][m] for m in METRICS}) for r in scored])
+        corpus = aggregate(
+            [Score(**{m: r["scores"][m] for m in METRICS}) for r in scored],
+            groups=[r["trajectory_id"] for r in scored],  # samples of a trajectory are correlated
+        )
         for metric in METRICS:
             estimate = getattr(corpus, metric)
             summary[metric] = {"mean": estimate.mean, "ci_low": estimate.ci_low, "ci_high": estimate.ci_high}
