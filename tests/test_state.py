@@ -130,7 +130,7 @@ def test_every_sample_is_served_in_its_recorded_state(env: ThemistoEnv, fault_da
     env.reset(options={"trajectory": 0, "sample": 0})
     while True:
         sample = env.current_sample
-        assert env.state_report is not None and env.state_report.check == "verified", env.state_report
+        assert env.serve_state().check == "verified", env.state_report
         live = env.tool_context().kernel.fingerprint()
         assert not diff_fingerprints(expected_fingerprint(trajectory, sample.step) or {}, live)
         *_, terminated, _, _ = env.step(Prediction(text=""))
@@ -149,9 +149,10 @@ def test_reset_and_stepping_serve_the_same_state(env: ThemistoEnv) -> None:
             break
     for index, step in enumerate(sorted(stepped)):
         obs, info = env.reset(options={"trajectory": 0, "sample": index})
+        assert info["state"]["check"] == "not served", "a reset touches no kernel"
+        obs, *_, info = env.step(ToolCall(tool="list_variables"))
         assert info["state"]["check"] == "verified", info["state"]
-        listing = env.step(ToolCall(tool="list_variables"))[0]["tool_result"]
-        assert (env.tool_context().kernel.fingerprint(), listing) == stepped[step], f"step {step}"
+        assert (env.tool_context().kernel.fingerprint(), obs["tool_result"]) == stepped[step], f"step {step}"
 
 
 def test_a_sample_after_a_restart_starts_from_an_empty_namespace(env: ThemistoEnv) -> None:
@@ -171,8 +172,9 @@ def test_names_a_snapshot_cannot_hold_are_rebuilt_and_stepping_on_matches_the_re
     trajectory = read_trajectories(fault_data["dataset"])[0]
     assert "g" in trajectory.steps[7].snapshot_skipped, "the generator cannot be pickled"
     index = next(i for i, s in enumerate(env.episode_samples["faults-faults"]) if s.step == 7)
-    _, info = env.reset(options={"trajectory": 0, "sample": index})
-    assert info["state"]["check"] == "verified" and "keeping g" in env.state_report.route, env.state_report
+    env.reset(options={"trajectory": 0, "sample": index})
+    report = env.serve_state()
+    assert report.check == "verified" and "keeping g" in report.route, report
     kernel = env.tool_context().kernel
     assert kernel.execute("rows.append(next(g)); rows").outputs[0]["data"]["text/plain"] == "[1, 2, 3, 4]"
 
@@ -317,9 +319,10 @@ def test_damaged_snapshots_are_set_aside_and_the_state_rebuilt(
     try:
         samples = list(enumerate(env.episode_samples["faults-faults"]))
         for index, sample in reversed(samples):  # backwards: each reset needs a snapshot, none is forward
-            _, info = env.reset(options={"trajectory": 0, "sample": index})
-            assert info["state"]["check"] == "verified", (sample.step, info["state"])
-            route = env.state_report.route
+            env.reset(options={"trajectory": 0, "sample": index})
+            report = env.serve_state()
+            assert report.check == "verified", (sample.step, report)
+            route = report.route
             assert "snapshot after" not in route or "keeping" in route, route
         rows = run_rows(env)
     finally:
@@ -377,19 +380,19 @@ def test_every_bundled_sample_has_the_same_state_by_reset_as_by_stepping() -> No
     try:
         for tid in env.episode_ids:
             stepped = []
-            obs, info = env.reset(options={"trajectory": tid, "sample": 0})
+            env.reset(options={"trajectory": tid, "sample": 0})
             while True:
+                obs, *_, info = env.step(ToolCall(tool="list_variables"))
                 assert info["state"]["check"] == "verified", (tid, env.current_sample.step, info["state"])
-                listing = env.step(ToolCall(tool="list_variables"))[0]["tool_result"]
-                stepped.append((env.tool_context().kernel.fingerprint(), listing))
+                stepped.append((env.tool_context().kernel.fingerprint(), obs["tool_result"]))
                 obs, _, terminated, _, info = env.step(Prediction(text=""))
                 if terminated:
                     break
             for index in reversed(range(len(stepped))):  # backwards: every reset restores
-                _, info = env.reset(options={"trajectory": tid, "sample": index})
+                env.reset(options={"trajectory": tid, "sample": index})
+                obs, *_, info = env.step(ToolCall(tool="list_variables"))
                 assert info["state"]["check"] == "verified", (tid, index, info["state"])
-                listing = env.step(ToolCall(tool="list_variables"))[0]["tool_result"]
-                assert (env.tool_context().kernel.fingerprint(), listing) == stepped[index], (tid, index)
+                assert (env.tool_context().kernel.fingerprint(), obs["tool_result"]) == stepped[index], (tid, index)
     finally:
         env.close()
 
@@ -398,7 +401,8 @@ def test_a_lost_engine_mid_episode_keeps_the_scored_sample_and_stops_in_one_line
     fault_data: dict[str, Any], request: pytest.FixtureRequest
 ) -> None:
     proxy = request.getfixturevalue("engine_proxy")  # DOCKER_HOST through a proxy we can cut
-    env = make_env(fault_data, backend="docker")
+    # No warm spare: a container started through the proxy could not be removed once it is cut.
+    env = make_env(fault_data, backend="docker", warm_kernels=0)
     try:
         env.reset(options={"trajectory": 0, "sample": 0})
         *_, info = env.step(Prediction(text=""))
@@ -406,10 +410,10 @@ def test_a_lost_engine_mid_episode_keeps_the_scored_sample_and_stops_in_one_line
         name = env.tool_context().kernel.launcher.container_name
         proxy.real_client().api.kill(name)  # what an engine restart does to its containers
         proxy.stop()
-        *_, info = env.step(Prediction(text="x"))  # scores the current sample; the next one is lost
+        *_, info = env.step(Prediction(text="x"))  # scored from the recording: no state was needed
         assert "scores" in info and not info.get("infrastructure_error")
-        with pytest.raises(BackendUnavailableError) as lost:
-            env.step(Prediction(text=""))
+        with pytest.raises(BackendUnavailableError) as lost:  # the next state needs the engine
+            env.step(ToolCall(tool="list_variables"))
         message = str(lost.value)
         assert "\n" not in message and "is not reachable" in message, message
     finally:

@@ -66,8 +66,9 @@ def changed_names(before: dict[str, str], after: dict[str, str]) -> dict[str, st
     }
 
 
-def imported_modules(trajectories: Iterable[Trajectory]) -> list[str]:
-    """The top-level modules the trajectories' cells import (to preload in pooled kernels)."""
+def imported_modules(trajectories: Iterable[Trajectory], *, submodules: bool = False) -> list[str]:
+    """The top-level modules the trajectories' cells import (to preload in pooled kernels); with
+    ``submodules``, the modules as imported (``sklearn.ensemble`` rather than ``sklearn``)."""
     found: set[str] = set()
     for trajectory in trajectories:
         for step in trajectory.steps:
@@ -77,9 +78,9 @@ def imported_modules(trajectories: Iterable[Trajectory]) -> list[str]:
                 continue  # IPython magics and the like
             for node in ast.walk(tree):
                 if isinstance(node, ast.Import):
-                    found.update(alias.name.partition(".")[0] for alias in node.names)
+                    found.update(alias.name if submodules else alias.name.partition(".")[0] for alias in node.names)
                 elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                    found.add(node.module.partition(".")[0])
+                    found.add(node.module if submodules else node.module.partition(".")[0])
     return sorted(found)
 
 

@@ -12,9 +12,23 @@ Turn structure of an episode (documented for training loops):
 3. The env then executes the ground-truth cells up to the next sample, and the next observation is that
    sample's. ``terminated`` is True after the trajectory's last sample.
 
+The state is served lazily: the env brings its kernel to a sample's state only when something needs
+the live state (a tool call, the ``full`` observation, :meth:`ThemistoEnv.tool_context`,
+:meth:`ThemistoEnv.serve_state`). Observations come from the recording, so a reset, a prediction and
+the move to the next sample cost no kernel work until a state is needed; the kernel then moves straight
+to the sample it is asked for (forward over the recorded cells, or by snapshot). ``lazy_state=False``
+serves every sample as it begins. The execution score and ``try_cell`` never use the env's kernel.
+
 Every served state is checked (:mod:`themisto_env.state`): the live namespace must match the
 fingerprint recorded at build time, else it is repaired from snapshots, and what could not be repaired
-is reported. ``info["state"]`` tells how the current sample's state was reached and checked.
+is reported. ``info["state"]`` tells how the current sample's state was reached and checked; while it is
+not served yet, ``info["state"]["check"]`` is ``"not served"`` (nothing live was shown to the agent, so
+nothing is checked). A sample scored without its state ever being served says so in ``scored_state``
+(``"not served"``): its prediction cannot have depended on the live state.
+
+Kernels come from a pool (``warm_kernels``): started in the background at ``reset`` with the modules the
+dataset's cells import already loaded, handed out once (for the first state, and instead of a restart
+where a state starts from a fresh kernel), and closed with the env.
 
 Model-written code never runs in the env's kernel: the execution score runs each prediction in a
 disposable kernel brought to the sample's state and discarded after (:mod:`themisto_env.disposable`),
@@ -22,11 +36,13 @@ so nothing one prediction does reaches a later sample or another prediction; the
 (next-cell task) runs the agent's candidates the same way. With ``samples=K`` each
 sample takes K predictions (pass@k), each scored on its own; the episode moves on after the K-th.
 
-A lost backend (the Docker engine stopped answering) is not recovered from: ``step`` and ``reset`` raise
+A lost backend (the Docker engine stopped answering) is not recovered from: the next ``step`` or
+``reset`` that needs the backend (a state to serve, a disposable kernel) raises
 :class:`~themisto_env.errors.BackendUnavailableError` with one line (a step that scored a sample first
 returns that score; the next call raises), the sample it hit is left unscored, and a run resumes from it
-once the engine is back. A prediction whose own code kills its kernel, hits a limit, runs past the time
-limit or fools the measurement under the execution score is the model's failure: it scores 0 with
+once the engine is back. Steps that need no live state (predictions scored from the recording) go on.
+A prediction whose own code kills its kernel, hits a limit, runs past the time limit or fools the
+measurement under the execution score is the model's failure: it scores 0 with
 ``info["prediction_failed"]`` (a reason).
 
 What happened to a sample is reported with that sample, never with its neighbour. The ``info`` of the
@@ -62,6 +78,7 @@ from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.launcher import launcher_class
 from themisto_env.sandbox.models import SandboxLimits
+from themisto_env.sandbox.pool import KernelPool
 from themisto_env.scorers import ExecutionScore, execution_score
 from themisto_env.state import StateReport, TrajectoryKernel, expected_fingerprint, fresh_before
 from themisto_env.tools import TOOL_NAMES, ToolCall, ToolContext, run_tool
@@ -119,6 +136,10 @@ class EnvConfig(BaseModel):
         samples: Predictions per sample (pass@k): the sample is scored once per prediction and the
             episode moves on after the last. ``info["draw"]`` is the prediction the env now waits for
             (from 0); the step that scores one says which in ``info["scored_draw"]``.
+        lazy_state: Serve a sample's state only when the live state is needed (see the module
+            docstring); False serves each sample as it begins.
+        warm_kernels: Started kernels kept ready for the env (the dataset's imports preloaded); 0 starts
+            each kernel when needed and restarts it in place.
         sample_rule: Which steps are samples.
         limits: Sandbox limits.
         max_output_chars: Cap of one output in the history.
@@ -137,11 +158,18 @@ class EnvConfig(BaseModel):
     reward: RewardWeights = Field(default_factory=RewardWeights)
     execution_score: bool = False
     samples: int = Field(1, ge=1)
+    lazy_state: bool = True
+    warm_kernels: int = Field(1, ge=0)
     sample_rule: SampleRule = Field(default_factory=SampleRule)
     limits: SandboxLimits = Field(default_factory=SandboxLimits)
     max_output_chars: int = Field(1500, ge=100)
     max_text_chars: int = Field(16000, ge=1000)
     snapshot_dir: str | None = None
+
+
+def not_served() -> dict[str, object]:
+    """``info["state"]`` of a sample whose state is not served yet (nothing live was shown, nothing checked)."""
+    return {"check": "not served", "faults": [], "differences": []}
 
 
 def _text(value: str, limit: int) -> str:
@@ -193,7 +221,9 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 "text": spaces.Text(limit, min_length=0, charset=CHARSET),
             }
         )
-        self._state = TrajectoryKernel(self._new_kernel)
+        self._preload = imported_modules(self.trajectories.values(), submodules=True)
+        self._pool: KernelPool | None = None  # warm kernels for the env's own state, filled at reset
+        self._state = self._new_state()
         #: The tools an agent is offered (try_cell would reveal the output in the output task).
         self._tool_names = tuple(n for n in TOOL_NAMES if n != "try_cell" or self.config.task == "next-cell")
         if self.config.execution_score and self.config.task == "next-cell":
@@ -238,6 +268,8 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self._trajectory = self.trajectories[tid]
         self._queue = list(samples[start:])
         self._draw = 0
+        if self._pool is not None and (self.config.observation != "static" or not self.config.lazy_state):
+            self._pool.fill()  # a kernel on its way before the first state is needed
         return self._begin_sample(), self._info()
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
@@ -270,6 +302,9 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
     def close(self) -> None:
         self._state.close()
+        if self._pool is not None:
+            self._pool.close()
+        self._state = self._new_state()  # a reset after close starts over (nothing runs until then)
         if self._disposable is not None:
             self._disposable.close()
             self._disposable = None
@@ -297,6 +332,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         """The tools' view of the current state (for langchain tools bound to this env)."""
         if self._trajectory is None or self._sample is None:
             raise ConfigError("call reset() before using tools")
+        self._ensure_served()
         sizes, memory = self._recorded_figures()
         trajectory, step = self._trajectory, self._sample.step
 
@@ -322,8 +358,21 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
     @property
     def state_report(self) -> StateReport | None:
-        """How the current sample's state was served and checked."""
+        """How the current sample's state was served and checked (None while it is not served yet)."""
         return self._report
+
+    def serve_state(self) -> StateReport:
+        """Bring the kernel to the current sample's state now, if it is not there yet, and say how it was
+        served and checked (the env does this on its own when a tool or the ``full`` mode needs it)."""
+        if self._sample is None:
+            raise ConfigError("call reset() before serve_state()")
+        self._ensure_served()
+        assert self._report is not None
+        return self._report
+
+    def _ensure_served(self) -> None:
+        if self._report is None:
+            self._serve()
 
     def _raise_lost_backend(self) -> None:
         if self._lost_backend is not None:
@@ -340,6 +389,13 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             return {}, None  # a fresh namespace: nothing recorded applies
         before = self._trajectory.steps[step - 1]
         return before.variables, before.memory_bytes
+
+    def _new_state(self) -> TrajectoryKernel:
+        """The owner of the env's kernel, with a new (unfilled) pool of warm kernels when configured."""
+        self._pool = None
+        if self.config.warm_kernels:
+            self._pool = KernelPool(self._new_kernel, size=self.config.warm_kernels, preload=self._preload)
+        return TrajectoryKernel(self._new_kernel, pool=self._pool)
 
     def _new_kernel(self) -> Kernel:
         return Kernel(self.config.backend, limits=self.config.limits, snapshot_dir=self.config.snapshot_dir)
@@ -410,7 +466,9 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self._last_tool = ""
         self._runtime_text = ""
         self._sample_errors = []
-        self._serve()
+        self._report = None  # not served yet
+        if not self.config.lazy_state or self.config.observation == "full":
+            self._serve()
         if self.config.observation == "full":
             sizes, memory = self._recorded_figures()
             try:
@@ -445,7 +503,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
     def _info(self, **extra: Any) -> dict[str, Any]:
         assert self._sample is not None
-        state = self._report.as_dict() if self._report is not None else {}
+        state = self._report.as_dict() if self._report is not None else not_served()
         return {
             "sample_id": self._sample.id,
             "trajectory_id": self._sample.trajectory_id,
@@ -480,7 +538,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     def _submit(
         self, prediction: Prediction, extra: dict[str, Any]
     ) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
-        assert self._sample is not None and self._trajectory is not None and self._report is not None
+        assert self._sample is not None and self._trajectory is not None
         sample = self._sample
         scores = score(prediction.text, sample.target)
         value = reward(scores, self.config.reward)
@@ -491,11 +549,12 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         extra["scored_sample_id"] = sample.id
         if self._sample_errors:
             extra["infrastructure_error"] = "; ".join(self._sample_errors)
-        if self._report.check == "mismatch":
-            extra["state_mismatch"] = "; ".join(self._report.differences[:10]) or "the state differs"
-        if self._report.faults:
-            extra["recovered"] = list(self._report.faults)
-        extra["scored_state"] = self._report.as_dict()
+        report = self._report
+        if report is not None and report.check == "mismatch":
+            extra["state_mismatch"] = "; ".join(report.differences[:10]) or "the state differs"
+        if report is not None and report.faults:
+            extra["recovered"] = list(report.faults)
+        extra["scored_state"] = report.as_dict() if report is not None else not_served()
         extra["scored_draw"] = self._draw
         if self._draw + 1 < self.config.samples:  # another prediction for the same sample, same state
             self._draw += 1

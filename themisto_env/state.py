@@ -32,11 +32,17 @@ failing does :meth:`serve` raise.
 Code that is not a recorded cell (a model's prediction) taints the kernel: :meth:`TrajectoryKernel.taint`
 makes the next :meth:`serve` start from a fresh kernel, since such code may have changed anything,
 the in-kernel helper included.
+
+With a :class:`~themisto_env.sandbox.pool.KernelPool`, kernels come from the pool (started ahead of time,
+the dataset's libraries imported) and "a fresh kernel" is the next pooled one rather than a restart of
+the current one (which costs a kernel start and the imports again): the old kernel is closed in the
+background. A pooled kernel's namespace is as empty as a restarted one's (preloading binds no name).
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -51,6 +57,7 @@ from themisto_env.errors import (
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.models import ExecutionResult
+from themisto_env.sandbox.pool import KernelPool
 from themisto_env.trajectory import Step, Trajectory
 
 StateCheck = Literal["verified", "mismatch", "unchecked"]
@@ -159,11 +166,15 @@ class TrajectoryKernel:
 
     Args:
         new_kernel: Makes a new, unstarted kernel (called again when one cannot be restarted).
+        pool: Where started kernels come from instead, if given; a fresh kernel is then a new pooled
+            one (the pool is the caller's: :meth:`close` closes only the kernel this owner holds).
     """
 
-    def __init__(self, new_kernel: Callable[[], Kernel]) -> None:
+    def __init__(self, new_kernel: Callable[[], Kernel], *, pool: KernelPool | None = None) -> None:
         self._new_kernel = new_kernel
+        self._pool = pool
         self._kernel: Kernel | None = None
+        self._closing: list[threading.Thread] = []  # replaced kernels being closed in the background
         #: (trajectory id, step) the kernel is before, when known; None after anything unrecorded ran.
         self.position: tuple[str, int] | None = None
         self._tainted = False
@@ -175,17 +186,25 @@ class TrajectoryKernel:
     def kernel(self) -> Kernel:
         """The kernel (started on first use)."""
         if self._kernel is None:
-            self._kernel = self._new_kernel().start()
+            self._kernel = self._pool.take() if self._pool is not None else self._new_kernel().start()
             self.position = None
             self._fresh = True
         return self._kernel
 
+    @property
+    def started(self) -> bool:
+        """Whether this owner holds a kernel now (it starts one on first use of :attr:`kernel`)."""
+        return self._kernel is not None
+
     def close(self, *, graceful: bool = True) -> None:
-        """Stop the kernel (see :meth:`Kernel.close`). Idempotent."""
+        """Stop the kernel (see :meth:`Kernel.close`) and wait for replaced ones to be gone. Idempotent."""
         if self._kernel is not None:
             self._kernel.close(graceful=graceful)
             self._kernel = None
         self.position = None
+        for thread in self._closing:
+            thread.join(timeout=60)
+        self._closing = []
 
     def taint(self) -> None:
         """Unrecorded code ran in the kernel: the next :meth:`serve` starts from a fresh kernel."""
@@ -268,8 +287,19 @@ class TrajectoryKernel:
             self._kernel = None
 
     def _restart(self) -> None:
-        self.kernel.restart()
+        """A fresh kernel: the next pooled one (the current one closed in the background), else a restart."""
+        if self._pool is not None and self._kernel is not None:
+            old, self._kernel = self._kernel, None
+            self._discard(old)
+            self.kernel  # noqa: B018 - takes the next pooled kernel
+        else:
+            self.kernel.restart()
         self._fresh = True
+
+    def _discard(self, kernel: Kernel) -> None:
+        thread = threading.Thread(target=kernel.close, kwargs={"graceful": False}, name="themisto-discard", daemon=True)
+        self._closing = [t for t in self._closing if t.is_alive()] + [thread]
+        thread.start()
 
     def _replay(self, step: Step, *, fingerprint: bool) -> dict[str, str] | None:
         self._fresh = False
