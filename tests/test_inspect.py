@@ -101,6 +101,38 @@ def test_inspect_eval_scores_with_our_metrics_and_tools_reach_the_kernel(
     assert Path(log.location).is_file()
 
 
+def _greedy(messages: list[Any], tools: list[Any], tool_choice: Any, config: Any) -> ModelOutput:
+    """A model that calls a tool whenever it has tools, else answers."""
+    output = (
+        ModelOutput.for_tool_call(MODEL, "list_variables", {}) if tools else ModelOutput.from_content(MODEL, ANSWER)
+    )
+    output.usage = USAGE
+    return output
+
+
+def test_a_spent_budget_takes_the_tools_away_and_the_execution_score_runs_the_answer(
+    env_dataset: dict[str, str], tmp_path: Path, no_kernel_left: None
+) -> None:
+    task = themisto(
+        data=env_dataset["dataset"],
+        snapshot_dir=env_dataset["snapshot_dir"],
+        limit=1,
+        tool_budget=1,
+        execution_score=True,
+    )
+    [log] = inspect_eval(task, model=get_model(MODEL, custom_outputs=_greedy), log_dir=str(tmp_path), display="none")
+
+    assert log.status == "success", log.error
+    assert log.samples is not None
+    [sample] = log.samples
+    assert [m.function for m in sample.messages if isinstance(m, ChatMessageTool)] == ["list_variables"]
+    assert any(m.role == "user" and m.text == load_prompts().budget_spent for m in sample.messages)
+    assert sample.scores["themisto_scorer"].answer == "sales.head()"
+    execution = sample.scores["themisto_execution_scorer"]
+    assert isinstance(execution.value, float) and 0.0 <= execution.value <= 1.0
+    assert execution.metadata is not None and "passed" in execution.metadata
+
+
 def test_the_sandbox_runs_python_in_a_copy_and_refuses_the_rest(
     env_dataset: dict[str, str], no_kernel_left: None
 ) -> None:

@@ -37,9 +37,10 @@ from inspect_ai.util import (
 )
 from pydantic import BaseModel, ConfigDict, Field
 
-from themisto_env.env import EnvConfig, ObservationMode, ThemistoEnv
+from themisto_env.env import MODEL_CODE_TIMEOUT_S, EnvConfig, ObservationMode, ThemistoEnv
 from themisto_env.errors import ConfigError, InfrastructureError
 from themisto_env.samples import SampleRule, TaskName
+from themisto_env.scorers import ExecutionScore, execution_score
 from themisto_env.tools import ToolCall
 
 #: The sandbox type's name (``sandbox="themisto"``, ``--sandbox themisto``).
@@ -76,6 +77,7 @@ class SandboxConfig(BaseModel):
     max_output_chars: int = Field(1500, ge=100)
     max_text_chars: int = Field(16000, ge=1000)
     snapshot_dir: str | None = None
+    execution_score: bool = False
 
     def env_config(self) -> EnvConfig:
         """The env's options."""
@@ -194,6 +196,25 @@ class ThemistoSandbox(SandboxEnvironment):
         if result is None:  # the call was not run (bad action, tools off, machinery failed)
             return ToolAnswer(tool, False, str(obs["tool_result"]))
         return ToolAnswer(tool, bool(result["ok"]), str(result["text"]))
+
+    async def execution_score(self, code: str) -> ExecutionScore | None:
+        """The execution score of a next-cell prediction: ``code`` run in a disposable kernel in the
+        sample's state, its effects compared with the recorded ones (None: the dataset recorded none).
+
+        Raises:
+            InfrastructureError: The disposable kernel could not be brought to the state.
+        """
+        env = self.env
+        sample = env.current_sample
+        assert sample is not None
+        trajectory = env.trajectories[sample.trajectory_id]
+        timeout_s = min(env.config.limits.timeout_s, MODEL_CODE_TIMEOUT_S)
+
+        def run() -> ExecutionScore | None:
+            return execution_score(env.disposable_kernels(), trajectory, sample.step, code, timeout_s=timeout_s)
+
+        async with self._lock:
+            return await anyio.to_thread.run_sync(run)
 
     # -- the SandboxEnvironment contract --------------------------------------------------------------
 

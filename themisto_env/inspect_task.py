@@ -35,7 +35,7 @@ from themisto_env.agents.parsing import extract_prediction
 from themisto_env.agents.prompting import PromptTemplates, load_prompts
 from themisto_env.data import resolve_dataset
 from themisto_env.env import EnvConfig, ObservationMode
-from themisto_env.errors import InfrastructureError
+from themisto_env.errors import ConfigError, InfrastructureError
 from themisto_env.inspect_sandbox import SANDBOX_TYPE, SandboxConfig, ThemistoSandbox
 from themisto_env.metrics import METRICS
 from themisto_env.metrics import score as themisto_score
@@ -187,6 +187,27 @@ def themisto_scorer() -> Scorer:
     return score
 
 
+@scorer(metrics=[mean(), stderr()])
+def themisto_execution_scorer() -> Scorer:
+    """The execution score of a next-cell prediction (:mod:`themisto_env.scorers`): run in a disposable
+    kernel in the sample's state, its effects compared with the recorded ones; 0 when its own code
+    failed (the reason in the metadata)."""
+
+    async def score(state: TaskState, target: Target) -> Score:
+        prediction = extract_prediction(state.output.completion, state.metadata["task"])
+        scored = await sandbox().as_type(ThemistoSandbox).execution_score(prediction)
+        if scored is None:
+            raise ConfigError(
+                "the dataset records no effects to score executions by; rebuild it with themisto data build"
+            )
+        metadata = {"variables": scored.variables, "outputs": scored.outputs, "passed": scored.passed}
+        if scored.failure is not None:
+            metadata["prediction_failed"] = scored.failure
+        return Score(value=scored.value, answer=prediction, metadata=metadata)
+
+    return score
+
+
 # -- the task ---------------------------------------------------------------------------------------------
 
 
@@ -200,6 +221,7 @@ def themisto(
     history_length: int = 10,
     snapshot_dir: str | None = None,
     limit: int | None = None,
+    execution_score: bool = False,
 ) -> Task:
     """Predict the next cell (or a cell's output) of Jupyter development trajectories.
 
@@ -213,7 +235,11 @@ def themisto(
         history_length: Recent executions shown in the prompt.
         snapshot_dir: Where kernel snapshots are stored (None: the default cache).
         limit: At most this many samples (inspect's ``--limit`` works too).
+        execution_score: Also score each next-cell prediction by running it (use the docker backend
+            for models you do not trust).
     """
+    if execution_score and task != "next-cell":
+        raise ConfigError("the execution score is for the next-cell task only")
     options = SandboxConfig(
         task=task,
         observation=observation,
@@ -222,6 +248,7 @@ def themisto(
         tool_budget=tool_budget,
         history_length=history_length,
         snapshot_dir=snapshot_dir,
+        execution_score=execution_score,
     )
     dataset = themisto_dataset(options.env_config())
     if limit is not None:
@@ -229,7 +256,7 @@ def themisto(
     return Task(
         dataset=dataset,
         solver=themisto_agent(),
-        scorer=themisto_scorer(),
+        scorer=[themisto_scorer(), themisto_execution_scorer()] if execution_score else themisto_scorer(),
         sandbox=SandboxEnvironmentSpec(SANDBOX_TYPE, options),
         name=f"themisto-{task}",
     )
@@ -242,5 +269,6 @@ __all__ = [
     "themisto",
     "themisto_agent",
     "themisto_dataset",
+    "themisto_execution_scorer",
     "themisto_scorer",
 ]
