@@ -159,3 +159,30 @@ def test_the_sandbox_runs_python_in_a_copy_and_refuses_the_rest(
             await ThemistoSandbox.sample_cleanup("t", config, boxes, False)
 
     anyio.run(scenario)
+
+
+def test_the_output_task_shows_the_cell_about_to_run(env_dataset: dict[str, str]) -> None:
+    task = themisto(task="output", data=env_dataset["dataset"], snapshot_dir=env_dataset["snapshot_dir"])
+    env = ThemistoEnv(task="output", dataset=env_dataset["dataset"], snapshot_dir=env_dataset["snapshot_dir"])
+    try:
+        assert [s.id for s in task.dataset] == [s.id for s in env.samples]
+        for sample, ours in zip(task.dataset, env.samples, strict=True):
+            cell = env.trajectories[ours.trajectory_id].steps[ours.step].source
+            assert sample.target == ours.target
+            assert f"```python\n{cell}" in sample.input[1].text  # type: ignore[index]
+    finally:
+        env.close()
+
+
+def test_the_full_observation_puts_the_live_runtime_dump_in_the_prompt(
+    env_dataset: dict[str, str], tmp_path: Path, no_kernel_left: None
+) -> None:
+    task = themisto(observation="full", data=env_dataset["dataset"], snapshot_dir=env_dataset["snapshot_dir"], limit=1)
+    [log] = inspect_eval(task, model=get_model(MODEL, custom_outputs=_reply), log_dir=str(tmp_path), display="none")
+
+    assert log.status == "success", log.error
+    assert log.samples is not None
+    [sample] = log.samples
+    assert "The kernel's state now" not in sample.input[1].text  # type: ignore[index]
+    assert "The kernel's state now" in sample.messages[1].text
+    assert not any(isinstance(m, ChatMessageTool) for m in sample.messages)
