@@ -17,14 +17,16 @@ from typing import Any, ClassVar
 from urllib.parse import quote
 
 import pytest
+from langchain_core.messages import AIMessage
 from typer.testing import CliRunner
 
+from themisto_env.agents.fake_chat import ScriptedChatModel
 from themisto_env.cli import app
 from themisto_env.compare import run_label
 from themisto_env.config import RunConfig
 from themisto_env.errors import DataError
 from themisto_env.runner import run
-from themisto_env.view import error_kind, view_data, write_view
+from themisto_env.view import ERROR_KINDS, error_kind, view_data, write_view
 
 CHROMIUM_FLAGS = [
     "--headless",
@@ -37,7 +39,6 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
 ]
 HOSTILE = "<script>document.title = 'pwned'</script><img src=x onerror=\"document.title = 'pwned'\">"
-TOOL_RESULT = "df.shape -> (178, 14)"
 
 
 def _rows(run_dir: Path) -> list[dict[str, Any]]:
@@ -50,48 +51,36 @@ def _append(run_dir: Path, rows: list[dict[str, Any]]) -> None:
             file.write(json.dumps(row) + "\n")
 
 
+class ToolScriptedChat(ScriptedChatModel):
+    """A scripted model for a real ``llm-tools`` run: per sample, it inspects ``df``, then answers."""
+
+    model: str = ""
+
+    def __init__(self, **kwargs: Any) -> None:
+        look = AIMessage(
+            content="Let me look at the frame.",
+            tool_calls=[{"id": "call_1", "name": "inspect_variable", "args": {"name": "df"}}],
+            usage_metadata={"input_tokens": 50, "output_tokens": 5, "total_tokens": 55},
+        )
+        super().__init__([look, "```python\ndf.shape\n```"], cycle=True, **kwargs)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """Two real runs over the bundled data (6 next-cell samples each); the second gets rows written again
-    as a model agent would have (the last row of a sample wins): a transcript with a tool call and its
-    result, a model error, an infrastructure error, a failed prediction, a prediction holding HTML, and
-    two samples of the output task that only it has."""
+    """Two real runs over the bundled data (the same 6 next-cell samples): ``repeat-previous``, and
+    ``llm-tools`` with a scripted model (real transcripts: a tool call and its result). The second then
+    gets rows written again (the last row of a sample wins): a model error, an infrastructure error, a
+    failed prediction holding HTML, and two samples of the output task that only it has."""
     root = tmp_path_factory.mktemp("view-runs")
     run(RunConfig(agent="repeat-previous", limit=6), root / "static", progress=False)
-    run(RunConfig(agent="runtime-rules", limit=6), root / "model", progress=False)
+    scripted = f"{__name__}:{ToolScriptedChat.__name__}/scripted"
+    run(RunConfig(agent="llm-tools", model=scripted, limit=6), root / "model", progress=False)
     base = _rows(root / "model")
-    model = {"provider": "openai", "name": "gpt-test", "params": {"temperature": 0}}
+    assert all(r["transcript"] and not r["model_error"] for r in base), "the scripted model run failed"
     again = [
-        {
-            **base[1],
-            "model": model,
-            "prediction": "df.shape",
-            "scores": {"exact_match": 1.0, "rouge_l": 1.0, "chrf": 1.0},
-            "started_at": "2026-11-23T05:00:00+00:00",
-            "finished_at": "2026-11-23T05:00:03+00:00",
-            "usage": {
-                "model_calls": 2,
-                "input_tokens": 812,
-                "output_tokens": 40,
-                "tokens_reported": True,
-                "tool_calls": 1,
-            },
-            "tool_calls": [{"tool": "inspect", "args": {"expr": "df"}, "ok": True}],
-            "transcript": [
-                {"role": "system", "content": "You predict the next cell of a notebook."},
-                {"role": "user", "content": "What comes after `df.head()`?"},
-                {
-                    "role": "assistant",
-                    "content": "Let me look at the frame.",
-                    "tool_calls": [{"id": "call_7", "name": "inspect", "args": {"expr": "df"}}],
-                },
-                {"role": "tool", "content": TOOL_RESULT, "tool_call_id": "call_7"},
-                {"role": "assistant", "content": "df.shape"},
-            ],
-        },
-        {**base[2], "model": model, "model_error": "RateLimitError: 429 after 5 retries", "transcript": None},
-        {**base[3], "model": model, "infrastructure_error": "kernel died while serving the sample"},
-        {**base[4], "model": model, "prediction": HOSTILE, "prediction_failed": "SyntaxError: invalid syntax"},
+        {**base[2], "model_error": "RateLimitError: 429 after 5 retries", "transcript": None},
+        {**base[3], "infrastructure_error": "kernel died while serving the sample"},
+        {**base[4], "prediction": HOSTILE, "prediction_failed": "SyntaxError: invalid syntax"},
     ]
     for step in (1, 2):
         again.append(
@@ -289,7 +278,9 @@ def test_filters_in_the_url_choose_the_samples(page: Path, runs: tuple[Path, Pat
         [s["id"] for s in samples if s["rows"][0] and 0.45 <= s["rows"][0]["scores"]["rouge_l"] <= 1],
     )
     expect("q=" + quote("RateLimitError"), [s["id"] for s in samples if "model_error" in s["kinds"]])
-    expect("q=" + quote(TOOL_RESULT), [s["id"] for s in samples if s["rows"][1].get("transcript")])
+    needle = next(m["content"] for s in samples for m in s["rows"][1].get("transcript") or [] if m["role"] == "tool")
+    needle = needle.splitlines()[0]
+    expect("q=" + quote(needle), [s["id"] for s in samples if needle.lower() in _searched_text(s)])
     by_score = sorted(samples[:6], key=lambda s: s["rows"][0]["scores"]["chrf"])
     assert _listed(_browse(page, "task=next-cell&metric=chrf&sort=score&run=0", tmp_path / "profile")) == [
         s["id"] for s in by_score
@@ -298,9 +289,23 @@ def test_filters_in_the_url_choose_the_samples(page: Path, runs: tuple[Path, Pat
     assert _listed(nothing) == [] and "No sample matches" in nothing.text()
 
 
+def _searched_text(sample: dict[str, Any]) -> str:
+    """What the search box looks through (the page's haystack, JSON parts left out)."""
+    parts = [sample["id"], sample["target"]]
+    for row in filter(None, sample["rows"]):
+        parts += [row["prediction"], *(str(row.get(k) or "") for k in ERROR_KINDS)]
+        parts += [m["content"] for m in row.get("transcript") or []]
+    return "\n".join(parts).lower()
+
+
+def _talked(samples: list[dict[str, Any]]) -> str:
+    """A sample whose second run's transcript has a tool call answered."""
+    return next(s["id"] for s in samples if any(m["role"] == "tool" for m in s["rows"][1].get("transcript") or []))
+
+
 def test_side_by_side_and_transcript(page: Path, runs: tuple[Path, Path], tmp_path: Path) -> None:
     samples = {s["id"]: s for s in view_data(list(runs))["samples"]}
-    talked = next(sid for sid, s in samples.items() if s["rows"][1] and s["rows"][1].get("transcript"))
+    talked = _talked(list(samples.values()))
     dom = _browse(page, "sample=" + quote(talked, safe=""), tmp_path / "profile")
     detail = _detail(dom)
     assert detail.attrs["data-sample"] == talked
@@ -317,20 +322,31 @@ def test_side_by_side_and_transcript(page: Path, runs: tuple[Path, Path], tmp_pa
         prediction = next(p for p in card.find_all("pre") if p.attrs.get("class") == "prediction")
         assert prediction.text() == row["prediction"]
         assert f"rouge_l {row['scores']['rouge_l']:.3f}" in card.text()
-    assert "openai:gpt-test" in cards[1].text() and "812 in / 40 out tokens" in cards[1].text()
-    assert 'inspect({"expr":"df"})' in cards[1].text()  # the env's record of the tool call
+    row = samples[talked]["rows"][1]
+    usage = row["usage"]
+    assert f"{row['model']['provider']}/{row['model']['name']}" in cards[1].text()
+    assert f"{usage['model_calls']} model calls, {usage['input_tokens']} in / {usage['output_tokens']} out" in (
+        cards[1].text()
+    )
+    for call in row["tool_calls"]:  # the env's record of the tool calls
+        assert f"{call['tool']}({json.dumps(call['args'], separators=(',', ':'))})" in cards[1].text()
 
     transcript = next(
         c
         for c in detail.find_all("div")
         if c.attrs.get("class") == "card transcript" and c.attrs.get("data-run") == "1"
     )
-    roles = [m.attrs["data-role"] for m in transcript.find_all("div") if m.attrs.get("class") == "msg"]
-    assert roles == ["system", "user", "assistant", "tool", "assistant"]
-    call = next(c for c in transcript.find_all("div") if c.attrs.get("data-call-id") == "call_7")
-    assert "inspect" in call.text() and '"expr": "df"' in call.text()
-    result = next(m for m in transcript.find_all("div") if m.attrs.get("data-role") == "tool")
-    assert "← inspect (call_7)" in result.text() and TOOL_RESULT in result.text()
+    messages = [m for m in transcript.find_all("div") if m.attrs.get("class") == "msg"]
+    assert [m.attrs["data-role"] for m in messages] == [m["role"] for m in row["transcript"]]
+    asked = next(m for m in row["transcript"] if m.get("tool_calls"))["tool_calls"][0]
+    answer = next(m for m in row["transcript"] if m["role"] == "tool")
+    assert answer["tool_call_id"] == asked["id"]
+    call = next(c for c in transcript.find_all("div") if c.attrs.get("data-call-id") == asked["id"])
+    assert asked["name"] in call.text() and json.dumps(asked["args"], indent=2) in call.text()
+    result = next(m for m in messages if m.attrs["data-role"] == "tool")
+    assert f"← {asked['name']} ({asked['id']})" in result.text() and answer["content"] in result.text()
+    for shown, message in zip(messages, row["transcript"], strict=True):
+        assert message["content"] in shown.text()
     other = next(
         c
         for c in detail.find_all("div")
@@ -372,7 +388,7 @@ def test_screenshots(page: Path, runs: tuple[Path, Path], tmp_path: Path) -> Non
     from PIL import Image
 
     samples = view_data(list(runs))["samples"]
-    talked = next(s["id"] for s in samples if s["rows"][1] and s["rows"][1].get("transcript"))
+    talked = _talked(samples)
     views = {  # name: (fragment, least share of dark pixels: text)
         "side-by-side": ("sample=" + quote(talked, safe=""), 0.01),
         "errors": ("error=any", 0.01),

@@ -161,7 +161,7 @@ _PAGE = """<!doctype html>
       <label>sort <select id="sort"></select></label>
     </div>
   </form>
-  <div id="count" aria-live="polite"></div>
+  <div class="countline"><span id="count" aria-live="polite"></span><span id="keys" class="meta"></span></div>
   <ol id="list" tabindex="0" aria-label="samples"></ol>
 </aside>
 <section id="detail" aria-live="polite"></section>
@@ -196,7 +196,8 @@ aside { width: 390px; flex: none; display: flex; flex-direction: column; border-
                                   border: 1px solid var(--border); border-radius: 5px; background: #fff; width: 100%; }
 .two { display: grid; grid-template-columns: 1fr 1fr; gap: 0.5rem; }
 .three { display: grid; grid-template-columns: 2fr 1fr 1fr; gap: 0.5rem; }
-#count { padding: 0.3rem 0.8rem; font-size: 0.8rem; color: var(--muted); border-bottom: 1px solid var(--border); }
+.countline { display: flex; justify-content: space-between; padding: 0.3rem 0.8rem; font-size: 0.8rem;
+             color: var(--muted); border-bottom: 1px solid var(--border); }
 #list { list-style: none; margin: 0; padding: 0; overflow-y: auto; flex: 1; outline: none; }
 #list li { padding: 0.35rem 0.8rem; border-bottom: 1px solid #eaeef2; cursor: pointer; }
 #list li:hover { background: #f3f6f9; }
@@ -214,8 +215,10 @@ aside { width: 390px; flex: none; display: flex; flex-direction: column; border-
              margin: 1.1rem 0 0.4rem; }
 .meta { color: var(--muted); font-size: 0.82rem; }
 pre { margin: 0; padding: 0.5rem 0.6rem; background: var(--code); border: 1px solid #eaeef2; border-radius: 6px;
-      white-space: pre-wrap; word-break: break-word; font: 0.8rem/1.4 ui-monospace, SFMono-Regular, Menlo, monospace;
+      white-space: pre; font: 0.8rem/1.4 ui-monospace, SFMono-Regular, Menlo, monospace;
       max-height: 22rem; overflow: auto; }
+.msg[data-role=system] pre, .msg[data-role=assistant] > pre, .error pre { white-space: pre-wrap;
+                                                                          word-break: break-word; }
 .runs { display: grid; gap: 0.8rem; grid-template-columns: repeat(var(--n), minmax(0, 1fr)); }
 .card { border: 1px solid var(--border); border-radius: 8px; padding: 0.6rem; min-width: 0; }
 .card > .head { display: flex; align-items: baseline; gap: 0.3rem; margin-bottom: 0.4rem; font-weight: 600; }
@@ -228,6 +231,7 @@ pre { margin: 0; padding: 0.5rem 0.6rem; background: var(--code); border: 1px so
 .calls code { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; }
 .msg { border-left: 3px solid var(--border); padding: 0.2rem 0 0.2rem 0.6rem; margin: 0.5rem 0; }
 .msg .role { font-size: 0.72rem; font-weight: 700; text-transform: uppercase; letter-spacing: 0.05em; }
+.msg .role .result { text-transform: none; letter-spacing: 0; font-weight: 400; font-size: 0.8rem; }
 .msg[data-role=system] { border-color: #8c959f; } .msg[data-role=user] { border-color: #0969da; }
 .msg[data-role=assistant] { border-color: #8250df; } .msg[data-role=tool] { border-color: #1a7f37; }
 .call { margin-top: 0.3rem; font-size: 0.8rem; }
@@ -378,10 +382,10 @@ function setupControls() {
       el("span", { title: r.path }, tagOf(i), r.label, el("span", { class: "meta" },
         ` · ${r.samples} samples, ${r.scored} scored` +
         KINDS.filter((k) => r.errors[k]).map((k) => `, ${r.errors[k]} ${k}`).join("")))
-    ),
-    el("span", { class: "meta" },
-      el("kbd", {}, "j"), " ", el("kbd", {}, "k"), " move · ", el("kbd", {}, "/"), " search")
+    )
   );
+  document.getElementById("keys").replaceChildren(
+    el("kbd", {}, "j"), " ", el("kbd", {}, "k"), " move · ", el("kbd", {}, "/"), " search");
 }
 function syncControls() {
   for (const key of KEYS.slice(1)) {
@@ -416,14 +420,14 @@ function dl(pairs) {
 }
 function usageText(u) {
   if (!u) return null;
-  const tokens = u.tokens_reported === false
-    ? "tokens not reported" : `${u.input_tokens} in / ${u.output_tokens} out tokens`;
+  const tokens = `${u.input_tokens} in / ${u.output_tokens} out tokens` +
+    (u.tokens_reported === false ? " (some calls reported none)" : "");
   return `${u.model_calls} model calls, ${tokens}, ${u.tool_calls} tool calls`;
 }
 function modelText(m) {
   if (!m) return null;
   const params = m.params && Object.keys(m.params).length ? " " + JSON.stringify(m.params) : "";
-  return `${m.provider ? m.provider + ":" : ""}${m.name || ""}${params}`;
+  return [m.provider, m.name].filter(Boolean).join("/") + params;
 }
 function toolCallList(calls) {
   if (!calls || !calls.length) return null;
