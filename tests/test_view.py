@@ -51,6 +51,12 @@ def _append(run_dir: Path, rows: list[dict[str, Any]]) -> None:
             file.write(json.dumps(row) + "\n")
 
 
+def _draw(row: dict[str, Any], prediction: str) -> dict[str, Any]:
+    """One of K predictions of a row (``--samples K``), with the row's transcript."""
+    keys = ("scores", "reward", "execution_score", "prediction_failed", "tool_calls", "transcript")
+    return {"prediction": prediction, "passed": None, **{k: row[k] for k in keys}}
+
+
 class ToolScriptedChat(ScriptedChatModel):
     """A scripted model for a real ``llm-tools`` run: per sample, it inspects ``df``, then answers."""
 
@@ -81,6 +87,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         {**base[2], "model_error": "RateLimitError: 429 after 5 retries", "transcript": None},
         {**base[3], "infrastructure_error": "kernel died while serving the sample"},
         {**base[4], "prediction": HOSTILE, "prediction_failed": "SyntaxError: invalid syntax"},
+        {**base[5], "draws": [_draw(base[5], base[5]["prediction"]), _draw(base[5], "df.describe()")]},
     ]
     for step in (1, 2):
         again.append(
@@ -365,6 +372,20 @@ def test_errors_and_absent_rows_are_shown(page: Path, runs: tuple[Path, Path], t
     detail = _detail(_browse(page, "sample=" + quote(only_b["id"], safe=""), tmp_path / "profile"))
     card = next(c for c in detail.find_all("div") if c.attrs.get("class") == "card" and c.attrs.get("data-run") == "0")
     assert "not in this run" in card.text()
+
+
+def test_draws_are_shown_with_their_transcripts(page: Path, runs: tuple[Path, Path], tmp_path: Path) -> None:
+    drawn = next(s for s in view_data(list(runs))["samples"] if s["rows"][1] and s["rows"][1].get("draws"))
+    detail = _detail(_browse(page, "sample=" + quote(drawn["id"], safe=""), tmp_path / "profile"))
+    card = next(c for c in detail.find_all("div") if c.attrs.get("class") == "card" and c.attrs.get("data-run") == "1")
+    draws = drawn["rows"][1]["draws"]
+    assert f"{len(draws)} predictions (draws)" in card.text()
+    shown = [d for d in card.find_all("div") if d.attrs.get("class") == "draw"]
+    assert len(shown) == len(draws)
+    for node, draw in zip(shown, draws, strict=True):
+        assert node.find_all("pre")[0].text() == draw["prediction"]
+        roles = [m.attrs["data-role"] for m in node.find_all("div") if m.attrs.get("class") == "msg"]
+        assert roles == [m["role"] for m in draw["transcript"]]
 
 
 def test_html_in_a_prediction_is_text(page: Path, runs: tuple[Path, Path], tmp_path: Path) -> None:

@@ -448,9 +448,13 @@ function runCard(sample, i) {
   const verdict = (d) => (d.passed === null || d.passed === undefined ? "" : d.passed ? " · passed" : " · failed");
   const draws = row.draws && row.draws.length
     ? el("details", {}, el("summary", {}, `${row.draws.length} predictions (draws)`),
-      row.draws.map((d, n) => el("div", {},
+      row.draws.map((d, n) => el("div", { class: "draw" },
         el("div", { class: "meta" }, `#${n + 1} · rouge_l ${fmt(d.scores && d.scores.rouge_l)}${verdict(d)}`),
-        el("pre", {}, d.prediction))))
+        el("pre", {}, d.prediction ?? ""),
+        Array.isArray(d.transcript) && d.transcript.length
+          ? el("details", { class: "draw-transcript" },
+            el("summary", {}, `transcript (${d.transcript.length} messages)`), messageNodes(d.transcript))
+          : null)))
     : null;
   const unscored = ["infrastructure_error", "state_mismatch", "model_error"].includes(kind)
     ? el("div", { class: "meta" }, "not scored: left out of the summary, run again on resume") : null;
@@ -481,25 +485,32 @@ function transcript(sample, i) {
       row.tool_calls && row.tool_calls.length
         ? [el("div", { class: "meta" }, "the env's tool calls"), toolCallList(row.tool_calls)] : null);
   }
+  return el("div", { class: "card transcript", "data-run": i }, head,
+    el("div", { class: "meta" }, `${row.transcript.length} messages`), messageNodes(row.transcript));
+}
+function messageNodes(messages) {
   const names = {};
-  for (const m of row.transcript) for (const c of m.tool_calls || []) names[c.id] = c.name;
-  const messages = row.transcript.map((m) => {
+  for (const m of messages) for (const c of m.tool_calls || []) names[c.id] = c.name;
+  return messages.map((m) => {
     const content = m.content ? el("pre", {}, text(m.content)) : null;
     const body = m.role === "system" && m.content && m.content.length > 400
       ? el("details", {}, el("summary", {}, `system prompt (${m.content.length} characters)`), content) : content;
+    const usage = m.usage ? ` · ${m.usage.input_tokens ?? "?"} in / ${m.usage.output_tokens ?? "?"} out tokens` : "";
     return el("div", { class: "msg", "data-role": m.role },
       el("div", { class: "role" }, m.role,
         m.role === "tool"
           ? el("span", { class: "result" }, " ← ", el("span", { class: "name" }, names[m.tool_call_id] || "?"),
             el("span", { class: "meta" }, ` (${m.tool_call_id || "no id"})`))
-          : null),
+          : null,
+        usage ? el("span", { class: "result meta" }, usage) : null),
       body,
       (m.tool_calls || []).map((c) => el("div", { class: "call", "data-call-id": c.id || "" },
-        "→ ", el("span", { class: "name" }, c.name), el("span", { class: "meta" }, ` (${c.id || "no id"})`),
-        el("pre", {}, text(c.args)))));
+        "→ ", el("span", { class: "name" }, c.name ?? "?"), el("span", { class: "meta" }, ` (${c.id || "no id"})`),
+        c.error
+          ? el("div", { class: "error" }, el("span", { class: "chip err" }, "unparsable call"), " ", text(c.error))
+          : null,
+        el("pre", {}, text(c.args ?? "")))));
   });
-  return el("div", { class: "card transcript", "data-run": i }, head,
-    el("div", { class: "meta" }, `${row.transcript.length} messages`), messages);
 }
 function renderDetail() {
   const detail = document.getElementById("detail");
