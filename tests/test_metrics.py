@@ -302,6 +302,10 @@ def test_score_many_checks_lengths() -> None:
 
 def test_public_names() -> None:
     assert set(metrics.__all__) == {
+        "API_SEQUENCE_METRICS",
+        "ApiSequenceScore",
+        "api_sequence",
+        "api_sequence_score",
         "METRICS",
         "CorpusScore",
         "Estimate",

@@ -16,10 +16,20 @@ and :func:`compare_paired` compares two runs on the same samples (mean differenc
 interval, wins/ties/losses); given ``groups`` (a trajectory id per sample), both resample whole
 trajectories, since samples of one trajectory are correlated. :func:`reward` turns a :class:`Score`
 into a scalar reward with :class:`RewardWeights`.
+
+For next-cell predictions, :func:`api_sequence_score` adds JuICe's API-sequence precision, recall and F1
+(an :class:`ApiSequenceScore`; its ``as_dict()`` is keyed by :data:`API_SEQUENCE_METRICS`), from the API
+calls :func:`api_sequence` reads in each cell.
 """
 
 from __future__ import annotations
 
+from themisto_env.metrics._api_sequence import (
+    API_SEQUENCE_METRICS,
+    ApiSequenceScore,
+    api_sequence,
+    api_sequence_score,
+)
 from themisto_env.metrics._chrf import chrf
 from themisto_env.metrics._corpus import (
     CorpusScore,
@@ -41,7 +51,9 @@ from themisto_env.metrics._sample import (
 )
 
 __all__ = [
+    "API_SEQUENCE_METRICS",
     "METRICS",
+    "ApiSequenceScore",
     "CorpusScore",
     "Estimate",
     "PairedComparison",
@@ -49,6 +61,8 @@ __all__ = [
     "RewardWeights",
     "Score",
     "aggregate",
+    "api_sequence",
+    "api_sequence_score",
     "chrf",
     "compare_paired",
     "exact_match",

@@ -1,0 +1,190 @@
+"""JuICe's API-sequence precision and recall: which library calls a predicted cell makes that the real one does.
+
+JuICe (Agashe, Iyer and Zettlemoyer, "JuICe: A Large Scale Distantly Supervised Dataset for Open Domain
+Context-based Code Generation", EMNLP 2019, arXiv:1910.02216) scores its API-sequence task by the precision
+and recall of the predicted API calls against the target cell's. This module follows the authors' code:
+the extraction is ``gen_api_seq`` in ``jupyter/preprocess/tokenize_utils.py`` and the empty sequence's
+``NO_API_SEQUENCE`` token is set in ``jupyter/new_pipeline/to_dataset.py`` (repository rajasagashe/JuICe);
+the scores are ``Metric.compute_precision_recall_f1`` in ``fairseq/bleu.py`` (rajasagashe/JuICe-models).
+
+What counts as an API call (:func:`api_sequence`)
+    A call whose callee is written as a name or an attribute, named by that last name alone:
+
+    - ``f(x)`` is ``f``, unless ``f`` is a Python builtin or keyword (``print``, ``len``, ``range``,
+      ``int``, ...: JuICe leaves those out). ``display(df)`` counts (IPython's, not a builtin);
+    - ``obj.method(x)`` is ``method``, builtin name or not (``np.sum(a)`` is ``sum``). The receiver and
+      the module are not part of the name, so ``pd.read_csv(p)``, ``pandas.read_csv(p)`` and
+      ``read_csv(p)`` after ``from pandas import read_csv`` are all ``read_csv``: an import alias
+      changes nothing;
+    - a chain is one call per link, in the order the names are written: ``df.groupby("a").mean()`` is
+      ``["groupby", "mean"]``; nested calls likewise: ``f(g(x))`` is ``["f", "g"]``;
+    - a callee that is not written as a name (``fs[0](x)``, ``f(x)(y)``'s second call, ``(lambda: 0)()``)
+      is not an API call; ``def`` and ``class`` statements are not calls; a decorator call is
+      (``@app.route("/")`` is ``route``);
+    - calls inside an f-string's braces are not counted: JuICe's tokenizer (Python 3.6) saw an f-string
+      as one string token.
+
+    Lines of IPython magics and shell escapes (``%matplotlib inline``, ``!pip install x``) are blanked
+    first. The sequence keeps repeats and order, as JuICe's does.
+
+    Code that parses is read with :mod:`ast` (the rules above). Code that does not (a truncated
+    prediction, Python 2, a cell magic's body) falls back to JuICe's own token rule on the tokens
+    Python's :mod:`tokenize` yields before its first error: a name token directly followed by ``(``,
+    not after ``def`` or ``class``, and not a builtin or keyword unless it follows a ``.``. On code that
+    parses the two agree (tested on generated programs), but for a callee name and its ``(`` on
+    different lines inside brackets, which the token rule misses and the syntax tree does not.
+
+The scores (:func:`api_sequence_score`)
+    As JuICe computes them, over the *sets* of names (order and repeats do not count, despite the name):
+    precision is the share of the predicted names that the reference calls, recall the share of the
+    reference's names that the prediction calls, F1 their harmonic mean. A cell without any API call
+    has the one-name sequence ``NO_API_SEQUENCE`` (as in JuICe's data), so a prediction and a reference
+    that both call nothing score 1.0, and one that calls nothing against one that calls something
+    scores 0.0. Each of the three is in [0, 1]; JuICe's corpus figures are their means over samples
+    (times 100).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import io
+import keyword
+import re
+import token
+import tokenize
+from dataclasses import dataclass
+
+__all__ = ["API_SEQUENCE_METRICS", "NO_API_SEQUENCE", "ApiSequenceScore", "api_sequence", "api_sequence_score"]
+
+API_SEQUENCE_METRICS: tuple[str, ...] = ("api_precision", "api_recall", "api_f1")
+"""The names of the API-sequence scores in a result row's ``scores`` and in ``summary.json``."""
+
+NO_API_SEQUENCE = "NO_API_SEQUENCE"
+"""JuICe's sequence of a cell that calls nothing (scored like any other name)."""
+
+_IPYTHON_ADDED = frozenset({"display", "get_ipython", "_", "__", "___", "__IPYTHON__"})
+BUILTIN_NAMES: frozenset[str] = frozenset(
+    (set(dir(builtins)) - _IPYTHON_ADDED)
+    | set(keyword.kwlist)
+    | {"xrange", "reduce", "unicode", "file", "reload"}  # JuICe's additions (Python 2's builtins)
+)
+"""Names a bare call of which is not an API call: Python's builtins and keywords, as JuICe's list (not
+IPython's additions to the builtins: ``display(df)`` is an API call wherever this runs)."""
+
+_MAGIC_LINE = re.compile(r"^\s*[%!]")
+
+
+def _blank_magics(code: str) -> str:
+    return "\n".join("" if _MAGIC_LINE.match(line) else line for line in code.split("\n"))
+
+
+def api_sequence(code: str) -> list[str]:
+    """The API calls a cell makes, in the order they are written (JuICe's rules: see the module doc).
+
+    Args:
+        code: A cell's source (a prediction or a reference).
+
+    Returns:
+        The called names, repeats kept; empty when the code calls nothing.
+    """
+    code = _blank_magics(code)
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):  # ValueError: a NUL byte
+        return _token_sequence(code)
+    return _ast_sequence(tree)
+
+
+class _Calls(ast.NodeVisitor):
+    """Collects ``(line, byte offset, name)`` of each API call's name."""
+
+    def __init__(self) -> None:
+        self.found: list[tuple[int, int, str]] = []
+
+    def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
+        """An f-string: one token to JuICe, nothing inside counts."""
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        if isinstance(func, ast.Name):
+            if func.id not in BUILTIN_NAMES:
+                self.found.append((func.lineno, func.col_offset, func.id))
+        elif isinstance(func, ast.Attribute) and func.end_lineno is not None and func.end_col_offset is not None:
+            start = func.end_col_offset - len(func.attr.encode("utf-8"))  # where the attribute's name starts
+            self.found.append((func.end_lineno, start, func.attr))
+        self.generic_visit(node)
+
+
+def _ast_sequence(tree: ast.AST) -> list[str]:
+    calls = _Calls()
+    calls.visit(tree)
+    return [name for _, _, name in sorted(calls.found)]
+
+
+def _tokens(code: str) -> list[tokenize.TokenInfo]:
+    """The tokens of ``code`` (newlines, comments and indents included, as JuICe's) up to the first
+    tokenizer error (an unclosed bracket or string, a bad dedent)."""
+    found: list[tokenize.TokenInfo] = []
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(code).readline):
+            if tok.type == token.ENDMARKER:
+                break
+            found.append(tok)
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return found
+
+
+def _token_sequence(code: str) -> list[str]:
+    """JuICe's ``gen_api_seq`` over the tokens: a name directly followed by ``(``, not a declaration,
+    and not a builtin or keyword unless it follows a ``.``."""
+    toks = _tokens(code)
+    names: list[str] = []
+    for i, tok in enumerate(toks[:-1]):
+        if tok.type != token.NAME or toks[i + 1].string != "(":
+            continue
+        before = toks[i - 1].string if i > 0 else ""
+        if before in ("def", "class"):
+            continue
+        if tok.string not in BUILTIN_NAMES or before == ".":
+            names.append(tok.string)
+    return names
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSequenceScore:
+    """JuICe's API-sequence scores of one prediction against its reference, each in [0, 1].
+
+    Attributes:
+        precision: Share of the prediction's distinct API names that the reference calls too.
+        recall: Share of the reference's distinct API names that the prediction calls too.
+        f1: Their harmonic mean (0.0 when both are 0).
+    """
+
+    precision: float
+    recall: float
+    f1: float
+
+    def as_dict(self) -> dict[str, float]:
+        """The scores keyed by the names of :data:`API_SEQUENCE_METRICS` (for a row's ``scores``)."""
+        return dict(zip(API_SEQUENCE_METRICS, (self.precision, self.recall, self.f1), strict=True))
+
+
+def api_sequence_score(prediction: str, reference: str) -> ApiSequenceScore:
+    """JuICe's precision, recall and F1 of the prediction's API calls against the reference's.
+
+    Args:
+        prediction: The predicted cell.
+        reference: The real cell.
+
+    Returns:
+        The scores (see the module doc: sets of names, ``NO_API_SEQUENCE`` for a cell calling nothing).
+    """
+    predicted = set(api_sequence(prediction)) or {NO_API_SEQUENCE}
+    wanted = set(api_sequence(reference)) or {NO_API_SEQUENCE}
+    common = len(predicted & wanted)
+    precision = common / len(predicted)
+    recall = common / len(wanted)
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
+    return ApiSequenceScore(precision=precision, recall=recall, f1=f1)
