@@ -151,7 +151,9 @@ def test_missing_or_empty_run_folder_is_a_one_line_error(runs: tuple[Path, Path]
     assert shown.stderr.count("\n") == 1 and "no such run folder" in shown.stderr and "Traceback" not in shown.stderr
 
 
-def test_cli_view_writes_one_self_contained_page(runs: tuple[Path, Path], tmp_path: Path) -> None:
+def test_cli_view_writes_one_self_contained_page(
+    runs: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "view.html"
     made = CliRunner().invoke(app, ["view", *map(str, runs), "--out", str(out)])
     assert made.exit_code == 0, made.output
@@ -164,8 +166,11 @@ def test_cli_view_writes_one_self_contained_page(runs: tuple[Path, Path], tmp_pa
     assert page.count("<script") == 2  # the data block and the code; none from the rows
     assert json.loads(data) == json.loads(json.dumps(view_data(list(runs))))
     assert "<img src=x" not in page
-    default = CliRunner().invoke(app, ["view", str(runs[0])])
+    opened: list[str] = []
+    monkeypatch.setattr("webbrowser.open", opened.append)
+    default = CliRunner().invoke(app, ["view", str(runs[0]), "--open"])
     assert default.exit_code == 0 and (runs[0] / "view.html").exists()
+    assert opened == [(runs[0] / "view.html").resolve().as_uri()]
 
 
 # -- in the browser ----------------------------------------------------------------------------------

@@ -545,10 +545,13 @@ function render() {
   const selected = document.querySelector("#list li.selected");
   if (selected) selected.scrollIntoView({ block: "nearest" });
 }
-function select(id) {
+function select(id) {  // the list stays as it is: only the selection and the detail change
   state.sample = id;
   writeHash();
-  render();
+  for (const li of document.querySelectorAll("#list li")) li.classList.toggle("selected", li.dataset.sample === id);
+  renderDetail();
+  const selected = document.querySelector("#list li.selected");
+  if (selected) selected.scrollIntoView({ block: "nearest" });
 }
 function move(step) {
   if (!shown.length) return;
