@@ -54,6 +54,15 @@ def test_compare_pairs_the_same_samples(two_runs: tuple[Path, Path]) -> None:
         assert example["rouge_l_b"] > example["rouge_l_a"]
 
 
+def test_compare_reads_rows_with_more_scores(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
+    """Rows may hold scores beyond the text metrics (the API sequence's): compare uses the text metrics."""
+    rows = [json.loads(line) for line in (two_runs[0] / "results.jsonl").read_text().splitlines()]
+    (tmp_path / "results.jsonl").write_text(
+        "".join(json.dumps({**r, "scores": {**r["scores"], "api_sequence_f1": 0.5}}) + "\n" for r in rows)
+    )
+    assert compare_runs(tmp_path, two_runs[1])["metrics"] == compare_runs(two_runs[0], two_runs[1])["metrics"]
+
+
 def test_compare_refuses_runs_without_shared_samples(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
     with pytest.raises(DataError, match="no results"):
         compare_runs(two_runs[0], tmp_path)
@@ -91,8 +100,8 @@ def test_compare_resamples_trajectories(two_runs: tuple[Path, Path]) -> None:
     static, tools = two_runs
     a, b = scored_rows(static), scored_rows(tools)
     shared = sorted(set(a) & set(b))
-    scores_a = [Score(**a[s]["scores"]) for s in shared]
-    scores_b = [Score(**b[s]["scores"]) for s in shared]
+    scores_a = [Score(**{m: a[s]["scores"][m] for m in METRICS}) for s in shared]
+    scores_b = [Score(**{m: b[s]["scores"][m] for m in METRICS}) for s in shared]
     expected = compare_paired(scores_a, scores_b, groups=[a[s]["trajectory_id"] for s in shared]).rouge_l
     got = compare_runs(static, tools)
     rouge = got["metrics"]["rouge_l"]
@@ -108,7 +117,9 @@ def test_compare_resamples_trajectories(two_runs: tuple[Path, Path]) -> None:
 def test_summary_resamples_trajectories(two_runs: tuple[Path, Path]) -> None:
     """summary.json's intervals are the trajectory bootstrap of aggregate, like compare's."""
     rows = list(scored_rows(two_runs[1]).values())
-    expected = aggregate([Score(**r["scores"]) for r in rows], groups=[r["trajectory_id"] for r in rows])
+    expected = aggregate(
+        [Score(**{m: r["scores"][m] for m in METRICS}) for r in rows], groups=[r["trajectory_id"] for r in rows]
+    )
     summary = json.loads((two_runs[1] / "summary.json").read_text())
     for metric in METRICS:
         got = summary[metric]

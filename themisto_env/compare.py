@@ -21,6 +21,11 @@ def scored_rows(run_dir: str | Path) -> dict[str, dict[str, Any]]:
     return {sid: r for sid, r in latest.items() if is_scored(r)}
 
 
+def _score(row: dict[str, Any]) -> Score:
+    """The row's text metrics (rows may hold more scores, such as the API sequence's)."""
+    return Score(**{m: row["scores"][m] for m in METRICS})
+
+
 def run_label(rows: dict[str, dict[str, Any]], run_dir: str | Path) -> str:
     """``agent model (observation)`` of a run (:func:`themisto_env.results.run_label`), or its folder name."""
     first = next(iter(rows.values()), None)
@@ -42,8 +47,8 @@ def compare_runs(run_a: str | Path, run_b: str | Path, *, examples: int = 3) -> 
     if not shared:
         raise DataError(f"the runs share no sample: compare runs of the same task and data ({run_a} vs {run_b})")
     comparison = compare_paired(
-        [Score(**a[s]["scores"]) for s in shared],
-        [Score(**b[s]["scores"]) for s in shared],
+        [_score(a[s]) for s in shared],
+        [_score(b[s]) for s in shared],
         groups=[a[s]["trajectory_id"] for s in shared],
     )
 
