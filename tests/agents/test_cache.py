@@ -380,6 +380,54 @@ def test_a_writer_killed_mid_run_leaves_a_readable_file(tmp_path: Path) -> None:
     assert len(replies) == stored + 1
 
 
+AGENT = textwrap.dedent(
+    """
+    import json, sys
+    from langchain_core.messages import HumanMessage
+    from themisto_env.agents.llm import StaticContextAgent
+
+    agent = StaticContextAgent(
+        provider="openai", model="stand-in", base_url=sys.argv[1], api_key="k", cache=sys.argv[2], timeout=5.0
+    )
+    sys.stdin.readline()  # start together
+    replies = [agent.call_model(agent.chat_model, [HumanMessage(f"q{i % 20}")]).content for i in range(40)]
+    print(json.dumps(replies))
+    """
+)
+
+
+def test_two_agent_processes_share_one_cache(fresh: StandIn, tmp_path: Path) -> None:
+    """Both ask the same 20 questions twice: a question both missed at once is stored once (the first
+    answer), and from then on both replay that one answer."""
+    cache = tmp_path / "replies.sqlite"
+    fresh.play(*numbered(40))
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", AGENT, fresh.base_url, str(cache)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    _go(*workers)
+    outputs = [w.communicate(timeout=120)[0] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0]
+    _intact(cache)
+    assert 20 <= len(fresh.requests) <= 40
+    fresh.play(default=ok("```\nwrong\n```"))
+    agent = StaticContextAgent(**options(fresh, cache))
+    stored = [ask_plain(agent, f"q{i}") for i in range(20)]
+    assert fresh.requests == [] and len(set(stored)) == 20
+    for replies in (json.loads(out) for out in outputs):
+        assert replies[20:] == stored  # the second round of each process: the stored answers
+
+
+def ask_plain(agent: StaticContextAgent, text: str) -> str:
+    """The reply's text to one user message, without a system message (as the worker processes ask)."""
+    return str(agent.call_model(agent.chat_model, [HumanMessage(text)]).content)
+
+
 def test_a_garbage_file_is_one_line_naming_it(fresh: StandIn, tmp_path: Path) -> None:
     garbage = tmp_path / "garbage.sqlite"
     garbage.write_bytes(b"not a database at all\n" * 200)
