@@ -438,6 +438,19 @@ def test_a_garbage_file_is_one_line_naming_it(fresh: StandIn, tmp_path: Path) ->
     assert fresh.requests == []
 
 
+def test_a_truncated_cache_is_one_line_naming_it(tmp_path: Path) -> None:
+    cache = tmp_path / "replies.sqlite"
+    replies = ResponseCache(cache)
+    for i in range(200):
+        replies.put(f"k{i}", AIMessage("x" * 3000))
+    replies.close()
+    data = cache.read_bytes()
+    cache.write_bytes(data[: len(data) // 2])
+    with pytest.raises(DataError) as caught:
+        ResponseCache(cache).get("k199")
+    assert "\n" not in str(caught.value) and str(cache) in str(caught.value)
+
+
 def test_another_sqlite_file_is_refused(tmp_path: Path) -> None:
     other = tmp_path / "other.sqlite"
     with sqlite3.connect(other) as db:
