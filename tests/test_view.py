@@ -364,7 +364,7 @@ def test_side_by_side_and_transcript(page: Path, runs: tuple[Path, Path], tmp_pa
         for c in detail.find_all("div")
         if c.attrs.get("class") == "card transcript" and c.attrs.get("data-run") == "0"
     )
-    assert "no conversation recorded" in other.text()
+    assert "no transcript recorded (an agent without a model)" in other.text()
 
 
 def test_errors_and_absent_rows_are_shown(page: Path, runs: tuple[Path, Path], tmp_path: Path) -> None:

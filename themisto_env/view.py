@@ -481,7 +481,7 @@ function transcript(sample, i) {
   if (!row) return el("div", { class: "card", "data-run": i }, head, el("p", { class: "missing" }, "not in this run"));
   if (!Array.isArray(row.transcript)) {
     return el("div", { class: "card transcript", "data-run": i }, head,
-      el("p", { class: "missing" }, "no conversation recorded (an agent without a model conversation)"),
+      el("p", { class: "missing" }, "no transcript recorded" + (row.model ? "" : " (an agent without a model)")),
       row.tool_calls && row.tool_calls.length
         ? [el("div", { class: "meta" }, "the env's tool calls"), toolCallList(row.tool_calls)] : null);
   }
