@@ -86,6 +86,7 @@ def _row(sample: int, draws: list[dict[str, Any]], **flags: Any) -> dict[str, An
     first = draws[0]
     return {
         "sample_id": f"t/next-cell/{sample}",
+        "trajectory_id": "t",
         "agent": "a",
         "task": "next-cell",
         "observation": "static",

@@ -379,14 +379,14 @@ def draws_note(summary: dict) -> str | None:
 @app.command("agents")
 def agents_command() -> None:
     """The agents `themisto run --agent` knows, a line each (built-in, registered and installed)."""
-    from themisto_env.agents.registry import describe_agents
+    from themisto_env.agents.registry import AGENTS, describe_agents
 
-    table = Table(title="agents (or --agent package.module:Class)")
-    for column in ("name", "description", "target"):
-        table.add_column(column)
-    for name, target, line in describe_agents():
-        table.add_row(escape(name), escape(line), escape(target))
-    console.print(table)
+    described = describe_agents()
+    width = max(len(name) for name, _, _ in described)
+    for name, target, line in described:
+        where = "" if name in AGENTS and target.startswith("themisto_env.") else f"  ({target})"
+        typer.echo(f"{name:<{width}}  {line}{where}")
+    typer.echo(f"{'':<{width}}  or --agent package.module:Class (a module in the current folder too)")
 
 
 @app.command("compare")

@@ -30,12 +30,28 @@ def resolve_dataset(dataset: str | Path | None = None, *, backend: str = "local"
     from themisto_env.build import build_dataset
 
     folder = bundled_dataset_dir(backend)
+    if _CHECKED.get(folder) == _manifest_stamp(folder):  # this process checked it, and it has not changed
+        return folder
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / ".lock", "w") as lock:  # parallel workers build it once
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (folder / MANIFEST).exists() or not _complete(folder, backend):
             build_dataset([bundled_log_path()], folder, backend=backend, progress=progress)
+        _CHECKED[folder] = _manifest_stamp(folder)
     return folder
+
+
+_CHECKED: dict[Path, tuple[int, int] | None] = {}
+"""Bundled dataset folders this process found complete, with their manifest's stamp then (every new env
+would otherwise read the whole log again to check it)."""
+
+
+def _manifest_stamp(folder: Path) -> tuple[int, int] | None:
+    try:
+        stat = (folder / MANIFEST).stat()
+    except OSError:
+        return None
+    return stat.st_mtime_ns, stat.st_size
 
 
 def _complete(folder: Path, backend: str) -> bool:

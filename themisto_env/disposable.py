@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import secrets
 import threading
 import time
@@ -72,16 +73,24 @@ def imported_modules(trajectories: Iterable[Trajectory], *, submodules: bool = F
     found: set[str] = set()
     for trajectory in trajectories:
         for step in trajectory.steps:
-            try:
-                tree = ast.parse(step.source)
-            except (SyntaxError, ValueError):
-                continue  # IPython magics and the like
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Import):
-                    found.update(alias.name if submodules else alias.name.partition(".")[0] for alias in node.names)
-                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                    found.add(node.module if submodules else node.module.partition(".")[0])
+            found.update(_imports(step.source, submodules))
     return sorted(found)
+
+
+@functools.lru_cache(maxsize=65536)
+def _imports(source: str, submodules: bool) -> frozenset[str]:
+    """The modules one cell imports (cached: every env of a process reads the same cells)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return frozenset()  # IPython magics and the like
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name if submodules else alias.name.partition(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module if submodules else node.module.partition(".")[0])
+    return frozenset(found)
 
 
 @dataclass

@@ -1,9 +1,10 @@
 """Spreading a run's episodes over a Ray cluster (``themisto run --ray ADDRESS``).
 
 Each Ray actor owns an agent, an env and its kernel for the whole run, as a local worker process does;
-episodes (one trajectory each, longest first) are handed to whichever actor is free, so actors stay
-busy to the end. An actor returns an episode's rows when the episode ends, and the driver writes them
-to ``results.jsonl`` at once (a killed run loses at most the episodes in flight; resume retries them).
+episodes (:class:`~themisto_env.runner.EpisodePlan`, longest first) are handed to whichever actor is
+free, so actors stay busy to the end. An actor returns an episode's rows when the episode ends, and the
+driver writes them to ``results.jsonl`` at once (a killed run loses at most the episodes in flight;
+resume retries them).
 
 ``ADDRESS`` is ``local`` (start a private Ray instance on this machine, shut down afterwards), ``auto``
 (join the cluster this machine belongs to, e.g. after ``ray start``), or a cluster address
@@ -27,6 +28,7 @@ from themisto_env.errors import ConfigError, ProviderError
 
 if TYPE_CHECKING:
     from themisto_env.config import RunConfig
+    from themisto_env.runner import EpisodePlan
 
 LOCAL = "local"
 
@@ -54,15 +56,11 @@ class EpisodeWorker:
         self.options = env_options(self.config, self.agent)
         self.env = ThemistoEnv(**self.options)
 
-    def run(self, trajectory_id: str, wanted: list[str]) -> list[dict[str, Any]]:
-        """The rows of one episode: the wanted samples of a trajectory."""
-        from themisto_env.runner import episode_rows, episode_starts
+    def run(self, plan: tuple[str, int, tuple[str, ...]]) -> list[dict[str, Any]]:
+        """The rows of one episode (an :class:`~themisto_env.runner.EpisodePlan`)."""
+        from themisto_env.runner import episode_rows
 
-        chosen = set(wanted)
-        for tid, first in episode_starts(self.env, chosen):
-            if tid == trajectory_id:
-                return list(episode_rows(self.config, self.env, self.agent, self.options, tid, first, chosen))
-        return []
+        return list(episode_rows(self.config, self.env, self.agent, self.options, *plan))
 
     def node(self) -> str:
         """Where this actor runs (host name and process id)."""
@@ -97,13 +95,12 @@ def connect(address: str, *, num_cpus: int | None = None) -> bool:
     return True
 
 
-def ray_rows(config: RunConfig, episodes: list[str], wanted: set[str]) -> Iterator[dict[str, Any]]:
+def ray_rows(config: RunConfig, episodes: list[EpisodePlan]) -> Iterator[dict[str, Any]]:
     """Run the episodes on ``config.workers`` Ray actors; yield rows as episodes finish.
 
     Args:
         config: The run's config (``config.ray`` is the address).
-        episodes: Trajectory ids, in the order to hand them out (longest first balances best).
-        wanted: The sample ids to score.
+        episodes: The episodes, in the order to hand them out (longest first balances best).
 
     Yields:
         One result row per wanted sample, as in :func:`themisto_env.runner.serial_rows`.
@@ -114,19 +111,18 @@ def ray_rows(config: RunConfig, episodes: list[str], wanted: set[str]) -> Iterat
     started = connect(config.ray or LOCAL, num_cpus=config.workers)
     actor_class = ray.remote(num_cpus=1, max_restarts=0)(EpisodeWorker)
     actors = [actor_class.remote(config.model_dump_json()) for _ in range(min(config.workers, len(episodes)))]
-    wanted_list = sorted(wanted)
-    queue = list(episodes)
+    queue = [tuple(plan) for plan in episodes]
     pending: dict[Any, Any] = {}
     try:
         for actor in actors:
             if queue:
-                pending[actor.run.remote(queue.pop(0), wanted_list)] = actor
+                pending[actor.run.remote(queue.pop(0))] = actor
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             actor = pending.pop(done[0])
             rows = ray.get(done[0])  # an actor's error is raised here, with its traceback
             if queue:
-                pending[actor.run.remote(queue.pop(0), wanted_list)] = actor
+                pending[actor.run.remote(queue.pop(0))] = actor
             yield from rows
     finally:
         with contextlib.suppress(Exception):  # an actor that died has nothing left to close

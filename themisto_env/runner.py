@@ -22,7 +22,9 @@ written once all K are scored, keeps the first prediction's fields at the top le
 (one dict per prediction), and the summary adds pass@k over the execution score and best-of-K for the
 text metrics (:mod:`themisto_env.passk`).
 
-Executors (:data:`EXECUTORS`, chosen by :func:`executor_name`) spread the episodes (one trajectory each):
+Executors (:data:`EXECUTORS`, chosen by :func:`executor_name`) spread the episodes (:class:`EpisodePlan`:
+a trajectory's wanted samples, or a contiguous part of them when there are fewer trajectories than
+episodes that can run at once):
 
 ``serial``
     One env and agent in this process, one episode after another.
@@ -51,10 +53,10 @@ import queue as queue_module
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from themisto_env.actions import Prediction
 from themisto_env.config import RunConfig
@@ -75,8 +77,18 @@ FAIL_ON_ERROR_MIN_SAMPLES = 10
 """``fail_on_error`` is judged once this many samples are done (or all of a smaller run's)."""
 
 Rows = Iterator[dict[str, Any]]
-Executor = Callable[[RunConfig, list[str], set[str]], Rows]
-"""An executor runs the episodes (trajectory ids, in the order to hand them out) and yields their rows."""
+
+
+class EpisodePlan(NamedTuple):
+    """One episode to run: from sample ``first`` of ``trajectory``, until every one of ``samples`` is done."""
+
+    trajectory: str
+    first: int
+    samples: tuple[str, ...]
+
+
+Executor = Callable[[RunConfig, list[EpisodePlan]], Rows]
+"""An executor runs the episodes (in the order to hand them out) and yields their rows."""
 
 
 def make_run_agent(config: RunConfig) -> Any:
@@ -114,11 +126,24 @@ def episode_starts(env: ThemistoEnv, wanted: set[str]) -> Iterator[tuple[str, in
             yield tid, first
 
 
-def balanced_order(env: ThemistoEnv, wanted: set[str]) -> list[str]:
-    """The trajectories with wanted samples, longest (most wanted samples) first, for balanced workers."""
-    episodes = [tid for tid, _ in episode_starts(env, wanted)]
-    episodes.sort(key=lambda tid: -sum(1 for s in env.episode_samples[tid] if s.id in wanted))
-    return episodes
+def plan_episodes(env: ThemistoEnv, wanted: set[str], parts: int = 1) -> list[EpisodePlan]:
+    """The episodes that score the wanted samples, longest first (so that parallel workers end together).
+
+    One episode per trajectory with wanted samples. With ``parts > 1`` (episodes running at once), a
+    trajectory with more than half a part's share (``ceil(samples / (2 * parts))``) is cut into contiguous
+    pieces of about that size (an episode may start at any sample: the env serves its recorded state), so
+    that whoever is free takes the next piece and all end within a piece of each other."""
+    plans = []
+    piece = math.ceil(len(wanted) / (2 * parts)) if parts > 1 else None
+    for tid, first in episode_starts(env, wanted):
+        ids = [s.id for s in env.episode_samples[tid]]
+        mine = [sid for sid in ids[first:] if sid in wanted]
+        count = math.ceil(len(mine) / piece) if piece else 1
+        for k in range(count):
+            chunk = tuple(mine[k * len(mine) // count : (k + 1) * len(mine) // count])
+            plans.append(EpisodePlan(tid, ids.index(chunk[0]), chunk))
+    plans.sort(key=lambda p: -len(p.samples))
+    return plans
 
 
 # -- the episode loop ------------------------------------------------------------------------------------------
@@ -192,10 +217,16 @@ class Episode:
 
 
 def episode_rows(
-    config: RunConfig, env: ThemistoEnv, agent: Any, options: dict[str, Any], tid: str, first: int, wanted: set[str]
+    config: RunConfig,
+    env: ThemistoEnv,
+    agent: Any,
+    options: dict[str, Any],
+    tid: str,
+    first: int,
+    wanted: Iterable[str],
 ) -> Rows:
     """One episode of ``env`` from sample ``first`` of trajectory ``tid``: a row per wanted sample."""
-    episode = Episode(config, env, agent, options, tid, first, wanted)
+    episode = Episode(config, env, agent, options, tid, first, set(wanted))
     obs, info = episode.reset()
     while episode.left:  # the episode stops after its last wanted sample
         try:
@@ -211,10 +242,16 @@ def episode_rows(
 
 
 async def aepisode_rows(
-    config: RunConfig, env: ThemistoEnv, agent: Any, options: dict[str, Any], tid: str, first: int, wanted: set[str]
+    config: RunConfig,
+    env: ThemistoEnv,
+    agent: Any,
+    options: dict[str, Any],
+    tid: str,
+    first: int,
+    wanted: Iterable[str],
 ) -> list[dict[str, Any]]:
     """:func:`episode_rows` under asyncio: the agent's ``aact``, the env's steps in a thread."""
-    episode = Episode(config, env, agent, options, tid, first, wanted)
+    episode = Episode(config, env, agent, options, tid, first, set(wanted))
     obs, info = await asyncio.to_thread(episode.reset)
     rows: list[dict[str, Any]] = []
     while episode.left:
@@ -331,16 +368,14 @@ def limit_threads(workers: int) -> None:
         os.environ.setdefault(name, threads)
 
 
-def serial_rows(config: RunConfig, episodes: list[str], wanted: set[str]) -> Rows:
+def serial_rows(config: RunConfig, plans: list[EpisodePlan]) -> Rows:
     """The ``serial`` executor: one env and agent in this process."""
     agent = make_run_agent(config)
     options = env_options(config, agent)
     env = ThemistoEnv(**options)
-    chosen = set(episodes)
     try:
-        for tid, first in episode_starts(env, wanted):
-            if tid in chosen:
-                yield from episode_rows(config, env, agent, options, tid, first, wanted)
+        for plan in plans:
+            yield from episode_rows(config, env, agent, options, *plan)
     finally:
         env.close()
 
@@ -353,7 +388,7 @@ def in_flight(config: RunConfig) -> int:
 
 
 async def concurrent_episodes(
-    config: RunConfig, take: Callable[[], str | None], wanted: set[str], emit: Callable[[dict[str, Any]], None]
+    config: RunConfig, take: Callable[[], EpisodePlan | None], emit: Callable[[dict[str, Any]], None]
 ) -> None:
     """Run episodes concurrently in this process: :func:`in_flight` slots, each with its own agent, env and
     kernel, taking trajectories from ``take`` until it returns None; the agents' model calls share one
@@ -361,7 +396,7 @@ async def concurrent_episodes(
     limit = asyncio.Semaphore(in_flight(config))
 
     async def slot() -> None:
-        if (tid := take()) is None:
+        if (plan := take()) is None:
             return
         agent = make_run_agent(config)
         if hasattr(agent, "limiter"):
@@ -369,31 +404,30 @@ async def concurrent_episodes(
         options = env_options(config, agent)
         env = await asyncio.to_thread(lambda: ThemistoEnv(**options))
         try:
-            firsts = dict(episode_starts(env, wanted))
-            while tid is not None:
-                for row in await aepisode_rows(config, env, agent, options, tid, firsts[tid], wanted):
+            while plan is not None:
+                for row in await aepisode_rows(config, env, agent, options, *plan):
                     emit(row)
-                tid = take()
+                plan = take()
         finally:
             await asyncio.to_thread(env.close)
 
     await asyncio.gather(*(slot() for _ in range(in_flight(config))))
 
 
-def concurrent_rows(config: RunConfig, episodes: list[str], wanted: set[str]) -> Rows:
+def concurrent_rows(config: RunConfig, plans: list[EpisodePlan]) -> Rows:
     """The ``concurrent`` executor in this process (``workers == 1``): the event loop runs in a thread,
     and rows come out as their episodes end."""
-    todo = list(episodes)
+    todo = list(plans)
     lock = threading.Lock()
     rows: queue_module.Queue[tuple[str, Any]] = queue_module.Queue()
 
-    def take() -> str | None:
+    def take() -> EpisodePlan | None:
         with lock:
             return todo.pop(0) if todo else None
 
     def loop() -> None:
         try:
-            asyncio.run(concurrent_episodes(config, take, wanted, lambda row: rows.put(("row", row))))
+            asyncio.run(concurrent_episodes(config, take, lambda row: rows.put(("row", row))))
             rows.put(("done", None))
         except BaseException as exc:
             rows.put(("raise", exc))
@@ -415,35 +449,33 @@ def concurrent_rows(config: RunConfig, episodes: list[str], wanted: set[str]) ->
         thread.join()
 
 
-def _worker(config_json: str, tasks: Any, wanted: list[str], queue: Any) -> None:
-    """A worker process: one env and kernel (or :func:`in_flight` of them, concurrently); takes trajectory
-    ids from ``tasks`` until a None."""
+def _worker(config_json: str, tasks: Any, queue: Any) -> None:
+    """A worker process: one env and kernel (or :func:`in_flight` of them, concurrently); takes episode
+    plans from ``tasks`` until a None."""
     try:
         config = RunConfig.model_validate_json(config_json)
         limit_threads(config.workers)
-        chosen = set(wanted)
         if config.max_connections is not None:
             lock = threading.Lock()
             ended = False
 
-            def take() -> str | None:
+            def take() -> EpisodePlan | None:
                 nonlocal ended
                 with lock:
                     if ended:
                         return None
-                    tid = tasks.get()
-                    ended = tid is None
-                    return tid
+                    plan = tasks.get()
+                    ended = plan is None
+                    return EpisodePlan(*plan) if plan is not None else None
 
-            asyncio.run(concurrent_episodes(config, take, chosen, lambda row: queue.put(("row", row))))
+            asyncio.run(concurrent_episodes(config, take, lambda row: queue.put(("row", row))))
         else:
             agent = make_run_agent(config)
             options = env_options(config, agent)
             env = ThemistoEnv(**options)
-            firsts = dict(episode_starts(env, chosen))
             try:
-                while (tid := tasks.get()) is not None:
-                    for row in episode_rows(config, env, agent, options, tid, firsts[tid], chosen):
+                while (plan := tasks.get()) is not None:
+                    for row in episode_rows(config, env, agent, options, *plan):
                         queue.put(("row", row))
             finally:
                 env.close()
@@ -454,16 +486,15 @@ def _worker(config_json: str, tasks: Any, wanted: list[str], queue: Any) -> None
         queue.put(("error", traceback.format_exc()))
 
 
-def process_rows(config: RunConfig, episodes: list[str], wanted: set[str]) -> Rows:
-    """The ``processes`` executor: ``workers`` processes, each taking the next trajectory when free."""
+def process_rows(config: RunConfig, plans: list[EpisodePlan]) -> Rows:
+    """The ``processes`` executor: ``workers`` processes, each taking the next episode when free."""
     ctx = mp.get_context("spawn")
     queue, tasks = ctx.Queue(), ctx.Queue()
-    count = min(config.workers, len(episodes))
-    for tid in [*episodes, *([None] * count)]:
-        tasks.put(tid)
+    count = min(config.workers, len(plans))
+    for plan in [*plans, *([None] * (count * in_flight(config)))]:  # a None ends each of a worker's slots
+        tasks.put(tuple(plan) if plan is not None else None)
     procs = [
-        ctx.Process(target=_worker, args=(config.model_dump_json(), tasks, sorted(wanted), queue), daemon=True)
-        for _ in range(count)
+        ctx.Process(target=_worker, args=(config.model_dump_json(), tasks, queue), daemon=True) for _ in range(count)
     ]
     for p in procs:
         p.start()
@@ -533,7 +564,7 @@ def run(config: RunConfig, out: str | Path, *, progress: bool = True, force: boo
     try:
         samples = env.samples[: config.limit] if config.limit else env.samples
         wanted = {s.id for s in samples} - done
-        episodes = balanced_order(env, wanted)
+        plans = plan_episodes(env, wanted, parts=config.workers * in_flight(config))
         if config.data is None and config.ray is None:  # Ray nodes resolve the bundled data themselves
             config = config.model_copy(update={"data": str(env.dataset_dir)})
     finally:
@@ -543,7 +574,7 @@ def run(config: RunConfig, out: str | Path, *, progress: bool = True, force: boo
     with Progress(*columns, disable=not progress) as bar, open(out / RESULTS, "a", encoding="utf-8") as f:
         label = f"{config.agent}{f' {config.model}' if config.model else ''} on {config.task}"
         task = bar.add_task(label, total=len(samples), completed=len(samples) - len(wanted))
-        rows = executor(executor_name(config))(config, episodes, wanted)
+        rows = executor(executor_name(config))(config, plans)
         stop = None
         try:
             errors = 0
@@ -581,8 +612,8 @@ __all__ = [
     "EXECUTORS",
     "FAIL_ON_ERROR_MIN_SAMPLES",
     "Episode",
+    "EpisodePlan",
     "aepisode_rows",
-    "balanced_order",
     "env_options",
     "episode_rows",
     "episode_starts",
@@ -590,5 +621,6 @@ __all__ = [
     "executor_name",
     "limit_threads",
     "make_run_agent",
+    "plan_episodes",
     "run",
 ]

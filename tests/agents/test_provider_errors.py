@@ -50,6 +50,7 @@ class Behaviour:
     text: str = REPLY
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0  # seconds before answering (longer than the client timeout: a hang)
+    echo_auth: bool = False  # append the request's Authorization header to the reply (a leaking proxy)
 
 
 def ok(text: str = REPLY, delay: float = 0.0) -> Behaviour:
@@ -69,6 +70,8 @@ class StandIn:
         self.default = ok()
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
+        self.in_flight = 0
+        self.max_in_flight = 0  # the most requests served at once
         stand_in = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -81,8 +84,15 @@ class StandIn:
                 with stand_in.lock:
                     stand_in.requests.append(request)
                     behaviour = stand_in.script.popleft() if stand_in.script else stand_in.default
+                    stand_in.in_flight += 1
+                    stand_in.max_in_flight = max(stand_in.max_in_flight, stand_in.in_flight)
                 time.sleep(behaviour.delay)
-                body = behaviour.body if behaviour.body is not None else completion(behaviour.text)
+                with stand_in.lock:
+                    stand_in.in_flight -= 1
+                text = behaviour.text
+                if behaviour.echo_auth:
+                    text += f"\n# {self.headers.get('authorization')}"
+                body = behaviour.body if behaviour.body is not None else completion(text)
                 data = body.encode()
                 try:
                     self.send_response(behaviour.status)
@@ -104,6 +114,7 @@ class StandIn:
     def play(self, *behaviours: Behaviour, default: Behaviour | None = None) -> None:
         self.script = deque(behaviours)
         self.requests.clear()
+        self.max_in_flight = 0
         if default is not None:
             self.default = default
 
