@@ -13,13 +13,18 @@ A kernel is handed out once and never comes back: what ran in it stays with it. 
 modules (``sys.modules``) without binding any user name, so a pooled kernel's namespace is as empty as a
 new one's. A kernel that fails to start in the background is reported by the next :meth:`KernelPool.take`
 (which then starts one itself); the pool closes every kernel it still holds on :meth:`KernelPool.close`.
+
+Several owners of the same kind of kernel (envs of one dataset and backend in one process: a vector env,
+the rollout instances of a trainer) can share one pool: :func:`shared_pool` hands out a pool by key and
+counts its holders; each holder calls :meth:`KernelPool.release` once, and the last release closes it.
+A new holder then finds kernels already warm, started while the others worked.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from types import TracebackType
 
 from themisto_env.errors import InfrastructureError
@@ -45,6 +50,8 @@ class KernelPool:
         self._starting = 0
         self._closed = False
         self._threads: list[threading.Thread] = []
+        self._holders = 1
+        self._key: Hashable | None = None  # set for a pool handed out by shared_pool()
 
     def take(self) -> Kernel:
         """A started kernel, now the caller's (to close). Refills the pool in the background.
@@ -131,6 +138,28 @@ class KernelPool:
         for thread in threads:
             thread.join(timeout=120)
 
+    @property
+    def ready(self) -> int:
+        """How many started kernels are waiting to be taken."""
+        with self._lock:
+            return len(self._ready)
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` ran (a closed pool hands out no kernel)."""
+        return self._closed
+
+    def release(self) -> None:
+        """One holder is done with the pool; the last one's release closes it. Idempotent per holder
+        only in the sense that extra releases after the close do nothing."""
+        with _SHARED_LOCK:
+            self._holders -= 1
+            last = self._holders <= 0
+            if last and self._key is not None and _SHARED.get(self._key) is self:
+                del _SHARED[self._key]
+        if last:
+            self.close()
+
     def __enter__(self) -> KernelPool:
         self.fill()
         return self
@@ -139,3 +168,24 @@ class KernelPool:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+_SHARED: dict[Hashable, KernelPool] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_pool(
+    key: Hashable, new_kernel: Callable[[], Kernel], *, size: int = 1, preload: Sequence[str] = ()
+) -> KernelPool:
+    """The process's pool for ``key`` (made on first use), with one more holder: call
+    :meth:`KernelPool.release` once when done. ``new_kernel``, ``size`` and ``preload`` apply when the
+    pool is made; holders of one key must want the same kernels."""
+    with _SHARED_LOCK:
+        pool = _SHARED.get(key)
+        if pool is not None and not pool.closed:
+            pool._holders += 1
+            return pool
+        pool = KernelPool(new_kernel, size=size, preload=preload)
+        pool._key = key
+        _SHARED[key] = pool
+        return pool

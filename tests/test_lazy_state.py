@@ -198,3 +198,31 @@ def test_a_kernel_killed_while_lazily_skipped_is_recovered_when_needed(
     assert info["scored_sample_id"] == sample.id
     assert info["scored_state"]["check"] == "verified" and "KernelDiedError" in info["recovered"][0], info
     assert not info.get("infrastructure_error") and not info.get("state_mismatch")
+
+
+def test_envs_of_one_kind_share_warm_kernels_and_the_last_close_ends_them(
+    data: dict[str, Any], eager_states: dict[int, tuple[Any, ...]]
+) -> None:
+    """A second env finds a kernel already warm (started while the first worked), never the first
+    env's own; closing one env leaves the other's kernel working; closing both leaves nothing."""
+    first, second = make_env(data, tool_budget=10**6), make_env(data, tool_budget=10**6)
+    pids: list[int] = []
+    try:
+        first.reset(options={"trajectory": 0, "sample": 1})
+        assert live(first) == eager_states[first.current_sample.step]
+        pids.append(first.tool_context().kernel.launcher.pid())
+        second.reset(options={"trajectory": 0, "sample": 2})
+        assert second._pool is first._pool, "one pool for envs of one kind"
+        assert live(second) == eager_states[second.current_sample.step]
+        pids.append(second.tool_context().kernel.launcher.pid())
+        assert pids[0] != pids[1], "a kernel is handed out once"
+        first.close()
+        assert pids_alive(pids) == [pids[1]], "the closed env's kernel is gone, the other's runs"
+        assert not second._pool.closed
+        second.reset(options={"trajectory": 0, "sample": 3})
+        assert live(second) == eager_states[second.current_sample.step]
+        pool = second._pool
+    finally:
+        first.close()
+        second.close()
+    assert pool.closed and not pids_alive(pids)

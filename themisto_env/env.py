@@ -26,9 +26,11 @@ not served yet, ``info["state"]["check"]`` is ``"not served"`` (nothing live was
 nothing is checked). A sample scored without its state ever being served says so in ``scored_state``
 (``"not served"``): its prediction cannot have depended on the live state.
 
-Kernels come from a pool (``warm_kernels``): started in the background at ``reset`` with the modules the
-dataset's cells import already loaded, handed out once (for the first state, and instead of a restart
-where a state starts from a fresh kernel), and closed with the env.
+Kernels come from a pool (``warm_kernels``): started in the background from the first ``reset`` with the
+modules the dataset's cells import already loaded, handed out once (for the first state, and instead of
+a restart where a state starts from a fresh kernel). Open envs of the same kind (backend, limits,
+snapshot store, dataset imports) in one process share the pool, so a new env's first state finds a
+kernel already warm; the pool and its kernels are closed with the last of those envs.
 
 Model-written code never runs in the env's kernel: the execution score runs each prediction in a
 disposable kernel brought to the sample's state and discarded after (:mod:`themisto_env.disposable`),
@@ -58,10 +60,10 @@ history holds only executed steps, ``info`` carries ids and scores but no target
 
 from __future__ import annotations
 
-import logging
-from dataclasses import asdict
 import copy
 import functools
+import logging
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -80,7 +82,7 @@ from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.launcher import launcher_class
 from themisto_env.sandbox.models import SandboxLimits
-from themisto_env.sandbox.pool import KernelPool
+from themisto_env.sandbox.pool import KernelPool, shared_pool
 from themisto_env.scorers import ExecutionScore, execution_score
 from themisto_env.state import StateReport, TrajectoryKernel, expected_fingerprint, fresh_before
 from themisto_env.tools import TOOL_NAMES, ToolCall, ToolContext, run_tool
@@ -120,8 +122,6 @@ CHARSET = "".join(chr(c) for c in range(0x10000) if not 0xD800 <= c <= 0xDFFF)
 _CHARSET_SET = frozenset(CHARSET)
 
 
-class EnvConfig(BaseModel):
-    """Options of a Themisto environment (``gymnasium.make(id, **options)``).
 @functools.cache
 def _text_space_prototype(max_length: int) -> spaces.Text:
     return spaces.Text(max_length, min_length=0, charset=CHARSET)
@@ -133,6 +133,8 @@ def text_space(max_length: int) -> spaces.Text:
     return copy.copy(_text_space_prototype(max_length))
 
 
+class EnvConfig(BaseModel):
+    """Options of a Themisto environment (``gymnasium.make(id, **options)``).
 
     Attributes:
         task: ``next-cell`` or ``output``.
@@ -234,9 +236,9 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 "text": text_space(limit),
             }
         )
-        self._preload = imported_modules(self.trajectories.values(), submodules=True)
-        self._pool: KernelPool | None = None  # warm kernels for the env's own state, filled at reset
-        self._state = self._new_state()
+        self._preload = tuple(imported_modules(self.trajectories.values(), submodules=True))
+        self._pool: KernelPool | None = None  # warm kernels for the env's own state, taken at reset
+        self._state = TrajectoryKernel(self._new_kernel)
         #: The tools an agent is offered (try_cell would reveal the output in the output task).
         self._tool_names = tuple(n for n in TOOL_NAMES if n != "try_cell" or self.config.task == "next-cell")
         if self.config.execution_score and self.config.task == "next-cell":
@@ -281,7 +283,9 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self._trajectory = self.trajectories[tid]
         self._queue = list(samples[start:])
         self._draw = 0
-        if self._pool is not None and (self.config.observation != "static" or not self.config.lazy_state):
+        if self.config.warm_kernels and (self.config.observation != "static" or not self.config.lazy_state):
+            if self._pool is None:
+                self._pool = self._state.pool = self._shared_pool()
             self._pool.fill()  # a kernel on its way before the first state is needed
         return self._begin_sample(), self._info()
 
@@ -316,8 +320,8 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     def close(self) -> None:
         self._state.close()
         if self._pool is not None:
-            self._pool.close()
-        self._state = self._new_state()  # a reset after close starts over (nothing runs until then)
+            self._pool.release()  # closed with the last env that holds it
+            self._pool = self._state.pool = None
         if self._disposable is not None:
             self._disposable.close()
             self._disposable = None
@@ -403,12 +407,13 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         before = self._trajectory.steps[step - 1]
         return before.variables, before.memory_bytes
 
-    def _new_state(self) -> TrajectoryKernel:
-        """The owner of the env's kernel, with a new (unfilled) pool of warm kernels when configured."""
-        self._pool = None
-        if self.config.warm_kernels:
-            self._pool = KernelPool(self._new_kernel, size=self.config.warm_kernels, preload=self._preload)
-        return TrajectoryKernel(self._new_kernel, pool=self._pool)
+    def _shared_pool(self) -> KernelPool:
+        """The process's pool of warm kernels for this env's kind of kernel (backend, limits, snapshot
+        store, preloaded modules), shared with the other open envs of that kind."""
+        config = self.config
+        key = (config.backend, config.limits.model_dump_json(), config.snapshot_dir, self._preload, config.warm_kernels)
+        new_kernel = functools.partial(Kernel, config.backend, limits=config.limits, snapshot_dir=config.snapshot_dir)
+        return shared_pool(key, new_kernel, size=config.warm_kernels, preload=self._preload)
 
     def _new_kernel(self) -> Kernel:
         return Kernel(self.config.backend, limits=self.config.limits, snapshot_dir=self.config.snapshot_dir)

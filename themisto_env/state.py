@@ -172,7 +172,8 @@ class TrajectoryKernel:
 
     def __init__(self, new_kernel: Callable[[], Kernel], *, pool: KernelPool | None = None) -> None:
         self._new_kernel = new_kernel
-        self._pool = pool
+        #: Where kernels come from when set (may be set or cleared between serves).
+        self.pool = pool
         self._kernel: Kernel | None = None
         self._closing: list[threading.Thread] = []  # replaced kernels being closed in the background
         #: (trajectory id, step) the kernel is before, when known; None after anything unrecorded ran.
@@ -186,7 +187,7 @@ class TrajectoryKernel:
     def kernel(self) -> Kernel:
         """The kernel (started on first use)."""
         if self._kernel is None:
-            self._kernel = self._pool.take() if self._pool is not None else self._new_kernel().start()
+            self._kernel = self.pool.take() if self.pool is not None else self._new_kernel().start()
             self.position = None
             self._fresh = True
         return self._kernel
@@ -288,7 +289,7 @@ class TrajectoryKernel:
 
     def _restart(self) -> None:
         """A fresh kernel: the next pooled one (the current one closed in the background), else a restart."""
-        if self._pool is not None and self._kernel is not None:
+        if self.pool is not None and self._kernel is not None:
             old, self._kernel = self._kernel, None
             self._discard(old)
             self.kernel  # noqa: B018 - takes the next pooled kernel
