@@ -316,6 +316,7 @@ def test_public_names() -> None:
         "aggregate",
         "chrf",
         "compare_paired",
+        "estimate_means",
         "exact_match",
         "normalize_for_exact_match",
         "reward",

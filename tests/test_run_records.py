@@ -260,3 +260,22 @@ def test_model_args_are_read_as_yaml_values() -> None:
         "name": "gpt",
         "flag": True,
     }
+
+
+def test_next_cell_rows_and_summary_carry_the_api_sequence_metrics(env_dataset: dict[str, str], tmp_path: Path) -> None:
+    from themisto_env.metrics import API_SEQUENCE_METRICS, api_sequence_score
+
+    config = RunConfig(
+        agent="repeat-previous", data=env_dataset["dataset"], env={"snapshot_dir": env_dataset["snapshot_dir"]}
+    )
+    summary = run(config, tmp_path, progress=False)
+    rows = read_results(tmp_path)
+    for row in rows:
+        expected = api_sequence_score(row["prediction"], row["target"]).as_dict()
+        assert {m: row["scores"][m] for m in API_SEQUENCE_METRICS} == expected
+    for metric in API_SEQUENCE_METRICS:
+        mean = sum(r["scores"][metric] for r in rows) / len(rows)
+        assert summary[metric]["mean"] == pytest.approx(mean)
+        assert summary[metric]["ci_low"] <= mean <= summary[metric]["ci_high"]
+    output = run(config.model_copy(update={"task": "output"}), tmp_path / "output", progress=False)
+    assert "api_f1" not in output and all("api_f1" not in r["scores"] for r in read_results(tmp_path / "output"))

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from themisto_env.errors import ThemistoError
-from themisto_env.metrics import METRICS
+from themisto_env.metrics import API_SEQUENCE_METRICS, METRICS
 from themisto_env.results import model_label
 
 app = typer.Typer(
@@ -340,7 +340,7 @@ def summary_table(summary: dict) -> Table:
     def add(name: str, m: dict) -> None:
         table.add_row(escape(name), f"{m['mean']:.3f}", escape(f"[{m['ci_low']:.3f}, {m['ci_high']:.3f}]"))
 
-    for metric in METRICS:
+    for metric in (*METRICS, *API_SEQUENCE_METRICS):
         if metric in summary:
             add(metric, summary[metric])
     draws = summary.get("draws")

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from themisto_env.config import RESULT_FIELDS, RunConfig
 from themisto_env.errors import ConfigError, DataError
-from themisto_env.metrics import METRICS, Score, aggregate
+from themisto_env.metrics import API_SEQUENCE_METRICS, METRICS, Score, aggregate, estimate_means
 from themisto_env.passk import summarize_draws
 
 RESULTS = "results.jsonl"
@@ -265,9 +265,12 @@ def done_samples(out: Path, samples: int) -> set[str]:
 
 
 def summarize(rows: list[dict[str, Any]], config: RunConfig | None = None) -> dict[str, Any]:
-    """Per-metric means with bootstrap intervals over the scored samples (infrastructure failures out).
+    """Per-metric means over the scored samples (infrastructure failures out), with bootstrap intervals
+    that resample whole trajectories (the samples of one trajectory are correlated).
 
-    The metrics and ``reward`` are those of each sample's first prediction. ``usage`` sums what the agent
+    The metrics (:data:`~themisto_env.metrics.METRICS`, and for next-cell runs
+    :data:`~themisto_env.metrics.API_SEQUENCE_METRICS`) and ``reward`` are those of each sample's first
+    prediction. ``usage`` sums what the agent
     spent (:data:`USAGE_TOTALS`) over every sample, scored or not (a failed sample's tokens were paid
     for too); ``usage.tokens_reported`` is False when some model call reported no token counts (the
     totals are then lower bounds). When rows have ``draws`` (``samples=K``),
@@ -304,6 +307,13 @@ def summarize(rows: list[dict[str, Any]], config: RunConfig | None = None) -> di
         for metric in METRICS:
             estimate = getattr(corpus, metric)
             summary[metric] = {"mean": estimate.mean, "ci_low": estimate.ci_low, "ci_high": estimate.ci_high}
+        with_api = [r for r in scored if all(m in r["scores"] for m in API_SEQUENCE_METRICS)]
+        if with_api:  # next-cell runs: JuICe's API-sequence metrics too
+            columns = {m: [r["scores"][m] for r in with_api] for m in API_SEQUENCE_METRICS}
+            estimates = estimate_means(columns, groups=[r["trajectory_id"] for r in with_api])
+            summary.update(
+                {m: {"mean": e.mean, "ci_low": e.ci_low, "ci_high": e.ci_high} for m, e in estimates.items()}
+            )
         summary["reward"] = sum(r["reward"] for r in scored) / len(scored)
         summary.update(summarize_draws(scored, config.samples if config and config.samples > 1 else None))
     return summary

@@ -62,6 +62,7 @@ from themisto_env.actions import Prediction
 from themisto_env.config import RunConfig
 from themisto_env.env import ThemistoEnv
 from themisto_env.errors import ConfigError, InfrastructureError, ModelError, ThemistoError
+from themisto_env.metrics import api_sequence_score
 from themisto_env.results import (
     RESULTS,
     SUMMARY,
@@ -320,6 +321,7 @@ def make_row(
     def flag(key: str) -> Any:  # the env accumulates a sample's failures: its last report holds them all
         return next((i[key] for i in reversed(infos) if i.get(key)), None)
 
+    scores = with_api_sequence(info["scores"], _text(action), sample)
     row = {
         "sample_id": sample.id,
         "trajectory_id": sample.trajectory_id,
@@ -331,7 +333,7 @@ def make_row(
         "model": record["model"],
         "prediction": _text(action),
         "target": sample.target,
-        "scores": info["scores"],
+        "scores": scores,
         "reward": reward,
         "execution_score": info.get("execution_score"),
         "tool_calls": info.get("tool_calls", []),
@@ -349,7 +351,17 @@ def make_row(
     }
     if len(drawn) > 1:
         row["draws"] = [_draw(*d) for d in drawn]
+        for draw in row["draws"]:
+            draw["scores"] = with_api_sequence(draw["scores"], draw["prediction"], sample)
     return row
+
+
+def with_api_sequence(scores: dict[str, float], prediction: str, sample: Any) -> dict[str, float]:
+    """A next-cell sample's scores with JuICe's API-sequence precision, recall and F1 added
+    (:func:`themisto_env.metrics.api_sequence_score`); other samples' as they are."""
+    if sample.task != "next-cell":
+        return scores
+    return {**scores, **api_sequence_score(prediction, sample.target).as_dict()}
 
 
 # -- executors -------------------------------------------------------------------------------------------------

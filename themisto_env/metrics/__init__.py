@@ -38,6 +38,7 @@ from themisto_env.metrics._corpus import (
     PairedDifference,
     aggregate,
     compare_paired,
+    estimate_means,
 )
 from themisto_env.metrics._reward import RewardWeights, reward
 from themisto_env.metrics._rouge import rouge_l, rouge_tokens
@@ -65,6 +66,7 @@ __all__ = [
     "api_sequence_score",
     "chrf",
     "compare_paired",
+    "estimate_means",
     "exact_match",
     "normalize_for_exact_match",
     "reward",

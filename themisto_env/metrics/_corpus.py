@@ -18,7 +18,7 @@ mean over samples) is the same either way.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -27,7 +27,15 @@ import numpy.typing as npt
 
 from themisto_env.metrics._sample import METRICS, Score
 
-__all__ = ["CorpusScore", "Estimate", "PairedComparison", "PairedDifference", "aggregate", "compare_paired"]
+__all__ = [
+    "CorpusScore",
+    "Estimate",
+    "PairedComparison",
+    "PairedDifference",
+    "aggregate",
+    "compare_paired",
+    "estimate_means",
+]
 
 _CHUNK_ELEMENTS = 2_000_000  # resampled indices held in memory at once (16 MB of int64)
 
@@ -239,6 +247,37 @@ def aggregate(
         for i, name in enumerate(METRICS)
     }
     return CorpusScore(n=len(values), confidence=confidence, **estimates)
+
+
+def estimate_means(
+    columns: Mapping[str, Sequence[float]],
+    *,
+    groups: Sequence[Hashable] | None = None,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, Estimate]:
+    """:func:`aggregate` for any named per-sample values (e.g. the API-sequence metrics of next-cell
+    samples): each column's mean with the same seeded percentile (or, with ``groups``, trajectory)
+    bootstrap interval.
+
+    Raises:
+        ValueError: No column, columns of different lengths, an empty column, or ``groups`` not one per
+            sample.
+    """
+    _check(n_resamples, confidence)
+    names = list(columns)
+    lengths = {len(columns[name]) for name in names}
+    if len(lengths) != 1 or 0 in lengths:
+        raise ValueError(f"estimate_means needs columns of one non-zero length, got {sorted(lengths)}")
+    values = np.array([columns[name] for name in names], dtype=np.float64).T
+    clusters = _cluster_index(groups, len(values))
+    means = _means(values)
+    low, high = _interval(_bootstrap_means(values, n_resamples, seed, clusters), confidence)
+    return {
+        name: Estimate(mean=float(means[i]), ci_low=float(min(low[i], means[i])), ci_high=float(max(high[i], means[i])))
+        for i, name in enumerate(names)
+    }
 
 
 def compare_paired(
