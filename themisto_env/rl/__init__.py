@@ -5,6 +5,9 @@
 * :mod:`themisto_env.rl.rewards`: reward functions with TRL's ``reward_funcs`` signature, scoring
   completions with the env's metrics (:class:`MetricReward`) or by running them (:class:`ExecutionReward`).
 * :mod:`themisto_env.rl.vector`: the env under ``gymnasium.vector`` (sync or async) with batched actions.
+* :mod:`themisto_env.rl.tool_env`: multi-turn tool-calling GRPO, ``GRPOTrainer(environment_factory=...)``:
+  each rollout queries the live state of its sample with the observation tools (a GRPO group shares one
+  kernel) and submits a prediction that ``get_reward()`` scores.
 * :mod:`themisto_env.rl.tiny_model`: a tokenizer trained offline and a tiny causal LM built from a config,
   to prove the training plumbing on a CPU.
 

@@ -25,20 +25,31 @@ CHAT_TEMPLATE = (
 )
 
 
-def train_tokenizer(texts: Iterable[str], *, vocab_size: int = 1024) -> Any:
+def train_tokenizer(
+    texts: Iterable[str],
+    *,
+    vocab_size: int = 1024,
+    chat_template: str | None = None,
+    specials: Sequence[str] = (),
+    eos: str = EOS,
+) -> Any:
     """A byte-level BPE tokenizer trained on ``texts``, as a ``PreTrainedTokenizerFast``.
 
     Args:
         texts: Training text (e.g. the exported prompts and targets).
         vocab_size: Vocabulary size, special tokens included (at least 256 + 4: the bytes come first).
+        chat_template: A chat template (default: the plain one); a tool-calling one (e.g. TRL's
+            ``qwen2_5_chat_template``) for multi-turn tool use.
+        specials: Further special tokens (the template's markers, e.g. ``<|im_start|>``).
+        eos: The end-of-sequence token (one of the specials; a chat template's end-of-turn marker).
 
     Returns:
-        The tokenizer, with ``eos``/``bos`` ``<|endoftext|>``, ``pad`` ``<|pad|>``, left padding and a chat
-        template.
+        The tokenizer, with ``eos`` (default ``<|endoftext|>``), ``bos`` ``<|endoftext|>``, ``pad``
+        ``<|pad|>``, left padding and the chat template.
     """
     tokenizers = require("tokenizers")
     transformers = require("transformers")
-    specials = [EOS, PAD, "<|system|>", "<|user|>", "<|assistant|>"]
+    specials = list(dict.fromkeys([EOS, PAD, "<|system|>", "<|user|>", "<|assistant|>", *specials, eos]))
     tok = tokenizers.Tokenizer(tokenizers.models.BPE())
     tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = tokenizers.decoders.ByteLevel()
@@ -50,9 +61,9 @@ def train_tokenizer(texts: Iterable[str], *, vocab_size: int = 1024) -> Any:
     )
     tok.train_from_iterator(list(texts), trainer=trainer)
     wrapped = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token=EOS, bos_token=EOS, pad_token=PAD, padding_side="left"
+        tokenizer_object=tok, eos_token=eos, bos_token=EOS, pad_token=PAD, padding_side="left"
     )
-    wrapped.chat_template = CHAT_TEMPLATE
+    wrapped.chat_template = chat_template or CHAT_TEMPLATE
     return wrapped
 
 
