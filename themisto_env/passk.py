@@ -8,8 +8,9 @@ of k draws taken without replacement from the n passes. pass@1 is the fraction o
 
 :func:`summarize_draws` gives the corpus figures: pass@k for k = 1, 2, 4, ... (powers of 2 below K) and K,
 and best-of-K (per row, the best draw on each text metric), each as a mean with a bootstrap interval
-computed exactly like the other metrics of a summary (:func:`themisto_env.metrics.aggregate`: seeded
-percentile bootstrap, 1000 resamples, 95%).
+computed exactly like the other metrics of a summary (:func:`themisto_env.metrics.aggregate` and
+:func:`~themisto_env.metrics.estimate_means`: seeded percentile bootstrap over trajectories, 1000
+resamples, 95%).
 """
 
 from __future__ import annotations
@@ -18,10 +19,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
-from themisto_env.metrics import METRICS, Score, aggregate
-from themisto_env.metrics._corpus import _bootstrap_means, _interval, _means
+from themisto_env.metrics import METRICS, Score, aggregate, estimate_means
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -57,15 +55,6 @@ def draw_passed(draw: dict[str, Any]) -> bool:
     return bool(draw.get("passed")) and not draw.get("prediction_failed")
 
 
-def _estimate(values: Sequence[float], n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0) -> dict:
-    """Mean and bootstrap interval of one column of per-sample values, as :func:`aggregate` computes them
-    (same resampling, seed and widening to include the mean)."""
-    column = np.asarray(values, dtype=np.float64).reshape(-1, 1)
-    mean = float(_means(column)[0])
-    low, high = _interval(_bootstrap_means(column, n_resamples, seed), confidence)
-    return {"mean": mean, "ci_low": float(min(low[0], mean)), "ci_high": float(max(high[0], mean))}
-
-
 def summarize_draws(rows: Sequence[dict[str, Any]], samples: int | None = None) -> dict[str, Any]:
     """pass@k and best-of-K over result rows that have ``draws`` (pass the scored rows only).
 
@@ -85,28 +74,38 @@ def summarize_draws(rows: Sequence[dict[str, Any]], samples: int | None = None) 
     if not drawn:
         return {}
     k_max = samples or max(len(r["draws"]) for r in drawn)
-    best = aggregate([Score(**{m: max(d["scores"][m] for d in r["draws"]) for m in METRICS}) for r in drawn]).as_dict()
+    best = aggregate(
+        [Score(**{m: max(d["scores"][m] for d in r["draws"]) for m in METRICS}) for r in drawn],
+        groups=[r.get("trajectory_id") for r in drawn],
+    ).as_dict()
     summary: dict[str, Any] = {
         "draws": k_max,
         "best_of_k": {m: best[m] for m in METRICS},
     }
-    counted = []  # (n, c) of each row with execution-scored draws
+    counted = []  # (n, c, trajectory) of each row with execution-scored draws
     failures = 0
     for row in drawn:
         scored = [d for d in row["draws"] if d.get("execution_score") is not None]
         if scored:
-            counted.append((len(scored), sum(draw_passed(d) for d in scored)))
+            counted.append((len(scored), sum(draw_passed(d) for d in scored), row.get("trajectory_id")))
             failures += sum(bool(d.get("prediction_failed")) for d in scored)
     if counted:
-        summary["pass_at_k"] = {
-            str(k): _estimate([pass_at_k(n, c, k) for n, c in counted if n >= k])
-            for k in k_values(k_max)
-            if any(n >= k for n, _ in counted)
-        }
+        summary["pass_at_k"] = {}
+        for k in k_values(k_max):
+            rows_k = [(n, c, t) for n, c, t in counted if n >= k]
+            if rows_k:
+                estimate = estimate_means(
+                    {"pass": [pass_at_k(n, c, k) for n, c, _ in rows_k]}, groups=[t for *_, t in rows_k]
+                )["pass"]
+                summary["pass_at_k"][str(k)] = {
+                    "mean": estimate.mean,
+                    "ci_low": estimate.ci_low,
+                    "ci_high": estimate.ci_high,
+                }
         summary["pass_at_k_counts"] = {
             "samples": len(counted),
-            "draws": sum(n for n, _ in counted),
-            "passed": sum(c for _, c in counted),
+            "draws": sum(n for n, *_ in counted),
+            "passed": sum(c for _, c, _ in counted),
             "prediction_failures": failures,
         }
     return summary

@@ -24,6 +24,7 @@ import json
 import os
 import re
 from collections.abc import Iterable
+from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
 
@@ -311,9 +312,7 @@ def summarize(rows: list[dict[str, Any]], config: RunConfig | None = None) -> di
         if with_api:  # next-cell runs: JuICe's API-sequence metrics too
             columns = {m: [r["scores"][m] for r in with_api] for m in API_SEQUENCE_METRICS}
             estimates = estimate_means(columns, groups=[r["trajectory_id"] for r in with_api])
-            summary.update(
-                {m: {"mean": e.mean, "ci_low": e.ci_low, "ci_high": e.ci_high} for m, e in estimates.items()}
-            )
+            summary.update({metric: asdict(estimate) for metric, estimate in estimates.items()})
         summary["reward"] = sum(r["reward"] for r in scored) / len(scored)
         summary.update(summarize_draws(scored, config.samples if config and config.samples > 1 else None))
     return summary
