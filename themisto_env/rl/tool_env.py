@@ -166,8 +166,10 @@ class ThemistoToolEnv:
 
     def get_reward(self) -> float | None:
         """The rollout's reward: the env's metric reward of the last submitted prediction (an empty one
-        when nothing was submitted), minus ``tool_cost`` per tool call; None when an infrastructure
-        failure or a state that differs from the recording touched the rollout (never scored)."""
+        when nothing was submitted; with ``execution_score``, the mean of it and the execution score,
+        the prediction run in a disposable kernel), minus ``tool_cost`` per tool call; None when an
+        infrastructure failure or a state that differs from the recording touched the rollout (TRL
+        leaves it out: never scored as a wrong answer)."""
         if self.sample is None:
             raise ConfigError("call reset() before get_reward()")
         config = self._states.config

@@ -1,0 +1,55 @@
+"""The multi-turn GRPO example really trains through TRL's environment_factory: real kernels answer the
+tools, a GRPO group shares one, and the reward curve is written."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl", reason="the rl extra is not installed: pip install 'themisto-env[rl]'")
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_grpo_tools.py"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_multi_turn_grpo_example_trains_and_plots_the_reward_curve(env_dataset: dict[str, str], tmp_path: Path) -> None:
+    steps = 2
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLE),
+            "--out",
+            str(tmp_path),
+            "--data",
+            env_dataset["dataset"],
+            "--snapshot-dir",
+            env_dataset["snapshot_dir"],
+            "--steps",
+            str(steps),
+            "--samples",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert len(summary["rewards"]) == steps and len(summary["tool_calls"]) == steps
+    assert all(math.isfinite(r) and -1.0 <= r <= 1.0 for r in summary["rewards"])
+    assert summary["warm_start_loss"][1] < summary["warm_start_loss"][0], "the warm start learned"
+    assert 1 <= summary["kernels"] <= 4, "one kernel per sample in flight, not per rollout"
+    assert 1e4 < summary["parameters"] < 1e6
+    history = json.loads((tmp_path / "log_history.json").read_text())
+    logged = [row for row in history if "reward" in row]
+    assert [row["step"] for row in logged] == list(range(1, steps + 1))
+    assert all("rewards/ThemistoToolEnv/mean" in row for row in logged), "get_reward is TRL's reward column"
+    png = (tmp_path / "reward_curve.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 5000
