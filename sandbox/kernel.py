@@ -59,6 +59,7 @@ from themisto_env.sandbox.introspection import (
 )
 from themisto_env.sandbox.launcher import KernelLauncher, launcher_class
 from themisto_env.sandbox.models import ExecutionResult, RestoreResult, SandboxLimits, SnapshotInfo
+from themisto_env.sandbox.outputs import OutputCollector
 from themisto_env.sandbox.snapshots import SnapshotStore
 
 _POLL_S = 0.25  # how often a silent wait checks that the kernel is alive
@@ -66,7 +67,6 @@ _HELPER_MODULE = "_themisto_helper"
 #: Bounds of a measurement after model-written code ran (its answer may be forged).
 MEASURE_TIMEOUT_S, MEASURE_MAX_NAMES, MEASURE_MAX_ENTRY = 10.0, 100_000, 10_000
 _INBOX, _OUTBOX = "snapshots-in", "snapshots-out"  # in the run directory: snapshots handed in, written out
-_OUTPUT_KINDS = frozenset({"stream", "display_data", "execute_result", "error"})
 
 
 def _helper_expression(function: str, kwargs: dict[str, Any]) -> str:
@@ -111,87 +111,6 @@ def _fingerprint_value(value: dict[str, Any] | None) -> dict[str, str] | None:
 
 def _helper_source() -> str:
     return resources.files("themisto_env.sandbox").joinpath("kernel_helper.py").read_text()
-
-
-def _output_from_msg(msg: dict[str, Any]) -> dict[str, Any]:
-    """An nbformat v4 output from an iopub message (nbformat's own helper, minus its slow validation)."""
-    kind, content = msg["msg_type"], msg["content"]
-    if kind == "stream":
-        return {"output_type": "stream", "name": content["name"], "text": content["text"]}
-    if kind == "error":
-        return {
-            "output_type": "error",
-            "ename": content["ename"],
-            "evalue": content["evalue"],
-            "traceback": list(content["traceback"]),
-        }
-    output = {"output_type": kind, "data": content["data"], "metadata": content.get("metadata", {})}
-    if kind == "execute_result":
-        output["execution_count"] = content.get("execution_count")
-    return output
-
-
-def _output_size(output: dict[str, Any]) -> int:
-    if output["output_type"] == "stream":
-        return len(output.get("text", ""))
-    return len(json.dumps(output.get("data", output), default=str))
-
-
-class _Outputs:
-    """Collects nbformat outputs of one execution, merging streams and enforcing the size cap."""
-
-    def __init__(self, limit: int) -> None:
-        self.items: list[dict[str, Any]] = []
-        self.limit = limit
-        self.size = 0
-        self.omitted = 0
-        self._clear_pending = False
-
-    def add(self, msg: dict[str, Any]) -> None:
-        kind = msg["msg_type"]
-        if kind == "clear_output":
-            if msg["content"].get("wait"):
-                self._clear_pending = True
-            else:
-                self.items, self.size = [], 0
-            return
-        if kind not in _OUTPUT_KINDS:
-            return
-        if self._clear_pending:
-            self.items, self.size, self._clear_pending = [], 0, False
-        output = _output_from_msg(msg)
-        room = self.limit - self.size
-        needed = _output_size(output)
-        if needed > room:
-            if output["output_type"] == "stream" and room > 0:
-                self.omitted += needed - room
-                output["text"] = output["text"][:room]
-                needed = room
-            else:
-                self.omitted += needed
-                return
-        self.size += needed
-        last = self.items[-1] if self.items else None
-        if (
-            last is not None
-            and output["output_type"] == "stream"
-            and last["output_type"] == "stream"
-            and last["name"] == output["name"]
-        ):
-            last["text"] += output["text"]
-        else:
-            self.items.append(output)
-
-    def finish(self) -> list[dict[str, Any]]:
-        if self.omitted:
-            self.items.append(
-                {
-                    "output_type": "stream",
-                    "name": "stderr",
-                    "text": f"\n[output truncated: {self.omitted} more bytes not shown]\n",
-                }
-            )
-        return self.items
 
 
 class Kernel:
@@ -787,7 +706,7 @@ class Kernel:
             allow_stdin=False,
             stop_on_error=False,
         )
-        outputs = _Outputs(self.limits.output_limit_bytes)
+        outputs = OutputCollector(self.limits.output_limit_bytes)
         deadline = time.monotonic() + (timeout_s or self.limits.timeout_s)
         timed_out = False
         idle = False
@@ -795,10 +714,10 @@ class Kernel:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 if not interrupt:  # the caller discards the kernel: no interrupt, no restart
-                    return {"status": "error"}, outputs.finish(), True, False, bool(outputs.omitted)
+                    return {"status": "error"}, outputs.finish(), True, False, outputs.truncated
                 if timed_out:  # interrupted and still busy: the kernel is wedged
                     self.restart()
-                    return {"status": "error"}, outputs.finish(), True, True, bool(outputs.omitted)
+                    return {"status": "error"}, outputs.finish(), True, True, outputs.truncated
                 timed_out = True
                 self.launcher.interrupt()
                 deadline = time.monotonic() + self.limits.interrupt_grace_s
@@ -814,14 +733,14 @@ class Kernel:
             if msg["msg_type"] == "status":
                 idle = msg["content"]["execution_state"] == "idle"
             else:
-                outputs.add(msg)
+                outputs.add_message(msg)
         try:
             reply = self._wait_shell_reply(
                 msg_id, deadline=time.monotonic() + max(self.limits.interrupt_grace_s, 5.0), during=during
             )
         except _Silent:
             raise KernelTimeoutError(f"the {self.backend} kernel went idle but sent no reply") from None
-        return reply, outputs.finish(), timed_out, False, bool(outputs.omitted)
+        return reply, outputs.finish(), timed_out, False, outputs.truncated
 
 
 class _Silent(Exception):

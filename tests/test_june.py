@@ -93,6 +93,8 @@ def test_csv_as_pandas_writes_it() -> None:
         ("bad_json_line.jsonl", 2, None, "not valid JSON"),
         ("missing_kernel_id.jsonl", 2, "kernel_id", "missing column"),
         ("missing_column.csv", None, "kernel_id", "missing column"),
+        ("missing_cell_source.jsonl", 2, "cell_source", "missing column: execute rows need the executed code"),
+        ("missing_cell_output.csv", 2, "cell_output", "missing column: finished_execute rows need the outputs"),
     ],
 )
 def test_malformed_files_name_file_row_and_field(name: str, row: int | None, field: str | None, detail: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -55,3 +56,43 @@ def test_broken_and_missing_notebooks(tmp_path: Path) -> None:
     assert info.value.path == str(path)
     with pytest.raises(DataError, match=r"no such file"):
         read_notebook_session(tmp_path / "none.ipynb")
+
+
+def _strip_counts(tmp_path: Path, *, clear_outputs: bool = False) -> Path:
+    notebook = json.loads((DATA / "small.ipynb").read_text())
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "code":
+            cell["execution_count"] = None
+            for output in cell.get("outputs", []):
+                if output.get("output_type") == "execute_result":
+                    output["execution_count"] = None
+            if clear_outputs:
+                cell["outputs"] = []
+    path = tmp_path / "no_counts.ipynb"
+    path.write_text(json.dumps(notebook))
+    return path
+
+
+def test_a_notebook_without_execution_counts_is_read_in_document_order(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = _strip_counts(tmp_path)
+    with caplog.at_level("WARNING", logger="themisto_env.notebook"):
+        session = read_notebook_session(path)
+    code = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+    assert [e.source for e in session.executions] == ["".join(c["source"]) for c in code]
+    assert [e.cell_num for e in session.executions] == sorted(e.cell_num for e in session.executions)
+    assert all(e.execution_count is None for e in session.executions)
+    assert "error" in [e.status for e in session.executions]  # statuses still come from the saved outputs
+    (record,) = caplog.records
+    assert record.getMessage() == f"{path}: no execution counts; reading its {len(code)} code cells in document order"
+
+
+def test_a_cleared_notebook_has_nothing_recorded_to_compare_with(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = _strip_counts(tmp_path, clear_outputs=True)
+    with caplog.at_level("WARNING", logger="themisto_env.notebook"):
+        session = read_notebook_session(path)
+    assert session.executions and all(e.status == "unknown" for e in session.executions)
+    assert "no outputs either" in caplog.records[0].getMessage()

@@ -56,7 +56,14 @@ JUNE_COLUMNS: tuple[str, ...] = (
 """The JuNE columns, in JuNE's order."""
 
 REQUIRED_COLUMNS: tuple[str, ...] = ("action_id", "time", "kernel_id", "event")
-"""Columns a log must have; the others may be absent (read as null)."""
+"""Columns a log must have; the others may be absent (read as null), except :data:`EVENT_COLUMNS`."""
+
+EVENT_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    "execute": (("cell_source", "the executed code, which replay runs and next-cell samples predict"),),
+    "finished_execute": (("cell_output", "the outputs the person saw, which replays are compared with"),),
+}
+"""Columns the rows of an event kind must have (a value may be null, the column may not be absent), and
+why: a log without them would build silently with every source, or every recorded output, empty."""
 
 KNOWN_EVENTS: frozenset[str] = frozenset(
     {
@@ -287,6 +294,9 @@ def _event(raw: dict[str, Any], path: Path, row: int) -> JuneEvent:
     for name in REQUIRED_COLUMNS:
         if name not in raw:
             raise DataError("missing column", path=path, row=row, field=name)
+    for name, why in EVENT_COLUMNS.get(str(raw.get("event")), ()):
+        if name not in raw:
+            raise DataError(f"missing column: {raw['event']} rows need {why}", path=path, row=row, field=name)
     try:
         return JuneEvent.model_validate(values)
     except ValidationError as exc:
@@ -574,6 +584,7 @@ def read_sessions(path: str | Path) -> list[Session]:
 
 
 __all__ = [
+    "EVENT_COLUMNS",
     "JUNE_COLUMNS",
     "KNOWN_EVENTS",
     "REQUIRED_COLUMNS",

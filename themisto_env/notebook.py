@@ -5,16 +5,24 @@ cells ordered by ``execution_count`` (cells never run are skipped, ties keep the
 saved outputs as recorded outputs, and no times, unless JupyterLab recorded cell timing
 (``metadata.execution``), in which case start times and durations are filled in from it. Restarts cannot
 be seen in a saved notebook.
+
+A notebook saved without any execution count (tools such as ``nbstripout`` or some editors drop them)
+is read in document order, every code cell once, with a one-line warning on the ``themisto_env.notebook``
+logger. If it also holds no output at all, its outputs were cleared: the executions get status
+``unknown`` (nothing was recorded to compare a replay with), not ``ok``.
 """
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from themisto_env.errors import DataError
 from themisto_env.sessions import RecordedExecution, Session
+
+_log = logging.getLogger(__name__)
 
 _TIMING_START = "iopub.execute_input"
 _TIMING_END = "shell.execute_reply"
@@ -43,7 +51,8 @@ def read_notebook_session(path: str | Path, *, key: str | None = None) -> Sessio
 
     Returns:
         A session with ``origin="notebook"``: the executed code cells in ``execution_count`` order, each
-        with its saved outputs and ``execution_count``.
+        with its saved outputs and ``execution_count``; every code cell in document order when no cell
+        has an execution count (logged as a warning).
 
     Raises:
         DataError: The file is missing, is not JSON, or is not a notebook.
@@ -61,10 +70,9 @@ def read_notebook_session(path: str | Path, *, key: str | None = None) -> Sessio
     if not isinstance(cells, list):
         raise DataError("not a notebook: no list of cells", path=file, field="cells")
 
-    ran: list[tuple[int, int, dict[str, Any]]] = []
-    for position, cell in enumerate(cells):
-        if cell.get("cell_type") != "code":
-            continue
+    code_cells = [(position, cell) for position, cell in enumerate(cells) if cell.get("cell_type") == "code"]
+    ran: list[tuple[int | None, int, dict[str, Any]]] = []
+    for position, cell in code_cells:
         count = cell.get("execution_count")
         if count is None:
             continue
@@ -72,10 +80,21 @@ def read_notebook_session(path: str | Path, *, key: str | None = None) -> Sessio
             raise DataError(f"expected an integer, got {count!r}", path=file, row=position + 1, field="execution_count")
         ran.append((count, position, cell))
     ran.sort(key=lambda item: (item[0], item[1]))
+    cleared = False
+    if not ran and code_cells:
+        ran = [(None, position, cell) for position, cell in code_cells]
+        cleared = not any(cell.get("outputs") for _, cell in code_cells)
+        _log.warning(
+            "%s: no execution counts; reading its %d code cells in document order%s",
+            file,
+            len(code_cells),
+            " (no outputs either: nothing to compare replays with)" if cleared else "",
+        )
 
     executions = []
     for index, (count, position, cell) in enumerate(ran):
         outputs = [_plain(o) for o in cell.get("outputs", [])]
+        status = "error" if any(o.get("output_type") == "error" for o in outputs) else "ok"
         start, end = _timing(cell.get("metadata", {}))
         duration = (end - start).total_seconds() if start and end and end >= start else None
         executions.append(
@@ -84,7 +103,7 @@ def read_notebook_session(path: str | Path, *, key: str | None = None) -> Sessio
                 cell_id=cell.get("id"),
                 source=cell.get("source", ""),
                 recorded_outputs=outputs,
-                status="error" if any(o.get("output_type") == "error" for o in outputs) else "ok",
+                status="unknown" if cleared else status,
                 duration_s=duration,
                 time=start,
                 finish_time=end if duration is not None else None,

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from themisto_env.june import JuneEvent
+from themisto_env.sandbox.outputs import OUTPUT_MESSAGES, OutputCollector
 
 ENV_RECORD_PATH = "THEMISTO_RECORD_PATH"
 ENV_USER_ID = "THEMISTO_USER_ID"
@@ -95,68 +96,39 @@ class _Tee:
 
 
 class _Capture:
-    """The outputs of the running cell, in the order the notebook shows them."""
+    """The outputs of the running cell, in the order the notebook shows them (the conversion is
+    :class:`~themisto_env.sandbox.outputs.OutputCollector`, shared with the sandbox)."""
 
     def __init__(self, execution_count: int) -> None:
-        self.outputs: list[dict[str, Any]] = []
+        self.collector = OutputCollector()
         self.execution_count = execution_count
-        self.clear_pending = False
         self.lock = threading.Lock()
 
-    def _add(self, output: dict[str, Any]) -> None:
-        if self.clear_pending:
-            self.outputs.clear()
-            self.clear_pending = False
-        self.outputs.append(output)
+    def add(self, msg_type: str, content: dict[str, Any]) -> None:
+        with self.lock:
+            self.collector.add(msg_type, content)
 
     def stream(self, name: str, text: str) -> None:
-        if not text:
-            return
-        with self.lock:
-            last = self.outputs[-1] if self.outputs else None
-            if last and not self.clear_pending and last["output_type"] == "stream" and last["name"] == name:
-                last["text"] += text
-            else:
-                self._add({"output_type": "stream", "name": name, "text": text})
+        self.add("stream", {"name": name, "text": text})
 
     def display(self, data: dict[str, Any], metadata: dict[str, Any] | None, transient: Any, update: bool) -> None:
-        display_id = (transient or {}).get("display_id") if isinstance(transient, dict) else None
-        output = {"output_type": "display_data", "data": _jsonable(data), "metadata": _jsonable(metadata or {})}
-        with self.lock:
-            if update:
-                for i, old in enumerate(self.outputs):
-                    if display_id is not None and old.get("_display_id") == display_id:
-                        self.outputs[i] = {**output, "_display_id": display_id}
-                return
-            if display_id is not None:
-                output["_display_id"] = display_id
-            self._add(output)
+        content = {"data": _jsonable(data), "metadata": _jsonable(metadata or {}), "transient": _jsonable(transient)}
+        self.add("update_display_data" if update else "display_data", content)
 
     def result(self, data: dict[str, Any], metadata: dict[str, Any] | None, count: int | None = None) -> None:
-        with self.lock:
-            self._add(
-                {
-                    "output_type": "execute_result",
-                    "execution_count": count if count is not None else self.execution_count,
-                    "data": _jsonable(data),
-                    "metadata": _jsonable(metadata or {}),
-                }
-            )
+        count = count if count is not None else self.execution_count
+        content = {"data": _jsonable(data), "metadata": _jsonable(metadata or {}), "execution_count": count}
+        self.add("execute_result", content)
 
     def error(self, ename: str, evalue: str, traceback: list[str]) -> None:
-        with self.lock:
-            self._add({"output_type": "error", "ename": ename, "evalue": evalue, "traceback": list(traceback)})
+        self.add("error", {"ename": ename, "evalue": evalue, "traceback": list(traceback)})
 
     def clear(self, wait: bool) -> None:
-        with self.lock:
-            if wait:
-                self.clear_pending = True
-            else:
-                self.outputs.clear()
+        self.add("clear_output", {"wait": wait})
 
     def final(self) -> list[dict[str, Any]]:
         with self.lock:
-            return [{k: v for k, v in o.items() if k != "_display_id"} for o in self.outputs]
+            return self.collector.finish()
 
 
 class Recorder:
@@ -283,21 +255,11 @@ class Recorder:
             parent = msg_or_type.get("parent_header")
         else:
             kind = msg_or_type
-        if kind not in _OUTPUT_MESSAGES or not isinstance(content, dict):
+        if kind not in OUTPUT_MESSAGES or not isinstance(content, dict):
             return
         if _msg_id(parent) != self._request_id:
             return
-        if kind == "stream":
-            capture.stream(content.get("name", "stdout"), content.get("text", ""))
-        elif kind in ("display_data", "update_display_data"):
-            update = kind == "update_display_data"
-            capture.display(content.get("data", {}), content.get("metadata"), content.get("transient"), update)
-        elif kind == "execute_result":
-            capture.result(content.get("data", {}), content.get("metadata"), content.get("execution_count"))
-        elif kind == "error":
-            capture.error(str(content.get("ename")), str(content.get("evalue")), content.get("traceback", []))
-        elif kind == "clear_output":
-            capture.clear(bool(content.get("wait")))
+        capture.add(kind, _jsonable(content))
 
     def _publish(self, data: dict[str, Any], metadata: dict[str, Any] | None = None, *args: Any, **kwargs: Any) -> None:
         assert self._capture is not None
@@ -432,11 +394,6 @@ class Recorder:
         tmp = sidecar.with_name(f"{sidecar.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(pids), encoding="utf-8")
         tmp.replace(sidecar)
-
-
-_OUTPUT_MESSAGES = frozenset(
-    {"stream", "display_data", "update_display_data", "execute_result", "error", "clear_output"}
-)
 
 
 def _msg_id(parent: Any) -> str | None:

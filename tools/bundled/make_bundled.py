@@ -50,6 +50,7 @@ sys.path.insert(0, str(HERE))
 from script import Delete, Markdown, Pause, Rename, Restart, Run, Save, SessionScript  # noqa: E402
 
 from themisto_env.june import JuneEvent, read_sessions, write_events  # noqa: E402
+from themisto_env.sandbox.outputs import OutputCollector  # noqa: E402
 
 REPO = HERE.parent.parent
 DEFAULT_OUT = REPO / "themisto_env" / "datasets" / "bundled" / "june_log.jsonl"
@@ -101,45 +102,15 @@ class _Kernel:
         started = time.perf_counter()
         self.client.shell_channel.send(msg)
         msg_id = msg["header"]["msg_id"]
-        outputs: list[dict[str, Any]] = []
-        clear_pending = False
+        collector = OutputCollector()
         while True:
             reply = self.client.get_iopub_msg(timeout=CELL_TIMEOUT_S)
             if reply["parent_header"].get("msg_id") != msg_id:
                 continue
-            kind, body = reply["msg_type"], reply["content"]
-            if kind == "status" and body["execution_state"] == "idle":
+            if reply["msg_type"] == "status" and reply["content"]["execution_state"] == "idle":
                 break
-            if kind == "clear_output":
-                if body.get("wait"):
-                    clear_pending = True
-                else:
-                    outputs.clear()
-                continue
-            if kind not in ("stream", "display_data", "execute_result", "error"):
-                continue
-            if clear_pending:
-                outputs.clear()
-                clear_pending = False
-            if kind == "stream":
-                if outputs and outputs[-1]["output_type"] == "stream" and outputs[-1]["name"] == body["name"]:
-                    outputs[-1]["text"] += body["text"]
-                else:
-                    outputs.append({"output_type": "stream", "name": body["name"], "text": body["text"]})
-            elif kind == "error":
-                outputs.append(
-                    {
-                        "output_type": "error",
-                        "ename": body["ename"],
-                        "evalue": body["evalue"],
-                        "traceback": body["traceback"],
-                    }
-                )
-            else:
-                out = {"output_type": kind, "data": body["data"], "metadata": body.get("metadata", {})}
-                if kind == "execute_result":
-                    out["execution_count"] = body["execution_count"]
-                outputs.append(out)
+            collector.add_message(reply)
+        outputs = collector.finish()
         duration = time.perf_counter() - started
         shell = self.client.get_shell_msg(timeout=CELL_TIMEOUT_S)
         while shell["parent_header"].get("msg_id") != msg_id:

@@ -1,0 +1,258 @@
+"""Kernel messages into notebook outputs: the one conversion used by the sandbox, the recorder and the
+bundled-data generator.
+
+An execution's iopub messages (``stream``, ``display_data``, ``execute_result``, ``error``,
+``update_display_data``, ``clear_output``) become the nbformat v4 outputs a notebook would save, by the
+rules of nbclient (Jupyter's own notebook executor) plus the stream merging every front end shows:
+
+* ``stream``: appended to the previous output when that is a stream of the same name (``print("a",
+  end="")`` then ``print("b")`` is one output ``ab``), else a new ``stream`` output.
+* ``display_data`` and ``execute_result``: a new output (``data``, ``metadata``, and the
+  ``execution_count`` of a result). One carrying a ``transient.display_id`` first updates the earlier
+  outputs of this execution with the same id (their ``data`` and ``metadata``), then is appended.
+* ``update_display_data``: replaces ``data`` and ``metadata`` of the earlier outputs with its
+  ``display_id`` (the output kind stays); it adds nothing, and an unknown id is ignored.
+* ``error``: a new ``error`` output (``ename``, ``evalue``, ``traceback``).
+* ``clear_output``: removes every output now; with ``wait=True``, just before the next new output
+  (updates do not trigger it), so that an animation shows its last frame.
+* any other message (``status``, ``execute_input``, comms): ignored.
+
+The output cap (``limit``, in characters of stream text and of the JSON of display data) keeps what
+fits, in order. A stream is cut at the cap. A display output or result that does not fit keeps its
+``text/plain`` alone, if that fits, and names what it dropped in its metadata
+(``{"themisto_dropped": ["image/png (1.2 MB)"]}``); otherwise it is dropped whole. Stream text cut and
+outputs dropped whole are counted in :attr:`OutputCollector.omitted` and noted at the end by
+:meth:`OutputCollector.finish` (``[output truncated: N more bytes not shown]`` on stderr).
+
+Importing this module has no side effects and needs nothing beyond the standard library (the recorder
+imports it inside a user's kernel).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+OUTPUT_MESSAGES = frozenset(
+    {"stream", "display_data", "update_display_data", "execute_result", "error", "clear_output"}
+)
+"""The iopub message kinds that change a cell's outputs."""
+
+DROPPED_KEY = "themisto_dropped"
+"""The metadata key naming the mime types the output cap dropped from a display output."""
+
+
+def output_from_message(msg_type: str, content: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The nbformat v4 output of one message (nbformat's ``output_from_msg`` minus its slow validation).
+
+    Args:
+        msg_type: The message kind (``update_display_data`` gives a ``display_data`` output).
+        content: The message's content.
+
+    Returns:
+        The output, or None for a message that is not an output (``clear_output``, ``status``, ...).
+    """
+    if msg_type == "stream":
+        return {"output_type": "stream", "name": str(content.get("name", "stdout")), "text": content.get("text", "")}
+    if msg_type == "error":
+        return {
+            "output_type": "error",
+            "ename": content.get("ename"),
+            "evalue": content.get("evalue"),
+            "traceback": list(content.get("traceback") or []),
+        }
+    if msg_type in ("display_data", "update_display_data", "execute_result"):
+        kind = "execute_result" if msg_type == "execute_result" else "display_data"
+        data, metadata = content.get("data") or {}, content.get("metadata") or {}
+        output = {"output_type": kind, "data": dict(data), "metadata": dict(metadata)}
+        if kind == "execute_result":
+            output["execution_count"] = content.get("execution_count")
+        return output
+    return None
+
+
+def output_size(output: Mapping[str, Any]) -> int:
+    """An output's size for the cap: its stream text, else the JSON of its data (characters)."""
+    if output.get("output_type") == "stream":
+        return len(output.get("text", ""))
+    return len(json.dumps(output.get("data", output), default=str))
+
+
+def _human(size: int) -> str:
+    if size >= 1_000_000:
+        return f"{size / 1e6:.1f} MB"
+    if size >= 1_000:
+        return f"{size / 1e3:.1f} kB"
+    return f"{size} B"
+
+
+def _display_id(content: Mapping[str, Any]) -> str | None:
+    transient = content.get("transient")  # may be explicitly None
+    value = transient.get("display_id") if isinstance(transient, Mapping) else None
+    return str(value) if value is not None else None
+
+
+class OutputCollector:
+    """The outputs of one execution, built message by message (rules in the module doc).
+
+    Args:
+        limit: The output cap in characters; None for no cap.
+
+    Attributes:
+        omitted: Characters left out by the cap (stream text cut, outputs dropped whole).
+        dropped: Display outputs that lost rich data to the cap but kept their ``text/plain``.
+    """
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = limit
+        self.omitted = 0
+        self.dropped = 0
+        self._items: list[dict[str, Any]] = []
+        self._ids: list[str | None] = []
+        self._sizes: list[int] = []
+        self._clear_pending = False
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the cap left anything out."""
+        return bool(self.omitted or self.dropped)
+
+    def add_message(self, msg: Mapping[str, Any]) -> None:
+        """Add a Jupyter message as received (``msg_type`` at the top or in its header, and ``content``)."""
+        kind = msg.get("msg_type") or (msg.get("header") or {}).get("msg_type")
+        content = msg.get("content")
+        if isinstance(kind, str) and isinstance(content, Mapping):
+            self.add(kind, content)
+
+    def add(self, msg_type: str, content: Mapping[str, Any]) -> None:
+        """Add one message by kind and content."""
+        if msg_type not in OUTPUT_MESSAGES:
+            return
+        if msg_type == "clear_output":
+            if content.get("wait"):
+                self._clear_pending = True
+            else:
+                self._clear()
+            return
+        display_id = _display_id(content) if msg_type not in ("stream", "error") else None
+        output = output_from_message(msg_type, content)
+        assert output is not None
+        if display_id is not None:
+            self._update(display_id, output)
+        if msg_type == "update_display_data":
+            return
+        if self._clear_pending:
+            self._clear()
+        self._append(output, display_id)
+
+    def outputs(self) -> list[dict[str, Any]]:
+        """The outputs so far (a copy)."""
+        return copy.deepcopy(self._items)
+
+    def finish(self) -> list[dict[str, Any]]:
+        """The outputs, with a note on stderr at the end when the cap cut or dropped some."""
+        items = self.outputs()
+        if self.omitted:
+            items.append(
+                {
+                    "output_type": "stream",
+                    "name": "stderr",
+                    "text": f"\n[output truncated: {self.omitted} more bytes not shown]\n",
+                }
+            )
+        return items
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _clear(self) -> None:
+        self._items, self._ids, self._sizes, self._clear_pending = [], [], [], False
+
+    def _room(self) -> int | None:
+        return None if self.limit is None else self.limit - sum(self._sizes)
+
+    def _fit(self, output: dict[str, Any], room: int | None) -> dict[str, Any] | None:
+        """The output as it fits in ``room``: whole, reduced to its text/plain, or None."""
+        if room is None or output_size(output) <= room:
+            return output
+        data = output.get("data") or {}
+        if "text/plain" in data and len(data) > 1:
+            dropped = [
+                f"{mime} ({_human(len(json.dumps(value, default=str)))})"
+                for mime, value in data.items()
+                if mime != "text/plain"
+            ]
+            reduced = {
+                **output,
+                "data": {"text/plain": data["text/plain"]},
+                "metadata": {**(output.get("metadata") or {}), DROPPED_KEY: dropped},
+            }
+            if output_size(reduced) <= room:
+                self.dropped += 1
+                return reduced
+        self.omitted += output_size(output)
+        return None
+
+    def _update(self, display_id: str, output: dict[str, Any]) -> None:
+        for i, known in enumerate(self._ids):
+            if known != display_id:
+                continue
+            old = self._items[i]
+            room = self._room()
+            fitted = self._fit(output, None if room is None else room + self._sizes[i])
+            if fitted is None:
+                continue
+            old["data"] = fitted["data"]
+            old["metadata"] = fitted["metadata"]
+            self._sizes[i] = output_size(old)
+
+    def _append(self, output: dict[str, Any], display_id: str | None) -> None:
+        room = self._room()
+        last = self._items[-1] if self._items else None
+        if output["output_type"] == "stream":
+            text = output["text"]
+            if room is not None and len(text) > room:
+                self.omitted += len(text) - max(room, 0)
+                text = text[: max(room, 0)]
+            if not text:
+                return
+            if last is not None and last["output_type"] == "stream" and last["name"] == output["name"]:
+                last["text"] += text
+                self._sizes[-1] += len(text)
+                return
+            output["text"] = text
+        else:
+            fitted = self._fit(output, room)
+            if fitted is None:
+                return
+            output = fitted
+        self._items.append(output)
+        self._ids.append(display_id)
+        self._sizes.append(output_size(output))
+
+
+def collect_outputs(messages: Iterable[Mapping[str, Any]], *, limit: int | None = None) -> list[dict[str, Any]]:
+    """The outputs of a sequence of messages (each with ``msg_type`` and ``content``).
+
+    Args:
+        messages: One execution's iopub messages, in order.
+        limit: The output cap; None for none.
+
+    Returns:
+        The nbformat outputs, with the truncation note when the cap cut some.
+    """
+    collector = OutputCollector(limit)
+    for msg in messages:
+        collector.add_message(msg)
+    return collector.finish()
+
+
+__all__ = [
+    "DROPPED_KEY",
+    "OUTPUT_MESSAGES",
+    "OutputCollector",
+    "collect_outputs",
+    "output_from_message",
+    "output_size",
+]
