@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
 
 
+DEFAULT_TIMEOUT_S = 120.0
+"""Seconds a model call may take (openai and anthropic, unless ``timeout=`` is given); then it is retried."""
 SECRET_OPTION = re.compile(r"(api_?key|secret|token|password|authorization|credential)", re.IGNORECASE)
 """Model options never recorded in a run's rows."""
 
@@ -132,6 +134,8 @@ class LLMAgent(BaseAgent):
 
             if provider in ("openai", "anthropic"):  # one retry policy: ours (see agents/retry.py)
                 model_options.setdefault("max_retries", 0)
+                # a hung call is a timeout (retried), never a run that waits forever
+                model_options.setdefault("timeout", DEFAULT_TIMEOUT_S)
             chat_model = make_chat_model(provider, model, **model_options)
         self.chat_model: BaseChatModel = chat_model
         self.prompts: PromptTemplates = load_prompts(prompts)

@@ -364,3 +364,13 @@ def test_cli_config_errors_keep_their_yaml(
     code, err = cli(monkeypatch, capsys, "run", "-c", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "out"))
     assert code == 1 and len(err.strip().splitlines()) == 1, err
     assert "[llm-static" in err
+
+
+def test_a_hung_server_is_a_timeout_by_default_not_a_run_that_waits_forever() -> None:
+    from themisto_env.agents.llm import DEFAULT_TIMEOUT_S
+
+    agent = StaticContextAgent(provider="openai", model="m", api_key="test", base_url="http://127.0.0.1:9/v1")
+    assert agent.chat_model.request_timeout == DEFAULT_TIMEOUT_S
+    assert agent.chat_model.max_retries == 0, "one retry policy: ours"
+    given = StaticContextAgent(provider="openai", model="m", api_key="test", timeout=3.0)
+    assert given.chat_model.request_timeout == 3.0
