@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from themisto_env.errors import BackendUnavailableError, KernelStartError
+from themisto_env.sandbox.environments import environment_image
 from themisto_env.sandbox.launcher import KERNEL_ENVIRONMENT, KernelLauncher
 from themisto_env.sandbox.lifetime import (
     LABEL_CREATED,
@@ -212,6 +213,8 @@ class DockerLauncher(KernelLauncher):
         readonly_dirs: Host directories bind-mounted read-only (the snapshot store, under /mnt).
         image: The kernel image; default :func:`default_image` (``themisto-kernel:<tag>`` of the host's
             package set).
+        environment: A kernel environment's id (``themisto env create --docker``): its image
+            (``themisto-kernel-env:<id>``) unless ``image`` is given.
     """
 
     name: ClassVar[str] = "docker"
@@ -227,9 +230,11 @@ class DockerLauncher(KernelLauncher):
         readonly_dirs: tuple[Path, ...] = (),
         *,
         image: str | None = None,
+        environment: str | None = None,
     ) -> None:
         super().__init__(limits, shared_dirs, readonly_dirs)
-        self.image = image
+        self.environment_id = environment
+        self.image = image or (environment_image(environment) if environment is not None else None)
         self._client: Any = None
         self._image_checked = False
         self._container: Any = None
@@ -256,12 +261,18 @@ class DockerLauncher(KernelLauncher):
             with engine(self._client):
                 exists = image_exists(self._client, self.image)
             if not exists:
-                raise BackendUnavailableError(
-                    f"the kernel image {self.image} is missing: build it with `themisto sandbox build-image` "
-                    "(or `python -m themisto_env.sandbox.image build`)"
-                )
+                raise BackendUnavailableError(f"the kernel image {self.image} is missing: {self._image_fix()}")
             self._image_checked = True
         return self._client
+
+    def _image_fix(self) -> str:
+        """How to make the missing kernel image."""
+        if self.environment_id is not None:
+            return (
+                f"build kernel environment {self.environment_id}'s image with `themisto env create NAME "
+                "--requirements FILE --docker` (`themisto env list` names it)"
+            )
+        return "build it with `themisto sandbox build-image` (or `python -m themisto_env.sandbox.image build`)"
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -355,15 +366,14 @@ class DockerLauncher(KernelLauncher):
                         for p, target in self._targets.items()
                     },
                     working_dir=str(workdir),
-                    environment=dict(KERNEL_ENVIRONMENT),
+                    # $PWD names the working folder; $HOME the tmpfs (the kernel's user has no home).
+                    environment={**KERNEL_ENVIRONMENT, "PWD": str(workdir), "HOME": "/tmp"},
                     stdin_open=False,
                     tty=False,
                 )
         except docker.errors.ImageNotFound as exc:
             self._image_checked = False
-            raise BackendUnavailableError(
-                f"the kernel image {self.image} is missing: build it with `themisto sandbox build-image`"
-            ) from exc
+            raise BackendUnavailableError(f"the kernel image {self.image} is missing: {self._image_fix()}") from exc
         except docker.errors.APIError as exc:
             # The container may exist (created, not started): do not leave it behind.
             with contextlib.suppress(docker.errors.APIError):

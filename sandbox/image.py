@@ -386,16 +386,17 @@ def _run_step(what: str, cmd: list[str], log: Path, console: Console, **kwargs: 
     console.print(f"[green]✓[/] {what} ({time.perf_counter() - started:.1f} s)")
 
 
-def _ensure_base(client: Any, cache: Path, console: Console) -> str:
-    """The imported debootstrap base image, made (and its tarball cached) if missing."""
-    key = hashlib.sha256(f"{DEBIAN_SUITE} {' '.join(DEBOOTSTRAP_INCLUDE)}".encode()).hexdigest()[:12]
+def _ensure_base(client: Any, cache: Path, console: Console, *, include: tuple[str, ...] = DEBOOTSTRAP_INCLUDE) -> str:
+    """The imported debootstrap base image with the Debian packages ``include``, made (and its tarball
+    cached) if missing."""
+    key = hashlib.sha256(f"{DEBIAN_SUITE} {' '.join(include)}".encode()).hexdigest()[:12]
     base = f"{BASE_REPOSITORY}:{DEBIAN_SUITE}-{key}"
     if image_exists(client, base):
         console.print(f"[green]✓[/] base image {base} exists")
         return base
     tarball = cache / f"rootfs-{DEBIAN_SUITE}-{key}.tar"
     if not tarball.exists():
-        _debootstrap(tarball, cache, console)
+        _debootstrap(tarball, cache, console, include)
     started = time.perf_counter()
     with console.status(f"importing {tarball.name} as {base}…"):
         repository, _, tag = base.partition(":")
@@ -404,7 +405,7 @@ def _ensure_base(client: Any, cache: Path, console: Console) -> str:
     return base
 
 
-def _debootstrap(tarball: Path, cache: Path, console: Console) -> None:
+def _debootstrap(tarball: Path, cache: Path, console: Console, include: tuple[str, ...] = DEBOOTSTRAP_INCLUDE) -> None:
     if os.geteuid() != 0:
         raise BackendUnavailableError(
             "building the kernel image without a registry needs root (debootstrap); run it as root, or "
@@ -420,7 +421,7 @@ def _debootstrap(tarball: Path, cache: Path, console: Console) -> None:
             [
                 "debootstrap",
                 "--variant=minbase",
-                f"--include={','.join(DEBOOTSTRAP_INCLUDE)}",
+                f"--include={','.join(include)}",
                 DEBIAN_SUITE,
                 str(root),
                 mirror,

@@ -44,10 +44,12 @@ from themisto_env.errors import (
     KernelStartError,
     KernelTimeoutError,
     SnapshotCorruptError,
+    SnapshotEnvironmentError,
     SnapshotError,
     UnknownNameError,
 )
 from themisto_env.sandbox import lifetime
+from themisto_env.sandbox.environments import environment_label
 from themisto_env.sandbox.introspection import (
     FrameView,
     FrameViewName,
@@ -127,6 +129,10 @@ class Kernel:
             never writes the store: :meth:`snapshot` writes into the run directory and the host checks
             the file's hash before moving it into the store.
         launcher_options: Extra keyword arguments for the backend's launcher (e.g. ``image`` for docker).
+        environment: A kernel environment's id (``themisto env create``): the kernel runs its venv's
+            Python (local, bwrap) or its image (docker); None runs the tool's own Python (or the default
+            image). Snapshots record the environment that wrote them, and a kernel restores only those
+            of its own environment.
     """
 
     def __init__(
@@ -137,13 +143,17 @@ class Kernel:
         snapshot_dir: str | Path | None = None,
         store_access: Literal["read", "copy"] = "read",
         launcher_options: dict[str, Any] | None = None,
+        environment: str | None = None,
     ) -> None:
         self.backend = backend
+        self.environment = environment
         self.limits = limits or SandboxLimits()
         self.store = SnapshotStore(snapshot_dir)
         self.store_access = store_access
         self._launcher_cls = launcher_class(backend)
-        self._launcher_options = launcher_options or {}
+        self._launcher_options = dict(launcher_options or {})
+        if environment is not None:
+            self._launcher_options["environment"] = environment
         self._launcher: KernelLauncher | None = None
         self._client: BlockingKernelClient | None = None
         self._run_dir: Path | None = None
@@ -573,6 +583,10 @@ class Kernel:
         except (TypeError, ValueError) as exc:  # the answer names host paths: it must be well-formed
             raise SnapshotError(f"the kernel's snapshot answer is malformed: {exc}") from exc
         self._take_in(outbox / snapshot.digest[:2] / f"{snapshot.digest}.dill", snapshot.digest)
+        try:
+            self.store.note_environment(snapshot.digest, environment_label(self.environment))
+        except OSError as exc:
+            raise SnapshotError(f"could not record the environment of snapshot {snapshot.digest[:12]}: {exc}") from exc
         return snapshot
 
     def _take_in(self, written: Path, digest: str) -> None:
@@ -614,6 +628,7 @@ class Kernel:
 
         Raises:
             SnapshotCorruptError: The file's content does not match its digest (nothing was loaded).
+            SnapshotEnvironmentError: A kernel of another environment wrote it (nothing was loaded).
             SnapshotError: The file is missing or could not be loaded (a package it needs is absent, ...).
             InfrastructureError: The kernel failed meanwhile (died, timed out): its namespace is unknown.
         """
@@ -621,6 +636,12 @@ class Kernel:
         path = self.store.path(digest)
         if not path.exists():
             raise SnapshotError(f"no snapshot {digest[:12]} in {self.store.root}")
+        mine, writers = environment_label(self.environment), self.store.environments(digest)
+        if mine not in writers:
+            raise SnapshotEnvironmentError(
+                f"snapshot {digest[:12]} was written in kernel environment {', '.join(sorted(writers))}, "
+                f"not in this kernel's ({mine}): not restored"
+            )
         handed = self.run_dir / _INBOX / f"{digest}.dill"
         try:
             if self.store_access == "copy":

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from themisto_env.errors import BackendUnavailableError, KernelStartError
+from themisto_env.sandbox.environments import environment_python
 from themisto_env.sandbox.launcher import KERNEL_ENVIRONMENT, KernelLauncher
 from themisto_env.sandbox.lifetime import process_record
 
@@ -39,20 +40,27 @@ def _child_pid(pid: int) -> int | None:
 
 
 class LocalLauncher(KernelLauncher):
-    """An ipykernel subprocess of this Python, in its own process group."""
+    """An ipykernel subprocess of this Python (or of a kernel environment's venv), in its own process group.
+
+    Args:
+        environment: A kernel environment's id (``themisto env create``): the kernel runs its venv's Python.
+    """
 
     name: ClassVar[str] = "local"
     isolated: ClassVar[bool] = False
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
+    def __init__(self, *args: object, environment: str | None = None, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: Path | None = None
+        self.environment_id = environment
+        #: The Python that runs the kernel.
+        self.python = str(environment_python(environment)) if environment is not None else sys.executable
 
     def command(self, connection_file: Path, workdir: Path) -> list[str]:
         """The command line that starts the kernel."""
         return [
-            sys.executable,
+            self.python,
             "-m",
             "ipykernel_launcher",
             "-f",
@@ -67,6 +75,9 @@ class LocalLauncher(KernelLauncher):
         env["PYTHONUNBUFFERED"] = "1"
         env.update(KERNEL_ENVIRONMENT)
         env.pop("THEMISTO_RECORD_PATH", None)
+        if self.environment_id is not None:  # the venv's packages only, not the host's
+            for name in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV"):
+                env.pop(name, None)
         # ipykernel's parent poller ends the kernel within a second once its parent is no longer this
         # process (it compares getppid() with this pid): a kernel never outlives its owner.
         env["JPY_PARENT_PID"] = str(os.getpid())
@@ -173,7 +184,11 @@ class BwrapLauncher(LocalLauncher):
         binds: list[str] = []
         # The Python running the kernel may live under /tmp (a venv there), which the private /tmp
         # would hide: bind it back, read-only.
-        for folder in sorted({sys.prefix, sys.base_prefix, *site.getsitepackages()}):
+        pythons = {sys.prefix, sys.base_prefix, *site.getsitepackages()}
+        if self.environment_id is not None:  # the venv, and the Python it was made from
+            venv = Path(self.python).parent.parent
+            pythons |= {str(venv), str(Path(os.path.realpath(self.python)).parent.parent)}
+        for folder in sorted(pythons):
             if Path(folder).is_relative_to("/tmp") and Path(folder).exists():
                 binds += ["--ro-bind", folder, folder]
         for folder in sorted({str(p) for p in self.readonly_dirs}):

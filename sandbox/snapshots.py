@@ -5,6 +5,9 @@ moves it in once its bytes hash to its name (:meth:`SnapshotStore.add`), through
 into place, so the store never holds a partial file. Kernels see the store read-only, or not at all
 (:class:`~themisto_env.sandbox.kernel.Kernel`'s ``store_access``). The same state always has the same
 digest, so building a trajectory twice stores each distinct state once.
+
+Beside each snapshot, ``<digest>.env`` names the kernel environments that wrote it (see
+:mod:`themisto_env.sandbox.environments`): a kernel restores only snapshots written in its own environment.
 """
 
 from __future__ import annotations
@@ -63,6 +66,31 @@ class SnapshotStore:
                 os.unlink(tmp)
             raise
         return path
+
+    def environments(self, digest: str) -> set[str]:
+        """The kernel environments that wrote this snapshot (ids, or ``default`` for the tool's own Python),
+        from ``<digest>.env`` beside it; a snapshot without that record was written by the default one."""
+        try:
+            return set(self.path(digest).with_suffix(".env").read_text().split()) or {"default"}
+        except FileNotFoundError:
+            return {"default"}
+
+    def note_environment(self, digest: str, environment: str) -> None:
+        """Record that a kernel of ``environment`` wrote this snapshot (the same bytes may come from two)."""
+        path = self.path(digest).with_suffix(".env")
+        have = set(path.read_text().split()) if path.exists() else set()
+        if environment in have:
+            return
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write("".join(f"{e}\n" for e in sorted(have | {environment})))
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     def __contains__(self, digest: object) -> bool:
         return isinstance(digest, str) and self.path(digest).exists()

@@ -22,7 +22,8 @@ Every error this package raises on purpose is a ``ThemistoError``::
         ├── KernelDiedError          the kernel process died (segfault, os._exit, OOM kill, lost container)
         ├── KernelTimeoutError       the kernel stopped answering and could not be recovered
         ├── SnapshotError            a snapshot could not be written or restored
-        │   └── SnapshotCorruptError     a snapshot's bytes do not hash to its name (set aside, never loaded)
+        │   ├── SnapshotCorruptError     a snapshot's bytes do not hash to its name (set aside, never loaded)
+        │   └── SnapshotEnvironmentError a snapshot was written in another kernel environment (never loaded)
         └── ReplayDivergedError      a replayed cell ended otherwise than recorded (timeout, restart, error)
 """
 
@@ -165,6 +166,10 @@ class SnapshotCorruptError(SnapshotError):
     """A snapshot file's content does not hash to its name: it was changed after it was written."""
 
 
+class SnapshotEnvironmentError(SnapshotError):
+    """A snapshot was written by a kernel of another environment (other packages): it is not restored."""
+
+
 class ReplayDivergedError(InfrastructureError):
     """A recorded cell, replayed to reach a sample's state, ended otherwise than when it was recorded."""
 
@@ -184,6 +189,7 @@ __all__ = [
     "ProviderError",
     "ReplayDivergedError",
     "SnapshotCorruptError",
+    "SnapshotEnvironmentError",
     "SnapshotError",
     "ThemistoError",
     "UnknownNameError",
