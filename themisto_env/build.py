@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from themisto_env.agreement import NORMALIZATION_VERSION, agreement, refresh_agreement
 from themisto_env.errors import DataError, InfrastructureError
 from themisto_env.june import read_sessions
 from themisto_env.notebook import read_notebook_session
-from themisto_env.rendering import normalize_for_comparison, render_outputs
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.models import SandboxLimits
@@ -96,8 +96,9 @@ def session_digest(session: Session) -> str:
 
 
 def outputs_agree(recorded: list[dict], replayed: list[dict]) -> bool:
-    """Whether replayed outputs equal recorded ones once what legitimately varies is normalised."""
-    return normalize_for_comparison(render_outputs(recorded)) == normalize_for_comparison(render_outputs(replayed))
+    """Whether replayed outputs equal recorded ones once what legitimately varies is normalised (see
+    :func:`themisto_env.agreement.agreement`, which also says why not)."""
+    return agreement(recorded, replayed).agrees
 
 
 def replay_execution(kernel: Kernel, execution: RecordedExecution, *, snapshots: bool) -> Step:
@@ -107,6 +108,8 @@ def replay_execution(kernel: Kernel, execution: RecordedExecution, *, snapshots:
         kernel, execution.source, interrupted=execution.interrupted, duration_s=execution.duration_s, fingerprint=True
     )
     snapshot = kernel.snapshot() if snapshots and not result.kernel_restarted else None
+    recorded = None if execution.status == "unknown" else execution.recorded_outputs
+    verdict = agreement(recorded, result.outputs)
     return Step(
         index=execution.index,
         cell_id=execution.cell_id,
@@ -124,7 +127,9 @@ def replay_execution(kernel: Kernel, execution: RecordedExecution, *, snapshots:
         snapshot=snapshot.digest if snapshot else None,
         snapshot_skipped=snapshot.skipped if snapshot else {},
         fingerprint=result.fingerprint if result.fingerprint is not None else kernel.fingerprint(),
-        agrees=outputs_agree(execution.recorded_outputs, result.outputs),
+        agrees=verdict.agrees,
+        agreement_kind=verdict.kind,
+        agreement_detail=verdict.detail or None,
     )
 
 
@@ -146,6 +151,7 @@ def replay_session(
         source_digest=session_digest(session),
         backend=kernel.backend,
         fingerprint_version=FINGERPRINT_VERSION,
+        normalization=NORMALIZATION_VERSION,
     )
     kernel.restart()
     baseline = kernel.loaded_distributions()  # the kernel's own machinery, loaded before any cell
@@ -171,6 +177,7 @@ def replay_session(
                 on_step(trajectory.id, execution.index)
     note_packages()
     trajectory.packages = dict(sorted(used.items()))
+    refresh_agreement(trajectory, force=True)  # kinds that need the whole trajectory
     return trajectory
 
 
@@ -215,6 +222,7 @@ def build_dataset(
     existing = {t.id: t for t in iter_trajectories(out)}
     report = BuildReport()
     manifest = Manifest(backend=backend, snapshots=snapshots, sources=[str(p) for p in source_files(sources)])
+    manifest.normalization = NORMALIZATION_VERSION
     total = sum(len(s.executions) for s in sessions)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with (

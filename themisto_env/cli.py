@@ -141,28 +141,42 @@ def data_info(
     folder: Annotated[Path | None, typer.Argument(help="Dataset folder (default: the bundled data).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     backend: Backend = "local",
+    raw: Annotated[bool, typer.Option("--raw", help="Also compare outputs without normalisation.")] = False,
+    limit: Annotated[int, typer.Option(help="Disagreeing steps listed (all with --json).")] = 20,
 ) -> None:
-    """Sessions, executions, samples per task, and replay agreement."""
+    """Sessions, executions, samples per task, and replay agreement with its disagreements by kind."""
     from themisto_env.data import resolve_dataset
     from themisto_env.stats import dataset_info
 
-    info = dataset_info(resolve_dataset(folder, backend=backend))
+    info = dataset_info(resolve_dataset(folder, backend=backend), raw=raw)
     if as_json:
         typer.echo(json.dumps(info, indent=2))
         return
+
+    def share(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.1%}"
+
     table = Table(title=escape(f"dataset {info['folder']}"))
     table.add_column("")
     table.add_column("value", justify="right")
     for key in ("trajectories", "complete", "executions", "errors", "restarts", "snapshot_mb"):
         table.add_row(key, str(info[key]))
     for task, n in info["samples"].items():
-        table.add_row(f"samples: {task}", str(n))
-    table.add_row("replay agreement", f"{info['agreement']:.1%}")
+        dropped = info["samples_dropped_disagreeing"][task]
+        table.add_row(f"samples: {task}", f"{n} ({dropped} dropped: replay disagrees)" if dropped else str(n))
+    table.add_row("replay agreement", f"{share(info['agreement'])} of {info['compared']} compared")
+    if raw:
+        table.add_row("replay agreement, raw", share(info["raw_agreement"]))
+    for kind, n in info["agreement_kinds"].items():
+        table.add_row(f"  {kind}", str(n))
     console.print(table)
-    if info["disagreements"]:
+    rows = info["disagreements"]
+    if rows:
         console.print("executions whose replayed output differs from the recorded one:")
-        for row in info["disagreements"][:20]:
-            console.print(f"  {row['trajectory']} step {row['step']}: {row['source'][:70]!r}", markup=False)
+        for row in rows[:limit]:
+            console.print(f"  {row['trajectory']} step {row['step']} [{row['kind']}] {row['detail']}", markup=False)
+        if len(rows) > limit:
+            console.print(f"  ... {len(rows) - limit} more (--limit, or --json for all)", markup=False)
 
 
 # -- experiments -----------------------------------------------------------------------------------------

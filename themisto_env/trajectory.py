@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from themisto_env.agreement import refresh_agreement
 from themisto_env.errors import DataError
 
 FORMAT_NAME = "themisto-trajectories"
@@ -56,6 +57,11 @@ class Step(BaseModel):
             (see :mod:`themisto_env.state`); what a served state is checked against. None in datasets
             built before format version 2.
         agrees: Whether the replayed output equals the recorded one after normalisation.
+        agreement_kind: Why not, as :func:`themisto_env.agreement.agreement` classifies it (``ok``,
+            ``missing-module``, ``display``, ...); None in datasets built before normalisation 2
+            (their steps are compared again when read).
+        agreement_detail: A short explanation of a disagreement (the replay's error, the first
+            differing lines).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -77,6 +83,8 @@ class Step(BaseModel):
     snapshot_skipped: dict[str, str] = Field(default_factory=dict)
     fingerprint: dict[str, str] | None = None
     agrees: bool
+    agreement_kind: str | None = None
+    agreement_detail: str | None = None
 
 
 class Trajectory(BaseModel):
@@ -96,6 +104,9 @@ class Trajectory(BaseModel):
         failure: Where and why the replay stopped, when it did not complete.
         fingerprint_version: Version of the namespace fingerprints of its steps (0: none recorded); see
             :data:`themisto_env.sandbox.kernel_helper.FINGERPRINT_VERSION`.
+        normalization: Version of the output normalisation its steps' agreement was measured with
+            (:data:`themisto_env.agreement.NORMALIZATION_VERSION`; 0: before versions). Trajectories
+            of another version are compared again when read (their outputs are all stored).
         packages: Distributions the replayed cells imported, with their versions (what its snapshots
             may need to load).
     """
@@ -114,12 +125,15 @@ class Trajectory(BaseModel):
     complete: bool = True
     failure: str | None = None
     fingerprint_version: int = 0
+    normalization: int = 0
     packages: dict[str, str] = Field(default_factory=dict)
 
     @property
-    def agreement(self) -> float:
-        """Share of steps whose replayed output agrees with the recorded one."""
-        return sum(s.agrees for s in self.steps) / len(self.steps) if self.steps else 1.0
+    def agreement(self) -> float | None:
+        """Share of steps whose replayed output agrees with the recorded one, over the steps with recorded
+        outputs; None when there are none."""
+        compared = [s for s in self.steps if s.agreement_kind != "unrecorded"]
+        return sum(s.agrees for s in compared) / len(compared) if compared else None
 
 
 class Manifest(BaseModel):
@@ -133,6 +147,8 @@ class Manifest(BaseModel):
     backend: str
     snapshots: bool
     sources: list[str]
+    #: Version of the output normalisation replay agreement was measured with (0: before versions).
+    normalization: int = 0
     packages: dict[str, str] = Field(default_factory=dict)
     trajectories: int = 0
     steps: int = 0
@@ -182,6 +198,7 @@ def iter_trajectories(folder: str | Path) -> Iterator[Trajectory]:
             except ValidationError as exc:
                 err = exc.errors()[0]
                 raise DataError(err["msg"], path=path, row=row, field=".".join(map(str, err["loc"]))) from None
+            refresh_agreement(trajectory)
             latest[trajectory.id] = trajectory
     yield from latest.values()
 

@@ -1,0 +1,142 @@
+"""Replay agreement: the normalisation rules, the kinds of disagreement, and old datasets compared again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from themisto_env.agreement import NORMALIZATION_VERSION, agreement, normalize_output, refresh_agreement
+from themisto_env.trajectory import Step, Trajectory
+
+
+def _out(text: str) -> list[dict[str, Any]]:
+    return [{"output_type": "stream", "name": "stdout", "text": text}]
+
+
+def _result(text: str, **data: str) -> list[dict[str, Any]]:
+    return [{"output_type": "execute_result", "data": {"text/plain": text, **data}, "metadata": {}}]
+
+
+def _error(ename: str, evalue: str) -> list[dict[str, Any]]:
+    return [{"output_type": "error", "ename": ename, "evalue": evalue, "traceback": ["..."]}]
+
+
+@pytest.mark.parametrize(
+    ("recorded", "replayed"),
+    [
+        ("<Figure size 432x288 with 1 Axes>", "<Figure size 640x480 with 1 Axes>"),
+        ("Figure(432x288)", "Figure(640x480)"),
+        ("<function f at 0x7f3a1c2b4d50>", "<function f at 0x55d0c0ffee00>"),
+        ("  File <ipython-input-12-3f2a9c0b1d4e>, line 1", "  File /tmp/ipykernel_4711/2519893127.py, line 1"),
+        ("invalid syntax (<ipython-input-3-0a1b2c3d>, line 1)", "invalid syntax (2519893127.py, line 1)"),
+        ("saved to /tmp/tmpa1b2c3/model.pkl", "saved to /var/folders/xy/T/tmpzz/model.pkl"),
+        ("a   \nb\t\n\n", "a\nb"),
+        ("Wall time: 1.2 s", "Wall time: 830 ms"),
+    ],
+)
+def test_what_legitimately_varies_is_normalised(recorded: str, replayed: str) -> None:
+    assert normalize_output(recorded) == normalize_output(replayed)
+    verdict = agreement(_out(recorded), _out(replayed))
+    assert verdict.agrees and verdict.kind == "ok" and verdict.detail == ""
+    assert not agreement(_out(recorded), _out(replayed), raw=True).agrees  # the raw comparison sees it
+
+
+@pytest.mark.parametrize(
+    ("recorded", "replayed"),
+    [
+        ("<Figure size 640x480 with 1 Axes>", "<Figure size 640x480 with 2 Axes>"),  # axes are content
+        ("hex(255) = 0xff", "hex(255) = 0xfe"),
+        ("read /data/x.csv", "read /data/y.csv"),
+    ],
+)
+def test_content_is_not_normalised_away(recorded: str, replayed: str) -> None:
+    assert not agreement(_out(recorded), _out(replayed)).agrees
+
+
+def test_the_normalised_figure_keeps_its_axes() -> None:
+    assert normalize_output("<Figure size 432x288 with 1 Axes>  \n") == "<Figure size <SIZE> with 1 Axes>"
+
+
+@pytest.mark.parametrize(
+    ("recorded", "replayed", "kind", "detail"),
+    [
+        (_out("ok\n"), _error("ModuleNotFoundError", "No module named 'seaborn'"), "missing-module", "seaborn"),
+        (_result("1"), _error("ImportError", "No module named 'foo.bar'"), "missing-module", "foo.bar"),
+        (
+            _result("df"),
+            _error("AttributeError", "'DataFrame' object has no attribute 'append'"),
+            "missing-attribute",
+            "append",
+        ),
+        (_out(""), _error("ImportError", "cannot import name 'x' from 'y'"), "missing-attribute", "cannot import"),
+        (
+            _result("   a\n0  1"),
+            _error("FileNotFoundError", "[Errno 2] No such file or directory: 'data/x.csv'"),
+            "missing-file",
+            "data/x.csv",
+        ),
+        (_result("3"), _error("NameError", "name 'df' is not defined"), "error-vs-ok", "NameError"),
+        (_error("ZeroDivisionError", "division by zero"), _result("3"), "error-vs-ok", "ZeroDivisionError"),
+        (_error("KeyError", "'a'"), _error("KeyError", "'b'"), "error-vs-ok", "KeyError: 'b'"),
+        (
+            _result("0.8312"),
+            _result("0.8297"),
+            "nondeterminism",
+            "recorded '0.8312', replayed '0.8297'",
+        ),
+        (_out("took 12 iterations\n"), _out("took 15 iterations\n"), "nondeterminism", "12"),
+        (_result("[3, 1, 2]"), _result("[3, 1]"), "other", "[3, 1]"),
+        (_out("x\n"), _out("x\n") + _out("warning!\n"), "other", "only replayed"),
+    ],
+)
+def test_disagreements_are_classified(
+    recorded: list[dict[str, Any]], replayed: list[dict[str, Any]], kind: str, detail: str
+) -> None:
+    verdict = agreement(recorded, replayed)
+    assert (verdict.agrees, verdict.kind) == (False, kind)
+    assert detail in verdict.detail and len(verdict.detail) <= 120
+
+
+def test_display_only_differences() -> None:
+    figure = {
+        "output_type": "display_data",
+        "data": {"text/plain": "<Figure size 640x480 with 1 Axes>", "image/png": "..."},
+        "metadata": {},
+    }
+    html = {"output_type": "display_data", "data": {"text/plain": "<IPython.core.display.HTML object>"}, "metadata": {}}
+    assert agreement([*_out("done\n"), figure], _out("done\n")).kind == "display"
+    assert agreement([html, *_out("done\n")], [*_out("done\n"), figure]).kind == "display"
+    # images alone never count: both render as text/plain
+    other_image = {**figure, "data": {**figure["data"], "image/png": "different"}}
+    assert agreement([figure], [other_image]).agrees
+
+
+def test_the_same_error_agrees_and_nothing_recorded_is_not_a_disagreement() -> None:
+    error = _error("NameError", "name 'x' is not defined")
+    assert agreement(error, error).agrees
+    verdict = agreement(None, _out("anything\n"))
+    assert (verdict.agrees, verdict.kind) == (False, "unrecorded")
+
+
+def test_a_trajectory_measured_by_an_older_normalisation_is_compared_again() -> None:
+    step = Step(
+        index=0,
+        source="plt.plot([1])",
+        recorded_outputs=_result("<Figure size 432x288 with 1 Axes>"),
+        outputs=_result("<Figure size 640x480 with 1 Axes>"),
+        status="ok",
+        duration_s=0.1,
+        agrees=False,
+    )
+    trajectory = Trajectory(id="t", session_key="k", source_digest="d", backend="local", steps=[step])
+    assert trajectory.normalization == 0 and trajectory.steps[0].agreement_kind is None
+    assert refresh_agreement(trajectory)
+    assert trajectory.normalization == NORMALIZATION_VERSION
+    assert trajectory.steps[0].agrees and trajectory.steps[0].agreement_kind == "ok"
+    assert not refresh_agreement(trajectory)  # current: left alone
+
+
+def test_a_trajectory_with_nothing_compared_has_no_agreement() -> None:
+    trajectory = Trajectory(id="t", session_key="k", source_digest="d", backend="local")
+    assert trajectory.agreement is None
