@@ -83,7 +83,7 @@ def main() -> None:
         task="next-cell", observation="tools", dataset=args.data, backend=args.backend, tool_budget=10**6
     )
     tools_env.reset(options={"trajectory": tid})
-    kernel = tools_env._ensure_kernel()
+    kernel = tools_env.tool_context().kernel
     for _ in range(3):
         tools_env.step(ToolCall(tool="list_variables"))
         kernel.execute("1+1")

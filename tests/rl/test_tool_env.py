@@ -52,7 +52,8 @@ def late_sample(env_dataset: dict[str, str]) -> str:
 
 def test_a_group_shares_one_kernel_that_no_rollout_alters(env_dataset: dict[str, str], late_sample: str) -> None:
     expected, expected_state = eager_answers(env_dataset, late_sample)
-    with SharedStates(task="next-cell", tool_budget=100, **env_dataset) as states:
+    # No answer cache: every rollout's calls reach the shared kernel.
+    with SharedStates(task="next-cell", tool_budget=100, cache_answers=False, **env_dataset) as states:
         group = [ThemistoToolEnv(states) for _ in range(4)]
         for rollout in group:
             assert rollout.reset(sample_id=late_sample) is not None  # the submit instruction
@@ -126,7 +127,7 @@ def test_a_rollout_the_machinery_failed_gets_no_reward_and_the_next_one_is_serve
         second.reset(sample_id=late_sample)
         first.list_variables()
         os.kill(states._owned[0].tool_context().kernel.launcher.pid(), signal.SIGKILL)
-        assert "sandbox failed" in first.list_variables()
+        assert "sandbox failed" in first.memory_usage()  # not asked before: it reaches the dead kernel
         first.submit(states.samples[late_sample].target)
         assert first.get_reward() is None, "an infrastructure failure is never scored"
         assert call_all(second) == expected, "recovered: the same recorded state"
@@ -171,3 +172,19 @@ def test_predictions_never_reach_the_shared_kernel(env_dataset: dict[str, str], 
         assert other.list_variables() == before and "hacked" not in before
         env = states._owned[0]
         assert env.step(Prediction(text="")) is not None  # the shared env itself still steps
+
+
+def test_a_groups_repeated_calls_are_answered_once_and_the_same(env_dataset: dict[str, str], late_sample: str) -> None:
+    expected, _ = eager_answers(env_dataset, late_sample)
+    with SharedStates(task="next-cell", tool_budget=100, **env_dataset) as states:
+        group = [ThemistoToolEnv(states) for _ in range(3)]
+        for rollout in group:
+            rollout.reset(sample_id=late_sample)
+        assert call_all(group[0]) == expected
+        kernel = states._owned[0].tool_context().kernel
+        count = kernel.namespace_state().execution_count
+        requests = states._owned[0]._tools_used
+        assert all(call_all(rollout) == expected for rollout in group[1:])
+        assert states._owned[0]._tools_used == requests, "answered from the group's first calls"
+        assert kernel.namespace_state().execution_count == count
+        assert all(len(rollout.tool_calls) == len(CALLS) for rollout in group), "each rollout pays for its calls"

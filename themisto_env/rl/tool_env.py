@@ -25,12 +25,14 @@ during its tool calls, or a state that differs from the recording.
 **Group sharing.** Tools are read-only, so the rollouts of one sample (a GRPO group) can share one kernel
 in that state: :class:`SharedStates` keeps one :class:`~themisto_env.env.ThemistoEnv` (one kernel) per
 sample in flight, up to ``max_kernels`` (the least recently used one moves to a new sample when all are
-taken). With ``share=False`` each rollout instance has an env and a kernel of its own (TRL's default
-picture), which costs a kernel per rollout.
+taken), and a call one rollout of the group made is answered to the others from that kernel's answer
+(``cache_answers``; the state is the same and tools are read-only). With ``share=False`` each rollout
+instance has an env and a kernel of its own (TRL's default picture), which costs a kernel per rollout.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -53,17 +55,26 @@ class SharedStates:
     Args:
         share: Rollouts of the same sample share one kernel (False: a kernel per rollout instance).
         max_kernels: With ``share``, how many samples' states are kept live at once (one kernel each).
+        cache_answers: With ``share``, a tool call a rollout of the group already made (same tool, same
+            arguments) is answered with the answer the shared kernel gave, without asking it again:
+            the kernel is in the same verified state and tools are read-only, so it would answer the
+            same. Dropped when the kernel moves to another sample or fails.
         **env_options: :class:`~themisto_env.env.EnvConfig` options (``task``, ``dataset``,
             ``backend``, ``tool_budget``, ``tool_cost``, ``reward``, ``execution_score``, ...).
     """
 
-    def __init__(self, *, share: bool = True, max_kernels: int = 4, **env_options: Any) -> None:
+    def __init__(
+        self, *, share: bool = True, max_kernels: int = 4, cache_answers: bool = True, **env_options: Any
+    ) -> None:
         from themisto_env.env import ThemistoEnv
 
         if max_kernels < 1:
             raise ConfigError(f"max_kernels must be at least 1, got {max_kernels}")
         self.share = share
         self.max_kernels = max_kernels
+        self.cache_answers = cache_answers and share
+        #: Answers given for each live sample: (tool, arguments as JSON) -> (text, info of that call).
+        self.answers: dict[str, dict[tuple[str, str], tuple[str, dict[str, Any]]]] = {}
         self.options = {**env_options, "observation": "tools"}
         #: The env that holds the catalog (samples, trajectories) and the disposable kernels; never serves.
         self.catalog = ThemistoEnv(**{**self.options, "warm_kernels": 0})
@@ -106,7 +117,8 @@ class SharedStates:
         if len(self._live) < self.max_kernels:
             env = self.new_env()
         else:
-            _, env = self._live.popitem(last=False)  # the least recently used state moves on
+            moved, env = self._live.popitem(last=False)  # the least recently used state moves on
+            self.answers.pop(moved, None)
         env.reset(options={"trajectory": tid, "sample": index})
         self._live[sample_id] = env
         return env
@@ -121,6 +133,7 @@ class SharedStates:
             self._closed = True
             envs, self._owned = self._owned, []
             self._live.clear()
+            self.answers.clear()
         for env in envs:
             env.close()
         self.catalog.close()
@@ -276,18 +289,29 @@ class ThemistoToolEnv:
         if len(self.tool_calls) >= config.tool_budget:
             return f"The tool budget ({config.tool_budget} calls) is spent: submit your prediction."
         states = self._states
+        key = (tool, json.dumps(args, sort_keys=True))
         with states.lock():
-            if not states.share and self._own_env is None:
-                self._own_env = states.new_env()
-            env = states.env_for(self.sample.id, own=None if states.share else self._own_env)
-            obs, _, _, _, info = env.step(ToolCall(tool=tool, args=args))
+            cached = states.answers.get(self.sample.id, {}).get(key) if states.cache_answers else None
+            if cached is not None:
+                text, info = cached
+            else:
+                if not states.share and self._own_env is None:
+                    self._own_env = states.new_env()
+                env = states.env_for(self.sample.id, own=None if states.share else self._own_env)
+                obs, _, _, _, info = env.step(ToolCall(tool=tool, args=args))
+                text = str(obs["tool_result"])
+                if states.cache_answers:
+                    if info.get("infrastructure_error"):
+                        states.answers.pop(self.sample.id, None)  # the kernel was replaced
+                    elif info["state"]["check"] != "mismatch":
+                        states.answers.setdefault(self.sample.id, {})[key] = (text, info)
         if info.get("infrastructure_error"):
             self.untrusted.append(str(info["infrastructure_error"]))
         elif info["state"]["check"] == "mismatch":
             self.untrusted.append("state mismatch: " + "; ".join(map(str, info["state"]["differences"][:5])))
         else:
             self.tool_calls.append({"tool": tool, "args": args, "ok": info.get("tool_result", {}).get("ok", False)})
-        return str(obs["tool_result"])
+        return text
 
     def _execution_score(self, code: str) -> float | None:
         from themisto_env.errors import BackendUnavailableError, InfrastructureError
