@@ -48,9 +48,10 @@ Kinds (:data:`AgreementKind`), the first that applies:
 ``nondeterminism``
     The same outputs in the same places, differing only in numbers: unseeded random draws, timings or
     addresses that survived normalisation, ids. A heuristic (every number replaced by ``<N>``, the
-    texts are then equal); no cell is replayed twice. It cannot tell a number that differs because
-    a package computes it otherwise today (or a list sorted another way) from a random one: such
-    differences are counted here too.
+    texts are then equal; version numbers such as ``1.5.3`` must be the same); no cell is replayed
+    twice. It cannot tell a number that differs because a package computes it otherwise today (or a
+    list sorted another way, or a cell run in another state) from a random one: such differences are
+    counted here too.
 ``other``
     Anything else (a different value, a changed repr, a warning on stderr in one only).
 
@@ -107,6 +108,7 @@ _CELL_FILE_RE = re.compile(
 )
 _FIGURE_RE = re.compile(r"<Figure size \d+(?:\.\d+)?x\d+(?:\.\d+)?")
 _FIGURE_CALL_RE = re.compile(r"\bFigure\(\d+(?:\.\d+)?x\d+(?:\.\d+)?\)")
+_VERSION_RE = re.compile(r"\b\d+\.\d+\.\d+(?:[.\w+-]*)")
 _NUMBER_RE = re.compile(r"[-+]?(?:0x[0-9a-fA-F]+|\d+(?:[.,]\d+)*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)")
 
 
@@ -218,6 +220,13 @@ def _structure(outputs: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
     return [(str(o.get("output_type")), str(o.get("name", ""))) for o in outputs]
 
 
+def _numbers_only(seen: str, got: str) -> bool:
+    """Whether two texts differ in numbers only (version numbers such as ``1.5.3`` are not numbers)."""
+    if _VERSION_RE.findall(seen) != _VERSION_RE.findall(got):
+        return False
+    return _NUMBER_RE.sub("<N>", seen) == _NUMBER_RE.sub("<N>", got)
+
+
 def _classify(
     recorded: Sequence[Mapping[str, Any]],
     replayed: Sequence[Mapping[str, Any]],
@@ -243,7 +252,7 @@ def _classify(
         return Agreement(False, "error-vs-ok", _short(f"recorded {_error_text(recorded_error)}; replay ran"))
     if prepare(render_outputs(_without_displays(recorded))) == prepare(render_outputs(_without_displays(replayed))):
         return Agreement(False, "display", _first_difference(seen, got) or "display outputs differ")
-    if _structure(recorded) == _structure(replayed) and _NUMBER_RE.sub("<N>", seen) == _NUMBER_RE.sub("<N>", got):
+    if _structure(recorded) == _structure(replayed) and _numbers_only(seen, got):
         return Agreement(False, "nondeterminism", _first_difference(seen, got))
     return Agreement(False, "other", _first_difference(seen, got))
 
