@@ -7,6 +7,7 @@ checks against every backend. Each check starts its own kernel(s) and raises ``A
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -24,6 +25,7 @@ from themisto_env.errors import (
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.launcher import launcher_class
 from themisto_env.sandbox.models import SandboxLimits
+from themisto_env.sandbox.workdir import FileStore, scan
 
 
 @dataclass(frozen=True)
@@ -300,6 +302,30 @@ def _check_store_protected(new: KernelFactory) -> str:
     return f"store read-only ({outcome.split(',')[0].strip('(')}); invisible in copy mode"
 
 
+def _check_workdir(new: KernelFactory) -> str:
+    with tempfile.TemporaryDirectory() as tmp, new() as k:
+        source = Path(tmp) / "notebook"
+        (source / "data").mkdir(parents=True)
+        (source / "data" / "x.csv").write_text("a,b\n1,2\n")
+        tree = scan(source, limit_bytes=2**20)
+        store = FileStore(Path(tmp) / "files")
+        store.add(source, tree)
+        k.set_files(tree, store)
+        code = (
+            "import os\nrows = open('data/x.csv').read().split()\n"
+            "open('written.txt', 'w').write('new')\nos.remove('data/x.csv')\n"
+            "(rows, os.getcwd() == os.environ['PWD'])"
+        )
+        result = k.execute(code)
+        assert result.status == "ok", result.outputs
+        assert result.outputs[-1]["data"]["text/plain"] == "(['a,b', '1,2'], True)", result.outputs
+        assert sorted(k.files()) == ["written.txt"], k.files()
+        assert scan(source, limit_bytes=2**20) == tree, "the kernel changed the original folder"
+        k.set_files(tree, store)
+        assert k.files() == tree and k.execute("open('data/x.csv').read()").status == "ok"
+    return "reads relative files; writes stay in the copy; the copy is reset to a recorded tree"
+
+
 def _check_memory_limit(new: KernelFactory) -> str:
     with new(memory_mb=256) as k:
         try:
@@ -332,6 +358,7 @@ CHECKS: tuple[Check, ...] = (
     Check("snapshot", "snapshot and restore round trip", _check_snapshot),
     Check("read-only-tools", "introspection leaves the state untouched", _check_readonly_introspection),
     Check("helper-errors", "the helper failing on user data leaves the kernel alone", _check_helper_errors),
+    Check("workdir", "the kernel runs in a private copy of its working folder", _check_workdir),
     Check("no-network", "no network inside", _check_no_network, isolation=True),
     Check("read-only-root", "read-only root, non-root user", _check_readonly_root, isolation=True),
     Check("store-protected", "no kernel writes the snapshot store", _check_store_protected, isolation=True),

@@ -63,6 +63,7 @@ from themisto_env.sandbox.launcher import KernelLauncher, launcher_class
 from themisto_env.sandbox.models import ExecutionResult, RestoreResult, SandboxLimits, SnapshotInfo
 from themisto_env.sandbox.outputs import OutputCollector
 from themisto_env.sandbox.snapshots import SnapshotStore
+from themisto_env.sandbox.workdir import FileStore, FileTree, ScanCache, scan, sync
 
 _POLL_S = 0.25  # how often a silent wait checks that the kernel is alive
 _HELPER_MODULE = "_themisto_helper"
@@ -158,6 +159,7 @@ class Kernel:
         self._client: BlockingKernelClient | None = None
         self._run_dir: Path | None = None
         self._connection: dict[str, Any] | None = None
+        self._scan_cache: ScanCache = {}  # digests of the working folder's files, by size and times
         self.restarts = 0
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -173,6 +175,30 @@ class Kernel:
         if self._run_dir is None:
             raise InfrastructureError("the kernel is not started")
         return self._run_dir
+
+    @property
+    def workdir(self) -> Path:
+        """The kernel's working folder (``RUN_DIR/work``, its current directory on every backend): a private
+        copy of the files its cells read by relative path (see :meth:`set_files`). What cells write there
+        stays there, survives a restart (as on a person's disk) and goes with the kernel."""
+        return self.run_dir / "work"
+
+    def files(self) -> FileTree:
+        """The working folder's files: relative path -> sha256 (see :mod:`themisto_env.sandbox.workdir`).
+
+        Raises:
+            FolderTooLargeError: They hold more than ``limits.workdir_mb``.
+        """
+        return scan(self.workdir, limit_bytes=int(self.limits.workdir_mb * 2**20), cache=self._scan_cache)
+
+    def set_files(self, tree: FileTree, store: FileStore) -> None:
+        """Make the working folder hold exactly ``tree``'s files, taken from ``store`` (each checked
+        against its digest); only what differs is touched. The kernel should be idle.
+
+        Raises:
+            DataError: A file is missing from the store or does not match its digest.
+        """
+        sync(self.workdir, tree, store, cache=self._scan_cache)
 
     @property
     def launcher(self) -> KernelLauncher:

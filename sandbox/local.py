@@ -90,7 +90,7 @@ class LocalLauncher(KernelLauncher):
                 self._proc = subprocess.Popen(
                     self.command(connection_file, workdir),
                     cwd=workdir,
-                    env=self.environment(connection_file),
+                    env={**self.environment(connection_file), "PWD": str(workdir)},
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,

@@ -22,6 +22,8 @@ class SandboxLimits(BaseModel):
         cpus: Container CPU quota (docker backend).
         pids: Container process limit (docker backend).
         start_timeout_s: How long a kernel has to become ready.
+        workdir_mb: The most a kernel's working folder may hold (the folder copied in, and what its cells
+            leave there when it is recorded).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -33,6 +35,7 @@ class SandboxLimits(BaseModel):
     cpus: float = Field(1.0, gt=0)
     pids: int = Field(256, ge=16)
     start_timeout_s: float = Field(30.0, gt=0)
+    workdir_mb: float = Field(100.0, gt=0)
 
 
 class ExecutionResult(BaseModel):

@@ -3,7 +3,14 @@
 ``themisto data build SRC... --out DIR`` calls :func:`build_dataset`. Each session is replayed in a
 kernel of the chosen backend, execution by execution, as the person performed them (restarting the
 kernel where they did); after each execution the replayed outputs, time, memory, per-variable sizes and
-a namespace snapshot are recorded. A session that fails midway (its kernel dies) keeps what was built
+a namespace snapshot are recorded.
+
+The kernel runs in a private copy of the session's working folder (a notebook's own folder by default,
+or ``workdir``; none for a JuNE log unless given): the folder's files are kept in the dataset's
+``files/`` (content-addressed) and copied from there into the kernel's run directory, so cells read
+files by relative path as the person's did, and what they write stays in the copy. After every step the
+folder's content digest is recorded with the step (the files too), so that a state served later has the
+files it had here. A session that fails midway (its kernel dies) keeps what was built
 and says where and why; building again into the same folder skips what is already built.
 """
 
@@ -11,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -25,9 +33,11 @@ from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.snapshots import SnapshotStore
+from themisto_env.sandbox.workdir import EMPTY_TREE, FileStore, FileTree, scan
 from themisto_env.sessions import RecordedExecution, Session
 from themisto_env.state import run_recorded
 from themisto_env.trajectory import (
+    FILES,
     Manifest,
     Step,
     Trajectory,
@@ -52,6 +62,61 @@ class BuildReport:
     failed: dict[str, str] = field(default_factory=dict)
     steps: int = 0
     seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class WorkFolder:
+    """The files a replay starts with: a folder's files, kept in the dataset's file store.
+
+    Attributes:
+        store: The dataset's file store.
+        tree: The files (relative path -> sha256).
+        digest: Their content digest.
+        folder: The folder they came from (absolute; None: an empty folder).
+    """
+
+    store: FileStore
+    tree: FileTree = field(default_factory=dict)
+    digest: str = EMPTY_TREE
+    folder: str | None = None
+
+
+def session_folder(session: Session, workdir: str | Path | None = None) -> Path | None:
+    """The folder a session's kernel runs in a copy of: ``workdir`` if given, else a notebook's own
+    folder; None for a JuNE log without ``workdir`` (nothing says where its files were)."""
+    if workdir is not None:
+        return Path(workdir)
+    if session.origin == "notebook" and session.source_path:
+        return Path(session.source_path).parent
+    return None
+
+
+def work_folder(
+    folder: str | Path | None, store: FileStore, limits: SandboxLimits, *, out: Path | None = None
+) -> WorkFolder:
+    """Keep a folder's files in ``store`` (None: an empty folder); a dataset folder ``out`` inside it is
+    left out.
+
+    Raises:
+        FolderTooLargeError: The folder holds more than ``limits.workdir_mb`` (one line naming it).
+        DataError: It does not exist or cannot be read.
+    """
+    if folder is None:
+        return WorkFolder(store)
+    inside = Path(os.path.abspath(out)) if out is not None else None
+    root = Path(os.path.abspath(folder))
+    skip = [inside.relative_to(root).as_posix()] if inside is not None and inside.is_relative_to(root) else []
+    tree = scan(folder, limit_bytes=int(limits.workdir_mb * 2**20), skip=skip)
+    return WorkFolder(store, tree, store.add(folder, tree), os.path.abspath(folder))
+
+
+def record_files(kernel: Kernel, store: FileStore) -> str | None:
+    """Keep the kernel's working folder as it is now; return its digest (None when it holds more than the
+    limit, or a file cannot be read: the state after this step then has no recorded files)."""
+    try:
+        return store.add(kernel.workdir, kernel.files())
+    except DataError:
+        return None
 
 
 def source_files(sources: Iterable[str | Path]) -> list[Path]:
@@ -134,9 +199,18 @@ def replay_execution(kernel: Kernel, execution: RecordedExecution, *, snapshots:
 
 
 def replay_session(
-    session: Session, kernel: Kernel, *, snapshots: bool = True, on_step: ProgressHook | None = None
+    session: Session,
+    kernel: Kernel,
+    *,
+    snapshots: bool = True,
+    on_step: ProgressHook | None = None,
+    work: WorkFolder | None = None,
 ) -> Trajectory:
     """Replay a session in a (started) kernel, restarting it first, into a trajectory.
+
+    With ``work``, the kernel's working folder is set to its files first, and the folder's content
+    digest is recorded after every step (its files kept in ``work.store``); without, the working
+    folder is left as it is and nothing about it is recorded.
 
     A kernel that dies midway ends the trajectory there: it is returned with ``complete=False`` and a
     ``failure`` that names the step and the reason, keeping the steps built so far.
@@ -154,6 +228,9 @@ def replay_session(
         normalization=NORMALIZATION_VERSION,
     )
     kernel.restart()
+    if work is not None:
+        kernel.set_files(work.tree, work.store)
+        trajectory.workdir, trajectory.workdir_digest = work.folder, work.digest
     baseline = kernel.loaded_distributions()  # the kernel's own machinery, loaded before any cell
     used: dict[str, str] = {}
 
@@ -166,7 +243,10 @@ def replay_session(
             if execution.restarted_before and trajectory.steps:
                 note_packages()
                 kernel.restart()
-            trajectory.steps.append(replay_execution(kernel, execution, snapshots=snapshots))
+            step = replay_execution(kernel, execution, snapshots=snapshots)
+            if work is not None:
+                step.files = record_files(kernel, work.store)
+            trajectory.steps.append(step)
         except InfrastructureError as exc:
             trajectory.complete = False
             trajectory.failure = f"step {execution.index} (cell {execution.cell_id}): {exc}"
@@ -181,10 +261,19 @@ def replay_session(
     return trajectory
 
 
-def is_built(trajectory: Trajectory, session: Session, backend: str, store: SnapshotStore, snapshots: bool) -> bool:
+def is_built(
+    trajectory: Trajectory,
+    session: Session,
+    backend: str,
+    store: SnapshotStore,
+    snapshots: bool,
+    workdir_digest: str | None = None,
+) -> bool:
     """Whether a built trajectory still stands for the session: complete, same source, same backend,
-    fingerprinted by the current fingerprint version, and (when snapshots are wanted) every snapshot
-    still in the store."""
+    same working folder content (when ``workdir_digest`` is given), fingerprinted by the current
+    fingerprint version, and (when snapshots are wanted) every snapshot still in the store."""
+    if workdir_digest is not None and trajectory.workdir_digest != workdir_digest:
+        return False
     if not trajectory.complete or trajectory.source_digest != session_digest(session) or trajectory.backend != backend:
         return False
     if trajectory.fingerprint_version != FINGERPRINT_VERSION:
@@ -201,6 +290,7 @@ def build_dataset(
     limits: SandboxLimits | None = None,
     snapshot_dir: str | Path | None = None,
     progress: bool = True,
+    workdir: str | Path | None = None,
 ) -> BuildReport:
     """Replay every session of the sources into a trajectory dataset folder.
 
@@ -212,6 +302,11 @@ def build_dataset(
         limits: Sandbox limits (per-execution timeout, ...).
         snapshot_dir: The snapshot store; defaults to the user cache.
         progress: Show a progress bar.
+        workdir: The folder every session's kernel runs in a copy of; default: a notebook's own folder,
+            an empty folder for JuNE logs.
+
+    Raises:
+        FolderTooLargeError: A working folder holds more than ``limits.workdir_mb`` (nothing is built).
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -219,9 +314,16 @@ def build_dataset(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     sessions = load_sessions(sources)
+    files = FileStore(out / FILES)
+    folders: dict[Path | None, WorkFolder] = {}
+    for session in sessions:  # every folder checked (size) and kept before any replay
+        folder = session_folder(session, workdir)
+        if folder not in folders:
+            folders[folder] = work_folder(folder, files, limits or SandboxLimits(), out=out)
     existing = {t.id: t for t in iter_trajectories(out)}
     report = BuildReport()
     manifest = Manifest(backend=backend, snapshots=snapshots, sources=[str(p) for p in source_files(sources)])
+    manifest.workdirs = {w.folder: w.digest for w in folders.values() if w.folder is not None}
     manifest.normalization = NORMALIZATION_VERSION
     total = sum(len(s.executions) for s in sessions)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
@@ -235,14 +337,15 @@ def build_dataset(
         for session in sessions:
             tid = trajectory_id(session)
             previous = existing.get(tid)
-            if previous is not None and is_built(previous, session, backend, kernel.store, snapshots):
+            work = folders[session_folder(session, workdir)]
+            if previous is not None and is_built(previous, session, backend, kernel.store, snapshots, work.digest):
                 report.skipped.append(tid)
                 bar.advance(task, len(session.executions))
                 continue
             bar.update(task, description=f"replaying {tid}")
             done_before = bar.tasks[0].completed
             trajectory = replay_session(
-                session, kernel, snapshots=snapshots, on_step=lambda _tid, _i: bar.advance(task)
+                session, kernel, snapshots=snapshots, on_step=lambda _tid, _i: bar.advance(task), work=work
             )
             bar.update(task, completed=done_before + len(session.executions))
             append_trajectory(out, trajectory)
@@ -254,6 +357,8 @@ def build_dataset(
     all_trajectories = list(iter_trajectories(out))
     for built in all_trajectories:  # every package a snapshot may need, with the version that wrote it
         manifest.packages.update(built.packages)
+    workdirs = {t.workdir: t.workdir_digest for t in all_trajectories if t.workdir and t.workdir_digest}
+    manifest.workdirs = dict(sorted({**workdirs, **manifest.workdirs}.items()))
     manifest.trajectories = len(all_trajectories)
     manifest.steps = sum(len(t.steps) for t in all_trajectories)
     write_manifest(out, manifest)

@@ -121,12 +121,21 @@ def data_build(
     backend: Backend = "local",
     snapshots: Annotated[bool, typer.Option(help="Snapshot the namespace after every step.")] = True,
     timeout: Annotated[float, typer.Option(help="Per-execution timeout in seconds.")] = 60.0,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder the kernels run in a private copy of (default: each notebook's own folder; none for "
+            "JuNE logs): where the session's files are."
+        ),
+    ] = None,
+    workdir_limit_mb: Annotated[float, typer.Option(help="Largest working folder copied into a kernel (MB).")] = 100.0,
 ) -> None:
     """Replay sessions into trajectories with runtime state."""
     from themisto_env.build import build_dataset
     from themisto_env.sandbox.models import SandboxLimits
 
-    report = build_dataset(sources, out, backend=backend, snapshots=snapshots, limits=SandboxLimits(timeout_s=timeout))
+    limits = SandboxLimits(timeout_s=timeout, workdir_mb=workdir_limit_mb)
+    report = build_dataset(sources, out, backend=backend, snapshots=snapshots, limits=limits, workdir=workdir)
     console.print(
         f"built {len(report.built)}, skipped {len(report.skipped)} already built, "
         f"failed {len(report.failed)}; {report.steps} steps in {report.seconds:.1f} s -> {out}",

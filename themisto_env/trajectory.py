@@ -8,6 +8,9 @@ On disk (format ``themisto-trajectories``, version 1), a dataset is a folder::
 
     DIR/manifest.json        format, version, backend, package versions, sources, counts
     DIR/trajectories.jsonl   one Trajectory per line (JSON; the schema is the pydantic model below)
+    DIR/files/               the kernels' working folders, content-addressed: the folder each replay
+                             started in and what it held after every step (see
+                             :mod:`themisto_env.sandbox.workdir`), so that a served state has its files
 
 Snapshots are not in the folder: they are content-addressed dill files in the snapshot store
 (``<cache>/snapshots/<digest[:2]>/<digest>.dill``), made on demand and never committed; a step refers to
@@ -23,15 +26,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from themisto_env.agreement import refresh_agreement
 from themisto_env.errors import DataError
+from themisto_env.sandbox.workdir import FileStore
 
 FORMAT_NAME = "themisto-trajectories"
 FORMAT_VERSION = 2  # 2: steps carry the namespace fingerprint and the interrupted flag
 MANIFEST = "manifest.json"
 TRAJECTORIES = "trajectories.jsonl"
+FILES = "files"
 
 
 class Step(BaseModel):
@@ -62,6 +67,9 @@ class Step(BaseModel):
             (their steps are compared again when read).
         agreement_detail: A short explanation of a disagreement (the replay's error, the first
             differing lines).
+        files: Content digest of the kernel's working folder after the step (its files are in the
+            dataset's ``files/``); None where not recorded (older datasets, or the folder was larger
+            than the limit).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -85,6 +93,7 @@ class Step(BaseModel):
     agrees: bool
     agreement_kind: str | None = None
     agreement_detail: str | None = None
+    files: str | None = None
 
 
 class Trajectory(BaseModel):
@@ -109,6 +118,11 @@ class Trajectory(BaseModel):
             of another version are compared again when read (their outputs are all stored).
         packages: Distributions the replayed cells imported, with their versions (what its snapshots
             may need to load).
+        workdir: The folder whose copy the replay ran in (the notebook's, or ``--workdir``), as given;
+            None: an empty folder.
+        workdir_digest: Content digest of the files the replay started with (see
+            :func:`themisto_env.sandbox.workdir.tree_digest`); None in datasets built before working
+            folders were recorded (their kernels run in an empty folder, unchecked).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -127,6 +141,15 @@ class Trajectory(BaseModel):
     fingerprint_version: int = 0
     normalization: int = 0
     packages: dict[str, str] = Field(default_factory=dict)
+    workdir: str | None = None
+    workdir_digest: str | None = None
+    _files: FileStore | None = PrivateAttr(default=None)
+
+    @property
+    def files_store(self) -> FileStore | None:
+        """Where the working folder's files of this trajectory are kept: its dataset's ``files/`` (set
+        when read from a dataset folder; None otherwise)."""
+        return self._files
 
     @property
     def agreement(self) -> float | None:
@@ -150,6 +173,8 @@ class Manifest(BaseModel):
     #: Version of the output normalisation replay agreement was measured with (0: before versions).
     normalization: int = 0
     packages: dict[str, str] = Field(default_factory=dict)
+    #: The working folders replays started in (as given) -> the content digest of their files.
+    workdirs: dict[str, str] = Field(default_factory=dict)
     trajectories: int = 0
     steps: int = 0
 
@@ -199,6 +224,7 @@ def iter_trajectories(folder: str | Path) -> Iterator[Trajectory]:
                 err = exc.errors()[0]
                 raise DataError(err["msg"], path=path, row=row, field=".".join(map(str, err["loc"]))) from None
             refresh_agreement(trajectory)
+            trajectory._files = FileStore(Path(folder) / FILES)
             latest[trajectory.id] = trajectory
     yield from latest.values()
 
