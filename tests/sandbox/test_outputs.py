@@ -11,6 +11,7 @@ import pytest
 
 from themisto_env.june import read_sessions
 from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.outputs import DROPPED_KEY, OutputCollector, collect_outputs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -193,3 +194,15 @@ def test_sandbox_recorder_and_generator_give_the_same_outputs(tmp_path: Path, mo
     assert comparable(generated[1]) == comparable(recorded[1]) == comparable(replayed[1])
     assert _texts(replayed[0]) == ["'third'", "ab\n", "'other'", "oops\n", "'last'", "42"]
     assert _texts(replayed[1]) == ["'result'"]
+
+
+@pytest.mark.slow
+def test_a_capped_figure_keeps_its_text_plain_on_a_real_kernel() -> None:
+    code = "%matplotlib inline\nimport matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()"
+    with Kernel("local", limits=SandboxLimits(output_limit_bytes=2_048)) as kernel:
+        result = kernel.execute(code)
+    (figure,) = [o for o in result.outputs if o["output_type"] == "display_data"]
+    assert figure["data"] == {"text/plain": "<Figure size 640x480 with 1 Axes>"}
+    (dropped,) = figure["metadata"][DROPPED_KEY]
+    assert dropped.startswith("image/png (") and dropped.endswith(" kB)")
+    assert result.truncated
