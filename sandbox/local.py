@@ -54,8 +54,15 @@ class LocalLauncher(KernelLauncher):
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: Path | None = None
         self.environment_id = environment
-        #: The Python that runs the kernel.
-        self.python = str(environment_python(environment)) if environment is not None else sys.executable
+
+    @property
+    def python(self) -> str:
+        """The Python that runs the kernel (a missing environment raises when the kernel starts).
+
+        Raises:
+            BackendUnavailableError: The kernel environment is not on this machine.
+        """
+        return str(environment_python(self.environment_id)) if self.environment_id is not None else sys.executable
 
     def command(self, connection_file: Path, workdir: Path) -> list[str]:
         """The command line that starts the kernel."""

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from themisto_env.agreement import NORMALIZATION_VERSION, agreement, refresh_agreement
+from themisto_env.environments import use_environment
 from themisto_env.errors import DataError, InfrastructureError
 from themisto_env.june import read_sessions
 from themisto_env.notebook import read_notebook_session
@@ -224,6 +225,7 @@ def replay_session(
         source_path=session.source_path,
         source_digest=session_digest(session),
         backend=kernel.backend,
+        environment=kernel.environment,
         fingerprint_version=FINGERPRINT_VERSION,
         normalization=NORMALIZATION_VERSION,
     )
@@ -290,6 +292,7 @@ def build_dataset(
     limits: SandboxLimits | None = None,
     snapshot_dir: str | Path | None = None,
     progress: bool = True,
+    environment: str | None = None,
     workdir: str | Path | None = None,
 ) -> BuildReport:
     """Replay every session of the sources into a trajectory dataset folder.
@@ -302,6 +305,8 @@ def build_dataset(
         limits: Sandbox limits (per-execution timeout, ...).
         snapshot_dir: The snapshot store; defaults to the user cache.
         progress: Show a progress bar.
+        environment: A kernel environment's name or id (``themisto env create``) to replay in; the
+            manifest records it (and its requirements), so the env and the runner use it with no option.
         workdir: The folder every session's kernel runs in a copy of; default: a notebook's own folder,
             an empty folder for JuNE logs.
 
@@ -325,10 +330,12 @@ def build_dataset(
     manifest = Manifest(backend=backend, snapshots=snapshots, sources=[str(p) for p in source_files(sources)])
     manifest.workdirs = {w.folder: w.digest for w in folders.values() if w.folder is not None}
     manifest.normalization = NORMALIZATION_VERSION
+    env_id = use_environment(environment, backend=backend, manifest=manifest, out=out)
+    existing = {tid: t for tid, t in existing.items() if t.environment == env_id}  # others are replayed again
     total = sum(len(s.executions) for s in sessions)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with (
-        Kernel(backend, limits=limits, snapshot_dir=snapshot_dir) as kernel,
+        Kernel(backend, limits=limits, snapshot_dir=snapshot_dir, environment=env_id) as kernel,
         Progress(*columns, disable=not progress, transient=False) as bar,
     ):
         manifest.packages = kernel.package_versions(PACKAGES)  # the kernel's, which wrote the snapshots

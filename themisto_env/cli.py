@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from themisto_env.errors import ThemistoError
+from themisto_env.errors import ConfigError, ThemistoError
 from themisto_env.metrics import API_SEQUENCE_METRICS, METRICS
 from themisto_env.results import model_label
 
@@ -24,6 +24,11 @@ sandbox_app = typer.Typer(
 )
 app.add_typer(data_app, name="data")
 app.add_typer(sandbox_app, name="sandbox")
+env_app = typer.Typer(
+    help="Kernel environments: named package sets (a venv, an image) that datasets are replayed in.",
+    no_args_is_help=True,
+)
+app.add_typer(env_app, name="env")
 console = Console()
 
 Backend = Annotated[str, typer.Option("--backend", "-b", help="Kernel backend: local, bwrap or docker.")]
@@ -109,6 +114,79 @@ def sandbox_gc(
     typer.echo(f"{items} item(s) {'to remove' if dry_run else 'removed'}" + ("" if items else ": nothing left behind"))
 
 
+# -- kernel environments ---------------------------------------------------------------------------------
+
+
+@env_app.command("create")
+def env_create(
+    name: Annotated[str, typer.Argument(help="Name of the environment (moves to the new one if it exists).")],
+    requirements: Annotated[
+        Path | None, typer.Option("--requirements", "-r", help="A requirements file (pip syntax, packages only).")
+    ] = None,
+    apt: Annotated[list[str] | None, typer.Option("--apt", help="A Debian package to install (repeatable).")] = None,
+    python: Annotated[str | None, typer.Option("--python", help="Python version X.Y (default: this one).")] = None,
+    docker: Annotated[bool, typer.Option("--docker", help="Also build its image for the docker backend.")] = False,
+) -> None:
+    """Make a named kernel environment: a venv (local, bwrap) and with --docker an image, holding the
+    requirements plus ipykernel and dill at versions compatible with them. Instant when it exists."""
+    import time
+
+    from themisto_env import environments
+
+    started = time.perf_counter()
+    spec = environments.make_spec(requirements, apt=apt, python=python)
+    record, cached = environments.create(name, spec, docker=docker, console=Console(stderr=True))
+    how = "exists" if cached else f"built in {time.perf_counter() - started:.0f} s"
+    console.print(
+        f"environment [bold]{escape(name)}[/]: {record.id} ({how}); Python {record.python_version}, "
+        f"{len(record.packages)} packages, {record.size_bytes / 1e6:.0f} MB"
+        + (f"; image {escape(record.image)}" if record.image else "")
+    )
+
+
+@env_app.command("list")
+def env_list(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """The kernel environments on this machine."""
+    from themisto_env import environments
+
+    if as_json:
+        rows = [
+            {"names": environments.names_of(r.id), **r.model_dump(exclude={"packages"}), "packages": len(r.packages)}
+            for r in environments.list_environments()
+        ]
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    table = Table()
+    for column in ("name", "id", "python", "packages", "size", "created", "image"):
+        table.add_column(column)
+    for record in environments.list_environments():
+        table.add_row(
+            escape(", ".join(environments.names_of(record.id)) or "-"),
+            record.id,
+            record.python_version,
+            str(len(record.packages)),
+            f"{record.size_bytes / 1e6:.0f} MB",
+            record.created.replace("+00:00", "Z"),
+            "yes" if record.image else "-",
+        )
+    console.print(table)
+
+
+@env_app.command("rm")
+def env_rm(
+    name: Annotated[str, typer.Argument(help="Name (or id) of the environment.")],
+    force: Annotated[bool, typer.Option("--force", help="Remove it even if a dataset built here uses it.")] = False,
+) -> None:
+    """Remove a kernel environment's name; the environment (venv and image) goes once no name points at it."""
+    from themisto_env import environments
+
+    record = environments.remove(name, force=force)
+    left = environments.names_of(record.id)
+    console.print(
+        f"removed {escape(name)}" + (f"; {record.id} kept for {escape(', '.join(left))}" if left else f" ({record.id})")
+    )
+
+
 # -- data --------------------------------------------------------------------------------------------------
 
 
@@ -121,6 +199,13 @@ def data_build(
     backend: Backend = "local",
     snapshots: Annotated[bool, typer.Option(help="Snapshot the namespace after every step.")] = True,
     timeout: Annotated[float, typer.Option(help="Per-execution timeout in seconds.")] = 60.0,
+    env: Annotated[
+        str | None, typer.Option("--env", help="Kernel environment to replay in (`themisto env create`).")
+    ] = None,
+    requirements: Annotated[
+        Path | None,
+        typer.Option("--requirements", help="Replay in an environment of these requirements (made if missing)."),
+    ] = None,
     workdir: Annotated[
         Path | None,
         typer.Option(
@@ -134,8 +219,18 @@ def data_build(
     from themisto_env.build import build_dataset
     from themisto_env.sandbox.models import SandboxLimits
 
+    if env is not None and requirements is not None:
+        raise ConfigError("give either --env or --requirements, not both")
+    if requirements is not None:
+        from themisto_env import environments
+
+        spec = environments.make_spec(requirements)
+        env = environments.create(None, spec, console=Console(stderr=True))[0].id
+
     limits = SandboxLimits(timeout_s=timeout, workdir_mb=workdir_limit_mb)
-    report = build_dataset(sources, out, backend=backend, snapshots=snapshots, limits=limits, workdir=workdir)
+    report = build_dataset(
+        sources, out, backend=backend, snapshots=snapshots, limits=limits, workdir=workdir, environment=env
+    )
     console.print(
         f"built {len(report.built)}, skipped {len(report.skipped)} already built, "
         f"failed {len(report.failed)}; {report.steps} steps in {report.seconds:.1f} s -> {out}",

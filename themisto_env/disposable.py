@@ -187,6 +187,7 @@ class DisposableKernels:
         snapshot_dir: The snapshot store the states are restored from (copied in, never mounted).
         preload: Modules each pooled kernel imports ahead of time.
         pool_size: How many kernels to keep started ahead of time.
+        environment: The kernel environment's id (``themisto env``); None: the tool's own Python.
     """
 
     def __init__(
@@ -197,17 +198,25 @@ class DisposableKernels:
         snapshot_dir: str | None = None,
         preload: Iterable[str] = (),
         pool_size: int = 1,
+        environment: str | None = None,
     ) -> None:
         self.backend = backend
         self.limits = limits or SandboxLimits()
         self.snapshot_dir = snapshot_dir
+        self.environment = environment
         self.pool = KernelPool(self._new_kernel, size=pool_size, preload=tuple(preload))
         self._closing: list[threading.Thread] = []
         #: The kernel running model-written code right now (for tests and monitors), else None.
         self.running: Kernel | None = None
 
     def _new_kernel(self) -> Kernel:
-        return Kernel(self.backend, limits=self.limits, snapshot_dir=self.snapshot_dir, store_access="copy")
+        return Kernel(
+            self.backend,
+            limits=self.limits,
+            snapshot_dir=self.snapshot_dir,
+            store_access="copy",
+            environment=self.environment,
+        )
 
     def run(self, trajectory: Trajectory, step: int, code: str, *, timeout_s: float) -> CodeRun:
         """Run ``code`` as a cell in a fresh kernel in the state before ``step``; measure what it did.

@@ -74,6 +74,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from themisto_env.actions import Action, Prediction, parse_action
 from themisto_env.data import resolve_dataset
 from themisto_env.disposable import CodeRun, DisposableKernels, imported_modules
+from themisto_env.environments import dataset_environment
 from themisto_env.errors import ActionError, BackendUnavailableError, ConfigError, InfrastructureError
 from themisto_env.metrics import RewardWeights, reward, score
 from themisto_env.observation import history_items, render_history, render_runtime
@@ -157,6 +158,9 @@ class EnvConfig(BaseModel):
             each kernel when needed and restarts it in place.
         sample_rule: Which steps are samples.
         limits: Sandbox limits.
+        environment: The kernel environment (``themisto env``) kernels run in: None uses the one the
+            dataset was built in (its manifest says), ``default`` the tool's own Python, else a name or id.
+            Snapshots written in another environment are not restored (the state is replayed).
         max_output_chars: Cap of one output in the history.
         max_text_chars: Cap of each text field of the observation.
     """
@@ -180,6 +184,7 @@ class EnvConfig(BaseModel):
     max_output_chars: int = Field(1500, ge=100)
     max_text_chars: int = Field(16000, ge=1000)
     snapshot_dir: str | None = None
+    environment: str | None = None
 
 
 def not_served() -> dict[str, object]:
@@ -211,6 +216,8 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self.render_mode = render_mode
         folder = resolve_dataset(self.config.dataset, backend=self.config.backend, progress=False)
         self.dataset_dir = Path(folder)
+        #: The kernel environment's id (None: the tool's own Python).
+        self.environment = dataset_environment(folder, self.config.environment, backend=self.config.backend)
         self.trajectories: dict[str, Trajectory] = {t.id: t for t in read_trajectories(folder)}
         self.samples = make_samples(self.trajectories.values(), self.config.task, self.config.sample_rule)
         #: Each trajectory's samples in step order (the episodes).
@@ -339,6 +346,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 self.config.backend,
                 limits=self.config.limits,
                 snapshot_dir=self.config.snapshot_dir,
+                environment=self.environment,
                 preload=imported_modules(self.trajectories.values()),
             )
         return self._disposable
@@ -412,11 +420,19 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         store, preloaded modules), shared with the other open envs of that kind."""
         config = self.config
         key = (config.backend, config.limits.model_dump_json(), config.snapshot_dir, self._preload, config.warm_kernels)
-        new_kernel = functools.partial(Kernel, config.backend, limits=config.limits, snapshot_dir=config.snapshot_dir)
+        key += (self.environment,)
+        new_kernel = functools.partial(
+            Kernel, config.backend, limits=config.limits, snapshot_dir=config.snapshot_dir, environment=self.environment
+        )
         return shared_pool(key, new_kernel, size=config.warm_kernels, preload=self._preload)
 
     def _new_kernel(self) -> Kernel:
-        return Kernel(self.config.backend, limits=self.config.limits, snapshot_dir=self.config.snapshot_dir)
+        return Kernel(
+            self.config.backend,
+            limits=self.config.limits,
+            snapshot_dir=self.config.snapshot_dir,
+            environment=self.environment,
+        )
 
     def _executed_steps(self) -> list[Any]:
         """The steps executed before the current sample (the position follows from the sample)."""

@@ -54,6 +54,8 @@ from themisto_env.sandbox.environments import (
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from themisto_env.trajectory import EnvironmentRef, Manifest
+
 #: What the kernel side of themisto needs in every environment (ipykernel brings IPython, which the
 #: in-kernel helper imports; dill writes and loads snapshots). Unpinned: pip picks versions compatible
 #: with the user's requirements, and a user's own pin of either wins.
@@ -63,6 +65,8 @@ SPEC_VERSION = "1"
 REGISTRY = "registry.json"
 RECORD = "environment.json"
 DATASETS = "datasets.txt"
+#: Beside a dataset's manifest: the requirements of the environment it was replayed in.
+REQUIREMENTS_FILE = "environment-requirements.txt"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _APT = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 
@@ -154,7 +158,8 @@ def normalise_requirements(text: str, *, source: str = "requirements") -> list[s
         try:
             req = Requirement(line)
         except InvalidRequirement as exc:
-            raise ConfigError(f"{source}, line {number}: not a requirement: {line!r} ({exc})") from None
+            reason = str(exc).splitlines()[0] if str(exc) else "malformed"
+            raise ConfigError(f"{source}, line {number}: not a requirement: {line!r} ({reason})") from None
         req.name = canonicalize_name(req.name)
         key = f"{req.name}[{','.join(sorted(req.extras))}];{req.marker}"
         lines[key] = str(req)
@@ -594,21 +599,84 @@ def remove(name: str, *, force: bool = False) -> EnvironmentRecord:
     return record
 
 
-def require(env_id: str, *, backend: str, requirements_hint: str | None = None) -> EnvironmentRecord:
-    """The environment a dataset names, ready for ``backend`` (its docker image built if missing).
-
-    Raises:
-        BackendUnavailableError: It is not on this machine (the message says how to recreate it).
-    """
-    record = read_record(env_id)
-    if record is None:
-        hint = requirements_hint or "FILE"
-        raise BackendUnavailableError(
-            f"kernel environment {env_id} is not on this machine: recreate it with "
-            f"`themisto env create NAME --requirements {hint}`"
-        )
-    if backend == "docker" and record.image is None:
-        with _locked(env_id):
+def ready(record: EnvironmentRecord, backend: str) -> EnvironmentRecord:
+    """The environment, ready for ``backend``: its docker image built first where the backend is docker
+    and the image is missing (a few minutes; later uses are instant)."""
+    if backend == "docker" and (record.image is None or not _image_present(record.image)):
+        with _locked(record.id):
             record.image = build_image(record)
             _write_record(record)
     return record
+
+
+def _image_present(name: str) -> bool:
+    from themisto_env.sandbox.image import docker_client, image_exists
+
+    return image_exists(docker_client(), name)
+
+
+def create_command(ref: EnvironmentRef, folder: str | Path) -> str:
+    """The command that makes a dataset's environment again (from ``environment-requirements.txt``)."""
+    parts = [
+        "themisto env create",
+        ref.name or f"env-{ref.id}",
+        "--requirements",
+        str(Path(folder) / REQUIREMENTS_FILE),
+    ]
+    parts += [f"--apt {package}" for package in ref.apt]
+    parts.append(f"--python {ref.python}")
+    return " ".join(parts)
+
+
+def use_environment(name_or_id: str | None, *, backend: str, manifest: Manifest, out: str | Path) -> str | None:
+    """For ``themisto data build --env``: the environment's id (None: the tool's own Python), recorded in
+    ``manifest`` with its requirements (also written to ``out/environment-requirements.txt``).
+
+    Raises:
+        ConfigError: No such environment.
+        BackendUnavailableError: Its docker image is needed and cannot be built.
+    """
+    from themisto_env.trajectory import EnvironmentRef
+
+    if name_or_id is None or name_or_id == DEFAULT_ENVIRONMENT:
+        manifest.environment = None
+        return None
+    record = ready(resolve(name_or_id), backend)
+    names = names_of(record.id)
+    manifest.environment = EnvironmentRef(
+        id=record.id,
+        name=name_or_id if name_or_id in names else (names[0] if names else None),
+        python=record.spec.python,
+        requirements=record.spec.requirements_txt(),
+        apt=record.spec.apt,
+    )
+    (Path(out) / REQUIREMENTS_FILE).write_text(record.spec.requirements_txt())
+    note_dataset(record.id, out)
+    return record.id
+
+
+def dataset_environment(folder: str | Path, choice: str | None = None, *, backend: str = "local") -> str | None:
+    """The environment a dataset's kernels run in: ``choice`` (a name or id; ``default``: the tool's own
+    Python), else the one its manifest records.
+
+    Raises:
+        BackendUnavailableError: The dataset's environment is not on this machine (the message is the
+            command that makes it again), or its docker image cannot be built.
+        ConfigError: ``choice`` names no environment here.
+    """
+    from themisto_env.trajectory import read_manifest
+
+    if choice == DEFAULT_ENVIRONMENT:
+        return None
+    if choice is not None:
+        return ready(resolve(choice), backend).id
+    ref = read_manifest(folder).environment
+    if ref is None:
+        return None
+    record = read_record(ref.id)
+    if record is None:
+        raise BackendUnavailableError(
+            f"{folder} was replayed in kernel environment {ref.id}, which is not on this machine: make it with "
+            f"`{create_command(ref, folder)}`"
+        )
+    return ready(record, backend).id

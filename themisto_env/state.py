@@ -59,6 +59,7 @@ from themisto_env.errors import (
     SnapshotCorruptError,
     SnapshotError,
 )
+from themisto_env.sandbox.environments import environment_label
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.models import ExecutionResult
@@ -160,6 +161,8 @@ class StateReport:
         route: How the state was reached (``forward``, ``snapshot``, ``fresh``, ``in place``).
         faults: Infrastructure failures met and recovered from on the way.
         differences: Where the live state differs from the recorded one (when ``mismatch``).
+        refused_snapshots: Snapshots passed over because a kernel of another environment wrote them
+            (``themisto env``): the state was replayed instead.
     """
 
     trajectory_id: str
@@ -168,12 +171,17 @@ class StateReport:
     route: str = ""
     faults: list[str] = field(default_factory=list)
     differences: list[str] = field(default_factory=list)
+    refused_snapshots: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
         """JSON-able form for ``info`` and result rows: what was checked and met, not the route taken
         (which depends on where the kernel happened to be, so the same seed and actions give the same
         ``info``, as gymnasium's checker requires)."""
-        return {"check": self.check, "faults": list(self.faults), "differences": self.differences[:20]}
+        info: dict[str, object] = {"check": self.check, "faults": list(self.faults)}
+        info["differences"] = self.differences[:20]
+        if self.refused_snapshots:
+            info["snapshots_refused"] = f"{len(self.refused_snapshots)} written in another kernel environment"
+        return info
 
 
 class TrajectoryKernel:
@@ -197,6 +205,7 @@ class TrajectoryKernel:
         self._fresh = False  # the kernel was just started or restarted: nothing ran in it yet
         #: Snapshots this kernel could not load (a missing package, ...): not tried again.
         self.unloadable: set[str] = set()
+        self._report: StateReport | None = None  # of the serve under way
 
     @property
     def kernel(self) -> Kernel:
@@ -237,7 +246,7 @@ class TrajectoryKernel:
             InfrastructureError: The state could not be reached even after restarting the kernel
                 (the message lists each failure).
         """
-        report = StateReport(trajectory.id, step)
+        report = self._report = StateReport(trajectory.id, step)
         expected = expected_fingerprint(trajectory, step)
         forward = self._forward_from(trajectory, step)
         self.position = None  # known again only once this state is reached
@@ -396,19 +405,30 @@ class TrajectoryKernel:
         for s in trajectory.steps[first:step]:
             if s.index > first and fresh_before(trajectory, s.index):
                 self._restart()
+                self._set_files(trajectory, s.index)  # a pooled fresh kernel starts in an empty folder
                 live = None
             if s.wedged:  # it wedged the kernel when built: the state after it is a fresh kernel
                 continue
             live = self._replay(s, fingerprint=check and s.index == step - 1)
         if step > first and fresh_before(trajectory, step):
             self._restart()
+            self._set_files(trajectory, step)
             live = None
         return live
 
     def _usable(self, digest: str | None) -> bool:
         if digest is None or digest in self.unloadable:
             return False
-        return digest in self.kernel.store
+        store = self.kernel.store
+        if digest not in store:
+            return False
+        if environment_label(self.kernel.environment) not in store.environments(digest):
+            # Written by a kernel of another environment (other packages): never restored here; the
+            # kernel would refuse it too (SnapshotEnvironmentError). The state is replayed instead.
+            if self._report is not None and digest not in self._report.refused_snapshots:
+                self._report.refused_snapshots.append(digest)
+            return False
+        return True
 
     def _restore(self, digest: str, keep: list[str] | None = None) -> dict[str, str] | None:
         """Restore a snapshot; return the fingerprint after it, or None when it cannot be loaded: a

@@ -118,6 +118,8 @@ class Trajectory(BaseModel):
             of another version are compared again when read (their outputs are all stored).
         packages: Distributions the replayed cells imported, with their versions (what its snapshots
             may need to load).
+        environment: The id of the kernel environment it was replayed in (``themisto env``); None: the
+            tool's own Python. Its snapshots are restored only by kernels of that environment.
         workdir: The folder whose copy the replay ran in (the notebook's, or ``--workdir``), as given;
             None: an empty folder.
         workdir_digest: Content digest of the files the replay started with (see
@@ -138,6 +140,7 @@ class Trajectory(BaseModel):
     steps: list[Step] = Field(default_factory=list)
     complete: bool = True
     failure: str | None = None
+    environment: str | None = None
     fingerprint_version: int = 0
     normalization: int = 0
     packages: dict[str, str] = Field(default_factory=dict)
@@ -159,6 +162,27 @@ class Trajectory(BaseModel):
         return sum(s.agrees for s in compared) / len(compared) if compared else None
 
 
+class EnvironmentRef(BaseModel):
+    """The kernel environment a dataset was replayed in (``themisto env create``): enough to make it again.
+
+    Attributes:
+        id: The environment's content id.
+        name: Its name when the dataset was built (None: made from ``--requirements``).
+        python: Its Python version (``X.Y``).
+        requirements: Its normalised requirements, as a file's text (also written beside the manifest as
+            ``environment-requirements.txt``).
+        apt: Its Debian packages.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    name: str | None = None
+    python: str
+    requirements: str = ""
+    apt: list[str] = Field(default_factory=list)
+
+
 class Manifest(BaseModel):
     """``manifest.json`` of a trajectory dataset."""
 
@@ -177,6 +201,8 @@ class Manifest(BaseModel):
     workdirs: dict[str, str] = Field(default_factory=dict)
     trajectories: int = 0
     steps: int = 0
+    #: The kernel environment the replays ran in; None: the tool's own Python.
+    environment: EnvironmentRef | None = None
 
 
 def read_manifest(folder: str | Path) -> Manifest:
