@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from themisto_env.agreement import NORMALIZATION_VERSION, agreement, normalize_output, refresh_agreement
-from themisto_env.trajectory import Step, Trajectory
+from themisto_env.stats import dataset_info
+from themisto_env.trajectory import Manifest, Step, Trajectory, read_trajectories
 
 
 def _out(text: str) -> list[dict[str, Any]]:
@@ -141,3 +144,26 @@ def test_a_trajectory_measured_by_an_older_normalisation_is_compared_again() -> 
 def test_a_trajectory_with_nothing_compared_has_no_agreement() -> None:
     trajectory = Trajectory(id="t", session_key="k", source_digest="d", backend="local")
     assert trajectory.agreement is None
+
+
+def test_a_dataset_written_before_kinds_loads_and_is_compared_again(tmp_path: Path) -> None:
+    step = Step(
+        index=0,
+        source="plt.figure()",
+        recorded_outputs=_result("<Figure size 432x288 with 0 Axes>"),
+        outputs=_result("<Figure size 640x480 with 0 Axes>"),
+        status="ok",
+        duration_s=0.1,
+        agrees=False,
+    )
+    trajectory = Trajectory(id="t", session_key="k", source_digest="d", backend="local", steps=[step] * 5)
+    old_step = {k: v for k, v in step.model_dump().items() if not k.startswith("agreement_")}
+    old = {k: v for k, v in trajectory.model_dump().items() if k != "normalization"} | {"steps": [old_step] * 5}
+    (tmp_path / "trajectories.jsonl").write_text(json.dumps(old) + "\n")
+    manifest = Manifest(backend="local", snapshots=False, sources=[]).model_dump()
+    del manifest["normalization"]
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    (read,) = read_trajectories(tmp_path)
+    assert read.normalization == NORMALIZATION_VERSION and all(s.agreement_kind == "ok" for s in read.steps)
+    info = dataset_info(tmp_path)
+    assert info["agreement"] == 1.0 and info["built_with_normalization"] == 0
