@@ -8,6 +8,7 @@ the earlier steps wrote, checked against the digest recorded with the step.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from themisto_env.env import ThemistoEnv
 from themisto_env.errors import DataError
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.models import SandboxLimits
+from themisto_env.sandbox.pool import KernelPool
 from themisto_env.sandbox.workdir import FileStore, FolderTooLargeError, scan, tree_digest
 from themisto_env.state import TrajectoryKernel
 from themisto_env.tools import ToolCall
@@ -247,3 +249,94 @@ def _no_kernel_left() -> Iterator[None]:
     before = run_dirs()
     yield
     assert run_dirs() <= before
+
+
+def june_log(path: Path, cells: list[str | None]) -> Path:
+    """A JuNE log of one session: each cell executed in turn; None is a kernel restart."""
+    rows, action = [], 0
+    for i, source in enumerate(cells):
+        base = {
+            "session_id": "s",
+            "kernel_id": "k-files",
+            "notebook_name": "files.ipynb",
+            "user_id": "u",
+            "expert": False,
+        }
+        if source is None:
+            rows.append(
+                {
+                    **base,
+                    "action_id": action,
+                    "time": f"2024-01-01 10:{i:02d}:00.000",
+                    "event": "kernel_restarting",
+                    "cell_index": None,
+                    "cell_num": None,
+                    "cell_type": None,
+                    "cell_source": None,
+                    "cell_output": None,
+                }
+            )
+            action += 1
+            continue
+        cell = {"cell_index": f"{i:032x}", "cell_num": i, "cell_type": "code", "cell_source": source}
+        rows.append(
+            {
+                **base,
+                **cell,
+                "action_id": action,
+                "time": f"2024-01-01 10:{i:02d}:00.000",
+                "event": "execute",
+                "cell_output": None,
+            }
+        )
+        rows.append(
+            {
+                **base,
+                **cell,
+                "action_id": action + 1,
+                "time": f"2024-01-01 10:{i:02d}:00.100",
+                "event": "finished_execute",
+                "cell_output": [],
+            }
+        )
+        action += 2
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_june_log_files_survive_a_recorded_restart_in_pooled_kernels(tmp_path: Path) -> None:
+    session_files = tmp_path / "session"
+    session_files.mkdir()
+    (session_files / "seed.txt").write_text("7\n")
+    cells = [
+        "seed = int(open('seed.txt').read())",
+        "open('state.txt', 'w').write(str(seed * 6))",
+        None,  # the person restarted the kernel: variables gone, files kept
+        "answer = int(open('state.txt').read())",
+        "with open('state.txt', 'a') as f:\n    f.write('!')",
+        "total = answer + 1",
+        "final = open('state.txt').read()",
+    ]
+    log = june_log(tmp_path / "files.jsonl", cells)
+    dataset = tmp_path / "dataset"
+    build_dataset(  # without snapshots every state is reached by replay, from a fresh kernel or forward
+        [log], dataset, snapshot_dir=tmp_path / "snapshots", progress=False, workdir=session_files, snapshots=False
+    )
+    (trajectory,) = read_trajectories(dataset)
+    assert [s.status for s in trajectory.steps] == ["ok"] * 6, [s.outputs for s in trajectory.steps]
+    assert trajectory.steps[2].restarted_before
+    with KernelPool(lambda: Kernel("local", snapshot_dir=tmp_path / "snapshots"), size=1) as pool:
+        owner = TrajectoryKernel(lambda: Kernel("local", snapshot_dir=tmp_path / "snapshots"), pool=pool)
+        routes: list[str] = []
+        try:
+            for step in (5, 1, 5, 3):  # forward over the recorded restart takes a new pooled kernel
+                report = owner.serve(trajectory, step)
+                assert report.check == "verified", (step, report.route, report.differences)
+                assert not report.faults, report.faults
+                routes.append(report.route)
+                state = owner.kernel.workdir / "state.txt"
+                assert (state.read_text() if state.exists() else None) == {5: "42!", 3: "42", 1: None}[step]
+        finally:
+            owner.close()
+    assert routes[2].startswith("forward"), routes  # across the restart, in a new pooled kernel
+    assert sorted(p.name for p in session_files.iterdir()) == ["seed.txt"]
