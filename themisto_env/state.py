@@ -23,11 +23,6 @@ with each step, kept in the dataset's ``files/``) are put in place wherever a ro
 snapshot or a fresh kernel, and checked after every route beside the namespace (a forward replay brings
 them along, as the recorded cells wrote them). A file that differs is a difference like a variable's.
 
-The kernel's working folder is part of the state: the files it held before a step when built (recorded
-with each step, kept in the dataset's ``files/``) are put in place wherever a route starts from a
-snapshot or a fresh kernel, and checked after every route beside the namespace (a forward replay brings
-them along, as the recorded cells wrote them). A file that differs is a difference like a variable's.
-
 After either, the namespace fingerprint must equal the recorded one. A mismatch after *forward* (an
 unseeded random cell, a fault) is repaired by *snapshot*, and a mismatch after that by *snapshot* from a
 fresh kernel (module state a snapshot does not hold); a mismatch after a route that started from a fresh
@@ -69,7 +64,6 @@ from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.models import ExecutionResult
 from themisto_env.sandbox.pool import KernelPool
-from themisto_env.sandbox.workdir import FolderTooLargeError, diff_trees, tree_digest
 from themisto_env.sandbox.workdir import FolderTooLargeError, diff_trees, tree_digest
 from themisto_env.trajectory import Step, Trajectory
 
@@ -130,15 +124,6 @@ def expected_fingerprint(trajectory: Trajectory, step: int) -> dict[str, str] | 
     if fresh_before(trajectory, step):
         return {}
     return trajectory.steps[step - 1].fingerprint
-
-
-def files_before(trajectory: Trajectory, step: int) -> str | None:
-    """The content digest of the working folder in which ``step`` starts: the folder the replay started
-    with, else what the step before left (a restart keeps the files, as on a person's disk). None where
-    not recorded."""
-    if trajectory.workdir_digest is None:
-        return None
-    return trajectory.workdir_digest if step == 0 else trajectory.steps[step - 1].files
 
 
 def files_before(trajectory: Trajectory, step: int) -> str | None:
@@ -337,32 +322,6 @@ class TrajectoryKernel:
             return [f"files: {exc}"]
         return [] if tree_digest(live) == digest else diff_trees(store.tree(digest), live)
 
-    def _set_files(self, trajectory: Trajectory, step: int) -> None:
-        """Give the kernel's working folder the files it held before ``step`` when built (nothing where
-        they were not recorded).
-
-        Raises:
-            DataError: The dataset's files are missing or do not match their digests.
-        """
-        digest, store = files_before(trajectory, step), trajectory.files_store
-        if digest is not None and store is not None:
-            self.kernel.set_files(store.tree(digest), store)
-
-    def _file_differences(self, trajectory: Trajectory, step: int) -> list[str]:
-        """Where the kernel's working folder differs from the one ``step`` started in when built."""
-        if trajectory.workdir_digest is None:  # built before working folders were recorded
-            return []
-        digest, store = files_before(trajectory, step), trajectory.files_store
-        if digest is None:
-            return ["files: not recorded before this step (the working folder exceeded the limit when built)"]
-        if store is None:
-            return ["files: unknown (the trajectory was not read from a dataset folder)"]
-        try:
-            live = self.kernel.files()
-        except FolderTooLargeError as exc:
-            return [f"files: {exc}"]
-        return [] if tree_digest(live) == digest else diff_trees(store.tree(digest), live)
-
     def _fresh_kernel(self) -> None:
         """Restart the kernel; when even that fails, replace it."""
         self._tainted = False
@@ -511,7 +470,6 @@ class TrajectoryKernel:
                 live = self._restore(digest)
                 if live is None:
                     continue
-                self._set_files(trajectory, found + 1)
                 self._set_files(trajectory, found + 1)
                 first, route = found + 1, f"snapshot after step {found}"
             else:
