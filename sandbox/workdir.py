@@ -80,6 +80,10 @@ def _hash_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def _size(n: int) -> str:
+    return f"{n / 2**20:.4g} MB" if n >= 2**20 else f"{n:,} bytes"
+
+
 def scan(
     folder: str | Path, *, limit_bytes: int, cache: ScanCache | None = None, skip: Collection[str] = ()
 ) -> FileTree:
@@ -112,8 +116,8 @@ def scan(
             total += st.st_size
             if total > limit_bytes:
                 raise FolderTooLargeError(
-                    f"the working folder holds more than the limit of {limit_bytes / 2**20:g} MB; give a smaller "
-                    "folder with --workdir or raise the limit (--workdir-limit-mb)",
+                    f"the working folder holds more than the limit of {_size(limit_bytes)}; give a smaller folder "
+                    "with --workdir or raise the limit (--workdir-limit-mb)",
                     path=root,
                 )
             key = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
