@@ -105,6 +105,14 @@ def test_bad_names_are_refused() -> None:
             environments.create(bad, environments.make_spec(""))
 
 
+def test_debian_packages_already_installed_are_left_alone(tmp_path: Path) -> None:
+    """``--apt`` for a venv installs on the host only what is missing (dpkg is always there)."""
+    log = tmp_path / "apt.log"
+    log.write_text("")
+    environments._ensure_apt_on_host(["dpkg"], log, None)
+    assert log.read_text() == ""  # no apt-get ran
+
+
 # -- a venv with older packages --------------------------------------------------------------------------
 
 

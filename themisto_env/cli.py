@@ -146,7 +146,7 @@ def env_create(
 
 @env_app.command("list")
 def env_list(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
-    """The kernel environments on this machine."""
+    """The kernel environments on this machine (--json also names their docker images)."""
     from themisto_env import environments
 
     if as_json:
@@ -157,17 +157,17 @@ def env_list(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")
         typer.echo(json.dumps(rows, indent=2))
         return
     table = Table()
-    for column in ("name", "id", "python", "packages", "size", "created", "image"):
-        table.add_column(column)
+    table.add_column("name", overflow="fold", min_width=10)
+    for column in ("id", "python", "packages", "size", "created"):
+        table.add_column(column, no_wrap=True)
     for record in environments.list_environments():
         table.add_row(
-            escape(", ".join(environments.names_of(record.id)) or "-"),
+            escape("\n".join(environments.names_of(record.id)) or "-"),
             record.id,
             record.python_version,
             str(len(record.packages)),
             f"{record.size_bytes / 1e6:.0f} MB",
-            record.created.replace("+00:00", "Z"),
-            "yes" if record.image else "-",
+            record.created[:10],
         )
     console.print(table)
 

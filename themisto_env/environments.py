@@ -596,6 +596,7 @@ def remove(name: str, *, force: bool = False) -> EnvironmentRecord:
 
                     docker_client().images.remove(record.image)
             shutil.rmtree(record.folder, ignore_errors=True)
+            record.folder.with_name(f"{record.id}.log").unlink(missing_ok=True)
     return record
 
 
