@@ -340,3 +340,25 @@ def test_june_log_files_survive_a_recorded_restart_in_pooled_kernels(tmp_path: P
             owner.close()
     assert routes[2].startswith("forward"), routes  # across the restart, in a new pooled kernel
     assert sorted(p.name for p in session_files.iterdir()) == ["seed.txt"]
+
+
+@pytest.mark.parametrize("backend", ["local", "docker"])
+def test_try_cell_runs_in_a_copy_with_the_files_of_the_state(
+    dataset: Path, originals: dict[str, str], backend: str
+) -> None:
+    require_backend(backend)
+    env = ThemistoEnv(
+        dataset=str(dataset), backend=backend, task="next-cell", snapshot_dir=str(dataset.parent / "snapshots")
+    )
+    try:
+        tid = by_name(dataset)["writeback"].id
+        samples = env.episode_samples[tid]
+        env.reset(options={"trajectory": tid, "sample": len(samples) - 1})  # before the last step
+        code = "import os\nprint(repr(open('notes.txt').read()), sorted(os.listdir('.')))\nos.remove('notes.txt')"
+        for _ in range(2):  # what the first try removed is back for the second: each try gets its own copy
+            observation, _, _, _, info = env.step(ToolCall(tool="try_cell", args={"code": code}))
+            assert "'first run\\n3 sensors\\n' ['notes.txt', 'out', 'writeback.ipynb']" in observation["tool_result"]
+        assert env.serve_state().check == "verified"
+    finally:
+        env.close()
+    assert {n: folder_digest(n) for n in originals} == originals
