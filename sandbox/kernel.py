@@ -37,6 +37,7 @@ from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
 from themisto_env.errors import (
+    DataError,
     HelperError,
     InfrastructureError,
     IntrospectionRefused,
@@ -63,7 +64,7 @@ from themisto_env.sandbox.launcher import KernelLauncher, launcher_class
 from themisto_env.sandbox.models import ExecutionResult, RestoreResult, SandboxLimits, SnapshotInfo
 from themisto_env.sandbox.outputs import OutputCollector
 from themisto_env.sandbox.snapshots import SnapshotStore
-from themisto_env.sandbox.workdir import FileStore, FileTree, ScanCache, scan, sync
+from themisto_env.sandbox.workdir import FileStore, FileTree, FolderTooLargeError, ScanCache, scan, sync
 
 _POLL_S = 0.25  # how often a silent wait checks that the kernel is alive
 _HELPER_MODULE = "_themisto_helper"
@@ -188,8 +189,14 @@ class Kernel:
 
         Raises:
             FolderTooLargeError: They hold more than ``limits.workdir_mb``.
+            InfrastructureError: The folder could not be read (a file the kernel made unreadable, ...).
         """
-        return scan(self.workdir, limit_bytes=int(self.limits.workdir_mb * 2**20), cache=self._scan_cache)
+        try:
+            return scan(self.workdir, limit_bytes=int(self.limits.workdir_mb * 2**20), cache=self._scan_cache)
+        except FolderTooLargeError:
+            raise
+        except DataError as exc:
+            raise InfrastructureError(f"could not read the kernel's working folder: {exc}") from exc
 
     def set_files(self, tree: FileTree, store: FileStore) -> None:
         """Make the working folder hold exactly ``tree``'s files, taken from ``store`` (each checked
@@ -197,8 +204,13 @@ class Kernel:
 
         Raises:
             DataError: A file is missing from the store or does not match its digest.
+            InfrastructureError: The folder could not be changed (what the kernel wrote there is not the
+                host's to remove, ...): a fresh kernel has a folder of its own.
         """
-        sync(self.workdir, tree, store, cache=self._scan_cache)
+        try:
+            sync(self.workdir, tree, store, cache=self._scan_cache)
+        except OSError as exc:
+            raise InfrastructureError(f"could not set the kernel's working folder: {exc}") from exc
 
     @property
     def launcher(self) -> KernelLauncher:

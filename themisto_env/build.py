@@ -116,7 +116,7 @@ def record_files(kernel: Kernel, store: FileStore) -> str | None:
     limit, or a file cannot be read: the state after this step then has no recorded files)."""
     try:
         return store.add(kernel.workdir, kernel.files())
-    except DataError:
+    except (DataError, InfrastructureError):
         return None
 
 
