@@ -29,6 +29,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -55,6 +56,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from themisto_env.trajectory import EnvironmentRef, Manifest
+
+log = logging.getLogger("themisto_env")
 
 #: What the kernel side of themisto needs in every environment (ipykernel brings IPython, which the
 #: in-kernel helper imports; dill writes and loads snapshots). Unpinned: pip picks versions compatible
@@ -604,6 +607,7 @@ def ready(record: EnvironmentRecord, backend: str) -> EnvironmentRecord:
     """The environment, ready for ``backend``: its docker image built first where the backend is docker
     and the image is missing (a few minutes; later uses are instant)."""
     if backend == "docker" and (record.image is None or not _image_present(record.image)):
+        log.warning("building the docker image of kernel environment %s (once; about a minute)", record.id)
         with _locked(record.id):
             record.image = build_image(record)
             _write_record(record)
