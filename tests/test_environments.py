@@ -23,7 +23,7 @@ from themisto_env import environments
 from themisto_env.cli import app
 from themisto_env.env import ThemistoEnv
 from themisto_env.errors import BackendUnavailableError, ConfigError, SnapshotEnvironmentError
-from themisto_env.sandbox.environments import environment_image
+from themisto_env.sandbox.environments import environment_dir, environment_image
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.trajectory import read_manifest, read_trajectories
 
@@ -97,6 +97,17 @@ def test_a_python_that_is_not_here_names_those_that_are() -> None:
         environments.create("themisto-test-no-such-python", spec)
     assert "\n" not in str(caught.value)
     assert "themisto-test-no-such-python" not in environments._registry()
+
+
+def test_requirements_pip_cannot_meet_are_one_line_errors() -> None:
+    spec = environments.make_spec("pandas==0.0.1\n")
+    with pytest.raises(
+        ConfigError, match=r"installing 1 requirement\(s\) .* failed \(exit 1\): .*pandas==0\.0\.1"
+    ) as caught:
+        environments.create("themisto-test-unmeetable", spec)
+    assert "\n" not in str(caught.value) and "; log: " in str(caught.value)
+    assert environments.read_record(spec.id) is None and not environment_dir(spec.id).exists()
+    assert "themisto-test-unmeetable" not in environments._registry()
 
 
 def test_bad_names_are_refused() -> None:

@@ -349,9 +349,17 @@ def _run(what: str, cmd: list[str], log: Path, console: Console | None) -> None:
         lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
         errors = [ln for ln in lines if ln.startswith("ERROR") or "error:" in ln.lower()]
         detail = (errors or lines or ["no output"])[0 if errors else -1].strip()
+        detail = re.sub(r"\(from versions: ([^)]*)\)", _few_versions, detail)
         raise ConfigError(f"{what} failed (exit {proc.returncode}): {detail[:400]}; log: {log}")
     if console is not None:
         console.print(f"[green]✓[/] {what} ({time.perf_counter() - started:.1f} s)")
+
+
+def _few_versions(match: re.Match[str]) -> str:
+    """pip's ``(from versions: ...)`` list cut to its ends (it names every release)."""
+    versions = [v.strip() for v in match.group(1).split(",")]
+    shown = versions if len(versions) <= 6 else [*versions[:3], "...", *versions[-3:]]
+    return f"(from versions: {', '.join(shown)})"
 
 
 def _ensure_apt_on_host(packages: list[str], log: Path, console: Console | None) -> None:
@@ -412,9 +420,8 @@ def create(
         cached = record is not None
         if record is None:
             record = _make_venv(spec, console)
-        if docker and record.image is None:
-            record.image = build_image(record, console)
-            _write_record(record)
+    if docker:  # built unless there (also when it was removed by hand)
+        record = ready(record, "docker", console)
     if name is not None:
         with _locked("registry"):
             names = _registry()
@@ -603,13 +610,18 @@ def remove(name: str, *, force: bool = False) -> EnvironmentRecord:
     return record
 
 
-def ready(record: EnvironmentRecord, backend: str) -> EnvironmentRecord:
+def ready(record: EnvironmentRecord, backend: str, console: Console | None = None) -> EnvironmentRecord:
     """The environment, ready for ``backend``: its docker image built first where the backend is docker
-    and the image is missing (a few minutes; later uses are instant)."""
+    and the image is missing (about a minute; later uses are instant).
+
+    Raises:
+        BackendUnavailableError: No Docker engine, or the image build failed.
+    """
     if backend == "docker" and (record.image is None or not _image_present(record.image)):
-        log.warning("building the docker image of kernel environment %s (once; about a minute)", record.id)
+        if console is None:
+            log.warning("building the docker image of kernel environment %s (once; about a minute)", record.id)
         with _locked(record.id):
-            record.image = build_image(record)
+            record.image = build_image(record, console)
             _write_record(record)
     return record
 
