@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -40,6 +40,7 @@ from themisto_env.agents.prompting import ContextMode, PromptTemplates, load_pro
 from themisto_env.agents.retry import RetryPolicy, acall_with_retries, call_with_retries
 from themisto_env.agents.transcript import transcript
 from themisto_env.errors import ConfigError
+from themisto_env.redaction import without_secrets
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -48,8 +49,6 @@ if TYPE_CHECKING:
 
 DEFAULT_TIMEOUT_S = 120.0
 """Seconds a model call may take (openai and anthropic, unless ``timeout=`` is given); then it is retried."""
-SECRET_OPTION = re.compile(r"(api_?key|secret|token|password|authorization|credential)", re.IGNORECASE)
-"""Model options never recorded in a run's rows."""
 
 
 def message_text(message: Any) -> str:
@@ -121,7 +120,7 @@ class LLMAgent(BaseAgent):
         self.provider = provider
         self.limiter: asyncio.Semaphore | None = None
         self._model_given = model
-        self._model_params = {k: v for k, v in model_options.items() if not SECRET_OPTION.search(k)}
+        self._model_params = without_secrets(model_options)
         if chat_model is not None and (provider is not None or model_options):
             raise ConfigError(f"{self.name}: pass either chat_model or provider/model options, not both")
         if chat_model is None:
@@ -160,9 +159,7 @@ class LLMAgent(BaseAgent):
 
     def model_record(self) -> dict[str, Any]:
         """``{"provider", "name", "params"}``: the model, as a run's rows record it (no secret in it)."""
-        params = {
-            k: v if isinstance(v, str | int | float | bool | None) else repr(v) for k, v in self._model_params.items()
-        }
+        params = json.loads(json.dumps(self._model_params, default=repr))  # plain JSON, no secret in it
         name = self._model_given or self._model_name() or None
         return {"provider": self.provider or type(self.chat_model).__name__, "name": name, "params": params}
 

@@ -140,6 +140,7 @@ class ToolUsingAgent(LLMAgent):
         assert self._messages is not None
         self.record(reply)
         self._last_reply = reply
+        self.transcript = transcript([*self._messages, reply])  # kept if a later call fails (a model_error row)
         from langchain_core.messages import ToolMessage
 
         calls = list(getattr(reply, "tool_calls", None) or [])

@@ -73,7 +73,8 @@ def make_chat_model(provider: str, model: str | None = None, **kwargs: Any) -> B
 
     Raises:
         ProviderError: The provider's package is not installed, or its API key is not set.
-        ConfigError: Unknown provider name, or no ``model`` for a provider that needs one.
+        ConfigError: Unknown provider name, no ``model`` for a provider that needs one, or options the model
+            class refuses (one line).
     """
     if ":" in provider:
         module_name, _, cls_name = provider.partition(":")
@@ -94,7 +95,11 @@ def make_chat_model(provider: str, model: str | None = None, **kwargs: Any) -> B
     cls = _import_class(provider, spec)
     if spec.key is not None and not kwargs.get("api_key") and not os.environ.get(spec.key):
         raise ProviderError(f"the {provider} provider needs an API key: set {spec.key} (or pass api_key=...)")
-    return cls(model=model, **kwargs)
+    try:
+        return cls(model=model, **kwargs)
+    except (ValueError, TypeError) as exc:  # pydantic's ValidationError too: a bad -M value, an unknown option
+        problem = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())[:300]
+        raise ConfigError(f"the {provider} model {model!r} does not take these options: {problem}") from None
 
 
 def _import_class(provider: str, spec: Provider) -> Any:

@@ -83,9 +83,21 @@ def load_factory(target: str, *, name: str | None = None) -> Any:
         factory = importlib.import_module(module_name)
         for part in attr.split("."):
             factory = getattr(factory, part)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"agent {name or target!r}: cannot import {target}: {exc}") from exc
+    except Exception as exc:  # ImportError, AttributeError, and whatever the module raises on import
+        raise ConfigError(f"agent {name or target!r}: cannot import {target}: {type(exc).__name__}: {exc}") from exc
     return factory
+
+
+def agent_observation(name: str) -> str | None:
+    """The observation mode the agent named ``name`` is written for (its class's ``observation``), or None
+    (any mode, or an agent that cannot be imported: making it will say why)."""
+    target = agent_targets().get(name) or (name if ":" in name else None)
+    try:
+        factory = load_factory(target, name=name) if target else None
+    except ConfigError:
+        return None
+    mode = getattr(factory, "observation", None)
+    return mode if isinstance(mode, str) else None
 
 
 def describe_agents() -> list[tuple[str, str, str]]:
@@ -96,8 +108,8 @@ def describe_agents() -> list[tuple[str, str, str]]:
         try:
             doc = inspect.getdoc(load_factory(target, name=name)) or ""
             line = doc.strip().splitlines()[0].replace("``", "") if doc.strip() else ""
-        except ConfigError as exc:
-            line = f"(cannot be imported: {exc})"
+        except Exception as exc:  # a broken plugin must not break the listing
+            line = f"(cannot be imported: {type(exc).__name__}: {exc})"
         described.append((name, target, line))
     return described
 

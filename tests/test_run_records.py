@@ -19,8 +19,9 @@ from typer.testing import CliRunner
 from tests.agents.test_provider_errors import Behaviour, StandIn, cli, ok
 from themisto_env.cli import app
 from themisto_env.config import RunConfig
-from themisto_env.errors import DataError
-from themisto_env.results import REDACTED, RESULTS, read_results
+from themisto_env.errors import ConfigError, DataError
+from themisto_env.redaction import REDACTED
+from themisto_env.results import RESULTS, read_results
 from themisto_env.runner import run
 
 pytest.importorskip("langchain_openai")
@@ -40,7 +41,7 @@ def llm_config(server: StandIn, env_dataset: dict[str, str], **kw: Any) -> RunCo
     return RunConfig(
         agent=kw.pop("agent", "llm-static"),
         model="openai/stand-in",
-        base_url=server.base_url,
+        base_url=kw.pop("base_url", server.base_url),
         model_args={"api_key": SECRET, "temperature": 0.2, "timeout": 5.0, **kw.pop("model_args", {})},
         task=kw.pop("task", "output"),
         data=env_dataset["dataset"],
@@ -279,3 +280,170 @@ def test_next_cell_rows_and_summary_carry_the_api_sequence_metrics(env_dataset: 
         assert summary[metric]["ci_low"] <= mean <= summary[metric]["ci_high"]
     output = run(config.model_copy(update={"task": "output"}), tmp_path / "output", progress=False)
     assert "api_f1" not in output and all("api_f1" not in r["scores"] for r in read_results(tmp_path / "output"))
+
+
+# -- adversarial: secrets in odd places, a concurrent run that fails or stops, resumes of other configs ------
+
+LONG_HEADER_KEY = "azure-header-key-0123456789"
+LONG_ANTHROPIC_KEY = "anthropic-header-key-9876543210"
+
+
+def test_keys_in_headers_queries_and_urls_never_reach_the_run_folder_and_placeholders_corrupt_nothing(
+    server: StandIn, env_dataset: dict[str, str], tmp_path: Path
+) -> None:
+    server.play(default=ok("```\nimport ollama\nx = df.max()\n```"))
+    host = server.base_url.replace("http://", "http://user:pw-in-url@")
+    config = llm_config(
+        server,
+        env_dataset,
+        limit=2,
+        base_url=host,
+        model_args={
+            "api_key": "ollama",  # what local servers take as a key: short, and a word of the code
+            "default_headers": {"api-key": LONG_HEADER_KEY, "x-api-key": LONG_ANTHROPIC_KEY},
+            "default_query": {"key": "q-key"},
+        },
+    )
+    run(config, tmp_path, progress=False)
+    everything = run_files(tmp_path)
+    for secret in (LONG_HEADER_KEY, LONG_ANTHROPIC_KEY, "pw-in-url", "q-key", SECRET):
+        assert secret not in everything, f"{secret} is in the run folder"
+    rows = read_results(tmp_path)
+    assert rows and all(r["prediction"] == "import ollama\nx = df.max()" for r in rows), "no text was corrupted"
+    params = rows[0]["model"]["params"]
+    assert "api-key" not in json.dumps(params) and "x-api-key" not in json.dumps(params)
+    assert params["temperature"] == 0.2
+
+
+def test_a_concurrent_run_stopped_by_errors_spends_few_calls_and_keeps_its_rows(
+    server: StandIn,
+    env_dataset: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tests.agents.test_provider_errors import error
+    from themisto_env import runner as runner_module
+    from themisto_env.errors import ModelError
+
+    monkeypatch.setattr(runner_module, "FAIL_ON_ERROR_MIN_SAMPLES", 2)
+    server.play(default=error(400, "bad request"))
+    with pytest.raises(ModelError, match="stopped"):
+        run(llm_config(server, env_dataset, max_connections=3, fail_on_error=0.0), tmp_path, progress=False)
+    rows = read_results(tmp_path)
+    assert len(rows) >= 2 and all(r["model_error"] for r in rows), "the rows before the stop are kept"
+    assert len(server.requests) <= len(rows) + 3, "at most the calls in flight when it stopped are lost"
+
+
+class FailsOnThirdSample:
+    """An agent that looks at the kernel (a tool call), predicts, and breaks on the third sample it sees."""
+
+    observation = "tools"
+    seen = 0
+
+    def __init__(self) -> None:
+        from themisto_env.agents import AgentUsage
+
+        self.usage = AgentUsage()
+        self._asked: set[str] = set()
+
+    def reset(self, info: Any) -> None:
+        pass
+
+    def act(self, observation: Any, info: Any) -> Any:
+        raise NotImplementedError("async only")
+
+    async def aact(self, observation: Any, info: Any) -> Any:
+        from themisto_env.actions import Prediction
+        from themisto_env.tools import ToolCall
+
+        sample = str(info["sample_id"])
+        if sample not in self._asked:
+            self._asked.add(sample)
+            type(self).seen += 1
+            if type(self).seen == 3:
+                raise RuntimeError("the agent broke")
+            return ToolCall(tool="list_variables", args={})
+        return Prediction(text="x")
+
+
+def _kernels() -> set[int]:
+    import psutil
+
+    children = psutil.Process().children(recursive=True)
+    return {p.pid for p in children if any("ipykernel" in part for part in p.cmdline())}
+
+
+def test_a_failing_slot_raises_its_error_once_every_env_is_closed_and_no_kernel_is_left(
+    env_dataset: dict[str, str], tmp_path: Path
+) -> None:
+    import time
+
+    FailsOnThirdSample.seen = 0
+    before = _kernels()
+    config = RunConfig(
+        agent=f"{__name__}:FailsOnThirdSample",
+        task="output",
+        data=env_dataset["dataset"],
+        env={"snapshot_dir": env_dataset["snapshot_dir"]},
+        max_connections=3,
+    )
+    with pytest.raises(RuntimeError, match="the agent broke"):
+        run(config, tmp_path, progress=False)
+    deadline = time.monotonic() + 10
+    while _kernels() - before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _kernels() - before, "kernels outlived the run"
+    assert all(r["prediction"] == "x" for r in read_results(tmp_path)), "the rows scored before the failure are kept"
+
+
+def test_max_connections_holds_over_uneven_workers(
+    server: StandIn, env_dataset: dict[str, str], tmp_path: Path
+) -> None:
+    from themisto_env.runner import in_flight
+
+    config = llm_config(server, env_dataset, max_connections=3, workers=2)
+    assert [in_flight(config, i) for i in range(2)] == [2, 1]
+    assert [in_flight(config.model_copy(update={"max_connections": 1}), i) for i in range(1)] == [1]
+    server.play(default=ok(delay=0.3))
+    run(config, tmp_path, progress=False)
+    assert 2 <= server.max_in_flight <= 3
+
+
+def test_resuming_a_run_folder_of_an_older_version_or_without_config_is_judged_by_what_it_holds(
+    env_dataset: dict[str, str], tmp_path: Path
+) -> None:
+    config = RunConfig(
+        agent="repeat-previous", data=env_dataset["dataset"], env={"snapshot_dir": env_dataset["snapshot_dir"]}
+    )
+    run(config.model_copy(update={"limit": 2}), tmp_path, progress=False)
+    old = json.loads((tmp_path / "config.json").read_text())
+    for field in ("model", "base_url", "model_args", "max_connections", "cache", "agent_options"):
+        old.pop(field)  # as an older version wrote it
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    run(config.model_copy(update={"limit": 4}), tmp_path, progress=False)  # the same run: resumes
+    assert len(read_results(tmp_path)) == 4
+    with pytest.raises(ConfigError, match="env"):
+        run(config.model_copy(update={"env": {**config.env, "tool_budget": 1}}), tmp_path, progress=False)
+    (tmp_path / "config.json").unlink()
+    with pytest.raises(ConfigError, match="'repeat-previous' -> 'retrieval'"):
+        run(config.model_copy(update={"agent": "retrieval"}), tmp_path, progress=False)
+    run(config.model_copy(update={"limit": 5, "workers": 1, "max_retries": 2}), tmp_path, progress=False)
+    assert len(read_results(tmp_path)) == 5, "operational options may change between resumes"
+
+
+def test_force_with_a_config_that_cannot_run_keeps_the_results(env_dataset: dict[str, str], tmp_path: Path) -> None:
+    config = RunConfig(
+        agent="repeat-previous", limit=2, data=env_dataset["dataset"], env={"snapshot_dir": env_dataset["snapshot_dir"]}
+    )
+    run(config, tmp_path, progress=False)
+    before = (tmp_path / RESULTS).read_text()
+    with pytest.raises(ConfigError):
+        run(config.model_copy(update={"agent": "repeat-previus"}), tmp_path, progress=False, force=True)
+    with pytest.raises(ConfigError):
+        run(config.model_copy(update={"model": "openai/m"}), tmp_path, progress=False, force=True)
+    assert (tmp_path / RESULTS).read_text() == before
+
+
+def test_ray_and_max_connections_together_are_refused_in_one_line() -> None:
+    with pytest.raises(Exception, match="Ray actors run theirs one at a time"):
+        RunConfig(ray="local", max_connections=4)

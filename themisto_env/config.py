@@ -20,12 +20,6 @@ from themisto_env.samples import TaskName
 ObservationName = Literal["static", "full", "tools"]
 """The env's observation modes (``themisto_env.env.ObservationMode``)."""
 
-RESULT_FIELDS = ("agent", "agent_options", "model", "base_url", "model_args", "task", "observation", "backend", "data")
-"""The config fields that change a run's results: resuming a run folder with other values stops (``--force``
-starts over). The others (``limit``, ``workers``, ``ray``, ``max_retries``, ``fail_on_error``,
-``max_connections``, ``cache``, ``samples``) may change between resumes: a sample with another number of
-predictions is run again anyway."""
-
 
 class RunConfig(BaseModel):
     """What to run. Pure data: code is chosen by registered name (``agent``).
@@ -93,6 +87,11 @@ class RunConfig(BaseModel):
     def _one_source_per_option(self) -> RunConfig:
         if "samples" in self.env:
             raise ValueError("set the predictions per sample with samples (--samples), not env.samples")
+        if self.ray is not None and self.max_connections is not None:
+            raise ValueError(
+                "max_connections (--max-connections) runs episodes concurrently in local processes; "
+                "Ray actors run theirs one at a time: use one or the other"
+            )
         if self.model is not None and {"provider", "model", "chat_model"} & set(self.agent_options):
             raise ValueError("give the model either as model (--model) or in agent_options, not both")
         return self
@@ -120,7 +119,8 @@ class RunConfig(BaseModel):
 
 def parse_model_args(pairs: list[str]) -> dict[str, Any]:
     """``["temperature=0", "stop=[END]"]`` -> ``{"temperature": 0, "stop": ["END"]}``: values are read as
-    YAML scalars or flow collections (``0`` an int, ``true`` a bool, ``abc`` a string).
+    JSON or YAML flow collections (``0`` an int, ``1e3`` a float, ``true`` a bool), anything else as text
+    (``abc``, ``no``, ``2024-01-01`` stay strings).
 
     Raises:
         ConfigError: A pair without ``=``.
@@ -130,11 +130,23 @@ def parse_model_args(pairs: list[str]) -> dict[str, Any]:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"-M takes key=value (e.g. -M temperature=0), got {pair!r}")
-        try:
-            args[key.strip()] = yaml.safe_load(value) if value.strip() else ""
-        except yaml.YAMLError:
-            args[key.strip()] = value
+        args[key.strip()] = _model_arg(value)
     return args
+
+
+def _model_arg(value: str) -> Any:
+    """A -M value: JSON (numbers, true/false/null, quoted strings, lists, objects), a YAML flow collection
+    (``[END, STOP]``, ``{api-key: X}``), or else the text itself (``no`` stays ``"no"``)."""
+    try:
+        return json.loads(value)
+    except ValueError:
+        pass
+    if value.strip()[:1] in ("[", "{"):
+        try:
+            return yaml.safe_load(value)
+        except yaml.YAMLError:
+            pass
+    return value
 
 
 def load_run_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
@@ -164,4 +176,4 @@ def load_run_config(path: str | Path | None = None, overrides: dict[str, Any] | 
         raise ConfigError(f"{path or 'options'}: {problems}") from None
 
 
-__all__ = ["RESULT_FIELDS", "RunConfig", "load_run_config", "parse_model_args"]
+__all__ = ["RunConfig", "load_run_config", "parse_model_args"]

@@ -21,8 +21,6 @@ providers' key variables) and :func:`redact` replaces them wherever they appear 
 from __future__ import annotations
 
 import json
-import os
-import re
 from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
@@ -30,19 +28,15 @@ from typing import IO, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from themisto_env.config import RESULT_FIELDS, RunConfig
+from themisto_env.config import RunConfig
 from themisto_env.errors import ConfigError, DataError
 from themisto_env.metrics import API_SEQUENCE_METRICS, METRICS, Score, aggregate, estimate_means
 from themisto_env.passk import summarize_draws
+from themisto_env.redaction import environment_secrets, redact, secret_values
 
 RESULTS = "results.jsonl"
 SUMMARY = "summary.json"
 CONFIG = "config.json"
-REDACTED = "[REDACTED]"
-SECRET_NAME = re.compile(r"(api_?key|secret|token|password|authorization|credential)", re.IGNORECASE)
-"""Option names whose values are secrets (and never written)."""
-SECRET_VARIABLES = re.compile(r"^[A-Z0-9_]*(API_KEY|_TOKEN|_SECRET)$")
-"""Environment variables whose values are secrets wherever they appear."""
 USAGE_TOTALS = (
     "model_calls",
     "input_tokens",
@@ -111,8 +105,9 @@ class ResultRow(BaseModel):
     draws: list[dict[str, Any]] | None = None
 
 
-def read_results(out: str | Path) -> list[dict[str, Any]]:
-    """The rows of a run folder (as dicts); a torn last line (a killed writer) is dropped from the file.
+def read_results(out: str | Path, *, repair: bool = False) -> list[dict[str, Any]]:
+    """The rows of a run folder (as dicts). A torn last line (a killed writer, or a row being written now)
+    is left out; with ``repair`` (the runner, before appending) it is also dropped from the file.
 
     Raises:
         DataError: A line that is not JSON (other than a torn last one), or not a result row (named by
@@ -128,7 +123,8 @@ def read_results(out: str | Path) -> list[dict[str, Any]]:
             row = json.loads(line)
         except json.JSONDecodeError:
             if number == len(lines):  # torn by a kill: drop it so appends stay well-formed
-                path.write_text("".join(lines[:-1]), encoding="utf-8")
+                if repair:
+                    path.write_text("".join(lines[:-1]), encoding="utf-8")
                 break
             raise DataError("not a JSON line", path=path, row=number) from None
         try:
@@ -144,7 +140,15 @@ def read_results(out: str | Path) -> list[dict[str, Any]]:
 def append_row(file: IO[str], row: dict[str, Any], secrets: Iterable[str] = ()) -> None:
     """Write one row (validated, secrets redacted) as a line of ``results.jsonl``, and flush it."""
     row = redact(row, secrets)
-    ResultRow.model_validate(row)
+    try:
+        ResultRow.model_validate(row)
+    except ValidationError as exc:  # an agent's transcript or model record of the wrong shape
+        error = exc.errors()[0]
+        field = ".".join(map(str, error["loc"])) or "row"
+        raise ConfigError(
+            f"the row of {row.get('sample_id')} is not a result row (field {field!r}: {error['msg']}): check "
+            f"what agent {row.get('agent')!r} gives as transcript and model_record()"
+        ) from None
     file.write(json.dumps(row) + "\n")
     file.flush()
 
@@ -178,78 +182,82 @@ def run_label(row: dict[str, Any]) -> str:
 
 
 def secrets(config: RunConfig | None = None) -> set[str]:
-    """The secret values a run must never write: options named like keys, and the providers' key variables."""
-    found = {value for name, value in os.environ.items() if SECRET_VARIABLES.match(name) and len(value) >= 8}
+    """The secret values a run must never write (:mod:`themisto_env.redaction`): those of its options
+    (``agent_options``, ``model_args``, the endpoint's URL) and of secret-like environment variables."""
+    found = environment_secrets()
     if config is not None:
-        found |= _secret_values(config.agent_options) | _secret_values(config.model_args)
-        if config.base_url and (userinfo := re.match(r"^[a-z+]+://([^/@]+)@", config.base_url)):
-            found.add(userinfo.group(1))
-    return {s for s in found if s}
-
-
-def _secret_values(options: Any) -> set[str]:
-    if isinstance(options, dict):
-        found: set[str] = set()
-        for name, value in options.items():
-            if SECRET_NAME.search(str(name)) and isinstance(value, str):
-                found.add(value)
-            else:
-                found |= _secret_values(value)
-        return found
-    if isinstance(options, list):
-        return set().union(*(_secret_values(v) for v in options)) if options else set()
-    return set()
-
-
-def redact(value: Any, secret_values: Iterable[str]) -> Any:
-    """``value`` with every secret replaced by ``[REDACTED]``: in any string, at any depth, and the whole
-    value of any option named like a key."""
-    ordered = sorted(set(secret_values), key=len, reverse=True)
-
-    def clean(item: Any, name: str = "") -> Any:
-        if isinstance(item, str):
-            if name and SECRET_NAME.search(name) and item:
-                return REDACTED
-            for secret in ordered:
-                item = item.replace(secret, REDACTED)
-            return item
-        if isinstance(item, dict):
-            return {k: clean(v, str(k)) for k, v in item.items()}
-        if isinstance(item, list | tuple):
-            return [clean(v) for v in item]
-        return item
-
-    return clean(value)
+        found |= secret_values(config.agent_options) | secret_values(config.model_args)
+        found |= secret_values(config.base_url or "")
+    return found
 
 
 # -- the run folder --------------------------------------------------------------------------------------------
+
+
+OPERATIONAL_OPTIONS = frozenset({"timeout", "request_timeout", "max_retries", "retry_delay", "cache"})
+"""Agent options that do not change a run's results (they may change between resumes)."""
+OPERATIONAL_ENV = frozenset({"snapshot_dir", "warm_kernels", "lazy_state"})
+"""Env options that do not change a run's results."""
+
+
+def run_identity(config: RunConfig) -> dict[str, Any]:
+    """What makes a run's rows comparable: the agent and its model options (as the agent gets them, secrets
+    redacted, without :data:`OPERATIONAL_OPTIONS`), the task, the observation mode the env will use, the
+    backend, the data and the env options (without :data:`OPERATIONAL_ENV`). Resuming a run folder with
+    another identity is refused. ``limit``, ``workers``, ``ray``, ``max_retries``, ``fail_on_error``,
+    ``max_connections``, ``cache`` and ``samples`` may change (a sample with another number of predictions
+    is run again anyway)."""
+    from themisto_env.agents.registry import agent_observation
+
+    kwargs = {k: v for k, v in config.agent_kwargs().items() if k not in OPERATIONAL_OPTIONS}
+    return redact(
+        {
+            "agent": config.agent,
+            "agent_options": kwargs,
+            "task": config.task,
+            "observation": config.observation or agent_observation(config.agent) or "static",
+            "backend": config.backend,
+            "data": config.data,
+            "env": {k: v for k, v in config.env.items() if k not in OPERATIONAL_ENV},
+        },
+        secrets(config),
+    )
 
 
 def write_config(out: Path, config: RunConfig, *, force: bool = False) -> None:
     """Record the run's config in ``out`` (redacted), after checking that it resumes the same run.
 
     Raises:
-        ConfigError: ``out`` holds rows of a run with other values of :data:`~themisto_env.config.RESULT_FIELDS`
-            (and ``force`` is not set). With ``force`` the folder's results and summary are removed first.
+        ConfigError: ``out`` holds rows of a run of another :func:`run_identity` (read from its config.json,
+            or from its rows when it has none), unless ``force``: then its results and summary are removed.
     """
     path = out / CONFIG
-    recorded = redact(config.model_dump(mode="json"), secrets(config))
     if force:
         for name in (RESULTS, SUMMARY):
             (out / name).unlink(missing_ok=True)
-    elif path.exists() and (out / RESULTS).exists() and (out / RESULTS).stat().st_size:
-        try:
-            before = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            raise ConfigError(f"{path}: unreadable; pass --force to start the run over") from None
-        changed = [f for f in RESULT_FIELDS if before.get(f, RunConfig.model_fields[f].default) != recorded[f]]
-        if changed:
-            what = ", ".join(f"{f}: {_short(before.get(f))} -> {_short(recorded[f])}" for f in changed)
-            raise ConfigError(
-                f"{out} holds a run with another config ({what}): pass --force to start it over, or choose "
-                "another --out"
-            )
+    elif (out / RESULTS).exists() and (out / RESULTS).stat().st_size:
+        _check_same_run(out, config)
+    recorded = redact(config.model_dump(mode="json"), secrets(config))
     path.write_text(json.dumps(recorded, indent=2) + "\n", encoding="utf-8")
+
+
+def _check_same_run(out: Path, config: RunConfig) -> None:
+    now = run_identity(config)
+    path = out / CONFIG
+    if path.exists():
+        try:
+            before = run_identity(RunConfig.model_validate(json.loads(path.read_text(encoding="utf-8"))))
+        except (OSError, ValueError):
+            raise ConfigError(f"{path}: not a run config this version reads; pass --force to start over") from None
+    else:  # rows without a config.json (written by hand, or by a version without one): judge by the rows
+        first = read_results(out, repair=False)[0]
+        before = {**now, **{k: first.get(k) for k in ("agent", "task", "observation", "backend")}}
+    changed = [key for key in now if before.get(key) != now[key]]
+    if changed:
+        what = ", ".join(f"{key}: {_short(before.get(key))} -> {_short(now[key])}" for key in changed)
+        raise ConfigError(
+            f"{out} holds a run with another config ({what}): pass --force to start it over, or choose another --out"
+        )
 
 
 def _short(value: Any, limit: int = 60) -> str:
@@ -258,8 +266,9 @@ def _short(value: Any, limit: int = 60) -> str:
 
 
 def done_samples(out: Path, samples: int) -> set[str]:
-    """The samples of ``out`` that need no new run: scored with ``samples`` predictions."""
-    return {r["sample_id"] for r in read_results(out) if is_scored(r) and row_draws(r) == samples}
+    """The samples of ``out`` that need no new run: scored with ``samples`` predictions (a torn last line
+    is dropped from the file, so that appends stay well-formed)."""
+    return {r["sample_id"] for r in read_results(out, repair=True) if is_scored(r) and row_draws(r) == samples}
 
 
 # -- the summary -----------------------------------------------------------------------------------------------
@@ -272,9 +281,9 @@ def summarize(rows: list[dict[str, Any]], config: RunConfig | None = None) -> di
     The metrics (:data:`~themisto_env.metrics.METRICS`, and for next-cell runs
     :data:`~themisto_env.metrics.API_SEQUENCE_METRICS`) and ``reward`` are those of each sample's first
     prediction. ``usage`` sums what the agent
-    spent (:data:`USAGE_TOTALS`) over every sample, scored or not (a failed sample's tokens were paid
-    for too); ``usage.tokens_reported`` is False when some model call reported no token counts (the
-    totals are then lower bounds). When rows have ``draws`` (``samples=K``),
+    spent (:data:`USAGE_TOTALS`) over every row, scored or not, the rows of attempts run again on resume
+    included (their tokens were paid for too); ``usage.tokens_reported`` is False when some model call
+    reported no token counts (the totals are then lower bounds). When rows have ``draws`` (``samples=K``),
     :func:`themisto_env.passk.summarize_draws` adds ``draws`` (K), ``best_of_k`` and, with the execution
     score, ``pass_at_k`` (``{"1": {"mean", "ci_low", "ci_high"}, ..., "K": ...}``) and ``pass_at_k_counts``."""
     latest = {r["sample_id"]: r for r in rows}
@@ -298,7 +307,7 @@ def summarize(rows: list[dict[str, Any]], config: RunConfig | None = None) -> di
         "prediction_failures": sum(1 for r in scored if r.get("prediction_failed")),
         "tool_calls": sum(len(r["tool_calls"]) for r in scored),
         "seconds": round(sum(r["seconds"] for r in scored), 2),
-        "usage": _usage_totals(latest.values()),
+        "usage": _usage_totals(rows),  # every attempt was paid for, the retried ones too
     }
     if scored:
         corpus = aggregate(

@@ -53,7 +53,8 @@ import queue as queue_module
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -63,6 +64,7 @@ from themisto_env.config import RunConfig
 from themisto_env.env import ThemistoEnv
 from themisto_env.errors import ConfigError, InfrastructureError, ModelError, ThemistoError
 from themisto_env.metrics import api_sequence_score
+from themisto_env.redaction import redact
 from themisto_env.results import (
     RESULTS,
     SUMMARY,
@@ -98,8 +100,8 @@ def make_run_agent(config: RunConfig) -> Any:
 
     try:
         agent = make_agent(config.agent, **config.agent_kwargs())
-    except TypeError as exc:  # options the agent does not take (e.g. --model for a baseline)
-        raise ConfigError(f"agent {config.agent!r} does not take these options: {exc}") from None
+    except TypeError as exc:  # options the agent does not take (e.g. --model for a baseline), or its own bug
+        raise ConfigError(f"agent {config.agent!r} could not be made with these options: {exc}") from None
     if config.max_retries is not None and hasattr(agent, "retry"):  # the LLM agents' RetryPolicy
         agent.retry.max_retries = config.max_retries
     return agent
@@ -250,23 +252,26 @@ async def aepisode_rows(
     tid: str,
     first: int,
     wanted: Iterable[str],
-) -> list[dict[str, Any]]:
-    """:func:`episode_rows` under asyncio: the agent's ``aact``, the env's steps in a thread."""
+    *,
+    call: Callable[..., Awaitable[Any]] = asyncio.to_thread,
+    stop: threading.Event | None = None,
+) -> AsyncIterator[dict[str, Any]]:
+    """:func:`episode_rows` under asyncio: the agent's ``aact``; the env's calls through ``call`` (a blocking
+    call run off the event loop); each row as soon as its sample is scored. A set ``stop`` ends the episode
+    before the next model call."""
     episode = Episode(config, env, agent, options, tid, first, set(wanted))
-    obs, info = await asyncio.to_thread(episode.reset)
-    rows: list[dict[str, Any]] = []
-    while episode.left:
+    obs, info = await call(episode.reset)
+    while episode.left and not (stop is not None and stop.is_set()):
         try:
             action = await agent.aact(obs, info) if episode.wants_answer() else Prediction(text="")
         except ModelError as exc:
             action = episode.model_failed(exc)
-        obs, reward, terminated, truncated, info = await asyncio.to_thread(env.step, action)
+        obs, reward, terminated, truncated, info = await call(env.step, action)
         row, info = episode.stepped(action, reward, terminated or truncated, info)
         if row is not None:
-            rows.append(row)
+            yield row
         if terminated or truncated:
             break
-    return rows
 
 
 def agent_record(agent: Any) -> dict[str, Any]:
@@ -392,20 +397,29 @@ def serial_rows(config: RunConfig, plans: list[EpisodePlan]) -> Rows:
         env.close()
 
 
-def in_flight(config: RunConfig) -> int:
-    """Episodes one process runs at once: its share of ``max_connections`` (1 without it)."""
+def in_flight(config: RunConfig, worker: int = 0) -> int:
+    """Episodes the ``worker``-th process runs at once: its share of ``max_connections`` (the shares add up
+    to it exactly), 1 without it."""
     if config.max_connections is None:
         return 1
-    return max(1, math.ceil(config.max_connections / max(1, config.workers)))
+    workers = min(config.workers, config.max_connections)
+    return config.max_connections // workers + (worker < config.max_connections % workers)
 
 
 async def concurrent_episodes(
-    config: RunConfig, take: Callable[[], EpisodePlan | None], emit: Callable[[dict[str, Any]], None]
+    config: RunConfig,
+    take: Callable[[], EpisodePlan | None],
+    emit: Callable[[dict[str, Any]], None],
+    *,
+    slots: int,
+    stop: threading.Event | None = None,
 ) -> None:
-    """Run episodes concurrently in this process: :func:`in_flight` slots, each with its own agent, env and
-    kernel, taking trajectories from ``take`` until it returns None; the agents' model calls share one
-    bound of :func:`in_flight` (the process's share of ``max_connections``)."""
-    limit = asyncio.Semaphore(in_flight(config))
+    """Run episodes concurrently in this process: ``slots`` slots, each with its own agent, env and kernel,
+    taking episodes from ``take`` until it returns None (or ``stop`` is set); the agents' model calls share
+    one bound of ``slots``. Each slot's env runs in the slot's own thread, so a slot cancelled (another
+    failed, or the run stops) closes its env only after the env's call in progress returns. The first
+    failure cancels the other slots and is raised (in an ExceptionGroup) once every env is closed."""
+    limit = asyncio.Semaphore(slots)
 
     async def slot() -> None:
         if (plan := take()) is None:
@@ -414,59 +428,99 @@ async def concurrent_episodes(
         if hasattr(agent, "limiter"):
             agent.limiter = limit
         options = env_options(config, agent)
-        env = await asyncio.to_thread(lambda: ThemistoEnv(**options))
+        thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="themisto-slot")
+        loop = asyncio.get_running_loop()
+        made: list[ThemistoEnv] = []
+
+        def call(function: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+            return loop.run_in_executor(thread, function, *args)
+
+        def make() -> ThemistoEnv:
+            made.append(ThemistoEnv(**options))
+            return made[0]
+
+        def close() -> None:  # queued behind any call still running in the slot's thread
+            for env in made:
+                env.close()
+
         try:
-            while plan is not None:
-                for row in await aepisode_rows(config, env, agent, options, *plan):
+            env = await call(make)
+            while plan is not None and not (stop is not None and stop.is_set()):
+                async for row in aepisode_rows(config, env, agent, options, *plan, call=call, stop=stop):
                     emit(row)
                 plan = take()
         finally:
-            await asyncio.to_thread(env.close)
+            closing = thread.submit(close)
+            thread.shutdown(wait=False)
+            await asyncio.shield(asyncio.wrap_future(closing))
 
-    await asyncio.gather(*(slot() for _ in range(in_flight(config))))
+    async with asyncio.TaskGroup() as group:
+        for _ in range(slots):
+            group.create_task(slot())
 
 
 def concurrent_rows(config: RunConfig, plans: list[EpisodePlan]) -> Rows:
-    """The ``concurrent`` executor in this process (``workers == 1``): the event loop runs in a thread,
-    and rows come out as their episodes end."""
+    """The ``concurrent`` executor in this process (``workers == 1``): the event loop runs in a thread, and
+    rows come out as their samples are scored. Closing the rows (the run stops, Ctrl-C) stops new model
+    calls, cancels the episodes and waits for their envs to close."""
+    limit_threads(in_flight(config))
     todo = list(plans)
     lock = threading.Lock()
+    stop = threading.Event()
     rows: queue_module.Queue[tuple[str, Any]] = queue_module.Queue()
+    started: queue_module.Queue[tuple[asyncio.AbstractEventLoop, asyncio.Task[None]]] = queue_module.Queue()
 
     def take() -> EpisodePlan | None:
         with lock:
-            return todo.pop(0) if todo else None
+            return todo.pop(0) if todo and not stop.is_set() else None
+
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        started.put((asyncio.get_running_loop(), task))
+        await concurrent_episodes(config, take, lambda row: rows.put(("row", row)), slots=in_flight(config), stop=stop)
 
     def loop() -> None:
         try:
-            asyncio.run(concurrent_episodes(config, take, lambda row: rows.put(("row", row))))
+            asyncio.run(main())
             rows.put(("done", None))
-        except BaseException as exc:
+        except BaseException as exc:  # handed to the consumer's thread
             rows.put(("raise", exc))
 
     thread = threading.Thread(target=loop, name="themisto-episodes", daemon=True)
     thread.start()
+    event_loop, task = started.get()
     try:
         while True:
             kind, payload = rows.get()
             if kind == "row":
                 yield payload
             elif kind == "raise":
-                raise payload
+                raise _first_failure(payload)
             else:
                 break
     finally:
-        with lock:
-            todo.clear()  # episodes in flight finish; no new one starts
-        thread.join()
+        if thread.is_alive():
+            stop.set()
+            with contextlib.suppress(RuntimeError):  # the loop already ended
+                event_loop.call_soon_threadsafe(task.cancel)
+            thread.join()
 
 
-def _worker(config_json: str, tasks: Any, queue: Any) -> None:
+def _first_failure(exc: BaseException) -> BaseException:
+    """The failure inside a task group's ExceptionGroup (a slot's error, as the serial executor raises it)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _worker(config_json: str, tasks: Any, queue: Any, number: int = 0) -> None:
     """A worker process: one env and kernel (or :func:`in_flight` of them, concurrently); takes episode
     plans from ``tasks`` until a None."""
     try:
         config = RunConfig.model_validate_json(config_json)
-        limit_threads(config.workers)
+        slots = in_flight(config, number)
+        limit_threads(config.workers * slots)
         if config.max_connections is not None:
             lock = threading.Lock()
             ended = False
@@ -480,7 +534,10 @@ def _worker(config_json: str, tasks: Any, queue: Any) -> None:
                     ended = plan is None
                     return EpisodePlan(*plan) if plan is not None else None
 
-            asyncio.run(concurrent_episodes(config, take, lambda row: queue.put(("row", row))))
+            try:
+                asyncio.run(concurrent_episodes(config, take, lambda row: queue.put(("row", row)), slots=slots))
+            except BaseExceptionGroup as group:
+                raise _first_failure(group) from None
         else:
             agent = make_run_agent(config)
             options = env_options(config, agent)
@@ -502,12 +559,11 @@ def process_rows(config: RunConfig, plans: list[EpisodePlan]) -> Rows:
     """The ``processes`` executor: ``workers`` processes, each taking the next episode when free."""
     ctx = mp.get_context("spawn")
     queue, tasks = ctx.Queue(), ctx.Queue()
-    count = min(config.workers, len(plans))
-    for plan in [*plans, *([None] * (count * in_flight(config)))]:  # a None ends each of a worker's slots
+    count = min(config.workers, config.max_connections or config.workers, len(plans))
+    for plan in [*plans, *([None] * (config.max_connections or count))]:  # a None ends each worker's slots
         tasks.put(tuple(plan) if plan is not None else None)
-    procs = [
-        ctx.Process(target=_worker, args=(config.model_dump_json(), tasks, queue), daemon=True) for _ in range(count)
-    ]
+    config_json = config.model_dump_json()
+    procs = [ctx.Process(target=_worker, args=(config_json, tasks, queue, i), daemon=True) for i in range(count)]
     for p in procs:
         p.start()
     running = len(procs)
@@ -568,15 +624,15 @@ def run(config: RunConfig, out: str | Path, *, progress: bool = True, force: boo
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_config(out, config, force=force)
-    done = done_samples(out, config.samples)  # other rows (failed, fewer predictions) are run again
-    agent = make_run_agent(config)
+    agent = make_run_agent(config)  # a config that cannot run fails here, before anything in out is touched
     env = ThemistoEnv(**env_options(config, agent))  # resolves (and if needed builds) the dataset
     try:
+        out.mkdir(parents=True, exist_ok=True)
+        write_config(out, config, force=force)
+        done = done_samples(out, config.samples)  # other rows (failed, fewer predictions) are run again
         samples = env.samples[: config.limit] if config.limit else env.samples
         wanted = {s.id for s in samples} - done
-        plans = plan_episodes(env, wanted, parts=config.workers * in_flight(config))
+        plans = plan_episodes(env, wanted, parts=config.max_connections or config.workers)
         if config.data is None and config.ray is None:  # Ray nodes resolve the bundled data themselves
             config = config.model_copy(update={"data": str(env.dataset_dir)})
     finally:
@@ -604,7 +660,7 @@ def run(config: RunConfig, out: str | Path, *, progress: bool = True, force: boo
     summary = summarize(read_results(out), config)
     (out / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
     if stop:
-        raise ModelError(stop)
+        raise ModelError(redact(stop, hidden))
     return summary
 
 

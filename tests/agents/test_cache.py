@@ -308,14 +308,20 @@ def test_no_secret_reaches_the_file(fresh: StandIn, tmp_path: Path) -> None:
 
 WRITER = textwrap.dedent(
     """
-    import sys
+    import sys, time
+    from pathlib import Path
     from langchain_core.messages import AIMessage
     from themisto_env.agents.cache import ResponseCache
 
     cache = ResponseCache(sys.argv[1])
     name, count = sys.argv[2], int(sys.argv[3])
     sys.stdin.readline()  # start together
+    halfway = Path(sys.argv[1]).with_name(f"halfway-{name}")
     for i in range(count if count > 0 else 10**9):
+        if count > 0 and i == count // 2:  # wait until every writer is halfway: their writes overlap
+            halfway.touch()
+            while len(list(halfway.parent.glob("halfway-*"))) < (int(sys.argv[4]) if len(sys.argv) > 4 else 1):
+                time.sleep(0.01)
         key = f"shared-{i}" if i % 3 == 0 else f"{name}-{i}"
         text = f"{name} {i} " + "x" * 2000
         cache.put(key, AIMessage(text, usage_metadata={"input_tokens": i, "output_tokens": 1, "total_tokens": i + 1}))
@@ -325,9 +331,10 @@ WRITER = textwrap.dedent(
 )
 
 
-def _writer(cache: Path, name: str, count: int) -> subprocess.Popen[str]:
+def _writer(cache: Path, name: str, count: int, writers: int = 1) -> subprocess.Popen[str]:
+    """A process putting ``count`` replies (0: until killed); ``writers`` of them meet halfway."""
     return subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(cache), name, str(count)],
+        [sys.executable, "-c", WRITER, str(cache), name, str(count), str(writers)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -349,7 +356,7 @@ def _intact(cache: Path) -> None:
 
 def test_two_writer_processes_leave_a_readable_file(tmp_path: Path) -> None:
     cache = tmp_path / "replies.sqlite"
-    writers = [_writer(cache, name, 900) for name in ("a", "b")]
+    writers = [_writer(cache, name, 900, writers=2) for name in ("a", "b")]
     _go(*writers)
     assert [w.wait(timeout=120) for w in writers] == [0, 0]
     _intact(cache)
