@@ -88,6 +88,14 @@ def load_factory(target: str, *, name: str | None = None) -> Any:
     return factory
 
 
+def _is_agent_class(factory: Any) -> bool:
+    return (
+        inspect.isclass(factory)
+        and callable(getattr(factory, "reset", None))
+        and callable(getattr(factory, "act", None))
+    )
+
+
 def agent_observation(name: str) -> str | None:
     """The observation mode the agent named ``name`` is written for (its class's ``observation``), or None
     (any mode, or an agent that cannot be imported: making it will say why)."""
@@ -139,6 +147,11 @@ def make_agent(name: str, **options: Any) -> Agent:
             f"no agent named {name!r}.{hint} Agents: {', '.join(sorted(targets))} (or package.module:Class)"
         )
     factory = load_factory(target, name=name)
+    if target == name and not _is_agent_class(factory):  # a path from a config or the CLI: agents only
+        raise ConfigError(
+            f"{name} is not an agent class (one with reset and act, e.g. a BaseAgent): register a factory "
+            "function by name with register_agent instead"
+        )
     agent = factory(**options)
     agent.name = name  # results are labelled with the name the agent was made by
     return agent

@@ -447,3 +447,13 @@ def test_force_with_a_config_that_cannot_run_keeps_the_results(env_dataset: dict
 def test_ray_and_max_connections_together_are_refused_in_one_line() -> None:
     with pytest.raises(Exception, match="Ray actors run theirs one at a time"):
         RunConfig(ray="local", max_connections=4)
+
+
+def test_a_config_cannot_name_any_callable_as_its_agent(tmp_path: Path) -> None:
+    from themisto_env.agents import make_agent
+
+    marker = tmp_path / "ran"
+    with pytest.raises(ConfigError, match="not an agent class"):
+        make_agent("subprocess:run", args=f"touch {marker}", shell=True)
+    assert not marker.exists()
+    assert type(make_agent(f"{__name__}:FailsOnThirdSample")).__name__ == "FailsOnThirdSample"
