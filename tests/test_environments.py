@@ -295,14 +295,40 @@ def test_env_create_list_and_rm(old_env: environments.EnvironmentRecord) -> None
     assert environments.read_record(old_env.id) is not None
 
 
-def test_env_rm_refuses_while_a_dataset_uses_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """In a cache of its own: a recorded environment (no venv is built) used by one dataset."""
-    monkeypatch.setenv("THEMISTO_CACHE", str(tmp_path / "cache"))
-    spec = environments.make_spec("six==1.16.0\n")
+def recorded(spec: environments.EnvironmentSpec) -> environments.EnvironmentRecord:
+    """An environment's record with a stand-in venv (nothing is installed): for the registry's logic."""
     record = environments.EnvironmentRecord(id=spec.id, spec=spec)
     record.python.parent.mkdir(parents=True)
     record.python.write_text("")
     environments._write_record(record)
+    return record
+
+
+def test_a_changed_requirements_file_moves_the_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a cache of its own: the name follows the new requirements; a dataset keeps its id."""
+    monkeypatch.setenv("THEMISTO_CACHE", str(tmp_path / "cache"))
+    old, new = recorded(environments.make_spec("six==1.16.0\n")), recorded(environments.make_spec("six==1.17.0\n"))
+    assert environments.create("mine", old.spec) == (old, True)  # exists: nothing is built
+    assert environments.resolve("mine").id == old.id
+    assert environments.create("mine", new.spec)[0].id == new.id
+    assert environments.resolve("mine").id == new.id and environments.names_of(old.id) == []
+    dataset = tmp_path / "ds"
+    dataset.mkdir()
+    from themisto_env.trajectory import Manifest, write_manifest
+
+    manifest = Manifest(backend="local", snapshots=True, sources=[])
+    assert environments.use_environment(old.id, backend="local", manifest=manifest, out=dataset) == old.id
+    write_manifest(dataset, manifest)
+    assert environments.dataset_environment(dataset) == old.id  # by id, wherever the name went
+    assert environments.dataset_environment(dataset, "mine") == new.id
+    assert environments.dataset_environment(dataset, "default") is None
+
+
+def test_env_rm_refuses_while_a_dataset_uses_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a cache of its own: a recorded environment (no venv is built) used by one dataset."""
+    monkeypatch.setenv("THEMISTO_CACHE", str(tmp_path / "cache"))
+    spec = environments.make_spec("six==1.16.0\n")
+    record = recorded(spec)
     environments._write_registry({"only": spec.id})
     dataset = tmp_path / "ds"
     dataset.mkdir()
