@@ -373,12 +373,13 @@ class Harness:
         return self._predict(code)[0]
 
     def held(self) -> set[str]:
-        """The containers the env holds now (its own kernel, the pool's ready kernels), once discarded
-        kernels are gone and the pool has refilled."""
+        """The containers the env holds now (its own kernel, the ready kernels of the disposable pool and
+        of the env's warm pool), once discarded kernels are gone and the pools have refilled."""
         kernels = self.env.disposable_kernels()
-        for thread in [*kernels._closing, *kernels.pool._threads]:
+        warm = self.env._pool
+        for thread in [*kernels._closing, *kernels.pool._threads, *(warm._threads if warm else [])]:
             thread.join(timeout=60)
-        kernels_held = [self.env.tool_context().kernel, *kernels.pool._ready]
+        kernels_held = [self.env.tool_context().kernel, *kernels.pool._ready, *(warm._ready if warm else [])]
         return {getattr(kernel.launcher, "container_name", None) for kernel in kernels_held}
 
     def assert_nothing_left(self) -> None:
