@@ -362,3 +362,15 @@ def test_try_cell_runs_in_a_copy_with_the_files_of_the_state(
     finally:
         env.close()
     assert {n: folder_digest(n) for n in originals} == originals
+
+
+def test_a_folder_source_takes_its_notebooks_and_logs_not_the_notebooks_data_files(tmp_path: Path) -> None:
+    import shutil
+
+    from themisto_env.build import source_files
+
+    folder = tmp_path / "project"
+    shutil.copytree(NOTEBOOKS / "sales", folder)
+    shutil.copy(Path(__file__).parent / "data" / "june_small.csv", folder / "session-log.csv")
+    found = {p.relative_to(folder).as_posix() for p in source_files([folder])}
+    assert found == {"sales.ipynb", "session-log.csv"}, "data/*.csv are the notebook's data, not JuNE logs"

@@ -28,7 +28,7 @@ from pathlib import Path
 from themisto_env.agreement import NORMALIZATION_VERSION, agreement, refresh_agreement
 from themisto_env.environments import use_environment
 from themisto_env.errors import DataError, InfrastructureError
-from themisto_env.june import read_sessions
+from themisto_env.june import REQUIRED_COLUMNS, read_sessions
 from themisto_env.notebook import read_notebook_session
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
@@ -125,7 +125,7 @@ def source_files(sources: Iterable[str | Path]) -> list[Path]:
     files: list[Path] = []
     for src in map(Path, sources):
         if src.is_dir():
-            found = sorted(p for p in src.rglob("*") if p.name.endswith(LOG_SUFFIXES) or p.suffix == ".ipynb")
+            found = sorted(p for p in src.rglob("*") if p.suffix == ".ipynb" or _looks_like_log(p))
             if not found:
                 raise DataError("no JuNE logs (.csv, .parquet, .jsonl) or notebooks (.ipynb) inside", path=src)
             files += found
@@ -134,6 +134,21 @@ def source_files(sources: Iterable[str | Path]) -> list[Path]:
         else:
             raise DataError("no such file or folder", path=src)
     return files
+
+
+def _looks_like_log(path: Path) -> bool:
+    """Whether a file found in a folder is a JuNE log: a log's suffix and, for text logs, the required
+    columns in its first line (a notebook's data files, ``data/sales.csv``, are not logs)."""
+    if not path.name.endswith(LOG_SUFFIXES) or ".ipynb_checkpoints" in path.parts:
+        return False
+    if path.suffix == ".parquet" or path.name.endswith(".gz"):
+        return True
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            head = f.readline(65536)
+    except OSError:
+        return False
+    return all(column in head for column in REQUIRED_COLUMNS)
 
 
 def load_sessions(sources: Iterable[str | Path]) -> list[Session]:
