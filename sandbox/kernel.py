@@ -27,7 +27,7 @@ import stat
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
@@ -426,17 +426,20 @@ class Kernel:
 
     # -- introspection: none of it changes the user namespace, ``_``, ``Out``, the counter or the history ----
 
-    def list_variables(self, *, limit: int = 100) -> VariableListing:
+    def list_variables(self, *, limit: int = 100, known: Mapping[str, int] | None = None) -> VariableListing:
         """The user's variables sorted by name, with type, size, and shape or length (modules left out).
 
         Args:
             limit: The most rows to return (``total`` counts them all).
+            known: Sizes to report as they are instead of measuring them (the recorded ones a tool shows
+                anyway: measuring deep sizes is most of the call's cost).
 
         Raises:
             HelperError: The helper failed on the user's data (the kernel is fine).
             InfrastructureError: The kernel could not answer (it died, or stopped answering).
         """
-        return VariableListing.model_validate(self.call("list_variables", limit=limit))
+        extra = {"known": dict(known)} if known else {}
+        return VariableListing.model_validate(self.call("list_variables", limit=limit, **extra))
 
     def inspect_variable(self, name: str, *, max_chars: int = 2000) -> VariableDetail:
         """One variable: type, shape, length, size, dtype(s) and its repr cut to ``max_chars``.
@@ -469,14 +472,16 @@ class Kernel:
         """
         return FrameView.model_validate(self.call("dataframe", name=name, view=view, n=n, max_chars=max_chars))
 
-    def memory(self, *, top: int = 20) -> MemoryReport:
-        """The kernel's resident memory, the user variables' total size and the ``top`` largest ones.
+    def memory(self, *, top: int = 20, known: Mapping[str, int] | None = None) -> MemoryReport:
+        """The kernel's resident memory, the user variables' total size and the ``top`` largest ones
+        (the sizes in ``known`` reported as they are, not measured).
 
         Raises:
             HelperError: The helper failed on the user's data (the kernel is fine).
             InfrastructureError: The kernel could not answer.
         """
-        return MemoryReport.model_validate(self.call("memory", top=top))
+        extra = {"known": dict(known)} if known else {}
+        return MemoryReport.model_validate(self.call("memory", top=top, **extra))
 
     def variable_sizes(self) -> dict[str, int]:
         """Approximate deep size in bytes of every user variable (modules left out).

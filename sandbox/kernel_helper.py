@@ -164,8 +164,10 @@ def _size(obj: Any) -> int:
         return 0
 
 
-def list_variables(limit: int = 100) -> dict[str, Any]:
-    """Name, type, size, and shape or length of each user variable (modules left out)."""
+def list_variables(limit: int = 100, known: dict[str, int] | None = None) -> dict[str, Any]:
+    """Name, type, size, and shape or length of each user variable (modules left out); the sizes in
+    ``known`` (recorded ones the host shows anyway) are taken as they are, not measured."""
+    known = known or {}
     names = user_names(include_modules=False)
     ns = _user_ns()
     rows = []
@@ -175,7 +177,7 @@ def list_variables(limit: int = 100) -> dict[str, Any]:
             {
                 "name": name,
                 "type": _type_name(obj),
-                "size_bytes": _size(obj),
+                "size_bytes": known[name] if name in known else _size(obj),
                 "shape": _shape(obj),
                 "length": _length(obj),
             }
@@ -236,11 +238,12 @@ def kernel_memory() -> int | None:
         return None
 
 
-def memory(top: int = 20) -> dict[str, Any]:
-    """The kernel's resident memory and the largest user variables."""
+def memory(top: int = 20, known: dict[str, int] | None = None) -> dict[str, Any]:
+    """The kernel's resident memory and the largest user variables (sizes in ``known`` not measured)."""
     ns = _user_ns()
+    known = known or {}
     sizes = [
-        {"name": name, "size_bytes": _size(ns[name]), "type": _type_name(ns[name])}
+        {"name": name, "size_bytes": known[name] if name in known else _size(ns[name]), "type": _type_name(ns[name])}
         for name in user_names(include_modules=False)
     ]
     sizes.sort(key=lambda row: -row["size_bytes"])

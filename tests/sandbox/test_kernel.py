@@ -141,3 +141,22 @@ def test_bwrap_refuses_root_in_one_line_pointing_to_docker(snapshot_dir: Path) -
     message = str(refused.value)
     assert "\n" not in message and "root" in message and "docker" in message
     assert kernel._run_dir is None, "the refused kernel left its run directory behind"
+
+
+def test_known_sizes_are_reported_as_given_and_not_measured(local_kernel: Kernel) -> None:
+    local_kernel.execute(
+        "class Unmeasurable:\n"
+        "    @property\n"
+        "    def __dict__(self):\n"
+        "        raise RuntimeError('measured')\n"
+        "u = Unmeasurable()\nbig = list(range(10_000))"
+    )
+    measured = {v.name: v.size_bytes for v in local_kernel.list_variables().variables}
+    assert measured["u"] == 0 and measured["big"] > 10_000, "a deep size that raises is 0, one that works is real"
+    known = {"u": 123, "big": 7}
+    listed = {v.name: v.size_bytes for v in local_kernel.list_variables(known=known).variables}
+    assert listed["u"] == 123 and listed["big"] == 7
+    report = local_kernel.memory(top=10, known=known)
+    sizes = {v.name: v.size_bytes for v in report.variables}
+    assert sizes["big"] == 7 and sizes["u"] == 123
+    assert report.variables_total_bytes == sum(sizes.values())

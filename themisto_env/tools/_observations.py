@@ -84,7 +84,7 @@ def _ask(method: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
 
 def list_variables(ctx: ToolContext, args: NoArgs) -> str:
     """A table of the user's variables: name, type, size, shape or length."""
-    answer = _ask(ctx.kernel.list_variables, limit=ctx.max_rows)
+    answer = _ask(ctx.kernel.list_variables, limit=ctx.max_rows, known=ctx.recorded_sizes)
     rows = answer.variables
     if not rows:
         return "No user variables are defined (imported modules are not listed)."
@@ -154,7 +154,7 @@ def dataframe_describe(ctx: ToolContext, args: DataFrameArgs) -> str:
 
 def memory_usage(ctx: ToolContext, args: NoArgs) -> str:
     """The kernel's resident memory and the largest user variables."""
-    answer = _ask(ctx.kernel.memory, top=10_000)
+    answer = _ask(ctx.kernel.memory, top=10_000, known=ctx.recorded_sizes)
     sized = sorted(((ctx.size_of(r.name, r.size_bytes), r) for r in answer.variables), key=lambda p: (-p[0], p[1].name))
     total = sum(size for size, _ in sized)
     rss = ctx.recorded_memory if ctx.recorded_memory is not None else answer.kernel_rss_bytes
