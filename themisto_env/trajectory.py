@@ -249,8 +249,8 @@ def iter_trajectories(folder: str | Path) -> Iterator[Trajectory]:
             except ValidationError as exc:
                 err = exc.errors()[0]
                 raise DataError(err["msg"], path=path, row=row, field=".".join(map(str, err["loc"]))) from None
-            refresh_agreement(trajectory)
             trajectory._files = FileStore(Path(folder) / FILES)
+            refresh_agreement(trajectory)
             latest[trajectory.id] = trajectory
     yield from latest.values()
 
