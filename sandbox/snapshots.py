@@ -27,6 +27,21 @@ def default_cache_dir() -> Path:
     return Path(base) / "themisto-env"
 
 
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` as a whole or not at all (a temporary file beside it, renamed), readable
+    by all (0644: read-only kernels read the store)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 class SnapshotStore:
     """A folder of content-addressed snapshot files.
 
@@ -55,16 +70,7 @@ class SnapshotStore:
         if not path.parent.is_dir():
             path.parent.mkdir(exist_ok=True)
             os.chmod(path.parent, 0o755)  # whatever the umask: read-only kernels must traverse it
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_atomic(path, data)
         return path
 
     def environments(self, digest: str) -> set[str]:
@@ -81,16 +87,7 @@ class SnapshotStore:
         have = set(path.read_text().split()) if path.exists() else set()
         if environment in have:
             return
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write("".join(f"{e}\n" for e in sorted(have | {environment})))
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_atomic(path, "".join(f"{e}\n" for e in sorted(have | {environment})).encode())
 
     def __contains__(self, digest: object) -> bool:
         return isinstance(digest, str) and self.path(digest).exists()

@@ -24,17 +24,16 @@ Sizes are bounded: :func:`scan` refuses a folder whose files exceed a limit (one
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import shutil
 import stat
-import tempfile
 from collections.abc import Collection, Iterator
 from pathlib import Path
 
 from themisto_env.errors import DataError
+from themisto_env.sandbox.snapshots import write_atomic
 
 #: Relative POSIX path -> sha256 (hex) of the file's content.
 FileTree = dict[str, str]
@@ -230,16 +229,7 @@ class FileStore:
 
 def _write_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, data)
 
 
 def _remove(path: Path) -> None:

@@ -30,7 +30,8 @@ def resolve_dataset(dataset: str | Path | None = None, *, backend: str = "local"
     from themisto_env.build import build_dataset
 
     folder = bundled_dataset_dir(backend)
-    if _CHECKED.get(folder) == _manifest_stamp(folder):  # this process checked it, and it has not changed
+    stamp = _manifest_stamp(folder)
+    if stamp is not None and _CHECKED.get(folder) == stamp:  # this process checked it, and it is unchanged
         return folder
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / ".lock", "w") as lock:  # parallel workers build it once
