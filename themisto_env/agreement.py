@@ -63,7 +63,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from themisto_env.rendering import normalize_for_comparison, render_outputs
 
@@ -85,17 +85,7 @@ AgreementKind = Literal[
     "nondeterminism",
     "other",
 ]
-KINDS: tuple[AgreementKind, ...] = (
-    "ok",
-    "unrecorded",
-    "missing-module",
-    "missing-attribute",
-    "missing-file",
-    "error-vs-ok",
-    "display",
-    "nondeterminism",
-    "other",
-)
+KINDS: tuple[AgreementKind, ...] = get_args(AgreementKind)
 DISAGREEMENTS: frozenset[str] = frozenset(KINDS) - {"ok", "unrecorded"}
 """The kinds that mean the replay shows something else than the person saw."""
 

@@ -250,8 +250,10 @@ def _check_same_run(out: Path, config: RunConfig) -> None:
         except (OSError, ValueError):
             raise ConfigError(f"{path}: not a run config this version reads; pass --force to start over") from None
     else:  # rows without a config.json (written by hand, or by a version without one): judge by the rows
-        first = read_results(out, repair=False)[0]
-        before = {**now, **{k: first.get(k) for k in ("agent", "task", "observation", "backend")}}
+        rows = read_results(out, repair=False)
+        if not rows:  # only a torn line: nothing to compare
+            return
+        before = {**now, **{k: rows[0].get(k) for k in ("agent", "task", "observation", "backend")}}
     changed = [key for key in now if before.get(key) != now[key]]
     if changed:
         what = ", ".join(f"{key}: {_short(before.get(key))} -> {_short(now[key])}" for key in changed)
