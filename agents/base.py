@@ -16,7 +16,7 @@ A runner drives an agent through an episode like this::
 :class:`BaseAgent` implements it for the common case: subclass it, set ``name``, write ``decide``.
 A whole new agent takes a dozen lines::
 
-    from themisto_env.actions import Prediction
+    from themisto_env.env.actions import Prediction
     from themisto_env.agents import BaseAgent, parse_history
 
 
@@ -48,8 +48,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from themisto_env.actions import Prediction
-from themisto_env.tools import ToolCall
+from themisto_env.env.actions import Prediction
+from themisto_env.env.tools import ToolCall
 
 Action = ToolCall | Prediction
 Observation = Mapping[str, Any]

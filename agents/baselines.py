@@ -17,9 +17,9 @@ from collections.abc import Sequence
 
 from rapidfuzz import fuzz
 
-from themisto_env.actions import Prediction
 from themisto_env.agents.base import Action, BaseAgent, Info, Observation
 from themisto_env.agents.history import HistoryCell, parse_history
+from themisto_env.env.actions import Prediction
 
 
 def repeat_previous(observation: Observation, task: str) -> str:

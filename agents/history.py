@@ -1,6 +1,6 @@
 """Reading the observation's ``history`` text back into cells.
 
-The env renders the recent executions as (see :mod:`themisto_env.observation`)::
+The env renders the recent executions as (see :mod:`themisto_env.env.observation`)::
 
     # In [7]:
     <source>

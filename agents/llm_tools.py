@@ -1,7 +1,7 @@
 """``llm-tools``: a chat model with the observation tools bound, every tool call an env step.
 
 The observation tools are bound to the model with ``bind_tools`` (their names, descriptions and argument
-schemas; see :func:`themisto_env.tools.langchain_tools`), but they are never run by langchain: each tool
+schemas; see :func:`themisto_env.env.tools.langchain_tools`), but they are never run by langchain: each tool
 call the model makes becomes the agent's action ``ToolCall(tool, args)``, the env runs it (counting it
 against the sample's budget and cost), and the resulting observation's ``tool_result`` becomes the
 ``ToolMessage`` the model reads. One sample goes::
@@ -26,13 +26,13 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from themisto_env.actions import Prediction
 from themisto_env.agents.base import Action, Info, Observation
 from themisto_env.agents.llm import LLMAgent, message_text
 from themisto_env.agents.parsing import extract_prediction
 from themisto_env.agents.transcript import transcript
+from themisto_env.env.actions import Prediction
+from themisto_env.env.tools import ToolCall, ToolContext
 from themisto_env.errors import ConfigError
-from themisto_env.tools import ToolCall, ToolContext
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -172,7 +172,7 @@ class ToolUsingAgent(LLMAgent):
             return self.chat_model
         names = tuple(info.get("tool_names", ()))
         if self._tool_model is None or names != self._bound:
-            from themisto_env.tools import langchain_tools
+            from themisto_env.env.tools import langchain_tools
 
             tools = [tool for tool in langchain_tools(_unbound_context) if tool.name in names]
             try:

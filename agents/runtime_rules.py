@@ -49,13 +49,13 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Literal
 
-from themisto_env.actions import Prediction
 from themisto_env.agents.base import Action, BaseAgent, Info, Observation
 from themisto_env.agents.baselines import repeat_previous, retrieve
 from themisto_env.agents.cell_names import column_lookups, needed_names, parse_cell
 from themisto_env.agents.frame_text import notebook_frame_text
 from themisto_env.agents.history import parse_history
-from themisto_env.tools import ToolCall
+from themisto_env.env.actions import Prediction
+from themisto_env.env.tools import ToolCall
 
 #: A rule: yields tool calls, is sent each call's result text, returns the prediction (None: fall back).
 Plan = Generator[ToolCall, str, str | None]

@@ -3,21 +3,21 @@ as often as nbclient executing the same notebook in the same pinned environment?
 
 For each notebook (with an optional requirements file), in one run:
 
-(a) themisto: :func:`themisto_env.build.build_dataset` replays it (in a private copy of its folder, in the
+(a) themisto: :func:`themisto_env.replay.build.build_dataset` replays it (in a private copy of its folder, in the
     kernel environment made from its requirements when it has some, else this Python); the per-step
     agreement is read back from the dataset;
 (b) nbclient: ``NotebookClient`` executes a copy of it, with a copy of its folder as working directory, in
     a kernel whose kernelspec runs the same Python (the environment's venv, or this interpreter), with
     ``allow_errors=True``; each code cell themisto compares (the cells with an execution count, or every
     code cell of a notebook saved without counts) is compared to its saved outputs with the same
-    :func:`themisto_env.agreement.agreement`, normalised and ``raw=True``.
+    :func:`themisto_env.data.agreement.agreement`, normalised and ``raw=True``.
 
 Notebooks: by default the three test notebooks (``tests/data/notebooks``: sales, writeback, legacy with its
 ``requirements.txt``); ``--notebook PATH[::REQUIREMENTS]`` adds one; ``--pypi
 PKG==VER:PATH_IN_SDIST[:EXTRA,EXTRA]`` downloads the package's source distribution into ``--cache`` (pip
 download, nothing vendored here), unpacks it and adds the notebook at that path, with ``PKG==VER`` and the
 extra requirements as its pinned environment. Environments are made with
-:func:`themisto_env.environments.create` (anonymous: known by their content id; cached).
+:func:`themisto_env.replay.environments.create` (anonymous: known by their content id; cached).
 
     python benchmarks/bench_agreement.py [--no-defaults] [--notebook PATH[::REQS]]... [--pypi SPEC]...
         [--timeout 120] [--cache DIR] [--json FILE] [--details]
@@ -117,7 +117,7 @@ def environment_for(case: Case) -> tuple[str | None, str]:
     """The environment id (None: this Python) and the Python that runs the notebook's kernel."""
     if case.requirements is None:
         return None, sys.executable
-    from themisto_env.environments import create, make_spec
+    from themisto_env.replay.environments import create, make_spec
 
     t0 = time.perf_counter()
     record, cached = create(None, make_spec(case.requirements))
@@ -130,7 +130,7 @@ def environment_for(case: Case) -> tuple[str | None, str]:
 
 
 def compared_cells(nb: dict[str, Any]) -> tuple[list[int], bool]:
-    """Indices of the code cells themisto replays and compares (see themisto_env.notebook), and whether the
+    """Indices of the code cells themisto replays and compares (see themisto_env.data.notebook), and whether the
     notebook recorded nothing at all (its steps are then ``unrecorded``)."""
     code = [i for i, c in enumerate(nb["cells"]) if c.get("cell_type") == "code"]
     counted = [i for i in code if nb["cells"][i].get("execution_count") is not None]
@@ -140,7 +140,7 @@ def compared_cells(nb: dict[str, Any]) -> tuple[list[int], bool]:
 
 
 def score(side: Side, recorded: list[dict[str, Any]], replayed: list[dict[str, Any]], label: str) -> None:
-    from themisto_env.agreement import agreement
+    from themisto_env.data.agreement import agreement
 
     verdict = agreement(recorded, replayed)
     side.compared += 1
@@ -155,10 +155,10 @@ def score(side: Side, recorded: list[dict[str, Any]], replayed: list[dict[str, A
 
 
 def run_themisto(case: Case, env_id: str | None, timeout: float, scratch: Path) -> Side:
-    from themisto_env.agreement import agreement
-    from themisto_env.build import build_dataset
+    from themisto_env.data.agreement import agreement
+    from themisto_env.data.trajectory import iter_trajectories
+    from themisto_env.replay.build import build_dataset
     from themisto_env.sandbox.models import SandboxLimits
-    from themisto_env.trajectory import iter_trajectories
 
     side = Side()
     out = scratch / "dataset"

@@ -20,8 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the stand-in server lives in the tests
 
 from tests.agents.test_provider_errors import StandIn, ok
-from themisto_env.config import RunConfig
-from themisto_env.runner import run
+from themisto_env.run.config import RunConfig
+from themisto_env.run.runner import run
 
 
 def timed_run(server: StandIn, args: argparse.Namespace, connections: int, out: Path) -> tuple[float, int, int]:

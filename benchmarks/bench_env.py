@@ -29,9 +29,9 @@ from nbclient import NotebookClient
 from rich.console import Console
 from rich.table import Table
 
-from themisto_env.actions import Prediction
-from themisto_env.env import ThemistoEnv
-from themisto_env.tools import ToolCall
+from themisto_env.env.actions import Prediction
+from themisto_env.env.core import ThemistoEnv
+from themisto_env.env.tools import ToolCall
 
 
 def run_episode(env: ThemistoEnv, tid: str) -> int:

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.table import Table
 
-from themisto_env.actions import Prediction
-from themisto_env.env import ThemistoEnv
+from themisto_env.env.actions import Prediction
+from themisto_env.env.core import ThemistoEnv
 from themisto_env.sandbox.kernel import Kernel
 
 BARE_PER_ROUND = 20

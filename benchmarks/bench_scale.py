@@ -6,7 +6,7 @@ Run from the repository root::
                                      [--limit N] [--no-ray] [--json PATH]
 
 Without ``--data`` the bundled dataset is used (built into the cache the first time). Each configuration
-is one ``themisto_env.runner.run`` over the same samples into a fresh folder, timed end to end (worker
+is one ``themisto_env.run.runner.run`` over the same samples into a fresh folder, timed end to end (worker
 processes or Ray actors start, load the dataset and start their kernels inside the timing). The Ray
 instance is started once before the Ray runs and its start-up is reported apart: on a cluster it is
 already running. Before timing, the dataset's snapshot files are read once so that every configuration
@@ -41,12 +41,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-import themisto_env.env as env_module
-import themisto_env.runner as runner_module
-from themisto_env.config import RunConfig
-from themisto_env.runner import run
+import themisto_env.env.core as env_module
+import themisto_env.run.runner as runner_module
+from themisto_env.data.trajectory import read_trajectories
+from themisto_env.run.config import RunConfig
+from themisto_env.run.runner import run
 from themisto_env.sandbox.kernel import Kernel
-from themisto_env.trajectory import read_trajectories
 
 GOAL = 1.7
 
@@ -113,7 +113,7 @@ def instrumented(profiler: Profiler) -> Iterator[None]:
 
 def warm_snapshots(data: str | None) -> tuple[int, int]:
     """Read every snapshot of the dataset once (page cache); return (files, bytes)."""
-    from themisto_env.data import resolve_dataset
+    from themisto_env.replay.resolve import resolve_dataset
     from themisto_env.sandbox.snapshots import SnapshotStore
 
     folder = resolve_dataset(data)
@@ -177,7 +177,7 @@ def main() -> None:
             console.print(f"local {workers}: {result['samples']} samples in {result['seconds']:.1f} s")
         ray_start = None
         if not args.no_ray:
-            from themisto_env.ray_runner import connect, import_ray
+            from themisto_env.run.ray_executor import connect, import_ray
 
             started = time.perf_counter()
             connect("local", num_cpus=max(args.workers))

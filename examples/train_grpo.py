@@ -1,9 +1,9 @@
 """Train a tiny language model with GRPO (TRL) on themisto-env's reward, on the CPU, in minutes.
 
 It proves the plumbing, not the model: a task's samples are exported as a ``datasets.Dataset``
-(``themisto_env.rl.export_dataset``), a byte-level BPE tokenizer is trained on them and a Llama-style
+(``themisto_env.bridges.rl.export_dataset``), a byte-level BPE tokenizer is trained on them and a Llama-style
 model of a few hundred thousand parameters is built from a config (nothing is downloaded), and TRL's
-``GRPOTrainer`` runs a few steps with the env's metric reward (``themisto_env.rl.MetricReward``). The
+``GRPOTrainer`` runs a few steps with the env's metric reward (``themisto_env.bridges.rl.MetricReward``). The
 reward curve is saved as a PNG and the log history as JSON::
 
     pip install torch==2.13.0 && pip install -e '.[rl]'
@@ -23,8 +23,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from themisto_env.rl import MetricReward, export_dataset
-from themisto_env.rl.tiny_model import parameter_count, plot_reward_curve, reward_curve, tiny_causal_lm, train_tokenizer
+from themisto_env.bridges.rl import MetricReward, export_dataset
+from themisto_env.bridges.rl.tiny_model import (
+    parameter_count,
+    plot_reward_curve,
+    reward_curve,
+    tiny_causal_lm,
+    train_tokenizer,
+)
 
 
 def train(

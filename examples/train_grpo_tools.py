@@ -1,6 +1,6 @@
 """Multi-turn GRPO with tools (TRL's ``environment_factory``): a tiny model queries the live kernel state.
 
-Each rollout is a :class:`themisto_env.rl.tool_env.ThemistoToolEnv`: the model sees a sample's history,
+Each rollout is a :class:`themisto_env.bridges.rl.tool_env.ThemistoToolEnv`: the model sees a sample's history,
 may call the observation tools (``list_variables``, ``inspect_variable``, ``dataframe_head``, ...),
 answered from a real kernel in the sample's recorded state, gives its prediction with ``submit``, and
 ``get_reward()`` scores it with the env's metrics. The rollouts of one sample (a GRPO group) share one
@@ -30,8 +30,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from themisto_env.rl.tiny_model import parameter_count, plot_reward_curve, reward_curve, tiny_causal_lm, train_tokenizer
-from themisto_env.rl.tool_env import SharedStates, ThemistoToolEnv, tool_dataset
+from themisto_env.bridges.rl.tiny_model import (
+    parameter_count,
+    plot_reward_curve,
+    reward_curve,
+    tiny_causal_lm,
+    train_tokenizer,
+)
+from themisto_env.bridges.rl.tool_env import SharedStates, ThemistoToolEnv, tool_dataset
 
 #: Special tokens of the Qwen2.5 chat template (the end-of-turn marker ends a completion).
 TEMPLATE_SPECIALS = ("<|im_start|>", "<|im_end|>")

@@ -1,6 +1,6 @@
 """Where a kernel environment lives, by its id: the sandbox side of ``themisto env``.
 
-A kernel environment (made by ``themisto env create``, see :mod:`themisto_env.environments`) is named by
+A kernel environment (made by ``themisto env create``, see :mod:`themisto_env.replay.environments`) is named by
 a content id (a hash of its Python version, requirements and Debian packages). From the id alone the
 launchers find it: a venv at ``<cache>/environments/<id>/venv`` for the ``local`` and ``bwrap``
 backends, an image ``themisto-kernel-env:<id>`` for ``docker``. Nothing here builds anything.

@@ -72,8 +72,8 @@ class ExecutionResult(BaseModel):
         return next((o for o in self.outputs if o.get("output_type") == "error"), None)
 
     def text(self) -> str:
-        """The text a person sees, rendered by :func:`themisto_env.rendering.render_outputs`."""
-        from themisto_env.rendering import render_outputs
+        """The text a person sees, rendered by :func:`themisto_env.data.rendering.render_outputs`."""
+        from themisto_env.data.rendering import render_outputs
 
         return render_outputs(self.outputs)
 

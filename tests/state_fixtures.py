@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from themisto_env.build import replay_session
+from themisto_env.data.sessions import RecordedExecution, Session
+from themisto_env.data.trajectory import Manifest, append_trajectory, write_manifest
+from themisto_env.replay.build import replay_session
 from themisto_env.sandbox.kernel import Kernel
-from themisto_env.sessions import RecordedExecution, Session
-from themisto_env.trajectory import Manifest, append_trajectory, write_manifest
 
 #: Steps of the "faults" trajectory (index: source); ``{flag}`` is a file that, once it exists, makes
 #: steps 6 and 10 sleep (they were fast when built).

@@ -11,10 +11,10 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import themisto_env  # noqa: F401  (registers the ids)
-from themisto_env.actions import Prediction, encode_action
-from themisto_env.env import ThemistoEnv
+from themisto_env.env.actions import Prediction, encode_action
+from themisto_env.env.core import ThemistoEnv
+from themisto_env.env.tools import TOOL_NAMES, ToolCall
 from themisto_env.errors import ConfigError
-from themisto_env.tools import TOOL_NAMES, ToolCall
 
 ENV_IDS = ("themisto/NextCell-v0", "themisto/OutputPrediction-v0")
 

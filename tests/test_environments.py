@@ -19,13 +19,13 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.conftest import require_backend
-from themisto_env import environments
 from themisto_env.cli import app
-from themisto_env.env import ThemistoEnv
+from themisto_env.data.trajectory import read_manifest, read_trajectories
+from themisto_env.env.core import ThemistoEnv
 from themisto_env.errors import BackendUnavailableError, ConfigError, SnapshotEnvironmentError
+from themisto_env.replay import environments
 from themisto_env.sandbox.environments import environment_dir, environment_image
 from themisto_env.sandbox.kernel import Kernel
-from themisto_env.trajectory import read_manifest, read_trajectories
 
 DATA = Path(__file__).parent / "data"
 REQUIREMENTS = DATA / "environments" / "requirements.txt"
@@ -314,7 +314,7 @@ def test_a_changed_requirements_file_moves_the_name(tmp_path: Path, monkeypatch:
     assert environments.resolve("mine").id == new.id and environments.names_of(old.id) == []
     dataset = tmp_path / "ds"
     dataset.mkdir()
-    from themisto_env.trajectory import Manifest, write_manifest
+    from themisto_env.data.trajectory import Manifest, write_manifest
 
     manifest = Manifest(backend="local", snapshots=True, sources=[])
     assert environments.use_environment(old.id, backend="local", manifest=manifest, out=dataset) == old.id
@@ -332,7 +332,7 @@ def test_env_rm_refuses_while_a_dataset_uses_it(tmp_path: Path, monkeypatch: pyt
     environments._write_registry({"only": spec.id})
     dataset = tmp_path / "ds"
     dataset.mkdir()
-    from themisto_env.trajectory import EnvironmentRef, Manifest, write_manifest
+    from themisto_env.data.trajectory import EnvironmentRef, Manifest, write_manifest
 
     ref = EnvironmentRef(id=spec.id, name="only", python=spec.python, requirements=spec.requirements_txt())
     write_manifest(dataset, Manifest(backend="local", snapshots=True, sources=[], environment=ref))

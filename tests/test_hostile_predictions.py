@@ -4,7 +4,7 @@ Every case plays the same pattern on one docker env (two predictions per sample)
 prediction H, then the true target (another completion of S); at S+1 the true target and an empty
 prediction. The same pattern with the target in place of H is the clean reference. For each H:
 
-* H's score is as documented (:mod:`themisto_env.scorers`): a failure of its own scores 0 with its reason,
+* H's score is as documented (:mod:`themisto_env.scoring.execution`): a failure of its own scores 0 with its reason,
   never an infrastructure error; code that does not fail scores what its effects are, never more than
   the target's;
 * nothing H did reaches the other completion of S, the state S+1 is served in (the env's own kernel is
@@ -12,7 +12,7 @@ prediction. The same pattern with the target in place of H is the clean referenc
 * nothing is left running: no container of this process beyond those the env holds, no child process
   of H on the host.
 
-Last, :class:`~themisto_env.rl.ExecutionReward` over a batch of hostile and honest completions equals each
+Last, :class:`~themisto_env.bridges.rl.ExecutionReward` over a batch of hostile and honest completions equals each
 completion scored alone.
 """
 
@@ -31,14 +31,14 @@ from typing import Any
 import pytest
 
 from tests.conftest import require_backend
-from themisto_env.actions import Prediction
-from themisto_env.disposable import FAILURES, CodeRun
-from themisto_env.env import ThemistoEnv
-from themisto_env.rendering import render_outputs
-from themisto_env.rl import ExecutionReward, export_samples
-from themisto_env.samples import SampleRule
-from themisto_env.state import diff_fingerprints, expected_fingerprint
-from themisto_env.tools import ToolCall, run_tool
+from themisto_env.bridges.rl import ExecutionReward, export_samples
+from themisto_env.data.rendering import render_outputs
+from themisto_env.data.samples import SampleRule
+from themisto_env.env.actions import Prediction
+from themisto_env.env.core import ThemistoEnv
+from themisto_env.env.tools import ToolCall, run_tool
+from themisto_env.replay.disposable import FAILURES, CodeRun
+from themisto_env.replay.state import diff_fingerprints, expected_fingerprint
 
 #: Small enough that the memory bomb and the fork bomb hit quickly; a 5 s limit per prediction.
 LIMITS = {"memory_mb": 512, "pids": 64, "timeout_s": 5}

@@ -19,11 +19,11 @@ from inspect_ai.model import ChatMessageTool, ModelOutput, ModelUsage, get_model
 from inspect_ai.util import SandboxUserUnsupportedError
 
 from themisto_env.agents.prompting import load_prompts
-from themisto_env.env import ThemistoEnv
-from themisto_env.inspect_sandbox import SandboxConfig, ThemistoSandbox
-from themisto_env.inspect_task import themisto
+from themisto_env.bridges.inspect_sandbox import SandboxConfig, ThemistoSandbox
+from themisto_env.bridges.inspect_task import themisto
+from themisto_env.env.core import ThemistoEnv
+from themisto_env.env.tools import ToolCall
 from themisto_env.metrics import score
-from themisto_env.tools import ToolCall
 
 MODEL = "mockllm/model"
 ANSWER = "```python\nsales.head()\n```"

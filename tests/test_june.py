@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from themisto_env.datasets import bundled_log_path
-from themisto_env.errors import DataError
-from themisto_env.june import (
+from themisto_env.data.bundled import bundled_log_path
+from themisto_env.data.june import (
     JUNE_COLUMNS,
     JuneEvent,
     event_format,
@@ -20,6 +19,7 @@ from themisto_env.june import (
     sessions_from_events,
     write_events,
 )
+from themisto_env.errors import DataError
 
 DATA = Path(__file__).parent / "data"
 MALFORMED = DATA / "malformed"

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from tests.state_fixtures import RESTART_STEP, fault_session, write_dataset
-from themisto_env.actions import Prediction
-from themisto_env.env import ThemistoEnv
-from themisto_env.samples import SampleRule
-from themisto_env.tools import ToolCall
+from themisto_env.data.samples import SampleRule
+from themisto_env.env.actions import Prediction
+from themisto_env.env.core import ThemistoEnv
+from themisto_env.env.tools import ToolCall
 
 ALL_SAMPLES = SampleRule(max_length_quantile=None).model_dump()
 EAGER = {"lazy_state": False, "warm_kernels": 0}

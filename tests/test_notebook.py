@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from themisto_env.data.notebook import read_notebook_session
 from themisto_env.errors import DataError
-from themisto_env.notebook import read_notebook_session
 
 DATA = Path(__file__).parent / "data"
 
@@ -77,7 +77,7 @@ def test_a_notebook_without_execution_counts_is_read_in_document_order(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = _strip_counts(tmp_path)
-    with caplog.at_level("WARNING", logger="themisto_env.notebook"):
+    with caplog.at_level("WARNING", logger="themisto_env.data.notebook"):
         session = read_notebook_session(path)
     code = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
     assert [e.source for e in session.executions] == ["".join(c["source"]) for c in code]
@@ -92,7 +92,7 @@ def test_a_cleared_notebook_has_nothing_recorded_to_compare_with(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = _strip_counts(tmp_path, clear_outputs=True)
-    with caplog.at_level("WARNING", logger="themisto_env.notebook"):
+    with caplog.at_level("WARNING", logger="themisto_env.data.notebook"):
         session = read_notebook_session(path)
     assert session.executions and all(e.status == "unknown" for e in session.executions)
     assert "no outputs either" in caplog.records[0].getMessage()

@@ -11,16 +11,16 @@ from typing import Any, ClassVar
 import pytest
 from typer.testing import CliRunner
 
-from themisto_env.actions import Prediction
 from themisto_env.agents import BaseAgent
 from themisto_env.cli import app
-from themisto_env.config import RunConfig, load_run_config
-from themisto_env.env import ThemistoEnv
+from themisto_env.env.actions import Prediction
+from themisto_env.env.core import ThemistoEnv
 from themisto_env.errors import ConfigError
-from themisto_env.passk import k_values, pass_at_k, summarize_draws
-from themisto_env.report import render_report
-from themisto_env.results import RESULTS, read_results, summarize
-from themisto_env.runner import run
+from themisto_env.run.config import RunConfig, load_run_config
+from themisto_env.run.report import render_report
+from themisto_env.run.results import RESULTS, read_results, summarize
+from themisto_env.run.runner import run
+from themisto_env.scoring.passk import k_values, pass_at_k, summarize_draws
 
 # -- the estimator ---------------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from jupyter_client.manager import KernelManager
 
-from themisto_env.june import read_events, read_sessions
+from themisto_env.data.june import read_events, read_sessions
 
 KERNEL_ID = "0123abcd-0000-4000-8000-00000000beef"
 
@@ -97,7 +97,7 @@ def _text(outputs: list[dict[str, Any]]) -> str:
 @pytest.mark.slow
 def test_records_what_the_notebook_shows(frontend: _Frontend, tmp_path: Path) -> None:
     log = tmp_path / "rec" / "log.jsonl"
-    loaded = frontend.run("%load_ext themisto_env.recorder", "a" * 32)
+    loaded = frontend.run("%load_ext themisto_env.data.recorder", "a" * 32)
     assert _text(loaded) == f"themisto recorder: recording executions to {log}\n"
 
     cells = [
@@ -144,23 +144,23 @@ def test_records_what_the_notebook_shows(frontend: _Frontend, tmp_path: Path) ->
 @pytest.mark.slow
 def test_restart_and_unload(frontend: _Frontend, tmp_path: Path) -> None:
     log = tmp_path / "rec" / "log.jsonl"
-    frontend.run("%load_ext themisto_env.recorder")
+    frontend.run("%load_ext themisto_env.data.recorder")
     frontend.run("x = 1", "1" * 32)
-    again = frontend.run("%reload_ext themisto_env.recorder", "4" * 32)  # same process: not a restart
+    again = frontend.run("%reload_ext themisto_env.data.recorder", "4" * 32)  # same process: not a restart
     assert "recording executions to" in _text(again)
     frontend.restart()
-    frontend.run("%load_ext themisto_env.recorder")
+    frontend.run("%load_ext themisto_env.data.recorder")
     frontend.run("x = 2", "1" * 32)
-    frontend.run("%unload_ext themisto_env.recorder", "2" * 32)
+    frontend.run("%unload_ext themisto_env.data.recorder", "2" * 32)
     frontend.run("y = 3", "3" * 32)  # not recorded any more
 
     (session,) = read_sessions(log)
     assert session.restarts == 1
     assert [e.source for e in session.executions] == [
         "x = 1",
-        "%reload_ext themisto_env.recorder",
+        "%reload_ext themisto_env.data.recorder",
         "x = 2",
-        "%unload_ext themisto_env.recorder",
+        "%unload_ext themisto_env.data.recorder",
     ]
     assert [e.restarted_before for e in session.executions] == [False, False, True, False]
     assert all(e.status == "ok" for e in session.executions)
@@ -188,7 +188,7 @@ def test_terminal_ipython_without_a_kernel(tmp_path: Path) -> None:
         [
             "from IPython.core.interactiveshell import InteractiveShell",
             "sh = InteractiveShell.instance()",
-            "sh.run_line_magic('load_ext', 'themisto_env.recorder')",
+            "sh.run_line_magic('load_ext', 'themisto_env.data.recorder')",
             "sh.run_cell('print(1)\\n2', store_history=True)",
             "sh.run_cell('from IPython.display import display\\ndisplay({\"a\": 1})\\n1/0', store_history=True)",
             "sh.run_cell('3', store_history=True, silent=True)",

@@ -11,12 +11,12 @@ import pytest
 from typer.testing import CliRunner
 
 from themisto_env.cli import app
-from themisto_env.compare import compare_runs, scored_rows
-from themisto_env.config import RunConfig
 from themisto_env.errors import DataError
 from themisto_env.metrics import METRICS, Score, aggregate, compare_paired
-from themisto_env.report import render_report
-from themisto_env.runner import run
+from themisto_env.run.compare import compare_runs, scored_rows
+from themisto_env.run.config import RunConfig
+from themisto_env.run.report import render_report
+from themisto_env.run.runner import run
 
 CHROMIUM_FLAGS = [
     "--headless",

@@ -18,11 +18,11 @@ from typer.testing import CliRunner
 
 from tests.agents.test_provider_errors import Behaviour, StandIn, cli, ok
 from themisto_env.cli import app
-from themisto_env.config import RunConfig
 from themisto_env.errors import ConfigError, DataError
 from themisto_env.redaction import REDACTED
-from themisto_env.results import RESULTS, read_results
-from themisto_env.runner import run
+from themisto_env.run.config import RunConfig
+from themisto_env.run.results import RESULTS, read_results
+from themisto_env.run.runner import run
 
 pytest.importorskip("langchain_openai")
 
@@ -253,7 +253,7 @@ def test_a_model_for_an_agent_without_one_is_a_config_error(env_dataset: dict[st
 
 
 def test_model_args_are_read_as_yaml_values() -> None:
-    from themisto_env.config import parse_model_args
+    from themisto_env.run.config import parse_model_args
 
     assert parse_model_args(["temperature=0", "stop=[END, STOP]", "name=gpt", "flag=true"]) == {
         "temperature": 0,
@@ -322,8 +322,8 @@ def test_a_concurrent_run_stopped_by_errors_spends_few_calls_and_keeps_its_rows(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from tests.agents.test_provider_errors import error
-    from themisto_env import runner as runner_module
     from themisto_env.errors import ModelError
+    from themisto_env.run import runner as runner_module
 
     monkeypatch.setattr(runner_module, "FAIL_ON_ERROR_MIN_SAMPLES", 2)
     server.play(default=error(400, "bad request"))
@@ -353,8 +353,8 @@ class FailsOnThirdSample:
         raise NotImplementedError("async only")
 
     async def aact(self, observation: Any, info: Any) -> Any:
-        from themisto_env.actions import Prediction
-        from themisto_env.tools import ToolCall
+        from themisto_env.env.actions import Prediction
+        from themisto_env.env.tools import ToolCall
 
         sample = str(info["sample_id"])
         if sample not in self._asked:
@@ -399,7 +399,7 @@ def test_a_failing_slot_raises_its_error_once_every_env_is_closed_and_no_kernel_
 def test_max_connections_holds_over_uneven_workers(
     server: StandIn, env_dataset: dict[str, str], tmp_path: Path
 ) -> None:
-    from themisto_env.runner import in_flight
+    from themisto_env.run.runner import in_flight
 
     config = llm_config(server, env_dataset, max_connections=3, workers=2)
     assert [in_flight(config, i) for i in range(2)] == [2, 1]

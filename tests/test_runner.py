@@ -9,10 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from themisto_env.cli import app
-from themisto_env.config import RunConfig, load_run_config
 from themisto_env.errors import ConfigError
-from themisto_env.results import RESULTS, SUMMARY, read_results
-from themisto_env.runner import run
+from themisto_env.run.config import RunConfig, load_run_config
+from themisto_env.run.results import RESULTS, SUMMARY, read_results
+from themisto_env.run.runner import run
 
 
 def _config(env_dataset: dict[str, str], **kw: object) -> RunConfig:

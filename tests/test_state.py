@@ -17,17 +17,17 @@ from typing import Any
 
 import pytest
 
-import themisto_env.state as state_module
+import themisto_env.replay.state as state_module
 from tests.conftest import require_backend
 from tests.sandbox.test_lifetime import engine_proxy  # noqa: F401  (a fixture)
 from tests.state_fixtures import RESTART_STEP, fault_session, random_session, write_dataset
-from themisto_env.actions import Prediction
-from themisto_env.env import ThemistoEnv
+from themisto_env.data.samples import SampleRule
+from themisto_env.data.trajectory import read_trajectories
+from themisto_env.env.actions import Prediction
+from themisto_env.env.core import ThemistoEnv
+from themisto_env.env.tools import ToolCall
 from themisto_env.errors import BackendUnavailableError
-from themisto_env.samples import SampleRule
-from themisto_env.state import diff_fingerprints, expected_fingerprint
-from themisto_env.tools import ToolCall
-from themisto_env.trajectory import read_trajectories
+from themisto_env.replay.state import diff_fingerprints, expected_fingerprint
 
 ALL_SAMPLES = SampleRule(max_length_quantile=None).model_dump()
 
@@ -83,7 +83,7 @@ def run_rows(env: ThemistoEnv, act: Any = None) -> dict[int, dict[str, Any]]:
 def served_state(env: ThemistoEnv) -> dict[str, Any]:
     """The live state of the current sample as the agent would see it: its fingerprint and a tool's
     answer (read through the env's own tool context, as a tool call would)."""
-    from themisto_env.tools import run_tool
+    from themisto_env.env.tools import run_tool
 
     try:
         context = env.tool_context()
@@ -363,7 +363,7 @@ def test_full_mode_passes_the_checker_and_is_the_same_in_two_processes(fault_dat
         finally:
             env.close()
     program = (
-        "import json, sys\nfrom themisto_env.env import ThemistoEnv\n"
+        "import json, sys\nfrom themisto_env.env.core import ThemistoEnv\n"
         f"env = ThemistoEnv(dataset={fault_data['dataset']!r}, snapshot_dir={fault_data['snapshot_dir']!r},"
         f" observation='full', sample_rule={ALL_SAMPLES!r})\n"
         "obs, _ = env.reset(seed=3)\nprint(json.dumps(obs['runtime']))\nenv.close()\n"
@@ -425,7 +425,7 @@ def test_a_lost_engine_mid_episode_keeps_the_scored_sample_and_stops_in_one_line
 def test_model_written_code_on_the_local_backend_is_warned_about_once(
     fault_data: dict[str, Any], caplog: pytest.LogCaptureFixture
 ) -> None:
-    import themisto_env.env as env_module
+    import themisto_env.env.core as env_module
 
     env_module._WARNED_UNISOLATED.discard("local")
     with caplog.at_level("WARNING", logger="themisto_env"):

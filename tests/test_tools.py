@@ -15,10 +15,8 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field
 
-import themisto_env.tools
-from themisto_env.errors import ActionError, InfrastructureError, KernelDiedError
-from themisto_env.sandbox.kernel import Kernel
-from themisto_env.tools import (
+import themisto_env.env.tools
+from themisto_env.env.tools import (
     TOOL_NAMES,
     TOOLS,
     HistoryItem,
@@ -29,7 +27,9 @@ from themisto_env.tools import (
     langchain_tools,
     run_tool,
 )
-from themisto_env.tools._history import find_definition
+from themisto_env.env.tools._history import find_definition
+from themisto_env.errors import ActionError, InfrastructureError, KernelDiedError
+from themisto_env.sandbox.kernel import Kernel
 
 CELLS = (
     "import numpy as np\nimport pandas as pd\nfrom sklearn.linear_model import LinearRegression",
@@ -99,7 +99,7 @@ def test_tool_names_are_pinned() -> None:
 
 
 def test_public_names_are_pinned() -> None:
-    assert sorted(themisto_env.tools.__all__) == sorted(
+    assert sorted(themisto_env.env.tools.__all__) == sorted(
         [
             "TOOLS",
             "TOOL_NAMES",
@@ -118,12 +118,12 @@ def test_public_names_are_pinned() -> None:
             "signature",
         ]
     )
-    for name in themisto_env.tools.__all__:
-        assert getattr(themisto_env.tools, name) is not None
+    for name in themisto_env.env.tools.__all__:
+        assert getattr(themisto_env.env.tools, name) is not None
 
 
 def test_tool_errors_belong_to_the_exception_tree() -> None:
-    assert issubclass(themisto_env.tools.ToolError, ActionError)
+    assert issubclass(themisto_env.env.tools.ToolError, ActionError)
 
 
 @pytest.mark.parametrize("name", TOOL_NAMES)

@@ -17,16 +17,16 @@ import pytest
 from langchain_core.messages import ToolMessage
 
 from tests.conftest import require_backend
-from themisto_env import env as env_module
-from themisto_env.actions import Prediction, encode_action, parse_action
-from themisto_env.disposable import CodeRun, DisposableKernels
-from themisto_env.env import ThemistoEnv
+from themisto_env.data.rendering import render_outputs
+from themisto_env.env import core as env_module
+from themisto_env.env.actions import Prediction, encode_action, parse_action
+from themisto_env.env.core import ThemistoEnv
+from themisto_env.env.tools import TOOL_NAMES, ToolCall, ToolContext, langchain_tools, run_tool
+from themisto_env.env.tools._try import NOT_AVAILABLE
 from themisto_env.errors import InfrastructureError
-from themisto_env.rendering import render_outputs
+from themisto_env.replay.disposable import CodeRun, DisposableKernels
+from themisto_env.replay.state import expected_fingerprint
 from themisto_env.sandbox.kernel_helper import OPTIONS_KEY
-from themisto_env.state import expected_fingerprint
-from themisto_env.tools import TOOL_NAMES, ToolCall, ToolContext, langchain_tools, run_tool
-from themisto_env.tools._try import NOT_AVAILABLE
 
 TRAJECTORY = "diabetes-regression-b2738d8c"  # bundled: X (DataFrame), y (array), diabetes (Bunch) early on
 SAMPLE = 2  # its step 3, `X.shape, y.shape, y[:10]`: a target with a distinctive output

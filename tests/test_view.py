@@ -22,11 +22,11 @@ from typer.testing import CliRunner
 
 from themisto_env.agents.fake_chat import ScriptedChatModel
 from themisto_env.cli import app
-from themisto_env.compare import run_label
-from themisto_env.config import RunConfig
 from themisto_env.errors import DataError
-from themisto_env.runner import run
-from themisto_env.view import ERROR_KINDS, error_kind, view_data, write_view
+from themisto_env.run.compare import run_label
+from themisto_env.run.config import RunConfig
+from themisto_env.run.runner import run
+from themisto_env.run.view import ERROR_KINDS, error_kind, view_data, write_view
 
 CHROMIUM_FLAGS = [
     "--headless",

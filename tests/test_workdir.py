@@ -17,16 +17,16 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require_backend
-from themisto_env.build import build_dataset
-from themisto_env.env import ThemistoEnv
+from themisto_env.data.trajectory import Trajectory, read_manifest, read_trajectories
+from themisto_env.env.core import ThemistoEnv
+from themisto_env.env.tools import ToolCall
 from themisto_env.errors import DataError
+from themisto_env.replay.build import build_dataset
+from themisto_env.replay.state import TrajectoryKernel
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.pool import KernelPool
 from themisto_env.sandbox.workdir import FileStore, FolderTooLargeError, scan, tree_digest
-from themisto_env.state import TrajectoryKernel
-from themisto_env.tools import ToolCall
-from themisto_env.trajectory import Trajectory, read_manifest, read_trajectories
 
 NOTEBOOKS = Path(__file__).parent / "data" / "notebooks"
 WORKDIR_NOTEBOOKS = ("sales", "writeback")  # need only this project's packages
@@ -367,7 +367,7 @@ def test_try_cell_runs_in_a_copy_with_the_files_of_the_state(
 def test_a_folder_source_takes_its_notebooks_and_logs_not_the_notebooks_data_files(tmp_path: Path) -> None:
     import shutil
 
-    from themisto_env.build import source_files
+    from themisto_env.replay.build import source_files
 
     folder = tmp_path / "project"
     shutil.copytree(NOTEBOOKS / "sales", folder)

@@ -44,7 +44,7 @@ def _register_envs() -> None:
 
     for env_id, task in (("themisto/NextCell-v0", "next-cell"), ("themisto/OutputPrediction-v0", "output")):
         if env_id not in registry:
-            register(id=env_id, entry_point="themisto_env.env:ThemistoEnv", kwargs={"task": task})
+            register(id=env_id, entry_point="themisto_env.env.core:ThemistoEnv", kwargs={"task": task})
 
 
 _register_envs()

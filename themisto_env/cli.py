@@ -13,7 +13,7 @@ from rich.table import Table
 
 from themisto_env.errors import ConfigError, ThemistoError
 from themisto_env.metrics import API_SEQUENCE_METRICS, METRICS
-from themisto_env.results import model_label
+from themisto_env.run.results import model_label
 
 app = typer.Typer(
     help="themisto-env: predict Jupyter development trajectories from runtime state.", no_args_is_help=True
@@ -131,7 +131,7 @@ def env_create(
     requirements plus ipykernel and dill at versions compatible with them. Instant when it exists."""
     import time
 
-    from themisto_env import environments
+    from themisto_env.replay import environments
 
     started = time.perf_counter()
     spec = environments.make_spec(requirements, apt=apt, python=python)
@@ -147,7 +147,7 @@ def env_create(
 @env_app.command("list")
 def env_list(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """The kernel environments on this machine (--json also names their docker images)."""
-    from themisto_env import environments
+    from themisto_env.replay import environments
 
     if as_json:
         rows = [
@@ -178,7 +178,7 @@ def env_rm(
     force: Annotated[bool, typer.Option("--force", help="Remove it even if a dataset built here uses it.")] = False,
 ) -> None:
     """Remove a kernel environment's name; the environment (venv and image) goes once no name points at it."""
-    from themisto_env import environments
+    from themisto_env.replay import environments
 
     record = environments.remove(name, force=force)
     left = environments.names_of(record.id)
@@ -216,13 +216,13 @@ def data_build(
     workdir_limit_mb: Annotated[float, typer.Option(help="Largest working folder copied into a kernel (MB).")] = 100.0,
 ) -> None:
     """Replay sessions into trajectories with runtime state."""
-    from themisto_env.build import build_dataset
+    from themisto_env.replay.build import build_dataset
     from themisto_env.sandbox.models import SandboxLimits
 
     if env is not None and requirements is not None:
         raise ConfigError("give either --env or --requirements, not both")
     if requirements is not None:
-        from themisto_env import environments
+        from themisto_env.replay import environments
 
         spec = environments.make_spec(requirements)
         env = environments.create(None, spec, console=Console(stderr=True))[0].id
@@ -249,8 +249,8 @@ def data_info(
     limit: Annotated[int, typer.Option(help="Disagreeing steps listed (all with --json).")] = 20,
 ) -> None:
     """Sessions, executions, samples per task, and replay agreement with its disagreements by kind."""
-    from themisto_env.data import resolve_dataset
-    from themisto_env.stats import dataset_info
+    from themisto_env.data.stats import dataset_info
+    from themisto_env.replay.resolve import resolve_dataset
 
     info = dataset_info(resolve_dataset(folder, backend=backend), raw=raw)
     if as_json:
@@ -397,8 +397,8 @@ def run_command(
     ] = False,
 ) -> None:
     """Run an agent over a task's samples; write results.jsonl and summary.json (resumable)."""
-    from themisto_env.config import load_run_config, parse_model_args
-    from themisto_env.runner import run
+    from themisto_env.run.config import load_run_config, parse_model_args
+    from themisto_env.run.runner import run
 
     overrides = {
         "agent": agent,
@@ -514,7 +514,7 @@ def compare_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Two runs on the same samples: paired differences with bootstrap intervals, and where each wins."""
-    from themisto_env.compare import compare_runs
+    from themisto_env.run.compare import compare_runs
 
     result = compare_runs(run_a, run_b)
     if as_json:
@@ -553,7 +553,7 @@ def report_command(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="HTML file (default: RUN_DIR/report.html).")] = None,
 ) -> None:
     """An HTML report with plots: metrics by run, score along the trajectory, tool usage."""
-    from themisto_env.report import write_report
+    from themisto_env.run.report import write_report
 
     path = write_report(list(run_dirs), out)
     console.print(f"report: {path}", markup=False)
@@ -566,7 +566,7 @@ def view_command(
     open_page: Annotated[bool, typer.Option("--open", help="Open the page in the default browser.")] = False,
 ) -> None:
     """One HTML page to browse every sample: filters, the runs side by side, transcripts."""
-    from themisto_env.view import write_view
+    from themisto_env.run.view import write_view
 
     path = write_view(list(run_dirs), out)
     typer.echo(path)  # the path alone, unwrapped: `xdg-open $(themisto view RUN)`

@@ -8,8 +8,8 @@ from typing import Any
 
 import gymnasium as gym
 
-from themisto_env.actions import Prediction
 from themisto_env.agents import Agent, AgentUsage
+from themisto_env.env.actions import Prediction
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 import themisto_env.agents as agents
-from themisto_env.actions import Prediction
 from themisto_env.agents import AGENTS, Agent, AgentUsage, BaseAgent, make_agent, parse_history, register_agent
+from themisto_env.env.actions import Prediction
+from themisto_env.env.tools import ToolCall
 from themisto_env.errors import ConfigError
-from themisto_env.tools import ToolCall
 
 
 class LastSourceAgent(BaseAgent):

@@ -27,14 +27,14 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from tests.agents.conftest import MakeEnv
 from tests.agents.episodes import run_agent
 from tests.agents.test_provider_errors import Behaviour, StandIn, cli, ok
-from themisto_env.actions import Prediction
 from themisto_env.agents import make_agent
 from themisto_env.agents.cache import ResponseCache, is_cached, request_key, request_material
 from themisto_env.agents.fake_chat import ScriptedChatModel
 from themisto_env.agents.llm import StaticContextAgent
 from themisto_env.agents.llm_tools import ToolUsingAgent
+from themisto_env.env.actions import Prediction
+from themisto_env.env.tools import ToolCall
 from themisto_env.errors import DataError
-from themisto_env.tools import ToolCall
 
 pytest.importorskip("langchain_openai")
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from themisto_env.agents import HistoryCell, parse_history
-from themisto_env.observation import render_history
-from themisto_env.tools import HistoryItem
+from themisto_env.env.observation import render_history
+from themisto_env.env.tools import HistoryItem
 
 
 def _render(items: list[HistoryItem], **options: int) -> str:

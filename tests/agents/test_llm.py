@@ -10,14 +10,14 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 
 from tests.agents.conftest import MakeEnv
 from tests.agents.episodes import run_agent
-from themisto_env.actions import Prediction
 from themisto_env.agents import make_agent
 from themisto_env.agents.fake_chat import ScriptedChatModel
 from themisto_env.agents.llm import StaticContextAgent, message_text
 from themisto_env.agents.llm_tools import ToolUsingAgent
 from themisto_env.agents.prompting import load_prompts
+from themisto_env.env.actions import Prediction
+from themisto_env.env.tools import TOOL_NAMES, ToolCall
 from themisto_env.errors import ConfigError
-from themisto_env.tools import TOOL_NAMES, ToolCall
 
 FIRST_OUTPUT = "k-frames-kframes/output/2"  # df.shape, right after df was made
 
@@ -236,8 +236,8 @@ def test_message_text_joins_the_text_parts_of_a_list_content() -> None:
 def test_each_draw_of_pass_at_k_starts_a_fresh_conversation(make_env: MakeEnv) -> None:
     """With K predictions per sample, llm-tools starts each draw from the sample's own prompt: it never
     sees its previous answer, and its model-call limit and usage are per draw (summed in the row)."""
-    from themisto_env.config import RunConfig
-    from themisto_env.runner import episode_rows
+    from themisto_env.run.config import RunConfig
+    from themisto_env.run.runner import episode_rows
 
     replies = [
         AIMessage("", tool_calls=[_tool_call("list_variables", {}, "a")], usage_metadata=_usage(100, 5)),

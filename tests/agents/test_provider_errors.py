@@ -26,15 +26,15 @@ import yaml
 from langchain_core.messages import HumanMessage
 
 from tests.agents.conftest import MakeEnv
-from themisto_env import results, runner
-from themisto_env.actions import Prediction
 from themisto_env.agents.llm import StaticContextAgent
 from themisto_env.agents.providers import PROVIDERS, Provider
 from themisto_env.cli import main
-from themisto_env.config import RunConfig
+from themisto_env.env.actions import Prediction
 from themisto_env.errors import ModelError
-from themisto_env.results import read_results
-from themisto_env.runner import run
+from themisto_env.run import results, runner
+from themisto_env.run.config import RunConfig
+from themisto_env.run.results import read_results
+from themisto_env.run.runner import run
 
 pytest.importorskip("langchain_openai")
 

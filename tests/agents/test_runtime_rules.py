@@ -6,10 +6,10 @@ import pytest
 
 from tests.agents.conftest import MakeEnv
 from tests.agents.episodes import mean, run_agent
-from themisto_env.actions import Prediction
 from themisto_env.agents import make_agent
 from themisto_env.agents.runtime_rules import DisplayedExpression, RuntimeRulesAgent, displayed_expression
-from themisto_env.tools import ToolCall
+from themisto_env.env.actions import Prediction
+from themisto_env.env.tools import ToolCall
 
 CELLS = [
     ("df", DisplayedExpression("value", "df")),

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from themisto_env.actions import Prediction
-from themisto_env.env import ThemistoEnv
+from themisto_env.bridges.rl import export_dataset, export_samples, observation_prompt
+from themisto_env.env.actions import Prediction
+from themisto_env.env.core import ThemistoEnv
 from themisto_env.errors import ConfigError
-from themisto_env.rl import export_dataset, export_samples, observation_prompt
 
 
 def _env_observations(env: ThemistoEnv) -> dict[str, dict[str, Any]]:

@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from themisto_env.cli import app
-from themisto_env.config import RunConfig
-from themisto_env.results import read_results
-from themisto_env.runner import run
+from themisto_env.run.config import RunConfig
+from themisto_env.run.results import read_results
+from themisto_env.run.runner import run
 
 pytest.importorskip("ray", reason="the ray extra is not installed: pip install 'themisto-env[ray]'")
 

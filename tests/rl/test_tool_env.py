@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from themisto_env.actions import Prediction
-from themisto_env.env import ThemistoEnv
+from themisto_env.bridges.rl.tool_env import SharedStates, ThemistoToolEnv, tool_dataset
+from themisto_env.env.actions import Prediction
+from themisto_env.env.core import ThemistoEnv
+from themisto_env.env.tools import ToolCall
 from themisto_env.metrics import reward, score
-from themisto_env.rl.tool_env import SharedStates, ThemistoToolEnv, tool_dataset
-from themisto_env.tools import ToolCall
 
 #: Every observation tool a rollout can call, with arguments valid in the sales notebook's later states.
 CALLS: list[tuple[str, dict[str, Any]]] = [

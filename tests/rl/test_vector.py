@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from themisto_env.actions import Prediction
-from themisto_env.env import ThemistoEnv
-from themisto_env.rl import batch_actions, make_vector_env, unbatch_observations
-from themisto_env.rl.vector import unbatch_info
-from themisto_env.tools import ToolCall
+from themisto_env.bridges.rl import batch_actions, make_vector_env, unbatch_observations
+from themisto_env.bridges.rl.vector import unbatch_info
+from themisto_env.env.actions import Prediction
+from themisto_env.env.core import ThemistoEnv
+from themisto_env.env.tools import ToolCall
 
 
 @pytest.mark.parametrize("vectorization", ["sync", "async"])

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from themisto_env.june import read_sessions
+from themisto_env.data.june import read_sessions
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.outputs import DROPPED_KEY, OutputCollector, collect_outputs
@@ -162,7 +162,7 @@ CELLS = (
 
 def _make_bundled() -> Any:
     spec = importlib.util.spec_from_file_location(
-        "make_bundled_under_test", REPO / "tools" / "bundled" / "make_bundled.py"
+        "make_bundled_under_test", REPO / "scripts" / "bundled" / "make_bundled.py"
     )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -177,7 +177,7 @@ def test_sandbox_recorder_and_generator_give_the_same_outputs(tmp_path: Path, mo
     monkeypatch.setenv("THEMISTO_RECORD_PATH", str(log))
     generator = _make_bundled()._Kernel(tmp_path, 0)  # the bundled-data generator's kernel, recorder loaded
     try:
-        generator.execute("%load_ext themisto_env.recorder", "a" * 32)
+        generator.execute("%load_ext themisto_env.data.recorder", "a" * 32)
         generated = [generator.execute(code, f"{i:032x}")[0] for i, code in enumerate(CELLS)]
     finally:
         generator.close()

@@ -1,0 +1,1 @@
+"""Bridges to other frameworks: TRL and gymnasium vector envs (rl), inspect_ai."""

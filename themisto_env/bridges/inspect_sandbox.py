@@ -1,0 +1,272 @@
+"""The ``themisto`` sandbox of inspect_ai: a sample's sandbox is a Themisto env serving that sample's state.
+
+inspect_ai gives every sample a sandbox (``sample_init`` ... ``sample_cleanup``); under the ``themisto``
+type that sandbox is a :class:`~themisto_env.env.core.ThemistoEnv` reset to the sample (its kernel in the
+state just before the target step, checked like every served state), configured by a
+:class:`SandboxConfig` (the env options inspect may set). What inspect can ask of it:
+
+- :meth:`ThemistoSandbox.call_tool` (what the observation tools of :mod:`themisto_env.bridges.inspect_task` call):
+  one observation tool, run as an env step, so it counts against the sample's budget and cost. Once the
+  budget is spent a call is answered with an error and no step is taken (a further env step would
+  submit an empty prediction).
+- ``exec(["python", "-c", CODE])`` or ``exec(["python"], input=CODE)``: runs CODE as the ``try_cell``
+  tool does (a disposable copy of the kernel in the sample's state; the served kernel is never written
+  to), counted against the same budget; the next-cell task only (in the output task it would reveal the
+  output). Any other command is a failed result (exit 127); a command as another ``user`` raises
+  ``SandboxUserUnsupportedError``.
+- ``read_file``/``write_file``: the sandbox has no files (``PermissionError``).
+
+The env's machinery failing (the state could not be served) fails the sample's setup with
+:class:`~themisto_env.errors.InfrastructureError`, so inspect reports the sample as an error, never as a
+wrong answer. inspect_ai is needed here; ``import themisto_env`` never imports this module.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Literal, overload
+
+import anyio
+from inspect_ai.util import (
+    ExecResult,
+    SandboxEnvironment,
+    SandboxEnvironmentConfigType,
+    SandboxUserUnsupportedError,
+    sandboxenv,
+)
+from pydantic import BaseModel, ConfigDict, Field
+
+from themisto_env.data.samples import SampleRule, TaskName
+from themisto_env.env.core import MODEL_CODE_TIMEOUT_S, EnvConfig, ObservationMode, ThemistoEnv
+from themisto_env.env.tools import ToolCall
+from themisto_env.errors import ConfigError, InfrastructureError
+from themisto_env.scoring.execution import ExecutionScore, execution_score
+
+#: The sandbox type's name (``sandbox="themisto"``, ``--sandbox themisto``).
+SANDBOX_TYPE = "themisto"
+_PYTHONS = frozenset({"python", "python3"})
+#: Envs made and not yet closed, by task (closed at the task's end if a cancelled setup lost one).
+_OPEN_ENVS: dict[str, set[ThemistoEnv]] = {}
+
+
+@dataclass(frozen=True)
+class ToolAnswer:
+    """What one observation tool call answered (``ok=False``: an error the model should read)."""
+
+    tool: str
+    ok: bool
+    text: str
+
+
+class SandboxConfig(BaseModel):
+    """The ``themisto`` sandbox's config: the env options inspect can set (frozen: inspect hashes it).
+
+    The fields are those of :class:`~themisto_env.env.core.EnvConfig`; the others keep their defaults.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    task: TaskName = "next-cell"
+    dataset: str | None = None
+    backend: str = "local"
+    observation: ObservationMode = "tools"
+    history_length: int = Field(10, ge=0)
+    tool_budget: int = Field(5, ge=0)
+    sample_rule: SampleRule = Field(default_factory=SampleRule)
+    max_output_chars: int = Field(1500, ge=100)
+    max_text_chars: int = Field(16000, ge=1000)
+    snapshot_dir: str | None = None
+    execution_score: bool = False
+
+    def env_config(self) -> EnvConfig:
+        """The env's options."""
+        return EnvConfig(**self.model_dump())
+
+
+def env_config(config: SandboxEnvironmentConfigType | None) -> EnvConfig:
+    """The env options a sandbox config stands for (None: the defaults)."""
+    if config is None:
+        return EnvConfig()
+    if isinstance(config, SandboxConfig):
+        return config.env_config()
+    raise ConfigError(f"the themisto sandbox takes a SandboxConfig as its config, got {type(config).__name__}")
+
+
+def _serve(
+    task_name: str, config: EnvConfig, trajectory_id: str, index: int, sample_id: str
+) -> tuple[ThemistoEnv, dict[str, Any], dict[str, Any]]:
+    """A new env reset to one sample, with the reset's observation and info (blocking: run in a thread)."""
+    env = ThemistoEnv(**config.model_dump())
+    _OPEN_ENVS.setdefault(task_name, set()).add(env)
+    try:
+        observation, info = env.reset(options={"trajectory": trajectory_id, "sample": index})
+        served = env.current_sample
+        if served is None or served.id != sample_id:
+            raise ConfigError(f"sample {index} of trajectory {trajectory_id} is not {sample_id}; the dataset changed")
+        report = env.state_report
+        if report is not None and report.route == "failed":
+            raise InfrastructureError(f"the state of {sample_id} could not be served: {'; '.join(report.faults)}")
+    except BaseException:
+        _close(env)
+        raise
+    return env, observation, info
+
+
+def _close(env: ThemistoEnv) -> None:
+    for envs in _OPEN_ENVS.values():
+        envs.discard(env)
+    env.close()
+
+
+@sandboxenv(name=SANDBOX_TYPE)
+class ThemistoSandbox(SandboxEnvironment):
+    """One sample's env, its kernel in the sample's state (see the module docstring).
+
+    Attributes:
+        env: The env, reset to the sample.
+        tools_left: Tool calls the sample may still make.
+        tool_names: The tools this task offers (``try_cell`` in the next-cell task only).
+        infrastructure_errors: Machinery failures during tool calls (recovered from by the env).
+    """
+
+    def __init__(self, env: ThemistoEnv, observation: dict[str, Any], info: dict[str, Any]) -> None:
+        super().__init__()
+        self.env = env
+        self.observation = observation
+        self.tools_left = int(observation["tools_left"])
+        self.tool_names: tuple[str, ...] = tuple(info.get("tool_names", ()))
+        self.infrastructure_errors: list[str] = []
+        self._lock = anyio.Lock()  # one env step at a time: the kernel's client is not thread-safe
+
+    # -- the lifecycle --------------------------------------------------------------------------------
+
+    @classmethod
+    def config_deserialize(cls, config: dict[str, Any]) -> SandboxConfig:
+        return SandboxConfig(**config)
+
+    @classmethod
+    def default_concurrency(cls) -> int | None:
+        return os.cpu_count() or 1  # each sandbox is a kernel
+
+    @classmethod
+    async def sample_init(
+        cls, task_name: str, config: SandboxEnvironmentConfigType | None, metadata: dict[str, Any]
+    ) -> dict[str, SandboxEnvironment]:
+        options = env_config(config)
+        try:
+            trajectory_id, index, sample_id = metadata["trajectory_id"], metadata["sample_index"], metadata["sample_id"]
+        except KeyError as exc:
+            raise ConfigError(f"a themisto sandbox needs the sample's metadata {exc}; use themisto_dataset()") from exc
+        where = (str(trajectory_id), int(index), str(sample_id))
+        served = await anyio.to_thread.run_sync(_serve, task_name, options, *where)
+        return {"default": cls(*served)}
+
+    @classmethod
+    async def sample_cleanup(
+        cls,
+        task_name: str,
+        config: SandboxEnvironmentConfigType | None,
+        environments: dict[str, SandboxEnvironment],
+        interrupted: bool,
+    ) -> None:
+        for environment in environments.values():
+            await anyio.to_thread.run_sync(_close, environment.as_type(ThemistoSandbox).env)
+
+    @classmethod
+    async def task_cleanup(cls, task_name: str, config: SandboxEnvironmentConfigType | None, cleanup: bool) -> None:
+        for env in list(_OPEN_ENVS.pop(task_name, ())):  # a setup cancelled while serving leaves its env here
+            await anyio.to_thread.run_sync(_close, env)
+
+    # -- the tools ------------------------------------------------------------------------------------
+
+    async def call_tool(self, tool: str, args: dict[str, Any]) -> ToolAnswer:
+        """Run one observation tool as an env step (counted against the budget)."""
+        async with self._lock:
+            if self.tools_left <= 0:
+                budget = self.env.config.tool_budget
+                return ToolAnswer(
+                    tool, False, f"Error: the tool budget of this sample ({budget} calls) is spent; answer."
+                )
+            obs, _, _, _, info = await anyio.to_thread.run_sync(self.env.step, ToolCall(tool=tool, args=args))
+            self.observation, self.tools_left = obs, int(obs["tools_left"])
+        if "infrastructure_error" in info:
+            self.infrastructure_errors.append(str(info["infrastructure_error"]))
+        result = info.get("tool_result")
+        if result is None:  # the call was not run (bad action, tools off, machinery failed)
+            return ToolAnswer(tool, False, str(obs["tool_result"]))
+        return ToolAnswer(tool, bool(result["ok"]), str(result["text"]))
+
+    async def execution_score(self, code: str) -> ExecutionScore | None:
+        """The execution score of a next-cell prediction: ``code`` run in a disposable kernel in the
+        sample's state, its effects compared with the recorded ones (None: the dataset recorded none).
+
+        Raises:
+            InfrastructureError: The disposable kernel could not be brought to the state.
+        """
+        env = self.env
+        sample = env.current_sample
+        assert sample is not None
+        trajectory = env.trajectories[sample.trajectory_id]
+        timeout_s = min(env.config.limits.timeout_s, MODEL_CODE_TIMEOUT_S)
+
+        def run() -> ExecutionScore | None:
+            return execution_score(env.disposable_kernels(), trajectory, sample.step, code, timeout_s=timeout_s)
+
+        async with self._lock:
+            return await anyio.to_thread.run_sync(run)
+
+    # -- the SandboxEnvironment contract --------------------------------------------------------------
+
+    async def exec(
+        self,
+        cmd: list[str],
+        input: str | bytes | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+        timeout: int | None = None,
+        timeout_retry: bool = True,
+        concurrency: bool = True,
+    ) -> ExecResult[str]:
+        if user is not None:
+            raise SandboxUserUnsupportedError(
+                "the themisto sandbox runs Python cells in a kernel, not commands as users"
+            )
+        code = _python_code(cmd, input)
+        if code is None:
+            message = (
+                f"themisto sandbox: {' '.join(cmd[:1])!r} cannot run here; only `python -c CODE` (or CODE on stdin) "
+                "runs, as a cell tried in a copy of the kernel in the sample's state\n"
+            )
+            return ExecResult(success=False, returncode=127, stdout="", stderr=message)
+        answer = await self.call_tool("try_cell", {"code": code})
+        if answer.ok:
+            return ExecResult(success=True, returncode=0, stdout=answer.text, stderr="")
+        return ExecResult(success=False, returncode=1, stdout="", stderr=answer.text)
+
+    async def write_file(self, file: str, contents: str | bytes) -> None:
+        raise PermissionError(f"the themisto sandbox has no files: cannot write {file}")
+
+    @overload
+    async def read_file(self, file: str, text: Literal[True] = True) -> str: ...
+
+    @overload
+    async def read_file(self, file: str, text: Literal[False]) -> bytes: ...
+
+    async def read_file(self, file: str, text: bool = True) -> str | bytes:
+        raise PermissionError(f"the themisto sandbox has no files: cannot read {file}")
+
+
+def _python_code(cmd: list[str], input: str | bytes | None) -> str | None:
+    """The code of ``python -c CODE`` or of ``python`` with the code on stdin; None for anything else."""
+    if not cmd or os.path.basename(cmd[0]) not in _PYTHONS:
+        return None
+    if len(cmd) == 3 and cmd[1] == "-c":
+        return cmd[2]
+    if len(cmd) in (1, 2) and cmd[1:] in ([], ["-"]) and input is not None:
+        return input.decode("utf-8", "replace") if isinstance(input, bytes) else input
+    return None
+
+
+__all__ = ["SANDBOX_TYPE", "SandboxConfig", "ThemistoSandbox", "ToolAnswer", "env_config"]

@@ -1,0 +1,274 @@
+"""Themisto as an inspect_ai task: ``inspect eval themisto_env/themisto --model PROVIDER/MODEL``.
+
+The parts, as inspect names them:
+
+- dataset (:func:`themisto_dataset`): one inspect ``Sample`` per Themisto sample; ``input`` is the
+  system and user messages our LLM agents send (:mod:`themisto_env.agents.prompting`), ``target`` the
+  sample's target, ``metadata`` its id, trajectory, step and index within the trajectory.
+- sandbox (:mod:`themisto_env.bridges.inspect_sandbox`): the ``themisto`` type; each sample's sandbox is an env
+  whose kernel is in the sample's state. Its config: :class:`~themisto_env.bridges.inspect_sandbox.SandboxConfig`.
+- solver (:func:`themisto_agent`): gives the model the observation tools (:func:`observation_tools`,
+  each an env step against the sample's budget), asks it up to budget + 2 times, tells it to answer
+  once the budget is spent, as our ``llm-tools`` agent does.
+- scorer (:func:`themisto_scorer`): exact match, ROUGE-L and chrF of :func:`themisto_env.metrics.score`
+  on the prediction read from the reply as our agents read it, each with its mean and stderr.
+
+The sample's state is served by the sandbox before the solver starts; a state that could not be served,
+or a tool call the machinery failed (recovered from by the env), makes the sample an error in the log
+(retry with ``--retry-on-error``), never a wrong answer. Registered through the ``inspect_ai`` entry
+point of this package; needs ``pip install 'themisto-env[inspect]'``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inspect_ai import Task, task
+from inspect_ai.dataset import MemoryDataset, Sample
+from inspect_ai.model import ChatMessageSystem, ChatMessageUser
+from inspect_ai.scorer import Score, Scorer, Target, mean, scorer, stderr
+from inspect_ai.solver import Generate, Solver, TaskState, solver
+from inspect_ai.tool import Tool, ToolDef, ToolError, ToolParams
+from inspect_ai.util import JSONSchema, SandboxEnvironmentSpec, sandbox
+
+from themisto_env.agents.parsing import extract_prediction
+from themisto_env.agents.prompting import PromptTemplates, load_prompts
+from themisto_env.bridges.inspect_sandbox import SANDBOX_TYPE, SandboxConfig, ThemistoSandbox
+from themisto_env.data.samples import TaskName, make_samples, samples_by_trajectory
+from themisto_env.data.trajectory import Trajectory, read_trajectories
+from themisto_env.env.core import EnvConfig, ObservationMode
+from themisto_env.env.observation import history_items, render_history
+from themisto_env.env.tools import TOOLS, ObservationTool
+from themisto_env.errors import ConfigError, InfrastructureError
+from themisto_env.metrics import METRICS
+from themisto_env.metrics import score as themisto_score
+from themisto_env.replay.resolve import resolve_dataset
+
+# -- the dataset ------------------------------------------------------------------------------------------
+
+
+def first_observation(trajectory: Trajectory, step: int, config: EnvConfig) -> dict[str, Any]:
+    """The observation the env shows at a sample before any tool call (``runtime`` is left empty: it
+    needs the live kernel, and the solver fills it in the ``full`` mode)."""
+    recent = trajectory.steps[:step][-config.history_length :] if config.history_length else []
+    history = render_history(
+        history_items(recent),
+        length=config.history_length,
+        max_output_chars=config.max_output_chars,
+        max_chars=config.max_text_chars,
+    )
+    cell = trajectory.steps[step].source if config.task == "output" else ""
+    return {
+        "history": history[: config.max_text_chars],
+        "cell": cell[: config.max_text_chars],
+        "runtime": "",
+        "tool_result": "",
+        "tools_left": config.tool_budget,
+    }
+
+
+def prompt_messages(
+    observation: dict[str, Any], config: EnvConfig, prompts: PromptTemplates
+) -> list[ChatMessageSystem | ChatMessageUser]:
+    """The system and user messages our LLM agents send for an observation."""
+    mode = config.observation
+    if mode == "tools" and config.tool_budget == 0:
+        mode = "static"
+    return [
+        ChatMessageSystem(content=prompts.system_text(config.task)),
+        ChatMessageUser(content=prompts.user_text(observation, config.task, mode)),
+    ]
+
+
+def themisto_dataset(config: EnvConfig, prompts: PromptTemplates | None = None) -> MemoryDataset:
+    """Every sample of a task, trajectory by trajectory in step order, as inspect samples."""
+    prompts = prompts or load_prompts()
+    folder = resolve_dataset(config.dataset, backend=config.backend, progress=False)
+    trajectories = {t.id: t for t in read_trajectories(folder)}
+    episodes = samples_by_trajectory(make_samples(trajectories.values(), config.task, config.sample_rule))
+    samples = []
+    for trajectory_id in sorted(episodes):
+        for index, sample in enumerate(episodes[trajectory_id]):
+            observation = first_observation(trajectories[trajectory_id], sample.step, config)
+            samples.append(
+                Sample(
+                    id=sample.id,
+                    input=list(prompt_messages(observation, config, prompts)),
+                    target=sample.target,
+                    metadata={
+                        "sample_id": sample.id,
+                        "trajectory_id": trajectory_id,
+                        "step": sample.step,
+                        "sample_index": index,
+                        "task": config.task,
+                    },
+                )
+            )
+    return MemoryDataset(samples, name=f"themisto-{config.task}", location=str(folder))
+
+
+# -- the tools and the solver -----------------------------------------------------------------------------
+
+
+def _parameters(tool: ObservationTool) -> ToolParams:
+    """An observation tool's arguments as inspect's JSON schema (the keys inspect's schema knows)."""
+    schema = tool.args_model.model_json_schema()
+    known = set(JSONSchema.model_fields)
+    properties = {
+        name: JSONSchema.model_validate({k: v for k, v in field.items() if k in known})
+        for name, field in schema.get("properties", {}).items()
+    }
+    return ToolParams(properties=properties, required=list(schema.get("required", [])))
+
+
+def _observation_tool(tool: ObservationTool) -> Tool:
+    async def execute(**arguments: Any) -> str:
+        answer = await sandbox().as_type(ThemistoSandbox).call_tool(tool.name, arguments)
+        if not answer.ok:
+            raise ToolError(answer.text)
+        return answer.text
+
+    return ToolDef(execute, name=tool.name, description=tool.description, parameters=_parameters(tool)).as_tool()
+
+
+def observation_tools(names: tuple[str, ...] | None = None) -> list[Tool]:
+    """The observation tools (all, or those named) as inspect tools, run in the sample's sandbox."""
+    return [_observation_tool(tool) for name, tool in TOOLS.items() if names is None or name in names]
+
+
+@solver
+def themisto_agent(max_model_calls: int | None = None) -> Solver:
+    """Our tool-using agent's loop: tools while the budget lasts, then an answer.
+
+    Args:
+        max_model_calls: Model calls per sample (default: the tool budget plus 2).
+    """
+    prompts = load_prompts()
+
+    async def solve(state: TaskState, generate: Generate) -> TaskState:
+        box = sandbox().as_type(ThemistoSandbox)
+        config = box.env.config
+        if config.observation == "full":  # the runtime dump comes from the live kernel
+            state.messages[1:2] = prompt_messages(box.observation, config, prompts)[1:]
+        tools_left = box.tools_left if box.tool_names else 0
+        state.tools = observation_tools(box.tool_names) if tools_left > 0 else []
+        limit = max_model_calls if max_model_calls is not None else tools_left + 2
+        for call in range(limit):
+            if state.tools and box.tools_left <= 0:
+                state.tools = []
+                state.messages.append(ChatMessageUser(content=prompts.budget_spent))
+            state = await generate(state, tool_calls="single")
+            if not state.output.message.tool_calls or call + 1 == limit or state.completed:
+                break
+        return state
+
+    return solve
+
+
+# -- the scorer -------------------------------------------------------------------------------------------
+
+
+@scorer(metrics={name: [mean(), stderr()] for name in METRICS})
+def themisto_scorer() -> Scorer:
+    """Exact match, ROUGE-L F1 and chrF (:func:`themisto_env.metrics.score`) of the reply's prediction."""
+
+    async def score(state: TaskState, target: Target) -> Score:
+        task: TaskName = state.metadata["task"]
+        prediction = extract_prediction(state.output.completion, task)
+        box = sandbox().as_type(ThemistoSandbox)
+        if box.infrastructure_errors:
+            raise InfrastructureError(f"{state.metadata['sample_id']}: {'; '.join(box.infrastructure_errors)}")
+        report = box.env.state_report
+        metadata: dict[str, Any] = {"tool_calls": box.env.config.tool_budget - box.tools_left}
+        if report is not None:
+            metadata["state"] = report.as_dict()
+        return Score(value=themisto_score(prediction, target.text).as_dict(), answer=prediction, metadata=metadata)
+
+    return score
+
+
+@scorer(metrics=[mean(), stderr()])
+def themisto_execution_scorer() -> Scorer:
+    """The execution score of a next-cell prediction (:mod:`themisto_env.scoring.execution`): run in a disposable
+    kernel in the sample's state, its effects compared with the recorded ones; 0 when its own code
+    failed (the reason in the metadata)."""
+
+    async def score(state: TaskState, target: Target) -> Score:
+        prediction = extract_prediction(state.output.completion, state.metadata["task"])
+        scored = await sandbox().as_type(ThemistoSandbox).execution_score(prediction)
+        if scored is None:
+            raise ConfigError(
+                "the dataset records no effects to score executions by; rebuild it with themisto data build"
+            )
+        metadata = {"variables": scored.variables, "outputs": scored.outputs, "passed": scored.passed}
+        if scored.failure is not None:
+            metadata["prediction_failed"] = scored.failure
+        return Score(value=scored.value, answer=prediction, metadata=metadata)
+
+    return score
+
+
+# -- the task ---------------------------------------------------------------------------------------------
+
+
+@task
+def themisto(
+    task: TaskName = "next-cell",
+    observation: ObservationMode = "tools",
+    data: str | None = None,
+    backend: str = "local",
+    tool_budget: int = 5,
+    history_length: int = 10,
+    snapshot_dir: str | None = None,
+    limit: int | None = None,
+    execution_score: bool = False,
+) -> Task:
+    """Predict the next cell (or a cell's output) of Jupyter development trajectories.
+
+    Args:
+        task: ``next-cell`` or ``output``.
+        observation: ``tools`` (the model queries the kernel), ``static`` (history only) or ``full``
+            (history and a dump of every variable).
+        data: A built trajectory dataset folder (``themisto data build``); None: the bundled data.
+        backend: Where the kernels run: ``local``, ``bwrap`` or ``docker``.
+        tool_budget: Tool calls per sample.
+        history_length: Recent executions shown in the prompt.
+        snapshot_dir: Where kernel snapshots are stored (None: the default cache).
+        limit: At most this many samples (inspect's ``--limit`` works too).
+        execution_score: Also score each next-cell prediction by running it (use the docker backend
+            for models you do not trust).
+    """
+    if execution_score and task != "next-cell":
+        raise ConfigError("the execution score is for the next-cell task only")
+    options = SandboxConfig(
+        task=task,
+        observation=observation,
+        dataset=data,
+        backend=backend,
+        tool_budget=tool_budget,
+        history_length=history_length,
+        snapshot_dir=snapshot_dir,
+        execution_score=execution_score,
+    )
+    dataset = themisto_dataset(options.env_config())
+    if limit is not None:
+        dataset = dataset[:limit]
+    return Task(
+        dataset=dataset,
+        solver=themisto_agent(),
+        scorer=[themisto_scorer(), themisto_execution_scorer()] if execution_score else themisto_scorer(),
+        sandbox=SandboxEnvironmentSpec(SANDBOX_TYPE, options),
+        name=f"themisto-{task}",
+    )
+
+
+__all__ = [
+    "first_observation",
+    "observation_tools",
+    "prompt_messages",
+    "themisto",
+    "themisto_agent",
+    "themisto_dataset",
+    "themisto_execution_scorer",
+    "themisto_scorer",
+]

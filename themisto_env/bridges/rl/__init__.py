@@ -1,0 +1,34 @@
+"""Reinforcement learning adapters: single-turn datasets and rewards for TRL, vector envs, a tiny model.
+
+* :mod:`themisto_env.bridges.rl.export`: a task's samples as rows (prompt, target, sample id, metadata) or a
+  Hugging Face ``datasets.Dataset``, the prompts built from the env's own observations.
+* :mod:`themisto_env.bridges.rl.rewards`: reward functions with TRL's ``reward_funcs`` signature, scoring
+  completions with the env's metrics (:class:`MetricReward`) or by running them (:class:`ExecutionReward`).
+* :mod:`themisto_env.bridges.rl.vector`: the env under ``gymnasium.vector`` (sync or async) with batched actions.
+* :mod:`themisto_env.bridges.rl.tool_env`: multi-turn tool-calling GRPO, ``GRPOTrainer(environment_factory=...)``:
+  each rollout queries the live state of its sample with the observation tools (a GRPO group shares one
+  kernel) and submits a prediction that ``get_reward()`` scores.
+* :mod:`themisto_env.bridges.rl.tiny_model`: a tokenizer trained offline and a tiny causal LM built from a config,
+  to prove the training plumbing on a CPU.
+
+Nothing heavy is imported here: ``datasets``, ``torch``, ``transformers`` and ``trl`` are imported when a
+function needs them (``pip install 'themisto-env[rl]'``).
+"""
+
+from __future__ import annotations
+
+from themisto_env.bridges.rl.export import export_dataset, export_samples, observation_prompt
+from themisto_env.bridges.rl.rewards import ExecutionReward, MetricReward, completion_text
+from themisto_env.bridges.rl.vector import batch_actions, make_vector_env, unbatch_observations
+
+__all__ = [
+    "ExecutionReward",
+    "MetricReward",
+    "batch_actions",
+    "completion_text",
+    "export_dataset",
+    "export_samples",
+    "make_vector_env",
+    "observation_prompt",
+    "unbatch_observations",
+]

@@ -1,0 +1,207 @@
+"""A task's samples as single-turn training rows: prompt, target, sample id and metadata.
+
+Each row is what the env shows the agent at that sample, turned into a prompt, with the text to predict::
+
+    {"prompt": [{"role": "system", ...}, {"role": "user", ...}] or "text",
+     "target": "...", "sample_id": "traj/next-cell/7", "task": "next-cell", "trajectory_id": "traj",
+     "step": 7, "observation_mode": "static", "history": "...", "cell": "...", "runtime": "...",
+     "metadata": {"notebook_name": ..., "dataset": ..., "history_length": ...}}
+
+The observation is the env's own: in ``static`` mode it is computed from the trajectory without a kernel,
+with the same rendering as :class:`~themisto_env.env.core.ThemistoEnv` (``render_history`` over the executed
+steps, capped the same way); in ``full`` mode the env itself is walked through each trajectory (a kernel
+restores snapshots and dumps the runtime at every sample). The prompt wording is the LLM agents'
+(:func:`themisto_env.agents.prompting.load_prompts`), so a model trained on these rows reads what the
+``llm-static`` / ``llm-full`` agents send. ``tools`` mode needs several turns: use
+:mod:`themisto_env.bridges.rl.vector`.
+
+The ``target`` column is for the reward function (TRL passes every column but ``prompt`` to it); the
+model never sees it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from themisto_env.data.samples import Sample, TaskName
+from themisto_env.errors import ConfigError
+
+PromptFormat = Literal["chat", "text"]
+
+
+def observation_prompt(
+    observation: Mapping[str, Any],
+    task: TaskName,
+    mode: str = "static",
+    *,
+    prompt_format: PromptFormat = "chat",
+    templates: str | Path | None = None,
+) -> list[dict[str, str]] | str:
+    """The prompt for an env observation, worded as the LLM agents word it.
+
+    Args:
+        observation: An observation of :class:`~themisto_env.env.core.ThemistoEnv` (``history``, ``cell``,
+            ``runtime``, ``tools_left``).
+        task: ``next-cell`` or ``output``.
+        mode: The observation mode (``static``, ``full`` or ``tools``): which sections the prompt has.
+        prompt_format: ``chat`` gives TRL's conversational form (a system and a user message);
+            ``text`` gives one string (system text, blank line, user text).
+        templates: A prompt template file (see ``agents/prompts/default.yaml``); None for the bundled one.
+
+    Returns:
+        A list of messages (``chat``) or a string (``text``).
+    """
+    from themisto_env.agents.prompting import load_prompts
+
+    prompts = load_prompts(templates)
+    system = prompts.system_text(task)
+    user = prompts.user_text(observation, task, mode)  # type: ignore[arg-type]
+    if prompt_format == "chat":
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    if prompt_format == "text":
+        return f"{system}\n\n{user}\n"
+    raise ConfigError(f"prompt_format must be 'chat' or 'text', got {prompt_format!r}")
+
+
+def export_samples(
+    task: TaskName = "next-cell",
+    observation: str = "static",
+    *,
+    prompt_format: PromptFormat = "chat",
+    templates: str | Path | None = None,
+    limit: int | None = None,
+    **env_options: Any,
+) -> list[dict[str, Any]]:
+    """The samples of a task as training rows, in the env's sample order.
+
+    Args:
+        task: ``next-cell`` or ``output``.
+        observation: ``static`` (history; no kernel needed) or ``full`` (history and the runtime dump;
+            the env replays each trajectory from its snapshots).
+        prompt_format: ``chat`` (messages) or ``text`` (one string); see :func:`observation_prompt`.
+        templates: A prompt template file; None for the bundled one.
+        limit: Only the first this many samples.
+        **env_options: Further :class:`~themisto_env.env.core.EnvConfig` options (``dataset``, ``backend``,
+            ``history_length``, ``sample_rule``, ``snapshot_dir``, ...).
+
+    Returns:
+        One dict per sample (keys in the module docstring).
+
+    Raises:
+        ConfigError: ``observation`` is ``tools`` or unknown, or an env option is invalid.
+    """
+    from themisto_env.env.core import ThemistoEnv
+
+    if observation not in ("static", "full"):
+        raise ConfigError(
+            f"single-turn export supports observation 'static' or 'full', not {observation!r}; "
+            "tool use needs several turns: use themisto_env.bridges.rl.vector.make_vector_env"
+        )
+    env = ThemistoEnv(task=task, observation=observation, **env_options)
+    try:
+        samples = env.samples[:limit] if limit else list(env.samples)
+        wanted = {s.id for s in samples}
+        if observation == "static":
+            observations = {s.id: _static_observation(env, s) for s in samples}
+        else:
+            observations = _walk_observations(env, wanted)
+    finally:
+        env.close()
+    rows = []
+    for sample in samples:
+        obs = observations[sample.id]
+        trajectory = env.trajectories[sample.trajectory_id]
+        rows.append(
+            {
+                "prompt": observation_prompt(obs, task, observation, prompt_format=prompt_format, templates=templates),
+                "target": sample.target,
+                "sample_id": sample.id,
+                "task": sample.task,
+                "trajectory_id": sample.trajectory_id,
+                "step": sample.step,
+                "observation_mode": observation,
+                "history": obs["history"],
+                "cell": obs["cell"],
+                "runtime": obs["runtime"],
+                "metadata": {
+                    "notebook_name": trajectory.notebook_name,
+                    "dataset": str(env.dataset_dir),
+                    "backend": env.config.backend,
+                    "history_length": env.config.history_length,
+                },
+            }
+        )
+    return rows
+
+
+def export_dataset(
+    task: TaskName = "next-cell",
+    observation: str = "static",
+    *,
+    prompt_format: PromptFormat = "chat",
+    templates: str | Path | None = None,
+    limit: int | None = None,
+    **env_options: Any,
+) -> Any:
+    """The samples of a task as a Hugging Face ``datasets.Dataset`` (the rows of :func:`export_samples`).
+
+    Ready for TRL: ``GRPOTrainer(train_dataset=export_dataset(...), reward_funcs=MetricReward(), ...)``.
+
+    Raises:
+        ProviderError: ``datasets`` is not installed (``pip install 'themisto-env[rl]'``).
+    """
+    from themisto_env.bridges.rl._deps import require
+
+    datasets = require("datasets")
+    rows = export_samples(
+        task, observation, prompt_format=prompt_format, templates=templates, limit=limit, **env_options
+    )
+    return datasets.Dataset.from_list(rows)
+
+
+def _static_observation(env: Any, sample: Sample) -> dict[str, Any]:
+    """The env's observation at a sample in ``static`` mode, computed without a kernel."""
+    from themisto_env.env.core import _text
+    from themisto_env.env.observation import history_items, render_history
+
+    config = env.config
+    trajectory = env.trajectories[sample.trajectory_id]
+    limit = config.max_text_chars
+    history = render_history(
+        history_items(trajectory.steps[: sample.step]),
+        length=config.history_length,
+        max_output_chars=config.max_output_chars,
+        max_chars=limit,
+    )
+    cell = trajectory.steps[sample.step].source if config.task == "output" else ""
+    return {
+        "history": _text(history, limit),
+        "cell": _text(cell, limit),
+        "runtime": "",
+        "tool_result": "",
+        "tools_left": config.tool_budget,
+    }
+
+
+def _walk_observations(env: Any, wanted: set[str]) -> dict[str, dict[str, Any]]:
+    """The env's own observations at the wanted samples, walking each trajectory with empty predictions."""
+    from themisto_env.env.actions import Prediction
+    from themisto_env.run.runner import episode_starts
+
+    found: dict[str, dict[str, Any]] = {}
+    for tid, first in episode_starts(env, wanted):
+        obs, _ = env.reset(options={"trajectory": tid, "sample": first})
+        left = {s.id for s in env.episode_samples[tid][first:]} & wanted
+        while left:
+            sample = env.current_sample
+            if sample.id in left:
+                found[sample.id] = dict(obs)
+                left.discard(sample.id)
+            if not left:
+                break
+            obs, _, terminated, _, _ = env.step(Prediction(text=""))
+            if terminated:
+                break
+    return found

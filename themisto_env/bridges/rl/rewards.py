@@ -1,0 +1,203 @@
+"""Reward functions for TRL's ``reward_funcs``: the env's metrics, and the execution-based score.
+
+TRL calls a reward function as ``func(prompts=..., completions=..., completion_ids=..., **columns)``
+where ``columns`` are the dataset's other columns as lists, one value per completion (here ``target``,
+``task``, ``sample_id``, ...), and expects one float (or None: "does not apply") per completion. A
+completion is a string (standard format) or a list of messages (conversational format); both are read by
+:func:`completion_text`.
+
+* :class:`MetricReward` scores a completion against the row's ``target`` with
+  :func:`themisto_env.metrics.score`, and returns the env's reward
+  (:func:`themisto_env.metrics.reward` with :class:`~themisto_env.metrics.RewardWeights`) or one metric.
+  By default the prediction is first read out of the reply as the LLM agents read it (fenced block,
+  lead-in lines dropped: :func:`themisto_env.agents.parsing.extract_prediction`).
+* :class:`ExecutionReward` (next-cell only) runs the predicted cell from the pre-target state in the
+  sandbox and compares outputs and changed variables with the real cell's (the env's
+  ``execution_score``); it owns an env and a kernel, so close it when done. Use the docker backend for
+  model-written code. Combine both with ``GRPOConfig(reward_weights=[...])``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from themisto_env.errors import ConfigError
+from themisto_env.metrics import RewardWeights, reward, score
+
+MetricName = Literal["reward", "exact_match", "rouge_l", "chrf"]
+
+
+def completion_text(completion: Any) -> str:
+    """The text of a completion in TRL's standard (string) or conversational (messages) format.
+
+    Args:
+        completion: A string; a message dict with ``content``; or a list of messages, of which the
+            assistant's (the last one if none is marked) is read. A content given as a list of parts
+            (``{"type": "text", "text": ...}``) is joined.
+
+    Returns:
+        The completion's text.
+    """
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, Mapping):
+        content = completion.get("content", "")
+        if isinstance(content, str):
+            return content
+        return "".join(part.get("text", "") if isinstance(part, Mapping) else str(part) for part in content or [])
+    if isinstance(completion, Sequence):
+        messages = [m for m in completion if isinstance(m, Mapping)]
+        chosen = [m for m in messages if m.get("role") == "assistant"] or messages
+        return "".join(completion_text(m) for m in chosen)
+    raise ConfigError(f"a completion is a string or a list of messages, got {type(completion).__name__}")
+
+
+def _per_row(value: Any, n: int, name: str) -> list[Any]:
+    if value is None or isinstance(value, str):
+        return [value] * n
+    values = list(value)
+    if len(values) != n:
+        raise ConfigError(f"reward: {len(values)} values of {name!r} for {n} completions")
+    return values
+
+
+class MetricReward:
+    """Scores completions with the env's metrics (TRL ``reward_funcs`` signature).
+
+    Args:
+        metric: ``reward`` (the env's weighted reward, the default), or one of ``exact_match``,
+            ``rouge_l``, ``chrf``.
+        weights: Reward weights (the env's defaults when None).
+        parse: Read the prediction out of the reply as the LLM agents do (fenced block, lead-in lines
+            dropped); False scores the completion text as it is.
+        task: The task when the dataset has no ``task`` column.
+
+    Example:
+        >>> MetricReward()(completions=["df.head()"], target=["df.head()"], task=["next-cell"])
+        [1.0]
+    """
+
+    def __init__(
+        self,
+        metric: MetricName = "reward",
+        weights: RewardWeights | None = None,
+        *,
+        parse: bool = True,
+        task: str | None = None,
+    ) -> None:
+        if metric not in ("reward", "exact_match", "rouge_l", "chrf"):
+            raise ConfigError(f"metric must be reward, exact_match, rouge_l or chrf, got {metric!r}")
+        self.metric = metric
+        self.weights = weights or RewardWeights()
+        self.parse = parse
+        self.task = task
+        self.__name__ = f"themisto_{metric}"  # TRL logs each reward function under its __name__
+
+    def prediction(self, completion: Any, task: str | None) -> str:
+        """The prediction a completion makes, as it is scored."""
+        text = completion_text(completion)
+        if not self.parse:
+            return text
+        from themisto_env.agents.parsing import extract_prediction
+
+        return extract_prediction(text, task or "next-cell")  # type: ignore[arg-type]
+
+    def __call__(
+        self,
+        prompts: Sequence[Any] | None = None,
+        completions: Sequence[Any] | None = None,
+        target: Sequence[str] | None = None,
+        task: Sequence[str] | str | None = None,
+        **kwargs: Any,
+    ) -> list[float]:
+        """One score per completion, in [0, 1].
+
+        Args:
+            prompts: The prompts (unused; TRL passes them).
+            completions: The completions (strings or lists of messages).
+            target: The reference text of each completion's sample (the dataset's ``target`` column).
+            task: The task of each completion's sample (the ``task`` column), or one task for all.
+            **kwargs: The other columns and TRL's extras (ignored).
+
+        Raises:
+            ConfigError: No targets (the dataset lacks a ``target`` column) or mismatched lengths.
+        """
+        completions = list(completions or [])
+        if target is None:
+            raise ConfigError("MetricReward needs the dataset's 'target' column (see themisto_env.bridges.rl.export)")
+        targets = _per_row(target, len(completions), "target")
+        tasks = _per_row(task if task is not None else self.task, len(completions), "task")
+        values = []
+        for completion, reference, row_task in zip(completions, targets, tasks, strict=True):
+            scores = score(self.prediction(completion, row_task), reference)
+            value = reward(scores, self.weights) if self.metric == "reward" else getattr(scores, self.metric)
+            values.append(float(value))
+        return values
+
+
+class ExecutionReward:
+    """Scores next-cell completions by running them in the sandbox (TRL ``reward_funcs`` signature).
+
+    For each completion the env is reset at the completion's sample, the prediction is submitted with
+    ``execution_score`` on, and the env's execution score is returned: the mean of the Jaccard overlap of
+    the variables the predicted and the real cell change and the chrF of their outputs
+    (:mod:`themisto_env.scoring.execution`). Each completion runs in a disposable kernel of its own, so a batch
+    scores exactly as its completions would alone: what one completion does (a thread, an option, a
+    patched helper) never reaches another. A completion whose own code fails scores 0; output-task
+    samples and samples whose sandbox failed get None (TRL skips them).
+
+    Args:
+        parse: Read the prediction out of the reply as the LLM agents do.
+        **env_options: :class:`~themisto_env.env.core.EnvConfig` options for its env (``dataset``, ``backend``,
+            ``snapshot_dir``, ``limits``, ...); use the same dataset as the exported rows.
+    """
+
+    def __init__(self, *, parse: bool = True, **env_options: Any) -> None:
+        from themisto_env.env.core import ThemistoEnv
+
+        options = {"observation": "static", **env_options, "task": "next-cell", "execution_score": True}
+        self.env = ThemistoEnv(**options)
+        self.text = MetricReward(parse=parse)
+        self.__name__ = "themisto_execution"
+        self._index = {s.id: (tid, i) for tid, group in self.env.episode_samples.items() for i, s in enumerate(group)}
+
+    def __call__(
+        self,
+        prompts: Sequence[Any] | None = None,
+        completions: Sequence[Any] | None = None,
+        sample_id: Sequence[str] | None = None,
+        task: Sequence[str] | str | None = None,
+        **kwargs: Any,
+    ) -> list[float | None]:
+        """One execution score per completion, or None where it does not apply."""
+        from themisto_env.env.actions import Prediction
+
+        completions = list(completions or [])
+        if sample_id is None:
+            raise ConfigError("ExecutionReward needs the dataset's 'sample_id' column")
+        ids = _per_row(sample_id, len(completions), "sample_id")
+        tasks = _per_row(task if task is not None else "next-cell", len(completions), "task")
+        values: list[float | None] = []
+        for completion, sid, row_task in zip(completions, ids, tasks, strict=True):
+            if row_task != "next-cell" or sid not in self._index:
+                values.append(None)
+                continue
+            tid, index = self._index[sid]
+            self.env.reset(options={"trajectory": tid, "sample": index})
+            prediction = Prediction(text=self.text.prediction(completion, "next-cell"))
+            *_, info = self.env.step(prediction)
+            value = info.get("execution_score")
+            failed = info.get("infrastructure_error") or info.get("state_mismatch")
+            values.append(None if value is None or failed else float(value))
+        return values
+
+    def close(self) -> None:
+        """Close the env and its kernel."""
+        self.env.close()
+
+    def __enter__(self) -> ExecutionReward:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

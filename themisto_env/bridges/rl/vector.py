@@ -1,0 +1,122 @@
+"""Multi-turn RL with tools: the env under ``gymnasium.vector``, with batched actions and observations.
+
+:func:`make_vector_env` runs ``num_envs`` copies of the env side by side, in this process (``sync``) or
+one subprocess each (``async``: the kernels' work then overlaps). Each copy owns its kernel.
+
+Turn structure, per copy (the env's, see :mod:`themisto_env.env.core`):
+
+1. ``reset`` puts each copy at the start of a trajectory (``seed`` draws it; ``options`` can name it)
+   with the kernel restored to the state before the first sample's target.
+2. Each ``step`` takes one action per copy: a tool call (``kind`` 0: ``tool`` index into
+   :data:`~themisto_env.env.tools.TOOL_NAMES`, ``args`` JSON; reward ``-tool_cost``, the result comes back
+   in the ``tool_result`` observation, ``tools_left`` goes down) or a prediction (``kind`` 1: ``text``;
+   reward in [0, 1] from the metrics, ``info["scores"]``). After a prediction the copy executes the real
+   cells and its next observation is the next sample's. Copies move independently: one can be calling a
+   tool while another predicts.
+3. ``terminated`` is True for a copy after its trajectory's last sample. What happens next is
+   gymnasium's autoreset mode: ``next-step`` (gymnasium's default) resets the copy on its *next* step,
+   ignoring that step's action (reward 0), so a training loop should mask that transition;
+   ``same-step`` resets it inside the terminating step (the returned observation is the new episode's;
+   the last one is in ``info["final_obs"]``), so every action counts.
+
+Batching: observations come back as a dict of per-field batches (``history``, ``cell``, ``runtime``,
+``tool_result``: tuples of strings; ``tools_left``: an int array); infos as a dict of arrays with a
+``_key`` mask per key (gymnasium's convention). :func:`batch_actions` builds the batched action from
+:class:`~themisto_env.env.actions.Prediction` / :class:`~themisto_env.env.tools.ToolCall` objects,
+:func:`unbatch_observations` splits observations back per copy, and
+:func:`themisto_env.bridges.rl.export.observation_prompt` turns one into a model prompt.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+
+from themisto_env.env.actions import Action, encode_action, parse_action
+from themisto_env.errors import ConfigError
+
+ENV_IDS = {"next-cell": "themisto/NextCell-v0", "output": "themisto/OutputPrediction-v0"}
+_AUTORESET = {"next-step": "NextStep", "same-step": "SameStep", "disabled": "Disabled"}
+
+
+def make_vector_env(
+    num_envs: int = 2,
+    *,
+    task: str = "next-cell",
+    vectorization: Literal["sync", "async"] = "sync",
+    autoreset: Literal["next-step", "same-step", "disabled"] = "next-step",
+    **options: Any,
+) -> gym.vector.VectorEnv:
+    """``num_envs`` copies of the env as one gymnasium vector env.
+
+    Args:
+        num_envs: How many copies (each with its own kernel).
+        task: ``next-cell`` or ``output``.
+        vectorization: ``sync`` (one process) or ``async`` (a subprocess per copy).
+        autoreset: gymnasium's autoreset mode (see the module docstring).
+        **options: :class:`~themisto_env.env.core.EnvConfig` options for every copy (``observation``,
+            ``tool_budget``, ``dataset``, ``backend``, ...).
+
+    Returns:
+        A ``SyncVectorEnv`` or ``AsyncVectorEnv``; close it when done (that closes the kernels).
+
+    Raises:
+        ConfigError: An unknown task, vectorization or autoreset mode.
+    """
+    import themisto_env  # noqa: F401  (registers the ids)
+
+    if task not in ENV_IDS:
+        raise ConfigError(f"task must be one of {sorted(ENV_IDS)}, got {task!r}")
+    if autoreset not in _AUTORESET:
+        raise ConfigError(f"autoreset must be one of {sorted(_AUTORESET)}, got {autoreset!r}")
+    if num_envs < 1:
+        raise ConfigError(f"num_envs must be at least 1, got {num_envs}")
+    make = functools.partial(gym.make, ENV_IDS[task], **options)
+    mode = gym.vector.AutoresetMode(_AUTORESET[autoreset])
+    if vectorization == "sync":
+        return gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode=mode)
+    if vectorization == "async":
+        return gym.vector.AsyncVectorEnv([make] * num_envs, autoreset_mode=mode)
+    raise ConfigError(f"vectorization must be 'sync' or 'async', got {vectorization!r}")
+
+
+def batch_actions(actions: Sequence[Action | Mapping[str, Any]]) -> dict[str, Any]:
+    """One action per copy (``ToolCall``, ``Prediction`` or action dicts) as a vector env's action.
+
+    Raises:
+        ActionError: An action is malformed.
+    """
+    encoded = [encode_action(parse_action(a)) for a in actions]
+    return {
+        "kind": np.array([a["kind"] for a in encoded], dtype=np.int64),
+        "tool": np.array([a["tool"] for a in encoded], dtype=np.int64),
+        "args": tuple(a["args"] for a in encoded),
+        "text": tuple(a["text"] for a in encoded),
+    }
+
+
+def unbatch_observations(observations: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A vector env's batched observation as one observation dict per copy."""
+    fields = list(observations)
+    n = len(observations[fields[0]])
+    return [
+        {f: (int(observations[f][i]) if f == "tools_left" else observations[f][i]) for f in fields} for i in range(n)
+    ]
+
+
+def unbatch_info(infos: Mapping[str, Any], n: int) -> list[dict[str, Any]]:
+    """A vector env's batched info as one dict per copy (only the keys each copy set)."""
+    out: list[dict[str, Any]] = [{} for _ in range(n)]
+    for key, values in infos.items():
+        if key.startswith("_"):
+            continue
+        mask = infos.get(f"_{key}", np.ones(n, dtype=bool))
+        per_copy = unbatch_info(values, n) if isinstance(values, Mapping) else values
+        for i in range(n):
+            if mask[i]:
+                out[i][key] = per_copy[i]
+    return out

@@ -1,0 +1,1 @@
+"""Development trajectories as records: JuNE logs and notebooks in, trajectories, replay agreement, samples."""

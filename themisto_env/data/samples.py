@@ -1,0 +1,146 @@
+"""Tasks and samples: which steps of which trajectories are predicted, and what the target is.
+
+Two tasks, as in Themisto:
+
+* ``next-cell``: given the executions so far (code and outputs) and the live state, predict the source
+  of the next executed cell. The target is step ``k``'s source; samples start at ``k = 1``.
+* ``output``: given that history and the source of the cell about to run, predict its output as text
+  (:func:`themisto_env.data.rendering.render_outputs` documents the rendering). The target is step ``k``'s
+  replayed output; samples start at ``k = 0``.
+
+Themisto's sample rule is the default (:class:`SampleRule`): only trajectories of at least 5 executions,
+empty targets dropped, and targets longer than the 0.99 quantile of target length (over the dataset's
+candidate targets of that task) dropped.
+
+Samples follow what the person saw (``follow_recording``, on by default): an output-prediction sample
+whose step's replay disagrees with the recorded outputs (any kind of
+:data:`themisto_env.data.agreement.DISAGREEMENTS`: the replay raised where the person's run did not, showed
+other values, ...) is dropped, since its target (the replayed output) is not what the person saw. Steps
+with nothing recorded to compare with (``unrecorded``) are kept. Next-cell targets are the person's own
+code, whatever the replay showed, and are not dropped by it. :func:`sample_counts` says how many each
+step of the rule kept and dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from themisto_env.data.agreement import DISAGREEMENTS
+from themisto_env.data.rendering import render_outputs
+from themisto_env.data.trajectory import Step, Trajectory
+
+TaskName = Literal["next-cell", "output"]
+TASKS: tuple[TaskName, ...] = ("next-cell", "output")
+
+
+class SampleRule(BaseModel):
+    """Which steps become samples (Themisto's rule by default).
+
+    Attributes:
+        min_executions: Trajectories with fewer executions give no samples.
+        drop_empty: Drop samples whose target is empty (or only whitespace).
+        max_length_quantile: Drop targets longer than this quantile of target length; None keeps all.
+        follow_recording: Drop output-prediction samples whose step's replay disagrees with the recorded
+            outputs (where outputs were recorded); see the module doc.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_executions: int = Field(5, ge=1)
+    drop_empty: bool = True
+    max_length_quantile: float | None = Field(0.99, gt=0, le=1)
+    follow_recording: bool = True
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One prediction to make: step ``step`` of trajectory ``trajectory_id`` under a task."""
+
+    id: str
+    task: TaskName
+    trajectory_id: str
+    step: int
+    target: str
+
+
+def target_text(task: TaskName, step: Step) -> str:
+    """The text to predict at a step for a task."""
+    return step.source if task == "next-cell" else render_outputs(step.outputs)
+
+
+def sample_id(task: TaskName, trajectory_id: str, step: int) -> str:
+    """The id of a sample: stable across runs, used to match results of different agents."""
+    return f"{trajectory_id}/{task}/{step}"
+
+
+def replay_disagrees(step: Step) -> bool:
+    """Whether a step's replay shows something else than what was recorded (and something was)."""
+    if step.agreement_kind is None:  # a trajectory not compared under kinds: its flag alone
+        return not step.agrees
+    return step.agreement_kind in DISAGREEMENTS
+
+
+@dataclass(frozen=True)
+class SampleCounts:
+    """How a rule made a task's samples: candidates, what each filter dropped, and what was kept.
+
+    Attributes:
+        candidates: Steps of trajectories long enough (``min_executions``).
+        disagreeing: Dropped because the replay disagrees with the recording (``follow_recording``).
+        empty: Dropped as empty targets.
+        too_long: Dropped as longer than the length quantile.
+        kept: The samples.
+    """
+
+    candidates: int
+    disagreeing: int
+    empty: int
+    too_long: int
+    kept: int
+
+
+def _apply_rule(
+    trajectories: Iterable[Trajectory], task: TaskName, rule: SampleRule
+) -> tuple[list[Sample], SampleCounts]:
+    first = 1 if task == "next-cell" else 0
+    steps = [(t, s) for t in trajectories if len(t.steps) >= rule.min_executions for s in t.steps[first:]]
+    total = len(steps)
+    if rule.follow_recording and task == "output":
+        steps = [(t, s) for t, s in steps if not replay_disagrees(s)]
+    disagreeing = total - len(steps)
+    candidates = [Sample(sample_id(task, t.id, s.index), task, t.id, s.index, target_text(task, s)) for t, s in steps]
+    before = len(candidates)
+    if rule.drop_empty:
+        candidates = [c for c in candidates if c.target.strip()]
+    empty = before - len(candidates)
+    before = len(candidates)
+    if rule.max_length_quantile is not None and candidates:
+        limit = float(np.quantile([len(c.target) for c in candidates], rule.max_length_quantile))
+        candidates = [c for c in candidates if len(c.target) <= limit]
+    too_long = before - len(candidates)
+    return candidates, SampleCounts(total, disagreeing, empty, too_long, len(candidates))
+
+
+def make_samples(trajectories: Iterable[Trajectory], task: TaskName, rule: SampleRule | None = None) -> list[Sample]:
+    """All samples of a task over trajectories, in trajectory and step order."""
+    return _apply_rule(trajectories, task, rule or SampleRule())[0]
+
+
+def sample_counts(trajectories: Iterable[Trajectory], task: TaskName, rule: SampleRule | None = None) -> SampleCounts:
+    """How many samples of a task the rule keeps, and how many each of its filters drops."""
+    return _apply_rule(trajectories, task, rule or SampleRule())[1]
+
+
+def samples_by_trajectory(samples: Sequence[Sample]) -> dict[str, list[Sample]]:
+    """Samples grouped by trajectory, each group in step order."""
+    groups: dict[str, list[Sample]] = {}
+    for sample in samples:
+        groups.setdefault(sample.trajectory_id, []).append(sample)
+    for group in groups.values():
+        group.sort(key=lambda s: s.step)
+    return groups

@@ -1,0 +1,80 @@
+"""Figures about a trajectory dataset (``themisto data info``)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from themisto_env.data.agreement import KINDS, NORMALIZATION_VERSION, agreement
+from themisto_env.data.samples import TASKS, sample_counts
+from themisto_env.data.trajectory import Step, read_manifest, read_trajectories
+from themisto_env.sandbox.snapshots import SnapshotStore
+
+
+def _share(hits: int, total: int) -> float | None:
+    return hits / total if total else None
+
+
+def dataset_info(folder: str | Path, *, raw: bool = False) -> dict[str, Any]:
+    """Sessions, executions, samples per task under the default rule, and replay agreement.
+
+    Agreement is over the steps that have recorded outputs to compare with; None ("n/a") when no step
+    has any (an empty dataset, or only cleared notebooks). Disagreements are classified by
+    :func:`themisto_env.data.agreement.agreement` and listed per step.
+
+    Args:
+        folder: A dataset folder.
+        raw: Also compare every step's outputs without normalisation (``raw_agreement``,
+            ``raw_kinds``, and ``raw`` on each listed step).
+
+    Returns:
+        The figures, JSON-ready.
+    """
+    manifest = read_manifest(folder)
+    trajectories = read_trajectories(folder)
+    steps = [(t, s) for t in trajectories for s in t.steps]
+    store = SnapshotStore()
+    digests = {s.snapshot for _, s in steps if s.snapshot and s.snapshot in store}
+    compared = [(t, s) for t, s in steps if s.agreement_kind != "unrecorded"]
+    kinds = Counter(s.agreement_kind or ("ok" if s.agrees else "other") for _, s in steps)
+    counts = {task: sample_counts(trajectories, task) for task in TASKS}
+    info: dict[str, Any] = {
+        "folder": str(folder),
+        "trajectories": len(trajectories),
+        "complete": sum(t.complete for t in trajectories),
+        "notebooks": len({t.notebook_name for t in trajectories}),
+        "executions": len(steps),
+        "errors": sum(s.status == "error" for _, s in steps),
+        "restarts": sum(s.restarted_before for _, s in steps),
+        "snapshots": len(digests),
+        "snapshot_mb": round(sum(store.path(d).stat().st_size for d in digests) / 1e6, 1),
+        "samples": {task: c.kept for task, c in counts.items()},
+        "samples_dropped_disagreeing": {task: c.disagreeing for task, c in counts.items()},
+        "agreement": _share(sum(s.agrees for _, s in compared), len(compared)),
+        "compared": len(compared),
+        "normalization": NORMALIZATION_VERSION,
+        "built_with_normalization": manifest.normalization,
+        "agreement_kinds": {kind: kinds[kind] for kind in KINDS if kinds[kind]},
+        "disagreements": [_row(t.id, s, raw) for t, s in steps if not s.agrees and s.agreement_kind != "unrecorded"],
+        "failures": {t.id: t.failure for t in trajectories if not t.complete},
+    }
+    if raw:
+        verdicts = [agreement(s.recorded_outputs, s.outputs, raw=True) for _, s in compared]
+        info["raw_agreement"] = _share(sum(v.agrees for v in verdicts), len(verdicts))
+        raw_kinds = Counter(v.kind for v in verdicts)
+        info["raw_kinds"] = {kind: raw_kinds[kind] for kind in KINDS if raw_kinds[kind]}
+    return info
+
+
+def _row(trajectory_id: str, step: Step, raw: bool) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "trajectory": trajectory_id,
+        "step": step.index,
+        "kind": step.agreement_kind or "other",
+        "detail": step.agreement_detail or "",
+        "source": step.source,
+    }
+    if raw:
+        row["raw_agrees"] = agreement(step.recorded_outputs, step.outputs, raw=True).agrees
+    return row

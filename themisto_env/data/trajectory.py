@@ -1,0 +1,273 @@
+"""Replayed trajectories with runtime state, and their on-disk format.
+
+A :class:`Trajectory` is a recorded :class:`~themisto_env.data.sessions.Session` after replay in a sandbox
+kernel: for every execution, the replayed outputs beside the recorded ones, the execution time, the
+kernel's memory and per-variable sizes after it, and a reference to a snapshot of the namespace after it.
+
+On disk (format ``themisto-trajectories``, version 1), a dataset is a folder::
+
+    DIR/manifest.json        format, version, backend, package versions, sources, counts
+    DIR/trajectories.jsonl   one Trajectory per line (JSON; the schema is the pydantic model below)
+    DIR/files/               the kernels' working folders, content-addressed: the folder each replay
+                             started in and what it held after every step (see
+                             :mod:`themisto_env.sandbox.workdir`), so that a served state has its files
+
+Snapshots are not in the folder: they are content-addressed dill files in the snapshot store
+(``<cache>/snapshots/<digest[:2]>/<digest>.dill``), made on demand and never committed; a step refers to
+its snapshot by ``snapshot`` (the sha256 digest). Everything else is plain JSON Lines, readable without
+this package.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+
+from themisto_env.data.agreement import refresh_agreement
+from themisto_env.errors import DataError
+from themisto_env.sandbox.workdir import FileStore
+
+FORMAT_NAME = "themisto-trajectories"
+FORMAT_VERSION = 2  # 2: steps carry the namespace fingerprint and the interrupted flag
+MANIFEST = "manifest.json"
+TRAJECTORIES = "trajectories.jsonl"
+FILES = "files"
+
+
+class Step(BaseModel):
+    """One execution of a trajectory, as recorded and as replayed.
+
+    Attributes:
+        index: Position in the trajectory (0-based, in the order performed).
+        cell_id: The cell's id, if recorded.
+        source: The code executed.
+        recorded_outputs: nbformat outputs recorded at the time.
+        recorded_duration_s: Execution time recorded at the time, if known.
+        restarted_before: The kernel was restarted just before this step (the namespace was empty).
+        interrupted: The person interrupted this execution (the replay interrupts it at the recorded time).
+        wedged: The replay did not stop when interrupted and the kernel was restarted (the state is gone).
+        status: Status of the replay (``ok``, ``error``, ``timeout``).
+        outputs: nbformat outputs of the replay (what the env's kernel reproduces).
+        duration_s: Execution time of the replay.
+        memory_bytes: Resident memory of the kernel after the step.
+        variables: Size in bytes of each user variable after the step.
+        snapshot: Digest of the namespace snapshot after the step (None if snapshots were off).
+        snapshot_skipped: Names the snapshot could not hold, with the reason.
+        fingerprint: The user namespace after the step, per name ``type|shape-or-length|content-hash``
+            (see :mod:`themisto_env.replay.state`); what a served state is checked against. None in datasets
+            built before format version 2.
+        agrees: Whether the replayed output equals the recorded one after normalisation.
+        agreement_kind: Why not, as :func:`themisto_env.data.agreement.agreement` classifies it (``ok``,
+            ``missing-module``, ``display``, ...); None in datasets built before normalisation 2
+            (their steps are compared again when read).
+        agreement_detail: A short explanation of a disagreement (the replay's error, the first
+            differing lines).
+        files: Content digest of the kernel's working folder after the step (its files are in the
+            dataset's ``files/``); None where not recorded (older datasets, or the folder was larger
+            than the limit).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    index: int = Field(ge=0)
+    cell_id: str | None = None
+    source: str
+    recorded_outputs: list[dict[str, Any]] = Field(default_factory=list)
+    recorded_duration_s: float | None = None
+    restarted_before: bool = False
+    interrupted: bool = False
+    wedged: bool = False
+    status: Literal["ok", "error", "timeout"]
+    outputs: list[dict[str, Any]] = Field(default_factory=list)
+    duration_s: float
+    memory_bytes: int | None = None
+    variables: dict[str, int] = Field(default_factory=dict)
+    snapshot: str | None = None
+    snapshot_skipped: dict[str, str] = Field(default_factory=dict)
+    fingerprint: dict[str, str] | None = None
+    agrees: bool
+    agreement_kind: str | None = None
+    agreement_detail: str | None = None
+    files: str | None = None
+
+
+class Trajectory(BaseModel):
+    """A replayed session.
+
+    Attributes:
+        id: Stable id (notebook name and session key).
+        session_key: The session key (JuNE kernel_id).
+        notebook_name: The notebook's name.
+        user_id: Who worked in it, if known.
+        origin: ``june`` or ``notebook``.
+        source_path: The file it came from.
+        source_digest: Digest of the recorded session, to notice when the source changed.
+        backend: The sandbox backend it was replayed on.
+        steps: The replayed executions.
+        complete: Whether every execution was replayed.
+        failure: Where and why the replay stopped, when it did not complete.
+        fingerprint_version: Version of the namespace fingerprints of its steps (0: none recorded); see
+            :data:`themisto_env.sandbox.kernel_helper.FINGERPRINT_VERSION`.
+        normalization: Version of the output normalisation its steps' agreement was measured with
+            (:data:`themisto_env.data.agreement.NORMALIZATION_VERSION`; 0: before versions). Trajectories
+            of another version are compared again when read (their outputs are all stored).
+        packages: Distributions the replayed cells imported, with their versions (what its snapshots
+            may need to load).
+        environment: The id of the kernel environment it was replayed in (``themisto env``); None: the
+            tool's own Python. Its snapshots are restored only by kernels of that environment.
+        workdir: The folder whose copy the replay ran in (the notebook's, or ``--workdir``), as given;
+            None: an empty folder.
+        workdir_digest: Content digest of the files the replay started with (see
+            :func:`themisto_env.sandbox.workdir.tree_digest`); None in datasets built before working
+            folders were recorded (their kernels run in an empty folder, unchecked).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    session_key: str
+    notebook_name: str | None = None
+    user_id: str | None = None
+    origin: str = "june"
+    source_path: str | None = None
+    source_digest: str
+    backend: str
+    steps: list[Step] = Field(default_factory=list)
+    complete: bool = True
+    failure: str | None = None
+    environment: str | None = None
+    fingerprint_version: int = 0
+    normalization: int = 0
+    packages: dict[str, str] = Field(default_factory=dict)
+    workdir: str | None = None
+    workdir_digest: str | None = None
+    _files: FileStore | None = PrivateAttr(default=None)
+
+    @property
+    def files_store(self) -> FileStore | None:
+        """Where the working folder's files of this trajectory are kept: its dataset's ``files/`` (set
+        when read from a dataset folder; None otherwise)."""
+        return self._files
+
+    @property
+    def agreement(self) -> float | None:
+        """Share of steps whose replayed output agrees with the recorded one, over the steps with recorded
+        outputs; None when there are none."""
+        compared = [s for s in self.steps if s.agreement_kind != "unrecorded"]
+        return sum(s.agrees for s in compared) / len(compared) if compared else None
+
+
+class EnvironmentRef(BaseModel):
+    """The kernel environment a dataset was replayed in (``themisto env create``): enough to make it again.
+
+    Attributes:
+        id: The environment's content id.
+        name: Its name when the dataset was built (None: made from ``--requirements``).
+        python: Its Python version (``X.Y``).
+        requirements: Its normalised requirements, as a file's text (also written beside the manifest as
+            ``environment-requirements.txt``).
+        apt: Its Debian packages.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    name: str | None = None
+    python: str
+    requirements: str = ""
+    apt: list[str] = Field(default_factory=list)
+
+
+class Manifest(BaseModel):
+    """``manifest.json`` of a trajectory dataset."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["themisto-trajectories"] = FORMAT_NAME
+    version: int = FORMAT_VERSION
+    created: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    backend: str
+    snapshots: bool
+    sources: list[str]
+    #: Version of the output normalisation replay agreement was measured with (0: before versions).
+    normalization: int = 0
+    packages: dict[str, str] = Field(default_factory=dict)
+    #: The working folders replays started in (as given) -> the content digest of their files.
+    workdirs: dict[str, str] = Field(default_factory=dict)
+    trajectories: int = 0
+    steps: int = 0
+    #: The kernel environment the replays ran in; None: the tool's own Python.
+    environment: EnvironmentRef | None = None
+
+
+def read_manifest(folder: str | Path) -> Manifest:
+    """Read and validate a dataset's manifest."""
+    path = Path(folder) / MANIFEST
+    if not path.exists():
+        raise DataError(f"not a trajectory dataset (no {MANIFEST}); build one with `themisto data build`", path=folder)
+    try:
+        manifest = Manifest.model_validate_json(path.read_text())
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise DataError(err["msg"], path=path, field=".".join(map(str, err["loc"]))) from None
+    if manifest.version > FORMAT_VERSION:
+        raise DataError(
+            f"format version {manifest.version} is newer than this package reads ({FORMAT_VERSION})",
+            path=path,
+        )
+    return manifest
+
+
+def write_manifest(folder: str | Path, manifest: Manifest) -> None:
+    """Write a dataset's manifest (atomically)."""
+    path = Path(folder) / MANIFEST
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(manifest.model_dump_json(indent=2) + "\n")
+    tmp.replace(path)
+
+
+def iter_trajectories(folder: str | Path) -> Iterator[Trajectory]:
+    """Read trajectories one by one; a malformed line raises DataError naming the row and field.
+
+    When one trajectory id occurs more than once (a rebuilt session), the last line wins.
+    """
+    path = Path(folder) / TRAJECTORIES
+    if not path.exists():
+        return
+    latest: dict[str, Trajectory] = {}
+    with open(path, encoding="utf-8") as f:
+        for row, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                trajectory = Trajectory.model_validate_json(line)
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                raise DataError(err["msg"], path=path, row=row, field=".".join(map(str, err["loc"]))) from None
+            trajectory._files = FileStore(Path(folder) / FILES)
+            refresh_agreement(trajectory)
+            latest[trajectory.id] = trajectory
+    yield from latest.values()
+
+
+def read_trajectories(folder: str | Path) -> list[Trajectory]:
+    """All trajectories of a dataset folder."""
+    read_manifest(folder)
+    return list(iter_trajectories(folder))
+
+
+def append_trajectory(folder: str | Path, trajectory: Trajectory) -> None:
+    """Append one trajectory to the dataset (flushed: a killed build keeps what it wrote)."""
+    with open(Path(folder) / TRAJECTORIES, "a", encoding="utf-8") as f:
+        f.write(trajectory.model_dump_json() + "\n")
+        f.flush()
+
+
+def dump_json(value: Any) -> str:
+    """Compact, stable JSON (used for digests)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)

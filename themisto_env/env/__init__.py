@@ -1,0 +1,1 @@
+"""The gymnasium env: config, actions, observations, observation tools."""

@@ -1,0 +1,63 @@
+"""Observation tools: how an agent queries the live kernel state and the history before it answers.
+
+Used two ways: by the gymnasium env, where each tool call is an action ``ToolCall(tool=NAME, args={...})``
+answered by :func:`run_tool`, and by LLM agents through :func:`langchain_tools`, langchain-core tools
+bound to the env's current state. Every answer is bounded text. Every tool is a read-only query of the
+env's kernel but ``try_cell``, which runs the agent's candidate next cell in a disposable kernel at the
+current state (through :attr:`ToolContext.try_code`; the env's kernel is never touched) and answers with its
+outputs, status and changed variables. langchain-core is imported only when :func:`langchain_tools` is
+first used.
+
+Example:
+    >>> ctx = ToolContext(kernel=kernel, history=[HistoryItem(0, "x = 41 + 1", "")])
+    >>> run_tool(ToolCall(tool="inspect_variable", args={"name": "x"}), ctx).text
+    'x: int\\nsize 28 B\\nvalue:\\n42'
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from themisto_env.env.tools._models import (
+    HistoryItem,
+    ObservationTool,
+    ToolCall,
+    ToolContext,
+    ToolError,
+    ToolResult,
+)
+from themisto_env.env.tools._observations import TOOL_NAMES, TOOLS
+from themisto_env.env.tools._run import describe_tools, nearest_tool, run_tool, signature
+
+if TYPE_CHECKING:
+    from themisto_env.env.tools._langchain import ObservationStructuredTool, OnCall, langchain_tools
+
+_LANGCHAIN_NAMES = frozenset({"ObservationStructuredTool", "OnCall", "langchain_tools"})
+
+
+def __getattr__(name: str) -> Any:
+    # langchain-core takes over a second to import: load it only for the agents that use it.
+    if name in _LANGCHAIN_NAMES:
+        from themisto_env.env.tools import _langchain
+
+        return getattr(_langchain, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "TOOLS",
+    "TOOL_NAMES",
+    "HistoryItem",
+    "ObservationStructuredTool",
+    "ObservationTool",
+    "OnCall",
+    "ToolCall",
+    "ToolContext",
+    "ToolError",
+    "ToolResult",
+    "describe_tools",
+    "langchain_tools",
+    "nearest_tool",
+    "run_tool",
+    "signature",
+]

@@ -1,0 +1,144 @@
+"""The data of the observation tools: a call, its result, the context it runs in, and a tool itself."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from themisto_env.errors import ActionError
+
+if TYPE_CHECKING:
+    from themisto_env.replay.disposable import CodeRun
+    from themisto_env.sandbox.kernel import Kernel
+
+#: Runs a candidate cell in a disposable kernel brought to the current state (never the env's own kernel)
+#: and reports what it did; raises :class:`~themisto_env.errors.InfrastructureError` when that kernel
+#: could not be brought to the state.
+TryCode = Callable[[str], "CodeRun"]
+
+#: Bounds of :attr:`ToolContext.max_chars`.
+MIN_RESULT_CHARS = 200
+MAX_RESULT_CHARS = 100_000
+
+
+class ToolCall(BaseModel):
+    """An agent's request to run one observation tool (an env action, or a model's tool call).
+
+    Attributes:
+        tool: The tool's name, one of :data:`~themisto_env.env.tools.TOOL_NAMES`.
+        args: The tool's arguments by name; validated against the tool's args model when run.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What one tool call produced.
+
+    Attributes:
+        tool: The tool's name as called (possibly unknown).
+        ok: Whether the tool ran and answered; False for an unknown tool, bad arguments or a name that is
+            not defined in the kernel.
+        text: What the agent reads: the answer, or the error with a hint. Never longer than the context's
+            ``max_chars``.
+        error: The error message when ``ok`` is False, else None.
+    """
+
+    tool: str
+    ok: bool
+    text: str
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class HistoryItem:
+    """One execution of the trajectory so far, as the env shows it.
+
+    Attributes:
+        index: The execution's position in the trajectory (as the env numbers it).
+        source: The cell's source code.
+        output: The rendered text of the cell's outputs (streams, results, errors).
+    """
+
+    index: int
+    source: str
+    output: str = ""
+
+
+@dataclass
+class ToolContext:
+    """The state the tools observe: the live kernel, the executions so far, and the size bounds.
+
+    The tools only read ``kernel``; ``try_cell`` never touches it and runs its candidate through
+    ``try_code`` instead.
+
+    Attributes:
+        kernel: The started kernel holding the state after the last execution.
+        history: The executions so far, oldest first.
+        max_chars: Upper bound on the length of every result's text (a marker says when it was cut).
+        max_rows: Upper bound on the rows of a listing (variables, memory).
+        recorded_sizes: Per-variable sizes recorded at build time for this state, shown instead of live
+            ones: a live deep size depends on how an object was built (a dict's spare capacity differs
+            after a restore), the recorded one only on the state, so answers are the same however the
+            state was reached.
+        recorded_memory: The kernel's resident memory recorded at build time for this state, shown
+            instead of the live figure (which varies from process to process).
+        try_code: Runs a candidate cell in a disposable kernel in this state (the ``try_cell`` tool); None
+            where trying cells is not allowed (the output task: running the cell would reveal its output).
+        recorded_fingerprint: The namespace fingerprint recorded at build time for this state (name ->
+            ``type|shape-or-len|hash``), with which ``try_cell`` tells created variables from changed
+            ones; None when not recorded.
+    """
+
+    kernel: Kernel
+    history: Sequence[HistoryItem] = ()
+    max_chars: int = 3000
+    max_rows: int = 50
+    recorded_sizes: Mapping[str, int] | None = None
+    recorded_memory: int | None = None
+    try_code: TryCode | None = field(default=None, repr=False)
+    recorded_fingerprint: Mapping[str, str] | None = field(default=None, repr=False)
+
+    def size_of(self, name: str, live: int) -> int:
+        """A variable's size as the tools show it: the recorded one where there is one."""
+        return self.recorded_sizes.get(name, live) if self.recorded_sizes is not None else live
+
+    def __post_init__(self) -> None:
+        if not MIN_RESULT_CHARS <= self.max_chars <= MAX_RESULT_CHARS:
+            raise ValueError(f"max_chars must be in [{MIN_RESULT_CHARS}, {MAX_RESULT_CHARS}], got {self.max_chars}")
+        if self.max_rows < 1:
+            raise ValueError(f"max_rows must be at least 1, got {self.max_rows}")
+
+
+@dataclass(frozen=True)
+class ObservationTool:
+    """One observation tool: what a model reads about it, its arguments, and what it does.
+
+    Attributes:
+        name: The tool's name (an env action's ``tool``, a langchain tool's name).
+        description: What the tool answers, written for a model.
+        args_model: The pydantic model of the arguments; its fields (types, bounds, descriptions) are the
+            schema a model sees. ``extra="forbid"``.
+        function: ``(context, validated_args) -> text``; raises :class:`ToolError` for answers the agent
+            should read as an error.
+    """
+
+    name: str
+    description: str
+    args_model: type[BaseModel]
+    function: Callable[[ToolContext, Any], str] = field(repr=False)
+
+
+class ToolError(ActionError):
+    """A tool's answer is an error the agent should read (unknown name, wrong kind of variable, ...).
+
+    Raised inside tool functions and turned by :func:`~themisto_env.env.tools.run_tool` into an ``ok=False``
+    result; it never leaves ``run_tool``.
+    """

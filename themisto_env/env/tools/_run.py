@@ -1,0 +1,128 @@
+"""Running a tool call without ever raising for the agent's mistakes, and describing the tools in text."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from themisto_env.env.tools._models import ObservationTool, ToolCall, ToolContext, ToolError, ToolResult
+from themisto_env.env.tools._observations import TOOL_NAMES, TOOLS
+from themisto_env.env.tools._text import clip
+
+
+def run_tool(call: ToolCall | Mapping[str, Any], ctx: ToolContext) -> ToolResult:
+    """Run one observation tool on the context's kernel and history.
+
+    The agent's mistakes never raise: an unknown tool (with the nearest name suggested), missing or
+    invalid arguments (naming the field), and a name the kernel does not define (with the nearest
+    names) all come back as ``ok=False`` results whose ``text`` says what went wrong.
+
+    Args:
+        call: The call, or a mapping with its fields (``{"tool": ..., "args": {...}}``).
+        ctx: The kernel, history and bounds to answer from.
+
+    Returns:
+        The result; its ``text`` is at most ``ctx.max_chars`` characters.
+
+    Raises:
+        InfrastructureError: The kernel died, timed out, or is not running (not the agent's fault).
+    """
+    if not isinstance(call, ToolCall):
+        try:
+            call = ToolCall.model_validate(call)
+        except ValidationError as exc:
+            name = call.get("tool") if isinstance(call, Mapping) else None
+            return _failure(str(name or "?"), f"malformed tool call: {format_validation_error(exc)}", ctx)
+    tool = TOOLS.get(call.tool)
+    if tool is None:
+        return _failure(call.tool, unknown_tool_message(call.tool), ctx)
+    try:
+        args = tool.args_model.model_validate(call.args)
+    except ValidationError as exc:
+        message = f"invalid arguments for {tool.name}: {format_validation_error(exc)}. Usage: {signature(tool)}"
+        return _failure(tool.name, message, ctx)
+    try:
+        text = tool.function(ctx, args)
+    except ToolError as exc:
+        return _failure(tool.name, str(exc), ctx)
+    return ToolResult(tool=tool.name, ok=True, text=clip(text, ctx.max_chars), error=None)
+
+
+def _failure(tool: str, error: str, ctx: ToolContext) -> ToolResult:
+    return ToolResult(tool=tool, ok=False, text=clip(f"Error: {error}", ctx.max_chars), error=error)
+
+
+def nearest_tool(name: str) -> str | None:
+    """The tool name closest to a misspelled or partial one (``df_head`` -> ``dataframe_head``), if any."""
+    wanted = name.strip().lower().replace("-", "_").replace(" ", "_")
+    if not wanted:
+        return None
+    if wanted in TOOLS:
+        return wanted
+    near = difflib.get_close_matches(wanted, TOOL_NAMES, n=1, cutoff=0.6)
+    if near:
+        return near[0]
+    containing = [tool for tool in TOOL_NAMES if wanted in tool or tool in wanted]
+    if len(containing) == 1:
+        return containing[0]
+    near = difflib.get_close_matches(wanted, TOOL_NAMES, n=1, cutoff=0.45)
+    return near[0] if near else None
+
+
+def unknown_tool_message(name: str) -> str:
+    """The error for an unknown tool: the nearest name, and every tool's name."""
+    near = nearest_tool(name)
+    hint = f" Did you mean {near!r}?" if near else ""
+    return f"unknown tool {name!r}.{hint} The tools are: {', '.join(TOOL_NAMES)}."
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    """A pydantic validation error as one line naming each offending field."""
+    problems = []
+    for error in exc.errors():
+        field = ".".join(str(part) for part in error["loc"]) or "arguments"
+        if error["type"] == "missing":
+            problems.append(f"{field!r} is required")
+        elif error["type"] == "extra_forbidden":
+            problems.append(f"{field!r} is not an argument of this tool")
+        else:
+            got = repr(error.get("input"))
+            got = got if len(got) <= 60 else got[:57] + "..."
+            problems.append(f"{field!r}: {error['msg']} (got {got})")
+    return "; ".join(problems)
+
+
+def signature(tool: ObservationTool) -> str:
+    """The tool's call signature, e.g. ``dataframe_head(name: str, n: int = 5)``."""
+    return f"{tool.name}({', '.join(_parameter(name, info) for name, info in tool.args_model.model_fields.items())})"
+
+
+def _parameter(name: str, info: Any) -> str:
+    annotation = info.annotation
+    kind = annotation.__name__ if isinstance(annotation, type) else str(annotation)
+    return f"{name}: {kind}" if info.is_required() else f"{name}: {kind} = {info.default!r}"
+
+
+def _bounds(info: Any) -> str:
+    low = next((m.ge for m in info.metadata if getattr(m, "ge", None) is not None), None)
+    high = next((m.le for m in info.metadata if getattr(m, "le", None) is not None), None)
+    return f" ({low} to {high})" if low is not None and high is not None else ""
+
+
+def describe_tools() -> str:
+    """A short plain-text list of the tools and their arguments, for prompts of agents without tool calling.
+
+    Returns:
+        One entry per tool in :data:`TOOL_NAMES` order: the signature and description, then one line per
+        argument.
+    """
+    entries = []
+    for tool in TOOLS.values():
+        lines = [f"- {signature(tool)}: {tool.description}"]
+        fields: dict[str, Any] = dict(tool.args_model.model_fields)
+        lines += [f"    {name}: {info.description.rstrip('.')}{_bounds(info)}." for name, info in fields.items()]
+        entries.append("\n".join(lines))
+    return "\n".join(entries)

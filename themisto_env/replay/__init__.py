@@ -1,0 +1,6 @@
+"""Kernels brought to recorded states.
+
+Building a dataset replays sessions in a kernel (``build``); serving a sample's state restores a snapshot or
+replays recorded cells (``state``); model-written code runs in disposable copies (``disposable``); kernel
+environments pin the packages a replay runs with (``environments``); ``resolve`` finds or builds a dataset.
+"""

@@ -1,0 +1,301 @@
+"""Model-written code runs in a disposable kernel, brought to a sample's state and discarded after one run.
+
+The env's own kernel only ever runs recorded cells and the read-only tools. A prediction scored by
+execution, or a cell the agent tries (the ``try_cell`` tool), runs instead in a kernel of its own:
+
+1. a started kernel is taken from a :class:`~themisto_env.sandbox.pool.KernelPool` (started ahead of
+   time, the dataset's libraries already imported), which does not see the snapshot store: each snapshot
+   it restores is copied in and removed once loaded, so the code cannot read the states of later steps;
+2. it is brought to the state before the sample's step and checked against the recorded fingerprint,
+   as the env's own kernel is (:class:`~themisto_env.replay.state.TrajectoryKernel`);
+3. the measuring side is sealed (a private copy of the in-kernel helper, with the builtins as they are
+   now, reachable only through a random token), then the code runs, as a cell;
+4. its outputs are those the kernel's protocol carried for that request (iopub messages collected by the
+   host); its effects are the names whose fingerprint changed, measured by the sealed helper in the same
+   request that plants *canary* names with random values the code could not know. The host checks the
+   canaries' fingerprints itself: a measuring side that the code froze, replaced or broke is caught
+   (``tampered`` or ``unreadable``) rather than believed. Limit hits are read from outside the kernel
+   where the backend can (the container's cgroup: out-of-memory kills, the process limit);
+5. the kernel is closed, in the background: its threads, child processes, module state, display
+   options and files go with it, and never reach another sample or another completion.
+
+A failure while bringing the kernel to the state is the machinery's (:class:`InfrastructureError`); a
+crash, timeout, limit hit or tampering during or after the code is the code's own (``failure``).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import functools
+import secrets
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+from themisto_env.data.trajectory import Trajectory
+from themisto_env.errors import (
+    BackendUnavailableError,
+    HelperError,
+    InfrastructureError,
+    KernelDiedError,
+)
+from themisto_env.replay.state import TrajectoryKernel, diff_fingerprints, expected_fingerprint
+from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel_helper import value_fingerprint
+from themisto_env.sandbox.models import SandboxLimits
+from themisto_env.sandbox.pool import KernelPool
+
+#: Why a piece of model-written code failed, when it was its own doing.
+Failure = Literal["exit", "memory", "processes", "timeout", "unreadable", "tampered"]
+FAILURES: tuple[Failure, ...] = get_args(Failure)
+
+#: The fingerprint entry of a name that code deleted.
+DELETED = "<deleted>||"
+
+
+def changed_names(before: dict[str, str], after: dict[str, str]) -> dict[str, str]:
+    """Names whose fingerprint differs between two states, with their new fingerprint (``<deleted>||``
+    for a name that went)."""
+    names = set(before) | set(after)
+    return {
+        name: after.get(name, DELETED)
+        for name in names
+        if name not in before or name not in after or diff_fingerprints({name: before[name]}, {name: after[name]})
+    }
+
+
+def imported_modules(trajectories: Iterable[Trajectory], *, submodules: bool = False) -> list[str]:
+    """The top-level modules the trajectories' cells import (to preload in pooled kernels); with
+    ``submodules``, the modules as imported (``sklearn.ensemble`` rather than ``sklearn``)."""
+    found: set[str] = set()
+    for trajectory in trajectories:
+        for step in trajectory.steps:
+            found.update(_imports(step.source, submodules))
+    return sorted(found)
+
+
+@functools.lru_cache(maxsize=65536)
+def _imports(source: str, submodules: bool) -> frozenset[str]:
+    """The modules one cell imports (cached: every env of a process reads the same cells)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return frozenset()  # IPython magics and the like
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name if submodules else alias.name.partition(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module if submodules else node.module.partition(".")[0])
+    return frozenset(found)
+
+
+@dataclass
+class CodeRun:
+    """What a piece of model-written code did in a disposable kernel in a sample's state.
+
+    Attributes:
+        status: ``ok``, ``error`` (it raised) or ``failed`` (see ``failure``).
+        outputs: nbformat outputs the kernel's protocol carried for the code's request.
+        changed: Names whose fingerprint the code changed (created, rebound, mutated, deleted), with
+            their new fingerprint; None when they could not be measured (a failure).
+        failure: Why the code failed, when it was its own doing: one of :data:`FAILURES`.
+        detail: What the failure looked like (for logs).
+        seconds: Wall time of the whole run (serving the state, the code, the measurement).
+    """
+
+    status: Literal["ok", "error", "failed"]
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+    changed: dict[str, str] | None = None
+    failure: Failure | None = None
+    detail: str = ""
+    seconds: float = 0.0
+
+
+def _canary() -> dict[str, object]:
+    """Fresh names with random values, planted after the code ran (it cannot know or keep them)."""
+    tag = secrets.token_hex(6)
+    return {f"canary_{tag}_text": secrets.token_hex(16), f"canary_{tag}_number": secrets.randbits(48)}
+
+
+class _LimitWatch:
+    """Reads the kernel's limit hits from outside (the container's cgroup) while code runs, and keeps
+    what it saw beyond what was there before the code started: a container killed at a limit takes its
+    cgroup along, so reading only afterwards could find nothing."""
+
+    def __init__(self, kernel: Kernel, interval_s: float = 0.1) -> None:
+        self.kernel = kernel
+        self.interval_s = interval_s
+        self.baseline: dict[str, int] = {}
+        self.seen: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="themisto-limit-watch", daemon=True)
+
+    def __enter__(self) -> _LimitWatch:
+        if self.kernel.launcher.enforces_limits:  # elsewhere there are no limit hits to read
+            with contextlib.suppress(Exception):
+                self.baseline = dict(self.kernel.launcher.limit_events())
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread.is_alive():
+            self._stop.set()
+            self._thread.join()
+            self._read()
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._read()
+
+    def _read(self) -> None:
+        with contextlib.suppress(Exception):  # the cgroup may be gone with the container
+            for key, value in self.kernel.launcher.limit_events().items():
+                self.seen[key] = max(value - self.baseline.get(key, 0), self.seen.get(key, 0))
+
+    def hit(self) -> tuple[Failure, str] | None:
+        """The limit the code hit, if any. A fork bomb also exhausts memory (each fork copies the
+        kernel's pages as it runs): the process limit, when hit, is named first."""
+        if self.seen.get("pids_max"):
+            return "processes", f"the process limit was hit {self.seen['pids_max']} time(s)"
+        if self.seen.get("oom_kill"):
+            return "memory", f"out of memory ({self.seen['oom_kill']} process(es) killed at the memory limit)"
+        return None
+
+    def failed(self, failure: Failure, detail: str, *, outputs: list[dict[str, Any]] | None = None) -> CodeRun:
+        """A failure of the code, named by the limit it hit where the backend saw one (its own records,
+        never what the code printed)."""
+        limit = self.hit()
+        if limit is not None:
+            failure, detail = limit
+        elif failure == "exit":
+            with contextlib.suppress(Exception):
+                if self.kernel.launcher.out_of_memory():
+                    failure, detail = "memory", "killed at the memory limit"
+        return CodeRun("failed", outputs or [], failure=failure, detail=detail)
+
+
+class DisposableKernels:
+    """Runs model-written code in throw-away kernels in a trajectory's states.
+
+    Args:
+        backend: The kernel backend (use ``docker`` for code you do not trust).
+        limits: Limits of each kernel (the code's timeout is passed to :meth:`run`).
+        snapshot_dir: The snapshot store the states are restored from (copied in, never mounted).
+        preload: Modules each pooled kernel imports ahead of time.
+        pool_size: How many kernels to keep started ahead of time.
+        environment: The kernel environment's id (``themisto env``); None: the tool's own Python.
+    """
+
+    def __init__(
+        self,
+        backend: str,
+        *,
+        limits: SandboxLimits | None = None,
+        snapshot_dir: str | None = None,
+        preload: Iterable[str] = (),
+        pool_size: int = 1,
+        environment: str | None = None,
+    ) -> None:
+        self.backend = backend
+        self.limits = limits or SandboxLimits()
+        self.snapshot_dir = snapshot_dir
+        self.environment = environment
+        self.pool = KernelPool(self._new_kernel, size=pool_size, preload=tuple(preload))
+        self._closing: list[threading.Thread] = []
+        #: The kernel running model-written code right now (for tests and monitors), else None.
+        self.running: Kernel | None = None
+
+    def _new_kernel(self) -> Kernel:
+        return Kernel(
+            self.backend,
+            limits=self.limits,
+            snapshot_dir=self.snapshot_dir,
+            store_access="copy",
+            environment=self.environment,
+        )
+
+    def run(self, trajectory: Trajectory, step: int, code: str, *, timeout_s: float) -> CodeRun:
+        """Run ``code`` as a cell in a fresh kernel in the state before ``step``; measure what it did.
+
+        Raises:
+            BackendUnavailableError: The backend is gone.
+            InfrastructureError: The kernel could not be brought to the state (nothing model-written ran).
+        """
+        started = time.perf_counter()
+        if not code.strip():  # an empty cell does nothing and prints nothing: no kernel needed
+            return CodeRun("ok", [], changed={}, seconds=time.perf_counter() - started)
+        served = TrajectoryKernel(self.pool.take)
+        try:
+            report = served.serve(trajectory, step)
+            if report.check == "mismatch":
+                raise InfrastructureError(
+                    f"the disposable kernel's state before step {step} of {trajectory.id} differs from the "
+                    f"recording: {'; '.join(report.differences[:5])}"
+                )
+            kernel = served.kernel
+            before = expected_fingerprint(trajectory, step)
+            if before is None:
+                before = kernel.fingerprint()
+            token = kernel.seal()  # a failure here is the machinery's: nothing model-written ran yet
+            self.running = kernel
+            run = self._run_code(kernel, code, token, before, timeout_s=timeout_s)
+        finally:
+            self.running = None
+            self._discard(served)
+        run.seconds = time.perf_counter() - started
+        return run
+
+    def _run_code(self, kernel: Kernel, code: str, token: str, before: dict[str, str], *, timeout_s: float) -> CodeRun:
+        """The code's part: what goes wrong from here on is the code's doing, once the backend itself is
+        known to be alive (a lost engine also looks like a dead or silent kernel)."""
+        with _LimitWatch(kernel) as limits:
+            try:
+                result = kernel.execute(code, timeout_s=timeout_s, interrupt=False)
+            except BackendUnavailableError:
+                raise
+            except KernelDiedError as exc:
+                kernel.launcher.check_backend()
+                return limits.failed("exit", str(exc))
+            except InfrastructureError as exc:
+                kernel.launcher.check_backend()
+                return limits.failed("unreadable", str(exc))
+        if result.status == "timeout":
+            kernel.launcher.check_backend()
+            return limits.failed("timeout", f"it ran past {timeout_s:g} s", outputs=result.outputs)
+        if (limit := limits.hit()) is not None:  # hit, though the cell survived it
+            return CodeRun("failed", result.outputs, failure=limit[0], detail=limit[1])
+        canary = _canary()
+        try:
+            measured = kernel.sealed_fingerprint(token, canary)
+        except BackendUnavailableError:
+            raise
+        except KernelDiedError as exc:
+            kernel.launcher.check_backend()
+            return limits.failed("exit", str(exc), outputs=result.outputs)
+        except (InfrastructureError, HelperError) as exc:
+            kernel.launcher.check_backend()
+            return CodeRun("failed", result.outputs, failure="unreadable", detail=str(exc))
+        wrong = [name for name, value in canary.items() if measured.pop(name, None) != value_fingerprint(value)]
+        if wrong:
+            return CodeRun(
+                "failed", result.outputs, failure="tampered", detail=f"the measurement missed canaries {wrong}"
+            )
+        status: Literal["ok", "error"] = "error" if result.status == "error" else "ok"
+        return CodeRun(status, result.outputs, changed=changed_names(before, measured))
+
+    def _discard(self, served: TrajectoryKernel) -> None:
+        """Close the kernel in the background (a container takes a moment to go)."""
+        thread = threading.Thread(target=served.close, kwargs={"graceful": False}, name="themisto-discard", daemon=True)
+        self._closing = [t for t in self._closing if t.is_alive()] + [thread]
+        thread.start()
+
+    def close(self) -> None:
+        """Close the pool and wait for discarded kernels to be gone. Idempotent."""
+        self.pool.close()
+        for thread in self._closing:
+            thread.join(timeout=60)
+        self._closing = []

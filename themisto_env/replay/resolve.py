@@ -1,0 +1,68 @@
+"""Where trajectories come from: a built dataset folder, or the bundled data (built on first use)."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+from pathlib import Path
+
+from themisto_env.data.bundled import bundled_log_path
+from themisto_env.data.trajectory import MANIFEST, read_manifest
+from themisto_env.sandbox.snapshots import default_cache_dir
+
+
+def bundled_dataset_dir(backend: str = "local") -> Path:
+    """The cache folder of the bundled dataset built on a backend (content-addressed by the log)."""
+    digest = hashlib.sha256(bundled_log_path().read_bytes()).hexdigest()[:12]
+    return default_cache_dir() / "datasets" / f"bundled-{digest}-{backend}"
+
+
+def resolve_dataset(dataset: str | Path | None = None, *, backend: str = "local", progress: bool = True) -> Path:
+    """A dataset folder ready to use: ``dataset`` as given, or the bundled data, replayed if needed.
+
+    The bundled dataset is replayed into the cache the first time it is used on a backend (with a
+    progress bar); later calls find it built, and only rebuild what is missing (e.g. snapshots removed
+    from the cache).
+    """
+    if dataset is not None:
+        read_manifest(dataset)
+        return Path(dataset)
+    from themisto_env.replay.build import build_dataset
+
+    folder = bundled_dataset_dir(backend)
+    stamp = _manifest_stamp(folder)
+    if stamp is not None and _CHECKED.get(folder) == stamp:  # this process checked it, and it is unchanged
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:  # parallel workers build it once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / MANIFEST).exists() or not _complete(folder, backend):
+            build_dataset([bundled_log_path()], folder, backend=backend, progress=progress)
+        _CHECKED[folder] = _manifest_stamp(folder)
+    return folder
+
+
+_CHECKED: dict[Path, tuple[int, int] | None] = {}
+"""Bundled dataset folders this process found complete, with their manifest's stamp then (every new env
+would otherwise read the whole log again to check it)."""
+
+
+def _manifest_stamp(folder: Path) -> tuple[int, int] | None:
+    try:
+        stat = (folder / MANIFEST).stat()
+    except OSError:
+        return None
+    return stat.st_mtime_ns, stat.st_size
+
+
+def _complete(folder: Path, backend: str) -> bool:
+    from themisto_env.data.trajectory import iter_trajectories
+    from themisto_env.replay.build import is_built, load_sessions, trajectory_id
+    from themisto_env.sandbox.snapshots import SnapshotStore
+
+    built = {t.id: t for t in iter_trajectories(folder)}
+    store = SnapshotStore()
+    return all(
+        (t := built.get(trajectory_id(session))) is not None and is_built(t, session, backend, store, snapshots=True)
+        for session in load_sessions([bundled_log_path()])
+    )

@@ -1,0 +1,490 @@
+"""A kernel in the state before step k of a trajectory: the one owner of that promise.
+
+The builder, the env and the scorers all need "a kernel in which step k is about to run". This module
+is the only code that moves a kernel through a trajectory:
+
+* :func:`run_recorded` runs one recorded cell as it was recorded (restarting first where the person
+  restarted, interrupting it where the person interrupted it). The builder records with it; the env
+  replays with it and checks that each replayed cell ends as recorded (:class:`ReplayDivergedError`).
+* :class:`TrajectoryKernel` serves a state: :meth:`TrajectoryKernel.serve` brings its kernel to the
+  state before a step and **checks** the live namespace against the fingerprint recorded at build time.
+
+Serving a state, in order of cost:
+
+1. *forward*: the kernel is already before an earlier step of the same trajectory: run the recorded
+   cells in between (the cheap path between consecutive samples), when their recorded execution time
+   is below the cost of the snapshot route;
+2. *snapshot*: restore the nearest trusted snapshot that holds the whole namespace, replay the cells
+   after it, and where the exact snapshot skipped unpicklable names (generators), restore it over the
+   replayed state keeping those names (the replay supplies them, the snapshot the exact values).
+
+The kernel's working folder is part of the state: the files it held before a step when built (recorded
+with each step, kept in the dataset's ``files/``) are put in place wherever a route starts from a
+snapshot or a fresh kernel, and checked after every route beside the namespace (a forward replay brings
+them along, as the recorded cells wrote them). A file that differs is a difference like a variable's.
+
+After either, the namespace fingerprint must equal the recorded one. A mismatch after *forward* (an
+unseeded random cell, a fault) is repaired by *snapshot*, and a mismatch after that by *snapshot* from a
+fresh kernel (module state a snapshot does not hold); a mismatch after a route that started from a fresh
+kernel is reported (``check == "mismatch"``, with the differing names), never served as verified. A sample
+whose step was recorded right after a kernel restart is served from a fresh kernel. Snapshots are
+trusted only when their bytes hash to their name (checked inside the kernel, on the bytes it loads); a
+corrupt one is set aside (renamed ``*.corrupt``) and an unloadable one is not tried again by this
+owner. An infrastructure failure on the way (the kernel died, a replayed cell timed out) is recorded in
+the report's ``faults``, the kernel restarted, and the snapshot route tried again; only when that keeps
+failing does :meth:`serve` raise.
+
+Code that is not a recorded cell (a model's prediction) taints the kernel: :meth:`TrajectoryKernel.taint`
+makes the next :meth:`serve` start from a fresh kernel, since such code may have changed anything,
+the in-kernel helper included.
+
+With a :class:`~themisto_env.sandbox.pool.KernelPool`, kernels come from the pool (started ahead of time,
+the dataset's libraries imported) and "a fresh kernel" is the next pooled one rather than a restart of
+the current one (which costs a kernel start and the imports again): the old kernel is closed in the
+background. A pooled kernel's namespace is as empty as a restarted one's (preloading binds no name).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from themisto_env.data.trajectory import Step, Trajectory
+from themisto_env.errors import (
+    BackendUnavailableError,
+    InfrastructureError,
+    ReplayDivergedError,
+    SnapshotCorruptError,
+    SnapshotError,
+)
+from themisto_env.sandbox.environments import environment_label
+from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
+from themisto_env.sandbox.models import ExecutionResult
+from themisto_env.sandbox.pool import KernelPool
+from themisto_env.sandbox.workdir import FolderTooLargeError, diff_trees, tree_digest
+
+StateCheck = Literal["verified", "mismatch", "unchecked"]
+
+#: How often :meth:`TrajectoryKernel.serve` retries the snapshot route after an infrastructure failure.
+MAX_RECOVERIES = 2
+#: Cost model of a restore (measured on the bundled data: a round trip plus dill's load speed).
+RESTORE_S = 0.01
+RESTORE_BYTES_PER_S = 200e6
+
+
+def interrupt_after(duration_s: float | None, timeout_s: float) -> float:
+    """The timeout that reproduces a cell the person interrupted: its recorded time plus a second."""
+    return min((duration_s or 5.0) + 1.0, timeout_s)
+
+
+def run_recorded(
+    kernel: Kernel, source: str, *, interrupted: bool, duration_s: float | None, fingerprint: bool = False
+) -> ExecutionResult:
+    """Run one recorded cell as it was recorded: a cell the person interrupted is interrupted at the
+    recorded time (plus a second) rather than left to run to the kernel's timeout. With ``fingerprint``
+    the namespace fingerprint after it comes back in the same request."""
+    timeout = interrupt_after(duration_s, kernel.limits.timeout_s) if interrupted else None
+    return kernel.execute(source, timeout_s=timeout, fingerprint=fingerprint)
+
+
+def replay_step(kernel: Kernel, step: Step, *, fingerprint: bool = False) -> ExecutionResult:
+    """Replay a built step and check that it ends as it did when it was built.
+
+    Raises:
+        ReplayDivergedError: It timed out, needed a restart, or raised where the build did not (or the
+            other way round): the state after it cannot be the recorded one.
+        InfrastructureError: The kernel failed.
+    """
+    result = run_recorded(
+        kernel, step.source, interrupted=step.interrupted, duration_s=step.recorded_duration_s, fingerprint=fingerprint
+    )
+    if result.kernel_restarted != step.wedged or result.status != step.status:
+        how = "needed a kernel restart" if result.kernel_restarted else f"ended {result.status!r}"
+        built = "needed a restart" if step.wedged else f"ended {step.status!r}"
+        raise ReplayDivergedError(f"step {step.index} {how} on replay; when built it {built}")
+    return result
+
+
+def fresh_before(trajectory: Trajectory, step: int) -> bool:
+    """Whether ``step`` starts in a fresh kernel: the first step, one the person restarted the kernel
+    before, or one after a cell that wedged the kernel when built (it was restarted then)."""
+    steps = trajectory.steps
+    return step == 0 or steps[step].restarted_before or steps[step - 1].wedged
+
+
+def expected_fingerprint(trajectory: Trajectory, step: int) -> dict[str, str] | None:
+    """The recorded fingerprint of the namespace in which ``step`` starts (None where not recorded, or
+    recorded by another version of the fingerprint)."""
+    if trajectory.fingerprint_version != FINGERPRINT_VERSION:
+        return None
+    if fresh_before(trajectory, step):
+        return {}
+    return trajectory.steps[step - 1].fingerprint
+
+
+def files_before(trajectory: Trajectory, step: int) -> str | None:
+    """The content digest of the working folder in which ``step`` starts: the folder the replay started
+    with, else what the step before left (a restart keeps the files, as on a person's disk). None where
+    not recorded."""
+    if trajectory.workdir_digest is None:
+        return None
+    return trajectory.workdir_digest if step == 0 else trajectory.steps[step - 1].files
+
+
+def diff_fingerprints(expected: Mapping[str, str], actual: Mapping[str, str]) -> list[str]:
+    """What differs between a recorded and a live fingerprint, one line per name (empty: the same).
+
+    Type and shape (or length) must match; content hashes are compared where both sides have one.
+    """
+    lines = [f"{name}: missing" for name in sorted(expected.keys() - actual.keys())]
+    lines += [f"{name}: not recorded" for name in sorted(actual.keys() - expected.keys())]
+    for name in sorted(expected.keys() & actual.keys()):
+        want, got = expected[name].rsplit("|", 2), actual[name].rsplit("|", 2)
+        if want[:2] != got[:2] or (want[2] and got[2] and want[2] != got[2]):
+            lines.append(f"{name}: recorded {expected[name]}, live {actual[name]}")
+    return lines
+
+
+@dataclass
+class StateReport:
+    """How a state was served.
+
+    Attributes:
+        trajectory_id: The trajectory.
+        step: The step about to run (the kernel is in the state before it).
+        check: ``verified`` (the live fingerprint equals the recorded one), ``mismatch`` (it still
+            differs after repair) or ``unchecked`` (nothing recorded to check against).
+        route: How the state was reached (``forward``, ``snapshot``, ``fresh``, ``in place``).
+        faults: Infrastructure failures met and recovered from on the way.
+        differences: Where the live state differs from the recorded one (when ``mismatch``).
+        refused_snapshots: Snapshots passed over because a kernel of another environment wrote them
+            (``themisto env``): the state was replayed instead.
+    """
+
+    trajectory_id: str
+    step: int
+    check: StateCheck = "unchecked"
+    route: str = ""
+    faults: list[str] = field(default_factory=list)
+    differences: list[str] = field(default_factory=list)
+    refused_snapshots: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-able form for ``info`` and result rows: what was checked and met, not the route taken
+        (which depends on where the kernel happened to be, so the same seed and actions give the same
+        ``info``, as gymnasium's checker requires)."""
+        info: dict[str, object] = {"check": self.check, "faults": list(self.faults)}
+        info["differences"] = self.differences[:20]
+        if self.refused_snapshots:
+            info["snapshots_refused"] = f"{len(self.refused_snapshots)} written in another kernel environment"
+        return info
+
+
+class TrajectoryKernel:
+    """A kernel that can be put in the state before any step of any trajectory, and checked there.
+
+    Args:
+        new_kernel: Makes a new, unstarted kernel (called again when one cannot be restarted).
+        pool: Where started kernels come from instead, if given; a fresh kernel is then a new pooled
+            one (the pool is the caller's: :meth:`close` closes only the kernel this owner holds).
+    """
+
+    def __init__(self, new_kernel: Callable[[], Kernel], *, pool: KernelPool | None = None) -> None:
+        self._new_kernel = new_kernel
+        #: Where kernels come from when set (may be set or cleared between serves).
+        self.pool = pool
+        self._kernel: Kernel | None = None
+        self._closing: list[threading.Thread] = []  # replaced kernels being closed in the background
+        #: (trajectory id, step) the kernel is before, when known; None after anything unrecorded ran.
+        self.position: tuple[str, int] | None = None
+        self._tainted = False
+        self._fresh = False  # the kernel was just started or restarted: nothing ran in it yet
+        #: Snapshots this kernel could not load (a missing package, ...): not tried again.
+        self.unloadable: set[str] = set()
+        self._report: StateReport | None = None  # of the serve under way
+
+    @property
+    def kernel(self) -> Kernel:
+        """The kernel (started on first use)."""
+        if self._kernel is None:
+            self._kernel = self.pool.take() if self.pool is not None else self._new_kernel().start()
+            self.position = None
+            self._fresh = True
+        return self._kernel
+
+    @property
+    def started(self) -> bool:
+        """Whether this owner holds a kernel now (it starts one on first use of :attr:`kernel`)."""
+        return self._kernel is not None
+
+    def close(self, *, graceful: bool = True) -> None:
+        """Stop the kernel (see :meth:`Kernel.close`) and wait for replaced ones to be gone. Idempotent."""
+        if self._kernel is not None:
+            self._kernel.close(graceful=graceful)
+            self._kernel = None
+        self.position = None
+        for thread in self._closing:
+            thread.join(timeout=60)
+        self._closing = []
+
+    def taint(self) -> None:
+        """Unrecorded code ran in the kernel: the next :meth:`serve` starts from a fresh kernel."""
+        self._tainted = True
+        self.position = None
+
+    # -- serving a state -------------------------------------------------------------------------------
+
+    def serve(self, trajectory: Trajectory, step: int) -> StateReport:
+        """Bring the kernel to the state before ``step`` of ``trajectory`` and check it.
+
+        Raises:
+            BackendUnavailableError: The backend itself is gone (the Docker engine is not reachable).
+            InfrastructureError: The state could not be reached even after restarting the kernel
+                (the message lists each failure).
+        """
+        report = self._report = StateReport(trajectory.id, step)
+        expected = expected_fingerprint(trajectory, step)
+        forward = self._forward_from(trajectory, step)
+        self.position = None  # known again only once this state is reached
+        # Cheapest first; each later route repairs what the one before could not: a divergent forward
+        # replay, then module state a snapshot does not hold (display options from another state).
+        plan = [*(["forward"] if forward is not None else []), "snapshot", "fresh snapshot"]
+        index = 0
+        while True:
+            route = plan[index]
+            started_fresh = self._fresh or self._tainted
+            try:
+                if self._tainted:
+                    self._fresh_kernel()
+                if route == "forward":
+                    assert forward is not None
+                    report.route, live = self._forward(trajectory, forward, step, check=expected is not None)
+                else:
+                    if route == "fresh snapshot" and not self._fresh:
+                        self._restart()
+                    report.route, live = self._by_snapshot(trajectory, step, check=expected is not None)
+                self.position = (trajectory.id, step)
+                if expected is None:
+                    report.check = "unchecked"
+                    return report
+                if live is None:  # the route did not end with a fingerprinted request
+                    live = self.kernel.fingerprint()
+                report.differences = diff_fingerprints(expected, live) + self._file_differences(trajectory, step)
+            except BackendUnavailableError:  # no engine: nothing to retry here; the caller stops
+                self.position = None
+                raise
+            except InfrastructureError as exc:
+                self.position = None
+                report.faults.append(f"{type(exc).__name__}: {exc}")
+                if len(report.faults) > MAX_RECOVERIES:
+                    raise InfrastructureError(
+                        f"could not reach the state before step {step} of {trajectory.id}: " + "; ".join(report.faults)
+                    ) from exc
+                self._fresh_kernel()  # the retry starts from a fresh kernel
+                index = plan.index("fresh snapshot")
+                continue
+            if not report.differences:
+                report.check = "verified"
+                return report
+            if route == "fresh snapshot" or (route == "snapshot" and started_fresh):
+                report.check = "mismatch"
+                return report
+            self.position = None
+            index = plan.index(route) + 1
+
+    def _set_files(self, trajectory: Trajectory, step: int) -> None:
+        """Give the kernel's working folder the files it held before ``step`` when built (nothing where
+        they were not recorded).
+
+        Raises:
+            DataError: The dataset's files are missing or do not match their digests.
+        """
+        digest, store = files_before(trajectory, step), trajectory.files_store
+        if digest is not None and store is not None:
+            self.kernel.set_files(store.tree(digest), store)
+
+    def _file_differences(self, trajectory: Trajectory, step: int) -> list[str]:
+        """Where the kernel's working folder differs from the one ``step`` started in when built."""
+        if trajectory.workdir_digest is None:  # built before working folders were recorded
+            return []
+        digest, store = files_before(trajectory, step), trajectory.files_store
+        if digest is None:
+            return ["files: not recorded before this step (the working folder exceeded the limit when built)"]
+        if store is None:
+            return ["files: unknown (the trajectory was not read from a dataset folder)"]
+        try:
+            live = self.kernel.files()
+        except FolderTooLargeError as exc:
+            return [f"files: {exc}"]
+        return [] if tree_digest(live) == digest else diff_trees(store.tree(digest), live)
+
+    def _fresh_kernel(self) -> None:
+        """Restart the kernel; when even that fails, replace it."""
+        self._tainted = False
+        self.position = None
+        if self._kernel is None:
+            return
+        try:
+            self._restart()
+        except BackendUnavailableError:
+            raise
+        except InfrastructureError:
+            with contextlib.suppress(Exception):
+                self._kernel.close()
+            self._kernel = None
+
+    def _restart(self) -> None:
+        """A fresh kernel: the next pooled one (the current one closed in the background), else a restart."""
+        if self.pool is not None and self._kernel is not None:
+            old, self._kernel = self._kernel, None
+            self._discard(old)
+            self.kernel  # noqa: B018 - takes the next pooled kernel
+        else:
+            self.kernel.restart()
+        self._fresh = True
+
+    def _discard(self, kernel: Kernel) -> None:
+        thread = threading.Thread(target=kernel.close, kwargs={"graceful": False}, name="themisto-discard", daemon=True)
+        self._closing = [t for t in self._closing if t.is_alive()] + [thread]
+        thread.start()
+
+    def _replay(self, step: Step, *, fingerprint: bool) -> dict[str, str] | None:
+        self._fresh = False
+        return replay_step(self.kernel, step, fingerprint=fingerprint).fingerprint
+
+    def _forward_from(self, trajectory: Trajectory, step: int) -> int | None:
+        """The position to replay forward from: the kernel is before an earlier step of the same
+        trajectory and replaying the cells in between is expected to cost less than the snapshot route
+        (by the recorded execution times, and a restore estimated from the snapshot's size)."""
+        if self._tainted or self.position is None or self.position[0] != trajectory.id:
+            return None
+        position = self.position[1]
+        if position > step:
+            return None
+        steps = trajectory.steps
+        forward_cost = sum(s.duration_s for s in steps[position:step])
+        base = self._nearest_snapshot(trajectory, step)
+        if base is None or base < position:
+            return position
+        digest = steps[base].snapshot
+        assert digest is not None
+        try:
+            size = self.kernel.store.path(digest).stat().st_size
+        except OSError:
+            return position
+        snapshot_cost = RESTORE_S + size / RESTORE_BYTES_PER_S + sum(s.duration_s for s in steps[base + 1 : step])
+        return position if forward_cost <= snapshot_cost else None
+
+    def _nearest_snapshot(self, trajectory: Trajectory, step: int) -> int | None:
+        """The last step before ``step`` (back to a restart) whose trusted snapshot holds the whole namespace."""
+        steps = trajectory.steps
+        for j in range(step - 1, -1, -1):
+            if self._usable(steps[j].snapshot) and not steps[j].snapshot_skipped:
+                return j
+            if fresh_before(trajectory, j):
+                return None
+        return None
+
+    def _forward(
+        self, trajectory: Trajectory, start: int, step: int, *, check: bool
+    ) -> tuple[str, dict[str, str] | None]:
+        """Replay the cells from ``start`` to ``step``; return the route and (with ``check``) the
+        fingerprint after it, taken with the last cell."""
+        return ("in place" if step == start else f"forward ({step - start} cells)"), self._replay_range(
+            trajectory, start, step, check=check
+        )
+
+    def _replay_range(self, trajectory: Trajectory, first: int, step: int, *, check: bool) -> dict[str, str] | None:
+        """Replay steps ``first`` .. ``step - 1`` from the state before ``first``, restarting where the
+        recording did; return the fingerprint after the last one (None if not taken)."""
+        live = None
+        for s in trajectory.steps[first:step]:
+            if s.index > first and fresh_before(trajectory, s.index):
+                self._restart()
+                self._set_files(trajectory, s.index)  # a pooled fresh kernel starts in an empty folder
+                live = None
+            if s.wedged:  # it wedged the kernel when built: the state after it is a fresh kernel
+                continue
+            live = self._replay(s, fingerprint=check and s.index == step - 1)
+        if step > first and fresh_before(trajectory, step):
+            self._restart()
+            self._set_files(trajectory, step)
+            live = None
+        return live
+
+    def _usable(self, digest: str | None) -> bool:
+        if digest is None or digest in self.unloadable:
+            return False
+        store = self.kernel.store
+        if digest not in store:
+            return False
+        if environment_label(self.kernel.environment) not in store.environments(digest):
+            # Written by a kernel of another environment (other packages): never restored here; the
+            # kernel would refuse it too (SnapshotEnvironmentError). The state is replayed instead.
+            if self._report is not None and digest not in self._report.refused_snapshots:
+                self._report.refused_snapshots.append(digest)
+            return False
+        return True
+
+    def _restore(self, digest: str, keep: list[str] | None = None) -> dict[str, str] | None:
+        """Restore a snapshot; return the fingerprint after it, or None when it cannot be loaded: a
+        corrupt snapshot is set aside (renamed ``*.corrupt``), and either kind is not tried again by this
+        owner. A failure of the kernel itself propagates (the route is retried on a fresh kernel)."""
+        kernel = self.kernel
+        self._fresh = False
+        try:
+            return kernel.restore(digest, clean=True, keep=keep or ()).fingerprint
+        except SnapshotCorruptError:
+            self.unloadable.add(digest)
+            path = kernel.store.path(digest)
+            with contextlib.suppress(OSError):
+                path.replace(path.with_name(path.name + ".corrupt"))
+        except SnapshotError:
+            self.unloadable.add(digest)
+        return None
+
+    def _by_snapshot(self, trajectory: Trajectory, step: int, *, check: bool) -> tuple[str, dict[str, str] | None]:
+        """Restore the nearest trusted snapshot and replay after it; return the route and the
+        fingerprint after it. The kernel is not restarted (a restore into a warm kernel is fast): module
+        state a snapshot does not hold survives, and where it shows (display options, in the
+        fingerprint) :meth:`serve` repeats the route from a fresh kernel."""
+        steps = trajectory.steps
+        if fresh_before(trajectory, step):
+            if not self._fresh:
+                self._restart()
+            self._set_files(trajectory, step)
+            return "fresh", None
+        while True:  # a snapshot found corrupt or unloadable is dropped and the route planned again
+            found = self._nearest_snapshot(trajectory, step)
+            j = step - 1  # without a snapshot: back to the last fresh start
+            while found is None and not fresh_before(trajectory, j):
+                j -= 1
+            live = None
+            if found is not None:
+                digest = steps[found].snapshot
+                assert digest is not None
+                live = self._restore(digest)
+                if live is None:
+                    continue
+                self._set_files(trajectory, found + 1)
+                first, route = found + 1, f"snapshot after step {found}"
+            else:
+                if not self._fresh:
+                    self._restart()
+                self._set_files(trajectory, j)
+                first, route = j, "fresh"
+            if step > first:
+                live = self._replay_range(trajectory, first, step, check=check)
+                route += f" + {step - first} cells"
+                last = steps[step - 1]
+                if last.snapshot_skipped and self._usable(last.snapshot):
+                    assert last.snapshot is not None
+                    keep = sorted(last.snapshot_skipped)
+                    live = self._restore(last.snapshot, keep=keep)  # None (so taken again) if it failed
+                    if live is not None:
+                        route += f" + snapshot after step {step - 1} keeping {', '.join(keep)}"
+            return route, live

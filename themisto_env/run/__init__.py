@@ -1,0 +1,1 @@
+"""Evaluation runs: planning, the episode loop, executors, results, report, view, compare."""

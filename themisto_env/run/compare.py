@@ -1,0 +1,87 @@
+"""Comparing two runs on the same samples (``themisto compare RUN_A RUN_B``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from themisto_env.errors import DataError
+from themisto_env.metrics import METRICS, Score, compare_paired
+from themisto_env.run.results import is_scored, read_results
+from themisto_env.run.results import run_label as row_label
+
+
+def scored_rows(run_dir: str | Path) -> dict[str, dict[str, Any]]:
+    """A run's scored rows by sample id (infrastructure failures and mismatched states left out; the last
+    row of a sample wins)."""
+    rows = read_results(run_dir)
+    if not rows:
+        raise DataError("no results.jsonl with results (run `themisto run --out` first)", path=run_dir)
+    latest = {r["sample_id"]: r for r in rows}
+    return {sid: r for sid, r in latest.items() if is_scored(r)}
+
+
+def _score(row: dict[str, Any]) -> Score:
+    """The row's text metrics (rows may hold more scores, such as the API sequence's)."""
+    return Score(**{m: row["scores"][m] for m in METRICS})
+
+
+def run_label(rows: dict[str, dict[str, Any]], run_dir: str | Path) -> str:
+    """``agent model (observation)`` of a run (:func:`themisto_env.run.results.run_label`), or its folder name."""
+    first = next(iter(rows.values()), None)
+    return row_label(first) if first else Path(run_dir).name
+
+
+def compare_runs(run_a: str | Path, run_b: str | Path, *, examples: int = 3) -> dict[str, Any]:
+    """Paired comparison of two runs on the samples both scored.
+
+    Returns:
+        Labels, the number of shared samples (and of their trajectories), per metric the means, mean
+        difference (A - B) with a paired bootstrap interval and wins/ties/losses, and the samples where each
+        run wins by most (ROUGE-L). The bootstrap resamples whole trajectories: samples of one trajectory
+        are correlated (:func:`themisto_env.metrics.compare_paired` with ``groups``). With a single shared
+        trajectory the interval has zero width (nothing to resample) and no difference is significant.
+    """
+    a, b = scored_rows(run_a), scored_rows(run_b)
+    shared = sorted(set(a) & set(b))
+    if not shared:
+        raise DataError(f"the runs share no sample: compare runs of the same task and data ({run_a} vs {run_b})")
+    comparison = compare_paired(
+        [_score(a[s]) for s in shared],
+        [_score(b[s]) for s in shared],
+        groups=[a[s]["trajectory_id"] for s in shared],
+    )
+
+    trajectories = len({a[s]["trajectory_id"] for s in shared})
+
+    def gap(sid: str) -> float:
+        return float(a[sid]["scores"]["rouge_l"] - b[sid]["scores"]["rouge_l"])
+
+    gaps = sorted(shared, key=gap)
+
+    def example(sid: str) -> dict[str, Any]:
+        return {
+            "sample_id": sid,
+            "target": a[sid]["target"],
+            "a": a[sid]["prediction"],
+            "b": b[sid]["prediction"],
+            "rouge_l_a": a[sid]["scores"]["rouge_l"],
+            "rouge_l_b": b[sid]["scores"]["rouge_l"],
+        }
+
+    return {
+        "a": run_label(a, run_a),
+        "b": run_label(b, run_b),
+        "shared_samples": len(shared),
+        "shared_trajectories": trajectories,
+        "only_a": len(set(a) - set(b)),
+        "only_b": len(set(b) - set(a)),
+        "metrics": {
+            m: {**comparison.as_dict()[m], "significant": trajectories > 1 and getattr(comparison, m).significant}
+            for m in METRICS
+        },
+        "a_wins_most": [
+            example(s) for s in reversed(gaps[-examples:]) if a[s]["scores"]["rouge_l"] > b[s]["scores"]["rouge_l"]
+        ],
+        "b_wins_most": [example(s) for s in gaps[:examples] if b[s]["scores"]["rouge_l"] > a[s]["scores"]["rouge_l"]],
+    }

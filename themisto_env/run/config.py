@@ -1,0 +1,179 @@
+"""Experiment configs: what a run does, as pure data validated by pydantic (unknown keys are errors).
+
+A config is a YAML or JSON file (``configs/*.yaml``) or command-line options (``themisto run --agent ...``),
+read by :func:`load_run_config` into a :class:`RunConfig`. Code is chosen by registered name (the agent,
+the backend, the executor), never written in a config.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from themisto_env.data.samples import TaskName
+from themisto_env.errors import ConfigError
+
+ObservationName = Literal["static", "full", "tools"]
+"""The env's observation modes (``themisto_env.env.core.ObservationMode``)."""
+
+
+class RunConfig(BaseModel):
+    """What to run. Pure data: code is chosen by registered name (``agent``).
+
+    Attributes:
+        agent: Registered agent name (``themisto agents``; ``themisto_env.agents.AGENTS``), an agent of the
+            ``themisto_env.agents`` entry-point group, or ``package.module:Class``.
+        agent_options: Keyword arguments for the agent's factory.
+        model: ``PROVIDER/NAME`` for the LLM agents (``openai/gpt-4o-mini``, ``anthropic/claude-3-5-haiku-latest``,
+            ``ollama/qwen2.5-coder:7b``, ``fake``); sets the agent's ``provider`` and ``model`` options.
+        base_url: The provider's endpoint (an OpenAI-compatible server, a proxy).
+        model_args: Further model arguments (``-M temperature=0``), passed to the provider's chat model.
+        task: ``next-cell`` or ``output``.
+        observation: Observation mode; None uses the agent's own (or ``static``).
+        backend: Sandbox backend.
+        data: A built dataset folder; None uses the bundled data.
+        limit: Run at most this many samples (the first ones, in dataset order).
+        workers: Worker processes (or Ray actors), each with its own env and kernel.
+        ray: None runs on this machine; ``local`` starts a private local Ray instance; ``auto`` or an
+            address (``HOST:6379``, ``ray://HOST:10001``) joins a running Ray cluster. Episodes are then
+            spread over ``workers`` Ray actors (:mod:`themisto_env.run.ray_executor`).
+        samples: Predictions per sample (pass@k). With K > 1 each row carries the K ``draws`` and the
+            summary reports ``pass_at_k`` (with ``env: {execution_score: true}``) and ``best_of_k``.
+        max_retries: Retries of a failed model call (LLM agents; None: the agent's default, 5).
+        fail_on_error: Stop the run when more than this fraction of the samples done have model errors
+            (judged after ``FAIL_ON_ERROR_MIN_SAMPLES`` samples); None never stops.
+        max_connections: Model calls in flight at once, over the whole run (LLM agents; episodes run
+            concurrently, each with its own kernel); None: one episode at a time per worker.
+        cache: An SQLite file caching model replies (keyed by model, parameters and messages): a rerun
+            is reproducible and makes no call.
+        env: Further environment options (see ``EnvConfig``).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str = "repeat-previous"
+    agent_options: dict[str, Any] = Field(default_factory=dict)
+    model: str | None = None
+    base_url: str | None = None
+    model_args: dict[str, Any] = Field(default_factory=dict)
+    task: TaskName = "next-cell"
+    observation: ObservationName | None = None
+    backend: str = "local"
+    data: str | None = None
+    limit: int | None = Field(None, ge=1)
+    workers: int = Field(1, ge=1)
+    ray: str | None = None
+    samples: int = Field(1, ge=1)
+    max_retries: int | None = Field(None, ge=0)
+    fail_on_error: float | None = Field(None, ge=0, le=1)
+    max_connections: int | None = Field(None, ge=1)
+    cache: str | None = None
+    env: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("model")
+    @classmethod
+    def _provider_and_name(cls, value: str | None) -> str | None:
+        if value is not None:
+            provider, _, name = value.partition("/")
+            if not provider or (provider not in ("fake",) and not name):
+                raise ValueError(f"give the model as PROVIDER/NAME (e.g. openai/gpt-4o-mini), got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source_per_option(self) -> RunConfig:
+        if "samples" in self.env:
+            raise ValueError("set the predictions per sample with samples (--samples), not env.samples")
+        if self.ray is not None and self.max_connections is not None:
+            raise ValueError(
+                "max_connections (--max-connections) runs episodes concurrently in local processes; "
+                "Ray actors run theirs one at a time: use one or the other"
+            )
+        if self.model is not None and {"provider", "model", "chat_model"} & set(self.agent_options):
+            raise ValueError("give the model either as model (--model) or in agent_options, not both")
+        return self
+
+    def provider_and_name(self) -> tuple[str | None, str | None]:
+        """``(provider, name)`` of ``model`` (or of ``agent_options``), ``(None, None)`` without a model."""
+        if self.model is not None:
+            provider, _, name = self.model.partition("/")
+            return provider, name or None
+        return self.agent_options.get("provider"), self.agent_options.get("model")
+
+    def agent_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments the agent's factory gets: ``agent_options`` plus the model options."""
+        kwargs = dict(self.agent_options)
+        if self.model is not None:
+            kwargs["provider"], kwargs["model"] = self.provider_and_name()
+            if kwargs["model"] is None:
+                del kwargs["model"]
+        if self.base_url is not None:
+            kwargs["base_url"] = self.base_url
+        if self.cache is not None:
+            kwargs["cache"] = self.cache
+        return {**kwargs, **self.model_args}
+
+
+def parse_model_args(pairs: list[str]) -> dict[str, Any]:
+    """``["temperature=0", "stop=[END]"]`` -> ``{"temperature": 0, "stop": ["END"]}``: values are read as
+    JSON or YAML flow collections (``0`` an int, ``1e3`` a float, ``true`` a bool), anything else as text
+    (``abc``, ``no``, ``2024-01-01`` stay strings).
+
+    Raises:
+        ConfigError: A pair without ``=``.
+    """
+    args: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"-M takes key=value (e.g. -M temperature=0), got {pair!r}")
+        args[key.strip()] = _model_arg(value)
+    return args
+
+
+def _model_arg(value: str) -> Any:
+    """A -M value: JSON (numbers, true/false/null, quoted strings, lists, objects), a YAML flow collection
+    (``[END, STOP]``, ``{api-key: X}``), or else the text itself (``no`` stays ``"no"``)."""
+    try:
+        return json.loads(value)
+    except ValueError:
+        pass
+    if value.strip()[:1] in ("[", "{"):
+        try:
+            return yaml.safe_load(value)
+        except yaml.YAMLError:
+            pass
+    return value
+
+
+def load_run_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
+    """Read a run config (or the defaults), apply command-line overrides, validate.
+
+    Raises:
+        ConfigError: The file is unreadable, or a key is unknown or a value invalid (named in the message).
+    """
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        try:
+            text = path.read_text()
+            data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text) or {}
+        except (OSError, ValueError, yaml.YAMLError) as exc:
+            raise ConfigError(f"{path}: cannot read the config: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: a config is a mapping of keys to values")
+    overrides = dict(overrides or {})
+    if overrides.get("model_args"):  # -M adds to the file's model arguments
+        overrides["model_args"] = {**(data.get("model_args") or {}), **overrides["model_args"]}
+    data.update(overrides)
+    try:
+        return RunConfig(**data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"{path or 'options'}: {problems}") from None
+
+
+__all__ = ["RunConfig", "load_run_config", "parse_model_args"]

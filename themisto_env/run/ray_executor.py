@@ -1,0 +1,133 @@
+"""Spreading a run's episodes over a Ray cluster (``themisto run --ray ADDRESS``).
+
+Each Ray actor owns an agent, an env and its kernel for the whole run, as a local worker process does;
+episodes (:class:`~themisto_env.run.runner.EpisodePlan`, longest first) are handed to whichever actor is
+free, so actors stay busy to the end. An actor returns an episode's rows when the episode ends, and the
+driver writes them to ``results.jsonl`` at once (a killed run loses at most the episodes in flight;
+resume retries them).
+
+``ADDRESS`` is ``local`` (start a private Ray instance on this machine, shut down afterwards), ``auto``
+(join the cluster this machine belongs to, e.g. after ``ray start``), or a cluster address
+(``HOST:6379``, or ``ray://HOST:10001`` through Ray Client). On a cluster, every node needs
+themisto-env installed (same version), and the dataset must be readable at the same path on every node
+(a shared file system), unless it is the bundled data, which each node builds into its own cache on first
+use. Snapshots live in each node's cache: a node without a trajectory's snapshots replays its cells
+instead (slower, same results). With the docker backend, each actor starts its kernels in the Docker
+engine of the node it runs on: every node needs a running engine and the kernel image
+(``themisto sandbox build-image``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from themisto_env.errors import ConfigError, ProviderError
+
+if TYPE_CHECKING:
+    from themisto_env.run.config import RunConfig
+    from themisto_env.run.runner import EpisodePlan
+
+LOCAL = "local"
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or a ProviderError saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise ProviderError("Ray is not installed: pip install 'themisto-env[ray]'") from None
+    return ray
+
+
+class EpisodeWorker:
+    """One Ray actor's state: an agent, an env and its kernel, kept for the whole run."""
+
+    def __init__(self, config_json: str) -> None:
+        from themisto_env.env.core import ThemistoEnv
+        from themisto_env.run.config import RunConfig
+        from themisto_env.run.runner import env_options, limit_threads, make_run_agent
+
+        self.config = RunConfig.model_validate_json(config_json)
+        limit_threads(self.config.workers)  # Ray sets OMP_NUM_THREADS for its actors; the rest follow
+        self.agent = make_run_agent(self.config)
+        self.options = env_options(self.config, self.agent)
+        self.env = ThemistoEnv(**self.options)
+
+    def run(self, plan: tuple[str, int, tuple[str, ...]]) -> list[dict[str, Any]]:
+        """The rows of one episode (an :class:`~themisto_env.run.runner.EpisodePlan`)."""
+        from themisto_env.run.runner import episode_rows
+
+        return list(episode_rows(self.config, self.env, self.agent, self.options, *plan))
+
+    def node(self) -> str:
+        """Where this actor runs (host name and process id)."""
+        return f"{os.uname().nodename}:{os.getpid()}"
+
+    def close(self) -> None:
+        """Close the env and its kernel."""
+        self.env.close()
+
+
+def connect(address: str, *, num_cpus: int | None = None) -> bool:
+    """Connect to Ray: start a local instance for ``local``, else join ``address``.
+
+    Args:
+        address: ``local``, ``auto`` or a cluster address.
+        num_cpus: CPUs a local instance offers (default: this machine's).
+
+    Returns:
+        Whether this call started (and so must shut down) the Ray instance.
+    """
+    ray = import_ray()
+    if ray.is_initialized():
+        return False
+    if not address:
+        raise ConfigError("ray: give 'local', 'auto' or a cluster address (HOST:6379, ray://HOST:10001)")
+    kwargs: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
+    if address == LOCAL:
+        cpus = max(num_cpus or 0, os.cpu_count() or 1)
+        ray.init(num_cpus=cpus, include_dashboard=False, **kwargs)
+    else:
+        ray.init(address=address, **kwargs)
+    return True
+
+
+def ray_rows(config: RunConfig, episodes: list[EpisodePlan]) -> Iterator[dict[str, Any]]:
+    """Run the episodes on ``config.workers`` Ray actors; yield rows as episodes finish.
+
+    Args:
+        config: The run's config (``config.ray`` is the address).
+        episodes: The episodes, in the order to hand them out (longest first balances best).
+
+    Yields:
+        One result row per wanted sample, as in :func:`themisto_env.run.runner.serial_rows`.
+    """
+    ray = import_ray()
+    if not episodes:
+        return
+    started = connect(config.ray or LOCAL, num_cpus=config.workers)
+    actor_class = ray.remote(num_cpus=1, max_restarts=0)(EpisodeWorker)
+    actors = [actor_class.remote(config.model_dump_json()) for _ in range(min(config.workers, len(episodes)))]
+    queue = [tuple(plan) for plan in episodes]
+    pending: dict[Any, Any] = {}
+    try:
+        for actor in actors:
+            if queue:
+                pending[actor.run.remote(queue.pop(0))] = actor
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            actor = pending.pop(done[0])
+            rows = ray.get(done[0])  # an actor's error is raised here, with its traceback
+            if queue:
+                pending[actor.run.remote(queue.pop(0))] = actor
+            yield from rows
+    finally:
+        with contextlib.suppress(Exception):  # an actor that died has nothing left to close
+            ray.get([a.close.remote() for a in actors], timeout=60)
+        for actor in actors:
+            ray.kill(actor)
+        if started:
+            ray.shutdown()

@@ -1,0 +1,217 @@
+"""An HTML report of one or more runs (``themisto report RUN_DIR...``): tables and plots in one file.
+
+Plots (matplotlib, embedded as PNG so the file stands alone): each metric by run with its bootstrap
+interval; ROUGE-L along the trajectory (by position of the sample in its trajectory); tool usage by tool.
+With several runs, the first is compared with each other one as ``themisto compare`` does (paired
+differences with trajectory-bootstrap intervals, wins/ties/losses).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from themisto_env.errors import DataError
+from themisto_env.metrics import METRICS
+from themisto_env.run.compare import compare_runs, run_label, scored_rows
+from themisto_env.run.results import summarize
+
+_CSS = """
+body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 2rem auto; max-width: 1100px;
+       color: #1f2328; background: #fff; }
+h1 { font-size: 1.6rem; } h2 { font-size: 1.2rem; margin-top: 2rem; border-bottom: 1px solid #d0d7de; }
+table { border-collapse: collapse; margin: 1rem 0; font-size: 0.9rem; }
+th, td { border: 1px solid #d0d7de; padding: 0.35rem 0.7rem; text-align: left; vertical-align: top; }
+th { background: #f6f8fa; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+img { max-width: 100%; border: 1px solid #eee; border-radius: 6px; }
+pre { margin: 0; white-space: pre-wrap; max-height: 12rem; overflow: auto; font-size: 0.8rem; }
+.muted { color: #656d76; }
+h3 { font-size: 1rem; margin-bottom: 0.2rem; } tr.significant td { font-weight: 600; }
+"""
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _plots(runs: list[tuple[str, list[dict[str, Any]], dict[str, Any]]]) -> dict[str, str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    plots: dict[str, str] = {}
+    width = 0.8 / max(len(runs), 1)
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    x = np.arange(len(METRICS))
+    for i, (label, _, summary) in enumerate(runs):
+        means = [summary.get(m, {}).get("mean", 0.0) for m in METRICS]
+        low = [mean - summary.get(m, {}).get("ci_low", mean) for m, mean in zip(METRICS, means, strict=True)]
+        high = [summary.get(m, {}).get("ci_high", mean) - mean for m, mean in zip(METRICS, means, strict=True)]
+        ax.bar(x + i * width, means, width, yerr=[low, high], capsize=3, label=label)
+    ax.set_xticks(x + width * (len(runs) - 1) / 2, METRICS)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("mean score (95% CI)")
+    ax.legend(fontsize=8)
+    plots["metrics"] = _png(fig)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    bins = np.linspace(0, 1, 6)
+    for label, rows, _ in runs:
+        last = Counter()
+        for r in rows:
+            last[r["trajectory_id"]] = max(last[r["trajectory_id"]], r["step"])
+        position = np.array([r["step"] / max(last[r["trajectory_id"]], 1) for r in rows])
+        values = np.array([r["scores"]["rouge_l"] for r in rows])
+        which = np.clip(np.digitize(position, bins) - 1, 0, len(bins) - 2)
+        means = [values[which == b].mean() if (which == b).any() else np.nan for b in range(len(bins) - 1)]
+        ax.plot((bins[:-1] + bins[1:]) / 2, means, marker="o", label=label)
+    ax.set_xlabel("position of the sample in its trajectory (0 = start, 1 = end)")
+    ax.set_ylabel("mean ROUGE-L")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=8)
+    plots["trajectory"] = _png(fig)
+    plt.close(fig)
+
+    tools = sorted({c["tool"] for _, rows, _ in runs for r in rows for c in r["tool_calls"]})
+    if tools:
+        fig, ax = plt.subplots(figsize=(8, 3.5))
+        y = np.arange(len(tools))
+        for i, (label, rows, _) in enumerate(runs):
+            counts = Counter(c["tool"] for r in rows for c in r["tool_calls"])
+            ax.barh(y + i * width, [counts[t] for t in tools], width, label=label)
+        ax.set_yticks(y + width * (len(runs) - 1) / 2, tools)
+        ax.set_xlabel("tool calls")
+        ax.legend(fontsize=8)
+        plots["tools"] = _png(fig)
+        plt.close(fig)
+    return plots
+
+
+def _img(data: str, alt: str) -> str:
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+
+
+def _cell(m: dict[str, float] | None) -> str:
+    """A mean with its interval as a table cell (empty when absent)."""
+    if m is None:
+        return '<td class="num"></td>'
+    return f'<td class="num">{m["mean"]:.3f} <span class="muted">[{m["ci_low"]:.3f}, {m["ci_high"]:.3f}]</span></td>'
+
+
+def _draws_table(runs: list[tuple[str, list[dict[str, Any]], dict[str, Any]]]) -> str:
+    """pass@k and best-of-K of the runs with several predictions per sample (empty when none has)."""
+    drawn = [(label, s) for label, _, s in runs if s.get("draws")]
+    if not drawn:
+        return ""
+    ks = sorted({k for _, s in drawn for k in s.get("pass_at_k", {})}, key=int)
+    head = "".join(f"<th>pass@{k}</th>" for k in ks) + "".join(f"<th>best-of-K {m}</th>" for m in METRICS)
+    body = "".join(
+        f'<tr><td>{html.escape(label)}</td><td class="num">{s["draws"]}</td>'
+        + "".join(_cell(s.get("pass_at_k", {}).get(k)) for k in ks)
+        + "".join(_cell(s["best_of_k"].get(m)) for m in METRICS)
+        + "</tr>"
+        for label, s in drawn
+    )
+    return (
+        '<h2>K predictions per sample</h2><p class="muted">pass@k: unbiased estimate (Chen et al., 2021) over '
+        "the execution score; best-of-K: per sample, the best of the K predictions on each text metric.</p>"
+        f"<table><tr><th>run</th><th>K</th>{head}</tr>{body}</table>"
+    )
+
+
+def _paired_section(run_dirs: list[str | Path]) -> str:
+    """The first run against each other run: :func:`~themisto_env.run.compare.compare_runs` as tables."""
+    if len(run_dirs) < 2:
+        return ""
+    tables = []
+    for other in run_dirs[1:]:
+        try:
+            result = compare_runs(run_dirs[0], other)
+        except DataError as error:
+            tables.append(f'<p class="muted">{html.escape(str(error))}</p>')
+            continue
+        body = "".join(
+            f"<tr{' class=significant' if d['significant'] else ''}><td>{m}</td>"
+            f'<td class="num">{d["mean_a"]:.3f}</td><td class="num">{d["mean_b"]:.3f}</td>'
+            f'<td class="num">{d["mean_diff"]:+.3f}</td>'
+            f'<td class="num">[{d["ci_low"]:+.3f}, {d["ci_high"]:+.3f}]</td>'
+            f"<td>{'yes' if d['significant'] else 'no'}</td>"
+            f'<td class="num">{d["wins"]} / {d["ties"]} / {d["losses"]}</td></tr>'
+            for m, d in result["metrics"].items()
+        )
+        tables.append(
+            f"<h3>A = {html.escape(result['a'])} vs B = {html.escape(result['b'])}</h3>"
+            f'<p class="muted">{result["shared_samples"]} shared samples in {result["shared_trajectories"]} '
+            f"trajectories ({result['only_a']} only in A, {result['only_b']} only in B)</p>"
+            '<table class="paired"><tr><th>metric</th><th>A</th><th>B</th><th>A - B</th><th>95% CI</th>'
+            f"<th>significant</th><th>A wins / ties / B wins</th></tr>{body}</table>"
+        )
+    return (
+        '<h2>Paired comparison</h2><p class="muted">Mean difference A - B on the samples both runs scored, '
+        "with a paired bootstrap interval that resamples whole trajectories (samples of one trajectory are "
+        "correlated); significant when the interval excludes 0. As <code>themisto compare</code>.</p>" + "".join(tables)
+    )
+
+
+def render_report(run_dirs: list[str | Path]) -> str:
+    """The report's HTML for the given run folders."""
+    runs = []
+    for run_dir in run_dirs:
+        rows = scored_rows(run_dir)
+        runs.append((run_label(rows, run_dir), list(rows.values()), summarize(list(rows.values()))))
+    plots = _plots(runs)
+    head = "".join(f"<th>{m}</th>" for m in METRICS)
+    summary_rows = []
+    for label, rows, s in runs:
+        cells = "".join(_cell(s[m]) for m in METRICS)
+        tool_calls = sum(len(r["tool_calls"]) for r in rows)
+        summary_rows.append(
+            f"<tr><td>{html.escape(label)}</td><td>{html.escape(str(s['task']))}</td>"
+            f'<td class="num">{s["samples"]}</td>{cells}'
+            f'<td class="num">{tool_calls / max(len(rows), 1):.2f}</td>'
+            f'<td class="num">{s["infrastructure_failures"]}</td></tr>'
+        )
+    examples = []
+    label, rows, _ = runs[0]
+    for r in sorted(rows, key=lambda r: r["scores"]["rouge_l"])[:5]:
+        examples.append(
+            f"<tr><td>{html.escape(r['sample_id'])}</td><td><pre>{html.escape(r['target'][:1500])}</pre></td>"
+            f"<td><pre>{html.escape(r['prediction'][:1500])}</pre></td>"
+            f'<td class="num">{r["scores"]["rouge_l"]:.3f}</td></tr>'
+        )
+    tools = f"<h2>Tool usage</h2>{_img(plots['tools'], 'tool calls by tool')}" if "tools" in plots else ""
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>themisto-env report</title><style>{_CSS}</style></head>
+<body>
+<h1>themisto-env report</h1>
+<p class="muted">{len(runs)} run(s): {html.escape(", ".join(str(d) for d in run_dirs))}</p>
+<h2>Summary</h2>
+<p class="muted">Means over the scored samples with 95% bootstrap intervals that resample whole trajectories
+(samples of one trajectory are correlated).</p>
+<table><tr><th>run</th><th>task</th><th>samples</th>{head}<th>tool calls / sample</th>
+<th>infrastructure failures</th></tr>{"".join(summary_rows)}</table>
+{_draws_table(runs)}
+{_paired_section(run_dirs)}
+<h2>Metrics by run</h2>{_img(plots["metrics"], "metrics by run")}
+<h2>Score along the trajectory</h2>{_img(plots["trajectory"], "ROUGE-L along the trajectory")}
+{tools}
+<h2>Hardest samples for {html.escape(label)}</h2>
+<table><tr><th>sample</th><th>target</th><th>prediction</th><th>ROUGE-L</th></tr>{"".join(examples)}</table>
+</body></html>
+"""
+
+
+def write_report(run_dirs: list[str | Path], out: str | Path | None = None) -> Path:
+    """Write the report (default: ``report.html`` in the first run folder) and return its path."""
+    path = Path(out) if out is not None else Path(run_dirs[0]) / "report.html"
+    path.write_text(render_report(run_dirs), encoding="utf-8")
+    return path

@@ -1,0 +1,120 @@
+"""Scorers that run code: the execution-based score of a next-cell prediction.
+
+Beside the text metrics (:mod:`themisto_env.metrics`), a next-cell prediction can be scored by what it
+*does*. It runs in a disposable kernel brought to the state before the target step
+(:mod:`themisto_env.replay.disposable`), and its effects are compared with the target step's effects **as
+recorded at build time** (never by re-running the target in a kernel the prediction touched):
+
+* variables: the names whose fingerprint the step changed (created, rebound, mutated, deleted), from
+  the fingerprints recorded before and after the target step, against the names the prediction changed,
+  measured by the sealed helper (see :mod:`themisto_env.replay.disposable`). A name counts as matched when both
+  changed it and its new fingerprint agrees, content hash included where one was recorded
+  (:func:`same_effect`); the variable
+  part is the Jaccard overlap of matched names over all changed names (1.0 when neither changes anything);
+* outputs: chrF (0 to 1) between the prediction's outputs, as the kernel's protocol carried them, and the
+  target step's recorded outputs (1.0 when both print nothing).
+
+The score is the mean of the two, in [0, 1]. A prediction **passes** (for pass@k) when it changes exactly
+the names the step changed, to the same fingerprints (variables = 1), and its outputs agree to chrF of at
+least :data:`PASS_OUTPUTS`. A prediction that kills the kernel (``exit``), hits the memory or process limit
+(``memory``, ``processes``), runs past the time limit (``timeout``), or breaks or fools the measurement
+(``unreadable``, ``tampered``) scores 0 with that reason (``failure``): the model's own failure, counted,
+never an infrastructure failure.
+
+Threat model: the prediction is arbitrary Python with the kernel's rights. It cannot change the
+reference (recorded at build time, outside the kernel), the state it starts from (checked against the
+recording before it runs), its outputs once sent, or another prediction (each runs in its own kernel,
+discarded after). It can read only what the kernel can: on docker, not the dataset nor the snapshot
+store (the one snapshot it starts from is copied in and removed before it runs). It could, with effort,
+find the sealed measuring helper in its own process and make it lie about the names it changed; a lie
+that ignores the canaries planted after it ran is caught (``tampered``), and an answer that is not a
+bounded mapping of names to fingerprints is ``unreadable``. What a lie can gain is bounded: the recorded
+after-state is not in the kernel, and a name matches only with the recorded content hash, so it can hide
+changes it made, not invent the right ones.
+
+What the score cannot see (the fingerprint's limits, :mod:`themisto_env.replay.state`): objects with no content
+hash (most library objects, e.g. a fitted scikit-learn model, or a matplotlib figure) are compared by type
+and length only, so a cell that fits a model in place changes nothing the score sees, and any plot of the
+same size and axes count prints the same ``<Figure ...>``; arrays and frames above 64 KiB are hashed on a
+strided sample. A prediction passes on such cells by printing and binding what the target did, whatever
+it computed inside those objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from themisto_env.data.rendering import render_outputs
+from themisto_env.data.trajectory import Trajectory
+from themisto_env.metrics import score
+from themisto_env.replay.disposable import CodeRun, DisposableKernels, changed_names
+from themisto_env.replay.state import expected_fingerprint
+
+#: The output agreement (chrF, 0 to 1) a passing prediction reaches, its variables matching exactly.
+PASS_OUTPUTS = 0.9
+
+
+@dataclass(frozen=True)
+class ExecutionScore:
+    """An execution score: ``value`` in [0, 1], the mean of its ``variables`` and ``outputs`` parts;
+    ``failure`` says why the prediction scored 0 when its own code failed (see the module docstring)."""
+
+    value: float
+    variables: float = 0.0
+    outputs: float = 0.0
+    failure: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        """Whether the prediction did what the target step did (see the module docstring)."""
+        return self.failure is None and self.variables == 1.0 and self.outputs >= PASS_OUTPUTS
+
+
+def same_effect(recorded: str, measured: str) -> bool:
+    """Whether a measured fingerprint entry matches a recorded one, for scoring: type and shape (or
+    length) agree and, where the recording has a content hash, the measurement has the same one (a
+    measurement without a hash matches nothing that was hashed: it cannot be checked)."""
+    want, got = recorded.rsplit("|", 2), measured.rsplit("|", 2)
+    if len(want) != 3 or len(got) != 3:
+        return recorded == measured
+    return want[:2] == got[:2] and (not want[2] or want[2] == got[2])
+
+
+def recorded_effects(trajectory: Trajectory, step: int) -> dict[str, str] | None:
+    """The names ``step`` changed, with their fingerprint after it, as recorded at build time; None when
+    the fingerprints were not recorded (format 1 data)."""
+    before, after = expected_fingerprint(trajectory, step), trajectory.steps[step].fingerprint
+    return None if before is None or after is None else changed_names(before, after)
+
+
+def score_run(run: CodeRun, trajectory: Trajectory, step: int) -> ExecutionScore | None:
+    """Score what a prediction did (a :class:`~themisto_env.replay.disposable.CodeRun` in the state before
+    ``step``) against the recorded effects of ``step``; None when they were not recorded (format 1)."""
+    truth = recorded_effects(trajectory, step)
+    if truth is None:
+        return None
+    if run.failure is not None or run.changed is None:
+        return ExecutionScore(0.0, failure=run.failure or "unreadable")
+    target = trajectory.steps[step]
+    predicted = run.changed
+    union = set(truth) | set(predicted)
+    matched = {name for name in set(truth) & set(predicted) if same_effect(truth[name], predicted[name])}
+    variables = len(matched) / len(union) if union else 1.0
+    produced, wanted = render_outputs(run.outputs), render_outputs(target.outputs)
+    outputs = 1.0 if not produced.strip() and not wanted.strip() else score(produced, wanted).chrf
+    return ExecutionScore((variables + outputs) / 2, variables=variables, outputs=outputs)
+
+
+def execution_score(
+    kernels: DisposableKernels, trajectory: Trajectory, step: int, code: str, *, timeout_s: float
+) -> ExecutionScore | None:
+    """Run ``code`` in a disposable kernel in the state before ``step`` and score its effects against the
+    recorded effects of ``step``; None when those were not recorded (format 1 data).
+
+    Raises:
+        InfrastructureError: The disposable kernel could not be brought to the state (nothing
+            model-written ran), or the backend is gone.
+    """
+    if recorded_effects(trajectory, step) is None:  # nothing to compare with: do not run the code
+        return None
+    return score_run(kernels.run(trajectory, step, code, timeout_s=timeout_s), trajectory, step)
