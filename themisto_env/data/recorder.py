@@ -22,25 +22,25 @@ Outputs are captured beside the notebook's own display, never instead of it: std
 teed, and the display publisher, display hook and traceback display are wrapped, so the cell's outputs
 appear in the notebook exactly as without the extension. Writing the log never breaks a cell: a
 failure to write is reported once on stderr and recording goes on.
+
+The capture of a cell's outputs is :mod:`themisto_env.data.recorder_capture`, the locked appends to the
+log :mod:`themisto_env.data.recorder_log`; this module hooks them into the shell.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import fcntl
 import getpass
-import json
 import os
 import sys
-import threading
 import uuid
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from themisto_env.data.june import JuneEvent
-from themisto_env.sandbox.outputs import OUTPUT_MESSAGES, OutputCollector
+from themisto_env.data.recorder_capture import CellCapture, TeeStream, jsonable, message_id
+from themisto_env.data.recorder_log import RecordingLog
+from themisto_env.sandbox.outputs import OUTPUT_MESSAGES
 
 ENV_RECORD_PATH = "THEMISTO_RECORD_PATH"
 ENV_USER_ID = "THEMISTO_USER_ID"
@@ -60,75 +60,6 @@ def default_record_path() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_data_dir("themisto-env")) / "recordings" / "june_log.jsonl"
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode("ascii")
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return str(value)
-
-
-class _Tee:
-    """A text stream that writes through to the real one and hands each write to a callback."""
-
-    def __init__(self, stream: TextIO, on_write: Any) -> None:
-        self._stream = stream
-        self._on_write = on_write
-
-    def write(self, text: str) -> int:
-        written = self._stream.write(text)
-        with contextlib.suppress(Exception):
-            self._on_write(text)
-        return written
-
-    def writelines(self, lines: Any) -> None:
-        for line in lines:
-            self.write(line)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
-
-
-class _Capture:
-    """The outputs of the running cell, in the order the notebook shows them (the conversion is
-    :class:`~themisto_env.sandbox.outputs.OutputCollector`, shared with the sandbox)."""
-
-    def __init__(self, execution_count: int) -> None:
-        self.collector = OutputCollector()
-        self.execution_count = execution_count
-        self.lock = threading.Lock()
-
-    def add(self, msg_type: str, content: dict[str, Any]) -> None:
-        with self.lock:
-            self.collector.add(msg_type, content)
-
-    def stream(self, name: str, text: str) -> None:
-        self.add("stream", {"name": name, "text": text})
-
-    def display(self, data: dict[str, Any], metadata: dict[str, Any] | None, transient: Any, update: bool) -> None:
-        content = {"data": _jsonable(data), "metadata": _jsonable(metadata or {}), "transient": _jsonable(transient)}
-        self.add("update_display_data" if update else "display_data", content)
-
-    def result(self, data: dict[str, Any], metadata: dict[str, Any] | None, count: int | None = None) -> None:
-        count = count if count is not None else self.execution_count
-        content = {"data": _jsonable(data), "metadata": _jsonable(metadata or {}), "execution_count": count}
-        self.add("execute_result", content)
-
-    def error(self, ename: str, evalue: str, traceback: list[str]) -> None:
-        self.add("error", {"ename": ename, "evalue": evalue, "traceback": list(traceback)})
-
-    def clear(self, wait: bool) -> None:
-        self.add("clear_output", {"wait": wait})
-
-    def final(self) -> list[dict[str, Any]]:
-        with self.lock:
-            return self.collector.finish()
 
 
 class Recorder:
@@ -154,7 +85,8 @@ class Recorder:
         self.user_id = user_id or os.environ.get(ENV_USER_ID) or _login_name()
         self.expert = expert if expert is not None else os.environ.get(ENV_EXPERT, "").lower() in ("1", "true", "yes")
         self.kernel_id = _kernel_id()
-        self._capture: _Capture | None = None
+        self.log = RecordingLog(path)
+        self._capture: CellCapture | None = None
         self._cell: dict[str, Any] = {}
         self._originals: dict[str, Any] = {}
         self._streams: dict[str, TextIO] = {}
@@ -168,7 +100,7 @@ class Recorder:
     def start(self) -> None:
         """Hook into the shell and write a ``kernel_restarting`` row if this kernel was recorded before."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self._kernel_seen_in_another_process():
+        if self.log.kernel_seen_in_another_process(self.kernel_id):
             self._append([self._row("kernel_restarting")])
         events = self.shell.events
         events.register("pre_run_cell", self._pre_run_cell)
@@ -257,9 +189,9 @@ class Recorder:
             kind = msg_or_type
         if kind not in OUTPUT_MESSAGES or not isinstance(content, dict):
             return
-        if _msg_id(parent) != self._request_id:
+        if message_id(parent) != self._request_id:
             return
-        capture.add(kind, _jsonable(content))
+        capture.add(kind, jsonable(content))
 
     def _publish(self, data: dict[str, Any], metadata: dict[str, Any] | None = None, *args: Any, **kwargs: Any) -> None:
         assert self._capture is not None
@@ -282,17 +214,17 @@ class Recorder:
             return
         source = info.raw_cell or ""
         self._cell = {"cell_index": getattr(info, "cell_id", None) or None, "cell_source": source}
-        self._capture = _Capture(self.shell.execution_count)
-        self._request_id = _msg_id(getattr(self.shell, "parent_header", None))
+        self._capture = CellCapture(self.shell.execution_count)
+        self._request_id = message_id(getattr(self.shell, "parent_header", None))
         self._append([self._row("execute", **self._cell)])
         if self._mode == "messages":
             return
         for name in ("stdout", "stderr"):
             stream = getattr(sys, name)
             self._streams[name] = stream
-            setattr(sys, name, _Tee(stream, lambda text, n=name, c=self._capture: self._on_stream(c, n, text)))
+            setattr(sys, name, TeeStream(stream, lambda text, n=name, c=self._capture: self._on_stream(c, n, text)))
 
-    def _on_stream(self, capture: _Capture, name: str, text: str) -> None:
+    def _on_stream(self, capture: CellCapture, name: str, text: str) -> None:
         if not self._muted:
             capture.stream(name, text)
 
@@ -321,7 +253,7 @@ class Recorder:
 
     def _restore_streams(self) -> None:
         for name, stream in self._streams.items():
-            if isinstance(getattr(sys, name), _Tee):
+            if isinstance(getattr(sys, name), TeeStream):
                 setattr(sys, name, stream)
         self._streams.clear()
 
@@ -345,86 +277,13 @@ class Recorder:
 
     def _append(self, rows: list[dict[str, Any]]) -> None:
         try:
-            with open(self.path, "a+b") as handle:
-                fcntl.flock(handle, fcntl.LOCK_EX)
-                try:
-                    next_id = _last_action_id(handle) + 1
-                    lines = [
-                        json.dumps(
-                            JuneEvent(action_id=next_id + i, **row).to_row(output_as_text=False), ensure_ascii=False
-                        )
-                        + "\n"
-                        for i, row in enumerate(rows)
-                    ]
-                    handle.seek(0, os.SEEK_END)
-                    handle.write("".join(lines).encode("utf-8"))
-                    handle.flush()
-                finally:
-                    fcntl.flock(handle, fcntl.LOCK_UN)
-            self._remember_process()
+            self.log.append(rows, kernel_id=self.kernel_id)
         except Exception as exc:  # recording must never break the user's cell
             if not self._write_failed:
                 self._write_failed = True
                 stream = self._streams.get("stderr", sys.__stderr__)
                 if stream is not None:
                     print(f"themisto recorder: cannot write {self.path}: {exc}", file=stream)
-
-    # a sidecar file remembers which process last wrote for each kernel, to tell restarts from reloads
-    def _pids_path(self) -> Path:
-        return self.path.with_name(self.path.name + ".kernels.json")
-
-    def _kernel_seen_in_another_process(self) -> bool:
-        try:
-            pids = json.loads(self._pids_path().read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return False
-        return isinstance(pids, dict) and pids.get(self.kernel_id) not in (None, os.getpid())
-
-    def _remember_process(self) -> None:
-        sidecar = self._pids_path()
-        try:
-            pids = json.loads(sidecar.read_text(encoding="utf-8"))
-            if not isinstance(pids, dict):
-                pids = {}
-        except (OSError, ValueError):
-            pids = {}
-        if pids.get(self.kernel_id) == os.getpid():
-            return
-        pids[self.kernel_id] = os.getpid()
-        tmp = sidecar.with_name(f"{sidecar.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(pids), encoding="utf-8")
-        tmp.replace(sidecar)
-
-
-def _msg_id(parent: Any) -> str | None:
-    """The msg_id of a parent given as a message or as a header."""
-    if not isinstance(parent, dict):
-        return None
-    header = parent.get("header") if isinstance(parent.get("header"), dict) else parent
-    value = header.get("msg_id")
-    return str(value) if value is not None else None
-
-
-def _last_action_id(handle: Any) -> int:
-    """The ``action_id`` of the log's last row (-1 for an empty log), reading only the file's tail."""
-    end = handle.seek(0, os.SEEK_END)
-    if end == 0:
-        return -1
-    block = 4096
-    position = end
-    tail = b""
-    while position > 0:
-        step = min(block, position)
-        position -= step
-        handle.seek(position)
-        tail = handle.read(step) + tail
-        lines = [line for line in tail.split(b"\n") if line.strip()]
-        if len(lines) >= 2 or (lines and position == 0):
-            with contextlib.suppress(ValueError, KeyError, TypeError):
-                return int(json.loads(lines[-1])["action_id"])
-            return -1
-        block *= 2
-    return -1
 
 
 def _kernel_id() -> str:
