@@ -23,7 +23,7 @@ from themisto_env.cli import app
 from themisto_env.data.trajectory import read_manifest, read_trajectories
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.errors import BackendUnavailableError, ConfigError, SnapshotEnvironmentError
-from themisto_env.replay import environments
+from themisto_env.replay import environment_registry, environment_venv, environments
 from themisto_env.sandbox.environments import environment_dir, environment_image
 from themisto_env.sandbox.kernel import Kernel
 
@@ -96,7 +96,7 @@ def test_a_python_that_is_not_here_names_those_that_are() -> None:
     with pytest.raises(ConfigError, match=r"no Python 3\.99 on this machine \(available: [^)]*3\.11") as caught:
         environments.create("themisto-test-no-such-python", spec)
     assert "\n" not in str(caught.value)
-    assert "themisto-test-no-such-python" not in environments._registry()
+    assert "themisto-test-no-such-python" not in environment_registry.read_registry()
 
 
 def test_requirements_pip_cannot_meet_are_one_line_errors() -> None:
@@ -107,7 +107,7 @@ def test_requirements_pip_cannot_meet_are_one_line_errors() -> None:
         environments.create("themisto-test-unmeetable", spec)
     assert "\n" not in str(caught.value) and "; log: " in str(caught.value)
     assert environments.read_record(spec.id) is None and not environment_dir(spec.id).exists()
-    assert "themisto-test-unmeetable" not in environments._registry()
+    assert "themisto-test-unmeetable" not in environment_registry.read_registry()
 
 
 def test_bad_names_are_refused() -> None:
@@ -120,7 +120,7 @@ def test_debian_packages_already_installed_are_left_alone(tmp_path: Path) -> Non
     """``--apt`` for a venv installs on the host only what is missing (dpkg is always there)."""
     log = tmp_path / "apt.log"
     log.write_text("")
-    environments._ensure_apt_on_host(["dpkg"], log, None)
+    environment_venv.ensure_apt_on_host(["dpkg"], log, None)
     assert log.read_text() == ""  # no apt-get ran
 
 
@@ -300,7 +300,7 @@ def recorded(spec: environments.EnvironmentSpec) -> environments.EnvironmentReco
     record = environments.EnvironmentRecord(id=spec.id, spec=spec)
     record.python.parent.mkdir(parents=True)
     record.python.write_text("")
-    environments._write_record(record)
+    environment_registry.write_record(record)
     return record
 
 
@@ -329,7 +329,7 @@ def test_env_rm_refuses_while_a_dataset_uses_it(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv("THEMISTO_CACHE", str(tmp_path / "cache"))
     spec = environments.make_spec("six==1.16.0\n")
     record = recorded(spec)
-    environments._write_registry({"only": spec.id})
+    environment_registry.write_registry({"only": spec.id})
     dataset = tmp_path / "ds"
     dataset.mkdir()
     from themisto_env.data.trajectory import EnvironmentRef, Manifest, write_manifest
