@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -37,7 +36,7 @@ from themisto_env.agents.cache import ResponseCache, is_cached, open_cache, requ
 from themisto_env.agents.parsing import extract_prediction
 from themisto_env.agents.prompting import ContextMode, PromptTemplates, load_prompts
 from themisto_env.agents.retry import RetryPolicy, acall_with_retries, call_with_retries
-from themisto_env.agents.transcript import transcript
+from themisto_env.agents.transcript import message_text, transcript
 from themisto_env.env.actions import Prediction
 from themisto_env.errors import ConfigError
 from themisto_env.redaction import without_secrets
@@ -49,27 +48,6 @@ if TYPE_CHECKING:
 
 DEFAULT_TIMEOUT_S = 120.0
 """Seconds a model call may take (openai and anthropic, unless ``timeout=`` is given); then it is retried."""
-
-
-def message_text(message: Any) -> str:
-    """The text of a chat message: its string content, or the text parts of a list content.
-
-    Args:
-        message: An ``AIMessage`` (or anything with ``content``).
-
-    Returns:
-        The text ("" when there is none).
-    """
-    content = getattr(message, "content", message)
-    if isinstance(content, str):
-        return content
-    parts: list[str] = []
-    for part in content if isinstance(content, Sequence) else ():
-        if isinstance(part, str):
-            parts.append(part)
-        elif isinstance(part, dict) and part.get("type") == "text":
-            parts.append(str(part.get("text", "")))
-    return "".join(parts)
 
 
 class LLMAgent(BaseAgent):

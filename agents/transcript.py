@@ -7,16 +7,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 ROLES = {"system": "system", "human": "user", "ai": "assistant", "tool": "tool"}
 
 
+def message_text(message: Any) -> str:
+    """The text of a chat message: its string content, or the text parts of a list content.
+
+    Args:
+        message: An ``AIMessage`` (or anything with ``content``).
+
+    Returns:
+        The text ("" when there is none).
+    """
+    content = getattr(message, "content", message)
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for part in content if isinstance(content, Sequence) else ():
+        if isinstance(part, str):
+            parts.append(part)
+        elif isinstance(part, dict) and part.get("type") == "text":
+            parts.append(str(part.get("text", "")))
+    return "".join(parts)
+
+
 def message_record(message: Any) -> dict[str, Any]:
     """One message as a plain dict (see the module docstring)."""
-    from themisto_env.agents.llm import message_text
-
     role = ROLES.get(getattr(message, "type", ""), str(getattr(message, "type", "user")))
     record: dict[str, Any] = {"role": role, "content": message_text(message)}
     calls = (
@@ -42,4 +61,4 @@ def transcript(messages: Iterable[Any]) -> list[dict[str, Any]]:
     return [message_record(m) for m in messages]
 
 
-__all__ = ["message_record", "transcript"]
+__all__ = ["message_record", "message_text", "transcript"]

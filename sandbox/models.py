@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from themisto_env.sandbox.rendering import render_outputs
+
 ExecutionStatus = Literal["ok", "error", "timeout"]
 
 
@@ -72,9 +74,7 @@ class ExecutionResult(BaseModel):
         return next((o for o in self.outputs if o.get("output_type") == "error"), None)
 
     def text(self) -> str:
-        """The text a person sees, rendered by :func:`themisto_env.data.rendering.render_outputs`."""
-        from themisto_env.data.rendering import render_outputs
-
+        """The text a person sees, rendered by :func:`themisto_env.sandbox.rendering.render_outputs`."""
         return render_outputs(self.outputs)
 
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from themisto_env.data.agreement import NORMALIZATION_VERSION, agreement, normalize_output, refresh_agreement
+from themisto_env.data.agreement import NORMALIZATION_VERSION, agreement, normalize_output
 from themisto_env.data.stats import dataset_info
-from themisto_env.data.trajectory import Manifest, Step, Trajectory, read_trajectories
+from themisto_env.data.trajectory import Manifest, Step, Trajectory, read_trajectories, refresh_agreement
 
 
 def _out(text: str) -> list[dict[str, Any]]:

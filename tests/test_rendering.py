@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from themisto_env.data.rendering import normalize_for_comparison, render_outputs, strip_ansi
 from themisto_env.errors import DataError
+from themisto_env.sandbox.rendering import normalize_for_comparison, render_outputs, strip_ansi
 
 
 def stream(text: str | list[str], name: str = "stdout") -> dict[str, Any]:

@@ -17,7 +17,6 @@ import pytest
 from langchain_core.messages import ToolMessage
 
 from tests.conftest import require_backend
-from themisto_env.data.rendering import render_outputs
 from themisto_env.env import core as env_module
 from themisto_env.env.actions import Prediction, encode_action, parse_action
 from themisto_env.env.core import ThemistoEnv
@@ -27,6 +26,7 @@ from themisto_env.errors import InfrastructureError
 from themisto_env.replay.disposable import CodeRun, DisposableKernels
 from themisto_env.replay.state import expected_fingerprint
 from themisto_env.sandbox.kernel_helper import OPTIONS_KEY
+from themisto_env.sandbox.rendering import render_outputs
 
 TRAJECTORY = "diabetes-regression-b2738d8c"  # bundled: X (DataFrame), y (array), diabetes (Bunch) early on
 SAMPLE = 2  # its step 3, `X.shape, y.shape, y[:10]`: a target with a distinctive output

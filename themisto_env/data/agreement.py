@@ -1,14 +1,14 @@
 """Replay agreement: whether a replayed cell shows what the person saw, and if not, why.
 
 :func:`agreement` compares the outputs recorded in a log or notebook with the outputs of replaying the
-same cell. Both are rendered as the text a person reads (:func:`themisto_env.data.rendering.render_outputs`:
+same cell. Both are rendered as the text a person reads (:func:`themisto_env.sandbox.rendering.render_outputs`:
 streams, ``text/plain`` of results and displays, ``ENAME: evalue`` of errors; tracebacks and images are
 not part of it), then normalised by :func:`normalize_output`, and the two texts must be equal. With
 ``raw=True`` the rendered texts are compared as they are.
 
 Normalisation (version :data:`NORMALIZATION_VERSION`), in this order:
 
-1. Everything :func:`themisto_env.data.rendering.normalize_for_comparison` does: ANSI codes removed;
+1. Everything :func:`themisto_env.sandbox.rendering.normalize_for_comparison` does: ANSI codes removed;
    ``%time``/``%timeit`` lines, tqdm's elapsed times and rates, durations (``1.23 s``, ``3ms``) made
    placeholders; memory addresses (``<function f at 0x7f3a1c2b4d50>`` -> ``0x<ADDR>``); temporary
    paths (``/tmp/...``, ``/var/folders/...``) -> ``<TMPPATH>``; labelled process ids; trailing whitespace
@@ -63,15 +63,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import Any, Literal, get_args
 
-from themisto_env.data.rendering import normalize_for_comparison, render_outputs
-
-if TYPE_CHECKING:
-    from themisto_env.data.trajectory import Trajectory
+from themisto_env.sandbox.rendering import normalize_for_comparison, render_outputs
 
 NORMALIZATION_VERSION = 2
-"""Version of the normalisation rules (1: :func:`~themisto_env.data.rendering.normalize_for_comparison`
+"""Version of the normalisation rules (1: :func:`~themisto_env.sandbox.rendering.normalize_for_comparison`
 alone; 2: cell file names and figure sizes too, and kinds). Datasets record the version they used."""
 
 AgreementKind = Literal[
@@ -121,7 +118,7 @@ def normalize_output(text: str) -> str:
     """Normalise rendered output text for comparison (rules in the module doc).
 
     Args:
-        text: Rendered outputs (:func:`themisto_env.data.rendering.render_outputs`).
+        text: Rendered outputs (:func:`themisto_env.sandbox.rendering.render_outputs`).
 
     Returns:
         The text with what legitimately varies between runs replaced by placeholders.
@@ -250,34 +247,6 @@ def _classify(
     return Agreement(False, "other", _first_difference(seen, got))
 
 
-def refresh_agreement(trajectory: Trajectory, *, force: bool = False) -> bool:
-    """Compare a trajectory's steps (again) under the current normalisation.
-
-    Both outputs of every step are stored, so this needs no replay: a trajectory read from a dataset
-    built with another normalisation version is compared again (``force`` compares a current one too;
-    the build does so once its replay is done). A step already ``unrecorded`` stays so. A trajectory
-    none of whose steps has a recorded output, while its replay shows some, kept no outputs (a notebook
-    saved with its outputs cleared, a log written without them): all its steps are ``unrecorded``.
-
-    Args:
-        trajectory: The trajectory (changed in place).
-        force: Compare even if it was measured with the current version.
-
-    Returns:
-        Whether it was compared.
-    """
-    if trajectory.normalization == NORMALIZATION_VERSION and not force:
-        return False
-    steps = trajectory.steps
-    nothing_recorded = not any(s.recorded_outputs for s in steps) and any(s.outputs for s in steps)
-    for step in steps:
-        unrecorded = nothing_recorded or step.agreement_kind == "unrecorded"
-        verdict = agreement(None if unrecorded else step.recorded_outputs, step.outputs)
-        step.agrees, step.agreement_kind, step.agreement_detail = verdict.agrees, verdict.kind, verdict.detail or None
-    trajectory.normalization = NORMALIZATION_VERSION
-    return True
-
-
 __all__ = [
     "DISAGREEMENTS",
     "KINDS",
@@ -287,5 +256,4 @@ __all__ = [
     "agreement",
     "normalize_output",
     "normalize_outputs",
-    "refresh_agreement",
 ]

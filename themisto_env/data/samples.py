@@ -5,7 +5,7 @@ Two tasks, as in Themisto:
 * ``next-cell``: given the executions so far (code and outputs) and the live state, predict the source
   of the next executed cell. The target is step ``k``'s source; samples start at ``k = 1``.
 * ``output``: given that history and the source of the cell about to run, predict its output as text
-  (:func:`themisto_env.data.rendering.render_outputs` documents the rendering). The target is step ``k``'s
+  (:func:`themisto_env.sandbox.rendering.render_outputs` documents the rendering). The target is step ``k``'s
   replayed output; samples start at ``k = 0``.
 
 Themisto's sample rule is the default (:class:`SampleRule`): only trajectories of at least 5 executions,
@@ -23,7 +23,7 @@ step of the rule kept and dropped.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -31,8 +31,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from themisto_env.data.agreement import DISAGREEMENTS
-from themisto_env.data.rendering import render_outputs
 from themisto_env.data.trajectory import Step, Trajectory
+from themisto_env.sandbox.rendering import render_outputs
 
 TaskName = Literal["next-cell", "output"]
 TASKS: tuple[TaskName, ...] = ("next-cell", "output")
@@ -144,3 +144,20 @@ def samples_by_trajectory(samples: Sequence[Sample]) -> dict[str, list[Sample]]:
     for group in groups.values():
         group.sort(key=lambda s: s.step)
     return groups
+
+
+def episode_starts(episodes: Mapping[str, Sequence[Sample]], wanted: Collection[str]) -> Iterator[tuple[str, int]]:
+    """Where to start each episode that holds wanted samples.
+
+    Args:
+        episodes: Samples by trajectory, each in step order (:func:`samples_by_trajectory`, an env's
+            ``episode_samples``).
+        wanted: The sample ids to reach.
+
+    Yields:
+        (trajectory id, index of its first wanted sample), in trajectory id order.
+    """
+    for trajectory_id in sorted(episodes):
+        first = next((i for i, s in enumerate(episodes[trajectory_id]) if s.id in wanted), None)
+        if first is not None:
+            yield trajectory_id, first

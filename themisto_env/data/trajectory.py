@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from themisto_env.data.agreement import refresh_agreement
+from themisto_env.data.agreement import NORMALIZATION_VERSION, agreement
 from themisto_env.errors import DataError
 from themisto_env.sandbox.workdir import FileStore
 
@@ -229,6 +229,34 @@ def write_manifest(folder: str | Path, manifest: Manifest) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(manifest.model_dump_json(indent=2) + "\n")
     tmp.replace(path)
+
+
+def refresh_agreement(trajectory: Trajectory, *, force: bool = False) -> bool:
+    """Compare a trajectory's steps (again) under the current normalisation.
+
+    Both outputs of every step are stored, so this needs no replay: a trajectory read from a dataset
+    built with another normalisation version is compared again (``force`` compares a current one too;
+    the build does so once its replay is done). A step already ``unrecorded`` stays so. A trajectory
+    none of whose steps has a recorded output, while its replay shows some, kept no outputs (a notebook
+    saved with its outputs cleared, a log written without them): all its steps are ``unrecorded``.
+
+    Args:
+        trajectory: The trajectory (changed in place).
+        force: Compare even if it was measured with the current version.
+
+    Returns:
+        Whether it was compared.
+    """
+    if trajectory.normalization == NORMALIZATION_VERSION and not force:
+        return False
+    steps = trajectory.steps
+    nothing_recorded = not any(s.recorded_outputs for s in steps) and any(s.outputs for s in steps)
+    for step in steps:
+        unrecorded = nothing_recorded or step.agreement_kind == "unrecorded"
+        verdict = agreement(None if unrecorded else step.recorded_outputs, step.outputs)
+        step.agrees, step.agreement_kind, step.agreement_detail = verdict.agrees, verdict.kind, verdict.detail or None
+    trajectory.normalization = NORMALIZATION_VERSION
+    return True
 
 
 def iter_trajectories(folder: str | Path) -> Iterator[Trajectory]:

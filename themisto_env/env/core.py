@@ -192,7 +192,7 @@ def not_served() -> dict[str, object]:
     return {"check": "not served", "faults": [], "differences": []}
 
 
-def _text(value: str, limit: int) -> str:
+def fit_text(value: str, limit: int) -> str:
     """Fit text into a Text space: cut to the limit, replace characters outside the charset."""
     value = value[:limit]
     if not all(ch in _CHARSET_SET for ch in value):
@@ -334,7 +334,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             self._disposable = None
 
     @property
-    def _code_timeout_s(self) -> float:
+    def code_timeout_s(self) -> float:
         """The time limit of model-written code (a prediction, a tried cell)."""
         return min(self.config.limits.timeout_s, MODEL_CODE_TIMEOUT_S)
 
@@ -363,7 +363,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
         def try_code(code: str) -> CodeRun:  # the try_cell tool: a disposable kernel, never this env's
             _warn_unisolated(self.config.backend, "the try_cell tool")
-            return self.disposable_kernels().run(trajectory, step, code, timeout_s=self._code_timeout_s)
+            return self.disposable_kernels().run(trajectory, step, code, timeout_s=self.code_timeout_s)
 
         return ToolContext(
             kernel=self._state.kernel,
@@ -528,10 +528,10 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         )
         cell = self._trajectory.steps[self._sample.step].source if self.config.task == "output" else ""
         return {
-            "history": _text(history, limit),
-            "cell": _text(cell, limit),
-            "runtime": _text(self._runtime_text, limit),
-            "tool_result": _text(self._last_tool, limit),
+            "history": fit_text(history, limit),
+            "cell": fit_text(cell, limit),
+            "runtime": fit_text(self._runtime_text, limit),
+            "tool_result": fit_text(self._last_tool, limit),
             "tools_left": self.config.tool_budget - self._tools_used,
         }
 
@@ -617,7 +617,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 self._trajectory,
                 self._sample.step,
                 code,
-                timeout_s=self._code_timeout_s,
+                timeout_s=self.code_timeout_s,
             )
         except BackendUnavailableError:
             raise

@@ -15,11 +15,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from themisto_env.data.rendering import render_outputs
 from themisto_env.data.trajectory import Step
 from themisto_env.env.tools import HistoryItem
 from themisto_env.errors import HelperError
 from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.rendering import render_outputs
 
 
 def history_items(steps: Sequence[Step]) -> list[HistoryItem]:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from themisto_env.data.agreement import NORMALIZATION_VERSION, agreement, refresh_agreement
+from themisto_env.data.agreement import NORMALIZATION_VERSION, agreement
 from themisto_env.data.june import REQUIRED_COLUMNS, read_sessions
 from themisto_env.data.notebook import read_notebook_session
 from themisto_env.data.sessions import RecordedExecution, Session
@@ -37,6 +37,7 @@ from themisto_env.data.trajectory import (
     append_trajectory,
     dump_json,
     iter_trajectories,
+    refresh_agreement,
     write_manifest,
 )
 from themisto_env.errors import DataError, InfrastructureError

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from themisto_env.data.samples import Sample, TaskName
+from themisto_env.data.samples import Sample, TaskName, episode_starts
 from themisto_env.errors import ConfigError
 
 PromptFormat = Literal["chat", "text"]
@@ -163,7 +163,7 @@ def export_dataset(
 
 def _static_observation(env: Any, sample: Sample) -> dict[str, Any]:
     """The env's observation at a sample in ``static`` mode, computed without a kernel."""
-    from themisto_env.env.core import _text
+    from themisto_env.env.core import fit_text
     from themisto_env.env.observation import history_items, render_history
 
     config = env.config
@@ -177,8 +177,8 @@ def _static_observation(env: Any, sample: Sample) -> dict[str, Any]:
     )
     cell = trajectory.steps[sample.step].source if config.task == "output" else ""
     return {
-        "history": _text(history, limit),
-        "cell": _text(cell, limit),
+        "history": fit_text(history, limit),
+        "cell": fit_text(cell, limit),
         "runtime": "",
         "tool_result": "",
         "tools_left": config.tool_budget,
@@ -188,10 +188,9 @@ def _static_observation(env: Any, sample: Sample) -> dict[str, Any]:
 def _walk_observations(env: Any, wanted: set[str]) -> dict[str, dict[str, Any]]:
     """The env's own observations at the wanted samples, walking each trajectory with empty predictions."""
     from themisto_env.env.actions import Prediction
-    from themisto_env.run.runner import episode_starts
 
     found: dict[str, dict[str, Any]] = {}
-    for tid, first in episode_starts(env, wanted):
+    for tid, first in episode_starts(env.episode_samples, wanted):
         obs, _ = env.reset(options={"trajectory": tid, "sample": first})
         left = {s.id for s in env.episode_samples[tid][first:]} & wanted
         while left:

@@ -322,7 +322,7 @@ class ThemistoToolEnv:
         trajectory = catalog.trajectories[self.sample.trajectory_id]
         try:
             scored = execution_score(
-                catalog.disposable_kernels(), trajectory, self.sample.step, code, timeout_s=catalog._code_timeout_s
+                catalog.disposable_kernels(), trajectory, self.sample.step, code, timeout_s=catalog.code_timeout_s
             )
         except BackendUnavailableError:
             raise
