@@ -42,7 +42,7 @@ from rich.console import Console
 from rich.table import Table
 
 import themisto_env.env.core as env_module
-import themisto_env.run.runner as runner_module
+import themisto_env.run.executors.serial as serial_module
 from themisto_env.data.trajectory import read_trajectories
 from themisto_env.run.config import RunConfig
 from themisto_env.run.runner import run
@@ -95,18 +95,18 @@ def instrumented(profiler: Profiler) -> Iterator[None]:
     patch(env_module, "render_runtime", "observation rendering")
     patch(env_module.ThemistoEnv, "__init__", "env construction (dataset load)")
 
-    make_agent = runner_module.make_run_agent
+    make_agent = serial_module.make_run_agent
 
     def make_timed_agent(config: RunConfig) -> Any:
         agent = make_agent(config)
         agent.act = profiler.wrap("agent", agent.act)
         return agent
 
-    runner_module.make_run_agent = make_timed_agent
+    serial_module.make_run_agent = make_timed_agent
     try:
         yield
     finally:
-        runner_module.make_run_agent = make_agent
+        serial_module.make_run_agent = make_agent
         for owner, name, original in reversed(patches):
             setattr(owner, name, original)
 
@@ -177,7 +177,7 @@ def main() -> None:
             console.print(f"local {workers}: {result['samples']} samples in {result['seconds']:.1f} s")
         ray_start = None
         if not args.no_ray:
-            from themisto_env.run.ray_executor import connect, import_ray
+            from themisto_env.run.executors.ray_actors import connect, import_ray
 
             started = time.perf_counter()
             connect("local", num_cpus=max(args.workers))

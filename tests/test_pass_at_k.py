@@ -18,8 +18,9 @@ from themisto_env.env.core import ThemistoEnv
 from themisto_env.errors import ConfigError
 from themisto_env.run.config import RunConfig, load_run_config
 from themisto_env.run.report import render_report
-from themisto_env.run.results import RESULTS, read_results, summarize
+from themisto_env.run.results import RESULTS, ResultRow, read_results
 from themisto_env.run.runner import run
+from themisto_env.run.summary import summarize
 from themisto_env.scoring.passk import k_values, pass_at_k, summarize_draws
 
 # -- the estimator ---------------------------------------------------------------------------------------
@@ -87,9 +88,13 @@ def _row(sample: int, draws: list[dict[str, Any]], **flags: Any) -> dict[str, An
     return {
         "sample_id": f"t/next-cell/{sample}",
         "trajectory_id": "t",
+        "step": sample,
         "agent": "a",
         "task": "next-cell",
         "observation": "static",
+        "backend": "local",
+        "prediction": first["prediction"],
+        "target": "y",
         "scores": first["scores"],
         "reward": first["reward"],
         "tool_calls": [],
@@ -109,7 +114,7 @@ def test_summary_reports_the_mean_estimate_and_best_of_k() -> None:
         _row(4, [_draw(True, 1.0)] * 4, infrastructure_error="the kernel died"),  # out, as today
         _row(5, [_draw(True, 1.0)] * 4, state_mismatch="x differs"),  # out, as today
     ]
-    summary = summarize(rows)
+    summary = summarize([ResultRow.model_validate(r) for r in rows])
     assert summary["samples"] == 3 and summary["draws"] == 4
     assert set(summary["pass_at_k"]) == {"1", "2", "4"}
     counted = [(4, 2), (4, 1), (4, 0)]
@@ -157,12 +162,12 @@ def test_a_run_writes_one_row_per_sample_with_its_draws(bundled_run: tuple[RunCo
     config, out, summary = bundled_run
     rows = read_results(out)
     assert len(rows) == 2 == summary["samples"]
-    for row in rows:
-        assert len(row["draws"]) == 3
-        assert {d["prediction"] for d in row["draws"]} == {row["prediction"]}, "a deterministic agent repeats"
-        first = row["draws"][0]
-        assert first["scores"] == row["scores"] and first["execution_score"] == row["execution_score"]
-        for draw in row["draws"]:
+    for row, written in zip(rows, (out / RESULTS).read_text().splitlines(), strict=True):
+        assert row.draws is not None and len(row.draws) == 3
+        assert {d.prediction for d in row.draws} == {row.prediction}, "a deterministic agent repeats"
+        first = row.draws[0]
+        assert first.scores == row.scores and first.execution_score == row.execution_score
+        for draw in json.loads(written)["draws"]:  # as results.jsonl holds them
             assert set(draw) == {
                 "prediction",
                 "scores",
@@ -177,7 +182,7 @@ def test_a_run_writes_one_row_per_sample_with_its_draws(bundled_run: tuple[RunCo
             assert isinstance(draw["passed"], bool) and draw["execution_score"] is not None
     assert summary["draws"] == 3
     assert set(summary["pass_at_k"]) == {"1", "2", "3"}
-    fractions = [sum(d["passed"] for d in r["draws"]) / 3 for r in rows]
+    fractions = [sum(bool(d.passed) for d in r.draws or ()) / 3 for r in rows]
     assert summary["pass_at_k"]["1"]["mean"] == pytest.approx(sum(fractions) / len(fractions))
     assert set(summary["best_of_k"]) == {"exact_match", "rouge_l", "chrf"}
     assert json.loads((out / "summary.json").read_text()) == summary
@@ -231,7 +236,7 @@ def test_different_draws_give_pass_at_k_above_pass_at_1(env_dataset: dict[str, s
     )
     summary = run(config, tmp_path, progress=False)
     rows = read_results(tmp_path)
-    assert [[d["passed"] for d in r["draws"]] for r in rows] == [
+    assert [[d.passed for d in r.draws or ()] for r in rows] == [
         [True, False, True],
         [False, True, False],
         [True, False, True],
@@ -250,10 +255,11 @@ def test_different_draws_give_pass_at_k_above_pass_at_1(env_dataset: dict[str, s
 def test_a_run_with_another_k_runs_the_samples_again(env_dataset: dict[str, str], tmp_path: Path) -> None:
     base = {"data": env_dataset["dataset"], "limit": 2, "env": {"snapshot_dir": env_dataset["snapshot_dir"]}}
     run(RunConfig(**base), tmp_path, progress=False)
-    assert all("draws" not in r for r in read_results(tmp_path))
+    assert all(r.draws is None for r in read_results(tmp_path))
+    assert all("draws" not in json.loads(line) for line in (tmp_path / RESULTS).read_text().splitlines())
     summary = run(RunConfig(**base, samples=2), tmp_path, progress=False)
     rows = read_results(tmp_path)
-    assert len(rows) == 4 and all(len(r["draws"]) == 2 for r in rows[2:])
+    assert len(rows) == 4 and all(r.draw_count == 2 for r in rows[2:])
     assert summary["samples"] == 2 and summary["draws"] == 2 and "pass_at_k" not in summary
 
 

@@ -100,9 +100,9 @@ def test_compare_resamples_trajectories(two_runs: tuple[Path, Path]) -> None:
     static, tools = two_runs
     a, b = scored_rows(static), scored_rows(tools)
     shared = sorted(set(a) & set(b))
-    scores_a = [Score(**{m: a[s]["scores"][m] for m in METRICS}) for s in shared]
-    scores_b = [Score(**{m: b[s]["scores"][m] for m in METRICS}) for s in shared]
-    expected = compare_paired(scores_a, scores_b, groups=[a[s]["trajectory_id"] for s in shared]).rouge_l
+    scores_a = [Score(**{m: a[s].scores[m] for m in METRICS}) for s in shared]
+    scores_b = [Score(**{m: b[s].scores[m] for m in METRICS}) for s in shared]
+    expected = compare_paired(scores_a, scores_b, groups=[a[s].trajectory_id for s in shared]).rouge_l
     got = compare_runs(static, tools)
     rouge = got["metrics"]["rouge_l"]
     assert (rouge["ci_low"], rouge["ci_high"]) == (expected.ci_low, expected.ci_high)
@@ -118,7 +118,7 @@ def test_summary_resamples_trajectories(two_runs: tuple[Path, Path]) -> None:
     """summary.json's intervals are the trajectory bootstrap of aggregate, like compare's."""
     rows = list(scored_rows(two_runs[1]).values())
     expected = aggregate(
-        [Score(**{m: r["scores"][m] for m in METRICS}) for r in rows], groups=[r["trajectory_id"] for r in rows]
+        [Score(**{m: r.scores[m] for m in METRICS}) for r in rows], groups=[r.trajectory_id for r in rows]
     )
     summary = json.loads((two_runs[1] / "summary.json").read_text())
     for metric in METRICS:

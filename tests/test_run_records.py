@@ -65,14 +65,14 @@ def test_rows_name_the_model_keep_times_transcripts_tokens_and_no_secret(
     assert SECRET not in everything, "the key is in the run folder"
     assert REDACTED in json.loads((tmp_path / "config.json").read_text())["model_args"]["api_key"]
     for row in rows:
-        assert row["model"] == {"provider": "openai", "name": "stand-in", "params": row["model"]["params"]}
-        assert row["model"]["params"]["temperature"] == 0.2 and "api_key" not in row["model"]["params"]
-        start, end = datetime.fromisoformat(row["started_at"]), datetime.fromisoformat(row["finished_at"])
+        assert row.model == {"provider": "openai", "name": "stand-in", "params": row.model["params"]}
+        assert row.model["params"]["temperature"] == 0.2 and "api_key" not in row.model["params"]
+        start, end = datetime.fromisoformat(row.started_at), datetime.fromisoformat(row.finished_at)
         assert start <= end and start.tzinfo is not None
-        roles = [m["role"] for m in row["transcript"]]
+        roles = [m["role"] for m in row.transcript]
         assert roles == ["system", "user", "assistant"]
-        assert row["transcript"][-1]["content"].endswith(f"Bearer {REDACTED}"), "the leaked key is redacted"
-        assert row["usage"]["input_tokens"] == 11 and row["usage"]["output_tokens"] == 7
+        assert row.transcript[-1]["content"].endswith(f"Bearer {REDACTED}"), "the leaked key is redacted"
+        assert row.usage["input_tokens"] == 11 and row.usage["output_tokens"] == 7
     assert summary["usage"]["model_calls"] == 4
     assert summary["usage"]["input_tokens"] == 44 and summary["usage"]["output_tokens"] == 28
     assert summary["model"]["name"] == "stand-in"
@@ -110,12 +110,12 @@ def test_tool_calls_and_results_are_in_the_transcript(
     server.play(Behaviour(body=call), default=ok())
     run(llm_config(server, env_dataset, agent="llm-tools", limit=1), tmp_path, progress=False)
     (row,) = read_results(tmp_path)
-    transcript = row["transcript"]
+    transcript = row.transcript
     assert [m["role"] for m in transcript] == ["system", "user", "assistant", "tool", "assistant"]
     assert transcript[2]["tool_calls"][0]["name"] == "list_variables"
     assert transcript[3]["tool_call_id"] == "call_1" and transcript[3]["content"], "the tool's result is kept"
-    assert row["tool_calls"][0]["tool"] == "list_variables"
-    assert row["usage"]["model_calls"] == 2 and row["usage"]["input_tokens"] == 16
+    assert row.tool_calls[0]["tool"] == "list_variables"
+    assert row.usage["model_calls"] == 2 and row.usage["input_tokens"] == 16
 
 
 def test_resuming_with_another_config_stops_in_one_line_and_force_starts_over(
@@ -131,7 +131,7 @@ def test_resuming_with_another_config_stops_in_one_line_and_force_starts_over(
     assert (tmp_path / RESULTS).read_text() == before, "nothing was mixed in"
     assert cli(monkeypatch, capsys, *base, "--agent", "repeat-previous")[0] == 0, "the same config resumes"
     assert cli(monkeypatch, capsys, *base, "--agent", "retrieval", "--force")[0] == 0
-    assert {r["agent"] for r in read_results(tmp_path)} == {"retrieval"}
+    assert {r.agent for r in read_results(tmp_path)} == {"retrieval"}
 
 
 def dataset_config(env_dataset: dict[str, str], folder: Path) -> str:
@@ -162,8 +162,8 @@ def test_the_readme_custom_agent_runs_from_the_cli_with_two_workers(
     )
     assert done.returncode == 0, done.stderr[-2000:]
     rows = read_results(out)
-    assert len(rows) == 8 and {r["agent"] for r in rows} == {"my_agents:LastSourceAgent"}
-    assert all(r["prediction"] for r in rows if r["step"] > 0), "the agent predicted the last cell"
+    assert len(rows) == 8 and {r.agent for r in rows} == {"my_agents:LastSourceAgent"}
+    assert all(r.prediction for r in rows if r.step > 0), "the agent predicted the last cell"
 
 
 def test_agents_are_listed_and_found_through_the_entry_point_group(
@@ -203,9 +203,7 @@ def test_max_connections_overlaps_model_calls_and_gives_the_serial_rows(
     assert len(server.requests) == serial["samples"] >= 6
 
     def rows(folder: str) -> dict[str, tuple]:
-        return {
-            r["sample_id"]: (r["prediction"], r["scores"], r["state_check"]) for r in read_results(tmp_path / folder)
-        }
+        return {r.sample_id: (r.prediction, r.scores, r.state_check) for r in read_results(tmp_path / folder)}
 
     assert rows("four") == rows("serial")
     assert concurrent["rouge_l"] == serial["rouge_l"] and concurrent["samples"] == serial["samples"]
@@ -272,14 +270,14 @@ def test_next_cell_rows_and_summary_carry_the_api_sequence_metrics(env_dataset: 
     summary = run(config, tmp_path, progress=False)
     rows = read_results(tmp_path)
     for row in rows:
-        expected = api_sequence_score(row["prediction"], row["target"]).as_dict()
-        assert {m: row["scores"][m] for m in API_SEQUENCE_METRICS} == expected
+        expected = api_sequence_score(row.prediction, row.target).as_dict()
+        assert {m: row.scores[m] for m in API_SEQUENCE_METRICS} == expected
     for metric in API_SEQUENCE_METRICS:
-        mean = sum(r["scores"][metric] for r in rows) / len(rows)
+        mean = sum(r.scores[metric] for r in rows) / len(rows)
         assert summary[metric]["mean"] == pytest.approx(mean)
         assert summary[metric]["ci_low"] <= mean <= summary[metric]["ci_high"]
     output = run(config.model_copy(update={"task": "output"}), tmp_path / "output", progress=False)
-    assert "api_f1" not in output and all("api_f1" not in r["scores"] for r in read_results(tmp_path / "output"))
+    assert "api_f1" not in output and all("api_f1" not in r.scores for r in read_results(tmp_path / "output"))
 
 
 # -- adversarial: secrets in odd places, a concurrent run that fails or stops, resumes of other configs ------
@@ -309,8 +307,8 @@ def test_keys_in_headers_queries_and_urls_never_reach_the_run_folder_and_placeho
     for secret in (LONG_HEADER_KEY, LONG_ANTHROPIC_KEY, "pw-in-url", "q-key", SECRET):
         assert secret not in everything, f"{secret} is in the run folder"
     rows = read_results(tmp_path)
-    assert rows and all(r["prediction"] == "import ollama\nx = df.max()" for r in rows), "no text was corrupted"
-    params = rows[0]["model"]["params"]
+    assert rows and all(r.prediction == "import ollama\nx = df.max()" for r in rows), "no text was corrupted"
+    params = rows[0].model["params"]
     assert "api-key" not in json.dumps(params) and "x-api-key" not in json.dumps(params)
     assert params["temperature"] == 0.2
 
@@ -323,14 +321,14 @@ def test_a_concurrent_run_stopped_by_errors_spends_few_calls_and_keeps_its_rows(
 ) -> None:
     from tests.agents.test_provider_errors import error
     from themisto_env.errors import ModelError
-    from themisto_env.run import runner as runner_module
+    from themisto_env.run import progress
 
-    monkeypatch.setattr(runner_module, "FAIL_ON_ERROR_MIN_SAMPLES", 2)
+    monkeypatch.setattr(progress, "FAIL_ON_ERROR_MIN_SAMPLES", 2)
     server.play(default=error(400, "bad request"))
     with pytest.raises(ModelError, match="stopped"):
         run(llm_config(server, env_dataset, max_connections=3, fail_on_error=0.0), tmp_path, progress=False)
     rows = read_results(tmp_path)
-    assert len(rows) >= 2 and all(r["model_error"] for r in rows), "the rows before the stop are kept"
+    assert len(rows) >= 2 and all(r.model_error for r in rows), "the rows before the stop are kept"
     assert len(server.requests) <= len(rows) + 3, "at most the calls in flight when it stopped are lost"
 
 
@@ -393,13 +391,13 @@ def test_a_failing_slot_raises_its_error_once_every_env_is_closed_and_no_kernel_
     while _kernels() - before and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _kernels() - before, "kernels outlived the run"
-    assert all(r["prediction"] == "x" for r in read_results(tmp_path)), "the rows scored before the failure are kept"
+    assert all(r.prediction == "x" for r in read_results(tmp_path)), "the rows scored before the failure are kept"
 
 
 def test_max_connections_holds_over_uneven_workers(
     server: StandIn, env_dataset: dict[str, str], tmp_path: Path
 ) -> None:
-    from themisto_env.run.runner import in_flight
+    from themisto_env.run.executors.sharing import in_flight
 
     config = llm_config(server, env_dataset, max_connections=3, workers=2)
     assert [in_flight(config, i) for i in range(2)] == [2, 1]

@@ -23,10 +23,11 @@ def test_run_writes_a_row_per_sample_and_a_summary(env_dataset: dict[str, str], 
     summary = run(_config(env_dataset, agent="repeat-previous"), tmp_path, progress=False)
     rows = read_results(tmp_path)
     assert len(rows) == summary["samples"] > 0
-    assert len({r["sample_id"] for r in rows}) == len(rows)
-    row = rows[0]
-    assert {"sample_id", "prediction", "target", "scores", "tool_calls", "usage", "seconds"} <= set(row)
-    mean = sum(r["scores"]["rouge_l"] for r in rows) / len(rows)
+    assert len({r.sample_id for r in rows}) == len(rows)
+    written = json.loads((tmp_path / RESULTS).read_text().splitlines()[0])
+    assert written == rows[0].to_dict(), "results.jsonl holds the rows' dict form"
+    assert {"sample_id", "prediction", "target", "scores", "tool_calls", "usage", "seconds"} <= set(written)
+    mean = sum(r.scores["rouge_l"] for r in rows) / len(rows)
     assert summary["rouge_l"]["mean"] == pytest.approx(mean)
     assert summary["rouge_l"]["ci_low"] <= mean <= summary["rouge_l"]["ci_high"]
     assert json.loads((tmp_path / SUMMARY).read_text()) == summary
@@ -35,15 +36,15 @@ def test_run_writes_a_row_per_sample_and_a_summary(env_dataset: dict[str, str], 
 def test_a_killed_run_resumes_without_loss_or_duplicates(env_dataset: dict[str, str], tmp_path: Path) -> None:
     full = tmp_path / "full"
     run(_config(env_dataset), full, progress=False)
-    expected = [r["sample_id"] for r in read_results(full)]
+    expected = [r.sample_id for r in read_results(full)]
     killed = tmp_path / "killed"
     killed.mkdir()
     lines = (full / RESULTS).read_text().splitlines(keepends=True)
     (killed / RESULTS).write_text("".join(lines[:3]) + lines[3][: len(lines[3]) // 2])  # torn mid-line
     run(_config(env_dataset), killed, progress=False)
     resumed = read_results(killed)
-    assert sorted(r["sample_id"] for r in resumed) == sorted(expected)
-    assert [r["sample_id"] for r in resumed[:3]] == expected[:3], "rows written before the kill are kept"
+    assert sorted(r.sample_id for r in resumed) == sorted(expected)
+    assert [r.sample_id for r in resumed[:3]] == expected[:3], "rows written before the kill are kept"
 
 
 def test_two_workers_score_the_same_samples(env_dataset: dict[str, str], tmp_path: Path) -> None:

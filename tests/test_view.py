@@ -25,6 +25,7 @@ from themisto_env.cli import app
 from themisto_env.errors import DataError
 from themisto_env.run.compare import run_label
 from themisto_env.run.config import RunConfig
+from themisto_env.run.results import ResultRow
 from themisto_env.run.runner import run
 from themisto_env.run.view import ERROR_KINDS, error_kind, view_data, write_view
 
@@ -115,10 +116,11 @@ def test_view_data_joins_the_runs_by_sample(runs: tuple[Path, Path]) -> None:
         a, b = sample["rows"]
         assert b == latest_b[sample["id"]]  # the last row of a sample wins
         assert a is None if sample["task"] == "output" else a["sample_id"] == sample["id"]
-        assert sample["kinds"] == [error_kind(a) if a else None, error_kind(b)]
+        typed = [ResultRow.model_validate(r) if r else None for r in (a, b)]
+        assert sample["kinds"] == [error_kind(r) if r else None for r in typed]
     assert [r["label"] for r in data["runs"]] == [
-        run_label({r["sample_id"]: r for r in rows_a}, static),
-        run_label(latest_b, model),
+        run_label({r["sample_id"]: ResultRow.model_validate(r) for r in rows_a}, static),
+        run_label({sid: ResultRow.model_validate(r) for sid, r in latest_b.items()}, model),
     ]
     counts = data["runs"][1]["errors"]
     assert (counts["model_error"], counts["infrastructure_error"], counts["prediction_failed"]) == (1, 1, 1)

@@ -447,7 +447,7 @@ def run_command(
 def summary_table(summary: dict) -> Table:
     """A run summary as a table: each metric's mean and interval; with K predictions per sample, also
     pass@k (execution score) and best-of-K (text metrics)."""
-    model = model_label(summary)
+    model = model_label(summary.get("model"))
     agent = f"{summary['agent']} {model}" if model else summary["agent"]
     table = Table(
         title=escape(f"{agent} on {summary['task']} ({summary['observation']}), {summary['samples']} samples")

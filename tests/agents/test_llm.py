@@ -237,7 +237,7 @@ def test_each_draw_of_pass_at_k_starts_a_fresh_conversation(make_env: MakeEnv) -
     """With K predictions per sample, llm-tools starts each draw from the sample's own prompt: it never
     sees its previous answer, and its model-call limit and usage are per draw (summed in the row)."""
     from themisto_env.run.config import RunConfig
-    from themisto_env.run.runner import episode_rows
+    from themisto_env.run.episode import episode_rows
 
     replies = [
         AIMessage("", tool_calls=[_tool_call("list_variables", {}, "a")], usage_metadata=_usage(100, 5)),
@@ -252,9 +252,9 @@ def test_each_draw_of_pass_at_k_starts_a_fresh_conversation(make_env: MakeEnv) -
     tid = inner.episode_ids[0]
     rows = episode_rows(config, inner, agent, {"observation": "tools"}, tid, 0, {inner.episode_samples[tid][0].id})
     row = next(rows)
-    assert [d["prediction"] for d in row["draws"]] == ["(40, 3)", "(1, 1)"]
+    assert row.draws is not None and [d.prediction for d in row.draws] == ["(40, 3)", "(1, 1)"]
     assert len(model.prompts) == 3
     opening = [m for m in model.prompts[0] if not isinstance(m, AIMessage | ToolMessage)]
     assert model.prompts[2] == opening, "the second draw saw the first draw's conversation"
-    assert row["usage"]["model_calls"] == 3 and row["usage"]["input_tokens"] == 500
-    assert [d["tool_calls"] for d in row["draws"]][1] == []
+    assert row.usage is not None and row.usage["model_calls"] == 3 and row.usage["input_tokens"] == 500
+    assert [d.tool_calls for d in row.draws][1] == []

@@ -31,7 +31,7 @@ from themisto_env.agents.providers import PROVIDERS, Provider
 from themisto_env.cli import main
 from themisto_env.env.actions import Prediction
 from themisto_env.errors import ModelError
-from themisto_env.run import results, runner
+from themisto_env.run import progress, results
 from themisto_env.run.config import RunConfig
 from themisto_env.run.results import read_results
 from themisto_env.run.runner import run
@@ -290,10 +290,10 @@ def test_a_sample_whose_calls_fail_is_a_model_error_row_retried_on_resume(
     summary = run(cfg, tmp_path, progress=False)
     rows = read_results(tmp_path)
     assert len(rows) == 3 and len(fresh.requests) == 4  # 1 + (1 + 1 retry) + 1
-    failed = [r for r in rows if r["model_error"]]
+    failed = [r for r in rows if r.model_error]
     assert len(failed) == 1 and failed[0] is rows[1]
-    assert "HTTP 500" in failed[0]["model_error"] and "after 2 attempts" in failed[0]["model_error"]
-    assert not failed[0]["infrastructure_error"]
+    assert "HTTP 500" in failed[0].model_error and "after 2 attempts" in failed[0].model_error
+    assert not failed[0].infrastructure_error
     assert summary["model_errors"] == 1 and summary["samples"] == 2 and summary["infrastructure_failures"] == 0
 
     fresh.play(default=ok())
@@ -301,13 +301,13 @@ def test_a_sample_whose_calls_fail_is_a_model_error_row_retried_on_resume(
     assert len(fresh.requests) == 1
     assert summary["model_errors"] == 0 and summary["samples"] == 3
     last = read_results(tmp_path)[-1]
-    assert last["sample_id"] == failed[0]["sample_id"] and last["model_error"] is None
+    assert last.sample_id == failed[0].sample_id and last.model_error is None
 
 
 def test_fail_on_error_stops_the_run(
     fresh: StandIn, env_dataset: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(runner, "FAIL_ON_ERROR_MIN_SAMPLES", 2)
+    monkeypatch.setattr(progress, "FAIL_ON_ERROR_MIN_SAMPLES", 2)
     fresh.play(default=error(500, "down"))
     with pytest.raises(ModelError, match=r"stopped: 2 of 2 samples failed .*--fail-on-error 0.5"):
         run(config(fresh, env_dataset, limit=4, max_retries=0, fail_on_error=0.5), tmp_path, progress=False)
@@ -332,7 +332,7 @@ def test_cli_fail_on_error_is_one_verbatim_line(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setattr(runner, "FAIL_ON_ERROR_MIN_SAMPLES", 2)
+    monkeypatch.setattr(progress, "FAIL_ON_ERROR_MIN_SAMPLES", 2)
     cfg = config(fresh, env_dataset).model_dump(exclude_defaults=True)
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
     fresh.play(default=error(400, "Invalid [messages]: see pip install 'themisto-env[openai]'"))

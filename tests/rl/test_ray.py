@@ -47,11 +47,11 @@ def test_ray_run_on_a_local_instance_matches_a_local_run(env_dataset: dict[str, 
         tmp_path / "plain",
         progress=False,
     )
-    on_ray = {r["sample_id"]: r for r in read_results(tmp_path / "ray")}
-    local = {r["sample_id"]: r for r in read_results(tmp_path / "plain")}
+    on_ray = {r.sample_id: r for r in read_results(tmp_path / "ray")}
+    local = {r.sample_id: r for r in read_results(tmp_path / "plain")}
     assert sorted(on_ray) == sorted(local) and len(local) == plain["samples"] > 0
-    assert all(on_ray[k]["scores"] == local[k]["scores"] for k in local)
-    assert all(on_ray[k]["prediction"] == local[k]["prediction"] for k in local)
+    assert all(on_ray[k].scores == local[k].scores for k in local)
+    assert all(on_ray[k].prediction == local[k].prediction for k in local)
     summary = json.loads((tmp_path / "ray" / "summary.json").read_text())
     for metric in ("exact_match", "rouge_l", "chrf"):
         assert summary[metric]["mean"] == pytest.approx(plain[metric]["mean"])

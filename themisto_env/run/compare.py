@@ -7,29 +7,29 @@ from typing import Any
 
 from themisto_env.errors import DataError
 from themisto_env.metrics import METRICS, Score, compare_paired
-from themisto_env.run.results import is_scored, read_results
-from themisto_env.run.results import run_label as row_label
+from themisto_env.run.results import ResultRow, read_results
 
 
-def scored_rows(run_dir: str | Path) -> dict[str, dict[str, Any]]:
+def scored_rows(run_dir: str | Path) -> dict[str, ResultRow]:
     """A run's scored rows by sample id (infrastructure failures and mismatched states left out; the last
     row of a sample wins)."""
     rows = read_results(run_dir)
     if not rows:
         raise DataError("no results.jsonl with results (run `themisto run --out` first)", path=run_dir)
-    latest = {r["sample_id"]: r for r in rows}
-    return {sid: r for sid, r in latest.items() if is_scored(r)}
+    latest = {r.sample_id: r for r in rows}
+    return {sid: r for sid, r in latest.items() if r.is_scored}
 
 
-def _score(row: dict[str, Any]) -> Score:
+def _score(row: ResultRow) -> Score:
     """The row's text metrics (rows may hold more scores, such as the API sequence's)."""
-    return Score(**{m: row["scores"][m] for m in METRICS})
+    return Score(**{m: row.scores[m] for m in METRICS})
 
 
-def run_label(rows: dict[str, dict[str, Any]], run_dir: str | Path) -> str:
-    """``agent model (observation)`` of a run (:func:`themisto_env.run.results.run_label`), or its folder name."""
+def run_label(rows: dict[str, ResultRow], run_dir: str | Path) -> str:
+    """``agent model (observation)`` of a run (:attr:`~themisto_env.run.results.ResultRow.label`), or its
+    folder name."""
     first = next(iter(rows.values()), None)
-    return row_label(first) if first else Path(run_dir).name
+    return first.label if first else Path(run_dir).name
 
 
 def compare_runs(run_a: str | Path, run_b: str | Path, *, examples: int = 3) -> dict[str, Any]:
@@ -49,24 +49,24 @@ def compare_runs(run_a: str | Path, run_b: str | Path, *, examples: int = 3) -> 
     comparison = compare_paired(
         [_score(a[s]) for s in shared],
         [_score(b[s]) for s in shared],
-        groups=[a[s]["trajectory_id"] for s in shared],
+        groups=[a[s].trajectory_id for s in shared],
     )
 
-    trajectories = len({a[s]["trajectory_id"] for s in shared})
+    trajectories = len({a[s].trajectory_id for s in shared})
 
     def gap(sid: str) -> float:
-        return float(a[sid]["scores"]["rouge_l"] - b[sid]["scores"]["rouge_l"])
+        return float(a[sid].scores["rouge_l"] - b[sid].scores["rouge_l"])
 
     gaps = sorted(shared, key=gap)
 
     def example(sid: str) -> dict[str, Any]:
         return {
             "sample_id": sid,
-            "target": a[sid]["target"],
-            "a": a[sid]["prediction"],
-            "b": b[sid]["prediction"],
-            "rouge_l_a": a[sid]["scores"]["rouge_l"],
-            "rouge_l_b": b[sid]["scores"]["rouge_l"],
+            "target": a[sid].target,
+            "a": a[sid].prediction,
+            "b": b[sid].prediction,
+            "rouge_l_a": a[sid].scores["rouge_l"],
+            "rouge_l_b": b[sid].scores["rouge_l"],
         }
 
     return {
@@ -81,7 +81,7 @@ def compare_runs(run_a: str | Path, run_b: str | Path, *, examples: int = 3) -> 
             for m in METRICS
         },
         "a_wins_most": [
-            example(s) for s in reversed(gaps[-examples:]) if a[s]["scores"]["rouge_l"] > b[s]["scores"]["rouge_l"]
+            example(s) for s in reversed(gaps[-examples:]) if a[s].scores["rouge_l"] > b[s].scores["rouge_l"]
         ],
-        "b_wins_most": [example(s) for s in gaps[:examples] if b[s]["scores"]["rouge_l"] > a[s]["scores"]["rouge_l"]],
+        "b_wins_most": [example(s) for s in gaps[:examples] if b[s].scores["rouge_l"] > a[s].scores["rouge_l"]],
     }

@@ -40,7 +40,7 @@ class RunConfig(BaseModel):
         workers: Worker processes (or Ray actors), each with its own env and kernel.
         ray: None runs on this machine; ``local`` starts a private local Ray instance; ``auto`` or an
             address (``HOST:6379``, ``ray://HOST:10001``) joins a running Ray cluster. Episodes are then
-            spread over ``workers`` Ray actors (:mod:`themisto_env.run.ray_executor`).
+            spread over ``workers`` Ray actors (:mod:`themisto_env.run.executors.ray_actors`).
         samples: Predictions per sample (pass@k). With K > 1 each row carries the K ``draws`` and the
             summary reports ``pass_at_k`` (with ``env: {execution_score: true}``) and ``best_of_k``.
         max_retries: Retries of a failed model call (LLM agents; None: the agent's default, 5).

@@ -18,7 +18,8 @@ from typing import Any
 from themisto_env.errors import DataError
 from themisto_env.metrics import METRICS
 from themisto_env.run.compare import compare_runs, run_label, scored_rows
-from themisto_env.run.results import summarize
+from themisto_env.run.results import ResultRow
+from themisto_env.run.summary import summarize
 
 _CSS = """
 body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 2rem auto; max-width: 1100px;
@@ -40,7 +41,7 @@ def _png(fig: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def _plots(runs: list[tuple[str, list[dict[str, Any]], dict[str, Any]]]) -> dict[str, str]:
+def _plots(runs: list[tuple[str, list[ResultRow], dict[str, Any]]]) -> dict[str, str]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -68,9 +69,9 @@ def _plots(runs: list[tuple[str, list[dict[str, Any]], dict[str, Any]]]) -> dict
     for label, rows, _ in runs:
         last = Counter()
         for r in rows:
-            last[r["trajectory_id"]] = max(last[r["trajectory_id"]], r["step"])
-        position = np.array([r["step"] / max(last[r["trajectory_id"]], 1) for r in rows])
-        values = np.array([r["scores"]["rouge_l"] for r in rows])
+            last[r.trajectory_id] = max(last[r.trajectory_id], r.step)
+        position = np.array([r.step / max(last[r.trajectory_id], 1) for r in rows])
+        values = np.array([r.scores["rouge_l"] for r in rows])
         which = np.clip(np.digitize(position, bins) - 1, 0, len(bins) - 2)
         means = [values[which == b].mean() if (which == b).any() else np.nan for b in range(len(bins) - 1)]
         ax.plot((bins[:-1] + bins[1:]) / 2, means, marker="o", label=label)
@@ -81,12 +82,12 @@ def _plots(runs: list[tuple[str, list[dict[str, Any]], dict[str, Any]]]) -> dict
     plots["trajectory"] = _png(fig)
     plt.close(fig)
 
-    tools = sorted({c["tool"] for _, rows, _ in runs for r in rows for c in r["tool_calls"]})
+    tools = sorted({c["tool"] for _, rows, _ in runs for r in rows for c in r.tool_calls})
     if tools:
         fig, ax = plt.subplots(figsize=(8, 3.5))
         y = np.arange(len(tools))
         for i, (label, rows, _) in enumerate(runs):
-            counts = Counter(c["tool"] for r in rows for c in r["tool_calls"])
+            counts = Counter(c["tool"] for r in rows for c in r.tool_calls)
             ax.barh(y + i * width, [counts[t] for t in tools], width, label=label)
         ax.set_yticks(y + width * (len(runs) - 1) / 2, tools)
         ax.set_xlabel("tool calls")
@@ -107,7 +108,7 @@ def _cell(m: dict[str, float] | None) -> str:
     return f'<td class="num">{m["mean"]:.3f} <span class="muted">[{m["ci_low"]:.3f}, {m["ci_high"]:.3f}]</span></td>'
 
 
-def _draws_table(runs: list[tuple[str, list[dict[str, Any]], dict[str, Any]]]) -> str:
+def _draws_table(runs: list[tuple[str, list[ResultRow], dict[str, Any]]]) -> str:
     """pass@k and best-of-K of the runs with several predictions per sample (empty when none has)."""
     drawn = [(label, s) for label, _, s in runs if s.get("draws")]
     if not drawn:
@@ -173,7 +174,7 @@ def render_report(run_dirs: list[str | Path]) -> str:
     summary_rows = []
     for label, rows, s in runs:
         cells = "".join(_cell(s[m]) for m in METRICS)
-        tool_calls = sum(len(r["tool_calls"]) for r in rows)
+        tool_calls = sum(len(r.tool_calls) for r in rows)
         summary_rows.append(
             f"<tr><td>{html.escape(label)}</td><td>{html.escape(str(s['task']))}</td>"
             f'<td class="num">{s["samples"]}</td>{cells}'
@@ -182,11 +183,11 @@ def render_report(run_dirs: list[str | Path]) -> str:
         )
     examples = []
     label, rows, _ = runs[0]
-    for r in sorted(rows, key=lambda r: r["scores"]["rouge_l"])[:5]:
+    for r in sorted(rows, key=lambda r: r.scores["rouge_l"])[:5]:
         examples.append(
-            f"<tr><td>{html.escape(r['sample_id'])}</td><td><pre>{html.escape(r['target'][:1500])}</pre></td>"
-            f"<td><pre>{html.escape(r['prediction'][:1500])}</pre></td>"
-            f'<td class="num">{r["scores"]["rouge_l"]:.3f}</td></tr>'
+            f"<tr><td>{html.escape(r.sample_id)}</td><td><pre>{html.escape(r.target[:1500])}</pre></td>"
+            f"<td><pre>{html.escape(r.prediction[:1500])}</pre></td>"
+            f'<td class="num">{r.scores["rouge_l"]:.3f}</td></tr>'
         )
     tools = f"<h2>Tool usage</h2>{_img(plots['tools'], 'tool calls by tool')}" if "tools" in plots else ""
     return f"""<!doctype html>

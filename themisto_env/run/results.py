@@ -1,4 +1,4 @@
-"""A run folder's records: the result row, reading and appending ``results.jsonl``, the summary.
+"""A run folder's records: the result row, reading and appending ``results.jsonl``, the run's config.
 
 A run folder (``themisto run --out DIR``) holds:
 
@@ -7,9 +7,12 @@ A run folder (``themisto run --out DIR``) holds:
 ``results.jsonl``
     One :class:`ResultRow` per sample, appended and flushed as soon as the sample is done.
 ``summary.json``
-    :func:`summarize` of the rows: per-metric means with bootstrap intervals, failure counts, tokens.
+    :func:`~themisto_env.run.summary.summarize` of the rows: per-metric means with bootstrap intervals,
+    failure counts, tokens.
 
-A row counts (:func:`is_scored`) unless its sample met an infrastructure failure, was served in a state
+Every reader (the summary, resume, report, view, compare) reads rows as :class:`ResultRow` s
+(:func:`read_results`); the runner makes them (:func:`make_result_row`) and writes their dict form.
+A row counts (:attr:`ResultRow.is_scored`) unless its sample met an infrastructure failure, was served in a state
 that differs from the recording, or its model calls failed (``model_error``): those are left out of the
 summary and run again on resume. A torn last line (a killed writer) is dropped on read; any other
 unreadable line is a :class:`~themisto_env.errors.DataError` naming the file, the line and the field.
@@ -22,31 +25,47 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from themisto_env.errors import ConfigError, DataError
-from themisto_env.metrics import API_SEQUENCE_METRICS, METRICS, Score, aggregate, estimate_means
 from themisto_env.redaction import environment_secrets, redact, secret_values
 from themisto_env.run.config import RunConfig
-from themisto_env.scoring.passk import summarize_draws
 
 RESULTS = "results.jsonl"
 SUMMARY = "summary.json"
 CONFIG = "config.json"
-USAGE_TOTALS = (
-    "model_calls",
-    "input_tokens",
-    "output_tokens",
-    "tool_calls",
-    "cached_calls",
-    "cached_input_tokens",
-    "cached_output_tokens",
-)
-"""The :class:`~themisto_env.agents.AgentUsage` counts summed into ``summary.json``'s ``usage``."""
+
+
+class Draw(BaseModel):
+    """One prediction of a sample run with ``samples=K``, as kept in its row's ``draws``.
+
+    Attributes:
+        prediction: The predicted text.
+        scores: Its metrics (for next-cell, with the API sequence's).
+        reward: Its ``SampleScore.reward`` (README "Reward"; None when the sample is unscored).
+        execution_score: Its execution score (next-cell with ``execution_score``), else None.
+        passed: Whether its execution passed (None without an execution score); a prediction whose own code
+            failed never passes.
+        prediction_failed: Why its own code failed, if it did.
+        tool_calls: The env's record of its tool calls.
+        usage: What the agent spent on it.
+        transcript: Its conversation (None for agents without one).
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    prediction: str
+    scores: dict[str, float]
+    reward: float | None
+    execution_score: float | None = None
+    passed: bool | None = None
+    prediction_failed: str | None = None
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+    usage: dict[str, Any] | None = None
+    transcript: list[dict[str, Any]] | None = None
 
 
 class ResultRow(BaseModel):
@@ -59,7 +78,9 @@ class ResultRow(BaseModel):
         prediction, target: The (first) prediction and the reference.
         scores: The metrics of :data:`~themisto_env.metrics.METRICS` (and, for next-cell, the API
             sequence's), each in [0, 1].
-        reward: The env's reward for the prediction.
+        reward: The (first) prediction's ``SampleScore.reward`` (README "Reward": the metrics, the
+            execution score when on, minus ``tool_cost`` per tool call); None when the sample is unscored
+            (``infrastructure_error`` or ``state_mismatch``).
         execution_score: The execution score (next-cell with ``execution_score``), else None.
         tool_calls: The env's record of the tool calls (``{"tool", "args", "ok"}``).
         forced_submission: The tool budget ran out and the env submitted for the agent.
@@ -87,7 +108,7 @@ class ResultRow(BaseModel):
     prediction: str
     target: str
     scores: dict[str, float]
-    reward: float
+    reward: float | None
     execution_score: float | None = None
     tool_calls: list[dict[str, Any]] = Field(default_factory=list)
     forced_submission: bool = False
@@ -102,25 +123,47 @@ class ResultRow(BaseModel):
     state_check: str | None = None
     prediction_failed: str | None = None
     model_error: str | None = None
-    draws: list[dict[str, Any]] | None = None
+    draws: list[Draw] | None = None
+
+    @property
+    def is_scored(self) -> bool:
+        """Whether the row counts: not an infrastructure failure, not served in a mismatched state, no failed
+        model call. Rows that do not count are left out of the summary and run again on resume."""
+        return not self.infrastructure_error and not self.state_mismatch and not self.model_error
+
+    @property
+    def draw_count(self) -> int:
+        """How many predictions the row holds (1 for a row without ``draws``)."""
+        return len(self.draws or ()) or 1
+
+    @property
+    def label(self) -> str:
+        """``agent model (observation)``: how a run is named in compare, report and view."""
+        model = model_label(self.model)
+        return f"{self.agent}{f' {model}' if model else ''} ({self.observation})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row's dict form, as ``results.jsonl`` holds it: the fields it was made or read with (a row
+        of one prediction has no ``draws`` key), in field order, then any fields unknown here."""
+        return self.model_dump(mode="json", exclude_unset=True)
 
 
-def read_results(out: str | Path, *, repair: bool = False) -> list[dict[str, Any]]:
-    """The rows of a run folder (as dicts). A torn last line (a killed writer, or a row being written now)
-    is left out; with ``repair`` (the runner, before appending) it is also dropped from the file.
+def read_results(out: str | Path, *, repair: bool = False) -> list[ResultRow]:
+    """The rows of a run folder. A torn last line (a killed writer, or a row being written now) is left out;
+    with ``repair`` (the runner, before appending) it is also dropped from the file.
 
     Raises:
         DataError: A line that is not JSON (other than a torn last one), or not a result row (named by
-            line and field).
+            file, line and field).
     """
     path = Path(out) / RESULTS
     if not path.exists():
         return []
-    rows: list[dict[str, Any]] = []
+    rows: list[ResultRow] = []
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
     for number, line in enumerate(lines, start=1):
         try:
-            row = json.loads(line)
+            data = json.loads(line)
         except json.JSONDecodeError:
             if number == len(lines):  # torn by a kill: drop it so appends stay well-formed
                 if repair:
@@ -128,54 +171,47 @@ def read_results(out: str | Path, *, repair: bool = False) -> list[dict[str, Any
                 break
             raise DataError("not a JSON line", path=path, row=number) from None
         try:
-            ResultRow.model_validate(row)
+            rows.append(ResultRow.model_validate(data))
         except ValidationError as exc:
-            error = exc.errors()[0]
-            field = ".".join(map(str, error["loc"])) or "row"
-            raise DataError(f"not a result row: {error['msg']}", path=path, row=number, field=field) from None
-        rows.append(row)
+            raise DataError(
+                f"not a result row: {exc.errors()[0]['msg']}", path=path, row=number, field=_field(exc)
+            ) from None
     return rows
 
 
-def append_row(file: IO[str], row: dict[str, Any], secrets: Iterable[str] = ()) -> None:
-    """Write one row (validated, secrets redacted) as a line of ``results.jsonl``, and flush it."""
-    row = redact(row, secrets)
+def make_result_row(fields: dict[str, Any]) -> ResultRow:
+    """A new row from its fields (the runner's).
+
+    Raises:
+        ConfigError: A field of the wrong shape: the agent's transcript or model record, the only fields
+            that come from outside the runner (the message names the field and the agent).
+    """
     try:
-        ResultRow.model_validate(row)
-    except ValidationError as exc:  # an agent's transcript or model record of the wrong shape
-        error = exc.errors()[0]
-        field = ".".join(map(str, error["loc"])) or "row"
+        return ResultRow.model_validate(fields)
+    except ValidationError as exc:
         raise ConfigError(
-            f"the row of {row.get('sample_id')} is not a result row (field {field!r}: {error['msg']}): check "
-            f"what agent {row.get('agent')!r} gives as transcript and model_record()"
+            f"the row of {fields.get('sample_id')} is not a result row (field {_field(exc)!r}: "
+            f"{exc.errors()[0]['msg']}): check what agent {fields.get('agent')!r} gives as transcript and "
+            "model_record()"
         ) from None
-    file.write(json.dumps(row) + "\n")
+
+
+def _field(exc: ValidationError) -> str:
+    """The dotted path of a validation error's first field (``row`` for the row as a whole)."""
+    return ".".join(map(str, exc.errors()[0]["loc"])) or "row"
+
+
+def append_row(file: IO[str], row: ResultRow, secrets: Iterable[str] = ()) -> None:
+    """Write one row's dict form (secrets redacted) as a line of ``results.jsonl``, and flush it."""
+    file.write(json.dumps(redact(row.to_dict(), secrets)) + "\n")
     file.flush()
 
 
-def is_scored(row: dict[str, Any]) -> bool:
-    """Whether a result row counts: not an infrastructure failure, not served in a mismatched state, no
-    failed model call. Rows that do not count are left out of the summary and run again on resume."""
-    return not row.get("infrastructure_error") and not row.get("state_mismatch") and not row.get("model_error")
-
-
-def row_draws(row: dict[str, Any]) -> int:
-    """How many predictions a result row holds (1 for a row without ``draws``)."""
-    return len(row.get("draws") or ()) or 1
-
-
-def model_label(row_or_summary: dict[str, Any]) -> str | None:
-    """``provider/name`` of a row's (or summary's) model, or None."""
-    model = row_or_summary.get("model")
+def model_label(model: dict[str, Any] | None) -> str | None:
+    """``provider/name`` of a model record (a row's or a summary's ``model``), or None."""
     if not isinstance(model, dict) or not model.get("provider"):
         return None
     return "/".join(str(part) for part in (model["provider"], model.get("name")) if part)
-
-
-def run_label(row: dict[str, Any]) -> str:
-    """``agent model (observation)``: how a run is named in compare, report and view."""
-    model = model_label(row)
-    return f"{row['agent']}{f' {model}' if model else ''} ({row['observation']})"
 
 
 # -- secrets -------------------------------------------------------------------------------------------------
@@ -253,7 +289,7 @@ def _check_same_run(out: Path, config: RunConfig) -> None:
         rows = read_results(out, repair=False)
         if not rows:  # only a torn line: nothing to compare
             return
-        before = {**now, **{k: rows[0].get(k) for k in ("agent", "task", "observation", "backend")}}
+        before = {**now, **{k: getattr(rows[0], k) for k in ("agent", "task", "observation", "backend")}}
     changed = [key for key in now if before.get(key) != now[key]]
     if changed:
         what = ", ".join(f"{key}: {_short(before.get(key))} -> {_short(now[key])}" for key in changed)
@@ -270,88 +306,22 @@ def _short(value: Any, limit: int = 60) -> str:
 def done_samples(out: Path, samples: int) -> set[str]:
     """The samples of ``out`` that need no new run: scored with ``samples`` predictions (a torn last line
     is dropped from the file, so that appends stay well-formed)."""
-    return {r["sample_id"] for r in read_results(out, repair=True) if is_scored(r) and row_draws(r) == samples}
-
-
-# -- the summary -----------------------------------------------------------------------------------------------
-
-
-def summarize(rows: list[dict[str, Any]], config: RunConfig | None = None) -> dict[str, Any]:
-    """Per-metric means over the scored samples (infrastructure failures out), with bootstrap intervals
-    that resample whole trajectories (the samples of one trajectory are correlated).
-
-    The metrics (:data:`~themisto_env.metrics.METRICS`, and for next-cell runs
-    :data:`~themisto_env.metrics.API_SEQUENCE_METRICS`) and ``reward`` are those of each sample's first
-    prediction. ``usage`` sums what the agent
-    spent (:data:`USAGE_TOTALS`) over every row, scored or not, the rows of attempts run again on resume
-    included (their tokens were paid for too); ``usage.tokens_reported`` is False when some model call
-    reported no token counts (the totals are then lower bounds). When rows have ``draws`` (``samples=K``),
-    :func:`themisto_env.scoring.passk.summarize_draws` adds ``draws`` (K), ``best_of_k`` and, with the execution
-    score, ``pass_at_k`` (``{"1": {"mean", "ci_low", "ci_high"}, ..., "K": ...}``) and ``pass_at_k_counts``."""
-    latest = {r["sample_id"]: r for r in rows}
-    scored = [r for r in latest.values() if is_scored(r)]
-    first = scored[0] if scored else next(iter(latest.values()), {})
-    summary: dict[str, Any] = {
-        "agent": config.agent if config else first.get("agent"),
-        "model": first.get("model"),
-        "task": config.task if config else first.get("task"),
-        "observation": first.get("observation"),
-        "samples": len(scored),
-        "infrastructure_failures": sum(1 for r in latest.values() if r.get("infrastructure_error")),
-        "state_mismatches": sum(
-            1 for r in latest.values() if r.get("state_mismatch") and not r.get("infrastructure_error")
-        ),
-        "model_errors": sum(
-            1
-            for r in latest.values()
-            if r.get("model_error") and not r.get("infrastructure_error") and not r.get("state_mismatch")
-        ),
-        "prediction_failures": sum(1 for r in scored if r.get("prediction_failed")),
-        "tool_calls": sum(len(r["tool_calls"]) for r in scored),
-        "seconds": round(sum(r["seconds"] for r in scored), 2),
-        "usage": _usage_totals(rows),  # every attempt was paid for, the retried ones too
-    }
-    if scored:
-        corpus = aggregate(
-            [Score(**{m: r["scores"][m] for m in METRICS}) for r in scored],
-            groups=[r["trajectory_id"] for r in scored],  # samples of a trajectory are correlated
-        )
-        for metric in METRICS:
-            estimate = getattr(corpus, metric)
-            summary[metric] = {"mean": estimate.mean, "ci_low": estimate.ci_low, "ci_high": estimate.ci_high}
-        with_api = [r for r in scored if all(m in r["scores"] for m in API_SEQUENCE_METRICS)]
-        if with_api:  # next-cell runs: JuICe's API-sequence metrics too
-            columns = {m: [r["scores"][m] for r in with_api] for m in API_SEQUENCE_METRICS}
-            estimates = estimate_means(columns, groups=[r["trajectory_id"] for r in with_api])
-            summary.update({metric: asdict(estimate) for metric, estimate in estimates.items()})
-        summary["reward"] = sum(r["reward"] for r in scored) / len(scored)
-        summary.update(summarize_draws(scored, config.samples if config and config.samples > 1 else None))
-    return summary
-
-
-def _usage_totals(rows: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
-    usages = [r["usage"] for r in rows if r.get("usage")]
-    if not usages:
-        return None
-    totals: dict[str, Any] = {name: sum(int(u.get(name) or 0) for u in usages) for name in USAGE_TOTALS}
-    totals["tokens_reported"] = all(u.get("tokens_reported", True) for u in usages)
-    return totals
+    return {r.sample_id for r in read_results(out, repair=True) if r.is_scored and r.draw_count == samples}
 
 
 __all__ = [
     "CONFIG",
     "RESULTS",
     "SUMMARY",
+    "Draw",
     "ResultRow",
     "append_row",
     "done_samples",
-    "is_scored",
+    "make_result_row",
     "model_label",
     "read_results",
     "redact",
-    "row_draws",
-    "run_label",
+    "run_identity",
     "secrets",
-    "summarize",
     "write_config",
 ]

@@ -30,18 +30,18 @@ from typing import Any
 from themisto_env.errors import DataError
 from themisto_env.metrics import METRICS
 from themisto_env.run.compare import run_label
-from themisto_env.run.results import is_scored, read_results
+from themisto_env.run.results import ResultRow, read_results
 
 ERROR_KINDS = ("infrastructure_error", "state_mismatch", "model_error", "prediction_failed")
 """A row's error kinds, in the order :func:`error_kind` tries them (that of the summary's counts)."""
 
 
-def error_kind(row: dict[str, Any]) -> str:
+def error_kind(row: ResultRow) -> str:
     """The first of :data:`ERROR_KINDS` the row has, or ``"none"``."""
-    return next((kind for kind in ERROR_KINDS if row.get(kind)), "none")
+    return next((kind for kind in ERROR_KINDS if getattr(row, kind)), "none")
 
 
-def _load_run(run_dir: str | Path) -> tuple[Path, dict[str, dict[str, Any]]]:
+def _load_run(run_dir: str | Path) -> tuple[Path, dict[str, ResultRow]]:
     """A run folder's latest row per sample id, in the order the samples were first written."""
     path = Path(run_dir)
     if not path.is_dir():
@@ -49,9 +49,9 @@ def _load_run(run_dir: str | Path) -> tuple[Path, dict[str, dict[str, Any]]]:
     rows = read_results(path)
     if not rows:
         raise DataError("no results.jsonl with results (run `themisto run --out` first)", path=path)
-    latest: dict[str, dict[str, Any]] = {}
+    latest: dict[str, ResultRow] = {}
     for row in rows:  # a sample run again (resume) keeps its first place and shows its last row
-        latest[row["sample_id"]] = row
+        latest[row.sample_id] = row
     return path, latest
 
 
@@ -76,7 +76,7 @@ def view_data(run_dirs: list[str | Path]) -> dict[str, Any]:
                 "label": label,
                 "path": str(path),
                 "samples": len(rows),
-                "scored": sum(1 for r in rows.values() if is_scored(r)),
+                "scored": sum(1 for r in rows.values() if r.is_scored),
                 "errors": {kind: kinds.count(kind) for kind in ERROR_KINDS},
             }
         )
@@ -91,15 +91,15 @@ def view_data(run_dirs: list[str | Path]) -> dict[str, Any]:
         samples.append(
             {
                 "id": sid,
-                "trajectory_id": first.get("trajectory_id", ""),
-                "step": first.get("step"),
-                "task": first.get("task", ""),
-                "target": first.get("target", ""),
+                "trajectory_id": first.trajectory_id,
+                "step": first.step,
+                "task": first.task,
+                "target": first.target,
                 "kinds": [error_kind(r) if r is not None else None for r in cells],
-                "rows": cells,
+                "rows": [r.to_dict() if r is not None else None for r in cells],  # as results.jsonl holds them
             }
         )
-    extra = sorted({m for _, rows in loaded for r in rows.values() for m in r.get("scores") or {}} - set(METRICS))
+    extra = sorted({m for _, rows in loaded for r in rows.values() for m in r.scores} - set(METRICS))
     return {"runs": runs, "metrics": [*METRICS, *extra, "reward", "execution_score"], "samples": samples}
 
 

@@ -1,7 +1,7 @@
-"""Spreading a run's episodes over a Ray cluster (``themisto run --ray ADDRESS``).
+"""The ``ray`` executor: a run's episodes spread over a Ray cluster (``themisto run --ray ADDRESS``).
 
 Each Ray actor owns an agent, an env and its kernel for the whole run, as a local worker process does;
-episodes (:class:`~themisto_env.run.runner.EpisodePlan`, longest first) are handed to whichever actor is
+episodes (:class:`~themisto_env.run.plan.EpisodePlan`, longest first) are handed to whichever actor is
 free, so actors stay busy to the end. An actor returns an episode's rows when the episode ends, and the
 driver writes them to ``results.jsonl`` at once (a killed run loses at most the episodes in flight;
 resume retries them).
@@ -28,7 +28,8 @@ from themisto_env.errors import ConfigError, ProviderError
 
 if TYPE_CHECKING:
     from themisto_env.run.config import RunConfig
-    from themisto_env.run.runner import EpisodePlan
+    from themisto_env.run.plan import EpisodePlan
+    from themisto_env.run.results import ResultRow
 
 LOCAL = "local"
 
@@ -48,7 +49,8 @@ class EpisodeWorker:
     def __init__(self, config_json: str) -> None:
         from themisto_env.env.core import ThemistoEnv
         from themisto_env.run.config import RunConfig
-        from themisto_env.run.runner import env_options, limit_threads, make_run_agent
+        from themisto_env.run.episode import env_options, make_run_agent
+        from themisto_env.run.executors.sharing import limit_threads
 
         self.config = RunConfig.model_validate_json(config_json)
         limit_threads(self.config.workers)  # Ray sets OMP_NUM_THREADS for its actors; the rest follow
@@ -56,9 +58,9 @@ class EpisodeWorker:
         self.options = env_options(self.config, self.agent)
         self.env = ThemistoEnv(**self.options)
 
-    def run(self, plan: tuple[str, int, tuple[str, ...]]) -> list[dict[str, Any]]:
-        """The rows of one episode (an :class:`~themisto_env.run.runner.EpisodePlan`)."""
-        from themisto_env.run.runner import episode_rows
+    def run(self, plan: tuple[str, int, tuple[str, ...]]) -> list[ResultRow]:
+        """The rows of one episode (an :class:`~themisto_env.run.plan.EpisodePlan`)."""
+        from themisto_env.run.episode import episode_rows
 
         return list(episode_rows(self.config, self.env, self.agent, self.options, *plan))
 
@@ -95,7 +97,7 @@ def connect(address: str, *, num_cpus: int | None = None) -> bool:
     return True
 
 
-def ray_rows(config: RunConfig, episodes: list[EpisodePlan]) -> Iterator[dict[str, Any]]:
+def ray_rows(config: RunConfig, episodes: list[EpisodePlan]) -> Iterator[ResultRow]:
     """Run the episodes on ``config.workers`` Ray actors; yield rows as episodes finish.
 
     Args:
@@ -103,7 +105,7 @@ def ray_rows(config: RunConfig, episodes: list[EpisodePlan]) -> Iterator[dict[st
         episodes: The episodes, in the order to hand them out (longest first balances best).
 
     Yields:
-        One result row per wanted sample, as in :func:`themisto_env.run.runner.serial_rows`.
+        One result row per wanted sample, as in :func:`themisto_env.run.executors.serial.serial_rows`.
     """
     ray = import_ray()
     if not episodes:
@@ -131,3 +133,6 @@ def ray_rows(config: RunConfig, episodes: list[EpisodePlan]) -> Iterator[dict[st
             ray.kill(actor)
         if started:
             ray.shutdown()
+
+
+__all__ = ["LOCAL", "EpisodeWorker", "connect", "import_ray", "ray_rows"]

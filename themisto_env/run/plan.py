@@ -1,0 +1,83 @@
+"""Planning a run: which samples remain (limit, resume) and the episodes that score them.
+
+A run covers the first ``limit`` samples of its dataset (all without a limit), minus those its folder
+already holds with a scored row (:func:`~themisto_env.run.results.done_samples`): that is a resume. The
+samples left are spread over :class:`EpisodePlan` s, one per trajectory, or contiguous parts of a
+trajectory when there are fewer trajectories than episodes that can run at once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from themisto_env.data.samples import episode_starts
+from themisto_env.env.core import ThemistoEnv
+from themisto_env.run.config import RunConfig
+
+
+class EpisodePlan(NamedTuple):
+    """One episode to run: from sample ``first`` of ``trajectory``, until every one of ``samples`` is done."""
+
+    trajectory: str
+    first: int
+    samples: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run (or a resume) does.
+
+    Attributes:
+        total: The samples the run covers (its ``limit`` applied), done or not.
+        wanted: The ids of those still to run (not yet scored with the run's number of predictions).
+        episodes: The episodes that score them, longest first.
+    """
+
+    total: int
+    wanted: frozenset[str]
+    episodes: list[EpisodePlan]
+
+    @property
+    def done(self) -> int:
+        """The samples of the run already scored in its folder."""
+        return self.total - len(self.wanted)
+
+
+def covered_samples(samples: Sequence[Any], limit: int | None) -> Sequence[Any]:
+    """The samples a run covers: the first ``limit`` in dataset order (all without a limit)."""
+    return samples[:limit] if limit else samples
+
+
+def plan_run(env: ThemistoEnv, config: RunConfig, done: set[str]) -> RunPlan:
+    """The run's plan over ``env``'s samples, leaving out the ``done`` ones; its episodes are cut for the
+    episodes that run at once (``max_connections``, else ``workers``)."""
+    samples = covered_samples(env.samples, config.limit)
+    wanted = {s.id for s in samples} - done
+    episodes = plan_episodes(env, wanted, parts=config.max_connections or config.workers)
+    return RunPlan(total=len(samples), wanted=frozenset(wanted), episodes=episodes)
+
+
+def plan_episodes(env: ThemistoEnv, wanted: set[str], parts: int = 1) -> list[EpisodePlan]:
+    """The episodes that score the wanted samples, longest first (so that parallel workers end together).
+
+    One episode per trajectory with wanted samples. With ``parts > 1`` (episodes running at once), a
+    trajectory with more than half a part's share (``ceil(samples / (2 * parts))``) is cut into contiguous
+    pieces of about that size (an episode may start at any sample: the env serves its recorded state), so
+    that whoever is free takes the next piece and all end within a piece of each other."""
+    plans = []
+    piece = math.ceil(len(wanted) / (2 * parts)) if parts > 1 else None
+    for tid, first in episode_starts(env.episode_samples, wanted):
+        ids = [s.id for s in env.episode_samples[tid]]
+        mine = [sid for sid in ids[first:] if sid in wanted]
+        count = math.ceil(len(mine) / piece) if piece else 1
+        for k in range(count):
+            chunk = tuple(mine[k * len(mine) // count : (k + 1) * len(mine) // count])
+            plans.append(EpisodePlan(tid, ids.index(chunk[0]), chunk))
+    plans.sort(key=lambda p: -len(p.samples))
+    return plans
+
+
+__all__ = ["EpisodePlan", "RunPlan", "covered_samples", "plan_episodes", "plan_run"]

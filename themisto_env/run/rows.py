@@ -1,0 +1,168 @@
+"""Building a sample's :class:`~themisto_env.run.results.ResultRow` from the env steps that scored it.
+
+The episode loop (:mod:`themisto_env.run.episode`) collects, for each prediction of a sample, a
+:class:`Drawn`: the action, the env's reward and ``info``, and what the agent says of the prediction
+(:func:`agent_record`). :func:`make_row` turns them into the row.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+from themisto_env.env.actions import Prediction
+from themisto_env.metrics import api_sequence_score
+from themisto_env.run.config import RunConfig
+from themisto_env.run.results import ResultRow, make_result_row
+
+
+class AgentRecord(NamedTuple):
+    """What an agent says of the prediction it just made.
+
+    Attributes:
+        usage: Its :class:`~themisto_env.agents.AgentUsage` (None for agents without one).
+        transcript: Its conversation (None for agents without one).
+        model: Its model record (``{"provider", "name", "params"}``; None for agents without a model).
+    """
+
+    usage: Any
+    transcript: list[dict[str, Any]] | None
+    model: dict[str, Any] | None
+
+
+class Drawn(NamedTuple):
+    """One prediction of a sample, as the env scored it: the action, its reward and info, the agent's record."""
+
+    action: Any
+    reward: float
+    info: dict[str, Any]
+    record: AgentRecord
+
+
+def now() -> str:
+    """The current UTC time in ISO-8601 with milliseconds (a row's ``started_at`` and ``finished_at``)."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def agent_record(agent: Any) -> AgentRecord:
+    """What the agent says of the prediction it just made: usage, transcript, model."""
+    usage = getattr(agent, "usage", None)
+    record = getattr(agent, "model_record", None)
+    transcript = getattr(agent, "transcript", None)
+    return AgentRecord(
+        usage=usage if hasattr(usage, "as_dict") else None,
+        transcript=list(transcript) if transcript is not None else None,
+        model=record() if callable(record) else None,
+    )
+
+
+def prediction_text(action: Any) -> str:
+    """The predicted text of an action (empty for anything but a :class:`Prediction`)."""
+    return action.text if isinstance(action, Prediction) else ""
+
+
+def with_api_sequence(scores: dict[str, float], prediction: str, sample: Any) -> dict[str, float]:
+    """A next-cell sample's scores with JuICe's API-sequence precision, recall and F1 added
+    (:func:`themisto_env.metrics.api_sequence_score`); other samples' as they are."""
+    if sample.task != "next-cell":
+        return scores
+    return {**scores, **api_sequence_score(prediction, sample.target).as_dict()}
+
+
+def draw_fields(drawn: Drawn, sample: Any) -> dict[str, Any]:
+    """One prediction of a sample: the fields of its :class:`~themisto_env.run.results.Draw` in a row's
+    ``draws`` (validated with the row, by :func:`make_row`)."""
+    action, _, info, record = drawn
+    prediction = prediction_text(action)
+    return {
+        "prediction": prediction,
+        "scores": with_api_sequence(info["scores"], prediction, sample),
+        "reward": info.get("reward"),  # SampleScore.reward: None when the sample is unscored
+        "execution_score": info.get("execution_score"),
+        "passed": info.get("passed"),
+        "prediction_failed": info.get("prediction_failed"),
+        "tool_calls": info.get("tool_calls", []),
+        "usage": record.usage.as_dict() if record.usage is not None else None,
+        "transcript": record.transcript,
+    }
+
+
+def make_row(
+    config: RunConfig,
+    options: dict[str, Any],
+    sample: Any,
+    drawn: list[Drawn],
+    started: float,
+    started_at: str,
+    model_error: str | None = None,
+) -> ResultRow:
+    """A sample's row: the first prediction's fields; with several predictions, also their ``draws``.
+
+    The trust flags (``infrastructure_error``, ``state_mismatch``, ``recovered``) and ``model_error`` cover
+    every prediction: a failure during any of them leaves the whole sample out (and runs it again on
+    resume).
+
+    Args:
+        config: The run's config.
+        options: The env's options (its ``observation`` mode).
+        sample: The sample scored.
+        drawn: Its predictions, in order.
+        started: ``time.perf_counter()`` when the sample began.
+        started_at: :func:`now` when the sample began.
+        model_error: Why the model calls of one of its predictions failed, if they did.
+
+    Raises:
+        ConfigError: The agent's transcript or model record is of the wrong shape.
+    """
+    action, _, info, record = drawn[0]
+    usages = [d.record.usage for d in drawn if d.record.usage is not None]
+    usage = sum(usages[1:], usages[0]) if usages else None  # the agent's spending over all its predictions
+    infos = [d.info for d in drawn]
+
+    def flag(key: str) -> Any:  # the env accumulates a sample's failures: its last report holds them all
+        return next((i[key] for i in reversed(infos) if i.get(key)), None)
+
+    fields: dict[str, Any] = {
+        "sample_id": sample.id,
+        "trajectory_id": sample.trajectory_id,
+        "step": sample.step,
+        "task": sample.task,
+        "agent": config.agent,
+        "observation": options["observation"],
+        "backend": config.backend,
+        "model": record.model,
+        "prediction": prediction_text(action),
+        "target": sample.target,
+        "scores": with_api_sequence(info["scores"], prediction_text(action), sample),
+        "reward": info.get("reward"),  # SampleScore.reward (tool costs in): None when the sample is unscored
+        "execution_score": info.get("execution_score"),
+        "tool_calls": info.get("tool_calls", []),
+        "forced_submission": bool(info.get("forced_submission")),
+        "usage": usage.as_dict() if usage is not None else None,
+        "transcript": record.transcript,
+        "seconds": round(time.perf_counter() - started, 4),
+        "started_at": started_at,
+        "finished_at": now(),
+        "infrastructure_error": flag("infrastructure_error"),
+        "state_mismatch": flag("state_mismatch"),
+        "recovered": flag("recovered"),
+        "state_check": info.get("scored_state", {}).get("check"),
+        "prediction_failed": info.get("prediction_failed"),
+        "model_error": model_error,
+    }
+    if len(drawn) > 1:
+        fields["draws"] = [draw_fields(d, sample) for d in drawn]
+    return make_result_row(fields)
+
+
+__all__ = [
+    "AgentRecord",
+    "Drawn",
+    "agent_record",
+    "draw_fields",
+    "make_row",
+    "now",
+    "prediction_text",
+    "with_api_sequence",
+]

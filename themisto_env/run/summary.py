@@ -1,0 +1,93 @@
+"""A run's summary (``summary.json``): per-metric means with bootstrap intervals, failure counts, spending.
+
+:func:`summarize` reads :class:`~themisto_env.run.results.ResultRow` s, the same model the runner writes
+and report, view and compare read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict
+from typing import Any
+
+from themisto_env.metrics import API_SEQUENCE_METRICS, METRICS, Score, aggregate, estimate_means
+from themisto_env.run.config import RunConfig
+from themisto_env.run.results import ResultRow
+from themisto_env.scoring.passk import summarize_draws
+
+USAGE_TOTALS = (
+    "model_calls",
+    "input_tokens",
+    "output_tokens",
+    "tool_calls",
+    "cached_calls",
+    "cached_input_tokens",
+    "cached_output_tokens",
+)
+"""The :class:`~themisto_env.agents.AgentUsage` counts summed into ``summary.json``'s ``usage``."""
+
+
+def summarize(rows: Sequence[ResultRow], config: RunConfig | None = None) -> dict[str, Any]:
+    """Per-metric means over the scored samples (infrastructure failures out), with bootstrap intervals
+    that resample whole trajectories (the samples of one trajectory are correlated).
+
+    The metrics (:data:`~themisto_env.metrics.METRICS`, and for next-cell runs
+    :data:`~themisto_env.metrics.API_SEQUENCE_METRICS`) and ``reward`` are those of each sample's first
+    prediction (the last row of a sample wins). ``usage`` sums what the agent spent
+    (:data:`USAGE_TOTALS`) over every row, scored or not, the rows of attempts run again on resume
+    included (their tokens were paid for too); ``usage.tokens_reported`` is False when some model call
+    reported no token counts (the totals are then lower bounds). When rows have ``draws`` (``samples=K``),
+    :func:`themisto_env.scoring.passk.summarize_draws` adds ``draws`` (K), ``best_of_k`` and, with the
+    execution score, ``pass_at_k`` (``{"1": {"mean", "ci_low", "ci_high"}, ..., "K": ...}``) and
+    ``pass_at_k_counts``."""
+    latest = {r.sample_id: r for r in rows}
+    scored = [r for r in latest.values() if r.is_scored]
+    first = scored[0] if scored else next(iter(latest.values()), None)
+    summary: dict[str, Any] = {
+        "agent": config.agent if config else first and first.agent,
+        "model": first.model if first else None,
+        "task": config.task if config else first and first.task,
+        "observation": first.observation if first else None,
+        "samples": len(scored),
+        "infrastructure_failures": sum(1 for r in latest.values() if r.infrastructure_error),
+        "state_mismatches": sum(1 for r in latest.values() if r.state_mismatch and not r.infrastructure_error),
+        "model_errors": sum(
+            1 for r in latest.values() if r.model_error and not r.infrastructure_error and not r.state_mismatch
+        ),
+        "prediction_failures": sum(1 for r in scored if r.prediction_failed),
+        "tool_calls": sum(len(r.tool_calls) for r in scored),
+        "seconds": round(sum(r.seconds for r in scored), 2),
+        "usage": usage_totals(rows),  # every attempt was paid for, the retried ones too
+    }
+    if scored:
+        corpus = aggregate(
+            [Score(**{m: r.scores[m] for m in METRICS}) for r in scored],
+            groups=[r.trajectory_id for r in scored],  # samples of a trajectory are correlated
+        )
+        for metric in METRICS:
+            estimate = getattr(corpus, metric)
+            summary[metric] = {"mean": estimate.mean, "ci_low": estimate.ci_low, "ci_high": estimate.ci_high}
+        with_api = [r for r in scored if all(m in r.scores for m in API_SEQUENCE_METRICS)]
+        if with_api:  # next-cell runs: JuICe's API-sequence metrics too
+            columns = {m: [r.scores[m] for r in with_api] for m in API_SEQUENCE_METRICS}
+            estimates = estimate_means(columns, groups=[r.trajectory_id for r in with_api])
+            summary.update({metric: asdict(estimate) for metric, estimate in estimates.items()})
+        rewards = [r.reward for r in scored if r.reward is not None]  # SampleScore.reward: None only if unscored
+        summary["reward"] = sum(rewards) / len(rewards) if rewards else None
+        # pass@k lives in the scoring layer, which knows no run rows: it reads their dict form
+        samples = config.samples if config and config.samples > 1 else None
+        summary.update(summarize_draws([r.to_dict() for r in scored], samples))
+    return summary
+
+
+def usage_totals(rows: Iterable[ResultRow]) -> dict[str, Any] | None:
+    """What the agent spent over ``rows`` (:data:`USAGE_TOTALS`), or None when no row says."""
+    usages = [r.usage for r in rows if r.usage]
+    if not usages:
+        return None
+    totals: dict[str, Any] = {name: sum(int(u.get(name) or 0) for u in usages) for name in USAGE_TOTALS}
+    totals["tokens_reported"] = all(u.get("tokens_reported", True) for u in usages)
+    return totals
+
+
+__all__ = ["USAGE_TOTALS", "summarize", "usage_totals"]
