@@ -1,11 +1,18 @@
 """themisto-env: a gymnasium environment for predicting Jupyter development trajectories from runtime state.
 
 Importing the package registers the gymnasium ids ``themisto/NextCell-v0`` and
-``themisto/OutputPrediction-v0`` (registration only: nothing is started at import).
+``themisto/OutputPrediction-v0`` (registration only: nothing is started at import). It re-exports the
+exception tree (:mod:`themisto_env.errors`) and, lazily (imported on first use), the names most code
+starts from: the env, its actions and options, the dataset, samples and trajectories. Each subpackage
+owns one job (``data``, ``replay``, ``scoring``, ``env``, ``run``, ``bridges``, ``agents``, ``sandbox``,
+``metrics``; see README "Layout") and pins its public names in ``__all__``.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from themisto_env._lazy import lazy_exports
 from themisto_env.errors import (
     ActionError,
     BackendUnavailableError,
@@ -20,20 +27,48 @@ from themisto_env.errors import (
     ThemistoError,
 )
 
+if TYPE_CHECKING:
+    from themisto_env.data.samples import Sample, SampleRule
+    from themisto_env.data.trajectory import Trajectory
+    from themisto_env.env.actions import Prediction
+    from themisto_env.env.core import EnvConfig, ThemistoEnv
+    from themisto_env.env.tools import ToolCall
+    from themisto_env.replay.dataset import Dataset
+
 __version__ = "0.1.0"
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "themisto_env.data.samples": ("Sample", "SampleRule"),
+        "themisto_env.data.trajectory": ("Trajectory",),
+        "themisto_env.env.actions": ("Prediction",),
+        "themisto_env.env.core": ("EnvConfig", "ThemistoEnv"),
+        "themisto_env.env.tools": ("ToolCall",),
+        "themisto_env.replay.dataset": ("Dataset",),
+    },
+)
 
 __all__ = [
     "ActionError",
     "BackendUnavailableError",
     "ConfigError",
     "DataError",
+    "Dataset",
+    "EnvConfig",
     "InfrastructureError",
     "KernelDiedError",
     "KernelStartError",
     "KernelTimeoutError",
+    "Prediction",
     "ProviderError",
+    "Sample",
+    "SampleRule",
     "SnapshotError",
+    "ThemistoEnv",
     "ThemistoError",
+    "ToolCall",
+    "Trajectory",
     "__version__",
 ]
 

@@ -1,1 +1,30 @@
-"""The gymnasium env: config, actions, observations, observation tools."""
+"""The gymnasium env: one episode per trajectory, a sample's state served live, tools, then a prediction.
+
+Owns :class:`ThemistoEnv` and its options :class:`EnvConfig` (``core``), the actions (``actions``:
+:class:`Prediction`, and :class:`~themisto_env.env.tools.ToolCall` from ``tools``), the observation's text
+(``observation``) and the observation tools (``tools``). The ids ``themisto/NextCell-v0`` and
+``themisto/OutputPrediction-v0`` are registered by ``import themisto_env``. Names are re-exported lazily:
+importing this package imports none of its modules.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from themisto_env._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from themisto_env.env.actions import Action, Prediction, encode_action, parse_action
+    from themisto_env.env.core import EnvConfig, ThemistoEnv
+    from themisto_env.env.tools import ToolCall
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "themisto_env.env.actions": ("Action", "Prediction", "encode_action", "parse_action"),
+        "themisto_env.env.core": ("EnvConfig", "ThemistoEnv"),
+        "themisto_env.env.tools": ("ToolCall",),
+    },
+)
+
+__all__ = ["Action", "EnvConfig", "Prediction", "ThemistoEnv", "ToolCall", "encode_action", "parse_action"]

@@ -1,8 +1,65 @@
 """Kernels brought to recorded states.
 
-Building a dataset replays sessions in a kernel (``build``); serving a sample's state restores a snapshot or
-replays recorded cells (``state``); model-written code runs in disposable copies (``disposable``); kernel
-environments pin the packages a replay runs with (``environments``); ``resolve`` finds or builds a dataset;
-``dataset`` opens one (:class:`~themisto_env.replay.dataset.Dataset`: checked, cached per process, its
-samples listed without an env).
+Owns building a dataset by replaying sessions in a kernel (``build``), serving a sample's state by
+restoring a snapshot or replaying recorded cells (``state``, with ``state_check`` and ``recorded_cells``),
+running model-written code in disposable copies (``disposable``), the kernel environments that pin the
+packages a replay runs with (``environments`` and its ``environment_*`` parts), finding or building a
+dataset (``resolve``) and opening one (``dataset``: :class:`~themisto_env.replay.dataset.Dataset`, checked,
+cached per process, its samples listed without an env). Names are re-exported lazily: importing this
+package starts and imports nothing.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from themisto_env._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from themisto_env.replay.build import BuildReport, build_dataset
+    from themisto_env.replay.dataset import Dataset
+    from themisto_env.replay.disposable import CodeRun, DisposableKernels
+    from themisto_env.replay.environments import (
+        EnvironmentRecord,
+        EnvironmentSpec,
+        dataset_environment,
+        list_environments,
+        use_environment,
+    )
+    from themisto_env.replay.resolve import bundled_dataset_dir, resolve_dataset
+    from themisto_env.replay.state import StateReport, TrajectoryKernel
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "themisto_env.replay.build": ("BuildReport", "build_dataset"),
+        "themisto_env.replay.dataset": ("Dataset",),
+        "themisto_env.replay.disposable": ("CodeRun", "DisposableKernels"),
+        "themisto_env.replay.environments": (
+            "EnvironmentRecord",
+            "EnvironmentSpec",
+            "dataset_environment",
+            "list_environments",
+            "use_environment",
+        ),
+        "themisto_env.replay.resolve": ("bundled_dataset_dir", "resolve_dataset"),
+        "themisto_env.replay.state": ("StateReport", "TrajectoryKernel"),
+    },
+)
+
+__all__ = [
+    "BuildReport",
+    "CodeRun",
+    "Dataset",
+    "DisposableKernels",
+    "EnvironmentRecord",
+    "EnvironmentSpec",
+    "StateReport",
+    "TrajectoryKernel",
+    "build_dataset",
+    "bundled_dataset_dir",
+    "dataset_environment",
+    "list_environments",
+    "resolve_dataset",
+    "use_environment",
+]

@@ -16,8 +16,9 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from themisto_env._lazy import lazy_exports
 from themisto_env.env.tools._models import (
     HistoryItem,
     ObservationTool,
@@ -32,16 +33,10 @@ from themisto_env.env.tools._run import describe_tools, nearest_tool, run_tool, 
 if TYPE_CHECKING:
     from themisto_env.env.tools._langchain import ObservationStructuredTool, OnCall, langchain_tools
 
-_LANGCHAIN_NAMES = frozenset({"ObservationStructuredTool", "OnCall", "langchain_tools"})
-
-
-def __getattr__(name: str) -> Any:
-    # langchain-core takes over a second to import: load it only for the agents that use it.
-    if name in _LANGCHAIN_NAMES:
-        from themisto_env.env.tools import _langchain
-
-        return getattr(_langchain, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# langchain-core takes over a second to import: load it only for the agents that use it.
+__getattr__, __dir__ = lazy_exports(
+    __name__, {"themisto_env.env.tools._langchain": ("ObservationStructuredTool", "OnCall", "langchain_tools")}
+)
 
 
 __all__ = [
