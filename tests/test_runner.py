@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,54 @@ def test_cli_run_prints_a_summary_table(env_dataset: dict[str, str], tmp_path: P
     assert result.exit_code == 0, result.output
     assert "rouge_l" in result.output and "retrieval" in result.output
     assert len(read_results(tmp_path / "r")) == 3
+
+
+# -- the parts: executors by name, the one episode loop run in place ------------------------------------------
+
+
+def test_executors_are_chosen_by_name_and_an_unknown_name_says_the_nearest() -> None:
+    from themisto_env.run.executors import EXECUTORS, executor, executor_name
+
+    assert executor_name(RunConfig()) == "serial"
+    assert executor_name(RunConfig(max_connections=4)) == "concurrent"
+    assert executor_name(RunConfig(workers=2)) == "processes"
+    assert executor_name(RunConfig(workers=2, ray="local")) == "ray"
+    assert set(EXECUTORS) == {"serial", "processes", "concurrent", "ray"}
+    assert all(callable(executor(name)) for name in EXECUTORS if name != "ray")
+    with pytest.raises(ConfigError, match=r"no executor named 'serail'\. Did you mean 'serial'\?"):
+        executor("serail")
+
+
+def test_the_episode_loop_runs_in_place_without_an_event_loop_and_is_closed_with_its_rows() -> None:
+    import asyncio
+
+    from themisto_env.run.episode import in_place, run_in_place
+
+    events: list[str] = []
+
+    def blocking(n: int) -> int:  # as an agent's act or an env step: no event loop is running
+        with pytest.raises(RuntimeError, match="no running event loop"):
+            asyncio.get_running_loop()
+        return n
+
+    async def rows() -> AsyncIterator[int]:
+        try:
+            for n in range(3):
+                yield await in_place(blocking, n)
+                events.append(f"after {n}")
+        finally:
+            events.append("closed")
+
+    assert list(run_in_place(rows())) == [0, 1, 2] and events[-1] == "closed"
+    events.clear()
+    taken = run_in_place(rows())
+    assert next(taken) == 0
+    taken.close()  # the run stops early: the loop's own cleanup runs
+    assert events == ["closed"]
+
+    async def suspends() -> AsyncIterator[int]:
+        await asyncio.sleep(0)  # needs an event loop
+        yield 1
+
+    with pytest.raises(RuntimeError, match="needs an event loop"):
+        next(run_in_place(suspends()))

@@ -197,7 +197,8 @@ def run_in_place(rows: AsyncIterator[T]) -> Iterator[T]:
                 continue
             except StopAsyncIteration:
                 return
-            step.close()  # type: ignore[attr-defined]
+            with contextlib.suppress(GeneratorExit, StopIteration, StopAsyncIteration):
+                step.throw(GeneratorExit)  # type: ignore[attr-defined]  # ends it where it waits, its cleanup run
             raise RuntimeError("an episode run in place awaited something that needs an event loop")
     finally:
         closing = rows.aclose()  # type: ignore[attr-defined]
