@@ -9,12 +9,11 @@ trajectory when there are fewer trajectories than episodes that can run at once.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from themisto_env.data.samples import episode_starts
-from themisto_env.env.core import ThemistoEnv
+from themisto_env.data.samples import Sample, episode_starts
 from themisto_env.run.config import RunConfig
 
 
@@ -46,21 +45,24 @@ class RunPlan:
         return self.total - len(self.wanted)
 
 
-def covered_samples(samples: Sequence[Any], limit: int | None) -> Sequence[Any]:
+def covered_samples(samples: Sequence[Sample], limit: int | None) -> Sequence[Sample]:
     """The samples a run covers: the first ``limit`` in dataset order (all without a limit)."""
     return samples[:limit] if limit else samples
 
 
-def plan_run(env: ThemistoEnv, config: RunConfig, done: set[str]) -> RunPlan:
-    """The run's plan over ``env``'s samples, leaving out the ``done`` ones; its episodes are cut for the
-    episodes that run at once (``max_connections``, else ``workers``)."""
-    samples = covered_samples(env.samples, config.limit)
-    wanted = {s.id for s in samples} - done
-    episodes = plan_episodes(env, wanted, parts=config.max_connections or config.workers)
-    return RunPlan(total=len(samples), wanted=frozenset(wanted), episodes=episodes)
+def plan_run(
+    samples: Sequence[Sample], episodes: Mapping[str, Sequence[Sample]], config: RunConfig, done: set[str]
+) -> RunPlan:
+    """The run's plan over a task's ``samples`` (in dataset order) and ``episodes`` (the same samples by
+    trajectory, each in step order), leaving out the ``done`` ones; its episodes are cut for the episodes
+    that run at once (``max_connections``, else ``workers``)."""
+    covered = covered_samples(samples, config.limit)
+    wanted = {s.id for s in covered} - done
+    plans = plan_episodes(episodes, wanted, parts=config.max_connections or config.workers)
+    return RunPlan(total=len(covered), wanted=frozenset(wanted), episodes=plans)
 
 
-def plan_episodes(env: ThemistoEnv, wanted: set[str], parts: int = 1) -> list[EpisodePlan]:
+def plan_episodes(episodes: Mapping[str, Sequence[Sample]], wanted: set[str], parts: int = 1) -> list[EpisodePlan]:
     """The episodes that score the wanted samples, longest first (so that parallel workers end together).
 
     One episode per trajectory with wanted samples. With ``parts > 1`` (episodes running at once), a
@@ -69,8 +71,8 @@ def plan_episodes(env: ThemistoEnv, wanted: set[str], parts: int = 1) -> list[Ep
     that whoever is free takes the next piece and all end within a piece of each other."""
     plans = []
     piece = math.ceil(len(wanted) / (2 * parts)) if parts > 1 else None
-    for tid, first in episode_starts(env.episode_samples, wanted):
-        ids = [s.id for s in env.episode_samples[tid]]
+    for tid, first in episode_starts(episodes, wanted):
+        ids = [s.id for s in episodes[tid]]
         mine = [sid for sid in ids[first:] if sid in wanted]
         count = math.ceil(len(mine) / piece) if piece else 1
         for k in range(count):

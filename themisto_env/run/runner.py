@@ -66,7 +66,7 @@ def run(config: RunConfig, out: str | Path, *, progress: bool = True, force: boo
         out.mkdir(parents=True, exist_ok=True)
         write_config(out, config, force=force)
         done = done_samples(out, config.samples)  # other rows (failed, fewer predictions) are run again
-        plan = plan_run(env, config, done)
+        plan = plan_run(env.samples, env.episode_samples, config, done)
         if config.data is None and config.ray is None:  # Ray nodes resolve the bundled data themselves
             config = config.model_copy(update={"data": str(env.dataset_dir)})
     finally:
