@@ -42,146 +42,39 @@ With a :class:`~themisto_env.sandbox.pool.KernelPool`, kernels come from the poo
 the dataset's libraries imported) and "a fresh kernel" is the next pooled one rather than a restart of
 the current one (which costs a kernel start and the imports again): the old kernel is closed in the
 background. A pooled kernel's namespace is as empty as a restarted one's (preloading binds no name).
+
+The pieces it is built on: :mod:`~themisto_env.replay.recorded_cells` (running recorded cells) and
+:mod:`~themisto_env.replay.state_check` (fingerprints, files, :class:`StateReport`); their public names
+are importable from here too.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Callable
 
 from themisto_env.data.trajectory import Step, Trajectory
-from themisto_env.errors import (
-    BackendUnavailableError,
-    InfrastructureError,
-    ReplayDivergedError,
-    SnapshotCorruptError,
-    SnapshotError,
+from themisto_env.errors import BackendUnavailableError, InfrastructureError, SnapshotCorruptError, SnapshotError
+from themisto_env.replay.recorded_cells import interrupt_after, replay_step, run_recorded
+from themisto_env.replay.state_check import (
+    StateCheck,
+    StateReport,
+    diff_fingerprints,
+    expected_fingerprint,
+    files_before,
+    fresh_before,
 )
 from themisto_env.sandbox.environments import environment_label
 from themisto_env.sandbox.kernel import Kernel
-from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
-from themisto_env.sandbox.models import ExecutionResult
 from themisto_env.sandbox.pool import KernelPool
 from themisto_env.sandbox.workdir import FolderTooLargeError, diff_trees, tree_digest
-
-StateCheck = Literal["verified", "mismatch", "unchecked"]
 
 #: How often :meth:`TrajectoryKernel.serve` retries the snapshot route after an infrastructure failure.
 MAX_RECOVERIES = 2
 #: Cost model of a restore (measured on the bundled data: a round trip plus dill's load speed).
 RESTORE_S = 0.01
 RESTORE_BYTES_PER_S = 200e6
-
-
-def interrupt_after(duration_s: float | None, timeout_s: float) -> float:
-    """The timeout that reproduces a cell the person interrupted: its recorded time plus a second."""
-    return min((duration_s or 5.0) + 1.0, timeout_s)
-
-
-def run_recorded(
-    kernel: Kernel, source: str, *, interrupted: bool, duration_s: float | None, fingerprint: bool = False
-) -> ExecutionResult:
-    """Run one recorded cell as it was recorded: a cell the person interrupted is interrupted at the
-    recorded time (plus a second) rather than left to run to the kernel's timeout. With ``fingerprint``
-    the namespace fingerprint after it comes back in the same request."""
-    timeout = interrupt_after(duration_s, kernel.limits.timeout_s) if interrupted else None
-    return kernel.execute(source, timeout_s=timeout, fingerprint=fingerprint)
-
-
-def replay_step(kernel: Kernel, step: Step, *, fingerprint: bool = False) -> ExecutionResult:
-    """Replay a built step and check that it ends as it did when it was built.
-
-    Raises:
-        ReplayDivergedError: It timed out, needed a restart, or raised where the build did not (or the
-            other way round): the state after it cannot be the recorded one.
-        InfrastructureError: The kernel failed.
-    """
-    result = run_recorded(
-        kernel, step.source, interrupted=step.interrupted, duration_s=step.recorded_duration_s, fingerprint=fingerprint
-    )
-    if result.kernel_restarted != step.wedged or result.status != step.status:
-        how = "needed a kernel restart" if result.kernel_restarted else f"ended {result.status!r}"
-        built = "needed a restart" if step.wedged else f"ended {step.status!r}"
-        raise ReplayDivergedError(f"step {step.index} {how} on replay; when built it {built}")
-    return result
-
-
-def fresh_before(trajectory: Trajectory, step: int) -> bool:
-    """Whether ``step`` starts in a fresh kernel: the first step, one the person restarted the kernel
-    before, or one after a cell that wedged the kernel when built (it was restarted then)."""
-    steps = trajectory.steps
-    return step == 0 or steps[step].restarted_before or steps[step - 1].wedged
-
-
-def expected_fingerprint(trajectory: Trajectory, step: int) -> dict[str, str] | None:
-    """The recorded fingerprint of the namespace in which ``step`` starts (None where not recorded, or
-    recorded by another version of the fingerprint)."""
-    if trajectory.fingerprint_version != FINGERPRINT_VERSION:
-        return None
-    if fresh_before(trajectory, step):
-        return {}
-    return trajectory.steps[step - 1].fingerprint
-
-
-def files_before(trajectory: Trajectory, step: int) -> str | None:
-    """The content digest of the working folder in which ``step`` starts: the folder the replay started
-    with, else what the step before left (a restart keeps the files, as on a person's disk). None where
-    not recorded."""
-    if trajectory.workdir_digest is None:
-        return None
-    return trajectory.workdir_digest if step == 0 else trajectory.steps[step - 1].files
-
-
-def diff_fingerprints(expected: Mapping[str, str], actual: Mapping[str, str]) -> list[str]:
-    """What differs between a recorded and a live fingerprint, one line per name (empty: the same).
-
-    Type and shape (or length) must match; content hashes are compared where both sides have one.
-    """
-    lines = [f"{name}: missing" for name in sorted(expected.keys() - actual.keys())]
-    lines += [f"{name}: not recorded" for name in sorted(actual.keys() - expected.keys())]
-    for name in sorted(expected.keys() & actual.keys()):
-        want, got = expected[name].rsplit("|", 2), actual[name].rsplit("|", 2)
-        if want[:2] != got[:2] or (want[2] and got[2] and want[2] != got[2]):
-            lines.append(f"{name}: recorded {expected[name]}, live {actual[name]}")
-    return lines
-
-
-@dataclass
-class StateReport:
-    """How a state was served.
-
-    Attributes:
-        trajectory_id: The trajectory.
-        step: The step about to run (the kernel is in the state before it).
-        check: ``verified`` (the live fingerprint equals the recorded one), ``mismatch`` (it still
-            differs after repair) or ``unchecked`` (nothing recorded to check against).
-        route: How the state was reached (``forward``, ``snapshot``, ``fresh``, ``in place``).
-        faults: Infrastructure failures met and recovered from on the way.
-        differences: Where the live state differs from the recorded one (when ``mismatch``).
-        refused_snapshots: Snapshots passed over because a kernel of another environment wrote them
-            (``themisto env``): the state was replayed instead.
-    """
-
-    trajectory_id: str
-    step: int
-    check: StateCheck = "unchecked"
-    route: str = ""
-    faults: list[str] = field(default_factory=list)
-    differences: list[str] = field(default_factory=list)
-    refused_snapshots: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, object]:
-        """JSON-able form for ``info`` and result rows: what was checked and met, not the route taken
-        (which depends on where the kernel happened to be, so the same seed and actions give the same
-        ``info``, as gymnasium's checker requires)."""
-        info: dict[str, object] = {"check": self.check, "faults": list(self.faults)}
-        info["differences"] = self.differences[:20]
-        if self.refused_snapshots:
-            info["snapshots_refused"] = f"{len(self.refused_snapshots)} written in another kernel environment"
-        return info
 
 
 class TrajectoryKernel:
@@ -488,3 +381,18 @@ class TrajectoryKernel:
                     if live is not None:
                         route += f" + snapshot after step {step - 1} keeping {', '.join(keep)}"
             return route, live
+
+
+__all__ = [
+    "MAX_RECOVERIES",
+    "StateCheck",
+    "StateReport",
+    "TrajectoryKernel",
+    "diff_fingerprints",
+    "expected_fingerprint",
+    "files_before",
+    "fresh_before",
+    "interrupt_after",
+    "replay_step",
+    "run_recorded",
+]

@@ -1,0 +1,49 @@
+"""Running a recorded cell as it was recorded, and replaying a built step checked against its build.
+
+The builder records with :func:`run_recorded`; :class:`~themisto_env.replay.state.TrajectoryKernel`
+replays with :func:`replay_step`, which raises :class:`~themisto_env.errors.ReplayDivergedError` where a
+cell ends otherwise than when it was built.
+"""
+
+from __future__ import annotations
+
+from themisto_env.data.trajectory import Step
+from themisto_env.errors import ReplayDivergedError
+from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.models import ExecutionResult
+
+
+def interrupt_after(duration_s: float | None, timeout_s: float) -> float:
+    """The timeout that reproduces a cell the person interrupted: its recorded time plus a second."""
+    return min((duration_s or 5.0) + 1.0, timeout_s)
+
+
+def run_recorded(
+    kernel: Kernel, source: str, *, interrupted: bool, duration_s: float | None, fingerprint: bool = False
+) -> ExecutionResult:
+    """Run one recorded cell as it was recorded: a cell the person interrupted is interrupted at the
+    recorded time (plus a second) rather than left to run to the kernel's timeout. With ``fingerprint``
+    the namespace fingerprint after it comes back in the same request."""
+    timeout = interrupt_after(duration_s, kernel.limits.timeout_s) if interrupted else None
+    return kernel.execute(source, timeout_s=timeout, fingerprint=fingerprint)
+
+
+def replay_step(kernel: Kernel, step: Step, *, fingerprint: bool = False) -> ExecutionResult:
+    """Replay a built step and check that it ends as it did when it was built.
+
+    Raises:
+        ReplayDivergedError: It timed out, needed a restart, or raised where the build did not (or the
+            other way round): the state after it cannot be the recorded one.
+        InfrastructureError: The kernel failed.
+    """
+    result = run_recorded(
+        kernel, step.source, interrupted=step.interrupted, duration_s=step.recorded_duration_s, fingerprint=fingerprint
+    )
+    if result.kernel_restarted != step.wedged or result.status != step.status:
+        how = "needed a kernel restart" if result.kernel_restarted else f"ended {result.status!r}"
+        built = "needed a restart" if step.wedged else f"ended {step.status!r}"
+        raise ReplayDivergedError(f"step {step.index} {how} on replay; when built it {built}")
+    return result
+
+
+__all__ = ["interrupt_after", "replay_step", "run_recorded"]
