@@ -92,7 +92,8 @@ class ResultRow(BaseModel):
         infrastructure_error, state_mismatch, recovered, state_check: What the env reports of the state.
         prediction_failed: Why the prediction's own code failed (execution score), if it did.
         model_error: Why the model calls failed after their retries (the sample is run again on resume).
-        draws: With ``samples=K``, each prediction's fields (its own transcript included).
+        draws: With ``samples=K``, each prediction as a :class:`Draw` (its own transcript included); None
+            (and no ``draws`` key in the dict form) for a row of one prediction.
     """
 
     model_config = ConfigDict(extra="allow")
