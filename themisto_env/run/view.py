@@ -22,7 +22,6 @@ Everything from the runs is inserted as text (never as HTML), and the JSON is es
 
 from __future__ import annotations
 
-import html
 import json
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from themisto_env.errors import DataError
 from themisto_env.metrics import METRICS
 from themisto_env.run.compare import run_label
 from themisto_env.run.results import ResultRow, read_results
-from themisto_env.run.view_page import CSS, JS, PAGE
+from themisto_env.run.view_page import render_page
 
 ERROR_KINDS = ("infrastructure_error", "state_mismatch", "model_error", "prediction_failed")
 """A row's error kinds, in the order :func:`error_kind` tries them (that of the summary's counts)."""
@@ -117,12 +116,7 @@ def render_view(run_dirs: list[str | Path]) -> str:
     """The view's HTML for the given run folders (see the module docstring)."""
     data = view_data(run_dirs)
     title = "themisto view: " + ", ".join(r["label"] for r in data["runs"])
-    return (
-        PAGE.replace("__TITLE__", html.escape(title))
-        .replace("__CSS__", CSS)
-        .replace("__JS__", JS)
-        .replace("__DATA__", _script_json(data))
-    )
+    return render_page(title, _script_json(data))
 
 
 def write_view(run_dirs: list[str | Path], out: str | Path | None = None) -> Path:
