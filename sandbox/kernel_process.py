@@ -1,0 +1,176 @@
+"""A kernel's process: its run directory, start, restart, interrupt, liveness and close.
+
+:class:`KernelProcess` owns what a kernel is on the host: a private run directory and the backend's
+:class:`~themisto_env.sandbox.launcher.KernelLauncher` that runs the process in it. The run directory
+holds the connection file (``kernel.json``), the IPC sockets, the working folder (``work``), the owner
+record (see :mod:`themisto_env.sandbox.lifetime`) and two snapshot boxes (:data:`SNAPSHOT_INBOX`,
+:data:`SNAPSHOT_OUTBOX`).
+
+It knows nothing of the Jupyter protocol: connecting to the started process and disconnecting from it
+are the messaging side's (:class:`~themisto_env.sandbox.kernel_messaging.KernelMessaging`, through
+:meth:`KernelProcess._connect` and :meth:`KernelProcess._disconnect`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Self
+
+from jupyter_client.connect import write_connection_file
+
+from themisto_env.errors import InfrastructureError
+from themisto_env.sandbox import lifetime
+from themisto_env.sandbox.launcher import KernelLauncher
+from themisto_env.sandbox.models import SandboxLimits
+from themisto_env.sandbox.snapshots import SnapshotStore
+
+#: Folders of the run directory: snapshots handed in to the kernel, and written out for the host to check.
+SNAPSHOT_INBOX, SNAPSHOT_OUTBOX = "snapshots-in", "snapshots-out"
+#: The kernel's working folder in its run directory (its current directory on every backend).
+WORKDIR_NAME = "work"
+#: The connection file in the run directory.
+CONNECTION_FILE = "kernel.json"
+
+
+class KernelProcess:
+    """The process side of :class:`~themisto_env.sandbox.kernel.Kernel` (which sets these attributes)."""
+
+    backend: str
+    environment: str | None
+    limits: SandboxLimits
+    store: SnapshotStore
+    store_access: Literal["read", "copy"]
+    restarts: int
+    _launcher_cls: type[KernelLauncher]
+    _launcher_options: dict[str, Any]
+    _launcher: KernelLauncher | None
+    _run_dir: Path | None
+    _connection: dict[str, Any] | None
+
+    @property
+    def isolated(self) -> bool:
+        """Whether the backend isolates the kernel from the host."""
+        return bool(self._launcher_cls.isolated)
+
+    @property
+    def run_dir(self) -> Path:
+        """The kernel's private directory (connection file, sockets, working directory)."""
+        if self._run_dir is None:
+            raise InfrastructureError("the kernel is not started")
+        return self._run_dir
+
+    @property
+    def launcher(self) -> KernelLauncher:
+        """The backend's launcher that owns the kernel process."""
+        if self._launcher is None:
+            raise InfrastructureError("the kernel is not started")
+        return self._launcher
+
+    def start(self) -> Self:
+        """Start the kernel and wait until it answers. Returns ``self``."""
+        if self._launcher is not None:
+            return self
+        self._run_dir = Path(tempfile.mkdtemp(prefix=lifetime.RUN_DIR_PREFIX))
+        # A container's non-root user writes its sockets here; sticky, so it cannot replace the host's
+        # files (owner.json, which the reaper trusts, or the connection file).
+        os.chmod(self._run_dir, 0o1777)
+        workdir = self._run_dir / WORKDIR_NAME
+        workdir.mkdir()
+        os.chmod(workdir, 0o777)
+        connection_file = self._run_dir / CONNECTION_FILE
+        _, self._connection = write_connection_file(
+            str(connection_file), transport="ipc", ip=str(self._run_dir / "k"), key=uuid.uuid4().hex.encode()
+        )
+        os.chmod(connection_file, 0o644)
+        lifetime.write_owner(self._run_dir, self.backend)  # before any process: a reaper can find it
+        lifetime.track(self, self._run_dir)
+        for box in (SNAPSHOT_INBOX, SNAPSHOT_OUTBOX):
+            (self._run_dir / box).mkdir()
+            os.chmod(self._run_dir / box, 0o777)
+        self._launcher = self._launcher_cls(
+            self.limits,
+            shared_dirs=(self._run_dir,),
+            readonly_dirs=(self.store.root,) if self.store_access == "read" else (),
+            **self._launcher_options,
+        )
+        try:
+            self._launch()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _launch(self) -> None:
+        """Start the process, record it in the owner record, and connect to it."""
+        self.launcher.start(self.run_dir / CONNECTION_FILE, self.run_dir / WORKDIR_NAME)
+        self._record_owner()
+        self._connect()
+
+    def _connect(self) -> None:
+        """Connect to the started process and wait until it answers (the messaging side's job).
+
+        Raises:
+            KernelStartError: It did not answer in time, or died meanwhile.
+        """
+        raise NotImplementedError("KernelMessaging connects to the kernel")
+
+    def _disconnect(self) -> None:
+        """Drop the connection to the process, if any (the messaging side's job)."""
+        raise NotImplementedError("KernelMessaging disconnects from the kernel")
+
+    def restart(self) -> None:
+        """Kill the kernel process and start a fresh one (the user's state is gone)."""
+        self._stop_process(graceful=False)
+        self.restarts += 1
+        self._launch()
+
+    def close(self, *, graceful: bool = True) -> None:
+        """Stop the kernel, remove its process or container and its run directory. Idempotent.
+
+        Args:
+            graceful: Ask the process to end first (SIGTERM); else kill it outright (a kernel about to
+                be discarded, which may be busy with code that ignores signals).
+        """
+        lifetime.untrack(self)
+        self._stop_process(graceful=graceful)
+        self._launcher = None
+        if self._run_dir is not None:
+            shutil.rmtree(self._run_dir, ignore_errors=True)
+            self._run_dir = None
+
+    def _record_owner(self) -> None:
+        """Name the kernel's host processes and containers in the run directory's owner record, so that
+        they go with this process however it ends (see :mod:`themisto_env.sandbox.lifetime`)."""
+        lifetime.write_owner(self.run_dir, self.backend, **self.launcher.owner_record())
+
+    def _stop_process(self, *, graceful: bool) -> str:
+        """Disconnect and stop the process; return the launcher's stop path (``not started`` if none)."""
+        self._disconnect()
+        return self._launcher.stop(graceful=graceful) if self._launcher is not None else "not started"
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # last resort: never leave a process or container behind
+        if getattr(self, "_launcher", None) is not None:
+            with contextlib.suppress(Exception):
+                self.close()
+
+    def is_alive(self) -> bool:
+        """Whether the kernel process is running."""
+        return self._launcher is not None and self._launcher.is_alive()
+
+    def interrupt(self) -> None:
+        """Send an interrupt (SIGINT) to the kernel."""
+        self.launcher.interrupt()
