@@ -38,22 +38,34 @@ Next-cell prediction
 
 The static baseline is ``retrieval`` for output prediction and ``repeat-previous`` for next-cell
 prediction by default (``fallback=...`` chooses one for both).
+
+What a cell displays is read by :mod:`~themisto_env.agents.displayed`, the tools' answers by
+:mod:`~themisto_env.agents.tool_answers`; this module holds the rules and the agent.
 """
 
 from __future__ import annotations
 
 import ast
-import builtins
-import re
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
 from typing import Literal
 
 from themisto_env.agents.base import Action, BaseAgent, Info, Observation
 from themisto_env.agents.baselines import repeat_previous, retrieve
 from themisto_env.agents.cell_names import column_lookups, needed_names, parse_cell
+from themisto_env.agents.displayed import SCALAR_KINDS, DisplayedExpression, displayed_expression
 from themisto_env.agents.frame_text import notebook_frame_text
 from themisto_env.agents.history import parse_history
+from themisto_env.agents.tool_answers import (
+    Inspection,
+    displayed_class,
+    dtypes_repr,
+    frame_body,
+    info_columns,
+    is_pandas,
+    read_inspection,
+    says_undefined,
+    variable_types,
+)
 from themisto_env.env.actions import Prediction
 from themisto_env.env.tools import ToolCall
 
@@ -61,94 +73,9 @@ from themisto_env.env.tools import ToolCall
 Plan = Generator[ToolCall, str, str | None]
 
 Fallback = Literal["auto", "retrieval", "repeat-previous"]
-DisplayKind = Literal["value", "shape", "len", "type", "head", "describe", "info", "dtypes", "tuple"]
 
-_SCALAR_KINDS = frozenset({"value", "shape", "len", "type"})
 #: IPython's pretty printer breaks a tuple over lines when it is wider than this.
 _PRETTY_WIDTH = 79
-_CUT_MARKER = re.compile(r"\n?\.\.\. \[[\d,]+ more characters\]\s*\Z")
-_INFO_ROW = re.compile(r"^\s*\d+\s+(?P<column>.+?)\s+\d+ non-null\s+(?P<dtype>\S+)\s*$")
-
-
-@dataclass(frozen=True)
-class DisplayedExpression:
-    """What a cell's last line displays, in a form a tool can answer.
-
-    Attributes:
-        kind: Which expression of the variable (see the module docstring's table), or ``tuple``.
-        name: The variable ("" for a tuple).
-        n: The row count of ``head``.
-        parts: A tuple's elements (each a ``value``, ``shape``, ``len`` or ``type`` of a variable).
-    """
-
-    kind: DisplayKind
-    name: str
-    n: int = 5
-    parts: tuple[DisplayedExpression, ...] = ()
-
-
-def displayed_expression(cell: str) -> DisplayedExpression | None:
-    """The expression a cell ends by displaying, when a tool can answer it.
-
-    Args:
-        cell: The cell's source (IPython magic and shell lines are ignored).
-
-    Returns:
-        The expression, or None when the cell does not end with one of the supported expressions of a
-        variable untouched earlier in the cell, or when the display is suppressed by a ``;``.
-    """
-    if cell.rstrip().endswith(";"):
-        return None
-    parsed = parse_cell(cell)
-    if parsed is None:
-        return None
-    tree = parsed[0]
-    if not tree.body or not isinstance(tree.body[-1], ast.Expr):
-        return None
-    found = _classify(tree.body[-1].value)
-    if found is None:
-        return None
-    names = {part.name for part in found.parts} if found.kind == "tuple" else {found.name}
-    earlier = ast.Module(body=tree.body[:-1], type_ignores=[])
-    if any(isinstance(node, ast.Name) and node.id in names for node in ast.walk(earlier)):
-        return None
-    return found
-
-
-def _classify(expr: ast.expr) -> DisplayedExpression | None:
-    if isinstance(expr, ast.Tuple) and expr.elts:
-        parts = tuple(_classify(element) for element in expr.elts)
-        if all(p is not None and p.kind in _SCALAR_KINDS for p in parts):
-            return DisplayedExpression("tuple", "", parts=parts)  # type: ignore[arg-type]
-        return None
-    if isinstance(expr, ast.Name):
-        return DisplayedExpression("value", expr.id)
-    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
-        if expr.attr in ("shape", "dtypes"):
-            return DisplayedExpression(expr.attr, expr.value.id)  # type: ignore[arg-type]
-        return None
-    if not isinstance(expr, ast.Call):
-        return None
-    func, args, keywords = expr.func, expr.args, expr.keywords
-    if isinstance(func, ast.Name) and func.id in ("len", "type") and len(args) == 1 and not keywords:
-        if isinstance(args[0], ast.Name):
-            return DisplayedExpression(func.id, args[0].id)  # type: ignore[arg-type]
-        return None
-    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
-        return None
-    name = func.value.id
-    if func.attr in ("describe", "info") and not args and not keywords:
-        return DisplayedExpression(func.attr, name)  # type: ignore[arg-type]
-    if func.attr == "head":
-        values = [*args, *(k.value for k in keywords if k.arg == "n")]
-        if len(values) > 1 or len(keywords) > (0 if args else 1):
-            return None
-        if not values:
-            return DisplayedExpression("head", name)
-        value = values[0]
-        if isinstance(value, ast.Constant) and isinstance(value.value, int) and 1 <= value.value <= 50:
-            return DisplayedExpression("head", name, value.value)
-    return None
 
 
 # -- rules --------------------------------------------------------------------------------------------
@@ -168,7 +95,7 @@ def output_plan(observation: Observation, budget: int) -> Plan:
     if (needed or lookups) and budget - reserve >= 1:
         listing = yield ToolCall(tool="list_variables", args={})
         budget -= 1
-        types = _variable_types(listing)
+        types = variable_types(listing)
         imported = _imported_names(observation)
         for name in needed if types is not None else ():
             if name in types or name in imported:  # type: ignore[operator]
@@ -176,13 +103,13 @@ def output_plan(observation: Observation, budget: int) -> Plan:
             if budget - reserve < 1:
                 break
             budget -= 1
-            if _undefined((yield _inspect(name))):
+            if says_undefined((yield _inspect(name))):
                 return f"NameError: name '{name}' is not defined"
         for name, column in lookups if types is not None else ():
-            if not _is_pandas(types.get(name, ""), "DataFrame") or budget - reserve < 1:  # type: ignore[union-attr]
+            if not is_pandas(types.get(name, ""), "DataFrame") or budget - reserve < 1:  # type: ignore[union-attr]
                 continue
             budget -= 1
-            columns = _info_columns((yield ToolCall(tool="dataframe_info", args={"name": name})))
+            columns = info_columns((yield ToolCall(tool="dataframe_info", args={"name": name})))
             if columns is not None and column not in columns:
                 return f"KeyError: '{column}'"
     if expr is None:
@@ -196,36 +123,36 @@ def display_plan(expr: DisplayedExpression) -> Plan:
         tool = {"head": "dataframe_head", "describe": "dataframe_describe", "info": "dataframe_info"}[expr.kind]
         args: dict[str, object] = {"name": expr.name, **({"n": expr.n} if expr.kind == "head" else {})}
         result = yield ToolCall(tool=tool, args=args)
-        body = _body(result)
+        body = frame_body(result)
         if body is None:
             return None
         return body if expr.kind == "info" else notebook_frame_text(body)
     if expr.kind == "tuple":
-        inspected: dict[str, _Inspection | None] = {}
+        inspected: dict[str, Inspection | None] = {}
         for name in dict.fromkeys(part.name for part in expr.parts):
-            inspected[name] = _inspection((yield _inspect(name)))
+            inspected[name] = read_inspection((yield _inspect(name)))
         texts = [_scalar(part, inspected[part.name]) for part in expr.parts]
         if any(text is None or "\n" in text for text in texts):
             return None
         return _tuple_repr([text for text in texts if text is not None])
-    facts = _inspection((yield _inspect(expr.name)))
-    if expr.kind in _SCALAR_KINDS:
+    facts = read_inspection((yield _inspect(expr.name)))
+    if expr.kind in SCALAR_KINDS:
         return _scalar(expr, facts)
     if facts is None:
         return None
     # dtypes
-    if not _is_pandas(facts.type, "DataFrame"):
+    if not is_pandas(facts.type, "DataFrame"):
         return f"dtype('{facts.dtype}')" if facts.dtype else None
     info = yield ToolCall(tool="dataframe_info", args={"name": expr.name})
-    body = _body(info)
-    return _dtypes_repr(body) if body is not None else None
+    body = frame_body(info)
+    return dtypes_repr(body) if body is not None else None
 
 
 def _inspect(name: str) -> ToolCall:
     return ToolCall(tool="inspect_variable", args={"name": name, "max_chars": 4000})
 
 
-def _scalar(expr: DisplayedExpression, facts: _Inspection | None) -> str | None:
+def _scalar(expr: DisplayedExpression, facts: Inspection | None) -> str | None:
     """The text of a ``value``, ``shape``, ``len`` or ``type`` expression from the variable's inspection."""
     if facts is None:
         return None
@@ -235,7 +162,7 @@ def _scalar(expr: DisplayedExpression, facts: _Inspection | None) -> str | None:
         return facts.shape
     if expr.kind == "len":
         return facts.length
-    return _qualified(facts.type)
+    return displayed_class(facts.type)
 
 
 def _tuple_repr(items: list[str]) -> str:
@@ -255,101 +182,11 @@ def next_cell_plan(observation: Observation) -> Plan:
     if name is None:
         return None
     listing = yield ToolCall(tool="list_variables", args={})
-    types = _variable_types(listing) or {}
+    types = variable_types(listing) or {}
     if name not in types:
         return None
-    frame = _is_pandas(types[name], "DataFrame") or _is_pandas(types[name], "Series")
+    frame = is_pandas(types[name], "DataFrame") or is_pandas(types[name], "Series")
     return f"{name}.head()" if frame else name
-
-
-# -- reading tool results -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Inspection:
-    type: str
-    shape: str | None
-    length: str | None
-    dtype: str | None
-    value: str
-
-
-def _body(result: str) -> str | None:
-    """A dataframe tool's text without its ``name.view():`` title line (None for an error)."""
-    if result.startswith("Error:") or "\n" not in result:
-        return None
-    return _CUT_MARKER.sub("", result.split("\n", 1)[1])
-
-
-def _inspection(result: str) -> _Inspection | None:
-    if result.startswith("Error:"):
-        return None
-    lines = result.split("\n")
-    if len(lines) < 3 or ": " not in lines[0] or "value:" not in lines:
-        return None
-    type_name = lines[0].split(": ", 1)[1]
-    facts = lines[1]
-    shape = re.search(r"\bshape (\([\d, ]*\))", facts)
-    length = re.search(r"\blen (\d+)", facts)
-    dtype = re.search(r"\bdtype (\S+)", facts)
-    value = "\n".join(lines[lines.index("value:") + 1 :])
-    first_dim = re.match(r"\((\d+)", shape.group(1)) if shape else None
-    return _Inspection(
-        type=type_name,
-        shape=shape.group(1) if shape else None,
-        length=length.group(1) if length else (first_dim.group(1) if first_dim else None),
-        dtype=dtype.group(1).rstrip(",") if dtype else None,
-        value=_CUT_MARKER.sub("", value),
-    )
-
-
-def _is_pandas(type_name: str, cls: str) -> bool:
-    """Whether a type name is pandas' ``cls`` (``pandas.DataFrame`` in pandas 3, ``pandas.core.frame...``)."""
-    return type_name.startswith("pandas.") and type_name.rsplit(".", 1)[-1] == cls
-
-
-def _qualified(type_name: str) -> str:
-    """How IPython displays a class (``type(x)``): ``int``, ``numpy.float64``, ``__main__.Model``."""
-    if "." in type_name or isinstance(getattr(builtins, type_name, None), type):
-        return type_name
-    return f"__main__.{type_name}"
-
-
-def _dtypes_repr(info_text: str) -> str | None:
-    """``df.dtypes`` as a notebook shows it, from ``df.info()``'s column table."""
-    import pandas as pd
-
-    rows = [m for line in info_text.split("\n") if (m := _INFO_ROW.match(line))]
-    if not rows:
-        return None
-    dtypes = pd.Series([m["dtype"] for m in rows], index=[m["column"] for m in rows], dtype=object)
-    return repr(dtypes)
-
-
-def _variable_types(listing: str) -> dict[str, str] | None:
-    """Name -> type from ``list_variables``' table (None when the tool failed)."""
-    if listing.startswith("Error:"):
-        return None
-    types = {}
-    for line in listing.split("\n")[2:]:
-        parts = line.split()
-        if len(parts) >= 2:
-            types[parts[0]] = parts[1]
-    return types
-
-
-def _undefined(result: str) -> bool:
-    """Whether an ``inspect_variable`` answer says the kernel has no such name."""
-    return result.startswith("Error: no variable named")
-
-
-def _info_columns(result: str) -> set[str] | None:
-    """The column names in a ``dataframe_info`` answer (None for an error or a summary without them)."""
-    body = _body(result)
-    if body is None:
-        return None
-    columns = {m["column"] for line in body.split("\n") if (m := _INFO_ROW.match(line))}
-    return columns or None
 
 
 def _imported_names(observation: Observation) -> set[str]:
