@@ -18,41 +18,43 @@ mount that is still not writable by uid 1000 the launcher adds the ``o+rwx`` bit
 recursively, never removing bits). The connection file must be readable by uid 1000; the kernel rewrites
 it as its own user with mode 0600, so the host keeps its content in memory.
 
-Each container gets a unique name (``themisto-kernel-<hex>``) and labels that let
-:meth:`DockerLauncher.cleanup_stale` find containers whose host process died: ``themisto-env.kernel=1``,
-``themisto-env.host`` (host name), ``themisto-env.host-pid``, ``themisto-env.host-pid-start`` (the
-process's start time, so a reused pid is not mistaken for the owner) and ``themisto-env.created``.
-
+The engine's client and errors are :mod:`themisto_env.sandbox.docker_engine`'s; what a kernel container
+is (name, labels, run options) and the bookkeeping of containers (stale ones, what the host sees of them)
+are :mod:`themisto_env.sandbox.docker_containers`' (both re-exported here where callers used them).
 The docker SDK is imported only when a launcher is used; importing this module has no side effects.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
 import os
-import secrets
-import signal
-import socket
-import stat
 import time
 import weakref
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 from themisto_env.errors import BackendUnavailableError, KernelStartError
-from themisto_env.sandbox.environments import environment_image
-from themisto_env.sandbox.launcher import KERNEL_ENVIRONMENT, KernelLauncher
-from themisto_env.sandbox.lifetime import (
+from themisto_env.sandbox.docker_containers import (
     LABEL_CREATED,
     LABEL_HOST,
     LABEL_HOST_PID,
     LABEL_HOST_PID_START,
-    LABEL_KERNEL,  # on every kernel container (value "1")
-    engine_unreachable,
+    LABEL_KERNEL,
+    cgroup_limit_events,
+    container_labels,
+    container_name,
+    grant_kernel_access,
+    host_children,
+    host_cmdline,
+    kernel_container_options,
+    last_log_line,
+    remove_stale_containers,
+    signal_name,
 )
-from themisto_env.sandbox.lifetime import process_start as _process_start
+from themisto_env.sandbox.docker_engine import docker_client, engine, image_exists, unreachable
+from themisto_env.sandbox.environments import environment_image
+from themisto_env.sandbox.launcher import KernelLauncher
+from themisto_env.sandbox.lifetime import engine_unreachable, process_start
 from themisto_env.sandbox.models import SandboxLimits
 
 __all__ = [
@@ -62,11 +64,10 @@ __all__ = [
     "LABEL_HOST_PID_START",
     "LABEL_KERNEL",
     "DockerLauncher",
+    "default_image",
     "engine",
     "remove_stale_containers",
 ]
-#: The user the kernel runs as inside the container.
-KERNEL_UID = 1000
 #: Where shared dirs other than the run dir are mounted inside the container.
 SHARED_MOUNT_ROOT = "/mnt/themisto"
 #: Seconds a SIGTERM'd kernel gets to exit before the container is killed (graceful stop).
@@ -80,121 +81,6 @@ def default_image() -> str:
     from themisto_env.sandbox.image import default_image as image_default
 
     return image_default()
-
-
-def engine_address(client: Any = None) -> str:
-    """The Docker engine a client talks to (without one: ``DOCKER_HOST``, else the default socket)."""
-    api = getattr(client, "api", None)
-    socket_path = getattr(getattr(api, "_custom_adapter", None), "socket_path", None)
-    if socket_path:
-        return f"unix://{socket_path}"
-    base_url = str(getattr(api, "base_url", "") or "")
-    if base_url and not base_url.startswith("http+docker://"):
-        return base_url
-    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-
-
-def _short_reason(exc: BaseException) -> str:
-    """The root cause of an SDK or requests error in a few words (``Connection refused``, ...)."""
-    seen: set[int] = set()
-    todo: list[object] = [exc]
-    while todo:
-        item = todo.pop(0)
-        if not isinstance(item, BaseException) or id(item) in seen:
-            continue
-        seen.add(id(item))
-        if isinstance(item, OSError) and item.strerror:
-            return str(item.strerror)
-        todo += [*item.args, item.__cause__, item.__context__]
-    text = " ".join(str(exc).split())
-    return text[:200] or type(exc).__name__
-
-
-def unreachable(exc: BaseException, client: Any = None) -> BackendUnavailableError:
-    """The one-line error for an engine that does not answer."""
-    reason = _short_reason(exc)
-    if "ermission denied" in reason:
-        fix = "add your user to the `docker` group (or run as root)"
-    else:
-        fix = (
-            "start it with `dockerd >/var/log/dockerd.log 2>&1 &` as root, `systemctl start docker`, "
-            "or `.ci/setup-docker.sh`"
-        )
-    return BackendUnavailableError(f"the Docker engine at {engine_address(client)} is not reachable: {reason}; {fix}")
-
-
-@contextlib.contextmanager
-def engine(client: Any = None) -> Iterator[None]:
-    """Around docker SDK calls: an unreachable engine becomes :class:`BackendUnavailableError` (one line);
-    the engine's own answers (``NotFound``, ``APIError``) pass through."""
-    try:
-        yield
-    except Exception as exc:
-        if engine_unreachable(exc):
-            raise unreachable(exc, client) from exc
-        raise
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return [part.decode(errors="replace") for part in f.read().split(b"\0") if part]
-    except OSError:
-        return []
-
-
-def _children(pid: int) -> list[int]:
-    found: list[int] = []
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                found += [int(p) for p in f.read().split()]
-    except (OSError, ValueError):
-        return []
-    return found
-
-
-def _owner_alive(labels: dict[str, str]) -> bool:
-    """Whether the host process named in a container's labels is still running."""
-    try:
-        pid = int(labels.get(LABEL_HOST_PID, ""))
-    except ValueError:
-        return False
-    start = _process_start(pid)
-    if start is None:
-        return False
-    recorded = labels.get(LABEL_HOST_PID_START)
-    return recorded is None or recorded == start
-
-
-def _grant_kernel_access(folder: Path, *, write: bool = True) -> None:
-    """Make ``folder`` usable by the kernel's uid (``o+rwx``, or ``o+rx`` for a read-only mount), adding
-    bits only where they are missing."""
-    st = folder.stat()
-    bits = 0o007 if write else 0o005
-    if st.st_uid == KERNEL_UID or st.st_mode & bits == bits:
-        return
-    with contextlib.suppress(PermissionError):
-        os.chmod(folder, stat.S_IMODE(st.st_mode) | bits)
-
-
-def _counter(path: Path, key: str, name: str) -> dict[str, int]:
-    """``{name: value}`` of the line ``key value`` of a cgroup file, if the file exists and is non-zero."""
-    try:
-        for line in path.read_text().splitlines():
-            parts = line.split()
-            if len(parts) == 2 and parts[0] == key and int(parts[1]):
-                return {name: int(parts[1])}
-    except (OSError, ValueError):
-        pass
-    return {}
-
-
-def _signal_name(code: int) -> str:
-    try:
-        return signal.Signals(code - 128).name
-    except ValueError:
-        return f"signal {code - 128}"
 
 
 def _remove_quietly(client: Any, container_id: str) -> None:
@@ -251,12 +137,8 @@ class DockerLauncher(KernelLauncher):
     def _docker(self) -> Any:
         """The docker client, after checking that the engine answers and the image exists."""
         if self._client is None:
-            from themisto_env.sandbox.image import docker_client
-
             self._client = docker_client()
         if not self._image_checked:
-            from themisto_env.sandbox.image import image_exists
-
             self.image = self.image or default_image()
             with engine(self._client):
                 exists = image_exists(self._client, self.image)
@@ -327,21 +209,14 @@ class DockerLauncher(KernelLauncher):
         readonly = {Path(os.path.abspath(p)) for p in self.readonly_dirs}
         for folder in mounts:
             folder.mkdir(parents=True, exist_ok=True)
-            _grant_kernel_access(folder, write=folder not in readonly)
+            grant_kernel_access(folder, write=folder not in readonly)
         # The run dir and workdir keep their path (the IPC sockets' paths must agree inside and out);
         # other shared dirs (the snapshot store) go under /mnt, as their host path may lie in a folder
         # the kernel's user cannot enter in the container (e.g. /root/.cache).
         keep = {Path(os.path.abspath(connection_file.parent)), Path(os.path.abspath(workdir))}
         self._targets = {p: str(p) if p in keep else f"{SHARED_MOUNT_ROOT}/{i}" for i, p in enumerate(mounts)}
-        limits = self.limits
-        name = f"themisto-kernel-{secrets.token_hex(6)}"
-        labels = {
-            LABEL_KERNEL: "1",
-            LABEL_HOST: socket.gethostname(),
-            LABEL_HOST_PID: str(os.getpid()),
-            LABEL_HOST_PID_START: _process_start(os.getpid()) or "",
-            LABEL_CREATED: datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        }
+        name = container_name()
+        labels = container_labels()
         try:
             with engine(client):
                 container = client.containers.run(
@@ -349,27 +224,7 @@ class DockerLauncher(KernelLauncher):
                     self.command(connection_file),
                     name=name,
                     labels=labels,
-                    detach=True,
-                    init=True,
-                    network_mode="none",
-                    read_only=True,
-                    tmpfs={"/tmp": f"rw,nosuid,nodev,size={limits.memory_mb}m,mode=1777"},
-                    user=f"{KERNEL_UID}:{KERNEL_UID}",
-                    cap_drop=["ALL"],
-                    security_opt=["no-new-privileges"],
-                    mem_limit=f"{limits.memory_mb}m",
-                    memswap_limit=f"{limits.memory_mb}m",
-                    nano_cpus=int(limits.cpus * 1e9),
-                    pids_limit=limits.pids,
-                    volumes={
-                        str(p): {"bind": target, "mode": "ro" if p in readonly else "rw"}
-                        for p, target in self._targets.items()
-                    },
-                    working_dir=str(workdir),
-                    # $PWD names the working folder; $HOME the tmpfs (the kernel's user has no home).
-                    environment={**KERNEL_ENVIRONMENT, "PWD": str(workdir), "HOME": "/tmp"},
-                    stdin_open=False,
-                    tty=False,
+                    **kernel_container_options(self.limits, self._targets, readonly=readonly, workdir=workdir),
                 )
         except docker.errors.ImageNotFound as exc:
             self._image_checked = False
@@ -393,8 +248,8 @@ class DockerLauncher(KernelLauncher):
         pid = int(container.attrs.get("State", {}).get("Pid") or 0)
         # Watch the init's host pid only when it is really visible here (same pid namespace as dockerd):
         # its command line is docker-init's, ending with this kernel's connection file.
-        if pid and str(connection_file) in _cmdline(pid):
-            self._init_pid, self._init_start = pid, _process_start(pid)
+        if pid and str(connection_file) in host_cmdline(pid):
+            self._init_pid, self._init_start = pid, process_start(pid)
 
     def _reload(self, *, force: bool = False) -> dict[str, Any]:
         """The container's State, asking the engine at most every RELOAD_INTERVAL_S unless forced."""
@@ -421,7 +276,7 @@ class DockerLauncher(KernelLauncher):
         if self._container is None:
             return False
         if self._init_pid is not None:
-            if _process_start(self._init_pid) == self._init_start:
+            if process_start(self._init_pid) == self._init_start:
                 return True
             return bool(self._reload(force=True).get("Running"))  # confirm before declaring death
         return bool(self._reload().get("Running"))
@@ -439,28 +294,8 @@ class DockerLauncher(KernelLauncher):
         return bool(self._reload(force=True).get("OOMKilled"))
 
     def limit_events(self) -> dict[str, int]:
-        """Limit hits from the container's cgroup on the host (v1 or v2, cgroupfs or systemd driver):
-        the kernel cannot forge them."""
-        if self._container is None:
-            return {}
-        cid = self._container.id
-        events: dict[str, int] = {}
-        for folder in (
-            Path("/sys/fs/cgroup/memory/docker", cid),  # v1, cgroupfs
-            Path("/sys/fs/cgroup/memory/system.slice", f"docker-{cid}.scope"),  # v1, systemd
-            Path("/sys/fs/cgroup/docker", cid),  # v2, cgroupfs
-            Path("/sys/fs/cgroup/system.slice", f"docker-{cid}.scope"),  # v2, systemd
-        ):
-            for name in ("memory.oom_control", "memory.events"):
-                events.update(_counter(folder / name, "oom_kill", "oom_kill"))
-        for folder in (
-            Path("/sys/fs/cgroup/pids/docker", cid),
-            Path("/sys/fs/cgroup/pids/system.slice", f"docker-{cid}.scope"),
-            Path("/sys/fs/cgroup/docker", cid),
-            Path("/sys/fs/cgroup/system.slice", f"docker-{cid}.scope"),
-        ):
-            events.update(_counter(folder / "pids.events", "max", "pids_max"))
-        return events
+        """Limit hits from the container's cgroup on the host: the kernel cannot forge them."""
+        return cgroup_limit_events(self._container.id) if self._container is not None else {}
 
     def exit_reason(self) -> str:
         """Exit code (or signal) and OOM kill from the container's state, and its last log line."""
@@ -475,18 +310,13 @@ class DockerLauncher(KernelLauncher):
         parts = [f"container {self.container_name} {status}"]
         code = state.get("ExitCode")
         if isinstance(code, int):
-            parts.append(f"exit code {code}" + (f" ({_signal_name(code)})" if code > 128 else ""))
+            parts.append(f"exit code {code}" + (f" ({signal_name(code)})" if code > 128 else ""))
         if state.get("OOMKilled"):
             parts.append(f"OOMKilled: out of memory (limit {self.limits.memory_mb} MiB)")
         if state.get("Error"):
             parts.append(f"error: {state['Error']}")
-        with contextlib.suppress(Exception):
-            lines = self._container.logs(tail=50).decode(errors="replace").splitlines()
-            # ipykernel's start-up banner ends with "--existing FILE": only what follows is news.
-            banner_end = max((i for i, line in enumerate(lines) if "--existing" in line), default=-1)
-            news = [line for line in lines[banner_end + 1 :] if line.strip()]
-            if news:
-                parts.append(f"last log line: {news[-1][:300]}")
+        if (line := last_log_line(self._container)) is not None:
+            parts.append(f"last log line: {line[:300]}")
         return "; ".join(parts)
 
     def interrupt(self) -> None:
@@ -539,7 +369,7 @@ class DockerLauncher(KernelLauncher):
         """A container's state; with ``wait_s``, first wait that long for the init to exit."""
         if self._init_pid is not None:
             deadline = time.monotonic() + wait_s
-            while _process_start(self._init_pid) == self._init_start:
+            while process_start(self._init_pid) == self._init_start:
                 if time.monotonic() >= deadline:
                     return {"Running": True}
                 time.sleep(0.005)
@@ -553,10 +383,10 @@ class DockerLauncher(KernelLauncher):
         """Host pid of the ipykernel process (the child of the container's init), if visible here."""
         if self._init_pid is None or self._container is None:
             return None
-        if self._kernel_pid is not None and _process_start(self._kernel_pid) is not None:
+        if self._kernel_pid is not None and process_start(self._kernel_pid) is not None:
             return self._kernel_pid
-        for child in _children(self._init_pid):
-            if any("ipykernel" in part for part in _cmdline(child)):
+        for child in host_children(self._init_pid):
+            if any("ipykernel" in part for part in host_cmdline(child)):
                 self._kernel_pid = child
                 return child
         return None
@@ -576,31 +406,3 @@ class DockerLauncher(KernelLauncher):
     def owner_record(self) -> dict[str, list[Any]]:
         """The container's id (the reaper removes it if this process dies)."""
         return {"processes": [], "containers": [str(self._container.id)] if self._container is not None else []}
-
-
-def remove_stale_containers(*, dry_run: bool = False) -> list[str]:
-    """Remove (with ``dry_run``: only list) the kernel containers of this host whose owner is dead.
-
-    Raises:
-        BackendUnavailableError: No engine answers.
-    """
-    import docker
-    import docker.errors
-
-    client = None
-    with engine(client):
-        client = docker.from_env()
-        # A container removed between the listing and its inspection (by its owner, or another
-        # process sharing the engine) is skipped, not an error.
-        containers = client.containers.list(all=True, filters={"label": f"{LABEL_KERNEL}=1"}, ignore_removed=True)
-    host = socket.gethostname()
-    removed: list[str] = []
-    for container in containers:
-        labels = container.labels or {}
-        if labels.get(LABEL_HOST, host) != host or _owner_alive(labels):
-            continue
-        with contextlib.suppress(docker.errors.NotFound), engine(client):
-            if not dry_run:
-                container.remove(force=True)
-            removed.append(container.name)
-    return removed

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from themisto_env.errors import BackendUnavailableError
+from themisto_env.sandbox.docker_engine import docker_client, image_exists, image_id
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -249,45 +250,6 @@ def write_context(spec: ImageSpec, dest: Path, *, wheels: Iterable[Path] = ()) -
     return dest
 
 
-def image_exists(client: Any, name: str) -> bool:
-    """Whether the engine behind ``client`` (a ``docker.DockerClient``) has image ``name``."""
-    import docker.errors
-
-    try:
-        client.images.get(name)
-    except docker.errors.ImageNotFound:
-        return False
-    return True
-
-
-def _image_id(client: Any, name: str) -> str | None:
-    import docker.errors
-
-    try:
-        return str(client.images.get(name).id)
-    except docker.errors.ImageNotFound:
-        return None
-
-
-def docker_client() -> Any:
-    """A ``docker.DockerClient`` for the engine in the environment (``DOCKER_HOST`` or the socket).
-
-    Raises:
-        BackendUnavailableError: No engine answers; the message says how to start one.
-    """
-    import docker
-    import docker.errors
-
-    try:
-        client = docker.from_env()
-        client.ping()
-    except (docker.errors.DockerException, OSError) as exc:
-        from themisto_env.sandbox.docker import unreachable
-
-        raise unreachable(exc) from exc
-    return client
-
-
 def build_image(
     spec: ImageSpec | None = None,
     *,
@@ -342,13 +304,13 @@ def build_image(
             buildargs, network = {}, "default"
         else:
             raise ValueError(f"unknown build method {method!r}; use 'debootstrap' or 'dockerfile'")
-        replaced = _image_id(client, name)
+        replaced = image_id(client, name)
         _docker_build(client, context, name, spec, buildargs, network, cache / "build.log", console, force)
         # The multi-stage build leaves its first stage (venv + wheels) as a dangling image, and a forced
         # rebuild the image it replaced: drop both (an image a container still uses is kept).
         with contextlib.suppress(Exception):
             client.images.prune(filters={"dangling": True, "label": "themisto-env.stage=build"})
-        if replaced is not None and replaced != _image_id(client, name):
+        if replaced is not None and replaced != image_id(client, name):
             with contextlib.suppress(Exception):
                 client.images.remove(replaced)
     size = client.images.get(name).attrs.get("Size", 0)
