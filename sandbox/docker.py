@@ -53,6 +53,7 @@ from themisto_env.sandbox.docker_containers import (
 )
 from themisto_env.sandbox.docker_engine import docker_client, engine, image_exists, unreachable
 from themisto_env.sandbox.environments import environment_image
+from themisto_env.sandbox.image_spec import default_image
 from themisto_env.sandbox.launcher import KernelLauncher
 from themisto_env.sandbox.lifetime import engine_unreachable, process_start
 from themisto_env.sandbox.models import SandboxLimits
@@ -74,13 +75,6 @@ SHARED_MOUNT_ROOT = "/mnt/themisto"
 TERM_GRACE_S = 2.0
 #: Without a host pid to watch, the engine is asked about the container at most this often.
 RELOAD_INTERVAL_S = 0.5
-
-
-def default_image() -> str:
-    """Name of the default kernel image (the host's package set): see :mod:`themisto_env.sandbox.image`."""
-    from themisto_env.sandbox.image import default_image as image_default
-
-    return image_default()
 
 
 def _remove_quietly(client: Any, container_id: str) -> None:

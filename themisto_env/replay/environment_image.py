@@ -6,7 +6,6 @@ debootstrap base (:mod:`themisto_env.sandbox.image`) with the environment's Debi
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import shutil
 import tempfile
@@ -70,22 +69,17 @@ def build_image(record: EnvironmentRecord, console: Console | None = None) -> st
                 shutil.copy2(wheel, wheelhouse / wheel.name)
         spec = kernel_image.ImageSpec(packages=pins, repository=kernel_image.IMAGE_REPOSITORY)
         include = (*kernel_image.DEBOOTSTRAP_INCLUDE, *record.spec.apt)
-        with kernel_image._locked(cache / "build.lock", console):
-            base = kernel_image._ensure_base(client, cache, console, include=include)
-            context = kernel_image.write_context(spec, Path(tmp) / "context", wheels=sorted(wheels.glob("*.whl")))
-            kernel_image._docker_build(
+        with kernel_image.build_lock(cache / "build.lock", console):
+            kernel_image.build_from_wheels(
                 client,
-                context,
-                name,
                 spec,
-                {"BASE_IMAGE": base, "PIP_INSTALL_OPTIONS": "--no-index"},
-                "none",
-                log,
-                console,
-                False,
+                name,
+                sorted(wheels.glob("*.whl")),
+                context=Path(tmp) / "context",
+                log=log,
+                console=console,
+                include=include,
             )
-            with contextlib.suppress(Exception):
-                client.images.prune(filters={"dangling": True, "label": "themisto-env.stage=build"})
     return name
 
 
