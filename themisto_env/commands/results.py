@@ -1,0 +1,82 @@
+"""``themisto compare``, ``report`` and ``view``: what runs wrote, compared, plotted and browsed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from themisto_env.commands.common import console
+
+
+def compare_command(
+    run_a: Annotated[Path, typer.Argument(help="First run folder.")],
+    run_b: Annotated[Path, typer.Argument(help="Second run folder.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Two runs on the same samples: paired differences with bootstrap intervals, and where each wins."""
+    from themisto_env.run.compare import compare_runs
+
+    result = compare_runs(run_a, run_b)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    table = Table(
+        title=escape(
+            f"A = {result['a']}  vs  B = {result['b']}  ({result['shared_samples']} shared samples in "
+            f"{result['shared_trajectories']} trajectories, resampled whole)"
+        )
+    )
+    for column in ("metric", "A", "B", "A - B", "95% CI", "A wins / ties / B wins"):
+        table.add_column(column)
+    for metric, d in result["metrics"].items():
+        mark = "[bold]" if d["significant"] else ""
+        table.add_row(
+            metric,
+            f"{d['mean_a']:.3f}",
+            f"{d['mean_b']:.3f}",
+            f"{mark}{d['mean_diff']:+.3f}",
+            escape(f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"),
+            f"{d['wins']} / {d['ties']} / {d['losses']}",
+        )
+    console.print(table)
+    for side, key in (("A", "a_wins_most"), ("B", "b_wins_most")):
+        for ex in result[key]:
+            console.print(
+                f"{side} wins most on {ex['sample_id']}: ROUGE-L {ex['rouge_l_a']:.2f} vs {ex['rouge_l_b']:.2f}",
+                markup=False,
+            )
+
+
+def report_command(
+    run_dirs: Annotated[list[Path], typer.Argument(help="Run folders to put in one report.")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="HTML file (default: RUN_DIR/report.html).")] = None,
+) -> None:
+    """An HTML report with plots: metrics by run, score along the trajectory, tool usage."""
+    from themisto_env.run.report import write_report
+
+    path = write_report(list(run_dirs), out)
+    console.print(f"report: {path}", markup=False)
+
+
+def view_command(
+    run_dirs: Annotated[list[Path], typer.Argument(help="Run folders to browse side by side.")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="HTML file (default: RUN_DIR/view.html).")] = None,
+    open_page: Annotated[bool, typer.Option("--open", help="Open the page in the default browser.")] = False,
+) -> None:
+    """One HTML page to browse every sample: filters, the runs side by side, transcripts."""
+    from themisto_env.run.view import write_view
+
+    path = write_view(list(run_dirs), out)
+    typer.echo(path)  # the path alone, unwrapped: `xdg-open $(themisto view RUN)`
+    if open_page:
+        import webbrowser
+
+        webbrowser.open(path.resolve().as_uri())
+
+
+__all__ = ["compare_command", "report_command", "view_command"]

@@ -1,0 +1,87 @@
+"""``themisto sandbox``: build the kernel image, check a backend, remove what dead processes left."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from themisto_env.commands.common import Backend, console
+
+sandbox_app = typer.Typer(
+    help="Kernel backends: build the image, check a backend, remove what dead processes left.", no_args_is_help=True
+)
+"""``themisto sandbox``."""
+
+
+@sandbox_app.command("build-image")
+def sandbox_build_image(
+    force: Annotated[bool, typer.Option(help="Rebuild even if the image exists.")] = False,
+) -> None:
+    """Build the kernel container image offline (debootstrap + wheels of the host's versions)."""
+    from themisto_env.sandbox.image import build_image
+
+    name = build_image(force=force)
+    console.print(f"kernel image: [bold]{escape(name)}[/]")
+
+
+@sandbox_app.command("check")
+def sandbox_check(backend: Backend = "local") -> None:
+    """Run the conformance suite on a backend and print a table; exit 1 if a check fails."""
+    from themisto_env.sandbox.conformance import checks_for, run_check
+    from themisto_env.sandbox.launcher import launcher_class
+
+    cleaned = launcher_class(backend).cleanup_stale()
+    if cleaned:
+        console.print(f"removed {len(cleaned)} stale kernel(s) left by crashed processes: {escape(', '.join(cleaned))}")
+    table = Table(title=f"sandbox check: {backend}")
+    for column in ("check", "result", "seconds", "detail"):
+        table.add_column(column)
+    failed = 0
+    with console.status(f"checking the {backend} backend...") as status:
+        for check in checks_for(backend):
+            status.update(escape(f"{check.name}: {check.description}"))
+            result = run_check(check, backend)
+            failed += not result.passed
+            mark = "[green]pass[/]" if result.passed else "[red]FAIL[/]"
+            table.add_row(escape(check.name), mark, f"{result.seconds:.1f}", escape(result.detail))
+    console.print(table)
+    if failed:
+        raise typer.Exit(1)
+
+
+@sandbox_app.command("gc")
+def sandbox_gc(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only list what would be removed.")] = False,
+    roots: Annotated[
+        list[Path] | None,
+        typer.Option("--root", help="Where run directories are (default: the temporary directory and /tmp)."),
+    ] = None,
+) -> None:
+    """Remove what dead processes left: kernel run directories, kernel processes, containers.
+
+    Kernels, run directories and containers of live processes are never touched.
+    """
+    from themisto_env.errors import BackendUnavailableError
+    from themisto_env.sandbox import lifetime
+    from themisto_env.sandbox.docker import remove_stale_containers
+
+    lines = lifetime.collect(roots or None, dry_run=dry_run, containers=False)  # containers: all labelled ones, below
+    docker_note = None
+    try:
+        verb = "would remove" if dry_run else "removed"
+        lines += [f"{verb} container {name} (owner dead)" for name in remove_stale_containers(dry_run=dry_run)]
+    except BackendUnavailableError as exc:
+        docker_note = f"docker: not checked ({exc})"
+    for line in lines:
+        typer.echo(line)
+    if docker_note:
+        typer.echo(docker_note)
+    items = sum(not line.startswith("warning:") for line in lines)
+    typer.echo(f"{items} item(s) {'to remove' if dry_run else 'removed'}" + ("" if items else ": nothing left behind"))
+
+
+__all__ = ["sandbox_app"]
