@@ -99,6 +99,8 @@ class KernelProcess:
             readonly_dirs=(self.store.root,) if self.store_access == "read" else (),
             **self._launcher_options,
         )
+        if self.store_access == "copy":  # snapshots are handed in: the store is not the kernel's to see
+            self._launcher.hidden_dirs = (self.store.root,)
         try:
             self._launch()
         except BaseException:

@@ -35,6 +35,10 @@ class KernelLauncher(ABC):
     isolated: ClassVar[bool]
     enforces_limits: ClassVar[bool] = False
     hides_host_files: ClassVar[bool] = False
+    #: Host directories the kernel must not see at all (the snapshot store of a kernel that gets snapshots
+    #: by copy), set before ``start``. A backend that shows host files (bwrap) covers them; one that shows
+    #: only what it mounts (docker) has nothing to do.
+    hidden_dirs: tuple[Path, ...] = ()
 
     def __init__(
         self, limits: SandboxLimits, shared_dirs: tuple[Path, ...] = (), readonly_dirs: tuple[Path, ...] = ()

@@ -6,7 +6,8 @@ trust (model-written cells).
 
 ``bwrap`` runs the same kernel in bubblewrap namespaces: a separate user (uid 1000, no capabilities),
 no network, a read-only view of the host's file system with a private ``/tmp``, at no start-up cost.
-It has no memory or process limits of its own.
+The snapshot store is read-only to it, or absent when snapshots are handed in by copy (the launcher's
+``hidden_dirs``). It has no memory or process limits of its own.
 """
 
 from __future__ import annotations
@@ -169,6 +170,22 @@ def _kill_group(pid: int) -> bool:
         return False
 
 
+def _hiding(folder: Path) -> list[str]:
+    """bwrap arguments that take ``folder`` out of the read-only view of the host (to come before the other
+    binds): its parent becomes a read-only tmpfs holding its siblings, bound back from the host."""
+    folder = Path(os.path.abspath(folder))
+    if not folder.exists() or folder.is_relative_to("/tmp"):
+        return []  # nothing to hide, or hidden already by the private /tmp
+    parent = folder.parent
+    if parent == Path("/"):  # a tmpfs over the root would hide everything: cover the folder (left empty)
+        return ["--tmpfs", str(folder), "--remount-ro", str(folder)]
+    args = ["--perms", "0755", "--tmpfs", str(parent)]
+    for sibling in sorted(parent.iterdir()):
+        if sibling.name != folder.name:
+            args += ["--ro-bind-try", str(sibling), str(sibling)]
+    return [*args, "--remount-ro", str(parent)]
+
+
 class BwrapLauncher(LocalLauncher):
     """The local kernel inside bubblewrap: own user, no network, no capabilities, read-only host."""
 
@@ -189,6 +206,8 @@ class BwrapLauncher(LocalLauncher):
                 "unprivileged user, or use --backend docker"
             )
         binds: list[str] = []
+        for folder in sorted({Path(p) for p in self.hidden_dirs}):  # first: later binds may land inside
+            binds += _hiding(folder)
         # The Python running the kernel may live under /tmp (a venv there), which the private /tmp
         # would hide: bind it back, read-only.
         pythons = {sys.prefix, sys.base_prefix, *site.getsitepackages()}

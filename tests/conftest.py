@@ -1,4 +1,19 @@
-"""Shared fixtures: backend gating, a kernel per test, and a check that nothing is left running."""
+"""Shared fixtures: backend gating, a kernel per test, and a check that nothing is left running.
+
+What a test needs is said by the fixtures it uses, and the markers follow from them at collection
+(:func:`pytest_collection_modifyitems`), so that no test can forget one:
+
+- ``docker``: it uses the Docker engine: a fixture decorated ``@needs("docker")`` (e.g. ``docker_engine``),
+  or a ``docker`` parameter of a parametrized backend (``backend``, ``backend_name``);
+- ``bwrap``: the same for the bwrap backend (skipped as root: ``scripts/setup-bwrap-user.sh`` runs them);
+- ``environments``: it makes or uses a pinned kernel environment (a venv built by pip; ``@needs``);
+- ``training``: it runs a TRL training (``@needs``, the ``rl`` extra);
+- ``slow``: marked by hand, or measured above :data:`FAST_SECONDS` (:data:`MEASURED_SLOW`).
+
+A test carrying ``docker`` or ``bwrap`` is skipped with the reason where that backend cannot run (in CI,
+docker fails instead). Every other test is marked ``fast``: ``python3 -m pytest -m fast`` is the lane to run
+between two edits. ``require_backend`` refuses a test that reaches a backend without its marker.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +21,9 @@ import functools
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
@@ -15,7 +31,80 @@ from themisto_env.errors import BackendUnavailableError
 from themisto_env.sandbox.kernel import Kernel
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
+#: Backends whose tests must run here: where one cannot, they fail instead of skipping (docker in CI;
+#: scripts/setup-bwrap-user.sh sets ``THEMISTO_REQUIRE_BACKENDS=bwrap``).
+REQUIRED_BACKENDS = {b for b in os.environ.get("THEMISTO_REQUIRE_BACKENDS", "").split(",") if b} | (
+    {"docker"} if IN_CI else set()
+)
 BACKENDS = ("local", "bwrap", "docker")
+#: What a test may need that a developer's machine may lack or that takes minutes; none of these is fast.
+NEEDS = ("docker", "bwrap", "environments", "training")
+#: Parameters naming a kernel backend: their ``docker`` and ``bwrap`` values mark the test.
+BACKEND_PARAMETERS = ("backend", "backend_name")
+
+Fixture = TypeVar("Fixture", bound=Callable[..., Any])
+#: A test whose call took longer than this on a 2-core machine (``--durations``) is listed in MEASURED_SLOW.
+FAST_SECONDS = 2.0
+#: Tests measured above FAST_SECONDS (call time; setup of a shared fixture is paid once by the lane anyway)
+#: with none of NEEDS: marked ``slow``, so the fast lane leaves them out. Measure again with
+#: ``python3 -m pytest -m fast --durations=0`` and move here any test above FAST_SECONDS.
+MEASURED_SLOW: frozenset[str] = frozenset()
+
+
+def needs(marker: str) -> Callable[[Fixture], Fixture]:
+    """Mark every test that uses the decorated fixture (directly or through another fixture) ``marker``.
+
+    Put it under ``@pytest.fixture``: ``@pytest.fixture`` / ``@needs("docker")`` / ``def engine(): ...``.
+    """
+    if marker not in NEEDS:
+        raise ValueError(f"unknown need {marker!r}: one of {', '.join(NEEDS)}")
+
+    def mark(fixture: Fixture) -> Fixture:
+        fixture.themisto_needs = marker  # type: ignore[attr-defined]
+        return fixture
+
+    return mark
+
+
+def _needs_of(item: pytest.Item) -> set[str]:
+    """The needs of a test: from the fixtures in its closure and its backend parameters."""
+    found: set[str] = set()
+    info = getattr(item, "_fixtureinfo", None)
+    for name in getattr(item, "fixturenames", ()):
+        for definition in info.name2fixturedefs.get(name, ()) if info is not None else ():
+            if (marker := getattr(definition.func, "themisto_needs", None)) is not None:
+                found.add(marker)
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None:
+        for name in BACKEND_PARAMETERS:
+            if callspec.params.get(name) in ("docker", "bwrap"):
+                found.add(str(callspec.params[name]))
+    return found
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test by what it needs (see the module docstring); mark the rest ``fast``."""
+    for item in items:
+        for marker in sorted(_needs_of(item)):
+            if item.get_closest_marker(marker) is None:
+                item.add_marker(marker)
+        if item.nodeid in MEASURED_SLOW and item.get_closest_marker("slow") is None:
+            item.add_marker("slow")
+        if not any(item.get_closest_marker(m) for m in (*NEEDS, "slow")):
+            item.add_marker("fast")
+
+
+_RUNNING: list[pytest.Item] = []
+"""The test being set up or run (one at a time per process), for :func:`require_backend`'s check."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip a test marked with a backend that cannot run here, before any of its fixtures starts."""
+    _RUNNING[:] = [item]
+    for backend in ("docker", "bwrap"):
+        if item.get_closest_marker(backend) is not None:
+            require_backend(backend)
 
 
 @functools.cache
@@ -24,7 +113,10 @@ def backend_unavailable(backend: str) -> str | None:
     if backend == "bwrap" and shutil.which("bwrap") is None:
         return "bubblewrap is not installed (apt-get install bubblewrap)"
     if backend == "bwrap" and os.geteuid() == 0:
-        return "bwrap refuses to run as root (the kernel would read root-only files; see test_bwrap_refuses_root)"
+        return (
+            "bwrap refuses to run as root (the kernel would read root-only files; see test_bwrap_refuses_root); "
+            "scripts/setup-bwrap-user.sh runs these tests as an unprivileged user"
+        )
     if backend == "docker":
         try:
             Kernel("docker").start().close()
@@ -34,15 +126,43 @@ def backend_unavailable(backend: str) -> str | None:
 
 
 def require_backend(backend: str) -> None:
-    """Skip (or, for docker in CI, fail) when a backend cannot run on this machine; say why either way.
+    """Skip (or, for a required backend, fail) when a backend cannot run on this machine; say why either way.
 
-    CI runs as root, where bwrap refuses by design: its tests are skipped there with that reason."""
+    A test that reaches docker or bwrap must carry that marker (from a fixture: see the module docstring),
+    else the fast lane would run it: such a test fails here with the fix. CI runs as root, where bwrap
+    refuses by design: its tests are skipped there with that reason."""
+    running = _RUNNING[0] if _RUNNING else None
+    if backend in ("docker", "bwrap") and running is not None and running.get_closest_marker(backend) is None:
+        pytest.fail(
+            f"{running.nodeid} uses the {backend} backend but is not marked {backend!r}: use the "
+            f"{backend}_engine fixture, a `{backend}` value of a `backend` parameter, or a fixture under @needs"
+        )
     reason = backend_unavailable(backend)
     if reason is None:
         return
-    if IN_CI and backend == "docker":
-        pytest.fail(f"the {backend} backend must run in CI, but: {reason}")
+    if backend in REQUIRED_BACKENDS:
+        pytest.fail(f"the {backend} backend must run here (CI, THEMISTO_REQUIRE_BACKENDS), but: {reason}")
     pytest.skip(f"{backend} backend unavailable here: {reason}")
+
+
+@pytest.fixture(scope="session")
+@needs("docker")
+def docker_engine() -> None:
+    """The Docker engine and the kernel image (the test is marked ``docker``, skipped where none runs)."""
+    require_backend("docker")
+
+
+@pytest.fixture(scope="session")
+@needs("environments")
+def pinned_environments() -> None:
+    """Pinned kernel environments may be made (venvs pip builds in the user cache: minutes when cold)."""
+
+
+@pytest.fixture(scope="session")
+@needs("bwrap")
+def bwrap_backend() -> None:
+    """The bwrap backend (the test is marked ``bwrap``, skipped as root or without bubblewrap)."""
+    require_backend("bwrap")
 
 
 @pytest.fixture(params=BACKENDS)

@@ -18,7 +18,7 @@ import nbformat
 import pytest
 from typer.testing import CliRunner
 
-from tests.conftest import require_backend
+from tests.conftest import needs
 from themisto_env.cli import app
 from themisto_env.data.trajectory import read_manifest, read_trajectories
 from themisto_env.env.core import ThemistoEnv
@@ -43,6 +43,7 @@ CELLS = [
 
 
 @pytest.fixture(scope="module")
+@needs("environments")
 def old_env() -> environments.EnvironmentRecord:
     """The environment of ``tests/data/environments/requirements.txt`` (made on first use)."""
     record, _ = environments.create(NAME, environments.make_spec(REQUIREMENTS))
@@ -253,7 +254,7 @@ def test_a_dataset_whose_environment_is_missing_says_how_to_make_it(built: Path,
 
 
 @pytest.mark.skipif(not LEGACY.exists(), reason="tests/data/notebooks/legacy is not there")
-def test_the_legacy_notebook_agrees_in_its_environment(tmp_path: Path) -> None:
+def test_the_legacy_notebook_agrees_in_its_environment(tmp_path: Path, pinned_environments: None) -> None:
     """The notebook that needs pandas 1.5 (``DataFrame.append``, ``Series.iteritems``, ``mad``): built with
     ``--requirements`` beside it, every cell runs and its replayed output agrees with the saved one."""
     result = CliRunner().invoke(
@@ -348,9 +349,10 @@ def test_env_rm_refuses_while_a_dataset_uses_it(tmp_path: Path, monkeypatch: pyt
 
 
 @pytest.mark.docker
-def test_a_docker_kernel_runs_the_environments_image(old_env: environments.EnvironmentRecord, snapshots: Path) -> None:
+def test_a_docker_kernel_runs_the_environments_image(
+    old_env: environments.EnvironmentRecord, snapshots: Path, docker_engine: None
+) -> None:
     """The image is built from the venv's exact versions on first use (about a minute; then cached)."""
-    require_backend("docker")
     record = environments.ready(environments.resolve(NAME), "docker")
     assert record.image == environment_image(old_env.id)
     with Kernel("docker", environment=old_env.id, snapshot_dir=snapshots) as kernel:

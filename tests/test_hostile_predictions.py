@@ -30,7 +30,6 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import require_backend
 from themisto_env.bridges.rl import ExecutionReward, export_samples
 from themisto_env.data.samples import SampleRule
 from themisto_env.env.actions import Prediction
@@ -392,8 +391,7 @@ BASELINE: set[str] = set()
 
 
 @pytest.fixture(scope="module")
-def harness(env_dataset: dict[str, str]) -> Iterator[Harness]:
-    require_backend("docker")
+def harness(env_dataset: dict[str, str], docker_engine: None) -> Iterator[Harness]:
     BASELINE.update(_containers())
     store, dataset = Path(env_dataset["snapshot_dir"]), Path(env_dataset["dataset"])
     listings = _listing(store), _listing(dataset)
@@ -661,8 +659,9 @@ def test_host_files_cannot_be_read(harness: Harness, env_dataset: dict[str, str]
 # -- the RL reward ---------------------------------------------------------------------------------------------
 
 
-def test_execution_reward_over_a_batch_equals_each_completion_alone(env_dataset: dict[str, str]) -> None:
-    require_backend("docker")
+def test_execution_reward_over_a_batch_equals_each_completion_alone(
+    env_dataset: dict[str, str], docker_engine: None
+) -> None:
     baseline = _containers()
     rows = export_samples("next-cell", "static", **env_dataset, sample_rule=ALL_SAMPLES)
     row = next(r for r in rows if r["target"].startswith(TARGET_6))

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require_backend
+#: The commands run in README order, each depending on those before it, each a CLI process: end to end.
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
@@ -40,6 +41,20 @@ def readme_commands() -> list[str]:
     return commands
 
 
+def command_needs(command: str) -> list[pytest.MarkDecorator]:
+    """The markers of a README command (see tests/conftest.py): the backend it names, the kernel image it
+    builds, the pinned environment it makes or uses."""
+    args = shlex.split(command)
+    marks = []
+    if "--backend" in args and args[args.index("--backend") + 1] in ("docker", "bwrap"):
+        marks.append(getattr(pytest.mark, args[args.index("--backend") + 1]))
+    if args[1:3] == ["sandbox", "build-image"]:
+        marks.append(pytest.mark.docker)
+    if args[1] == "env" or "--env" in args:
+        marks.append(pytest.mark.environments)
+    return marks
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder where the README's relative paths (configs/, tests/data/) resolve, and outputs land."""
@@ -57,11 +72,9 @@ def test_the_readme_has_the_two_commands() -> None:
     assert "bash scripts/setup.sh --docker" in ci and "python3 -m pytest -ra" in ci, "CI runs the README's command"
 
 
-@pytest.mark.parametrize("command", readme_commands())
+@pytest.mark.parametrize("command", [pytest.param(c, marks=command_needs(c)) for c in readme_commands()])
 def test_readme_command_runs(command: str, workdir: Path) -> None:
     args = shlex.split(command)
-    if "--backend" in args:
-        require_backend(args[args.index("--backend") + 1])
     if args[1] == "run":
         args += ["--limit", "12"]
         if "--out" not in args:

@@ -398,7 +398,7 @@ def test_every_bundled_sample_has_the_same_state_by_reset_as_by_stepping() -> No
 
 
 def test_a_lost_engine_mid_episode_keeps_the_scored_sample_and_stops_in_one_line(
-    fault_data: dict[str, Any], request: pytest.FixtureRequest
+    fault_data: dict[str, Any], request: pytest.FixtureRequest, docker_engine: None
 ) -> None:
     proxy = request.getfixturevalue("engine_proxy")  # DOCKER_HOST through a proxy we can cut
     # No warm spare: a container started through the proxy could not be removed once it is cut.

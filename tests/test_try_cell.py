@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from langchain_core.messages import ToolMessage
 
-from tests.conftest import require_backend
 from themisto_env.env import core as env_module
 from themisto_env.env.actions import Prediction, encode_action, parse_action
 from themisto_env.env.core import ThemistoEnv
@@ -258,8 +257,7 @@ def test_the_local_backend_warns_once_when_a_cell_is_first_tried(
     assert len(warned) == 1 and warned[0].startswith("the try_cell tool runs model-written code on the local")
 
 
-def test_docker(make_env: MakeEnv) -> None:
-    require_backend("docker")
+def test_docker(make_env: MakeEnv, docker_engine: None) -> None:
     env = make_env(backend="docker", tool_budget=2)
     env.reset(options={"trajectory": TRAJECTORY, "sample": SAMPLE})
     before = env_state(env)

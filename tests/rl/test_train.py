@@ -17,7 +17,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_grpo.py"
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_grpo_example_trains_and_plots_the_reward_curve(env_dataset: dict[str, str], tmp_path: Path) -> None:
+def test_grpo_example_trains_and_plots_the_reward_curve(training_data: dict[str, str], tmp_path: Path) -> None:
     steps = 6
     done = subprocess.run(
         [
@@ -26,9 +26,9 @@ def test_grpo_example_trains_and_plots_the_reward_curve(env_dataset: dict[str, s
             "--out",
             str(tmp_path),
             "--data",
-            env_dataset["dataset"],
+            training_data["dataset"],
             "--snapshot-dir",
-            env_dataset["snapshot_dir"],
+            training_data["snapshot_dir"],
             "--steps",
             str(steps),
         ],

@@ -18,7 +18,9 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_grpo_tools.p
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_multi_turn_grpo_example_trains_and_plots_the_reward_curve(env_dataset: dict[str, str], tmp_path: Path) -> None:
+def test_multi_turn_grpo_example_trains_and_plots_the_reward_curve(
+    training_data: dict[str, str], tmp_path: Path
+) -> None:
     steps = 2
     done = subprocess.run(
         [
@@ -27,9 +29,9 @@ def test_multi_turn_grpo_example_trains_and_plots_the_reward_curve(env_dataset: 
             "--out",
             str(tmp_path),
             "--data",
-            env_dataset["dataset"],
+            training_data["dataset"],
             "--snapshot-dir",
-            env_dataset["snapshot_dir"],
+            training_data["snapshot_dir"],
             "--steps",
             str(steps),
             "--samples",

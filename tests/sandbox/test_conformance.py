@@ -21,6 +21,14 @@ def test_conformance(backend_name: str, check, snapshot_dir: Path) -> None:
     assert result.passed, result.detail
 
 
+def test_bwrap_hides_the_default_store_outside_tmp_from_a_copy_mode_kernel(bwrap_backend: None) -> None:
+    """As ``themisto sandbox check --backend bwrap`` runs it: the user's store (in the cache, not under the
+    private /tmp that hides the tests' own stores) is read-only to a kernel, and absent in copy mode."""
+    (check,) = [c for c in CHECKS if c.name == "store-protected"]
+    result = run_check(check, "bwrap")
+    assert result.passed, result.detail
+
+
 def test_each_backend_gets_the_checks_it_claims() -> None:
     assert [c.name for c in checks_for("local")] == [c.name for c in CHECKS if not (c.isolation or c.limits)]
     assert "no-network" in [c.name for c in checks_for("bwrap")]

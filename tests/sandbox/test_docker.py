@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import needs
 from themisto_env.errors import BackendUnavailableError, KernelDiedError
 from themisto_env.sandbox.docker import (
     LABEL_HOST,
@@ -105,6 +106,7 @@ def _docker_unavailable() -> str | None:
 
 
 @pytest.fixture
+@needs("docker")
 def docker_client() -> Any:
     """The engine's client; skips (fails in CI) with the reason when the backend cannot run here."""
     reason = _docker_unavailable()

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import site
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import require_backend
 from themisto_env.errors import (
     BackendUnavailableError,
     ConfigError,
@@ -115,11 +115,16 @@ def test_long_repr_is_bounded(local_kernel: Kernel) -> None:
     assert len(local_kernel.inspect_variable("text", max_chars=500).repr) < 600
 
 
-def test_bwrap_kernel_starts_from_a_venv_under_tmp(tmp_path: Path) -> None:
+def test_bwrap_kernel_starts_from_a_venv_under_tmp(tmp_path: Path, bwrap_backend: None) -> None:
     """bwrap gives the kernel a private /tmp; a Python that lives under /tmp must still be visible."""
-    require_backend("bwrap")
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    # It sees this interpreter's packages (a system Python's or a venv's, with their .pth files: the
+    # editable install), as --system-site-packages would for a system Python.
+    ask = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    purelib = subprocess.run([str(venv / "bin" / "python"), "-c", ask], capture_output=True, text=True, check=True)
+    outer = [p for p in site.getsitepackages() if Path(p).is_dir()]
+    Path(purelib.stdout.strip(), "outer.pth").write_text(f"import site; [site.addsitedir(p) for p in {outer!r}]\n")
     code = (
         "from themisto_env.sandbox.kernel import Kernel\n"
         "with Kernel('bwrap') as k:\n"

@@ -23,7 +23,6 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import require_backend
 from themisto_env.errors import BackendUnavailableError, KernelDiedError
 from themisto_env.sandbox import lifetime
 from themisto_env.sandbox.kernel import Kernel
@@ -279,8 +278,7 @@ def test_gc_without_an_engine_cleans_local_leftovers_and_says_docker_was_not_che
     assert not run_dir.exists()
 
 
-def test_gc_removes_a_dead_owners_container(owners: list[Owner]) -> None:
-    require_backend("docker")
+def test_gc_removes_a_dead_owners_container(owners: list[Owner], docker_engine: None) -> None:
     owner = Owner("docker")
     owners.append(owner)
     for reaper in owner.reapers:
@@ -352,9 +350,8 @@ class EngineProxy:
 
 
 @pytest.fixture
-def engine_proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[EngineProxy]:
+def engine_proxy(monkeypatch: pytest.MonkeyPatch, docker_engine: None) -> Iterator[EngineProxy]:
     """DOCKER_HOST pointing at a proxy of the real engine (docker backend required)."""
-    require_backend("docker")
     real = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
     if not real.startswith("unix://"):
         pytest.skip(f"the engine is not on a unix socket ({real})")
