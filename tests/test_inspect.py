@@ -24,6 +24,7 @@ from themisto_env.bridges.inspect_task import themisto
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.tools import ToolCall
 from themisto_env.metrics import score
+from themisto_env.scoring.score import ScoringRule, score_sample
 
 MODEL = "mockllm/model"
 ANSWER = "```python\nsales.head()\n```"
@@ -84,7 +85,10 @@ def test_inspect_eval_scores_with_our_metrics_and_tools_reach_the_kernel(
         value = sample.scores["themisto_scorer"].value
         assert isinstance(value, dict)
         assert sample.scores["themisto_scorer"].answer == "sales.head()"
-        assert value == pytest.approx(score("sales.head()", str(sample.target)).as_dict())
+        rule = ScoringRule(tool_cost=0.01)  # the task's default tool cost
+        scored = score_sample("sales.head()", str(sample.target), task="next-cell", rule=rule, tools_used=1)
+        expected_value = {**score("sales.head()", str(sample.target)).as_dict(), "reward": scored.reward}
+        assert value == pytest.approx(expected_value), "one list_variables call: the env's reward less its cost"
         tool_messages = [m for m in sample.messages if isinstance(m, ChatMessageTool)]
         assert [m.function for m in tool_messages] == ["list_variables"]
         expected, observation = _env_tool_result(env_dataset, sample.metadata, "list_variables")

@@ -41,7 +41,9 @@ from themisto_env.data.samples import SampleRule, TaskName
 from themisto_env.env.core import MODEL_CODE_TIMEOUT_S, EnvConfig, ObservationMode, ThemistoEnv
 from themisto_env.env.tools import ToolCall
 from themisto_env.errors import ConfigError, InfrastructureError
+from themisto_env.metrics import RewardWeights
 from themisto_env.scoring.execution import ExecutionScore, execution_score
+from themisto_env.scoring.score import SampleScore
 
 #: The sandbox type's name (``sandbox="themisto"``, ``--sandbox themisto``).
 SANDBOX_TYPE = "themisto"
@@ -73,6 +75,8 @@ class SandboxConfig(BaseModel):
     observation: ObservationMode = "tools"
     history_length: int = Field(10, ge=0)
     tool_budget: int = Field(5, ge=0)
+    tool_cost: float = Field(0.01, ge=0)
+    reward: RewardWeights = Field(default_factory=RewardWeights)
     sample_rule: SampleRule = Field(default_factory=SampleRule)
     max_output_chars: int = Field(1500, ge=100)
     max_text_chars: int = Field(16000, ge=1000)
@@ -137,6 +141,7 @@ class ThemistoSandbox(SandboxEnvironment):
         self.tools_left = int(observation["tools_left"])
         self.tool_names: tuple[str, ...] = tuple(info.get("tool_names", ()))
         self.infrastructure_errors: list[str] = []
+        self._scored: tuple[str, SampleScore] | None = None  # the last prediction scored, and its score
         self._lock = anyio.Lock()  # one env step at a time: the kernel's client is not thread-safe
 
     # -- the lifecycle --------------------------------------------------------------------------------
@@ -196,6 +201,16 @@ class ThemistoSandbox(SandboxEnvironment):
         if result is None:  # the call was not run (bad action, tools off, machinery failed)
             return ToolAnswer(tool, False, str(obs["tool_result"]))
         return ToolAnswer(tool, bool(result["ok"]), str(result["text"]))
+
+    async def score(self, prediction: str) -> SampleScore:
+        """The prediction's :class:`~themisto_env.scoring.score.SampleScore`, as the env's prediction step
+        would give it (this sample's tool calls, faults and state check; the execution score when on),
+        computed once per prediction (the scorers share it)."""
+        async with self._lock:
+            if self._scored is None or self._scored[0] != prediction:
+                scored = await anyio.to_thread.run_sync(self.env.score_prediction, prediction)
+                self._scored = (prediction, scored)
+            return self._scored[1]
 
     async def execution_score(self, code: str) -> ExecutionScore | None:
         """The execution score of a next-cell prediction: ``code`` run in a disposable kernel in the

@@ -10,8 +10,9 @@ The parts, as inspect names them:
 - solver (:func:`themisto_agent`): gives the model the observation tools (:func:`observation_tools`,
   each an env step against the sample's budget), asks it up to budget + 2 times, tells it to answer
   once the budget is spent, as our ``llm-tools`` agent does.
-- scorer (:func:`themisto_scorer`): exact match, ROUGE-L and chrF of :func:`themisto_env.metrics.score`
-  on the prediction read from the reply as our agents read it, each with its mean and stderr.
+- scorer (:func:`themisto_scorer`): the env's one score (:func:`themisto_env.scoring.score.score_sample`,
+  README "Reward") of the prediction read from the reply as our agents read it: exact match, ROUGE-L,
+  chrF and the reward, each with its mean and stderr.
 
 The sample's state is served by the sandbox before the solver starts; a state that could not be served,
 or a tool call the machinery failed (recovered from by the env), makes the sample an error in the log
@@ -34,15 +35,15 @@ from inspect_ai.util import JSONSchema, SandboxEnvironmentSpec, sandbox
 from themisto_env.agents.parsing import extract_prediction
 from themisto_env.agents.prompting import PromptTemplates, load_prompts
 from themisto_env.bridges.inspect_sandbox import SANDBOX_TYPE, SandboxConfig, ThemistoSandbox
-from themisto_env.data.samples import TaskName, make_samples, samples_by_trajectory
-from themisto_env.data.trajectory import Trajectory, read_trajectories
+from themisto_env.data.samples import TaskName
+from themisto_env.data.trajectory import Trajectory
 from themisto_env.env.core import EnvConfig, ObservationMode
 from themisto_env.env.observation import history_items, render_history
 from themisto_env.env.tools import TOOLS, ObservationTool
 from themisto_env.errors import ConfigError, InfrastructureError
-from themisto_env.metrics import METRICS
-from themisto_env.metrics import score as themisto_score
-from themisto_env.replay.resolve import resolve_dataset
+from themisto_env.metrics import METRICS, RewardWeights
+from themisto_env.replay.dataset import Dataset
+from themisto_env.scoring.score import SampleScore
 
 # -- the dataset ------------------------------------------------------------------------------------------
 
@@ -81,15 +82,15 @@ def prompt_messages(
 
 
 def themisto_dataset(config: EnvConfig, prompts: PromptTemplates | None = None) -> MemoryDataset:
-    """Every sample of a task, trajectory by trajectory in step order, as inspect samples."""
+    """Every sample of a task, trajectory by trajectory in step order, as inspect samples (listed by the
+    :class:`~themisto_env.replay.dataset.Dataset` of ``config.dataset``; no env, no kernel)."""
     prompts = prompts or load_prompts()
-    folder = resolve_dataset(config.dataset, backend=config.backend, progress=False)
-    trajectories = {t.id: t for t in read_trajectories(folder)}
-    episodes = samples_by_trajectory(make_samples(trajectories.values(), config.task, config.sample_rule))
+    dataset = Dataset.open(config.dataset, backend=config.backend)
+    episodes = dataset.episodes(config.task, config.sample_rule)
     samples = []
-    for trajectory_id in sorted(episodes):
-        for index, sample in enumerate(episodes[trajectory_id]):
-            observation = first_observation(trajectories[trajectory_id], sample.step, config)
+    for trajectory_id, episode in episodes.items():
+        for index, sample in enumerate(episode):
+            observation = first_observation(dataset.trajectories[trajectory_id], sample.step, config)
             samples.append(
                 Sample(
                     id=sample.id,
@@ -104,7 +105,7 @@ def themisto_dataset(config: EnvConfig, prompts: PromptTemplates | None = None) 
                     },
                 )
             )
-    return MemoryDataset(samples, name=f"themisto-{config.task}", location=str(folder))
+    return MemoryDataset(samples, name=f"themisto-{config.task}", location=str(dataset.path))
 
 
 # -- the tools and the solver -----------------------------------------------------------------------------
@@ -168,21 +169,39 @@ def themisto_agent(max_model_calls: int | None = None) -> Solver:
 # -- the scorer -------------------------------------------------------------------------------------------
 
 
-@scorer(metrics={name: [mean(), stderr()] for name in METRICS})
+#: What :func:`themisto_scorer` reports per sample, each with its mean and stderr.
+SCORER_VALUES = (*METRICS, "reward")
+
+
+def _sample_score(scored: SampleScore, sample_id: str) -> SampleScore:
+    """The score, or the error that makes an unscored sample an error in the log (retry with
+    ``--retry-on-error``), never a wrong answer."""
+    if scored.infrastructure_error:
+        raise InfrastructureError(f"{sample_id}: {scored.infrastructure_error}")
+    if scored.state_mismatch:
+        raise InfrastructureError(f"{sample_id}: the served state differs from the recording: {scored.state_mismatch}")
+    return scored
+
+
+@scorer(metrics={name: [mean(), stderr()] for name in SCORER_VALUES})
 def themisto_scorer() -> Scorer:
-    """Exact match, ROUGE-L F1 and chrF (:func:`themisto_env.metrics.score`) of the reply's prediction."""
+    """The env's score of the reply's prediction (:func:`themisto_env.scoring.score.score_sample`, the one
+    rule of README "Reward"): exact match, ROUGE-L F1, chrF and the ``reward`` (with the execution score
+    when the task has it on, minus ``tool_cost`` per tool call); every field of the
+    :class:`~themisto_env.scoring.score.SampleScore` in the metadata."""
 
     async def score(state: TaskState, target: Target) -> Score:
         task: TaskName = state.metadata["task"]
         prediction = extract_prediction(state.output.completion, task)
         box = sandbox().as_type(ThemistoSandbox)
-        if box.infrastructure_errors:
-            raise InfrastructureError(f"{state.metadata['sample_id']}: {'; '.join(box.infrastructure_errors)}")
+        scored = _sample_score(await box.score(prediction), state.metadata["sample_id"])
         report = box.env.state_report
-        metadata: dict[str, Any] = {"tool_calls": box.env.config.tool_budget - box.tools_left}
+        metadata: dict[str, Any] = {**scored.model_dump(), "tool_calls": scored.tools_used}
         if report is not None:
             metadata["state"] = report.as_dict()
-        return Score(value=themisto_score(prediction, target.text).as_dict(), answer=prediction, metadata=metadata)
+        value = {name: scored.scores[name] for name in METRICS}
+        value["reward"] = scored.reward  # type: ignore[assignment]  # not None: unscored samples raise
+        return Score(value=value, answer=prediction, metadata=metadata)
 
     return score
 
@@ -191,19 +210,23 @@ def themisto_scorer() -> Scorer:
 def themisto_execution_scorer() -> Scorer:
     """The execution score of a next-cell prediction (:mod:`themisto_env.scoring.execution`): run in a disposable
     kernel in the sample's state, its effects compared with the recorded ones; 0 when its own code
-    failed (the reason in the metadata)."""
+    failed (the reason in the metadata). The same :class:`~themisto_env.scoring.score.SampleScore` as
+    :func:`themisto_scorer`'s (the prediction runs once)."""
 
     async def score(state: TaskState, target: Target) -> Score:
         prediction = extract_prediction(state.output.completion, state.metadata["task"])
-        scored = await sandbox().as_type(ThemistoSandbox).execution_score(prediction)
-        if scored is None:
+        box = sandbox().as_type(ThemistoSandbox)
+        if not box.env.config.execution_score:
+            raise ConfigError("themisto_execution_scorer needs the task's execution_score option on")
+        scored = _sample_score(await box.score(prediction), state.metadata["sample_id"])
+        if scored.execution is None:
             raise ConfigError(
                 "the dataset records no effects to score executions by; rebuild it with themisto data build"
             )
-        metadata = {"variables": scored.variables, "outputs": scored.outputs, "passed": scored.passed}
-        if scored.failure is not None:
-            metadata["prediction_failed"] = scored.failure
-        return Score(value=scored.value, answer=prediction, metadata=metadata)
+        metadata = {k: scored.execution[k] for k in ("variables", "outputs", "passed")}
+        if scored.prediction_failed is not None:
+            metadata["prediction_failed"] = scored.prediction_failed
+        return Score(value=scored.execution_score, answer=prediction, metadata=metadata)
 
     return score
 
@@ -218,6 +241,8 @@ def themisto(
     data: str | None = None,
     backend: str = "local",
     tool_budget: int = 5,
+    tool_cost: float = 0.01,
+    reward: RewardWeights | None = None,
     history_length: int = 10,
     snapshot_dir: str | None = None,
     limit: int | None = None,
@@ -232,6 +257,8 @@ def themisto(
         data: A built trajectory dataset folder (``themisto data build``); None: the bundled data.
         backend: Where the kernels run: ``local``, ``bwrap`` or ``docker``.
         tool_budget: Tool calls per sample.
+        tool_cost: Subtracted from the reward per tool call.
+        reward: The reward's weights (None: the env's defaults).
         history_length: Recent executions shown in the prompt.
         snapshot_dir: Where kernel snapshots are stored (None: the default cache).
         limit: At most this many samples (inspect's ``--limit`` works too).
@@ -246,6 +273,8 @@ def themisto(
         dataset=data,
         backend=backend,
         tool_budget=tool_budget,
+        tool_cost=tool_cost,
+        reward=reward or RewardWeights(),
         history_length=history_length,
         snapshot_dir=snapshot_dir,
         execution_score=execution_score,

@@ -7,7 +7,9 @@ Turn structure of an episode (documented for training loops):
    (replaying only the cells a snapshot cannot stand for).
 2. For each sample, the agent takes any number of tool calls (``kind=0``; in ``tools`` mode; each costs
    ``tool_cost`` and at most ``tool_budget`` per sample), then one prediction (``kind=1``), which is
-   scored: ``reward = metrics.reward(score, weights)``. Once the budget is spent, a further tool call
+   scored by :func:`~themisto_env.scoring.score.score_sample` (the rule: README, "Reward"); the
+   prediction step pays the sample's reward less what its tool steps paid, so a sample's steps sum to
+   ``info["reward"]`` (to 0 when the sample is unscored). Once the budget is spent, a further tool call
    submits an empty prediction.
 3. The env then executes the ground-truth cells up to the next sample, and the next observation is that
    sample's. ``terminated`` is True after the trajectory's last sample.
@@ -47,8 +49,9 @@ A prediction whose own code kills its kernel, hits a limit, runs past the time l
 measurement under the execution score is the model's failure: it scores 0 with
 ``info["prediction_failed"]`` (a reason).
 
-What happened to a sample is reported with that sample, never with its neighbour. The ``info`` of the
-step that scores sample S (``info["scored_sample_id"] == S``) carries S's ``scores``, how S was served
+What happened to a sample is reported with that sample, never with its neighbour (``info`` is a
+:class:`~themisto_env.env.info.StepInfo`; its docstring lists the keys). The ``info`` of the
+step that scores sample S (``info["scored_sample_id"] == S``) carries S's ``SampleScore``, how S was served
 (``scored_state``) and, when S cannot be trusted, ``infrastructure_error`` (the machinery failed while
 serving S or during its tool calls: recovered from, never scored as a wrong answer) or
 ``state_mismatch`` (S was served in a state that differs from the recording). A failure while moving
@@ -63,6 +66,7 @@ from __future__ import annotations
 import copy
 import functools
 import logging
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -71,23 +75,24 @@ import gymnasium as gym
 from gymnasium import spaces
 from pydantic import BaseModel, ConfigDict, Field
 
-from themisto_env.data.samples import Sample, SampleRule, TaskName, make_samples, samples_by_trajectory
-from themisto_env.data.trajectory import Trajectory, read_manifest, read_trajectories
+from themisto_env.data.samples import Sample, SampleRule, TaskName
+from themisto_env.data.trajectory import Trajectory
 from themisto_env.env.actions import Action, Prediction, parse_action
+from themisto_env.env.info import StepInfo
 from themisto_env.env.observation import history_items, render_history, render_runtime
 from themisto_env.env.tools import TOOL_NAMES, ToolCall, ToolContext, run_tool
 from themisto_env.errors import ActionError, BackendUnavailableError, ConfigError, InfrastructureError
-from themisto_env.metrics import RewardWeights, reward, score
+from themisto_env.metrics import RewardWeights
+from themisto_env.replay.dataset import Dataset
 from themisto_env.replay.disposable import CodeRun, DisposableKernels, imported_modules
 from themisto_env.replay.environments import dataset_environment
-from themisto_env.replay.resolve import resolve_dataset
 from themisto_env.replay.state import StateReport, TrajectoryKernel, expected_fingerprint, fresh_before
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.launcher import launcher_class
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.pool import KernelPool, shared_pool
-from themisto_env.scoring.execution import ExecutionScore, execution_score
+from themisto_env.scoring.score import ExecutionRun, SampleScore, ScoringRule, execution_run, score_sample
 
 log = logging.getLogger("themisto_env")
 _WARNED_UNISOLATED: set[str] = set()
@@ -139,7 +144,9 @@ class EnvConfig(BaseModel):
 
     Attributes:
         task: ``next-cell`` or ``output``.
-        dataset: A built trajectory dataset folder; None uses the bundled data (built on first use).
+        dataset: A built trajectory dataset folder; None uses the bundled data (built on first use). The
+            env itself also takes an open :class:`~themisto_env.replay.dataset.Dataset` here (shared with
+            other envs and callers; the config then holds its folder).
         backend: Sandbox backend (``local``, ``bwrap``, ``docker``).
         observation: ``static`` (history), ``full`` (history + every variable and memory), ``tools``
             (history; the agent queries the state with tool calls).
@@ -186,6 +193,29 @@ class EnvConfig(BaseModel):
     snapshot_dir: str | None = None
     environment: str | None = None
 
+    def scoring_rule(self) -> ScoringRule:
+        """The options that enter the reward: weights, tool cost, execution score (README, "Reward")."""
+        return ScoringRule(weights=self.reward, tool_cost=self.tool_cost, execution_score=self.execution_score)
+
+
+def env_config_and_dataset(options: Mapping[str, Any]) -> tuple[EnvConfig, Dataset]:
+    """The env config of ``options`` and its dataset, opened (:meth:`Dataset.open`, cached per process); an
+    open :class:`~themisto_env.replay.dataset.Dataset` given as ``dataset`` is used as it is.
+
+    Raises:
+        ConfigError: An option is invalid.
+        DataError: The dataset folder is missing or not a dataset this package reads.
+    """
+    given = options.get("dataset")
+    opened = given if isinstance(given, Dataset) else None
+    if opened is not None:
+        options = {**options, "dataset": str(opened.path)}
+    try:
+        config = EnvConfig(**options)
+    except Exception as exc:
+        raise ConfigError(f"invalid environment options: {exc}") from exc
+    return config, opened or Dataset.open(config.dataset, backend=config.backend)
+
 
 def not_served() -> dict[str, object]:
     """``info["state"]`` of a sample whose state is not served yet (nothing live was shown, nothing checked)."""
@@ -209,19 +239,18 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
 
     def __init__(self, render_mode: str | None = None, **options: Any) -> None:
-        try:
-            self.config = EnvConfig(**options)
-        except Exception as exc:
-            raise ConfigError(f"invalid environment options: {exc}") from exc
+        """Make an env over ``options`` (:class:`EnvConfig`; ``dataset`` may be an open
+        :class:`~themisto_env.replay.dataset.Dataset`, shared with its other users)."""
+        self.config, self.dataset = env_config_and_dataset(options)
         self.render_mode = render_mode
-        folder = resolve_dataset(self.config.dataset, backend=self.config.backend, progress=False)
-        self.dataset_dir = Path(folder)
+        folder = self.dataset.path
+        self.dataset_dir: Path = folder
         #: The kernel environment's id (None: the tool's own Python).
         self.environment = dataset_environment(folder, self.config.environment, backend=self.config.backend)
-        self.trajectories: dict[str, Trajectory] = {t.id: t for t in read_trajectories(folder)}
-        self.samples = make_samples(self.trajectories.values(), self.config.task, self.config.sample_rule)
+        self.trajectories: dict[str, Trajectory] = dict(self.dataset.trajectories)
+        self.samples = self.dataset.samples(self.config.task, self.config.sample_rule)
         #: Each trajectory's samples in step order (the episodes).
-        self.episode_samples: dict[str, list[Sample]] = samples_by_trajectory(self.samples)
+        self.episode_samples: dict[str, list[Sample]] = self.dataset.episodes(self.config.task, self.config.sample_rule)
         self.episode_ids = sorted(self.episode_samples)
         if not self.episode_ids:
             raise ConfigError(f"no {self.config.task} samples in {folder} under {self.config.sample_rule}")
@@ -260,6 +289,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self._lost_backend: BackendUnavailableError | None = None  # raised at the next call
         self._sample_errors: list[str] = []  # infrastructure failures that touch the current sample
         self._tools_used = 0
+        self._tool_cost_paid = 0.0  # what the current prediction's tool steps paid (refunded if unscored)
         self._tool_calls: list[dict[str, Any]] = []
         self._last_tool: str = ""
         self._runtime_text = ""
@@ -315,6 +345,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                     self._last_tool = f"Invalid action: {extra['action_error']}"
                 else:
                     self._last_tool = self._call_tool(parsed, extra)
+                self._tool_cost_paid += self.config.tool_cost
                 return self._observation(), -self.config.tool_cost, False, False, self._info(**extra)
         return self._submit(parsed, extra)
 
@@ -456,7 +487,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 self.dataset_dir,
                 ", ".join(stale[:3]) + (", ..." if len(stale) > 3 else ""),
             )
-        manifest = read_manifest(self.dataset_dir)
+        manifest = self.dataset.manifest
         if not manifest.snapshots or not manifest.packages:
             return
         live = self._state.kernel.package_versions(sorted(manifest.packages))
@@ -496,6 +527,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     def _begin_sample(self) -> dict[str, Any]:
         self._sample = self._queue[0]
         self._tools_used = 0
+        self._tool_cost_paid = 0.0
         self._tool_calls = []
         self._last_tool = ""
         self._runtime_text = ""
@@ -536,20 +568,21 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         }
 
     def _info(self, **extra: Any) -> dict[str, Any]:
+        """The step's ``info``: a :class:`~themisto_env.env.info.StepInfo` (its keys are documented there)."""
         assert self._sample is not None
         state = self._report.as_dict() if self._report is not None else not_served()
-        return {
-            "sample_id": self._sample.id,
-            "trajectory_id": self._sample.trajectory_id,
-            "step": self._sample.step,
-            "task": self.config.task,
-            "observation_mode": self.config.observation,
-            "tool_names": self._tool_names if self.config.observation == "tools" else (),
-            "samples_left": len(self._queue),
-            "draw": self._draw,
-            "state": state,
+        return StepInfo(
+            sample_id=self._sample.id,
+            trajectory_id=self._sample.trajectory_id,
+            step=self._sample.step,
+            task=self.config.task,
+            observation_mode=self.config.observation,
+            tool_names=self._tool_names if self.config.observation == "tools" else (),
+            samples_left=len(self._queue),
+            draw=self._draw,
+            state=state,
             **extra,
-        }
+        ).model_dump()
 
     def _call_tool(self, call: ToolCall, extra: dict[str, Any]) -> str:
         if self.config.observation != "tools":
@@ -569,30 +602,61 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         extra["tool_result"] = asdict(result)
         return result.text
 
+    @property
+    def scoring_rule(self) -> ScoringRule:
+        """The env options that enter the reward (weights, tool cost, execution score)."""
+        return self.config.scoring_rule()
+
+    def execution_run(self, sample: Sample) -> ExecutionRun | None:
+        """How a prediction of ``sample`` is run for the execution score (a disposable kernel in the state
+        before its target step, never this env's kernel); None when the score does not apply."""
+        if not self.config.execution_score or sample.task != "next-cell":
+            return None
+        trajectory = self.trajectories[sample.trajectory_id]
+        return execution_run(self.disposable_kernels(), trajectory, sample.step, timeout_s=self.code_timeout_s)
+
+    def score_prediction(self, text: str) -> SampleScore:
+        """Score a prediction of the current sample as the next prediction step would, without taking the
+        step (:func:`~themisto_env.scoring.score.score_sample` with this sample's tool calls, faults and
+        state check)."""
+        if self._sample is None:
+            raise ConfigError("call reset() before score_prediction()")
+        report = self._report
+        mismatch = None
+        if report is not None and report.check == "mismatch":
+            mismatch = "; ".join(report.differences[:10]) or "the state differs"
+        return score_sample(
+            text,
+            self._sample.target,
+            task=self._sample.task,
+            rule=self.scoring_rule,
+            tools_used=self._tools_used,
+            execution=self.execution_run(self._sample),
+            faults=self._sample_errors,
+            state_mismatch=mismatch,
+        )
+
     def _submit(
         self, prediction: Prediction, extra: dict[str, Any]
     ) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        """Score the prediction (the step pays the sample's reward less what its tool steps already paid:
+        the sample's steps sum to ``SampleScore.reward``, or to 0 when the sample is unscored)."""
         assert self._sample is not None and self._trajectory is not None
         sample = self._sample
-        scores = score(prediction.text, sample.target)
-        value = reward(scores, self.config.reward)
-        extra["scores"] = scores.as_dict()
+        scored = self.score_prediction(prediction.text)
+        self._sample_errors = [scored.infrastructure_error] if scored.infrastructure_error else []
+        value = (scored.reward if scored.reward is not None else 0.0) + self._tool_cost_paid
+        extra.update(dict(scored))
         extra["tool_calls"] = list(self._tool_calls)
-        if self.config.execution_score and self.config.task == "next-cell":
-            extra["execution_score"] = self._execution_score(prediction.text, extra)
         extra["scored_sample_id"] = sample.id
-        if self._sample_errors:
-            extra["infrastructure_error"] = "; ".join(self._sample_errors)
         report = self._report
-        if report is not None and report.check == "mismatch":
-            extra["state_mismatch"] = "; ".join(report.differences[:10]) or "the state differs"
         if report is not None and report.faults:
             extra["recovered"] = list(report.faults)
         extra["scored_state"] = report.as_dict() if report is not None else not_served()
         extra["scored_draw"] = self._draw
         if self._draw + 1 < self.config.samples:  # another prediction for the same sample, same state
             self._draw += 1
-            self._tools_used, self._tool_calls, self._last_tool = 0, [], ""
+            self._tools_used, self._tool_calls, self._last_tool, self._tool_cost_paid = 0, [], "", 0.0
             return self._observation(), value, False, False, self._info(**extra)
         self._draw = 0
         self._queue.pop(0)
@@ -606,32 +670,3 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
                 self._lost_backend = exc
                 obs = self._observation()
         return obs, value, terminated, False, self._info(**extra)
-
-    def _execution_score(self, code: str, extra: dict[str, Any]) -> float | None:
-        """Run the prediction in a disposable kernel in the pre-target state and compare its effects
-        with the recorded ones (:mod:`themisto_env.scoring.execution`). The env's own kernel never runs it."""
-        assert self._trajectory is not None and self._sample is not None
-        try:
-            scored: ExecutionScore | None = execution_score(
-                self.disposable_kernels(),
-                self._trajectory,
-                self._sample.step,
-                code,
-                timeout_s=self.code_timeout_s,
-            )
-        except BackendUnavailableError:
-            raise
-        except InfrastructureError as exc:
-            self._sample_errors.append(f"{type(exc).__name__}: {exc}")
-            return None
-        if scored is None:
-            return None
-        if scored.failure is not None:
-            extra["prediction_failed"] = scored.failure
-        extra["execution"] = {
-            "variables": scored.variables,
-            "outputs": scored.outputs,
-            "passed": scored.passed,
-            "failure": scored.failure,
-        }
-        return scored.value

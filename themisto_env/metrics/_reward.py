@@ -18,6 +18,10 @@ class RewardWeights(BaseModel):
     name, and which is defined for outputs without letters such as ``[]``) are graded. An exactly
     right answer still earns the full reward through ``full_on_exact_match``.
 
+    ``execution`` is the share of the execution score in a sample's reward when the execution score is
+    on (next-cell): ``(1 - execution) * metric reward + execution * execution score``; the rule is
+    applied in one place, :func:`themisto_env.scoring.score.score_sample` (see README, "Reward").
+
     Attributes:
         exact_match: Weight of exact match, >= 0.
         rouge_l: Weight of ROUGE-L F1, >= 0.
@@ -25,6 +29,8 @@ class RewardWeights(BaseModel):
         full_on_exact_match: When true, an exact match earns 1.0 whatever the weights. Without it a
             perfect answer can earn less than 1: ROUGE-L is 0 for a reference with no ASCII letter or
             digit (``[]``, ``{}``, ``---``), and both ROUGE-L and chrF are 0 when both texts are empty.
+        execution: Weight of the execution score in the reward when it is on, in [0, 1] (0.5: as much
+            as the text metrics together). Not used by :func:`reward`, which is the metric reward.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -33,6 +39,7 @@ class RewardWeights(BaseModel):
     rouge_l: float = Field(0.5, ge=0.0)
     chrf: float = Field(0.5, ge=0.0)
     full_on_exact_match: bool = True
+    execution: float = Field(0.5, ge=0.0, le=1.0)
 
     @model_validator(mode="after")
     def _not_all_zero(self) -> RewardWeights:

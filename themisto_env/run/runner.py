@@ -40,9 +40,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from themisto_env.env.core import ThemistoEnv
-from themisto_env.errors import ModelError
+from themisto_env.env.core import env_config_and_dataset
+from themisto_env.errors import ConfigError, ModelError
 from themisto_env.redaction import redact
+from themisto_env.replay.environments import dataset_environment
 from themisto_env.run.config import RunConfig
 from themisto_env.run.episode import env_options, make_run_agent
 from themisto_env.run.executors import executor, executor_name
@@ -61,16 +62,18 @@ def run(config: RunConfig, out: str | Path, *, progress: bool = True, force: boo
     """
     out = Path(out)
     agent = make_run_agent(config)  # a config that cannot run fails here, before anything in out is touched
-    env = ThemistoEnv(**env_options(config, agent))  # resolves (and if needed builds) the dataset
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        write_config(out, config, force=force)
-        done = done_samples(out, config.samples)  # other rows (failed, fewer predictions) are run again
-        plan = plan_run(env.samples, env.episode_samples, config, done)
-        if config.data is None and config.ray is None:  # Ray nodes resolve the bundled data themselves
-            config = config.model_copy(update={"data": str(env.dataset_dir)})
-    finally:
-        env.close()
+    # The samples come from the dataset (resolved, and if needed built, here); only the executors make envs.
+    env_config, dataset = env_config_and_dataset(env_options(config, agent))
+    dataset_environment(dataset.path, env_config.environment, backend=env_config.backend)  # its kernels can start
+    samples = dataset.samples(env_config.task, env_config.sample_rule)
+    if not samples:
+        raise ConfigError(f"no {env_config.task} samples in {dataset.path} under {env_config.sample_rule}")
+    out.mkdir(parents=True, exist_ok=True)
+    write_config(out, config, force=force)
+    done = done_samples(out, config.samples)  # other rows (failed, fewer predictions) are run again
+    plan = plan_run(samples, dataset.episodes(env_config.task, env_config.sample_rule), config, done)
+    if config.data is None and config.ray is None:  # Ray nodes resolve the bundled data themselves
+        config = config.model_copy(update={"data": str(dataset.path)})
     hidden = secrets(config)
     with RunProgress(config, plan, show=progress) as books, open(out / RESULTS, "a", encoding="utf-8") as f:
         rows = executor(executor_name(config))(config, plan.episodes)

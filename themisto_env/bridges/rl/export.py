@@ -7,10 +7,11 @@ Each row is what the env shows the agent at that sample, turned into a prompt, w
      "step": 7, "observation_mode": "static", "history": "...", "cell": "...", "runtime": "...",
      "metadata": {"notebook_name": ..., "dataset": ..., "history_length": ...}}
 
-The observation is the env's own: in ``static`` mode it is computed from the trajectory without a kernel,
-with the same rendering as :class:`~themisto_env.env.core.ThemistoEnv` (``render_history`` over the executed
-steps, capped the same way); in ``full`` mode the env itself is walked through each trajectory (a kernel
-restores snapshots and dumps the runtime at every sample). The prompt wording is the LLM agents'
+The observation is the env's own: in ``static`` mode it is computed from the trajectory without a kernel
+or an env (the samples come from the :class:`~themisto_env.replay.dataset.Dataset`), with the same
+rendering as :class:`~themisto_env.env.core.ThemistoEnv` (``render_history`` over the executed steps, capped
+the same way); in ``full`` mode the env itself is walked through each trajectory (a kernel restores
+snapshots and dumps the runtime at every sample). The prompt wording is the LLM agents'
 (:func:`themisto_env.agents.prompting.load_prompts`), so a model trained on these rows reads what the
 ``llm-static`` / ``llm-full`` agents send. ``tools`` mode needs several turns: use
 :mod:`themisto_env.bridges.rl.vector`.
@@ -23,10 +24,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from themisto_env.data.samples import Sample, TaskName, episode_starts
 from themisto_env.errors import ConfigError
+
+if TYPE_CHECKING:
+    from themisto_env.data.trajectory import Trajectory
+    from themisto_env.env.core import EnvConfig
 
 PromptFormat = Literal["chat", "text"]
 
@@ -83,8 +88,9 @@ def export_samples(
         prompt_format: ``chat`` (messages) or ``text`` (one string); see :func:`observation_prompt`.
         templates: A prompt template file; None for the bundled one.
         limit: Only the first this many samples.
-        **env_options: Further :class:`~themisto_env.env.core.EnvConfig` options (``dataset``, ``backend``,
-            ``history_length``, ``sample_rule``, ``snapshot_dir``, ...).
+        **env_options: Further :class:`~themisto_env.env.core.EnvConfig` options (``dataset``: a folder or an
+            open :class:`~themisto_env.replay.dataset.Dataset`; ``backend``, ``history_length``,
+            ``sample_rule``, ``snapshot_dir``, ...).
 
     Returns:
         One dict per sample (keys in the module docstring).
@@ -92,27 +98,28 @@ def export_samples(
     Raises:
         ConfigError: ``observation`` is ``tools`` or unknown, or an env option is invalid.
     """
-    from themisto_env.env.core import ThemistoEnv
+    from themisto_env.env.core import ThemistoEnv, env_config_and_dataset
 
     if observation not in ("static", "full"):
         raise ConfigError(
             f"single-turn export supports observation 'static' or 'full', not {observation!r}; "
             "tool use needs several turns: use themisto_env.bridges.rl.vector.make_vector_env"
         )
-    env = ThemistoEnv(task=task, observation=observation, **env_options)
-    try:
-        samples = env.samples[:limit] if limit else list(env.samples)
-        wanted = {s.id for s in samples}
-        if observation == "static":
-            observations = {s.id: _static_observation(env, s) for s in samples}
-        else:
-            observations = _walk_observations(env, wanted)
-    finally:
-        env.close()
+    config, dataset = env_config_and_dataset({**env_options, "task": task, "observation": observation})
+    samples = dataset.samples(config.task, config.sample_rule)
+    samples = samples[:limit] if limit else samples
+    if observation == "static":
+        observations = {s.id: _static_observation(config, dataset.trajectories[s.trajectory_id], s) for s in samples}
+    else:  # the runtime needs live states: the env serves them
+        env = ThemistoEnv(**{**env_options, "task": task, "observation": observation, "dataset": dataset})
+        try:
+            observations = _walk_observations(env, {s.id for s in samples})
+        finally:
+            env.close()
     rows = []
     for sample in samples:
         obs = observations[sample.id]
-        trajectory = env.trajectories[sample.trajectory_id]
+        trajectory = dataset.trajectories[sample.trajectory_id]
         rows.append(
             {
                 "prompt": observation_prompt(obs, task, observation, prompt_format=prompt_format, templates=templates),
@@ -127,9 +134,9 @@ def export_samples(
                 "runtime": obs["runtime"],
                 "metadata": {
                     "notebook_name": trajectory.notebook_name,
-                    "dataset": str(env.dataset_dir),
-                    "backend": env.config.backend,
-                    "history_length": env.config.history_length,
+                    "dataset": str(dataset.path),
+                    "backend": config.backend,
+                    "history_length": config.history_length,
                 },
             }
         )
@@ -161,13 +168,11 @@ def export_dataset(
     return datasets.Dataset.from_list(rows)
 
 
-def _static_observation(env: Any, sample: Sample) -> dict[str, Any]:
-    """The env's observation at a sample in ``static`` mode, computed without a kernel."""
+def _static_observation(config: EnvConfig, trajectory: Trajectory, sample: Sample) -> dict[str, Any]:
+    """The env's observation at a sample of ``trajectory`` in ``static`` mode, computed without a kernel."""
     from themisto_env.env.core import fit_text
     from themisto_env.env.observation import history_items, render_history
 
-    config = env.config
-    trajectory = env.trajectories[sample.trajectory_id]
     limit = config.max_text_chars
     history = render_history(
         history_items(trajectory.steps[: sample.step]),

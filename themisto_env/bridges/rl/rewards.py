@@ -7,14 +7,16 @@ completion is a string (standard format) or a list of messages (conversational f
 :func:`completion_text`.
 
 * :class:`MetricReward` scores a completion against the row's ``target`` with
-  :func:`themisto_env.metrics.score`, and returns the env's reward
-  (:func:`themisto_env.metrics.reward` with :class:`~themisto_env.metrics.RewardWeights`) or one metric.
+  :func:`themisto_env.scoring.score.score_sample` (the env's one rule, README "Reward", here without
+  tool calls and without the execution score), and returns its ``reward`` or one metric.
   By default the prediction is first read out of the reply as the LLM agents read it (fenced block,
   lead-in lines dropped: :func:`themisto_env.agents.parsing.extract_prediction`).
-* :class:`ExecutionReward` (next-cell only) runs the predicted cell from the pre-target state in the
-  sandbox and compares outputs and changed variables with the real cell's (the env's
-  ``execution_score``); it owns an env and a kernel, so close it when done. Use the docker backend for
-  model-written code. Combine both with ``GRPOConfig(reward_weights=[...])``.
+* :class:`ExecutionReward` (next-cell only) submits the prediction to an env with the execution score
+  on (the predicted cell runs from the pre-target state in a disposable kernel) and returns the env's
+  reward, the same ``SampleScore.reward`` every other path gives (``value="execution_score"``: the bare
+  execution score instead); it owns an env and a kernel, so close it when done. Use the docker backend
+  for model-written code. Use it *instead of* :class:`MetricReward`, not beside it: the env's rule
+  already weighs the metrics and the execution score (``RewardWeights.execution``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from themisto_env.errors import ConfigError
-from themisto_env.metrics import RewardWeights, reward, score
+from themisto_env.metrics import RewardWeights
+from themisto_env.scoring.score import ScoringRule, score_sample
 
 MetricName = Literal["reward", "exact_match", "rouge_l", "chrf"]
 
@@ -66,8 +69,8 @@ class MetricReward:
     """Scores completions with the env's metrics (TRL ``reward_funcs`` signature).
 
     Args:
-        metric: ``reward`` (the env's weighted reward, the default), or one of ``exact_match``,
-            ``rouge_l``, ``chrf``.
+        metric: ``reward`` (``SampleScore.reward`` of the env's rule without tool calls and without the
+            execution score; the default), or one of ``exact_match``, ``rouge_l``, ``chrf``.
         weights: Reward weights (the env's defaults when None).
         parse: Read the prediction out of the reply as the LLM agents do (fenced block, lead-in lines
             dropped); False scores the completion text as it is.
@@ -90,6 +93,7 @@ class MetricReward:
             raise ConfigError(f"metric must be reward, exact_match, rouge_l or chrf, got {metric!r}")
         self.metric = metric
         self.weights = weights or RewardWeights()
+        self.rule = ScoringRule(weights=self.weights)  # no tool calls, no execution score
         self.parse = parse
         self.task = task
         self.__name__ = f"themisto_{metric}"  # TRL logs each reward function under its __name__
@@ -130,9 +134,14 @@ class MetricReward:
         tasks = _per_row(task if task is not None else self.task, len(completions), "task")
         values = []
         for completion, reference, row_task in zip(completions, targets, tasks, strict=True):
-            scores = score(self.prediction(completion, row_task), reference)
-            value = reward(scores, self.weights) if self.metric == "reward" else getattr(scores, self.metric)
-            values.append(float(value))
+            scored = score_sample(
+                self.prediction(completion, row_task),
+                reference,
+                task="output" if row_task == "output" else "next-cell",
+                rule=self.rule,
+            )
+            value = scored.reward if self.metric == "reward" else scored.scores[self.metric]
+            values.append(float(value or 0.0))  # a text-only score is never unscored (reward None)
         return values
 
 
@@ -140,27 +149,38 @@ class ExecutionReward:
     """Scores next-cell completions by running them in the sandbox (TRL ``reward_funcs`` signature).
 
     For each completion the env is reset at the completion's sample, the prediction is submitted with
-    ``execution_score`` on, and the env's execution score is returned: the mean of the Jaccard overlap of
+    ``execution_score`` on, and the env's reward (``info["reward"]``, :class:`SampleScore`'s) is returned;
+    with ``value="execution_score"`` the execution score alone: the mean of the Jaccard overlap of
     the variables the predicted and the real cell change and the chrF of their outputs
     (:mod:`themisto_env.scoring.execution`). Each completion runs in a disposable kernel of its own, so a batch
     scores exactly as its completions would alone: what one completion does (a thread, an option, a
-    patched helper) never reaches another. A completion whose own code fails scores 0; output-task
-    samples and samples whose sandbox failed get None (TRL skips them).
+    patched helper) never reaches another. A completion whose own code fails scores 0 on the execution
+    score; output-task samples and unscored samples (the sandbox failed, the state differed) get None
+    (TRL skips them).
 
     Args:
         parse: Read the prediction out of the reply as the LLM agents do.
-        **env_options: :class:`~themisto_env.env.core.EnvConfig` options for its env (``dataset``, ``backend``,
-            ``snapshot_dir``, ``limits``, ...); use the same dataset as the exported rows.
+        value: ``reward`` (the env's reward; the default) or ``execution_score``.
+        **env_options: :class:`~themisto_env.env.core.EnvConfig` options for its env (``dataset``: a folder
+            or an open :class:`~themisto_env.replay.dataset.Dataset`; ``backend``, ``snapshot_dir``,
+            ``limits``, ...); use the same dataset as the exported rows.
     """
 
-    def __init__(self, *, parse: bool = True, **env_options: Any) -> None:
+    def __init__(
+        self, *, parse: bool = True, value: Literal["reward", "execution_score"] = "reward", **env_options: Any
+    ) -> None:
         from themisto_env.env.core import ThemistoEnv
+
+        if value not in ("reward", "execution_score"):
+            raise ConfigError(f"value must be reward or execution_score, got {value!r}")
+        self.value = value
 
         options = {"observation": "static", **env_options, "task": "next-cell", "execution_score": True}
         self.env = ThemistoEnv(**options)
         self.text = MetricReward(parse=parse)
         self.__name__ = "themisto_execution"
-        self._index = {s.id: (tid, i) for tid, group in self.env.episode_samples.items() for i, s in enumerate(group)}
+        self.dataset = self.env.dataset
+        self._sample_ids = {s.id for s in self.env.samples}
 
     def __call__(
         self,
@@ -170,7 +190,7 @@ class ExecutionReward:
         task: Sequence[str] | str | None = None,
         **kwargs: Any,
     ) -> list[float | None]:
-        """One execution score per completion, or None where it does not apply."""
+        """One reward (or execution score) per completion, or None where it does not apply."""
         from themisto_env.env.actions import Prediction
 
         completions = list(completions or [])
@@ -180,16 +200,16 @@ class ExecutionReward:
         tasks = _per_row(task if task is not None else "next-cell", len(completions), "task")
         values: list[float | None] = []
         for completion, sid, row_task in zip(completions, ids, tasks, strict=True):
-            if row_task != "next-cell" or sid not in self._index:
+            if row_task != "next-cell" or sid not in self._sample_ids:
                 values.append(None)
                 continue
-            tid, index = self._index[sid]
+            tid, index = self.dataset.episode_position(sid, self.env.config.sample_rule)
             self.env.reset(options={"trajectory": tid, "sample": index})
             prediction = Prediction(text=self.text.prediction(completion, "next-cell"))
             *_, info = self.env.step(prediction)
-            value = info.get("execution_score")
-            failed = info.get("infrastructure_error") or info.get("state_mismatch")
-            values.append(None if value is None or failed else float(value))
+            value = info.get(self.value)
+            unscored = info.get("reward") is None  # an infrastructure failure or a state mismatch
+            values.append(None if value is None or unscored else float(value))
         return values
 
     def close(self) -> None:

@@ -17,10 +17,11 @@ instance for themisto-env::
 A rollout: ``reset(sample_id=...)`` serves nothing yet (the state is lazy); the model calls the
 observation tools (``list_variables``, ``inspect_variable``, ``dataframe_head``, ...), each answered
 from the live kernel in the sample's state, at most ``tool_budget`` times; it gives its prediction with
-``submit``; ``get_reward()`` scores the last submitted prediction with the env's metrics
-(:func:`themisto_env.metrics.reward`, minus ``tool_cost`` per tool call), optionally with the execution
-score, and returns None (TRL leaves it out) when the rollout cannot be trusted: an infrastructure failure
-during its tool calls, or a state that differs from the recording.
+``submit``; ``get_reward()`` scores the last submitted prediction with
+:func:`themisto_env.scoring.score.score_sample` (the env's one rule, README "Reward": metrics, execution
+score when on, minus ``tool_cost`` per tool call) and returns None (TRL leaves it out) when the
+rollout cannot be trusted: an infrastructure failure during its tool calls, or a state that differs from
+the recording.
 
 **Group sharing.** Tools are read-only, so the rollouts of one sample (a GRPO group) can share one kernel
 in that state: :class:`SharedStates` keeps one :class:`~themisto_env.env.core.ThemistoEnv` (one kernel) per
@@ -41,7 +42,7 @@ from typing import Any
 from themisto_env.data.samples import Sample
 from themisto_env.env.tools import ToolCall
 from themisto_env.errors import ConfigError
-from themisto_env.metrics import reward, score
+from themisto_env.scoring.score import SampleScore, score_sample
 
 __all__ = ["SUBMIT_INSTRUCTION", "SharedStates", "ThemistoToolEnv", "tool_dataset"]
 
@@ -59,14 +60,20 @@ class SharedStates:
             arguments) is answered with the answer the shared kernel gave, without asking it again:
             the kernel is in the same verified state and tools are read-only, so it would answer the
             same. Dropped when the kernel moves to another sample or fails.
-        **env_options: :class:`~themisto_env.env.core.EnvConfig` options (``task``, ``dataset``,
-            ``backend``, ``tool_budget``, ``tool_cost``, ``reward``, ``execution_score``, ...).
+        **env_options: :class:`~themisto_env.env.core.EnvConfig` options (``task``, ``dataset``: a folder
+            or an open :class:`~themisto_env.replay.dataset.Dataset`, ``backend``, ``tool_budget``,
+            ``tool_cost``, ``reward``, ``execution_score``, ...).
+
+    Attributes:
+        config: The env config every rollout is served and scored under.
+        dataset: The dataset the samples come from (shared by every env made here).
+        samples: The task's samples by id.
     """
 
     def __init__(
         self, *, share: bool = True, max_kernels: int = 4, cache_answers: bool = True, **env_options: Any
     ) -> None:
-        from themisto_env.env.core import ThemistoEnv
+        from themisto_env.env.core import env_config_and_dataset
 
         if max_kernels < 1:
             raise ConfigError(f"max_kernels must be at least 1, got {max_kernels}")
@@ -75,14 +82,11 @@ class SharedStates:
         self.cache_answers = cache_answers and share
         #: Answers given for each live sample: (tool, arguments as JSON) -> (text, info of that call).
         self.answers: dict[str, dict[tuple[str, str], tuple[str, dict[str, Any]]]] = {}
-        self.options = {**env_options, "observation": "tools"}
-        #: The env that holds the catalog (samples, trajectories) and the disposable kernels; never serves.
-        self.catalog = ThemistoEnv(**{**self.options, "warm_kernels": 0})
-        self.config = self.catalog.config
-        self.samples: dict[str, Sample] = {s.id: s for s in self.catalog.samples}
-        self._index = {
-            s.id: (tid, i) for tid, samples in self.catalog.episode_samples.items() for i, s in enumerate(samples)
-        }
+        self.config, self.dataset = env_config_and_dataset({**env_options, "observation": "tools"})
+        self.options = {**env_options, "observation": "tools", "dataset": self.dataset}
+        listed = self.dataset.samples(self.config.task, self.config.sample_rule)
+        self.samples: dict[str, Sample] = {s.id: s for s in listed}
+        self._scoring_env: Any | None = None  # the env whose disposable kernels run predictions; on first use
         self._live: OrderedDict[str, Any] = OrderedDict()  # sample id -> ThemistoEnv serving it (shared)
         self._owned: list[Any] = []  # every env made here (closed by close())
         self._lock = threading.RLock()
@@ -91,6 +95,18 @@ class SharedStates:
     def factory(self) -> Callable[[], ThemistoToolEnv]:
         """The ``environment_factory`` for TRL: each call makes a rollout instance over these states."""
         return lambda: ThemistoToolEnv(self)
+
+    def scoring_env(self) -> Any:
+        """The env whose disposable kernels run submitted predictions for the execution score (made on
+        first use, never serves a state; closed by :meth:`close`)."""
+        from themisto_env.env.core import ThemistoEnv
+
+        with self._lock:
+            if self._closed:
+                raise ConfigError("the shared states are closed")
+            if self._scoring_env is None:
+                self._scoring_env = ThemistoEnv(**{**self.options, "warm_kernels": 0})
+            return self._scoring_env
 
     def new_env(self) -> Any:
         """A new env over the same options (closed by :meth:`close`)."""
@@ -105,7 +121,7 @@ class SharedStates:
     def env_for(self, sample_id: str, own: Any | None = None) -> Any:
         """The env that answers tools for ``sample_id``, reset at it if it served another sample: the
         group's shared env, or ``own`` (a rollout's own env, without sharing)."""
-        tid, index = self._index[sample_id]
+        tid, index = self.dataset.episode_position(sample_id, self.config.sample_rule)
         if own is not None:
             if own.current_sample is None or own.current_sample.id != sample_id:
                 own.reset(options={"trajectory": tid, "sample": index})
@@ -134,9 +150,11 @@ class SharedStates:
             envs, self._owned = self._owned, []
             self._live.clear()
             self.answers.clear()
+            scoring, self._scoring_env = self._scoring_env, None
         for env in envs:
             env.close()
-        self.catalog.close()
+        if scoring is not None:
+            scoring.close()
 
     def __enter__(self) -> SharedStates:
         return self
@@ -161,7 +179,9 @@ class ThemistoToolEnv:
         self.sample: Sample | None = None
         self.answer: str | None = None
         self.tool_calls: list[dict[str, Any]] = []
-        self.untrusted: list[str] = []  # why this rollout's reward cannot be trusted
+        self.faults: list[str] = []  # infrastructure failures during this rollout's tool calls
+        self.mismatches: list[str] = []  # how the served state differed from the recording
+        self.last_score: SampleScore | None = None  # what get_reward() last computed
 
     # -- TRL's contract ----------------------------------------------------------------------------------
 
@@ -174,27 +194,39 @@ class ThemistoToolEnv:
         self.sample = self._states.samples[sample_id]
         self.answer = None
         self.tool_calls = []
-        self.untrusted = []
+        self.faults, self.mismatches, self.last_score = [], [], None
         return SUBMIT_INSTRUCTION
 
     def get_reward(self) -> float | None:
-        """The rollout's reward: the env's metric reward of the last submitted prediction (an empty one
-        when nothing was submitted; with ``execution_score``, the mean of it and the execution score,
-        the prediction run in a disposable kernel), minus ``tool_cost`` per tool call; None when an
-        infrastructure failure or a state that differs from the recording touched the rollout (TRL
-        leaves it out: never scored as a wrong answer)."""
+        """The rollout's reward: :func:`~themisto_env.scoring.score.score_sample` of the last submitted
+        prediction (an empty one when nothing was submitted) with the rollout's tool calls, under the
+        env's rule (README, "Reward"; the execution score runs the prediction in a disposable kernel);
+        None when an infrastructure failure or a state that differs from the recording touched the
+        rollout (TRL leaves it out: never scored as a wrong answer). The whole record is kept in
+        :attr:`last_score`."""
         if self.sample is None:
             raise ConfigError("call reset() before get_reward()")
-        config = self._states.config
-        text = self._prediction()
-        value = reward(score(text, self.sample.target), config.reward)
-        if config.execution_score and config.task == "next-cell":
-            executed = self._execution_score(text)
-            if executed is not None:
-                value = (value + executed) / 2
-        if self.untrusted:
-            return None
-        return value - config.tool_cost * len(self.tool_calls)
+        rule = self._states.config.scoring_rule()
+        flagged = bool(self.faults or self.mismatches)
+        execution = None
+        if rule.execution_score and self.sample.task == "next-cell" and not flagged:
+            execution = self._states.scoring_env().execution_run(self.sample)
+        self.last_score = score_sample(
+            self._prediction(),
+            self.sample.target,
+            task=self.sample.task,
+            rule=rule,
+            tools_used=len(self.tool_calls),
+            execution=execution,
+            faults=self.faults,
+            state_mismatch="; ".join(self.mismatches) or None,
+        )
+        return self.last_score.reward
+
+    @property
+    def untrusted(self) -> list[str]:
+        """Why this rollout's reward cannot be trusted (infrastructure faults, state mismatches)."""
+        return [*self.faults, *(f"state mismatch: {m}" for m in self.mismatches)]
 
     # -- tools (the model sees their names, arguments and docstrings) ---------------------------------------
 
@@ -306,30 +338,12 @@ class ThemistoToolEnv:
                     elif info["state"]["check"] != "mismatch":
                         states.answers.setdefault(self.sample.id, {})[key] = (text, info)
         if info.get("infrastructure_error"):
-            self.untrusted.append(str(info["infrastructure_error"]))
+            self.faults.append(str(info["infrastructure_error"]))
         elif info["state"]["check"] == "mismatch":
-            self.untrusted.append("state mismatch: " + "; ".join(map(str, info["state"]["differences"][:5])))
+            self.mismatches.append("; ".join(map(str, info["state"]["differences"][:5])) or "the state differs")
         else:
             self.tool_calls.append({"tool": tool, "args": args, "ok": info.get("tool_result", {}).get("ok", False)})
         return text
-
-    def _execution_score(self, code: str) -> float | None:
-        from themisto_env.errors import BackendUnavailableError, InfrastructureError
-        from themisto_env.scoring.execution import execution_score
-
-        assert self.sample is not None
-        catalog = self._states.catalog
-        trajectory = catalog.trajectories[self.sample.trajectory_id]
-        try:
-            scored = execution_score(
-                catalog.disposable_kernels(), trajectory, self.sample.step, code, timeout_s=catalog.code_timeout_s
-            )
-        except BackendUnavailableError:
-            raise
-        except InfrastructureError as exc:
-            self.untrusted.append(f"{type(exc).__name__}: {exc}")
-            return None
-        return None if scored is None else scored.value
 
     def close(self) -> None:
         """Close what this instance owns (its own states, when it made them). Idempotent."""

@@ -1,0 +1,188 @@
+"""The one score of a prediction: :func:`score_sample` returns a :class:`SampleScore` holding its ``reward``.
+
+Every path that scores a prediction calls :func:`score_sample`: the gym env's prediction step, the TRL
+tool env's ``get_reward``, the TRL reward functions, the inspect scorer, and (through the env's step
+``info``) the runner's rows and pass@k. The rule, stated once (README, "Reward"):
+
+* ``metric_reward = metrics.reward(score(prediction, target), weights)`` (a weighted mean of exact
+  match, ROUGE-L and chrF, in [0, 1]);
+* with the execution score on (next-cell only; :mod:`themisto_env.scoring.execution`):
+  ``(1 - w) * metric_reward + w * execution_score`` with ``w = weights.execution`` (default 0.5);
+  otherwise, or when the dataset recorded no effects to compare with, ``metric_reward`` alone;
+* minus ``tool_cost`` for each tool call made for the prediction.
+
+A sample touched by an infrastructure fault (a kernel died, a container was lost, the state could not be
+served) or served in a state that differs from the recording is **unscored**: ``reward`` is None and the
+flag (``infrastructure_error`` or ``state_mismatch``) says why; it is never a wrong answer. A prediction
+whose own code fails under the execution score (``prediction_failed``: exit, timeout, memory, ...) is the
+model's failure: it earns what it earns (execution score 0) and is never flagged as infrastructure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from themisto_env.data.trajectory import Trajectory
+from themisto_env.errors import BackendUnavailableError, ConfigError, InfrastructureError
+from themisto_env.metrics import RewardWeights, api_sequence_score, reward, score
+from themisto_env.replay.disposable import DisposableKernels
+from themisto_env.scoring.execution import ExecutionScore, execution_score
+
+__all__ = ["ExecutionRun", "SampleScore", "ScoringRule", "execution_run", "score_sample"]
+
+#: Runs a prediction's code and scores its effects (None: the dataset recorded no effects to compare).
+#: Raises :class:`~themisto_env.errors.InfrastructureError` when the machinery failed, not the code.
+ExecutionRun = Callable[[str], ExecutionScore | None]
+
+
+class ScoringRule(BaseModel):
+    """How a prediction is scored: the env options that enter the reward.
+
+    Attributes:
+        weights: The weights of the metrics, and ``weights.execution`` of the execution score.
+        tool_cost: Subtracted from the reward for each tool call.
+        execution_score: Whether next-cell predictions are also scored by running them.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    weights: RewardWeights = Field(default_factory=RewardWeights)
+    tool_cost: float = Field(0.0, ge=0.0)
+    execution_score: bool = False
+
+
+class SampleScore(BaseModel):
+    """The score of one prediction of one sample (its fields are also keys of the scoring step's ``info``).
+
+    Attributes:
+        scores: The text metrics (``exact_match``, ``rouge_l``, ``chrf``) and, for next-cell, JuICe's
+            API-sequence metrics (``api_precision``, ``api_recall``, ``api_f1``); each in [0, 1].
+        metric_reward: The weighted mean of the text metrics (:func:`themisto_env.metrics.reward`).
+        execution_score: The execution score in [0, 1] (next-cell with the execution score on and
+            effects recorded), else None.
+        execution: Its parts: ``variables``, ``outputs``, ``passed``, ``failure`` (None without it).
+        passed: Whether the prediction did what the target did (pass@k counts it), None without the
+            execution score.
+        prediction_failed: Why the prediction's own code failed (``exit``, ``timeout``, ``memory``, ...):
+            the model's failure, scored 0 by the execution score.
+        tools_used: The tool calls made for this prediction.
+        tool_cost: What they cost in total (``tools_used * rule.tool_cost``).
+        reward: The reward (see the module docstring); None when the sample is unscored.
+        infrastructure_error: Why the machinery failed on this sample (unscored), if it did.
+        state_mismatch: How the served state differed from the recording (unscored), if it did.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    scores: dict[str, float]
+    metric_reward: float
+    execution_score: float | None = None
+    execution: dict[str, Any] | None = None
+    passed: bool | None = None
+    prediction_failed: str | None = None
+    tools_used: int = 0
+    tool_cost: float = 0.0
+    reward: float | None
+    infrastructure_error: str | None = None
+    state_mismatch: str | None = None
+
+    @property
+    def scored(self) -> bool:
+        """Whether the sample counts (no infrastructure fault, no state mismatch)."""
+        return self.reward is not None
+
+    @property
+    def flags(self) -> dict[str, str | None]:
+        """The trust flags: ``{"infrastructure_error": ..., "state_mismatch": ...}``."""
+        return {"infrastructure_error": self.infrastructure_error, "state_mismatch": self.state_mismatch}
+
+
+def execution_run(kernels: DisposableKernels, trajectory: Trajectory, step: int, *, timeout_s: float) -> ExecutionRun:
+    """The :data:`ExecutionRun` of a sample: its prediction runs in one of ``kernels``, brought to the
+    state before ``step`` of ``trajectory``, within ``timeout_s``."""
+
+    def run(code: str) -> ExecutionScore | None:
+        return execution_score(kernels, trajectory, step, code, timeout_s=timeout_s)
+
+    return run
+
+
+def score_sample(
+    prediction: str,
+    target: str,
+    *,
+    task: Literal["next-cell", "output"],
+    rule: ScoringRule | None = None,
+    tools_used: int = 0,
+    execution: ExecutionRun | None = None,
+    faults: Sequence[str] = (),
+    state_mismatch: str | None = None,
+) -> SampleScore:
+    """Score one prediction of one sample under a rule (the only place a reward is computed).
+
+    Args:
+        prediction: The predicted text, as it is scored (already read out of a model's reply).
+        target: The sample's target.
+        task: The sample's task (the execution score and the API-sequence metrics are next-cell only).
+        rule: The weights, the tool cost and whether the execution score is on (defaults: metric reward).
+        tools_used: The tool calls made for this prediction (each costs ``rule.tool_cost``).
+        execution: Runs the prediction (:func:`execution_run`); needed when the rule's execution score
+            applies. Not called when the sample is already flagged (its reward would be None anyway).
+        faults: Infrastructure failures already met while serving the sample or answering its tools.
+        state_mismatch: How the served state differed from the recording, if it did.
+
+    Returns:
+        The :class:`SampleScore`.
+
+    Raises:
+        ConfigError: The execution score applies and no ``execution`` was given.
+        BackendUnavailableError: The backend went away while running the prediction (the caller stops).
+    """
+    rule = rule or ScoringRule()
+    text = score(prediction, target)
+    scores = text.as_dict()
+    if task == "next-cell":
+        scores.update(api_sequence_score(prediction, target).as_dict())
+    metric_reward = reward(text, rule.weights)
+    faults = list(faults)
+    executed: ExecutionScore | None = None
+    if rule.execution_score and task == "next-cell" and not faults and state_mismatch is None:
+        if execution is None:
+            raise ConfigError("the execution score is on but score_sample() was given no execution run")
+        try:
+            executed = execution(prediction)
+        except BackendUnavailableError:
+            raise
+        except InfrastructureError as exc:  # the machinery, not the prediction: unscored
+            faults.append(f"{type(exc).__name__}: {exc}")
+    value = metric_reward
+    if executed is not None:
+        w = rule.weights.execution
+        value = (1.0 - w) * metric_reward + w * executed.value
+    cost = rule.tool_cost * tools_used
+    unscored = bool(faults) or state_mismatch is not None
+    return SampleScore(
+        scores=scores,
+        metric_reward=metric_reward,
+        execution_score=executed.value if executed is not None else None,
+        execution=(
+            {
+                "variables": executed.variables,
+                "outputs": executed.outputs,
+                "passed": executed.passed,
+                "failure": executed.failure,
+            }
+            if executed is not None
+            else None
+        ),
+        passed=executed.passed if executed is not None else None,
+        prediction_failed=executed.failure if executed is not None else None,
+        tools_used=tools_used,
+        tool_cost=cost,
+        reward=None if unscored else value - cost,
+        infrastructure_error="; ".join(faults) or None,
+        state_mismatch=state_mismatch,
+    )
