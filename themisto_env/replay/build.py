@@ -41,6 +41,7 @@ from themisto_env.data.trajectory import (
     write_manifest,
 )
 from themisto_env.errors import DataError, InfrastructureError
+from themisto_env.progress import ProgressLine
 from themisto_env.replay.environments import use_environment
 from themisto_env.replay.state import run_recorded
 from themisto_env.sandbox.kernel import Kernel
@@ -320,7 +321,7 @@ def build_dataset(
         snapshots: Whether to snapshot the namespace after every step.
         limits: Sandbox limits (per-execution timeout, ...).
         snapshot_dir: The snapshot store; defaults to the user cache.
-        progress: Show a progress bar.
+        progress: Show progress on stderr (a bar on a terminal, a line every few seconds when piped).
         environment: A kernel environment's name or id (``themisto env create``) to replay in; the
             manifest records it (and its requirements), so the env and the runner use it with no option.
         workdir: The folder every session's kernel runs in a copy of; default: a notebook's own folder,
@@ -329,8 +330,6 @@ def build_dataset(
     Raises:
         FolderTooLargeError: A working folder holds more than ``limits.workdir_mb`` (nothing is built).
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
     started = time.perf_counter()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -349,28 +348,26 @@ def build_dataset(
     env_id = use_environment(environment, backend=backend, manifest=manifest, out=out)
     existing = {tid: t for tid, t in existing.items() if t.environment == env_id}  # others are replayed again
     total = sum(len(s.executions) for s in sessions)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with (
         Kernel(backend, limits=limits, snapshot_dir=snapshot_dir, environment=env_id) as kernel,
-        Progress(*columns, disable=not progress, transient=False) as bar,
+        ProgressLine("replaying", total, show=progress) as bar,
     ):
         manifest.packages = kernel.package_versions(PACKAGES)  # the kernel's, which wrote the snapshots
         write_manifest(out, manifest)
-        task = bar.add_task("replaying", total=total)
         for session in sessions:
             tid = trajectory_id(session)
             previous = existing.get(tid)
             work = folders[session_folder(session, workdir)]
             if previous is not None and is_built(previous, session, backend, kernel.store, snapshots, work.digest):
                 report.skipped.append(tid)
-                bar.advance(task, len(session.executions))
+                bar.advance(len(session.executions))
                 continue
-            bar.update(task, description=f"replaying {tid}")
-            done_before = bar.tasks[0].completed
+            bar.update(description=f"replaying {tid}")
+            done_before = bar.completed
             trajectory = replay_session(
-                session, kernel, snapshots=snapshots, on_step=lambda _tid, _i: bar.advance(task), work=work
+                session, kernel, snapshots=snapshots, on_step=lambda _tid, _i: bar.advance(), work=work
             )
-            bar.update(task, completed=done_before + len(session.executions))
+            bar.update(completed=done_before + len(session.executions))
             append_trajectory(out, trajectory)
             report.steps += len(trajectory.steps)
             if trajectory.complete:

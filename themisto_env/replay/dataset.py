@@ -71,14 +71,14 @@ class Dataset:
         self._by_task: dict[tuple[TaskName, SampleRule], _TaskSamples] = {}
 
     @classmethod
-    def open(cls, name_or_path: str | Path | None = None, *, backend: str = "local", progress: bool = False) -> Dataset:
+    def open(cls, name_or_path: str | Path | None = None, *, backend: str = "local", progress: bool = True) -> Dataset:
         """The dataset ``name_or_path`` names, checked, and the same object for the same folder.
 
         Args:
             name_or_path: A folder built by ``themisto data build``; None or ``"bundled"`` for the bundled
                 data (replayed into the cache on first use on a backend, which takes minutes).
             backend: The sandbox backend the bundled data is replayed on (a folder is used as built).
-            progress: Show a progress bar while the bundled data is replayed.
+            progress: Show progress (on stderr) while the bundled data is replayed.
 
         Returns:
             The opened dataset; the cached one when this process opened the folder before and its files

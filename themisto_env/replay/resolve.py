@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import sys
 from pathlib import Path
 
 from themisto_env.data.bundled import bundled_log_path
@@ -20,8 +21,9 @@ def bundled_dataset_dir(backend: str = "local") -> Path:
 def resolve_dataset(dataset: str | Path | None = None, *, backend: str = "local", progress: bool = True) -> Path:
     """A dataset folder ready to use: ``dataset`` as given, or the bundled data, replayed if needed.
 
-    The bundled dataset is replayed into the cache the first time it is used on a backend (with a
-    progress bar); later calls find it built, and only rebuild what is missing (e.g. snapshots removed
+    The bundled dataset is replayed into the cache the first time it is used on a backend (with
+    ``progress``: a line saying so, then a bar on stderr, or a line every few seconds when stderr is not a
+    terminal); later calls find it built, and only rebuild what is missing (e.g. snapshots removed
     from the cache).
     """
     if dataset is not None:
@@ -37,6 +39,13 @@ def resolve_dataset(dataset: str | Path | None = None, *, backend: str = "local"
     with open(folder / ".lock", "w") as lock:  # parallel workers build it once
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (folder / MANIFEST).exists() or not _complete(folder, backend):
+            if progress:
+                print(
+                    f"building the bundled data on the {backend} backend (first use; a few minutes, once) "
+                    f"into {folder}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             build_dataset([bundled_log_path()], folder, backend=backend, progress=progress)
         _CHECKED[folder] = _manifest_stamp(folder)
     return folder

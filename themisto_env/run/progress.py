@@ -1,5 +1,7 @@
 """A run's bookkeeping while rows come in: counts, the progress bar, and when to stop.
 
+The bar is :class:`~themisto_env.progress.ProgressLine` on stderr (periodic lines when piped).
+
 ``fail_on_error`` (``--fail-on-error RATE``) stops the run with one line when more than that fraction of
 the samples run so far have model errors, judged once :data:`FAIL_ON_ERROR_MIN_SAMPLES` samples (or all
 the run's samples, if fewer) are done.
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 from types import TracebackType
 
+from themisto_env.progress import ProgressLine
 from themisto_env.run.config import RunConfig
 from themisto_env.run.plan import RunPlan
 from themisto_env.run.results import ResultRow
@@ -30,15 +33,11 @@ class RunProgress:
     """
 
     def __init__(self, config: RunConfig, plan: RunPlan, *, show: bool = True) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
         self.config, self.planned = config, len(plan.wanted)
         self.ran, self.model_errors = 0, 0
         self.stop: str | None = None
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-        self._bar = Progress(*columns, disable=not show)
         label = f"{config.agent}{f' {config.model}' if config.model else ''} on {config.task}"
-        self._task = self._bar.add_task(label, total=plan.total, completed=plan.done)
+        self._bar = ProgressLine(label, plan.total, completed=plan.done, show=show)
 
     def __enter__(self) -> RunProgress:
         self._bar.__enter__()
@@ -52,7 +51,7 @@ class RunProgress:
     def record(self, row: ResultRow) -> str | None:
         """Count a row just written; return why the run stops now (``fail_on_error`` exceeded), or None."""
         self.ran += 1
-        self._bar.advance(self._task)
+        self._bar.advance()
         self.model_errors += bool(row.model_error)
         self.stop = self._too_many_errors(row)
         return self.stop
