@@ -55,8 +55,9 @@ from themisto_env.sandbox.docker_engine import docker_client, engine, image_exis
 from themisto_env.sandbox.environments import environment_image
 from themisto_env.sandbox.image_spec import default_image
 from themisto_env.sandbox.launcher import KernelLauncher
-from themisto_env.sandbox.lifetime import engine_unreachable, process_start
+from themisto_env.sandbox.leftovers import engine_unreachable
 from themisto_env.sandbox.models import SandboxLimits
+from themisto_env.sandbox.owners import process_start
 
 __all__ = [
     "LABEL_CREATED",

@@ -4,7 +4,7 @@ Each kernel container gets a unique name (``themisto-kernel-<hex>``) and labels 
 that let :func:`remove_stale_containers` find containers whose host process died:
 ``themisto-env.kernel=1``, ``themisto-env.host`` (host name), ``themisto-env.host-pid``,
 ``themisto-env.host-pid-start`` (the process's start time, so a reused pid is not mistaken for the
-owner) and ``themisto-env.created``. The label names are defined in :mod:`themisto_env.sandbox.lifetime`
+owner) and ``themisto-env.created``. The label names are defined in :mod:`themisto_env.sandbox.leftovers`
 (the reaper, which must not import the docker backend, reads them too).
 
 What the host can see of a running container without asking the engine is here as well: its processes
@@ -28,15 +28,15 @@ from typing import Any
 
 from themisto_env.sandbox.docker_engine import engine
 from themisto_env.sandbox.launcher import KERNEL_ENVIRONMENT
-from themisto_env.sandbox.lifetime import (
+from themisto_env.sandbox.leftovers import (
     LABEL_CREATED,
     LABEL_HOST,
     LABEL_HOST_PID,
     LABEL_HOST_PID_START,
     LABEL_KERNEL,  # on every kernel container (value "1")
-    process_start,
 )
 from themisto_env.sandbox.models import SandboxLimits
+from themisto_env.sandbox.owners import process_start
 
 __all__ = [
     "KERNEL_UID",

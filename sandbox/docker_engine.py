@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from themisto_env.errors import BackendUnavailableError
-from themisto_env.sandbox.lifetime import engine_unreachable
+from themisto_env.sandbox.leftovers import engine_unreachable
 
 __all__ = ["docker_client", "engine", "engine_address", "image_exists", "image_id", "unreachable"]
 
