@@ -22,6 +22,7 @@ point of this package; needs ``pip install 'themisto-env[inspect]'``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from inspect_ai import Task, task
@@ -35,7 +36,7 @@ from inspect_ai.util import JSONSchema, SandboxEnvironmentSpec, sandbox
 from themisto_env.agents.parsing import extract_prediction
 from themisto_env.agents.prompting import PromptTemplates, load_prompts
 from themisto_env.bridges.inspect_sandbox import SANDBOX_TYPE, SandboxConfig, ThemistoSandbox
-from themisto_env.data.samples import TaskName
+from themisto_env.data.samples import TaskName, read_sample_ids, select_samples, selection_order
 from themisto_env.data.trajectory import Trajectory
 from themisto_env.env.core import EnvConfig, ObservationMode
 from themisto_env.env.observation import history_items, render_history
@@ -81,30 +82,40 @@ def prompt_messages(
     ]
 
 
-def themisto_dataset(config: EnvConfig, prompts: PromptTemplates | None = None) -> MemoryDataset:
-    """Every sample of a task, trajectory by trajectory in step order, as inspect samples (listed by the
-    :class:`~themisto_env.replay.dataset.Dataset` of ``config.dataset``; no env, no kernel)."""
+def themisto_dataset(
+    config: EnvConfig,
+    prompts: PromptTemplates | None = None,
+    *,
+    limit: int | None = None,
+    seed: int = 0,
+    sample_ids: Sequence[str] | None = None,
+) -> MemoryDataset:
+    """A task's samples as inspect samples (listed by the :class:`~themisto_env.replay.dataset.Dataset` of
+    ``config.dataset``; no env, no kernel): ``limit`` of them (all without) chosen as ``themisto run``
+    chooses (:func:`~themisto_env.data.samples.select_samples`), in the selection's order
+    (:func:`~themisto_env.data.samples.selection_order`), so that inspect's own ``--limit N`` takes the
+    samples of ``themisto run --limit N``."""
     prompts = prompts or load_prompts()
     dataset = Dataset.open(config.dataset, backend=config.backend)
-    episodes = dataset.episodes(config.task, config.sample_rule)
+    chosen = select_samples(dataset.samples(config.task, config.sample_rule), limit, seed=seed, sample_ids=sample_ids)
     samples = []
-    for trajectory_id, episode in episodes.items():
-        for index, sample in enumerate(episode):
-            observation = first_observation(dataset.trajectories[trajectory_id], sample.step, config)
-            samples.append(
-                Sample(
-                    id=sample.id,
-                    input=list(prompt_messages(observation, config, prompts)),
-                    target=sample.target,
-                    metadata={
-                        "sample_id": sample.id,
-                        "trajectory_id": trajectory_id,
-                        "step": sample.step,
-                        "sample_index": index,
-                        "task": config.task,
-                    },
-                )
+    for sample in selection_order(chosen, seed=seed):
+        trajectory_id, index = dataset.episode_position(sample.id, config.sample_rule)
+        observation = first_observation(dataset.trajectories[trajectory_id], sample.step, config)
+        samples.append(
+            Sample(
+                id=sample.id,
+                input=list(prompt_messages(observation, config, prompts)),
+                target=sample.target,
+                metadata={
+                    "sample_id": sample.id,
+                    "trajectory_id": trajectory_id,
+                    "step": sample.step,
+                    "sample_index": index,
+                    "task": config.task,
+                },
             )
+        )
     return MemoryDataset(samples, name=f"themisto-{config.task}", location=str(dataset.path))
 
 
@@ -247,6 +258,8 @@ def themisto(
     snapshot_dir: str | None = None,
     limit: int | None = None,
     execution_score: bool = False,
+    selection_seed: int = 0,
+    sample_ids: str | None = None,
 ) -> Task:
     """Predict the next cell (or a cell's output) of Jupyter development trajectories.
 
@@ -261,9 +274,13 @@ def themisto(
         reward: The reward's weights (None: the env's defaults).
         history_length: Recent executions shown in the prompt.
         snapshot_dir: Where kernel snapshots are stored (None: the default cache).
-        limit: At most this many samples (inspect's ``--limit`` works too).
+        limit: At most this many samples, spread over the trajectories: the samples of ``themisto run
+            --limit N`` (the dataset is in that selection's order, so inspect's own ``--limit N`` takes the
+            same ones).
         execution_score: Also score each next-cell prediction by running it (use the docker backend
             for models you do not trust).
+        selection_seed: The seed of the selection (``themisto run --selection-seed``).
+        sample_ids: A file of the sample ids to run (``themisto run --sample-ids``).
     """
     if execution_score and task != "next-cell":
         raise ConfigError("the execution score is for the next-cell task only")
@@ -279,9 +296,8 @@ def themisto(
         snapshot_dir=snapshot_dir,
         execution_score=execution_score,
     )
-    dataset = themisto_dataset(options.env_config())
-    if limit is not None:
-        dataset = dataset[:limit]
+    ids = read_sample_ids(sample_ids) if sample_ids is not None else None
+    dataset = themisto_dataset(options.env_config(), limit=limit, seed=selection_seed, sample_ids=ids)
     return Task(
         dataset=dataset,
         solver=themisto_agent(),

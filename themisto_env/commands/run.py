@@ -6,11 +6,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from themisto_env.commands.common import console
 from themisto_env.metrics import API_SEQUENCE_METRICS, METRICS
+from themisto_env.run.progress import nothing_scored
 from themisto_env.run.results import model_label
 
 
@@ -49,7 +51,29 @@ def run_command(
     ] = None,
     backend: Annotated[str | None, typer.Option("--backend", "-b", help="local, bwrap or docker.")] = None,
     data: Annotated[Path | None, typer.Option(help="Dataset folder (default: the bundled data).")] = None,
-    limit: Annotated[int | None, typer.Option(help="At most this many samples.")] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="At most this many samples, spread over the trajectories by a seeded selection (the same as "
+            "the inspect task's -T limit=N and the TRL export's limit).",
+        ),
+    ] = None,
+    selection: Annotated[
+        str | None,
+        typer.Option("--selection", metavar="spread|first", help="How --limit picks: spread (default) or first."),
+    ] = None,
+    selection_seed: Annotated[
+        int | None, typer.Option("--selection-seed", metavar="N", help="The seed of --limit's selection (0).")
+    ] = None,
+    sample_ids: Annotated[
+        Path | None,
+        typer.Option(
+            "--sample-ids",
+            metavar="FILE",
+            help="Run these samples: a file of sample ids, one a line, or another run's results.jsonl.",
+        ),
+    ] = None,
     workers: Annotated[int | None, typer.Option(help="Worker processes (or Ray actors with --ray).")] = None,
     ray: Annotated[
         str | None,
@@ -138,6 +162,9 @@ def run_command(
         "task": task,
         "backend": backend,
         "limit": limit,
+        "selection": selection,
+        "selection_seed": selection_seed,
+        "sample_ids": str(sample_ids) if sample_ids is not None else None,
         "workers": workers,
         "ray": ray,
         "samples": samples,
@@ -169,6 +196,10 @@ def run_command(
             "(not scored; see state_mismatch in results.jsonl)[/]"
         )
     console.print(f"results: {out / 'results.jsonl'}", markup=False)
+    failure = nothing_scored(summary)
+    if failure:
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(failure)}")
+        raise typer.Exit(1)
 
 
 def summary_table(summary: dict) -> Table:

@@ -23,8 +23,12 @@ step of the rule kept and dropped.
 
 from __future__ import annotations
 
+import difflib
+import hashlib
+import json
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -32,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from themisto_env.data.agreement import DISAGREEMENTS
 from themisto_env.data.trajectory import Step, Trajectory
+from themisto_env.errors import ConfigError, DataError
 from themisto_env.sandbox.rendering import render_outputs
 
 TaskName = Literal["next-cell", "output"]
@@ -161,3 +166,103 @@ def episode_starts(episodes: Mapping[str, Sequence[Sample]], wanted: Collection[
         first = next((i for i, s in enumerate(episodes[trajectory_id]) if s.id in wanted), None)
         if first is not None:
             yield trajectory_id, first
+
+
+SelectionOrder = Literal["spread", "first"]
+"""How ``--limit N`` picks its samples: ``spread`` (over trajectories, seeded; the default) or ``first``
+(the first N in dataset order)."""
+
+
+def _rank(seed: int, key: str) -> bytes:
+    return hashlib.sha256(f"{seed}\0{key}".encode()).digest()
+
+
+def selection_order(samples: Sequence[Sample], *, seed: int = 0, order: SelectionOrder = "spread") -> list[Sample]:
+    """The samples in the order a limit takes them: the first N of this order are ``--limit N``'s.
+
+    ``spread`` deals the samples round-robin over the trajectories: each trajectory's samples in a seeded
+    shuffle, the trajectories in a seeded shuffle, then one sample of each trajectory per round, so that
+    ``--limit 20`` over 7 trajectories takes about 3 of each (and a limit of 40 holds the 20 of a limit of 20).
+    The shuffles rank each id by a hash of the seed and the id: the same seed picks the same samples on
+    every machine and Python version, and a sample's rank does not depend on the other samples. ``first``
+    is dataset order.
+    """
+    if order == "first":
+        return list(samples)
+    groups: dict[str, list[Sample]] = {}
+    for sample in samples:
+        groups.setdefault(sample.trajectory_id, []).append(sample)
+    dealt = [sorted(group, key=lambda s: _rank(seed, s.id)) for group in groups.values()]
+    dealt.sort(key=lambda group: _rank(seed, group[0].trajectory_id))
+    return [group[i] for i in range(max(map(len, dealt), default=0)) for group in dealt if i < len(group)]
+
+
+def select_samples(
+    samples: Sequence[Sample],
+    limit: int | None = None,
+    *,
+    seed: int = 0,
+    order: SelectionOrder = "spread",
+    sample_ids: Sequence[str] | None = None,
+) -> list[Sample]:
+    """The samples a run, an export or an inspect task covers, in dataset order: the one selection
+    ``themisto run``, ``themisto_env.bridges.inspect_task.themisto`` and ``bridges.rl.export`` share.
+
+    Args:
+        samples: A task's samples in dataset order (:meth:`~themisto_env.replay.dataset.Dataset.samples`).
+        limit: At most this many (None: all), taken in :func:`selection_order`.
+        seed: The selection's seed (``spread``).
+        order: ``spread`` over trajectories (default) or the ``first`` in dataset order.
+        sample_ids: Only these samples (``--sample-ids FILE``: :func:`read_sample_ids`); the limit then
+            applies among them.
+
+    Raises:
+        ConfigError: An id of ``sample_ids`` is not among the samples (the nearest ones suggested).
+    """
+    pool: Sequence[Sample] = samples
+    if sample_ids is not None:
+        by_id = {s.id: s for s in samples}
+        unknown = [sid for sid in sample_ids if sid not in by_id]
+        if unknown:
+            near = difflib.get_close_matches(unknown[0], list(by_id), n=3)
+            hint = f"; did you mean {', '.join(map(repr, near))}?" if near else ""
+            more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+            raise ConfigError(f"no sample {unknown[0]!r}{more} among the task's {len(samples)} samples{hint}")
+        wanted = set(sample_ids)
+        pool = [s for s in samples if s.id in wanted]
+    if limit is None or limit >= len(pool):
+        return list(pool)
+    chosen = {s.id for s in selection_order(pool, seed=seed, order=order)[:limit]}
+    return [s for s in pool if s.id in chosen]
+
+
+def read_sample_ids(path: str | Path) -> list[str]:
+    """The sample ids of a file: one a line (blank lines and ``#`` comments skipped), or the rows of a
+    ``results.jsonl`` (their ``sample_id``), so that a run's samples can be pinned for another.
+
+    Raises:
+        DataError: The file cannot be read, a JSON line has no ``sample_id``, or it holds no id (the message
+            names the file and line).
+    """
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"cannot read the sample ids: {exc}", path=path) from None
+    ids: list[str] = []
+    for number, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("{"):
+            try:
+                line = json.loads(line)["sample_id"]
+            except (ValueError, KeyError, TypeError):
+                raise DataError(
+                    "a JSON line needs a sample_id (a row of results.jsonl)", path=path, row=number
+                ) from None
+        if line not in ids:
+            ids.append(str(line))
+    if not ids:
+        raise DataError("no sample ids in the file (one a line, or a results.jsonl)", path=path)
+    return ids

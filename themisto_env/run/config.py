@@ -14,7 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from themisto_env.data.samples import TaskName
+from themisto_env.data.samples import SelectionOrder, TaskName
 from themisto_env.errors import ConfigError
 
 ObservationName = Literal["static", "full", "tools"]
@@ -36,7 +36,12 @@ class RunConfig(BaseModel):
         observation: Observation mode; None uses the agent's own (or ``static``).
         backend: Sandbox backend.
         data: A built dataset folder; None uses the bundled data.
-        limit: Run at most this many samples (the first ones, in dataset order).
+        limit: Run at most this many samples: spread over the trajectories by a seeded selection (the same
+            as the inspect task's and the TRL export's: :func:`~themisto_env.data.samples.select_samples`).
+        selection: ``spread`` (default) or ``first`` (the first ``limit`` samples in dataset order).
+        selection_seed: The seed of the ``spread`` selection.
+        sample_ids: A file of the sample ids to run (one a line, or a ``results.jsonl``); ``limit`` then
+            applies among them.
         workers: Worker processes (or Ray actors), each with its own env and kernel.
         ray: None runs on this machine; ``local`` starts a private local Ray instance; ``auto`` or an
             address (``HOST:6379``, ``ray://HOST:10001``) joins a running Ray cluster. Episodes are then
@@ -65,6 +70,9 @@ class RunConfig(BaseModel):
     backend: str = "local"
     data: str | None = None
     limit: int | None = Field(None, ge=1)
+    selection: SelectionOrder = "spread"
+    selection_seed: int = 0
+    sample_ids: str | None = None
     workers: int = Field(1, ge=1)
     ray: str | None = None
     samples: int = Field(1, ge=1)

@@ -1,9 +1,11 @@
 """Planning a run: which samples remain (limit, resume) and the episodes that score them.
 
-A run covers the first ``limit`` samples of its dataset (all without a limit), minus those its folder
-already holds with a scored row (:func:`~themisto_env.run.results.done_samples`): that is a resume. The
-samples left are spread over :class:`EpisodePlan` s, one per trajectory, or contiguous parts of a
-trajectory when there are fewer trajectories than episodes that can run at once.
+A run covers ``limit`` samples of its dataset spread over its trajectories (all without a limit; the one
+selection of :func:`~themisto_env.data.samples.select_samples`, also the inspect task's and the TRL
+export's), or those of its ``sample_ids`` file, minus those its folder already holds with a scored row
+(:func:`~themisto_env.run.results.done_samples`): that is a resume. The samples left are spread over
+:class:`EpisodePlan` s, one per trajectory, or contiguous parts of a trajectory when there are fewer
+trajectories than episodes that can run at once.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from themisto_env.data.samples import Sample, episode_starts
+from themisto_env.data.samples import Sample, episode_starts, read_sample_ids, select_samples
 from themisto_env.run.config import RunConfig
 
 
@@ -45,9 +47,16 @@ class RunPlan:
         return self.total - len(self.wanted)
 
 
-def covered_samples(samples: Sequence[Sample], limit: int | None) -> Sequence[Sample]:
-    """The samples a run covers: the first ``limit`` in dataset order (all without a limit)."""
-    return samples[:limit] if limit else samples
+def covered_samples(samples: Sequence[Sample], config: RunConfig) -> Sequence[Sample]:
+    """The samples a run covers, in dataset order: its ``sample_ids`` (all without), ``limit`` of them
+    chosen by its ``selection`` (:func:`~themisto_env.data.samples.select_samples`).
+
+    Raises:
+        DataError: The ``sample_ids`` file cannot be read.
+        ConfigError: It names a sample the task does not have.
+    """
+    ids = read_sample_ids(config.sample_ids) if config.sample_ids is not None else None
+    return select_samples(samples, config.limit, seed=config.selection_seed, order=config.selection, sample_ids=ids)
 
 
 def plan_run(
@@ -56,7 +65,7 @@ def plan_run(
     """The run's plan over a task's ``samples`` (in dataset order) and ``episodes`` (the same samples by
     trajectory, each in step order), leaving out the ``done`` ones; its episodes are cut for the episodes
     that run at once (``max_connections``, else ``workers``)."""
-    covered = covered_samples(samples, config.limit)
+    covered = covered_samples(samples, config)
     wanted = {s.id for s in covered} - done
     plans = plan_episodes(episodes, wanted, parts=config.max_connections or config.workers)
     return RunPlan(total=len(covered), wanted=frozenset(wanted), episodes=plans)

@@ -4,12 +4,15 @@ The bar is :class:`~themisto_env.progress.ProgressLine` on stderr (periodic line
 
 ``fail_on_error`` (``--fail-on-error RATE``) stops the run with one line when more than that fraction of
 the samples run so far have model errors, judged once :data:`FAIL_ON_ERROR_MIN_SAMPLES` samples (or all
-the run's samples, if fewer) are done.
+the run's samples, if fewer) are done, and once more when the run ends (:meth:`RunProgress.finish`).
+A run that scored nothing (:func:`nothing_scored`) makes ``themisto run`` exit non-zero too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import TracebackType
+from typing import Any
 
 from themisto_env.progress import ProgressLine
 from themisto_env.run.config import RunConfig
@@ -56,16 +59,44 @@ class RunProgress:
         self.stop = self._too_many_errors(row)
         return self.stop
 
-    def _too_many_errors(self, row: ResultRow) -> str | None:
+    def finish(self) -> str | None:
+        """Judge the run once its rows are all in: why it failed (more than ``fail_on_error`` of its samples
+        had model errors, however few it ran), or None. A run stopped early keeps its first reason."""
+        if self.stop is None and self.ran and self._rate_exceeded(judged=self.ran):
+            rate = self.config.fail_on_error
+            self.stop = (
+                f"{self.model_errors} of {self.ran} samples failed in their model calls "
+                f"({self.model_errors / self.ran:.0%} > --fail-on-error {rate:g}); see model_error in results.jsonl"
+            )
+        return self.stop
+
+    def _rate_exceeded(self, judged: int) -> bool:
         rate = self.config.fail_on_error
-        if rate is None or not row.model_error:
-            return None
-        if self.ran < min(FAIL_ON_ERROR_MIN_SAMPLES, self.planned) or self.model_errors / self.ran <= rate:
+        return rate is not None and self.ran >= judged and self.model_errors / self.ran > rate
+
+    def _too_many_errors(self, row: ResultRow) -> str | None:
+        if not row.model_error or not self._rate_exceeded(judged=min(FAIL_ON_ERROR_MIN_SAMPLES, self.planned)):
             return None
         return (
             f"stopped: {self.model_errors} of {self.ran} samples failed in their model calls "
-            f"({self.model_errors / self.ran:.0%} > --fail-on-error {rate:g}); last: {row.model_error}"
+            f"({self.model_errors / self.ran:.0%} > --fail-on-error {self.config.fail_on_error:g}); "
+            f"last: {row.model_error}"
         )
 
 
-__all__ = ["FAIL_ON_ERROR_MIN_SAMPLES", "RunProgress"]
+def nothing_scored(summary: Mapping[str, Any]) -> str | None:
+    """Why a run's summary is a failure although the run ended: no sample of it was scored (every model
+    call failed, every episode hit an infrastructure failure, ...); None when some sample was. ``themisto
+    run`` exits non-zero with this line."""
+    if summary.get("samples"):
+        return None
+    causes = {
+        "model errors": summary.get("model_errors", 0),
+        "infrastructure failures": summary.get("infrastructure_failures", 0),
+        "state mismatches": summary.get("state_mismatches", 0),
+    }
+    why = ", ".join(f"{n} {cause}" for cause, n in causes.items() if n) or "no sample ran"
+    return f"nothing was scored ({why}); see results.jsonl, and run again to retry the failed samples"
+
+
+__all__ = ["FAIL_ON_ERROR_MIN_SAMPLES", "RunProgress", "nothing_scored"]

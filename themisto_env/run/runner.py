@@ -58,7 +58,8 @@ def run(config: RunConfig, out: str | Path, *, progress: bool = True, force: boo
 
     Raises:
         ConfigError: ``out`` holds a run with another config (``force`` starts it over).
-        ModelError: ``fail_on_error`` was exceeded (the rows so far and the summary are written).
+        ModelError: ``fail_on_error`` was exceeded, during the run or over all its rows at the end (the
+            rows so far and the summary are written).
     """
     out = Path(out)
     agent = make_run_agent(config)  # a config that cannot run fails here, before anything in out is touched
@@ -88,8 +89,8 @@ def run(config: RunConfig, out: str | Path, *, progress: bool = True, force: boo
                     rows.close()
     summary = summarize(read_results(out), config)
     (out / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
-    if books.stop:
-        raise ModelError(redact(books.stop, hidden))
+    if books.finish():
+        raise ModelError(redact(books.stop or "", hidden))
     return summary
 
 

@@ -22,11 +22,11 @@ model never sees it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from themisto_env.data.samples import Sample, TaskName, episode_starts
+from themisto_env.data.samples import Sample, TaskName, episode_starts, select_samples
 from themisto_env.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -77,6 +77,8 @@ def export_samples(
     prompt_format: PromptFormat = "chat",
     templates: str | Path | None = None,
     limit: int | None = None,
+    selection_seed: int = 0,
+    sample_ids: Sequence[str] | None = None,
     **env_options: Any,
 ) -> list[dict[str, Any]]:
     """The samples of a task as training rows, in the env's sample order.
@@ -87,7 +89,11 @@ def export_samples(
             the env replays each trajectory from its snapshots).
         prompt_format: ``chat`` (messages) or ``text`` (one string); see :func:`observation_prompt`.
         templates: A prompt template file; None for the bundled one.
-        limit: Only the first this many samples.
+        limit: At most this many samples, spread over the trajectories: the samples of ``themisto run
+            --limit N`` (:func:`~themisto_env.data.samples.select_samples`).
+        selection_seed: The seed of that selection (``themisto run --selection-seed``).
+        sample_ids: Only these samples (``themisto run --sample-ids``:
+            :func:`~themisto_env.data.samples.read_sample_ids` reads a file of them).
         **env_options: Further :class:`~themisto_env.env.core.EnvConfig` options (``dataset``: a folder or an
             open :class:`~themisto_env.replay.dataset.Dataset`; ``backend``, ``history_length``,
             ``sample_rule``, ``snapshot_dir``, ...).
@@ -107,7 +113,7 @@ def export_samples(
         )
     config, dataset = env_config_and_dataset({**env_options, "task": task, "observation": observation})
     samples = dataset.samples(config.task, config.sample_rule)
-    samples = samples[:limit] if limit else samples
+    samples = select_samples(samples, limit, seed=selection_seed, sample_ids=sample_ids)
     if observation == "static":
         observations = {s.id: _static_observation(config, dataset.trajectories[s.trajectory_id], s) for s in samples}
     else:  # the runtime needs live states: the env serves them
@@ -150,6 +156,8 @@ def export_dataset(
     prompt_format: PromptFormat = "chat",
     templates: str | Path | None = None,
     limit: int | None = None,
+    selection_seed: int = 0,
+    sample_ids: Sequence[str] | None = None,
     **env_options: Any,
 ) -> Any:
     """The samples of a task as a Hugging Face ``datasets.Dataset`` (the rows of :func:`export_samples`).
@@ -163,7 +171,14 @@ def export_dataset(
 
     datasets = require("datasets")
     rows = export_samples(
-        task, observation, prompt_format=prompt_format, templates=templates, limit=limit, **env_options
+        task,
+        observation,
+        prompt_format=prompt_format,
+        templates=templates,
+        limit=limit,
+        selection_seed=selection_seed,
+        sample_ids=sample_ids,
+        **env_options,
     )
     return datasets.Dataset.from_list(rows)
 
