@@ -6,7 +6,8 @@ An agent is found, in this order, as:
 - a name of the ``themisto_env.agents`` entry-point group, so an installed package offers its agents
   without code here (in its ``pyproject.toml``: ``[project.entry-points."themisto_env.agents"]``
   ``my-agent = "my_package.agents:MyAgent"``);
-- ``package.module:Factory`` itself (a module importable from the current folder, too).
+- ``package.module:Factory`` itself (a module importable from the current folder, too), or
+  ``path/to/my_agents.py:Factory`` (a file anywhere; its folder is put on ``sys.path`` to import it).
 
 Targets are ``"module:factory"`` strings; a module is imported only when its agent is made (or described),
 so listing names imports nothing (and no LLM provider).
@@ -15,11 +16,15 @@ so listing names imports nothing (and no LLM provider).
 from __future__ import annotations
 
 import difflib
+import hashlib
 import importlib
+import importlib.util
 import inspect
 import os
+import re
 import sys
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 from themisto_env.agents.base import Agent
@@ -68,23 +73,65 @@ def agent_targets() -> dict[str, str]:
     return {**installed_agents(), **AGENTS}
 
 
+def is_file_target(target: str) -> bool:
+    """Whether a target names a Python file (``path/to/my_agents.py:Class``) rather than a module."""
+    module = target.rpartition(":")[0]
+    return module.endswith(".py") or "/" in module or os.sep in module
+
+
+def _import_file(path: str) -> Any:
+    """The module of a Python file, imported once per process under a name of its own (its folder goes on
+    ``sys.path`` first, so that it imports its neighbours as a script would)."""
+    file = Path(path).expanduser().resolve()
+    if not file.is_file():
+        raise FileNotFoundError(f"no such file: {path}")
+    digest = hashlib.sha256(str(file).encode()).hexdigest()[:12]
+    module_name = f"themisto_user_agents_{re.sub(r'[^0-9A-Za-z_]', '_', file.stem)}_{digest}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, file)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path} is not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    if str(file.parent) not in sys.path:
+        sys.path.insert(0, str(file.parent))
+    sys.modules[module_name] = module  # dataclasses and pickling look the module up by name
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return module
+
+
 def load_factory(target: str, *, name: str | None = None) -> Any:
-    """Import ``"package.module:factory"`` (a module in the current folder too) and return the factory.
+    """Import ``"package.module:factory"`` (a module in the current folder too) or
+    ``"path/to/file.py:factory"`` and return the factory.
 
     Raises:
-        ConfigError: The module or the attribute cannot be imported (the message says why).
+        ConfigError: The module, file or attribute cannot be imported (the message says why; a module not
+            found hints at the file-path form).
     """
-    module_name, sep, attr = target.partition(":")
+    by_file = is_file_target(target)
+    module_name, sep, attr = target.rpartition(":") if by_file else target.partition(":")
     if not sep or not module_name or not attr:
-        raise ConfigError(f"an agent target is 'package.module:factory', got {target!r}")
+        raise ConfigError(f"an agent target is 'package.module:Class' or 'path/to/file.py:Class', got {target!r}")
     if os.getcwd() not in sys.path and "" not in sys.path:  # as `python -m` would: modules next to you
         sys.path.insert(0, os.getcwd())
     try:
-        factory = importlib.import_module(module_name)
+        factory = _import_file(module_name) if by_file else importlib.import_module(module_name)
         for part in attr.split("."):
             factory = getattr(factory, part)
     except Exception as exc:  # ImportError, AttributeError, and whatever the module raises on import
-        raise ConfigError(f"agent {name or target!r}: cannot import {target}: {type(exc).__name__}: {exc}") from exc
+        hint = ""
+        if isinstance(exc, ModuleNotFoundError) and exc.name == module_name.partition(".")[0]:
+            hint = (
+                f" ({module_name} is neither installed nor in the current folder {os.getcwd()}: give the "
+                f"agent by file path, --agent path/to/{module_name.replace('.', '/')}.py:{attr})"
+            )
+        raise ConfigError(
+            f"agent {name or target!r}: cannot import {target}: {type(exc).__name__}: {exc}{hint}"
+        ) from exc
     return factory
 
 
@@ -126,8 +173,8 @@ def make_agent(name: str, **options: Any) -> Agent:
     """Make a registered agent.
 
     Args:
-        name: A key of :data:`AGENTS`, an entry point of the ``themisto_env.agents`` group, or
-            ``package.module:Factory``.
+        name: A key of :data:`AGENTS`, an entry point of the ``themisto_env.agents`` group,
+            ``package.module:Factory`` or ``path/to/file.py:Factory``.
         **options: Passed to the agent's factory (e.g. ``provider="openai", model="gpt-4o-mini"`` for the
             LLM agents).
 
@@ -144,7 +191,8 @@ def make_agent(name: str, **options: Any) -> Agent:
         near = difflib.get_close_matches(name, targets, n=1, cutoff=0.5)
         hint = f" Did you mean {near[0]!r}?" if near else ""
         raise ConfigError(
-            f"no agent named {name!r}.{hint} Agents: {', '.join(sorted(targets))} (or package.module:Class)"
+            f"no agent named {name!r}.{hint} Agents: {', '.join(sorted(targets))} "
+            "(or package.module:Class, or path/to/file.py:Class)"
         )
     factory = load_factory(target, name=name)
     if target == name and not _is_agent_class(factory):  # a path from a config or the CLI: agents only

@@ -20,7 +20,10 @@ def run_command(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Experiment config (YAML or JSON).")] = None,
     agent: Annotated[
         str | None,
-        typer.Option(help="Agent: a name of `themisto agents`, or package.module:Class (a module here too)."),
+        typer.Option(
+            help="Agent: a name of `themisto agents`, package.module:Class (a module here too), or "
+            "path/to/my_agents.py:Class."
+        ),
     ] = None,
     model: Annotated[
         str | None,
@@ -262,6 +265,7 @@ def agents_command() -> None:
         where = "" if name in AGENTS and target.startswith("themisto_env.") else f"  ({target})"
         typer.echo(f"{name:<{width}}  {line}{where}")
     typer.echo(f"{'':<{width}}  or --agent package.module:Class (a module in the current folder too)")
+    typer.echo(f"{'':<{width}}  or --agent path/to/my_agents.py:Class (a file anywhere)")
 
 
 __all__ = ["agents_command", "draws_note", "run_command", "summary_table", "usage_note"]
