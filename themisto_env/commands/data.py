@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -13,6 +13,9 @@ from rich.table import Table
 
 from themisto_env.commands.common import Backend, console
 from themisto_env.errors import ConfigError
+
+if TYPE_CHECKING:
+    from themisto_env.replay.build import BuildReport
 
 data_app = typer.Typer(help="Build and inspect trajectory datasets.", no_args_is_help=True)
 """``themisto data``."""
@@ -66,6 +69,39 @@ def data_build(
     )
     for tid, why in report.failed.items():
         console.print(f"[yellow]incomplete[/] {escape(f'{tid}: {why}')}")
+    print_source_counts(report, out)
+
+
+def print_source_counts(report: BuildReport, out: Path) -> None:
+    """The sources a build could not read (it went on without them), and what the sample rule kept of
+    each source it read, per task, with what each filter dropped."""
+    from themisto_env.data.samples import SampleRule
+    from themisto_env.replay.build import source_sample_counts
+
+    for path, why in report.bad_sources.items():
+        where = "" if why.startswith(path) else f"{path}: "
+        console.print(f"[yellow]not read[/] {escape(where + why)}", soft_wrap=True)
+    rule = SampleRule()
+    quantile = f"{rule.max_length_quantile:g}" if rule.max_length_quantile is not None else None
+    console.print(
+        f"samples per source (rule: at least {rule.min_executions} executions, empty targets dropped"
+        + (f", targets longer than the {quantile} quantile dropped" if quantile else "")
+        + "):",
+        markup=False,
+        soft_wrap=True,
+    )
+    for source, counts in source_sample_counts(out, report, rule).items():
+        parts = []
+        for task, c in counts.items():
+            dropped = [
+                f"{c.short} in sessions under {rule.min_executions} executions" if c.short else "",
+                f"{c.disagreeing} replay disagrees" if c.disagreeing else "",
+                f"{c.empty} empty" if c.empty else "",
+                f"{c.too_long} too long" if c.too_long else "",
+            ]
+            why = ", ".join(d for d in dropped if d)
+            parts.append(f"{task} {c.kept} kept" + (f" (dropped: {why})" if why else ""))
+        console.print(f"  {source}: {'; '.join(parts)}", markup=False, soft_wrap=True)
 
 
 @data_app.command("info")

@@ -100,6 +100,7 @@ class SampleCounts:
         empty: Dropped as empty targets.
         too_long: Dropped as longer than the length quantile.
         kept: The samples.
+        short: Steps of trajectories with fewer than ``min_executions`` executions (no candidates).
     """
 
     candidates: int
@@ -107,12 +108,15 @@ class SampleCounts:
     empty: int
     too_long: int
     kept: int
+    short: int = 0
 
 
 def _apply_rule(
-    trajectories: Iterable[Trajectory], task: TaskName, rule: SampleRule
+    trajectories: Iterable[Trajectory], task: TaskName, rule: SampleRule, length_limit: float | None = None
 ) -> tuple[list[Sample], SampleCounts]:
     first = 1 if task == "next-cell" else 0
+    trajectories = list(trajectories)
+    short = sum(len(t.steps[first:]) for t in trajectories if len(t.steps) < rule.min_executions)
     steps = [(t, s) for t in trajectories if len(t.steps) >= rule.min_executions for s in t.steps[first:]]
     total = len(steps)
     if rule.follow_recording and task == "output":
@@ -125,10 +129,20 @@ def _apply_rule(
     empty = before - len(candidates)
     before = len(candidates)
     if rule.max_length_quantile is not None and candidates:
-        limit = float(np.quantile([len(c.target) for c in candidates], rule.max_length_quantile))
+        limit = length_limit
+        if limit is None:
+            limit = float(np.quantile([len(c.target) for c in candidates], rule.max_length_quantile))
         candidates = [c for c in candidates if len(c.target) <= limit]
     too_long = before - len(candidates)
-    return candidates, SampleCounts(total, disagreeing, empty, too_long, len(candidates))
+    return candidates, SampleCounts(total, disagreeing, empty, too_long, len(candidates), short)
+
+
+def _length_limit(trajectories: Sequence[Trajectory], task: TaskName, rule: SampleRule) -> float | None:
+    """The target length above which the rule drops a task's samples of these trajectories (None: none)."""
+    if rule.max_length_quantile is None:
+        return None
+    kept = _apply_rule(trajectories, task, rule.model_copy(update={"max_length_quantile": None}))[0]
+    return float(np.quantile([len(c.target) for c in kept], rule.max_length_quantile)) if kept else None
 
 
 def make_samples(trajectories: Iterable[Trajectory], task: TaskName, rule: SampleRule | None = None) -> list[Sample]:
@@ -139,6 +153,17 @@ def make_samples(trajectories: Iterable[Trajectory], task: TaskName, rule: Sampl
 def sample_counts(trajectories: Iterable[Trajectory], task: TaskName, rule: SampleRule | None = None) -> SampleCounts:
     """How many samples of a task the rule keeps, and how many each of its filters drops."""
     return _apply_rule(trajectories, task, rule or SampleRule())[1]
+
+
+def sample_counts_by_trajectory(
+    trajectories: Iterable[Trajectory], task: TaskName, rule: SampleRule | None = None
+) -> dict[str, SampleCounts]:
+    """:func:`sample_counts` of each trajectory, under the rule as applied to all of them (the length
+    quantile is the dataset's): what the rule kept and dropped of each, and why."""
+    rule = rule or SampleRule()
+    trajectories = list(trajectories)
+    limit = _length_limit(trajectories, task, rule)
+    return {t.id: _apply_rule([t], task, rule, limit)[1] for t in trajectories}
 
 
 def samples_by_trajectory(samples: Sequence[Sample]) -> dict[str, list[Sample]]:

@@ -20,17 +20,18 @@ import contextlib
 import hashlib
 import os
 import re
+import shutil
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from themisto_env.data.agreement import NORMALIZATION_VERSION, agreement
-from themisto_env.data.june import REQUIRED_COLUMNS, read_sessions
-from themisto_env.data.notebook import read_notebook_session
+from themisto_env.data.samples import TASKS, SampleCounts, SampleRule, TaskName, sample_counts_by_trajectory
 from themisto_env.data.sessions import RecordedExecution, Session
 from themisto_env.data.trajectory import (
     FILES,
+    TRAJECTORIES,
     Manifest,
     Step,
     Trajectory,
@@ -42,6 +43,13 @@ from themisto_env.data.trajectory import (
 )
 from themisto_env.errors import DataError, InfrastructureError
 from themisto_env.progress import ProgressLine
+from themisto_env.replay.build_sources import (  # re-exported: callers import them from here
+    LOG_SUFFIXES,
+    load_sessions,
+    read_source,
+    read_sources,
+    source_files,
+)
 from themisto_env.replay.environments import use_environment
 from themisto_env.replay.state import run_recorded
 from themisto_env.sandbox.kernel import Kernel
@@ -50,7 +58,6 @@ from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.snapshots import SnapshotStore
 from themisto_env.sandbox.workdir import EMPTY_TREE, FileStore, FileTree, scan
 
-LOG_SUFFIXES = (".csv", ".csv.gz", ".parquet", ".jsonl", ".jsonl.gz")
 PACKAGES = ("ipykernel", "dill", "numpy", "pandas", "scikit-learn", "matplotlib")
 
 ProgressHook = Callable[[str, int], None]
@@ -58,11 +65,23 @@ ProgressHook = Callable[[str, int], None]
 
 @dataclass
 class BuildReport:
-    """What a build did."""
+    """What a build did.
+
+    Attributes:
+        built: Trajectories replayed in full.
+        skipped: Trajectories already built (unchanged).
+        failed: Trajectories cut short (their kernel died): id -> where and why.
+        bad_sources: Source files that could not be read (the build went on without them): path -> why.
+        sources: Each source file read -> the ids of the trajectories it gave.
+        steps: Steps replayed.
+        seconds: Wall time.
+    """
 
     built: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    bad_sources: dict[str, str] = field(default_factory=dict)
+    sources: dict[str, list[str]] = field(default_factory=dict)
     steps: int = 0
     seconds: float = 0.0
 
@@ -120,50 +139,6 @@ def record_files(kernel: Kernel, store: FileStore) -> str | None:
         return store.add(kernel.workdir, kernel.files())
     except (DataError, InfrastructureError):
         return None
-
-
-def source_files(sources: Iterable[str | Path]) -> list[Path]:
-    """Expand folders into the event logs and notebooks they hold (sorted); check files exist."""
-    files: list[Path] = []
-    for src in map(Path, sources):
-        if src.is_dir():
-            found = sorted(p for p in src.rglob("*") if p.suffix == ".ipynb" or _looks_like_log(p))
-            if not found:
-                raise DataError("no JuNE logs (.csv, .parquet, .jsonl) or notebooks (.ipynb) inside", path=src)
-            files += found
-        elif src.exists():
-            files.append(src)
-        else:
-            raise DataError("no such file or folder", path=src)
-    return files
-
-
-def _looks_like_log(path: Path) -> bool:
-    """Whether a file found in a folder is a JuNE log: a log's suffix and, for text logs, the required
-    columns in its first line (a notebook's data files, ``data/sales.csv``, are not logs)."""
-    if not path.name.endswith(LOG_SUFFIXES) or ".ipynb_checkpoints" in path.parts:
-        return False
-    if path.suffix == ".parquet" or path.name.endswith(".gz"):
-        return True
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            head = f.readline(65536)
-    except OSError:
-        return False
-    return all(column in head for column in REQUIRED_COLUMNS)
-
-
-def load_sessions(sources: Iterable[str | Path]) -> list[Session]:
-    """Read every session from JuNE logs and notebooks."""
-    sessions: list[Session] = []
-    for path in source_files(sources):
-        if path.suffix == ".ipynb":
-            sessions.append(read_notebook_session(path))
-        elif path.name.endswith(LOG_SUFFIXES):
-            sessions += read_sessions(path)
-        else:
-            raise DataError("not a JuNE log (.csv, .parquet, .jsonl) or a notebook (.ipynb)", path=path)
-    return sessions
 
 
 def trajectory_id(session: Session) -> str:
@@ -332,8 +307,35 @@ def build_dataset(
     """
     started = time.perf_counter()
     out = Path(out)
+    report = BuildReport()
+    read = read_sources(sources, report.bad_sources)  # before the folder is made: nothing readable, no folder
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    sessions = load_sessions(sources)
+    try:
+        _build(read, out, report, backend, snapshots, limits, snapshot_dir, progress, environment, workdir)
+    except BaseException:
+        if created and not (out / TRAJECTORIES).exists():  # a failed first build leaves no empty folder
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _build(
+    read: list[tuple[Path, Session]],
+    out: Path,
+    report: BuildReport,
+    backend: str,
+    snapshots: bool,
+    limits: SandboxLimits | None,
+    snapshot_dir: str | Path | None,
+    progress: bool,
+    environment: str | None,
+    workdir: str | Path | None,
+) -> None:
+    sessions = [session for _, session in read]
+    for path, session in read:
+        report.sources.setdefault(str(path), []).append(trajectory_id(session))
     files = FileStore(out / FILES)
     folders: dict[Path | None, WorkFolder] = {}
     for session in sessions:  # every folder checked (size) and kept before any replay
@@ -341,8 +343,7 @@ def build_dataset(
         if folder not in folders:
             folders[folder] = work_folder(folder, files, limits or SandboxLimits(), out=out)
     existing = {t.id: t for t in iter_trajectories(out)}
-    report = BuildReport()
-    manifest = Manifest(backend=backend, snapshots=snapshots, sources=[str(p) for p in source_files(sources)])
+    manifest = Manifest(backend=backend, snapshots=snapshots, sources=list(report.sources))
     manifest.workdirs = {w.folder: w.digest for w in folders.values() if w.folder is not None}
     manifest.normalization = NORMALIZATION_VERSION
     env_id = use_environment(environment, backend=backend, manifest=manifest, out=out)
@@ -382,5 +383,41 @@ def build_dataset(
     manifest.trajectories = len(all_trajectories)
     manifest.steps = sum(len(t.steps) for t in all_trajectories)
     write_manifest(out, manifest)
-    report.seconds = time.perf_counter() - started
-    return report
+
+
+def source_sample_counts(
+    out: str | Path, report: BuildReport, rule: SampleRule | None = None
+) -> dict[str, dict[TaskName, SampleCounts]]:
+    """What the sample rule made of each source of a build: per source and task, the candidates, what
+    each filter dropped and what it kept, summed over the source's trajectories (the length quantile is
+    the whole dataset's)."""
+    trajectories = list(iter_trajectories(out))
+    counts: dict[str, dict[TaskName, SampleCounts]] = {source: {} for source in report.sources}
+    for task in TASKS:
+        per_trajectory = sample_counts_by_trajectory(trajectories, task, rule)
+        for source, ids in report.sources.items():
+            parts = [per_trajectory[tid] for tid in dict.fromkeys(ids) if tid in per_trajectory]
+            counts[source][task] = SampleCounts(*(sum(getattr(c, f.name) for c in parts) for f in fields(SampleCounts)))
+    return counts
+
+
+__all__ = [
+    "LOG_SUFFIXES",
+    "PACKAGES",
+    "BuildReport",
+    "WorkFolder",
+    "build_dataset",
+    "is_built",
+    "load_sessions",
+    "outputs_agree",
+    "read_source",
+    "record_files",
+    "replay_execution",
+    "replay_session",
+    "session_digest",
+    "session_folder",
+    "source_files",
+    "source_sample_counts",
+    "trajectory_id",
+    "work_folder",
+]
