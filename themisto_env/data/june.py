@@ -40,6 +40,7 @@ from themisto_env.data.june_events import (
 )
 from themisto_env.data.june_files import EventFormat, event_format, iter_events, read_events, write_events
 from themisto_env.data.sessions import RecordedExecution, Session
+from themisto_env.errors import DataError
 
 
 class _Running:
@@ -153,9 +154,22 @@ def sessions_from_events(events: Iterable[JuneEvent], *, source_path: str | Path
 
     Returns:
         One session per kernel.
+
+    Raises:
+        DataError: Some times carry a zone and others do not.
     """
     groups: dict[str, list[tuple[int, int, JuneEvent]]] = {}
+    zoned: bool | None = None
     for position, event in enumerate(events):
+        if zoned is None:
+            zoned = event.time.tzinfo is not None
+        elif zoned != (event.time.tzinfo is not None):  # durations would subtract naive from zoned times
+            raise DataError(
+                f"times with and without a zone are mixed (action_id {event.action_id}): "
+                "write every time of a log the same way",
+                path=source_path,
+                field="time",
+            )
         groups.setdefault(event.kernel_id, []).append((event.action_id, position, event))
     source = str(source_path) if source_path is not None else None
     return [

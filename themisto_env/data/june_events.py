@@ -14,6 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from themisto_env.data.limits import MAX_DEPTH, depth_exceeds, echo, load_json
+
 JUNE_COLUMNS: tuple[str, ...] = (
     "action_id",
     "time",
@@ -122,7 +124,7 @@ class JuneEvent(BaseModel):
                     number = math.nan
                 if number.is_integer():
                     return int(number)
-        raise ValueError(f"expected an integer, got {value!r}")
+        raise ValueError(f"expected an integer, got {echo(value)}")
 
     @field_validator("time", mode="before")
     @classmethod
@@ -134,7 +136,7 @@ class JuneEvent(BaseModel):
                 return datetime.fromisoformat(value.strip())
             except ValueError:
                 pass
-        raise ValueError(f"expected a time like {TIME_FORMAT_EXAMPLE!r}, got {value!r}")
+        raise ValueError(f"expected a time like {TIME_FORMAT_EXAMPLE!r}, got {echo(value)}")
 
     @field_validator("kernel_id", "event", mode="before")
     @classmethod
@@ -160,7 +162,7 @@ class JuneEvent(BaseModel):
         try:
             return float(value)
         except (TypeError, ValueError):
-            raise ValueError(f"expected a number, got {value!r}") from None
+            raise ValueError(f"expected a number, got {echo(value)}") from None
 
     @field_validator("cell_output", mode="before")
     @classmethod
@@ -168,10 +170,9 @@ class JuneEvent(BaseModel):
         if _is_null(value):
             return None
         if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"not valid JSON ({exc.msg} at char {exc.pos})") from None
+            value = load_json(value)  # ValueError: not JSON, or nested too deep
+        elif depth_exceeds(value):
+            raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
         if isinstance(value, dict):
             value = [value]
         if not isinstance(value, list) or not all(isinstance(o, dict) for o in value):
@@ -189,7 +190,7 @@ class JuneEvent(BaseModel):
             return bool(value)
         if isinstance(value, str) and value.strip().lower() in _BOOL_TEXT:
             return _BOOL_TEXT[value.strip().lower()]
-        raise ValueError(f"expected a boolean, got {value!r}")
+        raise ValueError(f"expected a boolean, got {echo(value)}")
 
     def time_text(self) -> str:
         """The time as JuNE writes it (milliseconds, unless the time has finer digits)."""

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from themisto_env.data.june_events import EVENT_COLUMNS, JUNE_COLUMNS, REQUIRED_COLUMNS, JuneEvent
+from themisto_env.data.limits import MAX_DEPTH, depth_exceeds, echo, load_json
 from themisto_env.errors import DataError
 
 EventFormat = Literal["csv", "parquet", "jsonl"]
@@ -78,15 +79,14 @@ def _event(raw: dict[str, Any], path: Path, row: int) -> JuneEvent:
 
 
 def _check_header(columns: Iterable[str], path: Path) -> None:
-    present = set(columns)
+    present = [str(column) for column in columns]
     for name in REQUIRED_COLUMNS:
         if name not in present:
-            raise DataError(
-                f"missing column (the header has: {', '.join(present) or 'nothing'})", path=path, field=name
-            )
+            shown = echo(", ".join(present), 200) if present else "nothing"
+            raise DataError(f"missing column (the header has: {shown})", path=path, field=name)
 
 
-def _iter_csv(path: Path) -> Iterator[JuneEvent]:
+def _iter_csv(path: Path) -> Iterator[tuple[int, JuneEvent]]:
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
     with _open_text(path, "r") as handle:
         reader = csv.DictReader(handle)
@@ -96,24 +96,27 @@ def _iter_csv(path: Path) -> Iterator[JuneEvent]:
         for row, raw in enumerate(reader, start=1):
             if None in raw:
                 raise DataError("more values than columns", path=path, row=row)
-            yield _event(raw, path, row)
+            yield row, _event(raw, path, row)
 
 
-def _iter_jsonl(path: Path) -> Iterator[JuneEvent]:
+def _iter_jsonl(path: Path) -> Iterator[tuple[int, JuneEvent]]:
     with _open_text(path, "r") as handle:
         for row, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
             try:
-                raw = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"not valid JSON ({exc.msg} at char {exc.pos})", path=path, row=row) from None
+                raw = load_json(line, max_depth=1000)  # deeper cannot parse; each value is checked below
+            except ValueError as exc:
+                raise DataError(str(exc), path=path, row=row) from None
             if not isinstance(raw, dict):
                 raise DataError(f"expected a JSON object, got {type(raw).__name__}", path=path, row=row)
-            yield _event(raw, path, row)
+            for name, value in raw.items():
+                if depth_exceeds(value, MAX_DEPTH):
+                    raise DataError(f"nested deeper than {MAX_DEPTH} levels", path=path, row=row, field=name)
+            yield row, _event(raw, path, row)
 
 
-def _iter_parquet(path: Path) -> Iterator[JuneEvent]:
+def _iter_parquet(path: Path) -> Iterator[tuple[int, JuneEvent]]:
     import pyarrow.parquet as pq
 
     try:
@@ -125,7 +128,7 @@ def _iter_parquet(path: Path) -> Iterator[JuneEvent]:
     for batch in parquet.iter_batches(batch_size=2048):
         for raw in batch.to_pylist():
             row += 1
-            yield _event(raw, path, row)
+            yield row, _event(raw, path, row)
 
 
 def iter_events(path: str | Path) -> Iterator[JuneEvent]:
@@ -146,8 +149,21 @@ def iter_events(path: str | Path) -> Iterator[JuneEvent]:
     if not file.is_file():
         raise DataError("no such file", path=file)
     readers = {"csv": _iter_csv, "jsonl": _iter_jsonl, "parquet": _iter_parquet}
+    first_zoned: tuple[int, bool] | None = None  # (row, zoned) of the first event: all must agree
     try:
-        yield from readers[fmt](file)
+        for row, event in readers[fmt](file):
+            zoned = event.time.tzinfo is not None
+            if first_zoned is None:
+                first_zoned = (row, zoned)
+            elif zoned != first_zoned[1]:
+                raise DataError(
+                    f"a time {'with' if zoned else 'without'} a zone, but row {first_zoned[0]}'s is "
+                    f"{'with' if first_zoned[1] else 'without'} one: write every time of a log the same way",
+                    path=file,
+                    row=row,
+                    field="time",
+                )
+            yield event
     except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, csv.Error) as exc:
         raise DataError(f"cannot be read as {fmt} ({exc})", path=file) from None
 

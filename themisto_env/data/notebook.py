@@ -15,10 +15,13 @@ logger. If it also holds no output at all, its outputs were cleared: the executi
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from themisto_env.data.limits import echo, load_json
 from themisto_env.data.sessions import RecordedExecution, Session
 from themisto_env.errors import DataError
 
@@ -28,18 +31,40 @@ _TIMING_START = "iopub.execute_input"
 _TIMING_END = "shell.execute_reply"
 
 
-def _timing(metadata: dict[str, Any]) -> tuple[datetime | None, datetime | None]:
-    execution = metadata.get("execution")
+def _timing(metadata: Any) -> tuple[datetime | None, datetime | None]:
+    """A cell's recorded start and end in UTC (JupyterLab writes ``Z``; a time without a zone is taken as
+    UTC, so that every time of a notebook can be compared with the others)."""
+    execution = metadata.get("execution") if isinstance(metadata, dict) else None
     if not isinstance(execution, dict):
         return None, None
-    times = []
+    times: list[datetime | None] = []
     for key in (_TIMING_START, _TIMING_END):
         value = execution.get(key)
         try:
-            times.append(datetime.fromisoformat(value.replace("Z", "+00:00")) if isinstance(value, str) else None)
+            time = datetime.fromisoformat(value.replace("Z", "+00:00")) if isinstance(value, str) else None
         except ValueError:
-            times.append(None)
+            time = None
+        if time is not None:
+            time = time.replace(tzinfo=UTC) if time.tzinfo is None else time.astimezone(UTC)
+        times.append(time)
     return times[0], times[1]
+
+
+def _read(file: Path) -> Any:
+    """The notebook's nbformat 4 form, its JSON nesting checked first (nbformat recurses over it)."""
+    import nbformat
+
+    try:
+        text = file.read_text(encoding="utf-8")
+        raw = load_json(text)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise DataError(f"not a readable notebook ({echo(str(exc), 120)})", path=file) from None
+    if not isinstance(raw, dict):
+        raise DataError(f"not a notebook: a JSON {type(raw).__name__}, not an object", path=file)
+    try:
+        return nbformat.reads(text, as_version=4)
+    except Exception as exc:  # nbformat raises NotJSONError, KeyError, ... for broken files
+        raise DataError(f"not a readable notebook ({type(exc).__name__}: {echo(str(exc), 120)})", path=file) from None
 
 
 def read_notebook_session(path: str | Path, *, key: str | None = None) -> Session:
@@ -55,20 +80,19 @@ def read_notebook_session(path: str | Path, *, key: str | None = None) -> Sessio
         has an execution count (logged as a warning).
 
     Raises:
-        DataError: The file is missing, is not JSON, or is not a notebook.
+        DataError: The file is missing, is not JSON, nests deeper than
+            :data:`~themisto_env.data.limits.MAX_DEPTH`, or is not a notebook (naming the cell and field).
     """
-    import nbformat
-
     file = Path(path)
     if not file.is_file():
         raise DataError("no such file", path=file)
-    try:
-        notebook = nbformat.read(file, as_version=4)
-    except Exception as exc:  # nbformat raises NotJSONError, KeyError, ... for broken files
-        raise DataError(f"not a readable notebook ({type(exc).__name__}: {exc})", path=file) from None
+    notebook = _read(file)
     cells = notebook.get("cells")
     if not isinstance(cells, list):
         raise DataError("not a notebook: no list of cells", path=file, field="cells")
+    for position, cell in enumerate(cells):
+        if not isinstance(cell, dict):
+            raise DataError(f"a cell is an object, got {type(cell).__name__}", path=file, row=position + 1)
 
     code_cells = [(position, cell) for position, cell in enumerate(cells) if cell.get("cell_type") == "code"]
     ran: list[tuple[int | None, int, dict[str, Any]]] = []
@@ -77,7 +101,9 @@ def read_notebook_session(path: str | Path, *, key: str | None = None) -> Sessio
         if count is None:
             continue
         if not isinstance(count, int) or isinstance(count, bool):
-            raise DataError(f"expected an integer, got {count!r}", path=file, row=position + 1, field="execution_count")
+            raise DataError(
+                f"expected an integer, got {echo(count)}", path=file, row=position + 1, field="execution_count"
+            )
         ran.append((count, position, cell))
     ran.sort(key=lambda item: (item[0], item[1]))
     cleared = False
@@ -93,12 +119,15 @@ def read_notebook_session(path: str | Path, *, key: str | None = None) -> Sessio
 
     executions = []
     for index, (count, position, cell) in enumerate(ran):
-        outputs = [_plain(o) for o in cell.get("outputs", [])]
+        raw_outputs = cell.get("outputs", [])
+        if not isinstance(raw_outputs, list) or not all(isinstance(o, dict) for o in raw_outputs):
+            raise DataError("expected a list of output objects", path=file, row=position + 1, field="outputs")
+        outputs = [_plain(o) for o in raw_outputs]
         status = "error" if any(o.get("output_type") == "error" for o in outputs) else "ok"
         start, end = _timing(cell.get("metadata", {}))
         duration = (end - start).total_seconds() if start and end and end >= start else None
-        executions.append(
-            RecordedExecution(
+        try:
+            execution = RecordedExecution(
                 index=index,
                 cell_id=cell.get("id"),
                 source=cell.get("source", ""),
@@ -110,7 +139,11 @@ def read_notebook_session(path: str | Path, *, key: str | None = None) -> Sessio
                 cell_num=float(position),
                 execution_count=count,
             )
-        )
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(part) for part in first["loc"]) or None
+            raise DataError(first["msg"], path=file, row=position + 1, field=field) from None
+        executions.append(execution)
     times = [e.time for e in executions if e.time is not None]
     return Session(
         key=key or f"notebook:{file.name}",

@@ -73,11 +73,11 @@ from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 from gymnasium import spaces
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from themisto_env.data.samples import Sample, SampleRule, TaskName
 from themisto_env.data.trajectory import Trajectory
-from themisto_env.env.actions import Action, Prediction, parse_action
+from themisto_env.env.actions import Action, Prediction, parse_action, reset_options
 from themisto_env.env.info import StepInfo
 from themisto_env.env.observation import history_items, render_history, render_runtime
 from themisto_env.env.tools import TOOL_NAMES, ToolCall, ToolContext, run_tool
@@ -212,6 +212,10 @@ def env_config_and_dataset(options: Mapping[str, Any]) -> tuple[EnvConfig, Datas
         options = {**options, "dataset": str(opened.path)}
     try:
         config = EnvConfig(**options)
+    except ValidationError as exc:  # one line naming the option (pydantic's own message spans lines)
+        first = exc.errors()[0]
+        where = ".".join(str(part)[:64] for part in first["loc"])
+        raise ConfigError(f"invalid environment option {where!r}: {first['msg']}") from None
     except Exception as exc:
         raise ConfigError(f"invalid environment options: {exc}") from exc
     return config, opened or Dataset.open(config.dataset, backend=config.backend)
@@ -303,18 +307,10 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         into that trajectory's samples); otherwise the trajectory is drawn with the seeded RNG."""
         super().reset(seed=seed)
         self._raise_lost_backend()
-        options = options or {}
-        chosen = options.get("trajectory")
-        if chosen is None:
+        tid, start = reset_options(options, self.episode_ids)  # ConfigError: a bad option, before any change
+        if tid is None:
             tid = self.episode_ids[int(self.np_random.integers(len(self.episode_ids)))]
-        elif isinstance(chosen, int):
-            tid = self.episode_ids[chosen]
-        elif chosen in self.episode_samples:
-            tid = str(chosen)
-        else:
-            raise ConfigError(f"no trajectory {chosen!r} with {self.config.task} samples; known: {self.episode_ids}")
         samples = self.episode_samples[tid]
-        start = int(options.get("sample", 0))
         if not 0 <= start < len(samples):
             raise ConfigError(f"trajectory {tid} has {len(samples)} samples; sample {start} is out of range")
         self._trajectory = self.trajectories[tid]

@@ -165,6 +165,8 @@ def read_results(out: str | Path, *, repair: bool = False) -> list[ResultRow]:
     for number, line in enumerate(lines, start=1):
         try:
             data = json.loads(line)
+        except RecursionError:  # nested thousands deep: no row the runner wrote
+            raise DataError("a JSON line nested too deep to be a result row", path=path, row=number) from None
         except json.JSONDecodeError:
             if number == len(lines):  # torn by a kill: drop it so appends stay well-formed
                 if repair:

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from themisto_env.data.limits import MAX_ARGS_CHARS, MAX_ARGS_DEPTH, MAX_NAME_CHARS, depth_exceeds, echo, size_exceeds
 from themisto_env.env.tools._models import ObservationTool, ToolCall, ToolContext, ToolError, ToolResult
 from themisto_env.env.tools._observations import TOOL_NAMES, TOOLS
 from themisto_env.env.tools._text import clip
@@ -35,10 +36,14 @@ def run_tool(call: ToolCall | Mapping[str, Any], ctx: ToolContext) -> ToolResult
             call = ToolCall.model_validate(call)
         except ValidationError as exc:
             name = call.get("tool") if isinstance(call, Mapping) else None
-            return _failure(str(name or "?"), f"malformed tool call: {format_validation_error(exc)}", ctx)
+            shown = name[:MAX_NAME_CHARS] if isinstance(name, str) else "?"
+            return _failure(shown or "?", f"malformed tool call: {format_validation_error(exc)}", ctx)
+    if depth_exceeds(call.args, MAX_ARGS_DEPTH) or size_exceeds(call.args, MAX_ARGS_CHARS):
+        limits = f"at most {MAX_ARGS_CHARS} chars nested at most {MAX_ARGS_DEPTH} deep"
+        return _failure(call.tool[:MAX_NAME_CHARS], f"arguments outside the limits ({limits})", ctx)
     tool = TOOLS.get(call.tool)
     if tool is None:
-        return _failure(call.tool, unknown_tool_message(call.tool), ctx)
+        return _failure(call.tool[:MAX_NAME_CHARS], unknown_tool_message(call.tool), ctx)
     try:
         args = tool.args_model.model_validate(call.args)
     except ValidationError as exc:
@@ -56,9 +61,10 @@ def _failure(tool: str, error: str, ctx: ToolContext) -> ToolResult:
 
 
 def nearest_tool(name: str) -> str | None:
-    """The tool name closest to a misspelled or partial one (``df_head`` -> ``dataframe_head``), if any."""
+    """The tool name closest to a misspelled or partial one (``df_head`` -> ``dataframe_head``), if any
+    (none for a name longer than :data:`MAX_NAME_CHARS`)."""
     wanted = name.strip().lower().replace("-", "_").replace(" ", "_")
-    if not wanted:
+    if not wanted or len(wanted) > MAX_NAME_CHARS:
         return None
     if wanted in TOOLS:
         return wanted
@@ -76,23 +82,33 @@ def unknown_tool_message(name: str) -> str:
     """The error for an unknown tool: the nearest name, and every tool's name."""
     near = nearest_tool(name)
     hint = f" Did you mean {near!r}?" if near else ""
-    return f"unknown tool {name!r}.{hint} The tools are: {', '.join(TOOL_NAMES)}."
+    return f"unknown tool {echo(name)}.{hint} The tools are: {', '.join(TOOL_NAMES)}."
 
 
 def format_validation_error(exc: ValidationError) -> str:
     """A pydantic validation error as one line naming each offending field."""
     problems = []
     for error in exc.errors():
-        field = ".".join(str(part) for part in error["loc"]) or "arguments"
+        field = ".".join(str(part)[:MAX_NAME_CHARS] for part in error["loc"][:4]) or "arguments"
         if error["type"] == "missing":
             problems.append(f"{field!r} is required")
         elif error["type"] == "extra_forbidden":
             problems.append(f"{field!r} is not an argument of this tool")
         else:
-            got = repr(error.get("input"))
-            got = got if len(got) <= 60 else got[:57] + "..."
+            given = error.get("input")
+            got = echo(given) if isinstance(given, str) else _short_repr(given)
             problems.append(f"{field!r}: {error['msg']} (got {got})")
+    if len(problems) > 5:  # a call with thousands of bad fields is not answered with thousands of lines
+        problems[5:] = [f"and {len(problems) - 5} more"]
     return "; ".join(problems)
+
+
+def _short_repr(value: Any) -> str:
+    """The repr of a small value, or its type for a large or deep one (no recursion over the caller's data)."""
+    if depth_exceeds(value, 4) or size_exceeds(value, 200):
+        return f"a {type(value).__name__}"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def signature(tool: ObservationTool) -> str:
