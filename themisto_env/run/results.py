@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from themisto_env.errors import ConfigError, DataError
 from themisto_env.redaction import environment_secrets, redact, secret_values
+from themisto_env.data.writes import append_line, naming, write_text_atomic
 from themisto_env.run.config import RunConfig
 
 RESULTS = "results.jsonl"
@@ -179,6 +180,9 @@ def read_results(out: str | Path, *, repair: bool = False) -> list[ResultRow]:
             raise DataError(
                 f"not a result row: {exc.errors()[0]['msg']}", path=path, row=number, field=_field(exc)
             ) from None
+    if repair and len(rows) == len(lines) and lines and not lines[-1].endswith("\n"):
+        with naming(path), open(path, "a", encoding="utf-8") as handle:  # a whole row, its newline unwritten
+            handle.write("\n")
     return rows
 
 
@@ -206,8 +210,7 @@ def _field(exc: ValidationError) -> str:
 
 def append_row(file: IO[str], row: ResultRow, secrets: Iterable[str] = ()) -> None:
     """Write one row's dict form (secrets redacted) as a line of ``results.jsonl``, and flush it."""
-    file.write(json.dumps(redact(row.to_dict(), secrets)) + "\n")
-    file.flush()
+    append_line(file, json.dumps(redact(row.to_dict(), secrets)))  # whole or not at all (a full disk)
 
 
 def model_label(model: dict[str, Any] | None) -> str | None:
@@ -277,7 +280,7 @@ def write_config(out: Path, config: RunConfig, *, force: bool = False) -> None:
     elif (out / RESULTS).exists() and (out / RESULTS).stat().st_size:
         _check_same_run(out, config)
     recorded = redact(config.model_dump(mode="json"), secrets(config))
-    path.write_text(json.dumps(recorded, indent=2) + "\n", encoding="utf-8")
+    write_text_atomic(path, json.dumps(recorded, indent=2) + "\n")
 
 
 def _check_same_run(out: Path, config: RunConfig) -> None:
