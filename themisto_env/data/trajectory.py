@@ -29,6 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from themisto_env.data.agreement import NORMALIZATION_VERSION, agreement
+from themisto_env.data.writes import append_line, write_text_atomic
 from themisto_env.errors import DataError
 from themisto_env.sandbox.workdir import FileStore
 
@@ -225,10 +226,7 @@ def read_manifest(folder: str | Path) -> Manifest:
 
 def write_manifest(folder: str | Path, manifest: Manifest) -> None:
     """Write a dataset's manifest (atomically)."""
-    path = Path(folder) / MANIFEST
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(manifest.model_dump_json(indent=2) + "\n")
-    tmp.replace(path)
+    write_text_atomic(Path(folder) / MANIFEST, manifest.model_dump_json(indent=2) + "\n")
 
 
 def refresh_agreement(trajectory: Trajectory, *, force: bool = False) -> bool:
@@ -291,9 +289,7 @@ def read_trajectories(folder: str | Path) -> list[Trajectory]:
 
 def append_trajectory(folder: str | Path, trajectory: Trajectory) -> None:
     """Append one trajectory to the dataset (flushed: a killed build keeps what it wrote)."""
-    with open(Path(folder) / TRAJECTORIES, "a", encoding="utf-8") as f:
-        f.write(trajectory.model_dump_json() + "\n")
-        f.flush()
+    append_line(Path(folder) / TRAJECTORIES, trajectory.model_dump_json())  # whole or not at all
 
 
 def dump_json(value: Any) -> str:

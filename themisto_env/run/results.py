@@ -30,9 +30,9 @@ from typing import IO, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from themisto_env.data.writes import append_line, naming, write_text_atomic
 from themisto_env.errors import ConfigError, DataError
 from themisto_env.redaction import environment_secrets, redact, secret_values
-from themisto_env.data.writes import append_line, naming, write_text_atomic
 from themisto_env.run.config import RunConfig
 
 RESULTS = "results.jsonl"

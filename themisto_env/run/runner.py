@@ -40,6 +40,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from themisto_env.data.writes import write_text_atomic
 from themisto_env.env.core import env_config_and_dataset
 from themisto_env.errors import ConfigError, ModelError
 from themisto_env.redaction import redact
@@ -88,7 +89,7 @@ def run(config: RunConfig, out: str | Path, *, progress: bool = True, force: boo
                 with contextlib.suppress(Exception):
                     rows.close()
     summary = summarize(read_results(out), config)
-    (out / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
+    write_text_atomic(out / SUMMARY, json.dumps(summary, indent=2) + "\n")
     if books.finish():
         raise ModelError(redact(books.stop or "", hidden))
     return summary
