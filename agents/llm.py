@@ -104,8 +104,9 @@ class LLMAgent(BaseAgent):
         if chat_model is None:
             if provider is None:
                 raise ConfigError(
-                    f"{self.name} needs a chat model: pass chat_model=..., or provider=... and model=... "
-                    "(e.g. provider='openai', model='gpt-4o-mini'; provider='fake' for a scripted model)"
+                    f"{self.name} needs a model: --model PROVIDER/NAME on the command line (e.g. --model "
+                    "openai/gpt-4o-mini, --model fake for a scripted one), model: in a config, or in code "
+                    "chat_model=... or provider=... and model=..."
                 )
             from themisto_env.agents.providers import make_chat_model
 

@@ -91,10 +91,16 @@ def make_chat_model(provider: str, model: str | None = None, **kwargs: Any) -> B
     if provider == "fake":
         return _import_class(provider, spec)(**kwargs)
     if not model:
-        raise ConfigError(f"the {provider} provider needs a model name: make_chat_model({provider!r}, model=...)")
+        raise ConfigError(
+            f"the {provider} provider needs a model name: --model {provider}/NAME on the command line "
+            f"(make_chat_model({provider!r}, model=...) in code)"
+        )
     cls = _import_class(provider, spec)
     if spec.key is not None and not kwargs.get("api_key") and not os.environ.get(spec.key):
-        raise ProviderError(f"the {provider} provider needs an API key: set {spec.key} (or pass api_key=...)")
+        raise ProviderError(
+            f"the {provider} provider needs an API key: set {spec.key} (or -M api_key=... on the command line, "
+            "model_args: {api_key: ...} in a config, api_key=... in code)"
+        )
     try:
         return cls(model=model, **kwargs)
     except (ValueError, TypeError) as exc:  # pydantic's ValidationError too: a bad -M value, an unknown option

@@ -198,7 +198,7 @@ def test_llm_agents_play_whole_episodes_async_on_next_cell(make_env: MakeEnv) ->
 def test_llm_agents_are_made_from_a_provider_by_name() -> None:
     agent = make_agent("llm-static", provider="fake", responses=["```python\nx\n```"])
     assert isinstance(agent, StaticContextAgent) and isinstance(agent.chat_model, ScriptedChatModel)
-    with pytest.raises(ConfigError, match="needs a chat model"):
+    with pytest.raises(ConfigError, match="needs a model: --model PROVIDER/NAME on the command line"):
         make_agent("llm-full")
     with pytest.raises(ConfigError, match="not both"):
         make_agent("llm-tools", chat_model=ScriptedChatModel(), provider="fake")

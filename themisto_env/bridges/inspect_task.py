@@ -26,12 +26,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from inspect_ai import Task, task
+from inspect_ai._util.error import PrerequisiteError  # inspect's "print the message, not a traceback"
 from inspect_ai.dataset import MemoryDataset, Sample
 from inspect_ai.model import ChatMessageSystem, ChatMessageUser
 from inspect_ai.scorer import Score, Scorer, Target, mean, scorer, stderr
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.tool import Tool, ToolDef, ToolError, ToolParams
 from inspect_ai.util import JSONSchema, SandboxEnvironmentSpec, sandbox
+from pydantic import ValidationError
 
 from themisto_env.agents.parsing import extract_prediction
 from themisto_env.agents.prompting import PromptTemplates, load_prompts
@@ -41,7 +43,7 @@ from themisto_env.data.trajectory import Trajectory
 from themisto_env.env.core import EnvConfig, ObservationMode
 from themisto_env.env.observation import history_items, render_history
 from themisto_env.env.tools import TOOLS, ObservationTool
-from themisto_env.errors import ConfigError, InfrastructureError
+from themisto_env.errors import ConfigError, InfrastructureError, ThemistoError
 from themisto_env.metrics import METRICS, RewardWeights
 from themisto_env.replay.dataset import Dataset
 from themisto_env.scoring.score import SampleScore
@@ -281,7 +283,52 @@ def themisto(
             for models you do not trust).
         selection_seed: The seed of the selection (``themisto run --selection-seed``).
         sample_ids: A file of the sample ids to run (``themisto run --sample-ids``).
+
+    Raises:
+        PrerequisiteError: An option is invalid, or the data cannot be read: inspect prints the one line,
+            with no traceback.
     """
+    try:
+        return _task(**{name: value for name, value in locals().items() if name in _TASK_OPTIONS})
+    except ValidationError as exc:  # inspect prints a PrerequisiteError as its message, with no traceback
+        problems = "; ".join(f"-T {'.'.join(map(str, e['loc']))}={e.get('input')!r}: {e['msg']}" for e in exc.errors())
+        raise PrerequisiteError(f"themisto task: {problems}") from None
+    except ThemistoError as exc:
+        raise PrerequisiteError(f"themisto task: {' '.join(str(exc).split())}") from None
+
+
+_TASK_OPTIONS = (
+    "task",
+    "observation",
+    "data",
+    "backend",
+    "tool_budget",
+    "tool_cost",
+    "reward",
+    "history_length",
+    "snapshot_dir",
+    "limit",
+    "execution_score",
+    "selection_seed",
+    "sample_ids",
+)
+
+
+def _task(
+    task: TaskName,
+    observation: ObservationMode,
+    data: str | None,
+    backend: str,
+    tool_budget: int,
+    tool_cost: float,
+    reward: RewardWeights | None,
+    history_length: int,
+    snapshot_dir: str | None,
+    limit: int | None,
+    execution_score: bool,
+    selection_seed: int,
+    sample_ids: str | None,
+) -> Task:
     if execution_score and task != "next-cell":
         raise ConfigError("the execution score is for the next-cell task only")
     options = SandboxConfig(

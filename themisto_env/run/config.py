@@ -7,6 +7,7 @@ the backend, the executor), never written in a config.
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 from typing import Any, Literal
@@ -178,10 +179,35 @@ def load_run_config(path: str | Path | None = None, overrides: dict[str, Any] | 
         overrides["model_args"] = {**(data.get("model_args") or {}), **overrides["model_args"]}
     data.update(overrides)
     try:
-        return RunConfig(**data)
+        config = RunConfig(**data)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"{path or 'options'}: {problems}") from None
+    check_env_options(config.env, path)
+    return config
+
+
+def check_env_options(env: dict[str, Any], path: str | Path | None = None) -> None:
+    """Check a config's ``env:`` options against the env's (:class:`~themisto_env.env.core.EnvConfig`), so
+    that a typo is one line naming the file and the key (with the nearest option), before anything runs.
+
+    Raises:
+        ConfigError: An unknown option or an invalid value.
+    """
+    from themisto_env.env.core import EnvConfig
+
+    try:
+        EnvConfig(**env)
+    except ValidationError as exc:
+        problems = []
+        for e in exc.errors():
+            key = ".".join(map(str, e["loc"]))
+            if e["type"] == "extra_forbidden":
+                near = difflib.get_close_matches(str(e["loc"][-1]), list(EnvConfig.model_fields), n=1)
+                problems.append(f"env.{key}: no such option" + (f"; did you mean {near[0]!r}?" if near else ""))
+            else:
+                problems.append(f"env.{key}: {e['msg']} (got {e.get('input')!r})")
+        raise ConfigError(f"{path or 'options'}: {'; '.join(problems)}") from None
 
 
 __all__ = ["RunConfig", "load_run_config", "parse_model_args"]
