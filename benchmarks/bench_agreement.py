@@ -17,7 +17,7 @@ Notebooks: by default the three test notebooks (``tests/data/notebooks``: sales,
 PKG==VER:PATH_IN_SDIST[:EXTRA,EXTRA]`` downloads the package's source distribution into ``--cache`` (pip
 download, nothing vendored here), unpacks it and adds the notebook at that path, with ``PKG==VER`` and the
 extra requirements as its pinned environment. Environments are made with
-:func:`themisto_env.replay.environments.create` (anonymous: known by their content id; cached).
+:func:`themisto_env.replay.kernel_environments.create` (anonymous: known by their content id; cached).
 
     python benchmarks/bench_agreement.py [--no-defaults] [--notebook PATH[::REQS]]... [--pypi SPEC]...
         [--timeout 120] [--cache DIR] [--json FILE] [--details]
@@ -117,7 +117,7 @@ def environment_for(case: Case) -> tuple[str | None, str]:
     """The environment id (None: this Python) and the Python that runs the notebook's kernel."""
     if case.requirements is None:
         return None, sys.executable
-    from themisto_env.replay.environments import create, make_spec
+    from themisto_env.replay.kernel_environments import create, make_spec
 
     t0 = time.perf_counter()
     record, cached = create(None, make_spec(case.requirements))

@@ -1,18 +1,18 @@
-"""``themisto env create`` time, cold and cached, timed as a user runs it (the CLI in a subprocess).
+"""``themisto kernel-env create`` time, cold and cached, timed as a user runs it (the CLI in a subprocess).
 
 In a cache of its own (``THEMISTO_CACHE`` set to a temporary folder, so pip's cache starts empty too), for
 a requirements file with older packages (default: ``tests/data/environments/requirements.txt``, pandas 1.5.3
 and numpy 1.26.4, plus ``six`` so that its id, and so its docker image, is not the tests' one):
 
 1. cold: nothing cached, every wheel downloaded from the index;
-2. warm: the environment removed (``env rm``), made again from pip's cache;
+2. warm: the environment removed (``kernel-env rm``), made again from pip's cache;
 3. cached: made again while it exists (the content id is found: nothing is built);
 4. with ``--docker`` (unless ``--no-docker``): the image built from the venv (the debootstrap base of the
    kernel image is reused when the machine has it), then again (cached);
 
 then the environment and its image are removed. Prints a Markdown table::
 
-    python benchmarks/bench_environments.py [--requirements FILE] [--no-docker]
+    python benchmarks/bench_kernel_environments.py [--requirements FILE] [--no-docker]
 """
 
 from __future__ import annotations
@@ -52,10 +52,10 @@ def main() -> None:
         requirements = Path(tmp) / "requirements.txt"
         requirements.write_text(args.requirements.read_text() + "six==1.16.0\n")
         env = {**os.environ, "THEMISTO_CACHE": str(Path(tmp) / "cache"), "COLUMNS": "200"}
-        create = ("env", "create", "bench", "--requirements", str(requirements))
+        create = ("kernel-env", "create", "bench", "--requirements", str(requirements))
         seconds, out = themisto(*create, env=env)
         rows.append(("cold (empty caches, downloads)", seconds, out))
-        themisto("env", "rm", "bench", env=env)
+        themisto("kernel-env", "rm", "bench", env=env)
         seconds, out = themisto(*create, env=env)
         rows.append(("warm (pip's cache, new venv)", seconds, out))
         seconds, out = themisto(*create, env=env)
@@ -65,8 +65,8 @@ def main() -> None:
             rows.append(("--docker, image cold (base image cached)", seconds, out))
             seconds, out = themisto(*create, "--docker", env=env)
             rows.append(("--docker, cached", seconds, out))
-        themisto("env", "rm", "bench", env=env)  # its venv and its image
-    print("| `themisto env create` | seconds | output |")
+        themisto("kernel-env", "rm", "bench", env=env)  # its venv and its image
+    print("| `themisto kernel-env create` | seconds | output |")
     print("| --- | ---: | --- |")
     for what, seconds, out in rows:
         print(f"| {what} | {seconds:.1f} | {out[:150]} |")

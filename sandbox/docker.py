@@ -52,8 +52,8 @@ from themisto_env.sandbox.docker_containers import (
     signal_name,
 )
 from themisto_env.sandbox.docker_engine import docker_client, engine, image_exists, unreachable
-from themisto_env.sandbox.environments import environment_image
 from themisto_env.sandbox.image_spec import default_image
+from themisto_env.sandbox.kernel_environments import environment_image
 from themisto_env.sandbox.launcher import KernelLauncher
 from themisto_env.sandbox.leftovers import engine_unreachable
 from themisto_env.sandbox.models import SandboxLimits
@@ -94,7 +94,7 @@ class DockerLauncher(KernelLauncher):
         readonly_dirs: Host directories bind-mounted read-only (the snapshot store, under /mnt).
         image: The kernel image; default :func:`default_image` (``themisto-kernel:<tag>`` of the host's
             package set).
-        environment: A kernel environment's id (``themisto env create --docker``): its image
+        environment: A kernel environment's id (``themisto kernel-env create --docker``): its image
             (``themisto-kernel-env:<id>``) unless ``image`` is given.
     """
 
@@ -146,8 +146,8 @@ class DockerLauncher(KernelLauncher):
         """How to make the missing kernel image."""
         if self.environment_id is not None:
             return (
-                f"build kernel environment {self.environment_id}'s image with `themisto env create NAME "
-                "--requirements FILE --docker` (`themisto env list` names it)"
+                f"build kernel environment {self.environment_id}'s image with `themisto kernel-env create NAME "
+                "--requirements FILE --docker` (`themisto kernel-env list` names it)"
             )
         return "build it with `themisto sandbox build-image` (or `python -m themisto_env.sandbox.image build`)"
 

@@ -48,7 +48,7 @@ class Kernel(KernelIntrospection, KernelSnapshots):
             never writes the store: :meth:`snapshot` writes into the run directory and the host checks
             the file's hash before moving it into the store.
         launcher_options: Extra keyword arguments for the backend's launcher (e.g. ``image`` for docker).
-        environment: A kernel environment's id (``themisto env create``): the kernel runs its venv's
+        environment: A kernel environment's id (``themisto kernel-env create``): the kernel runs its venv's
             Python (local, bwrap) or its image (docker); None runs the tool's own Python (or the default
             image). Snapshots record the environment that wrote them, and a kernel restores only those
             of its own environment.

@@ -1,9 +1,10 @@
-"""Where a kernel environment lives, by its id: the sandbox side of ``themisto env``.
+"""Where a kernel environment lives, by its id: the sandbox side of ``themisto kernel-env``.
 
-A kernel environment (made by ``themisto env create``, see :mod:`themisto_env.replay.environments`) is named by
-a content id (a hash of its Python version, requirements and Debian packages). From the id alone the
-launchers find it: a venv at ``<cache>/environments/<id>/venv`` for the ``local`` and ``bwrap``
-backends, an image ``themisto-kernel-env:<id>`` for ``docker``. Nothing here builds anything.
+A kernel environment (made by ``themisto kernel-env create``, see
+:mod:`themisto_env.replay.kernel_environments`) is named by a content id (a hash of its Python version,
+requirements and Debian packages). From the id alone the launchers find it: a venv at
+``<cache>/environments/<id>/venv`` for the ``local`` and ``bwrap`` backends, an image
+``themisto-kernel-env:<id>`` for ``docker``. Nothing here builds anything.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def environment_python(env_id: str) -> Path:
     if not python.exists():
         raise BackendUnavailableError(
             f"kernel environment {env_id} is not on this machine: create it with "
-            "`themisto env create NAME --requirements FILE` (`themisto env list` shows those there are)"
+            "`themisto kernel-env create NAME --requirements FILE` (`themisto kernel-env list` shows those there are)"
         )
     return python
 

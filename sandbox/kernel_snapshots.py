@@ -24,7 +24,7 @@ from themisto_env.errors import (
     SnapshotEnvironmentError,
     SnapshotError,
 )
-from themisto_env.sandbox.environments import environment_label
+from themisto_env.sandbox.kernel_environments import environment_label
 from themisto_env.sandbox.kernel_messaging import KernelMessaging
 from themisto_env.sandbox.kernel_process import SNAPSHOT_INBOX, SNAPSHOT_OUTBOX
 from themisto_env.sandbox.models import RestoreResult, SnapshotInfo

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from themisto_env.errors import BackendUnavailableError, KernelStartError
-from themisto_env.sandbox.environments import environment_python
+from themisto_env.sandbox.kernel_environments import environment_python
 from themisto_env.sandbox.launcher import KERNEL_ENVIRONMENT, KernelLauncher
 from themisto_env.sandbox.lifetime import process_record
 
@@ -44,7 +44,7 @@ class LocalLauncher(KernelLauncher):
     """An ipykernel subprocess of this Python (or of a kernel environment's venv), in its own process group.
 
     Args:
-        environment: A kernel environment's id (``themisto env create``): the kernel runs its venv's Python.
+        environment: A kernel environment's id (``themisto kernel-env create``): the kernel runs its venv's Python.
     """
 
     name: ClassVar[str] = "local"

@@ -7,7 +7,7 @@ into place, so the store never holds a partial file. Kernels see the store read-
 digest, so building a trajectory twice stores each distinct state once.
 
 Beside each snapshot, ``<digest>.env`` names the kernel environments that wrote it (see
-:mod:`themisto_env.sandbox.environments`): a kernel restores only snapshots written in its own environment.
+:mod:`themisto_env.sandbox.kernel_environments`): a kernel restores only snapshots written in its own environment.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The ``themisto`` command line: the console entry point (``themisto_env.cli:main``) and the app it runs.
 
-Each group and command lives in :mod:`themisto_env.commands` (``sandbox``, ``env``, ``data``, ``run``,
+Each group and command lives in :mod:`themisto_env.commands` (``sandbox``, ``kernel-env``, ``data``, ``run``,
 ``agents``, ``compare``, ``report``, ``view``); this module assembles them into one Typer app.
 """
 
@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from themisto_env.commands.data import data_app
-from themisto_env.commands.kernel_environments import env_app
+from themisto_env.commands.kernel_environments import kernel_env_app
 from themisto_env.commands.results import compare_command, report_command, view_command
 from themisto_env.commands.run import agents_command, run_command
 from themisto_env.commands.sandbox import sandbox_app
@@ -22,7 +22,7 @@ app = typer.Typer(
 )
 app.add_typer(data_app, name="data")
 app.add_typer(sandbox_app, name="sandbox")
-app.add_typer(env_app, name="env")
+app.add_typer(kernel_env_app, name="kernel-env")
 app.command("run")(run_command)
 app.command("agents")(agents_command)
 app.command("compare")(compare_command)

@@ -2,7 +2,7 @@
 
 - ``common``: the console and the options several commands share.
 - ``sandbox``: ``themisto sandbox`` (build-image, check, gc).
-- ``kernel_environments``: ``themisto env`` (create, list, rm).
+- ``kernel_environments``: ``themisto kernel-env`` (create, list, rm).
 - ``data``: ``themisto data`` (build, info).
 - ``run``: ``themisto run`` and its summary table, ``themisto agents``.
 - ``results``: ``themisto compare``, ``report`` and ``view``.

@@ -30,12 +30,12 @@ def data_build(
     backend: Backend = "local",
     snapshots: Annotated[bool, typer.Option(help="Snapshot the namespace after every step.")] = True,
     timeout: Annotated[float, typer.Option(help="Per-execution timeout in seconds.")] = 60.0,
-    env: Annotated[
-        str | None, typer.Option("--env", help="Kernel environment to replay in (`themisto env create`).")
+    kernel_env: Annotated[
+        str | None, typer.Option("--kernel-env", help="Kernel environment to replay in (`themisto kernel-env create`).")
     ] = None,
     requirements: Annotated[
         Path | None,
-        typer.Option("--requirements", help="Replay in an environment of these requirements (made if missing)."),
+        typer.Option("--requirements", help="Replay in a kernel environment of these requirements (made if missing)."),
     ] = None,
     workdir: Annotated[
         Path | None,
@@ -50,17 +50,17 @@ def data_build(
     from themisto_env.replay.build import build_dataset
     from themisto_env.sandbox.models import SandboxLimits
 
-    if env is not None and requirements is not None:
-        raise ConfigError("give either --env or --requirements, not both")
+    if kernel_env is not None and requirements is not None:
+        raise ConfigError("give either --kernel-env or --requirements, not both")
     if requirements is not None:
-        from themisto_env.replay import environments
+        from themisto_env.replay import kernel_environments
 
-        spec = environments.make_spec(requirements)
-        env = environments.create(None, spec, console=Console(stderr=True))[0].id
+        spec = kernel_environments.make_spec(requirements)
+        kernel_env = kernel_environments.create(None, spec, console=Console(stderr=True))[0].id
 
     limits = SandboxLimits(timeout_s=timeout, workdir_mb=workdir_limit_mb)
     report = build_dataset(
-        sources, out, backend=backend, snapshots=snapshots, limits=limits, workdir=workdir, environment=env
+        sources, out, backend=backend, snapshots=snapshots, limits=limits, workdir=workdir, environment=kernel_env
     )
     console.print(
         f"built {len(report.built)}, skipped {len(report.skipped)} already built, "

@@ -1,4 +1,7 @@
-"""``themisto env``: make, list and remove kernel environments (:mod:`themisto_env.replay.environments`)."""
+"""``themisto kernel-env``: make, list and remove kernel environments.
+
+The work is :mod:`themisto_env.replay.kernel_environments`'s; this module is the command line.
+"""
 
 from __future__ import annotations
 
@@ -13,16 +16,16 @@ from rich.table import Table
 
 from themisto_env.commands.common import console
 
-env_app = typer.Typer(
+kernel_env_app = typer.Typer(
     help="Kernel environments: named package sets (a venv, an image) that datasets are replayed in.",
     no_args_is_help=True,
 )
-"""``themisto env``."""
+"""``themisto kernel-env``."""
 
 
-@env_app.command("create")
-def env_create(
-    name: Annotated[str, typer.Argument(help="Name of the environment (moves to the new one if it exists).")],
+@kernel_env_app.command("create")
+def kernel_env_create(
+    name: Annotated[str, typer.Argument(help="Name of the kernel environment (moves to the new one if it exists).")],
     requirements: Annotated[
         Path | None, typer.Option("--requirements", "-r", help="A requirements file (pip syntax, packages only).")
     ] = None,
@@ -34,28 +37,32 @@ def env_create(
     requirements plus ipykernel and dill at versions compatible with them. Instant when it exists."""
     import time
 
-    from themisto_env.replay import environments
+    from themisto_env.replay import kernel_environments
 
     started = time.perf_counter()
-    spec = environments.make_spec(requirements, apt=apt, python=python)
-    record, cached = environments.create(name, spec, docker=docker, console=Console(stderr=True))
+    spec = kernel_environments.make_spec(requirements, apt=apt, python=python)
+    record, cached = kernel_environments.create(name, spec, docker=docker, console=Console(stderr=True))
     how = "exists" if cached else f"built in {time.perf_counter() - started:.0f} s"
     console.print(
-        f"environment [bold]{escape(name)}[/]: {record.id} ({how}); Python {record.python_version}, "
+        f"kernel environment [bold]{escape(name)}[/]: {record.id} ({how}); Python {record.python_version}, "
         f"{len(record.packages)} packages, {record.size_bytes / 1e6:.0f} MB"
         + (f"; image {escape(record.image)}" if record.image else "")
     )
 
 
-@env_app.command("list")
-def env_list(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+@kernel_env_app.command("list")
+def kernel_env_list(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """The kernel environments on this machine (--json also names their docker images)."""
-    from themisto_env.replay import environments
+    from themisto_env.replay import kernel_environments
 
     if as_json:
         rows = [
-            {"names": environments.names_of(r.id), **r.model_dump(exclude={"packages"}), "packages": len(r.packages)}
-            for r in environments.list_environments()
+            {
+                "names": kernel_environments.names_of(r.id),
+                **r.model_dump(exclude={"packages"}),
+                "packages": len(r.packages),
+            }
+            for r in kernel_environments.list_kernel_environments()
         ]
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -63,9 +70,9 @@ def env_list(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")
     table.add_column("name", overflow="fold", min_width=10)
     for column in ("id", "python", "packages", "size", "created"):
         table.add_column(column, no_wrap=True)
-    for record in environments.list_environments():
+    for record in kernel_environments.list_kernel_environments():
         table.add_row(
-            escape("\n".join(environments.names_of(record.id)) or "-"),
+            escape("\n".join(kernel_environments.names_of(record.id)) or "-"),
             record.id,
             record.python_version,
             str(len(record.packages)),
@@ -75,19 +82,20 @@ def env_list(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")
     console.print(table)
 
 
-@env_app.command("rm")
-def env_rm(
-    name: Annotated[str, typer.Argument(help="Name (or id) of the environment.")],
+@kernel_env_app.command("rm")
+def kernel_env_rm(
+    name: Annotated[str, typer.Argument(help="Name (or id) of the kernel environment.")],
     force: Annotated[bool, typer.Option("--force", help="Remove it even if a dataset built here uses it.")] = False,
 ) -> None:
-    """Remove a kernel environment's name; the environment (venv and image) goes once no name points at it."""
-    from themisto_env.replay import environments
+    """Remove a kernel environment's name; the kernel environment (venv and image) goes once no name points
+    at it."""
+    from themisto_env.replay import kernel_environments
 
-    record = environments.remove(name, force=force)
-    left = environments.names_of(record.id)
+    record = kernel_environments.remove(name, force=force)
+    left = kernel_environments.names_of(record.id)
     console.print(
         f"removed {escape(name)}" + (f"; {record.id} kept for {escape(', '.join(left))}" if left else f" ({record.id})")
     )
 
 
-__all__ = ["env_app"]
+__all__ = ["kernel_env_app"]

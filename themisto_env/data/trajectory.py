@@ -119,7 +119,7 @@ class Trajectory(BaseModel):
             of another version are compared again when read (their outputs are all stored).
         packages: Distributions the replayed cells imported, with their versions (what its snapshots
             may need to load).
-        environment: The id of the kernel environment it was replayed in (``themisto env``); None: the
+        environment: The id of the kernel environment it was replayed in (``themisto kernel-env``); None: the
             tool's own Python. Its snapshots are restored only by kernels of that environment.
         workdir: The folder whose copy the replay ran in (the notebook's, or ``--workdir``), as given;
             None: an empty folder.
@@ -164,7 +164,7 @@ class Trajectory(BaseModel):
 
 
 class EnvironmentRef(BaseModel):
-    """The kernel environment a dataset was replayed in (``themisto env create``): enough to make it again.
+    """The kernel environment a dataset was replayed in (``themisto kernel-env create``): enough to make it again.
 
     Attributes:
         id: The environment's content id.

@@ -85,7 +85,7 @@ from themisto_env.errors import ActionError, BackendUnavailableError, ConfigErro
 from themisto_env.metrics import RewardWeights
 from themisto_env.replay.dataset import Dataset
 from themisto_env.replay.disposable import CodeRun, DisposableKernels, imported_modules
-from themisto_env.replay.environments import dataset_environment
+from themisto_env.replay.kernel_environments import dataset_kernel_environment
 from themisto_env.replay.state import StateReport, TrajectoryKernel, expected_fingerprint, fresh_before
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
@@ -165,7 +165,7 @@ class EnvConfig(BaseModel):
             each kernel when needed and restarts it in place.
         sample_rule: Which steps are samples.
         limits: Sandbox limits.
-        environment: The kernel environment (``themisto env``) kernels run in: None uses the one the
+        environment: The kernel environment (``themisto kernel-env``) kernels run in: None uses the one the
             dataset was built in (its manifest says), ``default`` the tool's own Python, else a name or id.
             Snapshots written in another environment are not restored (the state is replayed).
         max_output_chars: Cap of one output in the history.
@@ -250,7 +250,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         folder = self.dataset.path
         self.dataset_dir: Path = folder
         #: The kernel environment's id (None: the tool's own Python).
-        self.environment = dataset_environment(folder, self.config.environment, backend=self.config.backend)
+        self.environment = dataset_kernel_environment(folder, self.config.environment, backend=self.config.backend)
         self.trajectories: dict[str, Trajectory] = dict(self.dataset.trajectories)
         self.samples = self.dataset.samples(self.config.task, self.config.sample_rule)
         #: Each trajectory's samples in step order (the episodes).

@@ -3,9 +3,9 @@
 Owns building a dataset by replaying sessions in a kernel (``build``), serving a sample's state by
 restoring a snapshot or replaying recorded cells (``state``, with ``state_check`` and ``recorded_cells``),
 running model-written code in disposable copies (``disposable``), the kernel environments that pin the
-packages a replay runs with (``environments`` and its ``environment_*`` parts), finding or building a
-dataset (``resolve``) and opening one (``dataset``: :class:`~themisto_env.replay.dataset.Dataset`, checked,
-cached per process, its samples listed without an env). Names are re-exported lazily: importing this
+packages a replay runs with (``kernel_environments`` and its ``kernel_environment_*`` parts), finding or
+building a dataset (``resolve``) and opening one (``dataset``: :class:`~themisto_env.replay.dataset.Dataset`,
+checked, cached per process, its samples listed without an env). Names are re-exported lazily: importing this
 package starts and imports nothing.
 """
 
@@ -19,12 +19,12 @@ if TYPE_CHECKING:
     from themisto_env.replay.build import BuildReport, build_dataset
     from themisto_env.replay.dataset import Dataset
     from themisto_env.replay.disposable import CodeRun, DisposableKernels
-    from themisto_env.replay.environments import (
-        EnvironmentRecord,
-        EnvironmentSpec,
-        dataset_environment,
-        list_environments,
-        use_environment,
+    from themisto_env.replay.kernel_environments import (
+        KernelEnvironmentRecord,
+        KernelEnvironmentSpec,
+        dataset_kernel_environment,
+        list_kernel_environments,
+        use_kernel_environment,
     )
     from themisto_env.replay.resolve import bundled_dataset_dir, resolve_dataset
     from themisto_env.replay.state import StateReport, TrajectoryKernel
@@ -35,12 +35,12 @@ __getattr__, __dir__ = lazy_exports(
         "themisto_env.replay.build": ("BuildReport", "build_dataset"),
         "themisto_env.replay.dataset": ("Dataset",),
         "themisto_env.replay.disposable": ("CodeRun", "DisposableKernels"),
-        "themisto_env.replay.environments": (
-            "EnvironmentRecord",
-            "EnvironmentSpec",
-            "dataset_environment",
-            "list_environments",
-            "use_environment",
+        "themisto_env.replay.kernel_environments": (
+            "KernelEnvironmentRecord",
+            "KernelEnvironmentSpec",
+            "dataset_kernel_environment",
+            "list_kernel_environments",
+            "use_kernel_environment",
         ),
         "themisto_env.replay.resolve": ("bundled_dataset_dir", "resolve_dataset"),
         "themisto_env.replay.state": ("StateReport", "TrajectoryKernel"),
@@ -52,14 +52,14 @@ __all__ = [
     "CodeRun",
     "Dataset",
     "DisposableKernels",
-    "EnvironmentRecord",
-    "EnvironmentSpec",
+    "KernelEnvironmentRecord",
+    "KernelEnvironmentSpec",
     "StateReport",
     "TrajectoryKernel",
     "build_dataset",
     "bundled_dataset_dir",
-    "dataset_environment",
-    "list_environments",
+    "dataset_kernel_environment",
+    "list_kernel_environments",
     "resolve_dataset",
-    "use_environment",
+    "use_kernel_environment",
 ]

@@ -50,7 +50,7 @@ from themisto_env.replay.build_sources import (  # re-exported: callers import t
     read_sources,
     source_files,
 )
-from themisto_env.replay.environments import use_environment
+from themisto_env.replay.kernel_environments import use_kernel_environment
 from themisto_env.replay.state import run_recorded
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
@@ -297,7 +297,7 @@ def build_dataset(
         limits: Sandbox limits (per-execution timeout, ...).
         snapshot_dir: The snapshot store; defaults to the user cache.
         progress: Show progress on stderr (a bar on a terminal, a line every few seconds when piped).
-        environment: A kernel environment's name or id (``themisto env create``) to replay in; the
+        environment: A kernel environment's name or id (``themisto kernel-env create``) to replay in; the
             manifest records it (and its requirements), so the env and the runner use it with no option.
         workdir: The folder every session's kernel runs in a copy of; default: a notebook's own folder,
             an empty folder for JuNE logs.
@@ -346,7 +346,7 @@ def _build(
     manifest = Manifest(backend=backend, snapshots=snapshots, sources=list(report.sources))
     manifest.workdirs = {w.folder: w.digest for w in folders.values() if w.folder is not None}
     manifest.normalization = NORMALIZATION_VERSION
-    env_id = use_environment(environment, backend=backend, manifest=manifest, out=out)
+    env_id = use_kernel_environment(environment, backend=backend, manifest=manifest, out=out)
     existing = {tid: t for tid, t in existing.items() if t.environment == env_id}  # others are replayed again
     total = sum(len(s.executions) for s in sessions)
     with (

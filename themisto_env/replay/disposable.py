@@ -187,7 +187,7 @@ class DisposableKernels:
         snapshot_dir: The snapshot store the states are restored from (copied in, never mounted).
         preload: Modules each pooled kernel imports ahead of time.
         pool_size: How many kernels to keep started ahead of time.
-        environment: The kernel environment's id (``themisto env``); None: the tool's own Python.
+        environment: The kernel environment's id (``themisto kernel-env``); None: the tool's own Python.
     """
 
     def __init__(

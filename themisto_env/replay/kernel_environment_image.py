@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from themisto_env.errors import BackendUnavailableError, ConfigError
-from themisto_env.replay.environment_registry import locked, write_record
-from themisto_env.replay.environment_spec import EnvironmentRecord
-from themisto_env.replay.environment_venv import run_step
-from themisto_env.sandbox.environments import environment_image, environments_dir
+from themisto_env.replay.kernel_environment_registry import locked, write_record
+from themisto_env.replay.kernel_environment_spec import KernelEnvironmentRecord
+from themisto_env.replay.kernel_environment_venv import run_step
+from themisto_env.sandbox.kernel_environments import environment_image, environments_dir
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("themisto_env")
 
 
-def build_image(record: EnvironmentRecord, console: Console | None = None) -> str:
+def build_image(record: KernelEnvironmentRecord, console: Console | None = None) -> str:
     """Build ``themisto-kernel-env:<id>`` from the venv's exact versions unless it exists; return its name.
 
     Wheels come from the venv's pip (``pip wheel``: cached ones are reused, source distributions built
@@ -83,7 +83,7 @@ def build_image(record: EnvironmentRecord, console: Console | None = None) -> st
     return name
 
 
-def ready(record: EnvironmentRecord, backend: str, console: Console | None = None) -> EnvironmentRecord:
+def ready(record: KernelEnvironmentRecord, backend: str, console: Console | None = None) -> KernelEnvironmentRecord:
     """The environment, ready for ``backend``: its docker image built first where the backend is docker
     and the image is missing (about a minute; later uses are instant).
 

@@ -16,8 +16,14 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from themisto_env.errors import ConfigError
-from themisto_env.replay.environment_spec import DATASETS, ENVIRONMENT_ID, RECORD, REGISTRY, EnvironmentRecord
-from themisto_env.sandbox.environments import environment_dir, environments_dir
+from themisto_env.replay.kernel_environment_spec import (
+    DATASETS,
+    ENVIRONMENT_ID,
+    RECORD,
+    REGISTRY,
+    KernelEnvironmentRecord,
+)
+from themisto_env.sandbox.kernel_environments import environment_dir, environments_dir
 
 
 def read_registry() -> dict[str, str]:
@@ -52,26 +58,26 @@ def locked(name: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def read_record(env_id: str) -> EnvironmentRecord | None:
+def read_record(env_id: str) -> KernelEnvironmentRecord | None:
     """The record of the environment with this id, or None if it is not on this machine (or incomplete)."""
     path = environment_dir(env_id) / RECORD
     try:
-        record = EnvironmentRecord.model_validate_json(path.read_text())
+        record = KernelEnvironmentRecord.model_validate_json(path.read_text())
     except FileNotFoundError:
         return None
     except (OSError, ValidationError) as exc:
-        raise ConfigError(f"{path}: unreadable environment record ({exc}); `themisto env rm {env_id}`") from None
+        raise ConfigError(f"{path}: unreadable environment record ({exc}); `themisto kernel-env rm {env_id}`") from None
     return record if record.python.exists() else None
 
 
-def write_record(record: EnvironmentRecord) -> None:
+def write_record(record: KernelEnvironmentRecord) -> None:
     path = record.folder / RECORD
     tmp = path.with_suffix(".tmp")
     tmp.write_text(record.model_dump_json(indent=2) + "\n")
     tmp.replace(path)
 
 
-def resolve(name_or_id: str) -> EnvironmentRecord:
+def resolve(name_or_id: str) -> KernelEnvironmentRecord:
     """The environment a name (or id) stands for.
 
     Raises:
@@ -84,7 +90,7 @@ def resolve(name_or_id: str) -> EnvironmentRecord:
         known = ", ".join(sorted(names)) or "none"
         raise ConfigError(
             f"no kernel environment {name_or_id!r} here (known: {known}); make it with "
-            f"`themisto env create {name_or_id} --requirements FILE`"
+            f"`themisto kernel-env create {name_or_id} --requirements FILE`"
         )
     return record
 
@@ -94,7 +100,7 @@ def names_of(env_id: str) -> list[str]:
     return sorted(n for n, i in read_registry().items() if i == env_id)
 
 
-def list_environments() -> list[EnvironmentRecord]:
+def list_kernel_environments() -> list[KernelEnvironmentRecord]:
     """Every environment on this machine, newest first."""
     folder = environments_dir()
     records = [read_record(p.name) for p in folder.glob("*") if ENVIRONMENT_ID.match(p.name)]
@@ -102,7 +108,7 @@ def list_environments() -> list[EnvironmentRecord]:
 
 
 def note_dataset(env_id: str, folder: str | Path) -> None:
-    """Remember that a dataset was built in this environment (``env rm`` checks it)."""
+    """Remember that a dataset was built in this environment (``kernel-env rm`` checks it)."""
     path = environment_dir(env_id) / DATASETS
     entry = str(Path(folder).resolve())
     have = path.read_text().split("\n") if path.exists() else []
@@ -127,7 +133,7 @@ def datasets_using(env_id: str) -> list[str]:
 
 __all__ = [
     "datasets_using",
-    "list_environments",
+    "list_kernel_environments",
     "locked",
     "names_of",
     "note_dataset",

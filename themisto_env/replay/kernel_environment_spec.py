@@ -1,7 +1,7 @@
 """Kernel environments' specs and records: what an environment holds (its id is the hash) and what was made.
 
 A spec is a Python version, normalised requirement lines and Debian packages; :data:`KERNEL_NEEDS` go
-into the hash too. A record is what ``env create`` made of it on this machine (``<id>/environment.json``).
+into the hash too. A record is what ``kernel-env create`` made of it on this machine (``<id>/environment.json``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from themisto_env.errors import ConfigError
-from themisto_env.sandbox.environments import DEFAULT_ENVIRONMENT, environment_dir
+from themisto_env.sandbox.kernel_environments import DEFAULT_ENVIRONMENT, environment_dir
 
 #: What the kernel side of themisto needs in every environment (ipykernel brings IPython, which the
 #: in-kernel helper imports; dill writes and loads snapshots). Unpinned: pip picks versions compatible
@@ -38,7 +38,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _APT = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 
 
-class EnvironmentSpec(BaseModel):
+class KernelEnvironmentSpec(BaseModel):
     """What an environment holds; its hash is the environment's id.
 
     Attributes:
@@ -62,11 +62,11 @@ class EnvironmentSpec(BaseModel):
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
     def requirements_txt(self) -> str:
-        """The requirements as a file (what ``env create --requirements`` reads back to the same id)."""
+        """The requirements as a file (what ``kernel-env create --requirements`` reads back to the same id)."""
         return "".join(f"{line}\n" for line in self.requirements)
 
 
-class EnvironmentRecord(BaseModel):
+class KernelEnvironmentRecord(BaseModel):
     """An environment on this machine (``<id>/environment.json``).
 
     Attributes:
@@ -83,7 +83,7 @@ class EnvironmentRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: str
-    spec: EnvironmentSpec
+    spec: KernelEnvironmentSpec
     created: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     python_version: str = ""
     packages: dict[str, str] = Field(default_factory=dict)
@@ -144,7 +144,7 @@ def normalise_requirements(text: str, *, source: str = "requirements") -> list[s
 
 def make_spec(
     requirements: str | Path | None = None, *, apt: list[str] | None = None, python: str | None = None
-) -> EnvironmentSpec:
+) -> KernelEnvironmentSpec:
     """The spec of a requirements file (or text), Debian packages and a Python version (default: this one).
 
     Raises:
@@ -164,7 +164,7 @@ def make_spec(
     version = python or f"{sys.version_info.major}.{sys.version_info.minor}"
     if not re.match(r"^\d+\.\d+$", version):
         raise ConfigError(f"give the Python version as X.Y (e.g. 3.11), got {version!r}")
-    return EnvironmentSpec(
+    return KernelEnvironmentSpec(
         python=version, requirements=normalise_requirements(text, source=source), apt=sorted(set(apt or []))
     )
 
@@ -218,8 +218,8 @@ __all__ = [
     "REGISTRY",
     "REQUIREMENTS_FILE",
     "SPEC_VERSION",
-    "EnvironmentRecord",
-    "EnvironmentSpec",
+    "KernelEnvironmentRecord",
+    "KernelEnvironmentSpec",
     "available_pythons",
     "check_name",
     "find_python",

@@ -18,8 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from themisto_env.errors import ConfigError
-from themisto_env.replay.environment_spec import KERNEL_NEEDS, RECORD, EnvironmentRecord, EnvironmentSpec, find_python
-from themisto_env.sandbox.environments import environment_dir
+from themisto_env.replay.kernel_environment_spec import (
+    KERNEL_NEEDS,
+    RECORD,
+    KernelEnvironmentRecord,
+    KernelEnvironmentSpec,
+    find_python,
+)
+from themisto_env.sandbox.kernel_environments import environment_dir
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -92,7 +98,7 @@ def _folder_size(folder: Path) -> int:
     return total
 
 
-def make_venv(spec: EnvironmentSpec, console: Console | None) -> EnvironmentRecord:
+def make_venv(spec: KernelEnvironmentSpec, console: Console | None) -> KernelEnvironmentRecord:
     python = find_python(spec.python)
     final = environment_dir(spec.id)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -118,7 +124,7 @@ def make_venv(spec: EnvironmentSpec, console: Console | None) -> EnvironmentReco
         probe = subprocess.run([venv_python, "-c", check], capture_output=True, text=True, env=pip_environment())
         if probe.returncode != 0:
             raise ConfigError(f"the new environment cannot run a kernel: {probe.stderr.strip().splitlines()[-1:]}")
-        record = EnvironmentRecord(
+        record = KernelEnvironmentRecord(
             id=spec.id,
             spec=spec,
             python_version=probe.stdout.strip(),

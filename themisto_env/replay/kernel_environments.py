@@ -1,6 +1,6 @@
-"""Kernel environments: named, content-addressed package sets that kernels run in (``themisto env``).
+"""Kernel environments: named, content-addressed package sets that kernels run in (``themisto kernel-env``).
 
-``themisto env create NAME --requirements FILE [--apt PKG]... [--python X.Y] [--docker]`` makes one:
+``themisto kernel-env create NAME --requirements FILE [--apt PKG]... [--python X.Y] [--docker]`` makes one:
 
 * a venv (``python -m venv`` of the requested Python) with the requirements, plus ipykernel and dill
   at versions pip finds compatible with them (the user's pins win; source distributions are built where
@@ -15,16 +15,16 @@ is instant, and a changed requirements file under the same name is a new id (the
 datasets keep pointing at theirs). On disk, under ``<cache>/environments``::
 
     registry.json          name -> id
-    <id>/environment.json  the EnvironmentRecord (spec, installed versions, size, build time)
+    <id>/environment.json  the KernelEnvironmentRecord (spec, installed versions, size, build time)
     <id>/venv/             the venv
-    <id>/datasets.txt      dataset folders built in it (``env rm`` refuses while one still uses it)
+    <id>/datasets.txt      dataset folders built in it (``kernel-env rm`` refuses while one still uses it)
 
 Downloads are cached by pip (under ``$THEMISTO_CACHE/pip`` when ``THEMISTO_CACHE`` is set, else pip's own
 
-The parts: :mod:`~themisto_env.replay.environment_spec` (specs, records, Pythons),
-:mod:`~themisto_env.replay.environment_registry` (names, records and datasets on disk),
-:mod:`~themisto_env.replay.environment_venv` (making the venv) and
-:mod:`~themisto_env.replay.environment_image` (the docker image). This module makes, removes and
+The parts: :mod:`~themisto_env.replay.kernel_environment_spec` (specs, records, Pythons),
+:mod:`~themisto_env.replay.kernel_environment_registry` (names, records and datasets on disk),
+:mod:`~themisto_env.replay.kernel_environment_venv` (making the venv) and
+:mod:`~themisto_env.replay.kernel_environment_image` (the docker image). This module makes, removes and
 chooses environments; the parts' public names used by callers are importable from here too.
 """
 
@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from themisto_env.errors import BackendUnavailableError, ConfigError
-from themisto_env.replay.environment_image import build_image, ready
-from themisto_env.replay.environment_registry import (
+from themisto_env.replay.kernel_environment_image import build_image, ready
+from themisto_env.replay.kernel_environment_registry import (
     datasets_using,
-    list_environments,
+    list_kernel_environments,
     locked,
     names_of,
     note_dataset,
@@ -48,19 +48,19 @@ from themisto_env.replay.environment_registry import (
     resolve,
     write_registry,
 )
-from themisto_env.replay.environment_spec import (
+from themisto_env.replay.kernel_environment_spec import (
     KERNEL_NEEDS,
     REQUIREMENTS_FILE,
-    EnvironmentRecord,
-    EnvironmentSpec,
+    KernelEnvironmentRecord,
+    KernelEnvironmentSpec,
     available_pythons,
     check_name,
     find_python,
     make_spec,
     normalise_requirements,
 )
-from themisto_env.replay.environment_venv import make_venv, pip_environment
-from themisto_env.sandbox.environments import DEFAULT_ENVIRONMENT
+from themisto_env.replay.kernel_environment_venv import make_venv, pip_environment
+from themisto_env.sandbox.kernel_environments import DEFAULT_ENVIRONMENT
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -69,8 +69,8 @@ if TYPE_CHECKING:
 
 
 def create(
-    name: str | None, spec: EnvironmentSpec, *, docker: bool = False, console: Console | None = None
-) -> tuple[EnvironmentRecord, bool]:
+    name: str | None, spec: KernelEnvironmentSpec, *, docker: bool = False, console: Console | None = None
+) -> tuple[KernelEnvironmentRecord, bool]:
     """Make the environment of ``spec`` unless it exists, and point ``name`` at it.
 
     Args:
@@ -105,7 +105,7 @@ def create(
     return record, cached
 
 
-def remove(name: str, *, force: bool = False) -> EnvironmentRecord:
+def remove(name: str, *, force: bool = False) -> KernelEnvironmentRecord:
     """Remove a name; the environment goes too once no other name points at it and no dataset built
     here uses it (``force`` removes it anyway). Its docker image is removed with it.
 
@@ -120,7 +120,7 @@ def remove(name: str, *, force: bool = False) -> EnvironmentRecord:
         if users and not others and not force:
             raise ConfigError(
                 f"kernel environment {name} ({record.id}) is used by {len(users)} dataset(s), e.g. {users[0]}; "
-                "`themisto env rm --force` removes it anyway"
+                "`themisto kernel-env rm --force` removes it anyway"
             )
         names.pop(name, None)
         write_registry(names)
@@ -139,7 +139,7 @@ def remove(name: str, *, force: bool = False) -> EnvironmentRecord:
 def create_command(ref: EnvironmentRef, folder: str | Path) -> str:
     """The command that makes a dataset's environment again (from ``environment-requirements.txt``)."""
     parts = [
-        "themisto env create",
+        "themisto kernel-env create",
         ref.name or f"env-{ref.id}",
         "--requirements",
         str(Path(folder) / REQUIREMENTS_FILE),
@@ -149,8 +149,8 @@ def create_command(ref: EnvironmentRef, folder: str | Path) -> str:
     return " ".join(parts)
 
 
-def use_environment(name_or_id: str | None, *, backend: str, manifest: Manifest, out: str | Path) -> str | None:
-    """For ``themisto data build --env``: the environment's id (None: the tool's own Python), recorded in
+def use_kernel_environment(name_or_id: str | None, *, backend: str, manifest: Manifest, out: str | Path) -> str | None:
+    """For ``themisto data build --kernel-env``: the environment's id (None: the tool's own Python), recorded in
     ``manifest`` with its requirements (also written to ``out/environment-requirements.txt``).
 
     Raises:
@@ -176,7 +176,7 @@ def use_environment(name_or_id: str | None, *, backend: str, manifest: Manifest,
     return record.id
 
 
-def dataset_environment(folder: str | Path, choice: str | None = None, *, backend: str = "local") -> str | None:
+def dataset_kernel_environment(folder: str | Path, choice: str | None = None, *, backend: str = "local") -> str | None:
     """The environment a dataset's kernels run in: ``choice`` (a name or id; ``default``: the tool's own
     Python), else the one its manifest records.
 
@@ -206,16 +206,16 @@ def dataset_environment(folder: str | Path, choice: str | None = None, *, backen
 __all__ = [
     "KERNEL_NEEDS",
     "REQUIREMENTS_FILE",
-    "EnvironmentRecord",
-    "EnvironmentSpec",
+    "KernelEnvironmentRecord",
+    "KernelEnvironmentSpec",
     "available_pythons",
     "build_image",
     "create",
     "create_command",
-    "dataset_environment",
+    "dataset_kernel_environment",
     "datasets_using",
     "find_python",
-    "list_environments",
+    "list_kernel_environments",
     "make_spec",
     "names_of",
     "normalise_requirements",
@@ -225,5 +225,5 @@ __all__ = [
     "ready",
     "remove",
     "resolve",
-    "use_environment",
+    "use_kernel_environment",
 ]

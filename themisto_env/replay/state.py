@@ -65,8 +65,8 @@ from themisto_env.replay.state_check import (
     files_before,
     fresh_before,
 )
-from themisto_env.sandbox.environments import environment_label
 from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel_environments import environment_label
 from themisto_env.sandbox.pool import KernelPool
 from themisto_env.sandbox.workdir import FolderTooLargeError, diff_trees, tree_digest
 

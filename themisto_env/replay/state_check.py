@@ -71,7 +71,7 @@ class StateReport:
         faults: Infrastructure failures met and recovered from on the way.
         differences: Where the live state differs from the recorded one (when ``mismatch``).
         refused_snapshots: Snapshots passed over because a kernel of another environment wrote them
-            (``themisto env``): the state was replayed instead.
+            (``themisto kernel-env``): the state was replayed instead.
     """
 
     trajectory_id: str

@@ -44,7 +44,7 @@ from themisto_env.data.writes import write_text_atomic
 from themisto_env.env.core import env_config_and_dataset
 from themisto_env.errors import ConfigError, ModelError
 from themisto_env.redaction import redact
-from themisto_env.replay.environments import dataset_environment
+from themisto_env.replay.kernel_environments import dataset_kernel_environment
 from themisto_env.run.config import RunConfig
 from themisto_env.run.episode import env_options, make_run_agent
 from themisto_env.run.executors import executor, executor_name
@@ -66,7 +66,8 @@ def run(config: RunConfig, out: str | Path, *, progress: bool = True, force: boo
     agent = make_run_agent(config)  # a config that cannot run fails here, before anything in out is touched
     # The samples come from the dataset (resolved, and if needed built, here); only the executors make envs.
     env_config, dataset = env_config_and_dataset(env_options(config, agent))
-    dataset_environment(dataset.path, env_config.environment, backend=env_config.backend)  # its kernels can start
+    # Its kernels can start (else one line saying how to make its kernel environment):
+    dataset_kernel_environment(dataset.path, env_config.environment, backend=env_config.backend)
     samples = dataset.samples(env_config.task, env_config.sample_rule)
     if not samples:
         raise ConfigError(f"no {env_config.task} samples in {dataset.path} under {env_config.sample_rule}")
