@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from themisto_env.commands.common import storage_error_line
 from themisto_env.commands.data import data_app
 from themisto_env.commands.kernel_environments import kernel_env_app
 from themisto_env.commands.results import compare_command, report_command, view_command
@@ -35,9 +36,18 @@ def main() -> None:
     try:
         app()
     except ThemistoError as exc:  # one line, not wrapped, the message's brackets not read as markup
-        message = " ".join(str(exc).split())
-        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}")
-        raise SystemExit(1) from None
+        _fail(str(exc))
+    except OSError as exc:  # a full disk, a read-only folder: one line naming the file and how to go on
+        line = storage_error_line(exc)
+        if line is None:
+            raise
+        _fail(line)
+
+
+def _fail(message: str) -> None:
+    message = " ".join(message.split())
+    Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}")
+    raise SystemExit(1) from None
 
 
 __all__ = ["app", "main"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from typing import Annotated
 
 import typer
@@ -13,4 +14,34 @@ console = Console()
 Backend = Annotated[str, typer.Option("--backend", "-b", help="Kernel backend: local, bwrap or docker.")]
 """The ``--backend`` option."""
 
-__all__ = ["Backend", "console"]
+_STORAGE_ERRORS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "the disk quota is used up",
+    errno.EFBIG: "the file grew past the size allowed",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+}
+
+RESUME_HINT = (
+    "free some space or give a folder you can write to, then run the same command again: a run resumes "
+    "from the rows already written, a build keeps the trajectories already built"
+)
+
+
+def storage_error_line(exc: OSError) -> str | None:
+    """The one line a command ends with when a file could not be written or read for lack of space or
+    permission: what happened, the file, and how to go on; None for any other ``OSError`` (a bug to see).
+
+    Args:
+        exc: The error (its ``filename`` names the file where the writer knew it:
+            :mod:`themisto_env.data.writes`).
+    """
+    what = _STORAGE_ERRORS.get(exc.errno or -1)
+    if what is None:
+        return None
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"{what}{where}: {RESUME_HINT}."
+
+
+__all__ = ["RESUME_HINT", "Backend", "console", "storage_error_line"]
