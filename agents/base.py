@@ -71,6 +71,8 @@ class AgentUsage:
             spent, not counted in ``model_calls``.
         cached_input_tokens: Prompt tokens the original calls of those replies used (what the cache saved).
         cached_output_tokens: Completion tokens the original calls of those replies used.
+        retries: Model calls made again after a failure (rate limit, 5xx, timeout): not in ``model_calls``.
+        rate_limited: Those of them after a rate limit (HTTP 429).
     """
 
     model_calls: int = 0
@@ -81,6 +83,8 @@ class AgentUsage:
     cached_calls: int = 0
     cached_input_tokens: int = 0
     cached_output_tokens: int = 0
+    retries: int = 0
+    rate_limited: int = 0
 
     def add_model_call(self, input_tokens: int | None = None, output_tokens: int | None = None) -> None:
         """Count one model call and the tokens it reported (None where it reported none)."""
@@ -108,6 +112,8 @@ class AgentUsage:
             cached_calls=self.cached_calls + other.cached_calls,
             cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
             cached_output_tokens=self.cached_output_tokens + other.cached_output_tokens,
+            retries=self.retries + other.retries,
+            rate_limited=self.rate_limited + other.rate_limited,
         )
 
     def as_dict(self) -> dict[str, Any]:

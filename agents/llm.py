@@ -35,7 +35,7 @@ from themisto_env.agents.base import Action, BaseAgent, Info, Observation
 from themisto_env.agents.cache import ResponseCache, is_cached, open_cache, request_key
 from themisto_env.agents.parsing import extract_prediction
 from themisto_env.agents.prompting import ContextMode, PromptTemplates, load_prompts
-from themisto_env.agents.retry import RetryPolicy, acall_with_retries, call_with_retries
+from themisto_env.agents.retry import RetryPolicy, acall_with_retries, call_with_retries, status_of
 from themisto_env.agents.transcript import message_text, transcript
 from themisto_env.env.actions import Prediction
 from themisto_env.errors import ConfigError
@@ -150,6 +150,11 @@ class LLMAgent(BaseAgent):
         else:
             self.usage.add_model_call(usage.get("input_tokens"), usage.get("output_tokens"))
 
+    def retried(self, error: BaseException, wait: float) -> None:
+        """Count a retry of a model call in :attr:`usage` (shown in the run's usage line)."""
+        self.usage.retries += 1
+        self.usage.rate_limited += status_of(error) == 429
+
     def call_model(self, model: Any, messages: list[BaseMessage]) -> Any:
         """``model.invoke(messages)``, retried under :attr:`retry`; replayed from :attr:`cache` if stored.
 
@@ -158,11 +163,15 @@ class LLMAgent(BaseAgent):
             DataError: The cache file cannot be read or written.
         """
         if self.cache is None:
-            return call_with_retries(lambda: model.invoke(messages), self.retry, provider=self.provider)
+            return call_with_retries(
+                lambda: model.invoke(messages), self.retry, provider=self.provider, on_retry=self.retried
+            )
         key = self.cache_key(model, messages)
         reply = self.cache.get(key)
         if reply is None:
-            reply = call_with_retries(lambda: model.invoke(messages), self.retry, provider=self.provider)
+            reply = call_with_retries(
+                lambda: model.invoke(messages), self.retry, provider=self.provider, on_retry=self.retried
+            )
             self.cache.put(key, reply, provider=self.provider or "", model=self._model_name())
         return reply
 
@@ -179,7 +188,9 @@ class LLMAgent(BaseAgent):
 
     async def _ainvoke(self, model: Any, messages: list[BaseMessage]) -> Any:
         async with self.limiter or contextlib.nullcontext():
-            return await acall_with_retries(lambda: model.ainvoke(messages), self.retry, provider=self.provider)
+            return await acall_with_retries(
+                lambda: model.ainvoke(messages), self.retry, provider=self.provider, on_retry=self.retried
+            )
 
     def cache_key(self, model: Any, messages: list[BaseMessage]) -> str:
         """The response-cache key of a call (:func:`~themisto_env.agents.cache.request_key`), for the

@@ -163,8 +163,14 @@ def _provider_message(error: BaseException) -> str:
     return str(error)
 
 
-def call_with_retries(call: Callable[[], T], policy: RetryPolicy, *, provider: str | None = None) -> T:
-    """Make a model call, retrying it under ``policy``.
+RetryHook = Callable[[BaseException, float], None]
+"""Told of each retry before its wait: the error, and the seconds it waits (to count or show retries)."""
+
+
+def call_with_retries(
+    call: Callable[[], T], policy: RetryPolicy, *, provider: str | None = None, on_retry: RetryHook | None = None
+) -> T:
+    """Make a model call, retrying it under ``policy`` (``on_retry`` is told of each retry).
 
     Raises:
         ModelError: The call still failed after its retries, or failed in a way retrying cannot mend.
@@ -176,11 +182,17 @@ def call_with_retries(call: Callable[[], T], policy: RetryPolicy, *, provider: s
             return call()
         except Exception as error:
             wait = _next_wait(error, attempt, policy, provider)
+            if on_retry is not None:
+                on_retry(error, wait)
         policy.sleep(wait)
 
 
 async def acall_with_retries(
-    call: Callable[[], Awaitable[T]], policy: RetryPolicy, *, provider: str | None = None
+    call: Callable[[], Awaitable[T]],
+    policy: RetryPolicy,
+    *,
+    provider: str | None = None,
+    on_retry: RetryHook | None = None,
 ) -> T:
     """The async form of :func:`call_with_retries`."""
     attempt = 0
@@ -190,6 +202,8 @@ async def acall_with_retries(
             return await call()
         except Exception as error:
             wait = _next_wait(error, attempt, policy, provider)
+            if on_retry is not None:
+                on_retry(error, wait)
         await policy.asleep(wait)
 
 
@@ -205,6 +219,7 @@ def _next_wait(error: Exception, attempt: int, policy: RetryPolicy, provider: st
 
 
 __all__ = [
+    "RetryHook",
     "RetryPolicy",
     "acall_with_retries",
     "call_with_retries",

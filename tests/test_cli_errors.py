@@ -53,3 +53,21 @@ def test_inspect_task_options_are_one_line_not_a_traceback(tmp_path: Path) -> No
     assert done.returncode != 0 and output == [
         "themisto task: -T task='outptu': Input should be 'next-cell' or 'output'"
     ]
+
+
+def test_view_open_on_a_headless_machine_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import webbrowser
+
+    from themisto_env.commands.results import open_in_browser
+
+    tried: list[str] = []
+    monkeypatch.setattr(webbrowser, "open", lambda url: tried.append(url) or False)
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    note = open_in_browser(tmp_path / "view.html")
+    assert note is not None and note.startswith("--open: no display here (a headless machine)")
+    assert f"python3 -m http.server -d {tmp_path}" in note and not tried  # no text browser in this terminal
+    monkeypatch.setenv("DISPLAY", ":0")
+    assert open_in_browser(tmp_path / "view.html").startswith("--open: no browser found")  # type: ignore[union-attr]
+    assert tried == [(tmp_path / "view.html").resolve().as_uri()]

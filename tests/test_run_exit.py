@@ -5,6 +5,7 @@ The model is the real langchain-openai client against the stand-in server of tes
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 import yaml
 
 from tests.agents.test_provider_errors import StandIn, cli, config, error, ok
+from themisto_env.cli import main
 
 pytest.importorskip("langchain_openai")
 
@@ -72,3 +74,39 @@ def test_a_run_that_scored_something_exits_0(
     args = ["run", "-c", _config_file(server, env_dataset, tmp_path), "--limit", "3", "--fail-on-error", "0.5"]
     code, err = cli(monkeypatch, capsys, *args, "--out", str(tmp_path / "o"))
     assert code == 0, err
+
+
+def test_retries_after_a_rate_limit_are_counted_and_shown(
+    server: StandIn,
+    env_dataset: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json
+
+    server.play(error(429, "slow down", retry_after="0"), error(500, "oops"), default=ok())
+    args = ["run", "-c", _config_file(server, env_dataset, tmp_path), "--limit", "2", "--out", str(tmp_path / "o")]
+    monkeypatch.setattr(sys, "argv", ["themisto", *args])
+    with pytest.raises(SystemExit) as caught:
+        main()
+    assert not caught.value.code
+    usage = json.loads((tmp_path / "o" / "summary.json").read_text())["usage"]
+    assert usage["retries"] == 2 and usage["rate_limited"] == 1 and usage["model_calls"] == 2
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "2 calls retried, 1 after a rate limit (429)" in printed, printed
+
+
+def test_help_is_not_cut_at_80_columns_when_piped() -> None:
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", "from themisto_env.cli import main; main()", "run", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in __import__("os").environ.items() if k not in ("TERMINAL_WIDTH", "COLUMNS")},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "path/to/my_agents.py:Class" in done.stdout and "…" not in done.stdout
+    assert max(map(len, done.stdout.splitlines())) > 80

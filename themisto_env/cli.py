@@ -6,6 +6,8 @@ Each group and command lives in :mod:`themisto_env.commands` (``sandbox``, ``ker
 
 from __future__ import annotations
 
+import sys
+
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -31,8 +33,13 @@ app.command("report")(report_command)
 app.command("view")(view_command)
 
 
+HELP_WIDTH = 120
+"""Columns of ``--help`` when stdout is not a terminal (rich would assume 80 and cut the options' help)."""
+
+
 def main() -> None:
     """Entry point: ThemistoErrors become a one-line message and exit code 1, never a traceback."""
+    widen_help()
     try:
         app()
     except ThemistoError as exc:  # one line, not wrapped, the message's brackets not read as markup
@@ -44,13 +51,22 @@ def main() -> None:
         _fail(line)
 
 
+def widen_help() -> None:
+    """``--help`` piped or captured (no terminal, no ``TERMINAL_WIDTH``) is :data:`HELP_WIDTH` wide; on a
+    terminal it takes the terminal's width."""
+    import typer.rich_utils
+
+    if typer.rich_utils.MAX_WIDTH is None and not sys.stdout.isatty():
+        typer.rich_utils.MAX_WIDTH = HELP_WIDTH
+
+
 def _fail(message: str) -> None:
     message = " ".join(message.split())
     Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}")
     raise SystemExit(1) from None
 
 
-__all__ = ["app", "main"]
+__all__ = ["HELP_WIDTH", "app", "main", "widen_help"]
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 import threading
 import time
@@ -318,11 +319,19 @@ def test_fail_on_error_stops_the_run(
 # -- the command line: one line, verbatim -------------------------------------------------------------
 
 
+PROGRESS_LINE = re.compile(r"^.*: \d+/\d+ \(\d+%\), \d+:\d\d elapsed")
+"""A progress line (stderr is no terminal here: the bar is a line now and then, themisto_env.progress)."""
+
+
 def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """Run ``themisto ARGS``: the exit code and stderr, without its progress lines."""
     monkeypatch.setattr(sys, "argv", ["themisto", *args])
     with pytest.raises(SystemExit) as caught:
         main()
-    return int(caught.value.code or 0), capsys.readouterr().err
+    err = capsys.readouterr().err
+    return int(caught.value.code or 0), "".join(
+        line for line in err.splitlines(keepends=True) if not PROGRESS_LINE.match(line)
+    )
 
 
 def test_cli_fail_on_error_is_one_verbatim_line(

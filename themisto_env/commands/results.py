@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -74,9 +75,28 @@ def view_command(
     path = write_view(list(run_dirs), out)
     typer.echo(path)  # the path alone, unwrapped: `xdg-open $(themisto view RUN)`
     if open_page:
-        import webbrowser
+        note = open_in_browser(path)
+        if note:
+            typer.echo(note, err=True)
 
-        webbrowser.open(path.resolve().as_uri())
+
+def open_in_browser(path: Path) -> str | None:
+    """Open a page in the default browser; return why it was not opened (None: it was).
+
+    On Linux without a display (``DISPLAY``, ``WAYLAND_DISPLAY``) no browser is tried: Python's would
+    fall back to a text browser in this terminal, or to nothing at all.
+    """
+    import sys
+    import webbrowser
+
+    headless = sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    if not headless and webbrowser.open(path.resolve().as_uri()):
+        return None
+    why = "no display here (a headless machine)" if headless else "no browser found"
+    return (
+        f"--open: {why}; the page is {path}: copy it to a machine with a browser, or serve its folder "
+        f"(python3 -m http.server -d {path.parent}) and open it through an ssh tunnel"
+    )
 
 
-__all__ = ["compare_command", "report_command", "view_command"]
+__all__ = ["compare_command", "open_in_browser", "report_command", "view_command"]

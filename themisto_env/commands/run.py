@@ -233,12 +233,15 @@ def summary_table(summary: dict) -> Table:
 def usage_note(summary: dict) -> str | None:
     """One line on what the model calls of a run cost (None without model calls)."""
     usage = summary.get("usage") or {}
-    if not usage.get("model_calls") and not usage.get("cached_calls"):
+    if not usage.get("model_calls") and not usage.get("cached_calls") and not usage.get("retries"):
         return None
     note = f"{usage.get('model_calls', 0)} model calls, {usage.get('input_tokens', 0)} input and "
     note += f"{usage.get('output_tokens', 0)} output tokens"
     if usage.get("cached_calls"):
         note += f"; {usage['cached_calls']} replies from the cache"
+    if usage.get("retries"):
+        limited = f", {usage['rate_limited']} after a rate limit (429)" if usage.get("rate_limited") else ""
+        note += f"; {usage['retries']} calls retried{limited}"
     return note + ("" if usage.get("tokens_reported", True) else " (some calls reported no tokens: lower bounds)")
 
 

@@ -23,6 +23,8 @@ USAGE_TOTALS = (
     "cached_calls",
     "cached_input_tokens",
     "cached_output_tokens",
+    "retries",
+    "rate_limited",
 )
 """The :class:`~themisto_env.agents.AgentUsage` counts summed into ``summary.json``'s ``usage``."""
 
