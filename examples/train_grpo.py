@@ -20,6 +20,7 @@ import argparse
 import json
 import math
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,8 @@ def train(
         snapshot_dir: Its snapshot store (default: the cache's).
         task: ``next-cell`` or ``output``.
         steps: Optimizer steps.
-        samples: Use the first this many samples (None: all).
+        samples: Use this many samples, spread over the trajectories as ``themisto run --limit`` takes them
+            (None: all).
         history_length: Executions shown in each prompt (short prompts keep the CPU run fast).
         num_generations: Completions per prompt (GRPO's group size).
         prompts_per_step: Prompts per optimizer step.
@@ -67,6 +69,8 @@ def train(
     Returns:
         A summary: rewards per step, seconds, parameter count, paths written.
     """
+    # TRL asks the model whether it checkpoints under the name transformers 5 deprecates: not ours to mend
+    warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
     from transformers import set_seed
     from trl import GRPOConfig, GRPOTrainer
 
@@ -96,6 +100,9 @@ def train(
         seed=seed,
         dataloader_num_workers=0,
         disable_tqdm=True,
+        # TRL turns it on by default under its old name (a FutureWarning of transformers 5, and three
+        # more from the calls it makes); a model this small needs no activation checkpointing
+        activation_checkpointing=False,
     )
     trainer = GRPOTrainer(
         model=model,
@@ -134,7 +141,7 @@ def main() -> None:
     parser.add_argument("--snapshot-dir", default=None, help="its snapshot store (default: the cache's)")
     parser.add_argument("--task", default="next-cell", choices=["next-cell", "output"])
     parser.add_argument("--steps", type=int, default=8, help="optimizer steps (default: 8)")
-    parser.add_argument("--samples", type=int, default=64, help="first N samples (default: 64; 0: all)")
+    parser.add_argument("--samples", type=int, default=64, help="N samples, spread (default: 64; 0: all)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     summary = train(

@@ -27,6 +27,7 @@ import json
 import math
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +146,8 @@ def train(
         snapshot_dir: Its snapshot store (default: the cache's).
         task: ``next-cell`` or ``output``.
         steps: Optimizer steps.
-        samples: Use the first this many samples (None: all).
+        samples: Use this many samples, spread over the trajectories as ``themisto run --limit`` takes them
+            (None: all).
         history_length: Executions shown in each prompt.
         tool_budget: Tool calls per rollout.
         num_generations: Completions per prompt (GRPO's group size).
@@ -163,6 +165,8 @@ def train(
         A summary: rewards and tool calls per step, seconds, parameter count, kernels used, paths written.
     """
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    # TRL asks the model whether it checkpoints under the name transformers 5 deprecates: not ours to mend
+    warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
     from transformers import set_seed
     from trl import GRPOConfig, GRPOTrainer
     from trl.chat_template_utils import qwen2_5_chat_template
@@ -206,6 +210,9 @@ def train(
             seed=seed,
             dataloader_num_workers=0,
             disable_tqdm=True,
+            # TRL turns it on by default under its old name (a FutureWarning of transformers 5, and three
+            # more from the calls it makes); a model this small needs no activation checkpointing
+            activation_checkpointing=False,
         )
         trainer = GRPOTrainer(
             model=model,
@@ -262,7 +269,7 @@ def main() -> None:
     parser.add_argument("--snapshot-dir", default=None, help="its snapshot store (default: the cache's)")
     parser.add_argument("--task", default="next-cell", choices=["next-cell", "output"])
     parser.add_argument("--steps", type=int, default=6, help="optimizer steps (default: 6)")
-    parser.add_argument("--samples", type=int, default=8, help="first N samples (default: 8; 0: all)")
+    parser.add_argument("--samples", type=int, default=8, help="N samples, spread (default: 8; 0: all)")
     parser.add_argument("--warm-start", type=int, default=300, help="supervised warm-start steps (default: 300)")
     parser.add_argument("--no-share", action="store_true", help="a kernel per rollout, not per group")
     parser.add_argument("--execution-score", action="store_true", help="also score predictions by running them")
