@@ -169,7 +169,8 @@ def test_cli_view_writes_one_self_contained_page(
     assert json.loads(data) == json.loads(json.dumps(view_data(list(runs))))
     assert "<img src=x" not in page
     opened: list[str] = []
-    monkeypatch.setattr("webbrowser.open", opened.append)
+    monkeypatch.setattr("webbrowser.open", lambda url: opened.append(url) or True)
+    monkeypatch.setenv("DISPLAY", ":0")  # a desktop (headless machines are told so: tests/test_cli_errors.py)
     default = CliRunner().invoke(app, ["view", str(runs[0]), "--open"])
     assert default.exit_code == 0 and (runs[0] / "view.html").exists()
     assert opened == [(runs[0] / "view.html").resolve().as_uri()]
