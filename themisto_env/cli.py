@@ -18,6 +18,7 @@ from themisto_env.commands.kernel_environments import kernel_env_app
 from themisto_env.commands.results import compare_command, report_command, view_command
 from themisto_env.commands.run import agents_command, run_command
 from themisto_env.commands.sandbox import sandbox_app
+from themisto_env.commands.serve import serve_command
 from themisto_env.errors import ThemistoError
 
 app = typer.Typer(
@@ -31,6 +32,7 @@ app.command("agents")(agents_command)
 app.command("compare")(compare_command)
 app.command("report")(report_command)
 app.command("view")(view_command)
+app.command("serve")(serve_command)
 
 
 HELP_WIDTH = 120

@@ -1,0 +1,155 @@
+"""One OpenEnv session's environment: a :class:`~themisto_env.env.core.ThemistoEnv` behind OpenEnv's
+``Environment`` contract (``reset`` / ``step`` / ``state`` / ``close``).
+
+The server makes one per WebSocket session (:mod:`themisto_env.bridges.openenv.server`), so each session
+has its own gym env, kernel and episode; the reward of a step is the gym env's, computed by the one
+:func:`~themisto_env.scoring.score.score_sample`, so a trainer over the network is paid what an in-process
+trainer is paid for the same actions.
+
+Making one is cheap: the gym env (and its kernel) is made at the first ``reset``, so OpenEnv's stateless
+``GET /state`` and ``/metadata`` (which make and close an environment per request) cost no kernel. A
+``reset`` may ask for the other task or observation mode than the server's default; the session's gym env
+is then replaced by one with those options. Once closed (the client left, or the session sat idle past the
+server's timeout), every call raises one line saying so.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from openenv.core.env_server.interfaces import Environment
+from openenv.core.env_server.types import EnvironmentMetadata
+
+from themisto_env.bridges.openenv.models import ThemistoAction, ThemistoObservation, ThemistoState
+from themisto_env.data.limits import echo
+from themisto_env.env.core import ThemistoEnv
+from themisto_env.errors import ConfigError
+
+__all__ = ["RESET_KEYS", "ThemistoServedEnv"]
+
+RESET_KEYS = ("seed", "episode_id", "task", "observation", "trajectory", "sample")
+"""What a session's ``reset`` reads: OpenEnv's ``seed`` and ``episode_id``, the gym env's ``trajectory``
+and ``sample`` options, and ``task`` / ``observation`` to change the session's gym env."""
+
+_SWITCHABLE = {"task": ("next-cell", "output"), "observation": ("static", "full", "tools")}
+
+
+class ThemistoServedEnv(Environment[ThemistoAction, ThemistoObservation, ThemistoState]):
+    """A session's gym env, spoken to through OpenEnv (see the module docstring).
+
+    Args:
+        options: The gym env's options (:class:`~themisto_env.env.core.EnvConfig`; ``dataset`` may be an
+            open :class:`~themisto_env.replay.dataset.Dataset`), the server's defaults for every session.
+    """
+
+    #: Each session has its own gym env and kernel: OpenEnv may run many at once.
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        self._options: dict[str, Any] = dict(options or {})
+        self._env: ThemistoEnv | None = None
+        self._closed: str | None = None  # why, once closed
+        self._state = ThemistoState(
+            task=str(self._options.get("task", "next-cell")),
+            observation_mode=str(self._options.get("observation", "tools")),
+        )
+
+    # -- OpenEnv's Environment -----------------------------------------------------------------------
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> ThemistoObservation:
+        """Start an episode (see :data:`RESET_KEYS`); an unknown key is refused, never ignored.
+
+        Raises:
+            ConfigError: An unknown key or value, or the session is closed.
+        """
+        self._check_open()
+        unknown = [str(key) for key in kwargs if key not in RESET_KEYS]
+        if unknown:
+            raise ConfigError(f"unknown reset key {echo(unknown[0])}; reset takes {', '.join(RESET_KEYS)}")
+        for key, allowed in _SWITCHABLE.items():
+            if key in kwargs and kwargs[key] not in allowed:
+                raise ConfigError(f"reset: {key} is one of {', '.join(allowed)}, got {echo(kwargs[key])}")
+        options = {key: kwargs[key] for key in ("trajectory", "sample") if kwargs.get(key) is not None}
+        task = str(kwargs.get("task", self._state.task))
+        env = self._env_for(task, str(kwargs.get("observation", self._state.observation_mode)))
+        obs, info = env.reset(seed=seed, options=options or None)
+        self._state = ThemistoState(
+            episode_id=episode_id or uuid.uuid4().hex,
+            step_count=0,
+            task=env.config.task,
+            observation_mode=env.config.observation,
+            trajectory_id=info["trajectory_id"],
+            sample_id=info["sample_id"],
+            samples_left=info["samples_left"],
+        )
+        return ThemistoObservation(**obs, info=info, reward=None, done=False)
+
+    def step(self, action: ThemistoAction, timeout_s: float | None = None, **kwargs: Any) -> ThemistoObservation:
+        """Take one action in the session's episode (``timeout_s`` is OpenEnv's; the sandbox's own limits
+        apply instead).
+
+        Raises:
+            ConfigError: No episode (``reset`` first), the episode is over, or the session is closed.
+        """
+        self._check_open()
+        env = self._env
+        if env is None or self._state.trajectory_id is None:
+            raise ConfigError(
+                "no episode: reset first (over HTTP, /reset and /step each get a fresh env that is closed after "
+                "the request; an episode lives in a WebSocket session: /ws, ThemistoEnvClient)"
+            )
+        if self._state.done:
+            raise ConfigError("the episode is over: reset to start another")
+        obs, reward, terminated, truncated, info = env.step(action.env_action())
+        done = bool(terminated or truncated)
+        state = self._state
+        state.step_count += 1
+        state.total_reward += float(reward)
+        state.scored += 1 if "scored_sample_id" in info else 0
+        state.sample_id, state.samples_left, state.done = info["sample_id"], info["samples_left"], done
+        return ThemistoObservation(**obs, info=info, reward=float(reward), done=done)
+
+    @property
+    def state(self) -> ThemistoState:
+        """Where the session's episode is (a copy: read from the server's event loop)."""
+        return self._state.model_copy()
+
+    def get_metadata(self) -> EnvironmentMetadata:
+        return EnvironmentMetadata(
+            name="themisto",
+            description=(
+                "Predict the next cell (or a cell's output) of a real Jupyter development trajectory, "
+                "querying the live kernel state with read-only tools; rewarded by exact match, ROUGE-L and chrF."
+            ),
+            version="0.1.0",
+            documentation_url="https://github.com/JetBrains-Research/themisto",
+        )
+
+    def close(self) -> None:
+        """Close the gym env and its kernels; idempotent. Later calls raise."""
+        self._closed = self._closed or (
+            "the session is closed (the client left, or it sat idle past the server's timeout): reconnect"
+        )
+        env, self._env = self._env, None
+        if env is not None:
+            env.close()
+
+    # -- inside --------------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed is not None:
+            raise ConfigError(self._closed)
+
+    def _env_for(self, task: str, observation: str) -> ThemistoEnv:
+        """The session's gym env for ``task`` and ``observation`` (made, or replaced, as needed)."""
+        env = self._env
+        if env is not None and (env.config.task, env.config.observation) == (task, observation):
+            return env
+        if env is not None:
+            self._env = None
+            env.close()
+        self._env = ThemistoEnv(**{**self._options, "task": task, "observation": observation})
+        return self._env

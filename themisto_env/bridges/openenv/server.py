@@ -1,0 +1,188 @@
+"""``themisto serve``: the env as an OpenEnv server (``openenv-core``'s FastAPI app, not a protocol of ours).
+
+Endpoints are OpenEnv's: ``/ws`` (a WebSocket session = one episode with its own gym env and kernel; the
+client is :class:`~themisto_env.bridges.openenv.client.ThemistoEnvClient`), ``/health``, ``/schema``,
+``/metadata``, ``/state``, and the stateless ``/reset`` and ``/step`` (each request gets a fresh env,
+closed after it; an episode needs the WebSocket). What is ours:
+
+* sessions run at once up to ``max_sessions`` (the env declares ``SUPPORTS_CONCURRENT_SESSIONS``); one
+  more is answered ``CAPACITY_REACHED``; a session idle past ``idle_timeout_s`` is closed with its
+  kernel (OpenEnv's reaper looks every ``max(timeout / 4, 5)`` seconds); a client that disconnects frees
+  its kernel at once; at shutdown every session still open is closed;
+* a token (``token``): every request but ``/health`` must carry ``Authorization: Bearer TOKEN`` (HTTP 401
+  without it; a WebSocket is refused with HTTP 403 before it opens). :func:`check_bind` refuses a
+  non-loopback address without one;
+* our errors over HTTP are one JSON line: a bad option or action 400, a lost sandbox 503 (OpenEnv answers
+  a malformed body 422 itself); over the WebSocket they are OpenEnv's error messages and the session
+  stays usable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import ipaddress
+import json
+import logging
+import threading
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from openenv.core.env_server.http_server import create_fastapi_app
+from openenv.core.env_server.types import ConcurrencyConfig
+from starlette.websockets import WebSocketDisconnect
+from uvicorn.protocols.utils import ClientDisconnected
+
+from themisto_env.bridges.openenv.environment import ThemistoServedEnv
+from themisto_env.bridges.openenv.models import ThemistoAction, ThemistoObservation
+from themisto_env.env.core import ThemistoEnv
+from themisto_env.errors import ConfigError, InfrastructureError, ThemistoError
+
+__all__ = ["OPEN_PATHS", "Gate", "check_bind", "create_server_app", "serve"]
+
+log = logging.getLogger("themisto_env")
+
+OPEN_PATHS = frozenset({"/health"})
+"""Paths a token does not guard (liveness probes)."""
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """Refuse to listen beyond this machine without a token.
+
+    Raises:
+        ConfigError: ``host`` is not a loopback address (or ``localhost``) and ``token`` is empty.
+    """
+    if token:
+        return
+    if host == "localhost":
+        return
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise ConfigError(
+            f"--host {host} listens beyond this machine: give --token TOKEN (or THEMISTO_SERVE_TOKEN) so that "
+            "only clients holding it get in"
+        )
+
+
+class Gate:
+    """ASGI middleware in front of the app.
+
+    * With a token, requests (HTTP and WebSocket) must carry ``Authorization: Bearer TOKEN``, except
+      :data:`OPEN_PATHS`; the comparison takes constant time.
+    * A WebSocket whose client has already gone when OpenEnv closes it is not an error (OpenEnv's handler
+      closes every socket at the end of a session, and uvicorn would log a traceback for each).
+    """
+
+    def __init__(self, app: Any, token: str | None = None) -> None:
+        self.app = app
+        self._expected = f"Bearer {token}".encode() if token else None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        kind = scope["type"]
+        if self._expected is not None and kind in ("http", "websocket") and scope.get("path") not in OPEN_PATHS:
+            given = dict(scope.get("headers") or ()).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self._expected):
+                await _refuse(kind, receive, send)
+                return
+        if kind != "websocket":
+            await self.app(scope, receive, send)
+            return
+        with contextlib.suppress(WebSocketDisconnect, ClientDisconnected):  # the client left first
+            await self.app(scope, receive, send)
+
+
+async def _refuse(kind: str, receive: Any, send: Any) -> None:
+    if kind == "websocket":
+        await receive()  # websocket.connect; closing before accept answers HTTP 403
+        await send({"type": "websocket.close", "code": 1008, "reason": "missing or wrong token"})
+        return
+    body = json.dumps({"detail": "missing or wrong token: send the header 'Authorization: Bearer TOKEN'"}).encode()
+    headers = [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]
+    await send({"type": "http.response.start", "status": 401, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def create_server_app(
+    options: Mapping[str, Any] | None = None,
+    *,
+    max_sessions: int = 32,
+    idle_timeout_s: float | None = 600.0,
+    token: str | None = None,
+) -> Any:
+    """The server's ASGI app (the FastAPI app behind a :class:`Gate`).
+
+    Args:
+        options: The gym env's options for every session (:class:`~themisto_env.env.core.EnvConfig`); they
+            are checked here, once, by making (and closing) a gym env: no kernel starts.
+        max_sessions: WebSocket sessions at once (TRL asks for at least ``generation_batch_size``).
+        idle_timeout_s: Close a session idle this long (None: never).
+        token: Require ``Authorization: Bearer TOKEN`` on every request but ``/health``.
+
+    Raises:
+        ConfigError: Bad options (or a dataset that cannot be opened: DataError).
+    """
+    options = dict(options or {})
+    if max_sessions < 1:
+        raise ConfigError(f"--max-sessions is at least 1, got {max_sessions}")
+    if idle_timeout_s is not None and idle_timeout_s <= 0:
+        raise ConfigError(f"--idle-timeout is a positive number of seconds, got {idle_timeout_s}")
+    ThemistoEnv(**options).close()  # bad options and data fail here, in one line, before anything listens
+    sessions: weakref.WeakSet[ThemistoServedEnv] = weakref.WeakSet()
+    lock = threading.Lock()
+
+    def factory() -> ThemistoServedEnv:
+        env = ThemistoServedEnv(options)
+        with lock:
+            sessions.add(env)
+        return env
+
+    app: FastAPI = create_fastapi_app(
+        factory,  # OpenEnv makes (cheap: no gym env yet) and closes one to read SUPPORTS_CONCURRENT_SESSIONS
+        ThemistoAction,
+        ThemistoObservation,
+        concurrency_config=ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=idle_timeout_s),
+    )
+    app.title = "themisto-env (OpenEnv)"
+
+    @app.exception_handler(ThemistoError)
+    async def _themisto_error(request: Request, exc: ThemistoError) -> JSONResponse:
+        status = 503 if isinstance(exc, InfrastructureError) else 400
+        return JSONResponse({"detail": f"{type(exc).__name__}: {' '.join(str(exc).split())}"}, status_code=status)
+
+    async def _close_sessions() -> None:  # the sessions still open when the server stops
+        with lock:
+            left = list(sessions)
+        await asyncio.gather(*(asyncio.to_thread(env.close) for env in left), return_exceptions=True)
+
+    app.router.on_shutdown.append(_close_sessions)
+
+    return Gate(app, token)
+
+
+def serve(
+    options: Mapping[str, Any] | None = None,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    max_sessions: int = 32,
+    idle_timeout_s: float | None = 600.0,
+    token: str | None = None,
+    log_level: str = "info",
+) -> None:
+    """Run the server until interrupted (uvicorn). See :func:`create_server_app` for the arguments.
+
+    Raises:
+        ConfigError: A non-loopback ``host`` without a token, or bad options.
+    """
+    import uvicorn
+
+    check_bind(host, token)
+    app = create_server_app(options, max_sessions=max_sessions, idle_timeout_s=idle_timeout_s, token=token)
+    uvicorn.run(app, host=host, port=port, log_level=log_level)

@@ -1,0 +1,76 @@
+"""``themisto serve``: the env as an OpenEnv server (:mod:`themisto_env.bridges.openenv.server`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from themisto_env.commands.common import console
+
+
+def serve_command(
+    host: Annotated[str, typer.Option(help="Address to listen on. Anything but loopback needs --token.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="THEMISTO_SERVE_TOKEN",
+            help="Require 'Authorization: Bearer TOKEN' on every request but /health (prefer the variable: "
+            "an option shows in the process list).",
+        ),
+    ] = None,
+    max_sessions: Annotated[
+        int, typer.Option("--max-sessions", help="WebSocket sessions (episodes, kernels) at once.")
+    ] = 32,
+    idle_timeout: Annotated[
+        float, typer.Option("--idle-timeout", metavar="SECONDS", help="Close a session idle this long (0: never).")
+    ] = 600.0,
+    task: Annotated[str, typer.Option(help="Default task: next-cell or output (a reset may ask for the other).")] = (
+        "next-cell"
+    ),
+    observation: Annotated[
+        str, typer.Option(help="Default observation mode: static, full or tools (a reset may ask for another).")
+    ] = "tools",
+    backend: Annotated[str, typer.Option("--backend", "-b", help="Kernel backend: local, bwrap or docker.")] = "local",
+    data: Annotated[Path | None, typer.Option(help="Dataset folder (default: the bundled data).")] = None,
+    tool_budget: Annotated[int | None, typer.Option("--tool-budget", help="Tool calls per sample.")] = None,
+    tool_cost: Annotated[float | None, typer.Option("--tool-cost", help="Reward paid per tool call.")] = None,
+    history_length: Annotated[
+        int | None, typer.Option("--history-length", help="Executions shown in the observation.")
+    ] = None,
+    execution_score: Annotated[
+        bool, typer.Option("--execution-score", help="Also score next-cell predictions by running them.")
+    ] = False,
+    log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's log level.")] = "info",
+) -> None:
+    """Serve the env over the network (OpenEnv): each WebSocket session is one episode with its own kernel."""
+    from themisto_env.bridges.openenv import require_openenv
+
+    require_openenv()
+    from themisto_env.bridges.openenv.server import check_bind, serve
+
+    check_bind(host, token)
+    options: dict[str, Any] = {"task": task, "observation": observation, "backend": backend}
+    if data is not None:
+        options["dataset"] = str(data)
+    for key, value in (("tool_budget", tool_budget), ("tool_cost", tool_cost), ("history_length", history_length)):
+        if value is not None:
+            options[key] = value
+    if execution_score:
+        options["execution_score"] = True
+    console.print(
+        f"themisto serve: http://{host}:{port} (OpenEnv; WebSocket sessions at /ws, up to {max_sessions}; "
+        f"{'token required' if token else 'no token'})",
+        markup=False,
+    )
+    serve(
+        options,
+        host=host,
+        port=port,
+        max_sessions=max_sessions,
+        idle_timeout_s=idle_timeout or None,
+        token=token,
+        log_level=log_level,
+    )
