@@ -262,13 +262,15 @@ def test_model_args_are_read_as_yaml_values() -> None:
 
 
 def test_next_cell_rows_and_summary_carry_the_api_sequence_metrics(env_dataset: dict[str, str], tmp_path: Path) -> None:
-    from themisto_env.metrics import API_SEQUENCE_METRICS, api_sequence_score
+    from themisto_env.metrics import API_SEQUENCE_METRICS, api_sequence, api_sequence_score
 
     config = RunConfig(
         agent="repeat-previous", data=env_dataset["dataset"], env={"snapshot_dir": env_dataset["snapshot_dir"]}
     )
     summary = run(config, tmp_path, progress=False)
-    rows = read_results(tmp_path)
+    rows = [r for r in read_results(tmp_path) if api_sequence(r.target)]  # targets calling nothing: left out
+    assert 0 < len(rows) == summary["api_samples"] <= summary["samples"]
+    assert all("api_f1" not in r.scores for r in read_results(tmp_path) if not api_sequence(r.target))
     for row in rows:
         expected = api_sequence_score(row.prediction, row.target).as_dict()
         assert {m: row.scores[m] for m in API_SEQUENCE_METRICS} == expected

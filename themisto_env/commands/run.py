@@ -219,9 +219,13 @@ def summary_table(summary: dict) -> Table:
     def add(name: str, m: dict) -> None:
         table.add_row(escape(name), f"{m['mean']:.3f}", escape(f"[{m['ci_low']:.3f}, {m['ci_high']:.3f}]"))
 
-    for metric in (*METRICS, *API_SEQUENCE_METRICS):
+    for metric in METRICS:
         if metric in summary:
             add(metric, summary[metric])
+    api_over = f" ({summary.get('api_samples')} of {summary['samples']})" if "api_samples" in summary else ""
+    for metric in API_SEQUENCE_METRICS:
+        if metric in summary:
+            add(metric + api_over, summary[metric])
     draws = summary.get("draws")
     for metric, m in summary.get("best_of_k", {}).items():
         add(f"best-of-{draws} {metric}", m)

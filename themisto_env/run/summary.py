@@ -34,7 +34,8 @@ def summarize(rows: Sequence[ResultRow], config: RunConfig | None = None) -> dic
     that resample whole trajectories (the samples of one trajectory are correlated).
 
     The metrics (:data:`~themisto_env.metrics.METRICS`, and for next-cell runs
-    :data:`~themisto_env.metrics.API_SEQUENCE_METRICS`) and ``reward`` are those of each sample's first
+    :data:`~themisto_env.metrics.API_SEQUENCE_METRICS` over the samples whose target calls an API, counted
+    as ``api_samples``) and ``reward`` are those of each sample's first
     prediction (the last row of a sample wins). ``usage`` sums what the agent spent
     (:data:`USAGE_TOTALS`) over every row, scored or not, the rows of attempts run again on resume
     included (their tokens were paid for too); ``usage.tokens_reported`` is False when some model call
@@ -70,10 +71,11 @@ def summarize(rows: Sequence[ResultRow], config: RunConfig | None = None) -> dic
             estimate = getattr(corpus, metric)
             summary[metric] = {"mean": estimate.mean, "ci_low": estimate.ci_low, "ci_high": estimate.ci_high}
         with_api = [r for r in scored if all(m in r.scores for m in API_SEQUENCE_METRICS)]
-        if with_api:  # next-cell runs: JuICe's API-sequence metrics too
+        if with_api:  # next-cell runs: JuICe's API-sequence metrics too, over the targets that call an API
             columns = {m: [r.scores[m] for r in with_api] for m in API_SEQUENCE_METRICS}
             estimates = estimate_means(columns, groups=[r.trajectory_id for r in with_api])
             summary.update({metric: asdict(estimate) for metric, estimate in estimates.items()})
+            summary["api_samples"] = len(with_api)  # the samples whose target calls an API
         rewards = [r.reward for r in scored if r.reward is not None]  # SampleScore.reward: None only if unscored
         summary["reward"] = sum(rewards) / len(rewards) if rewards else None
         # pass@k lives in the scoring layer, which knows no run rows: it reads their dict form

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from themisto_env.data.trajectory import Trajectory
 from themisto_env.errors import BackendUnavailableError, ConfigError, InfrastructureError
-from themisto_env.metrics import RewardWeights, api_sequence_score, reward, score
+from themisto_env.metrics import RewardWeights, api_sequence, api_sequence_score, reward, score
 from themisto_env.replay.disposable import DisposableKernels
 from themisto_env.scoring.execution import ExecutionScore, execution_score
 
@@ -58,8 +58,10 @@ class SampleScore(BaseModel):
     """The score of one prediction of one sample (its fields are also keys of the scoring step's ``info``).
 
     Attributes:
-        scores: The text metrics (``exact_match``, ``rouge_l``, ``chrf``) and, for next-cell, JuICe's
-            API-sequence metrics (``api_precision``, ``api_recall``, ``api_f1``); each in [0, 1].
+        scores: The text metrics (``exact_match``, ``rouge_l``, ``chrf``) and, for next-cell samples whose
+            target calls an API, JuICe's API-sequence metrics (``api_precision``, ``api_recall``,
+            ``api_f1``); each in [0, 1]. A target that calls nothing leaves them out: JuICe scores a
+            prediction that calls nothing 1.0 against it, so an empty prediction would earn them.
         metric_reward: The weighted mean of the text metrics (:func:`themisto_env.metrics.reward`).
         execution_score: The execution score in [0, 1] (next-cell with the execution score on and
             effects recorded), else None.
@@ -144,7 +146,7 @@ def score_sample(
     rule = rule or ScoringRule()
     text = score(prediction, target)
     scores = text.as_dict()
-    if task == "next-cell":
+    if task == "next-cell" and api_sequence(target):  # else an empty prediction would score 1.0
         scores.update(api_sequence_score(prediction, target).as_dict())
     metric_reward = reward(text, rule.weights)
     faults = list(faults)
