@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 import pytest
@@ -281,3 +282,36 @@ def test_the_in_process_action_is_the_gym_envs() -> None:
         tool="inspect_variable", args={"name": "df"}
     )
     assert ThemistoAction.predict("x").env_action() == Prediction(text="x")
+
+
+def test_the_trl_example_rollout_earns_the_in_process_reward(server: Server) -> None:
+    """examples/train_grpo_openenv.py's rollout (TRL's environment_factory instance) over the server: the
+    reward of a sample is what the in-process env pays for the same tool call and prediction."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    try:
+        from train_grpo_openenv import RemoteRollout
+    finally:
+        sys.path.pop(0)
+    sample_id = "wine-classification-f289726f/next-cell/3"
+    local = ThemistoEnv(task="next-cell", observation="tools")
+    try:
+        local.reset(options=_position(local, sample_id))
+        local.step(ToolCall(tool="list_variables"))
+        *_, info = local.step(Prediction(text="print(df.head())"))
+    finally:
+        local.close()
+    rollout = RemoteRollout(server.url, token=TOKEN)
+    try:
+        assert "submit" in rollout.reset(sample_id=sample_id, prompt=[])
+        assert rollout.list_variables()
+        rollout.submit("```python\nprint(df.head())\n```")  # read as the agents read a reply
+        assert rollout.get_reward() == info["reward"]
+        assert rollout.last_info["scored_sample_id"] == sample_id
+    finally:
+        rollout.close()
+
+
+def _position(env: ThemistoEnv, sample_id: str) -> dict[str, object]:
+    trajectory = sample_id.rsplit("/", 2)[0]
+    index = [s.id for s in env.episode_samples[trajectory]].index(sample_id)
+    return {"trajectory": trajectory, "sample": index}

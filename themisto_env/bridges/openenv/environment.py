@@ -29,9 +29,10 @@ from themisto_env.errors import ConfigError
 
 __all__ = ["RESET_KEYS", "ThemistoServedEnv"]
 
-RESET_KEYS = ("seed", "episode_id", "task", "observation", "trajectory", "sample")
+RESET_KEYS = ("seed", "episode_id", "task", "observation", "trajectory", "sample", "sample_id")
 """What a session's ``reset`` reads: OpenEnv's ``seed`` and ``episode_id``, the gym env's ``trajectory``
-and ``sample`` options, and ``task`` / ``observation`` to change the session's gym env."""
+and ``sample`` options (or ``sample_id``: start at that sample, of the task it names), and ``task`` /
+``observation`` to change the session's gym env."""
 
 _SWITCHABLE = {"task": ("next-cell", "output"), "observation": ("static", "full", "tools")}
 
@@ -74,7 +75,14 @@ class ThemistoServedEnv(Environment[ThemistoAction, ThemistoObservation, Themist
                 raise ConfigError(f"reset: {key} is one of {', '.join(allowed)}, got {echo(kwargs[key])}")
         options = {key: kwargs[key] for key in ("trajectory", "sample") if kwargs.get(key) is not None}
         task = str(kwargs.get("task", self._state.task))
+        sample_id = kwargs.get("sample_id")
+        if sample_id is not None:
+            if options:
+                raise ConfigError("reset: give sample_id, or trajectory and sample, not both")
+            task = _task_of(sample_id)
         env = self._env_for(task, str(kwargs.get("observation", self._state.observation_mode)))
+        if sample_id is not None:
+            options = _position_of(env, sample_id)
         obs, info = env.reset(seed=seed, options=options or None)
         self._state = ThemistoState(
             episode_id=episode_id or uuid.uuid4().hex,
@@ -153,3 +161,20 @@ class ThemistoServedEnv(Environment[ThemistoAction, ThemistoObservation, Themist
             env.close()
         self._env = ThemistoEnv(**{**self._options, "task": task, "observation": observation})
         return self._env
+
+
+def _task_of(sample_id: object) -> str:
+    """The task a sample id names (``TRAJECTORY/TASK/STEP``)."""
+    parts = sample_id.split("/") if isinstance(sample_id, str) else []
+    if len(parts) < 3 or parts[-2] not in _SWITCHABLE["task"]:
+        raise ConfigError(f"reset: sample_id is TRAJECTORY/TASK/STEP, got {echo(sample_id)}")
+    return parts[-2]
+
+
+def _position_of(env: ThemistoEnv, sample_id: str) -> dict[str, Any]:
+    """The gym env's reset options (trajectory, sample index) that start at ``sample_id``."""
+    trajectory = sample_id.rsplit("/", 2)[0]
+    for index, sample in enumerate(env.episode_samples.get(trajectory, ())):
+        if sample.id == sample_id:
+            return {"trajectory": trajectory, "sample": index}
+    raise ConfigError(f"reset: no sample {echo(sample_id)} in the served dataset under its sample rule")
