@@ -170,6 +170,15 @@ def _kill_group(pid: int) -> bool:
         return False
 
 
+#: Why bwrap refuses root, and how root runs it the same way (an unprivileged user with its own venv).
+ROOT_REFUSAL = (
+    "the bwrap backend refuses to run as root (the kernel would read root-only files): run as an unprivileged "
+    "user (as root, from a checkout: `bash scripts/setup-bwrap-user.sh --setup-only` makes the user "
+    "themisto-bwrap with a venv, then `runuser -u themisto-bwrap -- /opt/themisto-bwrap/venv/bin/themisto "
+    "sandbox check --backend bwrap`), or use --backend docker"
+)
+
+
 def _hiding(folder: Path) -> list[str]:
     """bwrap arguments that take ``folder`` out of the read-only view of the host (to come before the other
     binds): its parent becomes a read-only tmpfs holding its siblings, bound back from the host."""
@@ -201,10 +210,7 @@ class BwrapLauncher(LocalLauncher):
         if os.geteuid() == 0:
             # bwrap started by root maps the sandbox's user to root outside: the kernel could read
             # every root-only file. Refuse rather than pretend to isolate.
-            raise BackendUnavailableError(
-                "the bwrap backend refuses to run as root (the kernel would read root-only files): run as an "
-                "unprivileged user, or use --backend docker"
-            )
+            raise BackendUnavailableError(ROOT_REFUSAL)
         binds: list[str] = []
         for folder in sorted({Path(p) for p in self.hidden_dirs}):  # first: later binds may land inside
             binds += _hiding(folder)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -35,3 +38,15 @@ def test_each_backend_gets_the_checks_it_claims() -> None:
     assert "memory-limit" not in [c.name for c in checks_for("bwrap")], "bwrap has no limits of its own"
     assert {"no-network", "read-only-root", "memory-limit", "pids-limit"} <= {c.name for c in checks_for("docker")}
     assert not launcher_class("local").isolated
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("bwrap") is None, reason="root's refusal, where bwrap exists")
+def test_sandbox_check_of_bwrap_as_root_is_one_line_saying_how_root_runs_it() -> None:
+    themisto = shutil.which("themisto")
+    assert themisto is not None, "the themisto entry point is installed"
+    done = subprocess.run(
+        [themisto, "sandbox", "check", "--backend", "bwrap"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1 and not done.stdout.strip(), done.stdout
+    (line,) = done.stderr.strip().splitlines()
+    assert "refuses to run as root" in line and "scripts/setup-bwrap-user.sh" in line and "runuser" in line, line

@@ -124,7 +124,8 @@ def test_bwrap_kernel_starts_from_a_venv_under_tmp(tmp_path: Path, bwrap_backend
     ask = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
     purelib = subprocess.run([str(venv / "bin" / "python"), "-c", ask], capture_output=True, text=True, check=True)
     outer = [p for p in site.getsitepackages() if Path(p).is_dir()]
-    Path(purelib.stdout.strip(), "outer.pth").write_text(f"import site; [site.addsitedir(p) for p in {outer!r}]\n")
+    # (one line, run by exec in site.addpackage: a comprehension there would not see `site`)
+    Path(purelib.stdout.strip(), "outer.pth").write_text(f"import site; list(map(site.addsitedir, {outer!r}))\n")
     code = (
         "from themisto_env.sandbox.kernel import Kernel\n"
         "with Kernel('bwrap') as k:\n"

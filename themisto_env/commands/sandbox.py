@@ -30,7 +30,13 @@ def sandbox_build_image(
 
 @sandbox_app.command("check")
 def sandbox_check(backend: Backend = "local") -> None:
-    """Run the conformance suite on a backend and print a table; exit 1 if a check fails."""
+    """Run the conformance suite on a backend and print a table; exit 1 if a check fails.
+
+    A backend that cannot start here is one line (why, and what to do). bwrap refuses root: as root, from a
+    checkout, `bash scripts/setup-bwrap-user.sh --setup-only` makes an unprivileged user with a venv, then
+    `runuser -u themisto-bwrap -- /opt/themisto-bwrap/venv/bin/themisto sandbox check --backend bwrap`.
+    """
+    from themisto_env.errors import BackendUnavailableError
     from themisto_env.sandbox.conformance import checks_for, run_check
     from themisto_env.sandbox.launcher import launcher_class
 
@@ -45,6 +51,9 @@ def sandbox_check(backend: Backend = "local") -> None:
         for check in checks_for(backend):
             status.update(escape(f"{check.name}: {check.description}"))
             result = run_check(check, backend)
+            unavailable = "BackendUnavailableError: "
+            if check.name == "start" and not result.passed and result.detail.startswith(unavailable):
+                raise BackendUnavailableError(f"sandbox check: {result.detail.removeprefix(unavailable)}")
             failed += not result.passed
             mark = "[green]pass[/]" if result.passed else "[red]FAIL[/]"
             table.add_row(escape(check.name), mark, f"{result.seconds:.1f}", escape(result.detail))
