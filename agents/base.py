@@ -17,6 +17,7 @@ A runner drives an agent through an episode like this::
 A whole new agent takes a dozen lines::
 
     from themisto_env.env.actions import Prediction
+from themisto_env.errors import ConfigError
     from themisto_env.agents import BaseAgent, parse_history
 
 
@@ -50,6 +51,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from themisto_env.env.actions import Prediction
 from themisto_env.env.tools import ToolCall
+from themisto_env.errors import ConfigError
 
 Action = ToolCall | Prediction
 Observation = Mapping[str, Any]
@@ -239,4 +241,26 @@ class BaseAgent:
         return action
 
 
-__all__ = ["Action", "Agent", "AgentUsage", "BaseAgent", "Info", "Observation"]
+def checked_action(action: object, agent: object) -> Action | Mapping[str, Any]:
+    """What an agent returned, if it is an action: a :class:`Prediction`, a :class:`ToolCall`, or the env's
+    raw form of one (a mapping with ``kind``).
+
+    The env answers a malformed action in ``tool_result`` (a policy being trained must not crash it), but
+    an agent that returns something else altogether (a string, None) is a bug in the agent, not an answer:
+    the runner stops on it rather than score an empty prediction for every sample.
+
+    Raises:
+        ConfigError: Anything else (the message names the agent and the type it returned).
+    """
+    if isinstance(action, Prediction | ToolCall) or (isinstance(action, Mapping) and "kind" in action):
+        return action
+    name = getattr(agent, "name", None) or type(agent).__name__
+    shown = repr(action)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    raise ConfigError(
+        f"agent {name!r} returned a {type(action).__name__} ({shown}), not an action: return "
+        "Prediction(text=...) to predict, or ToolCall(tool=..., args={...}) to query the kernel"
+    )
+
+
+__all__ = ["Action", "Agent", "AgentUsage", "BaseAgent", "Info", "Observation", "checked_action"]

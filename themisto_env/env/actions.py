@@ -13,10 +13,11 @@ answers that in the observation rather than ending the episode.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -32,6 +33,9 @@ from themisto_env.data.limits import (
 )
 from themisto_env.env.tools import TOOL_NAMES, ToolCall
 from themisto_env.errors import ActionError, ConfigError
+
+if TYPE_CHECKING:
+    from themisto_env.data.samples import Sample
 
 TOOL_CALL, PREDICT = 0, 1
 
@@ -155,20 +159,30 @@ RESET_OPTIONS = ("trajectory", "sample")
 """The options ``reset`` reads."""
 
 
-def reset_options(options: Mapping[str, Any] | None, episode_ids: list[str]) -> tuple[str | None, int]:
+def reset_options(
+    options: Mapping[str, Any] | None,
+    episode_ids: list[str],
+    episode_samples: Mapping[str, Sequence[Sample]] | None = None,
+    task: str | None = None,
+) -> tuple[str | None, int]:
     """The trajectory and first sample that ``reset(options=...)`` asks for.
 
     Args:
-        options: ``trajectory`` (an id, or an index into ``episode_ids``) and ``sample`` (an index into that
-            trajectory's samples, checked by the caller against their number); both optional.
+        options: ``trajectory`` (an id, or an index into ``episode_ids``) and ``sample``: an index into that
+            trajectory's samples (checked by the caller against their number), or a sample id
+            (``TRAJECTORY/TASK/STEP``, as in ``results.jsonl``; its trajectory then need not be given);
+            both optional.
         episode_ids: The trajectories with samples of the env's task.
+        episode_samples: Their samples in order (needed for a sample id).
+        task: The env's task (a sample id of another task is refused).
 
     Returns:
         The trajectory id (None: draw one) and the sample index.
 
     Raises:
-        ConfigError: An unknown option, a trajectory that is neither a known id nor an index in range, or a
-            sample that is not a whole number (a sample id where an index is expected, ...).
+        ConfigError: An unknown option, a trajectory that is neither a known id nor an index in range, a
+            sample that is neither a whole number nor a sample id of this env (the nearest ids suggested),
+            or a sample id of another trajectory than the one given.
     """
     options = options or {}
     if not isinstance(options, Mapping):
@@ -190,7 +204,31 @@ def reset_options(options: Mapping[str, Any] | None, episode_ids: list[str]) -> 
             )
         tid = episode_ids[index]
     sample = options.get("sample", 0)
+    if isinstance(sample, str) and episode_samples is not None:
+        found, index = _sample_position(sample, episode_samples, task)
+        if tid is not None and tid != found:
+            raise ConfigError(f"sample {echo(sample)} is not of trajectory {tid!r}: leave the trajectory out")
+        return found, index
     start = _index(sample) if not isinstance(sample, (str, bool)) else None
     if start is None:
         raise ConfigError(f"reset option 'sample' is an index into the trajectory's samples, got {echo(sample)}")
     return tid, start
+
+
+def _sample_position(
+    sample_id: str, episode_samples: Mapping[str, Sequence[Sample]], task: str | None
+) -> tuple[str, int]:
+    """The trajectory of a sample id and the sample's index among that trajectory's samples."""
+    parts = sample_id.rsplit("/", 2)
+    if len(parts) == 3 and task is not None and parts[1] != task:
+        raise ConfigError(f"{echo(sample_id)} is an {parts[1]} sample; this env's task is {task}")
+    for index, sample in enumerate(episode_samples.get(parts[0], ())):
+        if sample.id == sample_id:
+            return parts[0], index
+    known = [s.id for group in episode_samples.values() for s in group]
+    near = difflib.get_close_matches(sample_id, known, n=3)
+    hint = f"; did you mean {', '.join(map(repr, near))}?" if near else " (ids are TRAJECTORY/TASK/STEP)"
+    raise ConfigError(
+        f"reset option 'sample' is an index into the trajectory's samples or a sample id: no sample "
+        f"{echo(sample_id)} in this env's samples{hint}"
+    )
