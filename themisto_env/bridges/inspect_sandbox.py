@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from themisto_env.data.samples import SampleRule, TaskName
 from themisto_env.env.core import MODEL_CODE_TIMEOUT_S, EnvConfig, ObservationMode, ThemistoEnv
+from themisto_env.env.info import StepInfo
 from themisto_env.env.tools import ToolCall
 from themisto_env.errors import ConfigError, InfrastructureError
 from themisto_env.metrics import RewardWeights
@@ -139,7 +140,7 @@ class ThemistoSandbox(SandboxEnvironment):
         self.env = env
         self.observation = observation
         self.tools_left = int(observation["tools_left"])
-        self.tool_names: tuple[str, ...] = tuple(info.get("tool_names", ()))
+        self.tool_names: tuple[str, ...] = StepInfo.model_validate(info).tool_names
         self.infrastructure_errors: list[str] = []
         self._scored: tuple[str, SampleScore] | None = None  # the last prediction scored, and its score
         self._lock = anyio.Lock()  # one env step at a time: the kernel's client is not thread-safe
@@ -195,9 +196,10 @@ class ThemistoSandbox(SandboxEnvironment):
                 )
             obs, _, _, _, info = await anyio.to_thread.run_sync(self.env.step, ToolCall(tool=tool, args=args))
             self.observation, self.tools_left = obs, int(obs["tools_left"])
-        if "infrastructure_error" in info:
-            self.infrastructure_errors.append(str(info["infrastructure_error"]))
-        result = info.get("tool_result")
+        step = StepInfo.model_validate(info)
+        if step.infrastructure_error is not None:
+            self.infrastructure_errors.append(step.infrastructure_error)
+        result = step.tool_result
         if result is None:  # the call was not run (bad action, tools off, machinery failed)
             return ToolAnswer(tool, False, str(obs["tool_result"]))
         return ToolAnswer(tool, bool(result["ok"]), str(result["text"]))

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from themisto_env.env.actions import Prediction
 from themisto_env.env.core import ThemistoEnv
+from themisto_env.env.info import StepInfo
 from themisto_env.errors import ConfigError, ModelError
 from themisto_env.run.config import RunConfig
 from themisto_env.run.results import ResultRow
@@ -118,12 +119,13 @@ class Episode:
         """Take one env step's result: ``(the sample's row if it is now complete, the info to act on)``."""
         if "scored_sample_id" not in info:  # a tool call
             return None, info
-        sample = next(s for s in self.env.episode_samples[self.tid] if s.id == info["scored_sample_id"])
-        self.drawn.append(Drawn(action, reward, info, agent_record(self.agent)))
-        if info.get("scored_draw", 0) + 1 < self.env.config.samples and not done:
+        scored = StepInfo.model_validate(info)
+        sample = next(s for s in self.env.episode_samples[self.tid] if s.id == scored.scored_sample_id)
+        self.drawn.append(Drawn(action, reward, scored, agent_record(self.agent)))
+        if (scored.scored_draw or 0) + 1 < self.env.config.samples and not done:
             # The same sample again, as it began (the env serves its observation), as the next draw:
             # the agent starts afresh and never sees the previous draw's score.
-            return None, {**self.sample_info, "draw": info["draw"]}
+            return None, {**self.sample_info, "draw": scored.draw}
         row = None
         if sample.id in self.wanted:
             self.left.discard(sample.id)

@@ -1,8 +1,9 @@
 """Building a sample's :class:`~themisto_env.run.results.ResultRow` from the env steps that scored it.
 
 The episode loop (:mod:`themisto_env.run.episode`) collects, for each prediction of a sample, a
-:class:`Drawn`: the action, the env's reward and ``info``, and what the agent says of the prediction
-(:func:`agent_record`). :func:`make_row` turns them into the row.
+:class:`Drawn`: the action, the env's reward and ``info`` (read through
+:class:`~themisto_env.env.info.StepInfo`, whose score fields are :class:`~themisto_env.scoring.score.SampleScore`'s),
+and what the agent says of the prediction (:func:`agent_record`). :func:`make_row` turns them into the row.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from themisto_env.env.actions import Prediction
-from themisto_env.metrics import api_sequence_score
+from themisto_env.env.info import StepInfo
 from themisto_env.run.config import RunConfig
 from themisto_env.run.results import ResultRow, make_result_row
 
@@ -32,11 +33,12 @@ class AgentRecord(NamedTuple):
 
 
 class Drawn(NamedTuple):
-    """One prediction of a sample, as the env scored it: the action, its reward and info, the agent's record."""
+    """One prediction of a sample, as the env scored it: the action, its step reward, the info of the step
+    that scored it, the agent's record."""
 
     action: Any
     reward: float
-    info: dict[str, Any]
+    info: StepInfo
     record: AgentRecord
 
 
@@ -62,27 +64,18 @@ def prediction_text(action: Any) -> str:
     return action.text if isinstance(action, Prediction) else ""
 
 
-def with_api_sequence(scores: dict[str, float], prediction: str, sample: Any) -> dict[str, float]:
-    """A next-cell sample's scores with JuICe's API-sequence precision, recall and F1 added
-    (:func:`themisto_env.metrics.api_sequence_score`); other samples' as they are."""
-    if sample.task != "next-cell":
-        return scores
-    return {**scores, **api_sequence_score(prediction, sample.target).as_dict()}
-
-
 def draw_fields(drawn: Drawn, sample: Any) -> dict[str, Any]:
     """One prediction of a sample: the fields of its :class:`~themisto_env.run.results.Draw` in a row's
     ``draws`` (validated with the row, by :func:`make_row`)."""
     action, _, info, record = drawn
-    prediction = prediction_text(action)
     return {
-        "prediction": prediction,
-        "scores": with_api_sequence(info["scores"], prediction, sample),
-        "reward": info.get("reward"),  # SampleScore.reward: None when the sample is unscored
-        "execution_score": info.get("execution_score"),
-        "passed": info.get("passed"),
-        "prediction_failed": info.get("prediction_failed"),
-        "tool_calls": info.get("tool_calls", []),
+        "prediction": prediction_text(action),
+        "scores": dict(info.scores or {}),  # next-cell: JuICe's API-sequence metrics among them
+        "reward": info.reward,  # SampleScore.reward: None when the sample is unscored
+        "execution_score": info.execution_score,
+        "passed": info.passed,
+        "prediction_failed": info.prediction_failed,
+        "tool_calls": info.tool_calls or [],
         "usage": record.usage.as_dict() if record.usage is not None else None,
         "transcript": record.transcript,
     }
@@ -121,7 +114,7 @@ def make_row(
     infos = [d.info for d in drawn]
 
     def flag(key: str) -> Any:  # the env accumulates a sample's failures: its last report holds them all
-        return next((i[key] for i in reversed(infos) if i.get(key)), None)
+        return next((getattr(i, key) for i in reversed(infos) if getattr(i, key)), None)
 
     fields: dict[str, Any] = {
         "sample_id": sample.id,
@@ -134,11 +127,11 @@ def make_row(
         "model": record.model,
         "prediction": prediction_text(action),
         "target": sample.target,
-        "scores": with_api_sequence(info["scores"], prediction_text(action), sample),
-        "reward": info.get("reward"),  # SampleScore.reward (tool costs in): None when the sample is unscored
-        "execution_score": info.get("execution_score"),
-        "tool_calls": info.get("tool_calls", []),
-        "forced_submission": bool(info.get("forced_submission")),
+        "scores": dict(info.scores or {}),  # next-cell: JuICe's API-sequence metrics among them
+        "reward": info.reward,  # SampleScore.reward (tool costs in): None when the sample is unscored
+        "execution_score": info.execution_score,
+        "tool_calls": info.tool_calls or [],
+        "forced_submission": bool(info.forced_submission),
         "usage": usage.as_dict() if usage is not None else None,
         "transcript": record.transcript,
         "seconds": round(time.perf_counter() - started, 4),
@@ -147,8 +140,8 @@ def make_row(
         "infrastructure_error": flag("infrastructure_error"),
         "state_mismatch": flag("state_mismatch"),
         "recovered": flag("recovered"),
-        "state_check": info.get("scored_state", {}).get("check"),
-        "prediction_failed": info.get("prediction_failed"),
+        "state_check": (info.scored_state or {}).get("check"),
+        "prediction_failed": info.prediction_failed,
         "model_error": model_error,
     }
     if len(drawn) > 1:
@@ -164,5 +157,4 @@ __all__ = [
     "make_row",
     "now",
     "prediction_text",
-    "with_api_sequence",
 ]

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from themisto_env.env.info import StepInfo
 from themisto_env.errors import ConfigError
 from themisto_env.metrics import RewardWeights
 from themisto_env.scoring.score import ScoringRule, score_sample
@@ -207,8 +208,9 @@ class ExecutionReward:
             self.env.reset(options={"trajectory": tid, "sample": index})
             prediction = Prediction(text=self.text.prediction(completion, "next-cell"))
             *_, info = self.env.step(prediction)
-            value = info.get(self.value)
-            unscored = info.get("reward") is None  # an infrastructure failure or a state mismatch
+            scored = StepInfo.model_validate(info)
+            value = getattr(scored, self.value)
+            unscored = scored.reward is None  # an infrastructure failure or a state mismatch
             values.append(None if value is None or unscored else float(value))
         return values
 

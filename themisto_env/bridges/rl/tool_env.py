@@ -40,6 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 from themisto_env.data.samples import Sample
+from themisto_env.env.info import StepInfo
 from themisto_env.env.tools import ToolCall
 from themisto_env.errors import ConfigError
 from themisto_env.scoring.score import SampleScore, score_sample
@@ -81,7 +82,7 @@ class SharedStates:
         self.max_kernels = max_kernels
         self.cache_answers = cache_answers and share
         #: Answers given for each live sample: (tool, arguments as JSON) -> (text, info of that call).
-        self.answers: dict[str, dict[tuple[str, str], tuple[str, dict[str, Any]]]] = {}
+        self.answers: dict[str, dict[tuple[str, str], tuple[str, StepInfo]]] = {}
         self.config, self.dataset = env_config_and_dataset({**env_options, "observation": "tools"})
         self.options = {**env_options, "observation": "tools", "dataset": self.dataset}
         listed = self.dataset.samples(self.config.task, self.config.sample_rule)
@@ -330,19 +331,19 @@ class ThemistoToolEnv:
                 if not states.share and self._own_env is None:
                     self._own_env = states.new_env()
                 env = states.env_for(self.sample.id, own=None if states.share else self._own_env)
-                obs, _, _, _, info = env.step(ToolCall(tool=tool, args=args))
-                text = str(obs["tool_result"])
+                obs, _, _, _, raw = env.step(ToolCall(tool=tool, args=args))
+                text, info = str(obs["tool_result"]), StepInfo.model_validate(raw)
                 if states.cache_answers:
-                    if info.get("infrastructure_error"):
+                    if info.infrastructure_error:
                         states.answers.pop(self.sample.id, None)  # the kernel was replaced
-                    elif info["state"]["check"] != "mismatch":
+                    elif info.state.get("check") != "mismatch":
                         states.answers.setdefault(self.sample.id, {})[key] = (text, info)
-        if info.get("infrastructure_error"):
-            self.faults.append(str(info["infrastructure_error"]))
-        elif info["state"]["check"] == "mismatch":
-            self.mismatches.append("; ".join(map(str, info["state"]["differences"][:5])) or "the state differs")
+        if info.infrastructure_error:
+            self.faults.append(info.infrastructure_error)
+        elif info.state.get("check") == "mismatch":
+            self.mismatches.append("; ".join(map(str, info.state.get("differences", [])[:5])) or "the state differs")
         else:
-            self.tool_calls.append({"tool": tool, "args": args, "ok": info.get("tool_result", {}).get("ok", False)})
+            self.tool_calls.append({"tool": tool, "args": args, "ok": bool((info.tool_result or {}).get("ok"))})
         return text
 
     def close(self) -> None:
