@@ -23,6 +23,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
+from themisto_env.agents.base import checked_action
 from themisto_env.env.actions import Prediction
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.info import StepInfo
@@ -62,6 +63,11 @@ def env_options(config: RunConfig, agent: Any) -> dict[str, Any]:
         **config.env,
         "samples": config.samples,
     }
+
+
+REFUSALS_BEFORE_SUBMISSION = 3
+"""Tool calls past the budget the env refuses in a row before the runner submits an empty prediction for
+the agent (the row says ``forced_submission``): an agent that never predicts cannot hold a run forever."""
 
 
 class Episode:
@@ -162,12 +168,20 @@ async def aepisode_rows(
     """
     episode = Episode(config, env, agent, options, tid, first, set(wanted))
     obs, info = await call(episode.reset)
+    refused = 0  # tool calls in a row the env refused (the sample's budget is spent)
     while episode.left and not (stop is not None and stop.is_set()):
+        forced = refused >= REFUSALS_BEFORE_SUBMISSION
         try:
-            action = await act(obs, info) if episode.wants_answer() else Prediction(text="")
+            if forced or not episode.wants_answer():
+                action: Any = Prediction(text="")
+            else:
+                action = checked_action(await act(obs, info), agent)  # ConfigError: not an action
         except ModelError as exc:
             action = episode.model_failed(exc)
         obs, reward, terminated, truncated, info = await call(env.step, action)
+        refused = refused + 1 if info.get("tool_refused") else 0
+        if forced:
+            info = {**info, "forced_submission": True}
         row, info = episode.stepped(action, reward, terminated or truncated, info)
         if row is not None:
             yield row
@@ -226,6 +240,7 @@ def episode_rows(
 
 
 __all__ = [
+    "REFUSALS_BEFORE_SUBMISSION",
     "Act",
     "Call",
     "Episode",
