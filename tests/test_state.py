@@ -425,7 +425,7 @@ def test_a_lost_engine_mid_episode_keeps_the_scored_sample_and_stops_in_one_line
 def test_model_written_code_on_the_local_backend_is_warned_about_once(
     fault_data: dict[str, Any], caplog: pytest.LogCaptureFixture
 ) -> None:
-    import themisto_env.env.core as env_module
+    import themisto_env.env.config as env_module
 
     env_module._WARNED_UNISOLATED.discard("local")
     with caplog.at_level("WARNING", logger="themisto_env"):

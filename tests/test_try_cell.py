@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import ToolMessage
 
-from themisto_env.env import core as env_module
+from themisto_env.env import config as env_module
 from themisto_env.env.actions import Prediction, encode_action, parse_action
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.tools import TOOL_NAMES, ToolCall, ToolContext, langchain_tools, run_tool

@@ -1,10 +1,12 @@
 """The gymnasium env: one episode per trajectory, a sample's state served live, tools, then a prediction.
 
-Owns :class:`ThemistoEnv` and its options :class:`EnvConfig` (``core``), the actions (``actions``:
-:class:`Prediction`, and :class:`~themisto_env.env.tools.ToolCall` from ``tools``), the observation's text
-(``observation``) and the observation tools (``tools``). The ids ``themisto/NextCell-v0`` and
-``themisto/OutputPrediction-v0`` are registered by ``import themisto_env``. Names are re-exported lazily:
-importing this package imports none of its modules.
+Owns :class:`ThemistoEnv` (``core``: the episode, each sample's observation, info and tool calls; its
+parts ``serving``, the live state of the current sample, and ``prediction``, the prediction step), its
+options :class:`EnvConfig` (``config``), its spaces (``spaces``), the step's typed ``info`` (``info``:
+``StepInfo``), the actions (``actions``: :class:`Prediction`, and :class:`~themisto_env.env.tools.ToolCall`
+from ``tools``), the observation's text (``observation``) and the observation tools (``tools``). The ids
+``themisto/NextCell-v0`` and ``themisto/OutputPrediction-v0`` are registered by ``import themisto_env``.
+Names are re-exported lazily: importing this package imports none of its modules.
 """
 
 from __future__ import annotations

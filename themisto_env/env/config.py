@@ -1,0 +1,131 @@
+"""The env's options: :class:`EnvConfig` (``gymnasium.make(id, **options)``), opened with its dataset by
+:func:`env_config_and_dataset`; and the warning given once when model-written code is about to run where it
+can reach the host's files."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from themisto_env.data.samples import SampleRule, TaskName
+from themisto_env.errors import ConfigError
+from themisto_env.metrics import RewardWeights
+from themisto_env.replay.dataset import Dataset
+from themisto_env.sandbox.launcher import launcher_class
+from themisto_env.sandbox.models import SandboxLimits
+from themisto_env.scoring.score import ScoringRule
+
+__all__ = ["MODEL_CODE_TIMEOUT_S", "EnvConfig", "ObservationMode", "env_config_and_dataset", "warn_unisolated"]
+
+log = logging.getLogger("themisto_env")
+_WARNED_UNISOLATED: set[str] = set()
+
+#: The longest model-written code may run (a prediction under the execution score, a tried cell).
+MODEL_CODE_TIMEOUT_S = 30.0
+
+ObservationMode = Literal["static", "full", "tools"]
+
+
+def warn_unisolated(backend: str, what: str) -> None:
+    """Once per process and backend: model-written code is about to run where it can reach the host's
+    files (the local backend: everything; bwrap: reads only, the dataset and its targets included)."""
+    launcher = launcher_class(backend)
+    if launcher.hides_host_files or backend in _WARNED_UNISOLATED:
+        return
+    _WARNED_UNISOLATED.add(backend)
+    reach = (
+        "which isolates the process but lets it read your files (the dataset with its targets, the snapshots)"
+        if launcher.isolated
+        else "which is not isolated (it runs as you, with your files and network)"
+    )
+    log.warning(
+        "%s runs model-written code on the %s backend, %s; use --backend docker for code you do not trust.",
+        what,
+        backend,
+        reach,
+    )
+
+
+class EnvConfig(BaseModel):
+    """Options of a Themisto environment (``gymnasium.make(id, **options)``).
+
+    Attributes:
+        task: ``next-cell`` or ``output``.
+        dataset: A built trajectory dataset folder; None uses the bundled data (built on first use). The
+            env itself also takes an open :class:`~themisto_env.replay.dataset.Dataset` here (shared with
+            other envs and callers; the config then holds its folder).
+        backend: Sandbox backend (``local``, ``bwrap``, ``docker``).
+        observation: ``static`` (history), ``full`` (history + every variable and memory), ``tools``
+            (history; the agent queries the state with tool calls).
+        history_length: How many recent executions the observation shows.
+        tool_budget: Tool calls allowed per sample.
+        tool_cost: Reward subtracted per tool call.
+        reward: Weights of the metrics in the reward.
+        execution_score: Also score a next-cell prediction by running it, in a disposable kernel (use
+            the docker backend).
+        samples: Predictions per sample (pass@k): the sample is scored once per prediction and the
+            episode moves on after the last. ``info["draw"]`` is the prediction the env now waits for
+            (from 0); the step that scores one says which in ``info["scored_draw"]``.
+        lazy_state: Serve a sample's state only when the live state is needed (see the module
+            docstring); False serves each sample as it begins.
+        warm_kernels: Started kernels kept ready for the env (the dataset's imports preloaded); 0 starts
+            each kernel when needed and restarts it in place.
+        sample_rule: Which steps are samples.
+        limits: Sandbox limits.
+        environment: The kernel environment (``themisto kernel-env``) kernels run in: None uses the one the
+            dataset was built in (its manifest says), ``default`` the tool's own Python, else a name or id.
+            Snapshots written in another environment are not restored (the state is replayed).
+        max_output_chars: Cap of one output in the history.
+        max_text_chars: Cap of each text field of the observation.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: TaskName = "next-cell"
+    dataset: str | None = None
+    backend: str = "local"
+    observation: ObservationMode = "tools"
+    history_length: int = Field(10, ge=0)
+    tool_budget: int = Field(5, ge=0)
+    tool_cost: float = Field(0.01, ge=0)
+    reward: RewardWeights = Field(default_factory=RewardWeights)
+    execution_score: bool = False
+    samples: int = Field(1, ge=1)
+    lazy_state: bool = True
+    warm_kernels: int = Field(1, ge=0)
+    sample_rule: SampleRule = Field(default_factory=SampleRule)
+    limits: SandboxLimits = Field(default_factory=SandboxLimits)
+    max_output_chars: int = Field(1500, ge=100)
+    max_text_chars: int = Field(16000, ge=1000)
+    snapshot_dir: str | None = None
+    environment: str | None = None
+
+    def scoring_rule(self) -> ScoringRule:
+        """The options that enter the reward: weights, tool cost, execution score (README, "Reward")."""
+        return ScoringRule(weights=self.reward, tool_cost=self.tool_cost, execution_score=self.execution_score)
+
+
+def env_config_and_dataset(options: Mapping[str, Any]) -> tuple[EnvConfig, Dataset]:
+    """The env config of ``options`` and its dataset, opened (:meth:`Dataset.open`, cached per process); an
+    open :class:`~themisto_env.replay.dataset.Dataset` given as ``dataset`` is used as it is.
+
+    Raises:
+        ConfigError: An option is invalid.
+        DataError: The dataset folder is missing or not a dataset this package reads.
+    """
+    given = options.get("dataset")
+    opened = given if isinstance(given, Dataset) else None
+    if opened is not None:
+        options = {**options, "dataset": str(opened.path)}
+    try:
+        config = EnvConfig(**options)
+    except ValidationError as exc:  # one line naming the option (pydantic's own message spans lines)
+        first = exc.errors()[0]
+        where = ".".join(str(part)[:64] for part in first["loc"])
+        raise ConfigError(f"invalid environment option {where!r}: {first['msg']}") from None
+    except Exception as exc:
+        raise ConfigError(f"invalid environment options: {exc}") from exc
+    return config, opened or Dataset.open(config.dataset, backend=config.backend)
