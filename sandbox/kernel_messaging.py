@@ -20,6 +20,7 @@ import time
 from importlib import resources
 from typing import Any
 
+import zmq
 from jupyter_client.blocking import BlockingKernelClient
 
 from themisto_env.errors import (
@@ -97,10 +98,16 @@ class KernelMessaging(KernelProcess):
             KernelStartError: It did not answer within ``limits.start_timeout_s``, died meanwhile, or the
                 helper could not be installed.
         """
-        client = BlockingKernelClient()
+        client = BlockingKernelClient(context=zmq.Context())  # ours: destroyed on disconnect, not at collection
+        self._client = client  # set first: a failed start's close() destroys its context
         client.load_connection_info(self._connection or {})
-        client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=False)
-        self._client = client
+        try:
+            client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=False)
+        except zmq.ZMQError as exc:  # e.g. an IPC path past the 107 bytes of a unix socket's name
+            raise KernelStartError(
+                f"could not connect to the {self.backend} kernel in {self.run_dir} ({exc}); a shorter TMPDIR helps "
+                "when the path is too long"
+            ) from None
         deadline = time.monotonic() + self.limits.start_timeout_s
         while True:  # ready = a kernel_info reply on shell AND its status on iopub (no slow joiner)
             msg_id = client.kernel_info()
@@ -135,11 +142,20 @@ class KernelMessaging(KernelProcess):
             raise KernelStartError(f"could not install the introspection helper: {exc}") from exc
 
     def _disconnect(self) -> None:
-        """Stop the client's channels, if connected."""
+        """Stop the client's channels and destroy its zmq context (its sockets, threads and descriptors),
+        if connected.
+
+        The context goes now, in order, rather than in the client's ``__del__``: a context terminated by
+        the garbage collector at interpreter exit waits forever for a socket collected out of order, and
+        one closed under a thread still polling its sockets aborts the process in libzmq.
+        """
         client = getattr(self, "_client", None)  # None too on a kernel whose __init__ failed
         if client is not None:
-            client.stop_channels()
             self._client = None
+            try:
+                client.stop_channels()
+            finally:
+                client.context.destroy(linger=0)
 
     # -- execution -------------------------------------------------------------------------------------
 

@@ -13,15 +13,19 @@ are the messaging side's (:class:`~themisto_env.sandbox.kernel_messaging.KernelM
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import contextvars
 import os
 import shutil
 import tempfile
+import threading
 import uuid
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self
 
+import jupyter_core.utils
 from jupyter_client.connect import write_connection_file
 
 from themisto_env.errors import InfrastructureError
@@ -36,6 +40,40 @@ SNAPSHOT_INBOX, SNAPSHOT_OUTBOX = "snapshots-in", "snapshots-out"
 WORKDIR_NAME = "work"
 #: The connection file in the run directory.
 CONNECTION_FILE = "kernel.json"
+
+
+_CLOSE_LOCKS_GUARD = threading.Lock()
+
+
+def release_thread_loop() -> None:
+    """Close the event loop jupyter_client made for the calling thread, unless it runs or the thread is the
+    main one.
+
+    jupyter_client's blocking calls (``run_sync``) make one loop per thread and never close it: an epoll
+    descriptor and a socket pair held until garbage collection, for every thread that ever started or
+    closed a kernel. Only that loop is closed (jupyter_core's own, never one the caller set); the next
+    blocking call on the thread, if any, makes a new one.
+    """
+    if threading.current_thread() is threading.main_thread():
+        return
+    made = getattr(jupyter_core.utils, "_loop", None)  # jupyter_core's per-thread loop (a ContextVar)
+    loop = made.get() if isinstance(made, contextvars.ContextVar) else None
+    if not isinstance(loop, asyncio.AbstractEventLoop) or loop.is_running() or loop.is_closed():
+        return
+    made.set(None)
+    with contextlib.suppress(RuntimeError):
+        if asyncio.get_event_loop_policy().get_event_loop() is loop:
+            asyncio.set_event_loop(None)
+    loop.close()
+
+
+def _close_lock(kernel: object) -> threading.Lock:
+    """The kernel's close lock (made on first use: no ``__init__`` of this mixin runs)."""
+    with _CLOSE_LOCKS_GUARD:
+        lock = kernel.__dict__.get("_close_lock")
+        if lock is None:
+            lock = kernel.__dict__["_close_lock"] = threading.Lock()
+        return lock
 
 
 class KernelProcess:
@@ -139,12 +177,14 @@ class KernelProcess:
             graceful: Ask the process to end first (SIGTERM); else kill it outright (a kernel about to
                 be discarded, which may be busy with code that ignores signals).
         """
-        lifetime.untrack(self)
-        self._stop_process(graceful=graceful)
-        self._launcher = None
-        if self._run_dir is not None:
-            shutil.rmtree(self._run_dir, ignore_errors=True)
-            self._run_dir = None
+        with _close_lock(self):  # one close at a time: a discard thread and the exit hook may race
+            lifetime.untrack(self)
+            self._stop_process(graceful=graceful)
+            self._launcher = None
+            if self._run_dir is not None:
+                shutil.rmtree(self._run_dir, ignore_errors=True)
+                self._run_dir = None
+        release_thread_loop()  # a worker thread's loop goes with its kernel (made again if needed)
 
     def _record_owner(self) -> None:
         """Name the kernel's host processes and containers in the run directory's owner record, so that

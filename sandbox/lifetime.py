@@ -150,9 +150,22 @@ def untrack(kernel: Any) -> None:
         _kernels.pop(kernel, None)
 
 
+#: Threads that start or close kernels in the background (a pool's, a discard's): at exit they finish
+#: before the kernels are closed, else a kernel's sockets close under a thread polling them and libzmq
+#: aborts the process (``Assertion failed: pfd.revents & POLLIN``, exit code 134).
+BACKGROUND_THREADS = ("themisto-kernel-pool", "themisto-discard")
+#: How long the exit hook waits for each of them (a start takes about a second).
+BACKGROUND_JOIN_S = 30.0
+
+
 def _close_all() -> None:
-    """atexit: close the kernels this process started (never a parent's, after a fork)."""
+    """atexit: let the background starts and discards finish, then close the kernels this process started
+    (never a parent's, after a fork), so that no socket closes under a thread still using it."""
     pid = os.getpid()
+    current = threading.current_thread()
+    for thread in threading.enumerate():
+        if thread is not current and thread.name in BACKGROUND_THREADS:
+            thread.join(timeout=BACKGROUND_JOIN_S)
     with _lock:
         kernels = list(_kernels.items())
     for kernel, owner in kernels:

@@ -29,6 +29,7 @@ from types import TracebackType
 
 from themisto_env.errors import InfrastructureError
 from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel_process import release_thread_loop
 
 
 class KernelPool:
@@ -124,6 +125,7 @@ class KernelPool:
                 self._lock.notify_all()
             if kernel is not None:  # the pool closed meanwhile
                 kernel.close(graceful=False)
+            release_thread_loop()  # jupyter_client's loop for this thread: closed now, not at collection
 
     def close(self) -> None:
         """Close the ready kernels and wait for those still starting (closed by their thread). Idempotent."""
