@@ -111,9 +111,8 @@ def load_environment(
         async def close_states(self) -> None:
             states.close()
 
-    env = ThemistoVerifiersEnv(
-        tools=[], max_turns=max_turns, dataset=Dataset.from_list(rows), rubric=rubric, env_id=f"themisto-{task}"
-    )
+    # no env_id: vf-eval sets it to the id it loaded this module by, and its workers load it again by that
+    env = ThemistoVerifiersEnv(tools=[], max_turns=max_turns, dataset=Dataset.from_list(rows), rubric=rubric)
     for name in TOOL_NAMES:
         env.add_tool(_tool(name), args_to_skip=["rollout"])
     return env
