@@ -34,7 +34,10 @@ from themisto_env.errors import DataError
 from themisto_env.sandbox.workdir import FileStore
 
 FORMAT_NAME = "themisto-trajectories"
-FORMAT_VERSION = 2  # 2: steps carry the namespace fingerprint and the interrupted flag
+FORMAT_VERSION = 3
+"""The dataset format. 2: steps carry the namespace fingerprint and the interrupted flag; 3: steps carry their
+working folder's files (``files/``, by digest) and the manifest names its kernel environment. Older
+versions are read (their missing fields take defaults); a newer one is refused."""
 MANIFEST = "manifest.json"
 TRAJECTORIES = "trajectories.jsonl"
 FILES = "files"

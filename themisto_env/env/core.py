@@ -101,6 +101,12 @@ __all__ = [
 ]
 
 
+MAX_TOOL_REFUNDS = 3
+"""How many tool calls per sample are given back when the sandbox, not the agent, failed them (a
+disposable kernel that could not reach the state, ...): past it they count, so that no agent earns
+endless free calls from code that keeps breaking its kernel's start."""
+
+
 class ThemistoEnv(PredictionStep, gym.Env[dict[str, Any], dict[str, Any]]):
     """Predict the next cell (or a cell's output) of a Jupyter development trajectory.
 
@@ -277,7 +283,8 @@ class ThemistoEnv(PredictionStep, gym.Env[dict[str, Any], dict[str, Any]]):
             else:
                 extra["infrastructure_error"] = self._recover(exc)
             self._sample_errors.append(extra["infrastructure_error"])
-            self._tools_used -= 1  # not the agent's fault
+            if len(self._sample_errors) <= MAX_TOOL_REFUNDS:  # not the agent's fault, up to a cap per sample
+                self._tools_used -= 1
             return "The tool could not run because the sandbox failed; it was recovered: try again."
         self._tool_calls.append({"tool": call.tool, "args": call.args, "ok": result.ok})
         extra["tool_result"] = asdict(result)

@@ -29,6 +29,13 @@ USAGE_TOTALS = (
 """The :class:`~themisto_env.agents.AgentUsage` counts summed into ``summary.json``'s ``usage``."""
 
 
+def _failed_draws(row: ResultRow) -> int:
+    """How many of a row's predictions failed in their own code (each of its draws, with ``samples=K``)."""
+    if row.draws:
+        return sum(1 for draw in row.draws if draw.prediction_failed)
+    return 1 if row.prediction_failed else 0
+
+
 def summarize(rows: Sequence[ResultRow], config: RunConfig | None = None) -> dict[str, Any]:
     """Per-metric means over the scored samples (infrastructure failures out), with bootstrap intervals
     that resample whole trajectories (the samples of one trajectory are correlated).
@@ -57,7 +64,7 @@ def summarize(rows: Sequence[ResultRow], config: RunConfig | None = None) -> dic
         "model_errors": sum(
             1 for r in latest.values() if r.model_error and not r.infrastructure_error and not r.state_mismatch
         ),
-        "prediction_failures": sum(1 for r in scored if r.prediction_failed),
+        "prediction_failures": sum(_failed_draws(r) for r in scored),  # every draw's, not the first only
         "tool_calls": sum(len(r.tool_calls) for r in scored),
         "seconds": round(sum(r.seconds for r in scored), 2),
         "usage": usage_totals(rows),  # every attempt was paid for, the retried ones too
