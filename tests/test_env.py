@@ -137,8 +137,9 @@ def test_malformed_actions_are_answered_not_raised(env_dataset: dict[str, str]) 
     obs, *_ = env.step(ToolCall(tool="inspect_variable", args={"name": "no_such_thing"}))
     assert "no_such_thing" in obs["tool_result"]
     assert obs["tools_left"] == 0
-    _, _, _, _, info = env.step(ToolCall(tool="list_variables"))
-    assert info["forced_submission"] and "scores" in info, "past the budget a tool call submits"
+    obs, reward, _, _, info = env.step(ToolCall(tool="list_variables"))
+    assert info["tool_refused"] and "scores" not in info and reward == 0.0, "past the budget a call is refused"
+    assert "budget" in obs["tool_result"]
     env.close()
 
 

@@ -113,8 +113,9 @@ def test_the_budget_counts_try_cell_like_any_tool(make_env: MakeEnv, monkeypatch
     env.reset(options={"trajectory": TRAJECTORY, "sample": SAMPLE})
     obs, reward, _, _, _ = env.step(try_cell("1 + 1"))
     assert obs["tools_left"] == 0 and reward == pytest.approx(-env.config.tool_cost) and "ran" in obs["tool_result"]
-    _, _, _, _, info = env.step(try_cell("2 + 2"))  # no calls left: an empty prediction is submitted instead
-    assert info["forced_submission"] and "scores" in info
+    obs, reward, _, _, info = env.step(try_cell("2 + 2"))  # no calls left: refused, the sample stays open
+    assert info["tool_refused"] and "scores" not in info and reward == 0.0 and "budget" in obs["tool_result"]
+    _, _, _, _, info = env.step(Prediction(text=""))
     assert [call["tool"] for call in info["tool_calls"]] == ["try_cell"]
     assert runs == ["1 + 1"]
 

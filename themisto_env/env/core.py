@@ -10,7 +10,9 @@ Turn structure of an episode (documented for training loops):
    scored by :func:`~themisto_env.scoring.score.score_sample` (the rule: README, "Reward"); the
    prediction step pays the sample's reward less what its tool steps paid, so a sample's steps sum to
    ``info["reward"]`` (to 0 when the sample is unscored). Once the budget is spent, a further tool call
-   submits an empty prediction.
+   is refused: nothing runs, it costs nothing, ``tool_result`` says so, ``info["tool_refused"]`` is True,
+   and the sample stays open for its prediction (the runner submits an empty one for an agent after
+   three refusals in a row).
 3. The env then executes the ground-truth cells up to the next sample, and the next observation is that
    sample's. ``terminated`` is True after the trajectory's last sample.
 
@@ -156,11 +158,13 @@ class ThemistoEnv(PredictionStep, gym.Env[dict[str, Any], dict[str, Any]]):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Start an episode: ``options`` may name ``trajectory`` (id or index) and ``sample`` (index
-        into that trajectory's samples); otherwise the trajectory is drawn with the seeded RNG."""
+        """Start an episode: ``options`` may name ``trajectory`` (id or index) and ``sample`` (an index
+        into that trajectory's samples, or a sample id such as ``results.jsonl``'s ``sample_id``, whose
+        trajectory is then found); otherwise the trajectory is drawn with the seeded RNG."""
         super().reset(seed=seed)
         self._raise_lost_backend()
-        tid, start = reset_options(options, self.episode_ids)  # ConfigError: a bad option, before any change
+        # ConfigError: a bad option (an unknown sample id: the nearest ones), before any change
+        tid, start = reset_options(options, self.episode_ids, self.episode_samples, self.config.task)
         if tid is None:
             tid = self.episode_ids[int(self.np_random.integers(len(self.episode_ids)))]
         samples = self.episode_samples[tid]
@@ -182,9 +186,13 @@ class ThemistoEnv(PredictionStep, gym.Env[dict[str, Any], dict[str, Any]]):
         except ActionError as exc:
             parsed, extra["action_error"] = None, str(exc)  # type: ignore[assignment]
         if not isinstance(parsed, Prediction):
-            if self._tools_used >= self.config.tool_budget:
-                extra["forced_submission"] = True
-                parsed = Prediction(text="")
+            if self._tools_used >= self.config.tool_budget:  # refused: the sample waits for its prediction
+                extra["tool_refused"] = True
+                self._last_tool = (
+                    f"Tool budget spent ({self.config.tool_budget} calls for this sample): nothing was run. "
+                    "Submit the prediction now (kind=1, Prediction(text=...))."
+                )
+                return self._observation(), 0.0, False, False, self._info(**extra)
             else:
                 self._tools_used += 1
                 if parsed is None:

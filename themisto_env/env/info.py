@@ -29,13 +29,16 @@ class StepInfo(BaseModel):
         action_error: Why the action was malformed (answered in ``tool_result`` of the observation).
         tool_result: The tool's answer (``ok``, ``text``, ...).
         infrastructure_error: The machinery failed during the call (recovered; the sample is unscored).
+        tool_refused: True when the call came after the sample's budget was spent: nothing ran, it cost
+            nothing, and the sample waits for its prediction.
 
-    The step that scores a prediction (a prediction, or a tool call over the budget):
+    The step that scores a prediction:
         scored_sample_id: The sample scored (the current one may already be the next).
         scored_draw: Which of the sample's predictions was scored.
         scored_state: How the scored sample was served (``state`` of that sample).
         tool_calls: The tool calls made for the prediction (``{"tool", "args", "ok"}``).
-        forced_submission: True when the budget was spent and the env submitted an empty prediction.
+        forced_submission: True when the runner submitted an empty prediction for an agent whose tool
+            calls the env kept refusing (``REFUSALS_BEFORE_SUBMISSION`` in a row).
         recovered: Faults met and repaired (the state verified after) while serving the sample.
         The fields of :class:`~themisto_env.scoring.score.SampleScore`: scores, metric_reward,
         execution_score, execution, passed, prediction_failed, tools_used, tool_cost, reward (None,
@@ -56,6 +59,7 @@ class StepInfo(BaseModel):
     # a tool step
     action_error: str | None = None
     tool_result: dict[str, Any] | None = None
+    tool_refused: bool | None = None
     # the scoring step
     scored_sample_id: str | None = None
     scored_draw: int | None = None

@@ -10,16 +10,24 @@ from gymnasium import spaces
 
 from themisto_env.env.tools import TOOL_NAMES
 
-__all__ = ["CHARSET", "action_space", "fit_text", "observation_space", "text_space"]
+__all__ = ["CHARSET", "AnyText", "action_space", "fit_text", "observation_space", "text_space"]
 
 #: Every character of the Basic Multilingual Plane but surrogates: code and outputs are any text.
 CHARSET = "".join(chr(c) for c in range(0x10000) if not 0xD800 <= c <= 0xDFFF)
 _CHARSET_SET = frozenset(CHARSET)
 
 
+class AnyText(spaces.Text):
+    """A ``Text`` space over :data:`CHARSET` that prints short (gymnasium's repr lists every character of
+    the charset: 63,488 of them in ``print(env.action_space)``)."""
+
+    def __repr__(self) -> str:
+        return f"Text({self.min_length}, {self.max_length}, charset=<BMP but surrogates: {len(CHARSET)} chars>)"
+
+
 @functools.cache
 def _text_space_prototype(max_length: int) -> spaces.Text:
-    return spaces.Text(max_length, min_length=0, charset=CHARSET)
+    return AnyText(max_length, min_length=0, charset=CHARSET)
 
 
 def text_space(max_length: int) -> spaces.Text:
