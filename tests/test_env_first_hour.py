@@ -123,3 +123,33 @@ def test_an_agent_returning_the_wrong_type_is_named() -> None:
         checked_action(None, agent)
     assert checked_action(Prediction(text="x"), agent) == Prediction(text="x")
     assert checked_action({"kind": 1, "text": "x"}, agent) == {"kind": 1, "text": "x"}
+
+
+class ToolsForeverAgent(BaseAgent):
+    """Never predicts: calls a tool at every turn, budget or not."""
+
+    name = "tools-forever"
+    observation = "tools"
+
+    def decide(self, observation: Any, info: Any) -> Any:
+        return ToolCall(tool="list_variables")
+
+
+def test_a_run_moves_on_from_an_agent_that_never_predicts(env_dataset: dict[str, str], tmp_path: Path) -> None:
+    from themisto_env.run.config import RunConfig
+    from themisto_env.run.episode import REFUSALS_BEFORE_SUBMISSION
+    from themisto_env.run.results import read_results
+    from themisto_env.run.runner import run
+
+    config = RunConfig(
+        agent=f"{__name__}:ToolsForeverAgent",
+        data=env_dataset["dataset"],
+        limit=2,
+        selection="first",
+        env={"snapshot_dir": env_dataset["snapshot_dir"], "tool_budget": 1},
+    )
+    summary = run(config, tmp_path, progress=False)
+    rows = read_results(tmp_path)
+    assert summary["samples"] == 2 and all(r.forced_submission and r.prediction == "" for r in rows)
+    assert all(len(r.tool_calls) == 1 for r in rows)  # one paid call; the refused ones are not tool calls
+    assert REFUSALS_BEFORE_SUBMISSION == 3
