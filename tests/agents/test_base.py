@@ -101,6 +101,8 @@ def test_usage_adds_model_calls_and_knows_when_tokens_were_not_reported() -> Non
         "cached_calls": 0,
         "cached_input_tokens": 0,
         "cached_output_tokens": 0,
+        "retries": 0,
+        "rate_limited": 0,
     }
 
 

@@ -98,6 +98,8 @@ def test_llm_tools_steps_the_env_for_every_model_tool_call(make_env: MakeEnv) ->
         "cached_calls": 0,
         "cached_input_tokens": 0,
         "cached_output_tokens": 0,
+        "retries": 0,
+        "rate_limited": 0,
     }
     assert model.bound_tools == [name for name in TOOL_NAMES if name != "try_cell"]  # it would reveal the output
     second = model.prompts[1]
