@@ -137,6 +137,11 @@ def data_info(
         table.add_row("replay agreement, raw", share(info["raw_agreement"]))
     for kind, n in info["agreement_kinds"].items():
         table.add_row(f"  {kind}", str(n))
+    environment = info["kernel_environment"]
+    shown = f"{environment['name'] or environment['id']} (Python {environment['python']})" if environment else None
+    table.add_row("kernel environment", escape(shown or "the tool's own Python"))
+    for folder, digest in info["working_folders"].items():
+        table.add_row("working folder", escape(f"{folder} ({digest[:12]})"))
     console.print(table)
     rows = info["disagreements"]
     if rows:

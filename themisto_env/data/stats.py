@@ -8,7 +8,7 @@ from typing import Any
 
 from themisto_env.data.agreement import KINDS, NORMALIZATION_VERSION, agreement
 from themisto_env.data.samples import TASKS, sample_counts
-from themisto_env.data.trajectory import Step, read_manifest, read_trajectories
+from themisto_env.data.trajectory import Manifest, Step, read_manifest, read_trajectories
 from themisto_env.sandbox.snapshots import SnapshotStore
 
 
@@ -58,6 +58,8 @@ def dataset_info(folder: str | Path, *, raw: bool = False) -> dict[str, Any]:
         "agreement_kinds": {kind: kinds[kind] for kind in KINDS if kinds[kind]},
         "disagreements": [_row(t.id, s, raw) for t, s in steps if not s.agrees and s.agreement_kind != "unrecorded"],
         "failures": {t.id: t.failure for t in trajectories if not t.complete},
+        "kernel_environment": _environment(manifest),
+        "working_folders": dict(manifest.workdirs),
     }
     if raw:
         verdicts = [agreement(s.recorded_outputs, s.outputs, raw=True) for _, s in compared]
@@ -65,6 +67,14 @@ def dataset_info(folder: str | Path, *, raw: bool = False) -> dict[str, Any]:
         raw_kinds = Counter(v.kind for v in verdicts)
         info["raw_kinds"] = {kind: raw_kinds[kind] for kind in KINDS if raw_kinds[kind]}
     return info
+
+
+def _environment(manifest: Manifest) -> dict[str, Any] | None:
+    """The kernel environment the dataset was replayed in (id, name, Python); None for the tool's own."""
+    ref = manifest.environment
+    if ref is None:
+        return None
+    return {"id": ref.id, "name": ref.name, "python": ref.python}
 
 
 def _row(trajectory_id: str, step: Step, raw: bool) -> dict[str, Any]:
