@@ -674,11 +674,12 @@ def test_execution_reward_over_a_batch_equals_each_completion_alone(
         "",
     ]
     options = {**env_dataset, "backend": "docker", "limits": LIMITS, "sample_rule": ALL_SAMPLES, "parse": False}
-    with ExecutionReward(**options) as reward:
+    # The execution score alone (the reward adds the text metrics, which a hack quoting the target earns)
+    with ExecutionReward(value="execution_score", **options) as reward:
         batch = reward(completions=completions, sample_id=[row["sample_id"]] * len(completions))
     alone = []
     for completion in completions:
-        with ExecutionReward(**options) as reward:
+        with ExecutionReward(value="execution_score", **options) as reward:
             alone += reward(completions=[completion], sample_id=[row["sample_id"]])
     assert len(batch) == len(alone) == len(completions)
     assert all(a is not None and b is not None and abs(a - b) <= 1e-9 for a, b in zip(batch, alone, strict=True)), (
