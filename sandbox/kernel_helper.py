@@ -357,7 +357,7 @@ def restore(path: str, digest: str, clean: bool = True, keep: list[str] | None =
 
 #: Changes whenever the fingerprint of some value would change: recorded fingerprints of another version
 #: are not compared (the dataset must be rebuilt to be checked).
-FINGERPRINT_VERSION = 3
+FINGERPRINT_VERSION = 4  # 4: fitted models (parameters, fitted attributes) and matplotlib figures by content
 #: Arrays and frames up to this size are hashed whole; larger ones on an evenly strided sample of about
 #: this many bytes (with their shape), so a fingerprint stays cheap whatever the data's size.
 FINGERPRINT_FULL_BYTES = 64 * 1024
@@ -528,7 +528,67 @@ def _content(obj: Any, h: Any, depth: int = 0) -> bool:
     if isinstance(obj, types.ModuleType):
         h.update(obj.__name__.encode())
         return True
+    if _is_estimator(obj):
+        return _estimator_digest(obj, h, depth)
+    if _matplotlib_kind(obj) is not None:
+        try:
+            return _figure_digest(obj, h)
+        except Exception:  # an unusual artist or matplotlib: type and size only
+            return False
     return False
+
+
+def _is_estimator(obj: Any) -> bool:
+    """A scikit-learn-style estimator: its class has ``get_params`` and ``fit`` (looked up on the class,
+    never running a user's ``__getattr__``)."""
+    cls = type(obj)
+    return callable(getattr(cls, "get_params", None)) and callable(getattr(cls, "fit", None))
+
+
+def _estimator_digest(obj: Any, h: Any, depth: int) -> bool:
+    """A fitted model's parameters and its fitted attributes (public names ending in ``_``): two models of
+    the same class differ when fitted on other data, not only when built with other parameters."""
+    try:
+        params = obj.get_params(deep=False)
+    except Exception:
+        return False
+    fitted = {k: v for k, v in sorted(vars(obj).items()) if k.endswith("_") and not k.startswith("_")}
+    h.update(f"estimator{len(params)},{len(fitted)}".encode())
+    return _content(params, h, depth + 1) and _content(fitted, h, depth + 1)
+
+
+def _matplotlib_kind(obj: Any) -> str | None:
+    """``figure`` or ``axes`` for matplotlib's Figure and Axes (by module, without importing matplotlib)."""
+    module = type(obj).__module__ or ""
+    if not module.startswith("matplotlib."):
+        return None
+    names = {cls.__name__ for cls in type(obj).__mro__}
+    return "figure" if "Figure" in names else "axes" if "Axes" in names else None
+
+
+def _figure_digest(obj: Any, h: Any) -> bool:
+    """A figure (its size, dpi and axes) or one axes, by what it draws: titles, labels, limits, lines' data,
+    bars, scatter offsets and images."""
+    np = sys.modules["numpy"]
+    if _matplotlib_kind(obj) == "figure":
+        h.update(f"figure{tuple(obj.get_size_inches())}{obj.dpi}{len(obj.axes)}".encode())
+        axes = list(obj.axes)
+    else:
+        axes = [obj]
+    for ax in axes:
+        labels = (ax.get_title(), ax.get_xlabel(), ax.get_ylabel(), tuple(ax.get_xlim()), tuple(ax.get_ylim()))
+        h.update(repr(labels).encode())
+        h.update(f"lines{len(ax.lines)}patches{len(ax.patches)}collections{len(ax.collections)}".encode())
+        for line in ax.lines:
+            _array_digest(np.asarray(line.get_xydata(), dtype=float), h)
+        for patch in ax.patches:
+            h.update(repr(tuple(round(v, 9) for v in patch.get_bbox().bounds)).encode())
+        for collection in ax.collections:
+            _array_digest(np.asarray(collection.get_offsets(), dtype=float), h)
+        for image in ax.images:
+            _array_digest(np.asarray(image.get_array()), h)
+        h.update(repr([t.get_text() for t in ax.texts]).encode())
+    return True
 
 
 _SIZED = (str, bytes, bytearray, list, tuple, dict, set, frozenset, range)

@@ -94,3 +94,41 @@ def test_the_fingerprint_runs_no_user_code(kernels: tuple[Kernel, Kernel]) -> No
     )
     a.fingerprint()
     assert a.execute("print(calls)").outputs[0]["text"].strip() == "[]"
+
+
+MODELS = """
+import numpy as np
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from sklearn.linear_model import LinearRegression
+rng = np.random.default_rng(0)
+x = rng.normal(size=(50, 2))
+model = LinearRegression().fit(x, x @ [1.0, 2.0])
+fig, ax = plt.subplots()
+ax.plot([0, 1, 2], [0, 1, 4])
+ax.set_title("squares")
+bars = plt.figure()
+bars.add_subplot().bar(["a", "b"], [3, 5])
+"""
+
+
+def test_fitted_models_and_figures_are_fingerprinted_by_content(kernels: tuple[Kernel, Kernel]) -> None:
+    a, b = kernels
+    for kernel in kernels:
+        assert kernel.execute(MODELS).status == "ok"
+    first = a.fingerprint()
+    assert first == b.fingerprint(), "the same fits and plots give the same fingerprint"
+    for name in ("model", "fig", "ax", "bars"):
+        assert first[name].rsplit("|", 1)[1], f"{name} has a content hash"
+    changes = {
+        "model": "model = LinearRegression().fit(x, x @ [1.0, 3.0])",  # same class and parameters, other data
+        "fig": "ax.plot([0, 1], [1, 0])",
+        "ax": "ax.set_title('cubes')",
+        "bars": "bars.axes[0].patches[0].set_height(4)",
+    }
+    for name, change in changes.items():
+        assert b.execute(change).status == "ok"
+        after = b.fingerprint()
+        assert after[name] != first[name], f"{name}: {change!r} changes its fingerprint"
+        first = after
