@@ -10,11 +10,13 @@ nothing the server started outlives it (processes by pid).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,6 +35,7 @@ from themisto_env.bridges.openenv.models import ThemistoAction
 from themisto_env.env.actions import Prediction
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.tools import ToolCall
+from themisto_env.replay.dataset import Dataset
 
 TOKEN = "s3cret-token-for-tests"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -42,6 +45,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 class Server:
     url: str
     process: subprocess.Popen[str]
+    log: Path
 
     @property
     def ws(self) -> str:
@@ -68,19 +72,21 @@ def _free_port() -> int:
 def _start(*args: str, env: dict[str, str] | None = None) -> Server:
     port = _free_port()
     command = [sys.executable, "-m", "themisto_env.cli", "serve", "--port", str(port), "--log-level", "warning"]
-    process = subprocess.Popen([*command, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    log = tempfile.NamedTemporaryFile("w+", prefix="themisto-serve-", suffix=".log", delete=False)  # noqa: SIM115
+    # a file, not a pipe nobody reads: the server and its kernels may write more than a pipe holds
+    process = subprocess.Popen([*command, *args], stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 600  # a first use of changed data builds it first
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise AssertionError(f"the server exited {process.returncode}: {process.stdout.read()}")  # type: ignore[union-attr]
+            raise AssertionError(f"the server exited {process.returncode}: {Path(log.name).read_text()[-3000:]}")
         try:
             if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return Server(url, process)
+                return Server(url, process, Path(log.name))
         except httpx.HTTPError:
             time.sleep(0.1)
     process.kill()
-    raise AssertionError("the server did not answer /health within 120 s")
+    raise AssertionError(f"the server did not answer /health within 600 s: {Path(log.name).read_text()[-3000:]}")
 
 
 def _stop(server: Server) -> None:
@@ -95,6 +101,7 @@ def _stop(server: Server) -> None:
         server.process.wait()
         raise AssertionError("the server did not stop within 30 s of SIGTERM") from None
     _gone, alive = psutil.wait_procs(started, timeout=15)
+    server.log.unlink(missing_ok=True)
     assert not alive, f"left running after the server stopped: {[p.pid for p in alive]}"
 
 
@@ -104,6 +111,12 @@ def _wait_until(condition, timeout: float, what: str) -> None:  # type: ignore[n
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout} s: {what}")
         time.sleep(0.1)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def bundled_data() -> None:
+    """The bundled data built (on first use, minutes) before any server starts, so a server's start is its own."""
+    Dataset.open()
 
 
 @pytest.fixture(scope="module")
@@ -234,7 +247,7 @@ def test_sessions_beyond_max_sessions_are_refused(server: Server) -> None:
 
 
 def test_a_client_that_vanishes_frees_its_kernel(server: Server) -> None:
-    assert server.kernels() == []
+    _wait_until(lambda: server.kernels() == [], 30, "the kernels of earlier sessions closed")
 
     async def vanish() -> None:
         ws = await connect(server.ws, additional_headers=AUTH, proxy=None)
@@ -250,8 +263,9 @@ def test_a_client_that_vanishes_frees_its_kernel(server: Server) -> None:
     _wait_until(lambda: server.kernels() == [], 30, "the vanished session's kernels closed")
 
 
-def test_an_idle_session_is_closed_with_its_kernel() -> None:
+def test_an_idle_session_is_closed_with_its_kernel_and_a_stopped_server_closes_the_rest() -> None:
     idle = _start("--idle-timeout", "1")  # OpenEnv's reaper looks every 5 s at most
+    left_open = ThemistoEnvClient(idle.url).sync()
     try:
         with ThemistoEnvClient(idle.url).sync() as env:
             env.reset(observation="tools", trajectory=0)
@@ -260,8 +274,14 @@ def test_an_idle_session_is_closed_with_its_kernel() -> None:
             _wait_until(lambda: idle.kernels() == [], 30, "the idle session's kernels closed")
             with pytest.raises(RuntimeError, match="session is closed"):
                 env.step(ThemistoAction.call("list_variables"))
+        left_open.connect()
+        left_open.reset(observation="tools", trajectory=1)
+        left_open.step(ThemistoAction.call("memory_usage"))
+        assert idle.kernels()
     finally:
-        _stop(idle)
+        _stop(idle)  # SIGTERM with a session open and its kernel live: nothing may be left
+        with contextlib.suppress(Exception):
+            left_open.close()
 
 
 def test_listening_beyond_loopback_needs_a_token() -> None:

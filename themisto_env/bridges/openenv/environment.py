@@ -15,6 +15,7 @@ server's timeout), every call raises one line saying so.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -53,6 +54,7 @@ class ThemistoServedEnv(Environment[ThemistoAction, ThemistoObservation, Themist
         self._options: dict[str, Any] = dict(options or {})
         self._env: ThemistoEnv | None = None
         self._closed: str | None = None  # why, once closed
+        self._closing = threading.Lock()
         self._state = ThemistoState(
             task=str(self._options.get("task", "next-cell")),
             observation_mode=str(self._options.get("observation", "tools")),
@@ -137,13 +139,15 @@ class ThemistoServedEnv(Environment[ThemistoAction, ThemistoObservation, Themist
         )
 
     def close(self) -> None:
-        """Close the gym env and its kernels; idempotent. Later calls raise."""
-        self._closed = self._closed or (
-            "the session is closed (the client left, or it sat idle past the server's timeout): reconnect"
-        )
-        env, self._env = self._env, None
-        if env is not None:
-            env.close()
+        """Close the gym env and its kernels; idempotent, and a second caller (OpenEnv's session end and the
+        server's shutdown may both close) returns only once the first has finished. Later calls raise."""
+        with self._closing:
+            self._closed = self._closed or (
+                "the session is closed (the client left, or it sat idle past the server's timeout): reconnect"
+            )
+            env, self._env = self._env, None
+            if env is not None:
+                env.close()
 
     # -- inside --------------------------------------------------------------------------------------
 
