@@ -11,7 +11,7 @@ What a test needs is said by the fixtures it uses, and the markers follow from t
 - ``slow``: marked by hand, or measured above :data:`FAST_SECONDS` (:data:`MEASURED_SLOW`).
 
 A test carrying ``docker`` or ``bwrap`` is skipped with the reason where that backend cannot run (in CI,
-docker fails instead). Every other test is marked ``fast``: ``python3 -m pytest -m fast`` is the lane to run
+docker fails instead). Every other test is marked ``fast``: ``python3 -m pytest -m fast -n auto`` is the lane to run
 between two edits. ``require_backend`` refuses a test that reaches a backend without its marker.
 """
 
@@ -49,7 +49,8 @@ Fixture = TypeVar("Fixture", bound=Callable[..., Any])
 #: 2 s on an idle machine), is listed in MEASURED_SLOW.
 FAST_SECONDS = 8.0
 #: Tests measured above FAST_SECONDS with none of NEEDS (node ids; a parametrized test's id names one case),
-#: marked ``slow`` so the fast lane leaves them out (two runs of the lane, 2026-11-25 20:40 and 21:22 UTC);
+#: marked ``slow`` so the fast lane leaves them out (two runs of the lane under load, 2026-11-25 20:40 and 21:22
+#: UTC, and one on a quiet machine at 22:16: 850 tests in 7 min 3 s serially, the three above 10 s added);
 #: the bundled pass@k run (a 35 s module fixture) takes its three tests along. What each promises stays in
 #: the lane on smaller work where a cheaper test checks it (the state rules on the small "faults"
 #: trajectory, the metric path of the score cases, one try_cell round trip, the runner on the env tests'
@@ -68,6 +69,8 @@ MEASURED_SLOW: frozenset[str] = frozenset(
         "tests/test_env.py::test_a_dead_kernel_is_recovered_and_never_scored",
         "tests/test_env.py::test_execution_score_runs_the_prediction_and_rolls_back",
         "tests/test_env.py::test_vector_envs[async]",
+        "tests/test_env_lifetime.py::test_close_leaves_nothing_under_load",
+        "tests/test_env_lifetime.py::test_the_process_exits_cleanly[a step with the execution score, never closed]",
         "tests/test_full_disk.py::test_a_build_on_a_full_disk_ends_in_one_line_and_builds_again",
         "tests/test_inspect.py::test_a_spent_budget_takes_the_tools_away_and_the_execution_score_runs_the_answer",
         "tests/test_inspect.py::test_inspect_eval_scores_with_our_metrics_and_tools_reach_the_kernel",
@@ -116,6 +119,7 @@ MEASURED_SLOW: frozenset[str] = frozenset(
         "tests/test_try_cell.py::test_the_local_backend_warns_once_when_a_cell_is_first_tried",
         "tests/test_try_cell.py::test_the_output_task_refuses_in_one_line",
         "tests/test_try_cell.py::test_trying_the_target_reveals_only_the_candidates_own_run",
+        "tests/test_vf_env.py::test_load_environment_scores_rollouts_with_the_one_score",
         "tests/test_workdir.py::test_june_log_files_survive_a_recorded_restart_in_pooled_kernels",
         "tests/test_workdir.py::test_served_states_have_the_files_of_their_step[local]",
         "tests/test_workdir.py::test_try_cell_runs_in_a_copy_with_the_files_of_the_state[local]",
