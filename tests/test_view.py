@@ -79,9 +79,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     gets rows written again (the last row of a sample wins): a model error, an infrastructure error, a
     failed prediction holding HTML, and two samples of the output task that only it has."""
     root = tmp_path_factory.mktemp("view-runs")
-    run(RunConfig(agent="repeat-previous", limit=6), root / "static", progress=False)
+    # the first 6 samples of one trajectory (selection="first"): the scripted answer is right on some of them
+    run(RunConfig(agent="repeat-previous", limit=6, selection="first"), root / "static", progress=False)
     scripted = f"{__name__}:{ToolScriptedChat.__name__}/scripted"
-    run(RunConfig(agent="llm-tools", model=scripted, limit=6), root / "model", progress=False)
+    run(RunConfig(agent="llm-tools", model=scripted, limit=6, selection="first"), root / "model", progress=False)
     base = _rows(root / "model")
     assert all(r["transcript"] and not r["model_error"] for r in base), "the scripted model run failed"
     again = [
