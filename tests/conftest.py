@@ -39,7 +39,7 @@ REQUIRED_BACKENDS = {b for b in os.environ.get("THEMISTO_REQUIRE_BACKENDS", "").
 )
 BACKENDS = ("local", "bwrap", "docker")
 #: What a test may need that a developer's machine may lack or that takes minutes; none of these is fast.
-NEEDS = ("docker", "bwrap", "environments", "training")
+NEEDS = ("docker", "bwrap", "environments", "training", "ray")
 #: Parameters naming a kernel backend: their ``docker`` and ``bwrap`` values mark the test.
 BACKEND_PARAMETERS = ("backend", "backend_name")
 

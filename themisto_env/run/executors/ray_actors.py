@@ -24,23 +24,12 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from themisto_env.errors import ConfigError, ProviderError
+from themisto_env.sandbox.ray_cluster import LOCAL, connect, import_ray
 
 if TYPE_CHECKING:
     from themisto_env.run.config import RunConfig
     from themisto_env.run.plan import EpisodePlan
     from themisto_env.run.results import ResultRow
-
-LOCAL = "local"
-
-
-def import_ray() -> Any:
-    """The ``ray`` module, or a ProviderError saying how to install it."""
-    try:
-        import ray
-    except ImportError:
-        raise ProviderError("Ray is not installed: pip install 'themisto-env[ray]'") from None
-    return ray
 
 
 class EpisodeWorker:
@@ -71,30 +60,6 @@ class EpisodeWorker:
     def close(self) -> None:
         """Close the env and its kernel."""
         self.env.close()
-
-
-def connect(address: str, *, num_cpus: int | None = None) -> bool:
-    """Connect to Ray: start a local instance for ``local``, else join ``address``.
-
-    Args:
-        address: ``local``, ``auto`` or a cluster address.
-        num_cpus: CPUs a local instance offers (default: this machine's).
-
-    Returns:
-        Whether this call started (and so must shut down) the Ray instance.
-    """
-    ray = import_ray()
-    if ray.is_initialized():
-        return False
-    if not address:
-        raise ConfigError("ray: give 'local', 'auto' or a cluster address (HOST:6379, ray://HOST:10001)")
-    kwargs: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
-    if address == LOCAL:
-        cpus = max(num_cpus or 0, os.cpu_count() or 1)
-        ray.init(num_cpus=cpus, include_dashboard=False, **kwargs)
-    else:
-        ray.init(address=address, **kwargs)
-    return True
 
 
 def ray_rows(config: RunConfig, episodes: list[EpisodePlan]) -> Iterator[ResultRow]:

@@ -1,0 +1,64 @@
+"""Reaching Ray: one address syntax for every part that places work on a cluster.
+
+``themisto run --ray``, ``themisto data build --ray``, the env option ``ray`` and ``themisto serve --ray``
+all take the same addresses:
+
+- ``local``: start a private Ray instance on this machine (shut down by whoever started it, or at exit);
+- ``auto``: join the cluster this machine belongs to (after ``ray start --head`` or ``ray start --address``);
+- ``HOST:6379``: a cluster's head node; ``ray://HOST:10001``: a cluster through Ray Client.
+
+Ray is an optional dependency (``pip install 'themisto-env[ray]'``): nothing here imports it before it is
+needed, and a missing Ray is one line saying how to install it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from themisto_env.errors import ConfigError, ProviderError
+
+__all__ = ["LOCAL", "connect", "import_ray"]
+
+LOCAL = "local"
+_connect_lock = threading.Lock()
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or a ProviderError saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise ProviderError("Ray is not installed: pip install 'themisto-env[ray]'") from None
+    return ray
+
+
+def connect(address: str, *, num_cpus: int | None = None) -> bool:
+    """Connect this process to Ray: start a local instance for ``local``, else join ``address``; nothing
+    when it is connected already (to whatever cluster: the first connection of a process wins).
+
+    Args:
+        address: ``local``, ``auto`` or a cluster address.
+        num_cpus: CPUs a local instance offers (default: this machine's; more when asked).
+
+    Returns:
+        Whether this call started (and so may shut down) the Ray connection.
+
+    Raises:
+        ConfigError: No address given.
+        ProviderError: Ray is not installed.
+    """
+    ray = import_ray()
+    with _connect_lock:
+        if ray.is_initialized():
+            return False
+        if not address:
+            raise ConfigError("ray: give 'local', 'auto' or a cluster address (HOST:6379, ray://HOST:10001)")
+        kwargs: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
+        if address == LOCAL:
+            cpus = max(num_cpus or 0, os.cpu_count() or 1)
+            ray.init(num_cpus=cpus, include_dashboard=False, **kwargs)
+        else:
+            ray.init(address=address, **kwargs)
+        return True
