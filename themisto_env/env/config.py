@@ -8,7 +8,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from themisto_env.data.samples import SampleRule, TaskName
 from themisto_env.errors import ConfigError
@@ -16,6 +16,7 @@ from themisto_env.metrics import RewardWeights
 from themisto_env.replay.dataset import Dataset
 from themisto_env.sandbox.launcher import launcher_class
 from themisto_env.sandbox.models import SandboxLimits
+from themisto_env.sandbox.ray_kernel import RayPlacement
 from themisto_env.scoring.score import ScoringRule
 
 __all__ = ["MODEL_CODE_TIMEOUT_S", "EnvConfig", "ObservationMode", "env_config_and_dataset", "warn_unisolated"]
@@ -80,6 +81,11 @@ class EnvConfig(BaseModel):
             Snapshots written in another environment are not restored (the state is replayed).
         max_output_chars: Cap of one output in the history.
         max_text_chars: Cap of each text field of the observation.
+        ray: Run the env's kernels in Ray actors on a cluster's CPU nodes, not in this process's machine:
+            an address (``local``, ``auto``, ``HOST:6379``, ``ray://HOST:10001``, as ``themisto run --ray``)
+            or a :class:`~themisto_env.sandbox.ray_kernel.RayPlacement` (resources, spreading, the nodes'
+            snapshot store). The env, its API and its rewards stay here; a kernel or node lost mid-episode
+            is an infrastructure fault (the sample is unscored), as a local kernel's death is.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -102,6 +108,13 @@ class EnvConfig(BaseModel):
     max_text_chars: int = Field(16000, ge=1000)
     snapshot_dir: str | None = None
     environment: str | None = None
+    ray: RayPlacement | None = None
+
+    @field_validator("ray", mode="before")
+    @classmethod
+    def _ray_address(cls, value: object) -> object:
+        """A bare address stands for a placement with the defaults."""
+        return {"address": value} if isinstance(value, str) else value
 
     def scoring_rule(self) -> ScoringRule:
         """The options that enter the reward: weights, tool cost, execution score (README, "Reward")."""

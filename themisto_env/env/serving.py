@@ -9,7 +9,6 @@ class of it: the env's other parts read the same attributes).
 
 from __future__ import annotations
 
-import functools
 import logging
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,8 @@ from themisto_env.replay.state import StateReport, TrajectoryKernel, expected_fi
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.pool import KernelPool, shared_pool
+from themisto_env.sandbox.ray_cluster import connect
+from themisto_env.sandbox.ray_kernel import make_kernel
 
 __all__ = ["StateServing", "not_served"]
 
@@ -54,7 +55,10 @@ class StateServing:
     _sample: Sample | None
 
     def _init_serving(self) -> None:
-        """The serving state of a new env: nothing started, nothing served."""
+        """The serving state of a new env: nothing started, nothing served (connected to Ray, when its
+        kernels go there: here, in the caller's thread, not in a pool's)."""
+        if self.config.ray is not None:
+            connect(self.config.ray.address)
         self._preload = tuple(imported_modules(self.trajectories.values(), submodules=True))
         self._pool: KernelPool | None = None  # warm kernels for the env's own state, taken at reset
         self._state = TrajectoryKernel(self._new_kernel)
@@ -96,6 +100,7 @@ class StateServing:
                 snapshot_dir=self.config.snapshot_dir,
                 environment=self.environment,
                 preload=imported_modules(self.trajectories.values()),
+                ray=self.config.ray,
             )
         return self._disposable
 
@@ -159,15 +164,14 @@ class StateServing:
         store, preloaded modules), shared with the other open envs of that kind."""
         config = self.config
         key = (config.backend, config.limits.model_dump_json(), config.snapshot_dir, self._preload, config.warm_kernels)
-        key += (self.environment,)
-        new_kernel = functools.partial(
-            Kernel, config.backend, limits=config.limits, snapshot_dir=config.snapshot_dir, environment=self.environment
-        )
-        return shared_pool(key, new_kernel, size=config.warm_kernels, preload=self._preload)
+        key += (self.environment, config.ray.model_dump_json() if config.ray else None)
+        return shared_pool(key, self._new_kernel, size=config.warm_kernels, preload=self._preload)
 
     def _new_kernel(self) -> Kernel:
-        return Kernel(
+        """A new kernel for the env's own state: on this machine, or in a Ray actor (``config.ray``)."""
+        return make_kernel(
             self.config.backend,
+            ray=self.config.ray,
             limits=self.config.limits,
             snapshot_dir=self.config.snapshot_dir,
             environment=self.environment,

@@ -47,6 +47,7 @@ from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.kernel_helper import value_fingerprint
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.pool import KernelPool
+from themisto_env.sandbox.ray_kernel import RayPlacement, make_kernel
 
 #: Why a piece of model-written code failed, when it was its own doing.
 Failure = Literal["exit", "memory", "processes", "timeout", "unreadable", "tampered"]
@@ -188,6 +189,7 @@ class DisposableKernels:
         preload: Modules each pooled kernel imports ahead of time.
         pool_size: How many kernels to keep started ahead of time.
         environment: The kernel environment's id (``themisto kernel-env``); None: the tool's own Python.
+        ray: Run the kernels in Ray actors placed so (None: on this machine).
     """
 
     def __init__(
@@ -199,8 +201,10 @@ class DisposableKernels:
         preload: Iterable[str] = (),
         pool_size: int = 1,
         environment: str | None = None,
+        ray: RayPlacement | None = None,
     ) -> None:
         self.backend = backend
+        self.ray = ray
         self.limits = limits or SandboxLimits()
         self.snapshot_dir = snapshot_dir
         self.environment = environment
@@ -210,8 +214,9 @@ class DisposableKernels:
         self.running: Kernel | None = None
 
     def _new_kernel(self) -> Kernel:
-        return Kernel(
+        return make_kernel(
             self.backend,
+            ray=self.ray,
             limits=self.limits,
             snapshot_dir=self.snapshot_dir,
             store_access="copy",

@@ -1,0 +1,498 @@
+"""Kernels in Ray actors: the kernel runs on a cluster's CPU node, its owner (an env, a trainer) stays put.
+
+A :class:`RemoteKernel` is a :class:`~themisto_env.sandbox.kernel.Kernel` whose process lives on another
+node: a Ray actor (:class:`KernelHost`) owns a real Kernel there, and every call (execute, restore, the
+introspection calls, the launcher's limit readings) goes to it and comes back as the same typed answer or
+the same exception. Code that drives kernels (the state server, the disposable kernels, the tools) cannot
+tell the two apart; :func:`make_kernel` makes one or the other from a :class:`RayPlacement`.
+
+What travels, and what does not:
+
+- **Snapshots** stay in the owner's store (the truth about which exist). A snapshot the actor's node lacks
+  is sent with the restore that needs it (once per node: it is kept in the node's store), and one a
+  remote kernel writes is fetched into the owner's store. On one machine, or with the store on a shared
+  folder, both stores are the same folder and nothing is copied.
+- **Working folder files** are sent the same way, blob by blob, into a store in the node's cache
+  (copied there from the owner's folder when the node sees it).
+- **Failures**: a kernel that dies is a :class:`~themisto_env.errors.KernelDiedError`, as on this machine;
+  so is an actor that is lost (its node removed, its process killed) or does not answer in time. An actor
+  that cannot be placed (no node offers the resources asked for) is a
+  :class:`~themisto_env.errors.KernelStartError` naming them.
+
+Lifetime: an actor lives as long as its RemoteKernel (closing it or collecting it kills the actor); Ray
+kills an owner's actors when the owner's process ends, and the kernel's own reaper then removes the
+kernel (see :mod:`~themisto_env.sandbox.lifetime`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import operator
+import os
+import shutil
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from themisto_env.errors import InfrastructureError, KernelDiedError, KernelStartError
+from themisto_env.sandbox.models import SandboxLimits, SnapshotInfo
+from themisto_env.sandbox.ray_cluster import LOCAL, connect, import_ray
+from themisto_env.sandbox.snapshots import SnapshotStore, default_cache_dir, write_atomic
+from themisto_env.sandbox.workdir import FileStore, FileTree
+
+__all__ = ["KernelHost", "RayPlacement", "RemoteKernel", "make_kernel"]
+
+#: Seconds an answer may take beyond the kernel's own limits before the actor is taken for lost.
+ANSWER_GRACE_S = 120.0
+
+
+class RayPlacement(BaseModel):
+    """Where an env's kernels run on Ray (the env option ``ray``; a bare address string means the defaults).
+
+    Attributes:
+        address: ``local`` (a Ray instance on this machine), ``auto`` (the cluster this machine joined),
+            ``HOST:6379`` or ``ray://HOST:10001``: the same addresses as ``themisto run --ray``.
+        num_cpus: CPUs each kernel's actor reserves in Ray's accounting (default a quarter: a kernel mostly
+            waits between cells, and an env holds two or three: its own, a warm one, a disposable one).
+        memory_mb: Memory each kernel's actor reserves (None: none reserved; the kernel's own limits
+            still apply on isolating backends).
+        resources: Custom Ray resources each kernel's actor needs, e.g. ``{"kernels": 1}`` with CPU nodes
+            started by ``ray start --resources '{"kernels": 16}'``: kernels then go only there, never to
+            the trainer's GPU node.
+        scheduling: ``SPREAD`` spreads kernels over the nodes; ``DEFAULT`` lets Ray pack them.
+        snapshot_dir: The snapshot store on the kernels' nodes (None: the same path as the owner's store,
+            which on one machine or a shared folder is the same store).
+        start_timeout_s: How long to wait for a node to take a new kernel's actor.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    address: str = LOCAL
+    num_cpus: float = Field(0.25, ge=0)
+    memory_mb: int | None = Field(None, ge=1)
+    resources: dict[str, float] = Field(default_factory=dict)
+    scheduling: Literal["SPREAD", "DEFAULT"] = "SPREAD"
+    snapshot_dir: str | None = None
+    start_timeout_s: float = Field(120.0, gt=0)
+
+
+def make_kernel(
+    backend: str = "local",
+    *,
+    ray: RayPlacement | None = None,
+    limits: SandboxLimits | None = None,
+    snapshot_dir: str | Path | None = None,
+    store_access: Literal["read", "copy"] = "read",
+    launcher_options: dict[str, Any] | None = None,
+    environment: str | None = None,
+) -> Any:
+    """A :class:`~themisto_env.sandbox.kernel.Kernel` on this machine, or a :class:`RemoteKernel` placed on
+    Ray by ``ray`` (same arguments, same behaviour; neither is started)."""
+    options: dict[str, Any] = {
+        "limits": limits,
+        "snapshot_dir": snapshot_dir,
+        "store_access": store_access,
+        "launcher_options": launcher_options,
+        "environment": environment,
+    }
+    if ray is None:
+        from themisto_env.sandbox.kernel import Kernel
+
+        return Kernel(backend, **options)
+    return RemoteKernel(backend, placement=ray, **options)
+
+
+class KernelHost:
+    """The Ray actor that owns one kernel on its node (see :class:`RemoteKernel`, which drives it).
+
+    Every answer is ``(True, value)`` or ``(False, exception)``: the kernel's own exceptions travel back
+    as they are, never as Ray's wrapped errors."""
+
+    def __init__(self, backend: str, options: dict[str, Any], files_dir: str | None) -> None:
+        from themisto_env.sandbox.kernel import Kernel
+
+        self.kernel = Kernel(backend, **options)
+        self.files = FileStore(files_dir or default_cache_dir() / "ray-files")
+
+    def ready(self) -> str:
+        """Where this actor runs: ``host:pid``."""
+        return f"{os.uname().nodename}:{os.getpid()}"
+
+    def node_id(self) -> str:
+        """The Ray node this actor runs on."""
+        return str(import_ray().get_runtime_context().get_node_id())
+
+    def invoke(self, path: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bool, Any]:
+        """Call ``kernel.<path>(*args, **kwargs)`` (``path`` may be dotted: ``launcher.limit_events``)."""
+        try:
+            return True, operator.attrgetter(path)(self.kernel)(*args, **kwargs)
+        except Exception as exc:
+            return False, exc
+
+    def read(self, path: str) -> tuple[bool, Any]:
+        """The value of ``kernel.<path>`` (an attribute or property)."""
+        try:
+            return True, operator.attrgetter(path)(self.kernel)
+        except Exception as exc:
+            return False, exc
+
+    def start(self) -> BaseException | None:
+        """Start the kernel (its process on this node); None, or why it did not start."""
+        try:
+            self.kernel.start()
+        except Exception as exc:
+            return exc
+        return None
+
+    def missing_snapshots(self, digests: Sequence[str]) -> list[str]:
+        """Which of ``digests`` this node's store lacks."""
+        return [d for d in digests if d not in self.kernel.store]
+
+    def put_snapshot(self, digest: str, data: bytes, environments: Sequence[str]) -> None:
+        """Keep a snapshot sent by the owner (checked against its digest first)."""
+        if hashlib.sha256(data).hexdigest() != digest:
+            return  # a damaged copy is not kept: the restore then says the snapshot is missing
+        self.kernel.store.add(digest, data)
+        for environment in environments:
+            self.kernel.store.note_environment(digest, environment)
+
+    def get_snapshot(self, digest: str) -> tuple[bytes, list[str]] | None:
+        """A snapshot's bytes and writers, for the owner's store (None: not here)."""
+        store = self.kernel.store
+        if digest not in store:
+            return None
+        return store.path(digest).read_bytes(), sorted(store.environments(digest))
+
+    def missing_blobs(self, shas: Sequence[str], owner_root: str) -> list[str]:
+        """Which working-folder contents this node lacks, after copying those it can read from the owner's
+        file store (a shared folder)."""
+        missing = []
+        for sha in dict.fromkeys(shas):
+            target = self.files.blob_path(sha)
+            if target.exists():
+                continue
+            source = FileStore(owner_root).blob_path(sha)
+            with contextlib.suppress(OSError):
+                if source.is_file():
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(source, target)
+                    continue
+            missing.append(sha)
+        return missing
+
+    def put_blobs(self, blobs: Mapping[str, bytes]) -> None:
+        """Keep working-folder contents sent by the owner (each checked against its sha256)."""
+        for sha, data in blobs.items():
+            if hashlib.sha256(data).hexdigest() == sha:
+                target = self.files.blob_path(sha)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(target, data)
+
+    def set_files(self, tree: FileTree) -> tuple[bool, Any]:
+        """Set the kernel's working folder from this node's file store."""
+        return self.invoke("set_files", (tree, self.files), {})
+
+    def close(self, graceful: bool) -> None:
+        """Close the kernel (its process or container and run directory go)."""
+        self.kernel.close(graceful=graceful)
+
+
+class _LauncherView:
+    """The launcher readings the disposable kernels take, answered by the remote kernel's launcher."""
+
+    def __init__(self, kernel: RemoteKernel) -> None:
+        self._kernel = kernel
+        self.enforces_limits = bool(kernel._read("launcher.enforces_limits"))
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: self._kernel._invoke(f"launcher.{name}", *args, **kwargs)
+
+
+class RemoteKernel:
+    """A kernel in a Ray actor (see the module docstring). Same arguments and methods as
+    :class:`~themisto_env.sandbox.kernel.Kernel`, plus ``placement``.
+
+    Args:
+        backend: The backend on the kernel's node (``local``, ``bwrap``, ``docker``).
+        placement: Where and how the actor runs.
+        limits: Per-execution and per-kernel limits.
+        snapshot_dir: The owner's snapshot store (the node's is ``placement.snapshot_dir``, or this path).
+        store_access: As for Kernel.
+        launcher_options: As for Kernel.
+        environment: As for Kernel (the kernel environment must exist on the node).
+    """
+
+    def __init__(
+        self,
+        backend: str = "local",
+        *,
+        placement: RayPlacement | None = None,
+        limits: SandboxLimits | None = None,
+        snapshot_dir: str | Path | None = None,
+        store_access: Literal["read", "copy"] = "read",
+        launcher_options: dict[str, Any] | None = None,
+        environment: str | None = None,
+    ) -> None:
+        self.backend = backend
+        self.environment = environment
+        self.placement = placement or RayPlacement()
+        self.limits = limits or SandboxLimits()
+        self.store = SnapshotStore(snapshot_dir)
+        self.store_access = store_access
+        self.restarts = 0
+        self.node = ""  # host:pid of the actor, once started
+        self._options: dict[str, Any] = {
+            "limits": self.limits,
+            "snapshot_dir": self.placement.snapshot_dir or str(self.store.root),
+            "store_access": store_access,
+            "launcher_options": launcher_options,
+            "environment": environment,
+        }
+        self._actor: Any = None
+        self._launcher: _LauncherView | None = None
+        self._lock = threading.Lock()
+        self._isolated: bool | None = None
+
+    # -- the actor -------------------------------------------------------------------------------------
+
+    def start(self) -> Self:
+        """Place the actor, start the kernel on its node and wait until it answers. Returns ``self``.
+
+        Raises:
+            KernelStartError: No node took the actor in time, or the kernel did not start there.
+        """
+        with self._lock:
+            if self._actor is not None:
+                return self
+            ray = import_ray()
+            connect(self.placement.address)
+            options: dict[str, Any] = {
+                "num_cpus": self.placement.num_cpus,
+                "max_restarts": 0,
+                "max_concurrency": 4,  # a close or an interrupt is not queued behind a long execute
+                "scheduling_strategy": self.placement.scheduling,
+            }
+            if self.placement.resources:
+                options["resources"] = dict(self.placement.resources)
+            if self.placement.memory_mb:
+                options["memory"] = self.placement.memory_mb * 2**20
+            actor = ray.remote(KernelHost).options(**options).remote(self.backend, self._options, None)
+            self._actor = actor
+        try:
+            self.node = self._get(actor.ready.remote(), self.placement.start_timeout_s, during="start")
+        except KernelDiedError as exc:
+            self._kill()
+            wanted = ", ".join(
+                f"{k}={v:g}" for k, v in {"CPU": self.placement.num_cpus, **self.placement.resources}.items()
+            )
+            raise KernelStartError(f"no Ray node took the kernel's actor ({wanted}): {exc}") from None
+        try:
+            error = self._get(actor.start.remote(), self.limits.start_timeout_s + ANSWER_GRACE_S, during="start")
+        except KernelDiedError as exc:
+            self._kill()
+            raise KernelStartError(str(exc)) from None
+        if error is not None:
+            self._kill()
+            raise error
+        return self
+
+    def _get(self, ref: Any, timeout_s: float, *, during: str) -> Any:
+        """The value of an actor call; a lost actor or a silent one is a KernelDiedError."""
+        ray = import_ray()
+        try:
+            return ray.get(ref, timeout=timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            self._kill()
+            raise KernelDiedError(
+                f"the {self.backend} kernel on Ray ({self.node or 'not placed'}) did not answer within "
+                f"{timeout_s:g} s during {during}: taken for lost"
+            ) from None
+        except ray.exceptions.RayError as exc:  # the actor died: its process, its node, or Ray itself
+            self._actor = None
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise KernelDiedError(
+                f"the {self.backend} kernel on Ray ({self.node or 'not placed'}) was lost during {during}: {first}"
+            ) from None
+
+    @property
+    def _host(self) -> Any:
+        if self._actor is None:
+            raise InfrastructureError("the kernel is not started (or was closed)")
+        return self._actor
+
+    def _answer(self, answer: tuple[bool, Any]) -> Any:
+        ok, value = answer
+        if not ok:
+            raise value
+        return value
+
+    def _timeout(self, timeout_s: float | None = None) -> float:
+        limits = self.limits
+        return (timeout_s or limits.timeout_s) + limits.interrupt_grace_s + limits.start_timeout_s + ANSWER_GRACE_S
+
+    def _invoke(self, path: str, *args: Any, timeout_s: float | None = None, **kwargs: Any) -> Any:
+        """Call ``kernel.<path>`` in the actor and return its value (or raise its exception)."""
+        ref = self._host.invoke.remote(path, args, kwargs)
+        return self._answer(self._get(ref, self._timeout(timeout_s), during=path))
+
+    def _read(self, path: str) -> Any:
+        return self._answer(self._get(self._host.read.remote(path), self._timeout(), during=path))
+
+    def _kill(self) -> None:
+        actor, self._actor = self._actor, None
+        if actor is not None:
+            with contextlib.suppress(Exception):
+                import_ray().kill(actor)
+
+    def close(self, *, graceful: bool = True) -> None:
+        """Close the kernel on its node and end the actor. Idempotent."""
+        actor = self._actor
+        if actor is None:
+            return
+        with contextlib.suppress(Exception):  # an actor already lost has nothing left to close
+            import_ray().get(actor.close.remote(graceful), timeout=self.limits.start_timeout_s + 30)
+        self._kill()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # last resort: never leave an actor behind
+        if getattr(self, "_actor", None) is not None:
+            with contextlib.suppress(Exception):
+                self._kill()
+
+    # -- the kernel's process ---------------------------------------------------------------------------
+
+    @property
+    def isolated(self) -> bool:
+        """Whether the backend isolates the kernel from its node."""
+        if self._isolated is None:
+            self._isolated = bool(self._read("isolated"))
+        return self._isolated
+
+    @property
+    def launcher(self) -> _LauncherView:
+        """The remote launcher's readings (limits enforced, limit events, memory, the backend's health)."""
+        if self._launcher is None:
+            self._launcher = _LauncherView(self)
+        return self._launcher
+
+    @property
+    def workdir(self) -> Path:
+        """The kernel's working folder, on its node."""
+        return Path(self._read("workdir"))
+
+    @property
+    def run_dir(self) -> Path:
+        """The kernel's run directory, on its node."""
+        return Path(self._read("run_dir"))
+
+    def is_alive(self) -> bool:
+        """Whether the actor and its kernel process are running."""
+        if self._actor is None:
+            return False
+        try:
+            return bool(self._invoke("is_alive"))
+        except InfrastructureError:
+            return False
+
+    def restart(self) -> None:
+        """Kill the kernel process and start a fresh one (on the same node)."""
+        self._invoke("restart")
+        self.restarts += 1
+
+    def interrupt(self) -> None:
+        """Send an interrupt to the kernel."""
+        self._invoke("interrupt")
+
+    # -- execution and introspection: the kernel's answers, as they are ----------------------------------
+
+    def execute(self, code: str, *, timeout_s: float | None = None, **kwargs: Any) -> Any:
+        """As :meth:`Kernel.execute <themisto_env.sandbox.kernel_messaging.KernelMessaging.execute>`."""
+        return self._invoke("execute", code, timeout_s=timeout_s, **kwargs)
+
+    def call(self, function: str, *, timeout_s: float | None = None, **kwargs: Any) -> Any:
+        """As :meth:`Kernel.call <themisto_env.sandbox.kernel_messaging.KernelMessaging.call>`."""
+        return self._invoke("call", function, timeout_s=timeout_s, **kwargs)
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        """The kernel's other methods (``list_variables``, ``fingerprint``, ``seal``, ...), called remotely."""
+        if name.startswith("_") or name not in _FORWARDED:
+            raise AttributeError(f"{type(self).__name__!s} has no attribute {name!r}")
+        return lambda *args, **kwargs: self._invoke(name, *args, **kwargs)
+
+    # -- what travels -------------------------------------------------------------------------------------
+
+    def snapshot(self) -> SnapshotInfo:
+        """Save the namespace to the node's store, and bring the snapshot to the owner's store."""
+        info: SnapshotInfo = self._invoke("snapshot")
+        if info.digest not in self.store:
+            found = self._get(self._host.get_snapshot.remote(info.digest), self._timeout(), during="snapshot")
+            if found is not None:
+                data, writers = found
+                self.store.add(info.digest, data)
+                for writer in writers:
+                    self.store.note_environment(info.digest, writer)
+        return info
+
+    def restore(self, snapshot: SnapshotInfo | str, *, clean: bool = True, keep: Sequence[str] = ()) -> Any:
+        """Restore a snapshot of the owner's store (sent to the node first if it lacks it)."""
+        digest = snapshot.digest if isinstance(snapshot, SnapshotInfo) else snapshot
+        host = self._host
+        if (
+            self._get(host.missing_snapshots.remote([digest]), self._timeout(), during="restore")
+            and digest in self.store
+        ):
+            try:
+                data = self.store.path(digest).read_bytes()
+            except OSError:
+                data = b""
+            sent = host.put_snapshot.remote(digest, data, sorted(self.store.environments(digest)))
+            self._get(sent, self._timeout(), during="restore")
+        return self._invoke("restore", digest, clean=clean, keep=keep)
+
+    def set_files(self, tree: FileTree, store: FileStore) -> None:
+        """Make the working folder hold ``tree``'s files, sending the node the contents it lacks."""
+        host = self._host
+        missing = self._get(
+            host.missing_blobs.remote(sorted(tree.values()), str(store.root)), self._timeout(), during="set_files"
+        )
+        if missing:
+            names = {sha: path for path, sha in tree.items()}
+            blobs = {sha: store.read(sha, name=names[sha]) for sha in missing}
+            self._get(host.put_blobs.remote(blobs), self._timeout(), during="set_files")
+        self._answer(self._get(host.set_files.remote(tree), self._timeout(), during="set_files"))
+
+
+#: The kernel methods a RemoteKernel forwards as they are (their arguments and answers are plain data).
+_FORWARDED = frozenset(
+    {
+        "files",
+        "memory_bytes",
+        "list_variables",
+        "inspect_variable",
+        "dataframe",
+        "memory",
+        "variable_sizes",
+        "source",
+        "namespace_state",
+        "fingerprint",
+        "package_versions",
+        "loaded_distributions",
+        "preload",
+        "seal",
+        "sealed_fingerprint",
+    }
+)
