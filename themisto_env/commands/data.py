@@ -45,13 +45,31 @@ def data_build(
         ),
     ] = None,
     workdir_limit_mb: Annotated[float, typer.Option(help="Largest working folder copied into a kernel (MB).")] = 100.0,
+    workers: Annotated[
+        int, typer.Option(help="Sessions replayed at once, each in its own kernel (Ray actors with --ray).")
+    ] = 1,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="ADDRESS",
+            help="Replay on Ray actors: 'local' starts a private Ray instance, 'auto' or an address (HOST:6379, "
+            "ray://HOST:10001) joins a running cluster, where the dataset folder must be at the same path on every "
+            "node. Needs themisto-env[ray].",
+        ),
+    ] = None,
 ) -> None:
-    """Replay sessions into trajectories with runtime state."""
+    """Replay sessions into trajectories with runtime state.
+
+    A build killed midway keeps the sessions it finished: the same command again replays the rest.
+    """
     from themisto_env.replay.build import build_dataset
     from themisto_env.sandbox.models import SandboxLimits
 
     if kernel_env is not None and requirements is not None:
         raise ConfigError("give either --kernel-env or --requirements, not both")
+    if workers < 1:
+        raise ConfigError(f"--workers {workers}: give 1 or more (how many sessions to replay at once)")
     if requirements is not None:
         from themisto_env.replay import kernel_environments
 
@@ -60,7 +78,15 @@ def data_build(
 
     limits = SandboxLimits(timeout_s=timeout, workdir_mb=workdir_limit_mb)
     report = build_dataset(
-        sources, out, backend=backend, snapshots=snapshots, limits=limits, workdir=workdir, environment=kernel_env
+        sources,
+        out,
+        backend=backend,
+        snapshots=snapshots,
+        limits=limits,
+        workdir=workdir,
+        environment=kernel_env,
+        workers=workers,
+        ray=ray,
     )
     console.print(
         f"built {len(report.built)}, skipped {len(report.skipped)} already built, "

@@ -1,6 +1,7 @@
 """Kernels brought to recorded states.
 
-Owns building a dataset by replaying sessions in a kernel (``build``), serving a sample's state by
+Owns building a dataset by replaying sessions in kernels (``build``: each session by ``session_replay``,
+on threads or Ray actors by ``build_workers`` and ``build_ray``), serving a sample's state by
 restoring a snapshot or replaying recorded cells (``state``, with ``state_check`` and ``recorded_cells``),
 running model-written code in disposable copies (``disposable``), the kernel environments that pin the
 packages a replay runs with (``kernel_environments`` and its ``kernel_environment_*`` parts), finding or

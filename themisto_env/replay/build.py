@@ -12,36 +12,38 @@ files by relative path as the person's did, and what they write stays in the cop
 folder's content digest is recorded with the step (the files too), so that a state served later has the
 files it had here. A session that fails midway (its kernel dies) keeps what was built
 and says where and why; building again into the same folder skips what is already built.
+
+Sessions can be replayed on several kernels at once (``workers``: threads, one kernel each) or on Ray
+actors across a cluster (``ray``; see :mod:`themisto_env.replay.build_ray` for what every node needs):
+each session is replayed whole by one worker, each trajectory is appended to the dataset as it finishes
+(a killed build keeps it), and the dataset ends in the sources' order, as a one-kernel build leaves it:
+the trajectories are the same either way, only timings differ. A store that cannot be written (a full
+disk) stops the build with that ``OSError``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import os
-import re
+import json
 import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from themisto_env.data.agreement import NORMALIZATION_VERSION, agreement
+from themisto_env.data.agreement import NORMALIZATION_VERSION
 from themisto_env.data.samples import TASKS, SampleCounts, SampleRule, TaskName, sample_counts_by_trajectory
-from themisto_env.data.sessions import RecordedExecution, Session
+from themisto_env.data.sessions import Session
 from themisto_env.data.trajectory import (
     FILES,
     TRAJECTORIES,
     Manifest,
-    Step,
     Trajectory,
     append_trajectory,
-    dump_json,
     iter_trajectories,
-    refresh_agreement,
     write_manifest,
 )
-from themisto_env.errors import DataError, InfrastructureError
+from themisto_env.data.writes import write_text_atomic
+from themisto_env.errors import ConfigError
 from themisto_env.progress import ProgressLine
 from themisto_env.replay.build_sources import (  # re-exported: callers import them from here
     LOG_SUFFIXES,
@@ -50,17 +52,29 @@ from themisto_env.replay.build_sources import (  # re-exported: callers import t
     read_sources,
     source_files,
 )
+from themisto_env.replay.build_workers import ReplayJob, replay_here, replay_on_threads
 from themisto_env.replay.kernel_environments import use_kernel_environment
-from themisto_env.replay.state import run_recorded
+from themisto_env.replay.session_replay import (  # re-exported: callers import them from here
+    STORAGE_ERRNOS,
+    ProgressHook,
+    WorkFolder,
+    outputs_agree,
+    record_files,
+    replay_execution,
+    replay_session,
+    session_digest,
+    session_folder,
+    storage_failure,
+    trajectory_id,
+    work_folder,
+)
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.snapshots import SnapshotStore
-from themisto_env.sandbox.workdir import EMPTY_TREE, FileStore, FileTree, scan
+from themisto_env.sandbox.workdir import FileStore
 
 PACKAGES = ("ipykernel", "dill", "numpy", "pandas", "scikit-learn", "matplotlib")
-
-ProgressHook = Callable[[str, int], None]
 
 
 @dataclass
@@ -84,175 +98,6 @@ class BuildReport:
     sources: dict[str, list[str]] = field(default_factory=dict)
     steps: int = 0
     seconds: float = 0.0
-
-
-@dataclass(frozen=True)
-class WorkFolder:
-    """The files a replay starts with: a folder's files, kept in the dataset's file store.
-
-    Attributes:
-        store: The dataset's file store.
-        tree: The files (relative path -> sha256).
-        digest: Their content digest.
-        folder: The folder they came from (absolute; None: an empty folder).
-    """
-
-    store: FileStore
-    tree: FileTree = field(default_factory=dict)
-    digest: str = EMPTY_TREE
-    folder: str | None = None
-
-
-def session_folder(session: Session, workdir: str | Path | None = None) -> Path | None:
-    """The folder a session's kernel runs in a copy of: ``workdir`` if given, else a notebook's own
-    folder; None for a JuNE log without ``workdir`` (nothing says where its files were)."""
-    if workdir is not None:
-        return Path(workdir)
-    if session.origin == "notebook" and session.source_path:
-        return Path(session.source_path).parent
-    return None
-
-
-def work_folder(
-    folder: str | Path | None, store: FileStore, limits: SandboxLimits, *, out: Path | None = None
-) -> WorkFolder:
-    """Keep a folder's files in ``store`` (None: an empty folder); a dataset folder ``out`` inside it is
-    left out.
-
-    Raises:
-        FolderTooLargeError: The folder holds more than ``limits.workdir_mb`` (one line naming it).
-        DataError: It does not exist or cannot be read.
-    """
-    if folder is None:
-        return WorkFolder(store)
-    inside = Path(os.path.abspath(out)) if out is not None else None
-    root = Path(os.path.abspath(folder))
-    skip = [inside.relative_to(root).as_posix()] if inside is not None and inside.is_relative_to(root) else []
-    tree = scan(folder, limit_bytes=int(limits.workdir_mb * 2**20), skip=skip)
-    return WorkFolder(store, tree, store.add(folder, tree), os.path.abspath(folder))
-
-
-def record_files(kernel: Kernel, store: FileStore) -> str | None:
-    """Keep the kernel's working folder as it is now; return its digest (None when it holds more than the
-    limit, or a file cannot be read: the state after this step then has no recorded files)."""
-    try:
-        return store.add(kernel.workdir, kernel.files())
-    except (DataError, InfrastructureError):
-        return None
-
-
-def trajectory_id(session: Session) -> str:
-    """A stable, readable id: the notebook's name and the start of the session key."""
-    name = session.notebook_name or Path(session.source_path or "session").stem
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", Path(name).stem).strip("-").lower() or "session"
-    return f"{slug}-{re.sub(r'[^A-Za-z0-9]', '', session.key)[:8] or 'x'}"
-
-
-def session_digest(session: Session) -> str:
-    """Digest of what was recorded (sources and outputs), to notice a changed source."""
-    return hashlib.sha256(dump_json(session.model_dump(mode="json", exclude={"source_path"})).encode()).hexdigest()[:16]
-
-
-def outputs_agree(recorded: list[dict], replayed: list[dict]) -> bool:
-    """Whether replayed outputs equal recorded ones once what legitimately varies is normalised (see
-    :func:`themisto_env.data.agreement.agreement`, which also says why not)."""
-    return agreement(recorded, replayed).agrees
-
-
-def replay_execution(kernel: Kernel, execution: RecordedExecution, *, snapshots: bool) -> Step:
-    """Run one recorded execution and record what the kernel did and holds afterwards: outputs, time,
-    memory, per-variable sizes, the namespace fingerprint and (optionally) a snapshot."""
-    result = run_recorded(
-        kernel, execution.source, interrupted=execution.interrupted, duration_s=execution.duration_s, fingerprint=True
-    )
-    snapshot = kernel.snapshot() if snapshots and not result.kernel_restarted else None
-    recorded = None if execution.status == "unknown" else execution.recorded_outputs
-    verdict = agreement(recorded, result.outputs)
-    return Step(
-        index=execution.index,
-        cell_id=execution.cell_id,
-        source=execution.source,
-        recorded_outputs=execution.recorded_outputs,
-        recorded_duration_s=execution.duration_s,
-        restarted_before=execution.restarted_before,
-        interrupted=execution.interrupted,
-        wedged=result.kernel_restarted,
-        status=result.status,
-        outputs=result.outputs,
-        duration_s=round(result.duration_s, 6),
-        memory_bytes=result.memory_bytes,
-        variables=kernel.variable_sizes(),
-        snapshot=snapshot.digest if snapshot else None,
-        snapshot_skipped=snapshot.skipped if snapshot else {},
-        fingerprint=result.fingerprint if result.fingerprint is not None else kernel.fingerprint(),
-        agrees=verdict.agrees,
-        agreement_kind=verdict.kind,
-        agreement_detail=verdict.detail or None,
-    )
-
-
-def replay_session(
-    session: Session,
-    kernel: Kernel,
-    *,
-    snapshots: bool = True,
-    on_step: ProgressHook | None = None,
-    work: WorkFolder | None = None,
-) -> Trajectory:
-    """Replay a session in a (started) kernel, restarting it first, into a trajectory.
-
-    With ``work``, the kernel's working folder is set to its files first, and the folder's content
-    digest is recorded after every step (its files kept in ``work.store``); without, the working
-    folder is left as it is and nothing about it is recorded.
-
-    A kernel that dies midway ends the trajectory there: it is returned with ``complete=False`` and a
-    ``failure`` that names the step and the reason, keeping the steps built so far.
-    """
-    trajectory = Trajectory(
-        id=trajectory_id(session),
-        session_key=session.key,
-        notebook_name=session.notebook_name,
-        user_id=session.user_id,
-        origin=session.origin,
-        source_path=session.source_path,
-        source_digest=session_digest(session),
-        backend=kernel.backend,
-        environment=kernel.environment,
-        fingerprint_version=FINGERPRINT_VERSION,
-        normalization=NORMALIZATION_VERSION,
-    )
-    kernel.restart()
-    if work is not None:
-        kernel.set_files(work.tree, work.store)
-        trajectory.workdir, trajectory.workdir_digest = work.folder, work.digest
-    baseline = kernel.loaded_distributions()  # the kernel's own machinery, loaded before any cell
-    used: dict[str, str] = {}
-
-    def note_packages() -> None:  # what the cells imported, before a restart forgets it
-        with contextlib.suppress(InfrastructureError):
-            used.update((d, v) for d, v in kernel.loaded_distributions().items() if d not in baseline)
-
-    for execution in session.executions:
-        try:
-            if execution.restarted_before and trajectory.steps:
-                note_packages()
-                kernel.restart()
-            step = replay_execution(kernel, execution, snapshots=snapshots)
-            if work is not None:
-                step.files = record_files(kernel, work.store)
-            trajectory.steps.append(step)
-        except InfrastructureError as exc:
-            trajectory.complete = False
-            trajectory.failure = f"step {execution.index} (cell {execution.cell_id}): {exc}"
-            kernel.restart()
-            break
-        finally:
-            if on_step is not None:
-                on_step(trajectory.id, execution.index)
-    note_packages()
-    trajectory.packages = dict(sorted(used.items()))
-    refresh_agreement(trajectory, force=True)  # kinds that need the whole trajectory
-    return trajectory
 
 
 def is_built(
@@ -286,6 +131,8 @@ def build_dataset(
     progress: bool = True,
     environment: str | None = None,
     workdir: str | Path | None = None,
+    workers: int = 1,
+    ray: str | None = None,
 ) -> BuildReport:
     """Replay every session of the sources into a trajectory dataset folder.
 
@@ -301,10 +148,21 @@ def build_dataset(
             manifest records it (and its requirements), so the env and the runner use it with no option.
         workdir: The folder every session's kernel runs in a copy of; default: a notebook's own folder,
             an empty folder for JuNE logs.
+        workers: How many sessions to replay at once, each in its own kernel (on threads of this
+            process; with ``ray``, the number of Ray actors).
+        ray: Replay on Ray actors: ``local`` (a private instance, shut down after), ``auto`` or a cluster
+            address (``HOST:6379``, ``ray://HOST:10001``). On a cluster the dataset folder's ``files/``
+            must be at the same path on every node (a shared folder) for sessions with a working folder;
+            snapshots a node keeps to itself are copied into this machine's store.
 
     Raises:
+        ConfigError: ``workers`` is below 1.
         FolderTooLargeError: A working folder holds more than ``limits.workdir_mb`` (nothing is built).
+        OSError: The dataset folder or the snapshot store cannot be written (a full disk, ...): the
+            trajectories finished before are kept, building again goes on from them.
     """
+    if workers < 1:
+        raise ConfigError(f"workers: {workers} is not a number of kernels; give 1 or more")
     started = time.perf_counter()
     out = Path(out)
     report = BuildReport()
@@ -312,13 +170,69 @@ def build_dataset(
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     try:
-        _build(read, out, report, backend, snapshots, limits, snapshot_dir, progress, environment, workdir)
+        _build(
+            read, out, report, backend, snapshots, limits, snapshot_dir, progress, environment, workdir, workers, ray
+        )
     except BaseException:
         if created and not (out / TRAJECTORIES).exists():  # a failed first build leaves no empty folder
             shutil.rmtree(out, ignore_errors=True)
         raise
     report.seconds = time.perf_counter() - started
     return report
+
+
+class _BuildLog:
+    """Where the workers' results go: each trajectory appended to the dataset as it finishes (whole or
+    not at all), the report, the progress line, and the manifest once the first kernel is ready. Its
+    methods are called under one lock (:class:`~themisto_env.replay.build_workers.ReplaySink`)."""
+
+    def __init__(self, out: Path, report: BuildReport, bar: ProgressLine, manifest: Manifest, jobs: int) -> None:
+        self.out, self.report, self.bar, self.manifest = out, report, bar, manifest
+        self.jobs, self.done = jobs, 0
+        self.positions: dict[str, int] = {}  # trajectory id -> the session it was kept from
+        self.counted: dict[int, int] = {}  # job position -> executions counted so far
+        self.active: dict[int, str] = {}  # job position -> trajectory id, of the sessions under way
+        self.manifest_written = False
+
+    def started(self, packages: dict[str, str]) -> None:
+        if not self.manifest_written:  # the kernels' package versions, which wrote the snapshots
+            self.manifest.packages = packages
+            write_manifest(self.out, self.manifest)
+            self.manifest_written = True
+
+    def step(self, job: ReplayJob) -> None:
+        if job.position not in self.counted:  # its first execution: the sessions under way are shown
+            self.counted[job.position] = 0
+            self.active[job.position] = trajectory_id(job.session)
+            self.bar.update(description=f"replaying {', '.join(self.active.values())}")
+        self.counted[job.position] += 1
+        self.bar.advance()
+
+    def finished(self, job: ReplayJob, trajectory: Trajectory) -> None:
+        self._count(job)
+        tid = trajectory.id
+        if self.positions.get(tid, -1) > job.position:
+            return  # two sessions of one id: the later one is kept, as a build in order keeps it
+        self.positions[tid] = job.position
+        append_trajectory(self.out, trajectory)
+        self.report.steps += len(trajectory.steps)
+        if trajectory.complete:
+            self.report.built.append(tid)
+        else:
+            self.report.failed[tid] = trajectory.failure or "incomplete"
+
+    def lost(self, job: ReplayJob, why: str) -> None:
+        self._count(job)
+        self.report.failed[trajectory_id(job.session)] = why
+
+    def _count(self, job: ReplayJob) -> None:
+        """A session ended: its executions not counted yet (those a failure left, or all on Ray) are."""
+        self.done += 1
+        self.active.pop(job.position, None)
+        counted = self.counted.pop(job.position, None)
+        if counted is None:  # counted as sessions end (Ray)
+            self.bar.update(description=f"replaying ({self.done}/{self.jobs} sessions done)")
+        self.bar.advance(job.executions - (counted or 0))
 
 
 def _build(
@@ -332,6 +246,8 @@ def _build(
     progress: bool,
     environment: str | None,
     workdir: str | Path | None,
+    workers: int,
+    ray: str | None,
 ) -> None:
     sessions = [session for _, session in read]
     for path, session in read:
@@ -348,33 +264,42 @@ def _build(
     manifest.normalization = NORMALIZATION_VERSION
     env_id = use_kernel_environment(environment, backend=backend, manifest=manifest, out=out)
     existing = {tid: t for tid, t in existing.items() if t.environment == env_id}  # others are replayed again
+    store = SnapshotStore(snapshot_dir)
+    jobs: list[ReplayJob] = []
+    done = 0
+    for position, session in enumerate(sessions):
+        work = folders[session_folder(session, workdir)]
+        previous = existing.get(trajectory_id(session))
+        if previous is not None and is_built(previous, session, backend, store, snapshots, work.digest):
+            report.skipped.append(previous.id)
+            done += len(session.executions)
+        else:
+            jobs.append(ReplayJob(position, session, work))
     total = sum(len(s.executions) for s in sessions)
-    with (
-        Kernel(backend, limits=limits, snapshot_dir=snapshot_dir, environment=env_id) as kernel,
-        ProgressLine("replaying", total, show=progress) as bar,
-    ):
-        manifest.packages = kernel.package_versions(PACKAGES)  # the kernel's, which wrote the snapshots
+
+    def start_kernel() -> Kernel:
+        return Kernel(backend, limits=limits, snapshot_dir=snapshot_dir, environment=env_id)
+
+    def replay(kernel: Kernel, job: ReplayJob, step: Callable[[], None]) -> Trajectory:
+        return replay_session(job.session, kernel, snapshots=snapshots, on_step=lambda _t, _i: step(), work=job.work)
+
+    with ProgressLine("replaying", total, completed=done, show=progress) as bar:
+        log = _BuildLog(out, report, bar, manifest, len(jobs))
+        longest_first = sorted(jobs, key=lambda job: -job.executions)
+        if ray is not None and jobs:
+            from themisto_env.replay.build_ray import replay_on_ray
+
+            replay_on_ray(
+                longest_first, workers, ray, backend=backend, limits=limits, snapshot_dir=snapshot_dir,
+                environment=env_id, snapshots=snapshots, sink=log, packages=PACKAGES,
+            )  # fmt: skip
+        elif workers > 1 and len(jobs) > 1:
+            replay_on_threads(longest_first, workers, start_kernel, replay, log, PACKAGES)
+        else:
+            replay_here(jobs, start_kernel, replay, log, PACKAGES)
+    if not log.manifest_written:  # no worker started (Ray): the manifest keeps the packages it had
         write_manifest(out, manifest)
-        for session in sessions:
-            tid = trajectory_id(session)
-            previous = existing.get(tid)
-            work = folders[session_folder(session, workdir)]
-            if previous is not None and is_built(previous, session, backend, kernel.store, snapshots, work.digest):
-                report.skipped.append(tid)
-                bar.advance(len(session.executions))
-                continue
-            bar.update(description=f"replaying {tid}")
-            done_before = bar.completed
-            trajectory = replay_session(
-                session, kernel, snapshots=snapshots, on_step=lambda _tid, _i: bar.advance(), work=work
-            )
-            bar.update(completed=done_before + len(session.executions))
-            append_trajectory(out, trajectory)
-            report.steps += len(trajectory.steps)
-            if trajectory.complete:
-                report.built.append(tid)
-            else:
-                report.failed[tid] = trajectory.failure or "incomplete"
+    write_in_order(out, [trajectory_id(s) for s in sessions])
     all_trajectories = list(iter_trajectories(out))
     for built in all_trajectories:  # every package a snapshot may need, with the version that wrote it
         manifest.packages.update(built.packages)
@@ -383,6 +308,25 @@ def _build(
     manifest.trajectories = len(all_trajectories)
     manifest.steps = sum(len(t.steps) for t in all_trajectories)
     write_manifest(out, manifest)
+
+
+def write_in_order(out: Path, order: Sequence[str]) -> None:
+    """Rewrite ``trajectories.jsonl`` with one line per trajectory (its last), at once: first those no
+    id in ``order`` names (as they were), then ``order``'s (the build's sessions, in source order), so
+    that a build on workers, or one killed and resumed, leaves the file a build in order leaves."""
+    path = out / TRAJECTORIES
+    if not path.exists():
+        return
+    lines: dict[str, str] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                tid = json.loads(line)["id"]
+                lines.pop(tid, None)  # the last line wins, in its place
+                lines[tid] = line if line.endswith("\n") else line + "\n"
+    wanted = dict.fromkeys(tid for tid in order if tid in lines)
+    kept = [tid for tid in lines if tid not in wanted]
+    write_text_atomic(path, "".join(lines[tid] for tid in [*kept, *wanted]))
 
 
 def source_sample_counts(
@@ -404,7 +348,9 @@ def source_sample_counts(
 __all__ = [
     "LOG_SUFFIXES",
     "PACKAGES",
+    "STORAGE_ERRNOS",
     "BuildReport",
+    "ProgressHook",
     "WorkFolder",
     "build_dataset",
     "is_built",
@@ -418,6 +364,8 @@ __all__ = [
     "session_folder",
     "source_files",
     "source_sample_counts",
+    "storage_failure",
     "trajectory_id",
     "work_folder",
+    "write_in_order",
 ]

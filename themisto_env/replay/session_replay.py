@@ -1,0 +1,238 @@
+"""Replaying one session in a kernel into a trajectory: the unit of work of a build.
+
+:func:`replay_session` restarts the kernel, gives it the session's working folder (:class:`WorkFolder`),
+runs the recorded executions one by one as the person did (restarting where they did) and records after
+each the replayed outputs, time, memory, per-variable sizes, the namespace fingerprint, a snapshot and
+the working folder's files. :mod:`themisto_env.replay.build` hands sessions to kernels and writes the
+dataset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from themisto_env.data.agreement import NORMALIZATION_VERSION, agreement
+from themisto_env.data.sessions import RecordedExecution, Session
+from themisto_env.data.trajectory import Step, Trajectory, dump_json, refresh_agreement
+from themisto_env.errors import DataError, InfrastructureError
+from themisto_env.replay.state import run_recorded
+from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
+from themisto_env.sandbox.models import SandboxLimits
+from themisto_env.sandbox.workdir import EMPTY_TREE, FileStore, FileTree, scan
+
+ProgressHook = Callable[[str, int], None]
+
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM})
+"""An ``OSError`` of these behind a failed snapshot is the host's store that cannot be written (a full
+disk, a read-only folder): the build stops, rather than record the session as cut short."""
+
+
+@dataclass(frozen=True)
+class WorkFolder:
+    """The files a replay starts with: a folder's files, kept in the dataset's file store.
+
+    Attributes:
+        store: The dataset's file store.
+        tree: The files (relative path -> sha256).
+        digest: Their content digest.
+        folder: The folder they came from (absolute; None: an empty folder).
+    """
+
+    store: FileStore
+    tree: FileTree = field(default_factory=dict)
+    digest: str = EMPTY_TREE
+    folder: str | None = None
+
+
+def session_folder(session: Session, workdir: str | Path | None = None) -> Path | None:
+    """The folder a session's kernel runs in a copy of: ``workdir`` if given, else a notebook's own
+    folder; None for a JuNE log without ``workdir`` (nothing says where its files were)."""
+    if workdir is not None:
+        return Path(workdir)
+    if session.origin == "notebook" and session.source_path:
+        return Path(session.source_path).parent
+    return None
+
+
+def work_folder(
+    folder: str | Path | None, store: FileStore, limits: SandboxLimits, *, out: Path | None = None
+) -> WorkFolder:
+    """Keep a folder's files in ``store`` (None: an empty folder); a dataset folder ``out`` inside it is
+    left out.
+
+    Raises:
+        FolderTooLargeError: The folder holds more than ``limits.workdir_mb`` (one line naming it).
+        DataError: It does not exist or cannot be read.
+    """
+    if folder is None:
+        return WorkFolder(store)
+    inside = Path(os.path.abspath(out)) if out is not None else None
+    root = Path(os.path.abspath(folder))
+    skip = [inside.relative_to(root).as_posix()] if inside is not None and inside.is_relative_to(root) else []
+    tree = scan(folder, limit_bytes=int(limits.workdir_mb * 2**20), skip=skip)
+    return WorkFolder(store, tree, store.add(folder, tree), os.path.abspath(folder))
+
+
+def record_files(kernel: Kernel, store: FileStore) -> str | None:
+    """Keep the kernel's working folder as it is now; return its digest (None when it holds more than the
+    limit, or a file cannot be read: the state after this step then has no recorded files)."""
+    try:
+        return store.add(kernel.workdir, kernel.files())
+    except (DataError, InfrastructureError):
+        return None
+
+
+def trajectory_id(session: Session) -> str:
+    """A stable, readable id: the notebook's name and the start of the session key."""
+    name = session.notebook_name or Path(session.source_path or "session").stem
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", Path(name).stem).strip("-").lower() or "session"
+    return f"{slug}-{re.sub(r'[^A-Za-z0-9]', '', session.key)[:8] or 'x'}"
+
+
+def session_digest(session: Session) -> str:
+    """Digest of what was recorded (sources and outputs), to notice a changed source."""
+    return hashlib.sha256(dump_json(session.model_dump(mode="json", exclude={"source_path"})).encode()).hexdigest()[:16]
+
+
+def outputs_agree(recorded: list[dict], replayed: list[dict]) -> bool:
+    """Whether replayed outputs equal recorded ones once what legitimately varies is normalised (see
+    :func:`themisto_env.data.agreement.agreement`, which also says why not)."""
+    return agreement(recorded, replayed).agrees
+
+
+def replay_execution(kernel: Kernel, execution: RecordedExecution, *, snapshots: bool) -> Step:
+    """Run one recorded execution and record what the kernel did and holds afterwards: outputs, time,
+    memory, per-variable sizes, the namespace fingerprint and (optionally) a snapshot."""
+    result = run_recorded(
+        kernel, execution.source, interrupted=execution.interrupted, duration_s=execution.duration_s, fingerprint=True
+    )
+    snapshot = kernel.snapshot() if snapshots and not result.kernel_restarted else None
+    recorded = None if execution.status == "unknown" else execution.recorded_outputs
+    verdict = agreement(recorded, result.outputs)
+    return Step(
+        index=execution.index,
+        cell_id=execution.cell_id,
+        source=execution.source,
+        recorded_outputs=execution.recorded_outputs,
+        recorded_duration_s=execution.duration_s,
+        restarted_before=execution.restarted_before,
+        interrupted=execution.interrupted,
+        wedged=result.kernel_restarted,
+        status=result.status,
+        outputs=result.outputs,
+        duration_s=round(result.duration_s, 6),
+        memory_bytes=result.memory_bytes,
+        variables=kernel.variable_sizes(),
+        snapshot=snapshot.digest if snapshot else None,
+        snapshot_skipped=snapshot.skipped if snapshot else {},
+        fingerprint=result.fingerprint if result.fingerprint is not None else kernel.fingerprint(),
+        agrees=verdict.agrees,
+        agreement_kind=verdict.kind,
+        agreement_detail=verdict.detail or None,
+    )
+
+
+def replay_session(
+    session: Session,
+    kernel: Kernel,
+    *,
+    snapshots: bool = True,
+    on_step: ProgressHook | None = None,
+    work: WorkFolder | None = None,
+) -> Trajectory:
+    """Replay a session in a (started) kernel, restarting it first, into a trajectory.
+
+    With ``work``, the kernel's working folder is set to its files first, and the folder's content
+    digest is recorded after every step (its files kept in ``work.store``); without, the working
+    folder is left as it is and nothing about it is recorded.
+
+    A kernel that dies midway ends the trajectory there: it is returned with ``complete=False`` and a
+    ``failure`` that names the step and the reason, keeping the steps built so far.
+
+    Raises:
+        OSError: The snapshot store could not be written (no space, read-only, ...; see
+            :data:`STORAGE_ERRNOS`): nothing the user can get from going on.
+    """
+    trajectory = Trajectory(
+        id=trajectory_id(session),
+        session_key=session.key,
+        notebook_name=session.notebook_name,
+        user_id=session.user_id,
+        origin=session.origin,
+        source_path=session.source_path,
+        source_digest=session_digest(session),
+        backend=kernel.backend,
+        environment=kernel.environment,
+        fingerprint_version=FINGERPRINT_VERSION,
+        normalization=NORMALIZATION_VERSION,
+    )
+    kernel.restart()
+    if work is not None:
+        kernel.set_files(work.tree, work.store)
+        trajectory.workdir, trajectory.workdir_digest = work.folder, work.digest
+    baseline = kernel.loaded_distributions()  # the kernel's own machinery, loaded before any cell
+    used: dict[str, str] = {}
+
+    def note_packages() -> None:  # what the cells imported, before a restart forgets it
+        with contextlib.suppress(InfrastructureError):
+            used.update((d, v) for d, v in kernel.loaded_distributions().items() if d not in baseline)
+
+    for execution in session.executions:
+        try:
+            if execution.restarted_before and trajectory.steps:
+                note_packages()
+                kernel.restart()
+            step = replay_execution(kernel, execution, snapshots=snapshots)
+            if work is not None:
+                step.files = record_files(kernel, work.store)
+            trajectory.steps.append(step)
+        except InfrastructureError as exc:
+            if (unwritable := storage_failure(exc)) is not None:
+                unwritable.filename = unwritable.filename or str(kernel.store.root)
+                raise unwritable from exc
+            trajectory.complete = False
+            trajectory.failure = f"step {execution.index} (cell {execution.cell_id}): {exc}"
+            kernel.restart()
+            break
+        finally:
+            if on_step is not None:
+                on_step(trajectory.id, execution.index)
+    note_packages()
+    trajectory.packages = dict(sorted(used.items()))
+    refresh_agreement(trajectory, force=True)  # kinds that need the whole trajectory
+    return trajectory
+
+
+def storage_failure(exc: BaseException) -> OSError | None:
+    """The ``OSError`` behind ``exc`` when it is a store that cannot be written (:data:`STORAGE_ERRNOS`);
+    None for any other failure."""
+    cause = exc.__cause__
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.errno in STORAGE_ERRNOS:
+            return cause
+        cause = cause.__cause__
+    return None
+
+
+__all__ = [
+    "STORAGE_ERRNOS",
+    "ProgressHook",
+    "WorkFolder",
+    "outputs_agree",
+    "record_files",
+    "replay_execution",
+    "replay_session",
+    "session_digest",
+    "session_folder",
+    "storage_failure",
+    "trajectory_id",
+    "work_folder",
+]
