@@ -73,7 +73,7 @@ def run_step(what: str, cmd: list[str], log: Path, console: Console, **kwargs: A
     if proc.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
         raise BackendUnavailableError(
-            f"kernel image build failed while {what} (exit {proc.returncode}); log: {log}\n{tail}"
+            f"image build failed while {what} (exit {proc.returncode}); log: {log}\n{tail}"
         )
     console.print(f"[green]✓[/] {what} ({time.perf_counter() - started:.1f} s)")
 

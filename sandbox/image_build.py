@@ -197,19 +197,21 @@ def docker_build(
     log: Path,
     console: Console,
     no_cache: bool,
+    labels: dict[str, str] | None = None,
 ) -> None:
-    """``docker build`` of ``context`` as image ``name`` (labelled with ``spec``'s packages), its output in
-    ``log`` and its current step on the console.
+    """``docker build`` of ``context`` as image ``name`` (labelled with ``spec``'s packages, or ``labels``
+    when given), its output in ``log`` and its current step on the console.
 
     Raises:
         BackendUnavailableError: The build failed (the message has the log's tail).
     """
     started = time.perf_counter()
-    labels = {
-        "themisto-env.image": "kernel",
-        "themisto-env.recipe": RECIPE_VERSION,
-        "themisto-env.packages": " ".join(spec.packages),
-    }
+    if labels is None:
+        labels = {
+            "themisto-env.image": "kernel",
+            "themisto-env.recipe": RECIPE_VERSION,
+            "themisto-env.packages": " ".join(spec.packages),
+        }
     with console.status(f"docker build {name}…") as status, open(log, "w") as out:
         stream = client.api.build(
             path=str(context),

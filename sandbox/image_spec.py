@@ -79,11 +79,14 @@ class ImageSpec(BaseModel):
                 "install them or pass an explicit ImageSpec(packages=[...])"
             )
         versions: dict[str, str] = {}
-        stack = list(roots)
+        walked: set[tuple[str, str]] = set()
+        # (package, extra): a requirement such as `fastmcp-slim[client]` brings what that extra requires too
+        stack = [(n, "") for n in roots]
         while stack:
-            name = stack.pop()
-            if name in versions:
+            name, extra = stack.pop()
+            if (name, extra) in walked:
                 continue
+            walked.add((name, extra))
             dist = _distribution(name)
             if dist is None:  # a dependency absent here: pip chooses its version
                 continue
@@ -94,8 +97,9 @@ class ImageSpec(BaseModel):
                     req = Requirement(line)
                 except InvalidRequirement:
                     continue
-                if req.marker is None or req.marker.evaluate({"extra": ""}):
-                    stack.append(canonicalize_name(req.name))
+                if req.marker is None or req.marker.evaluate({"extra": extra}):
+                    dep = canonicalize_name(req.name)
+                    stack += [(dep, ""), *((dep, canonicalize_name(e)) for e in req.extras)]
         return cls(
             packages=[f"{n}=={versions[n]}" for n in roots],
             constraints=sorted(f"{n}=={v}" for n, v in versions.items() if n not in roots),

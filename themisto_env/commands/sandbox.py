@@ -20,8 +20,33 @@ sandbox_app = typer.Typer(
 @sandbox_app.command("build-image")
 def sandbox_build_image(
     force: Annotated[bool, typer.Option(help="Rebuild even if the image exists.")] = False,
+    server: Annotated[
+        bool,
+        typer.Option(
+            "--server",
+            help="Also build the server image: `themisto serve` in a container, built from the kernel image with "
+            "the bundled data inside (needs a checkout installed with the serve extra).",
+        ),
+    ] = False,
 ) -> None:
-    """Build the kernel container image offline (debootstrap + wheels of the host's versions)."""
+    """Build the kernel container image offline (debootstrap + wheels of the host's versions).
+
+    Each image is built only when missing: its tag is a hash of what goes into it. With --server, the
+    server image follows (about a minute once the kernel image and the bundled data exist; the bundled data
+    is replayed on this host first if it is not yet). Run it with `docker run --rm --init -p
+    127.0.0.1:8000:8000 -e THEMISTO_SERVE_TOKEN=... IMAGE`.
+    """
+    if server:
+        from themisto_env.bridges.openenv.image import TOKEN_VARIABLE, build_server_image
+
+        name = build_server_image(force=force)
+        console.print(f"server image: [bold]{escape(name)}[/]")
+        console.print(
+            f"run it: docker run --rm --init -p 127.0.0.1:8000:8000 -e {TOKEN_VARIABLE}=... {name}",
+            markup=False,
+            soft_wrap=True,
+        )
+        return
     from themisto_env.sandbox.image import build_image
 
     name = build_image(force=force)
