@@ -12,7 +12,12 @@ fresh kernel (a disposable kernel for model-written code, a reset) takes one tha
 A kernel is handed out once and never comes back: what ran in it stays with it. Preloading imports the
 modules (``sys.modules``) without binding any user name, so a pooled kernel's namespace is as empty as a
 new one's. A kernel that fails to start in the background is reported by the next :meth:`KernelPool.take`
-(which then starts one itself); the pool closes every kernel it still holds on :meth:`KernelPool.close`.
+(which then has another one started); the pool closes every kernel it still holds on :meth:`KernelPool.close`.
+
+Kernels start on background threads, several at once: the ``size`` kept ready, and one more for each
+taker waiting when none is ready, at most ``max_starting`` (the CPU count by default) at a time. Eight
+envs that take their first kernel together (a run with 8 connections) wait for about
+``8 / max_starting`` starts, not for 8 starts one after another.
 
 Several owners of the same kind of kernel (envs of one dataset and backend in one process: a vector env,
 the rollout instances of a trainer) can share one pool: :func:`shared_pool` hands out a pool by key and
@@ -23,32 +28,46 @@ A new holder then finds kernels already warm, started while the others worked.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Callable, Hashable, Sequence
 from types import TracebackType
 
-from themisto_env.errors import InfrastructureError
+from themisto_env.errors import ConfigError, InfrastructureError
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.kernel_process import release_thread_loop
 
 
 class KernelPool:
-    """Keeps ``size`` started kernels ready.
+    """Keeps ``size`` started kernels ready, and starts kernels for the takers waiting, several at once.
 
     Args:
         new_kernel: Makes a new, unstarted kernel.
-        size: How many ready kernels to keep (0: none ahead of time; :meth:`take` starts one).
+        size: How many ready kernels to keep (0: none ahead of time; :meth:`take` has one started).
         preload: Modules each kernel imports once started (missing ones are skipped).
+        max_starting: Kernels starting at once, at most (None: the CPU count). Eight envs sharing the pool
+            that take their first kernel together get them from concurrent starts, not one after another.
     """
 
-    def __init__(self, new_kernel: Callable[[], Kernel], *, size: int = 1, preload: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        new_kernel: Callable[[], Kernel],
+        *,
+        size: int = 1,
+        preload: Sequence[str] = (),
+        max_starting: int | None = None,
+    ) -> None:
+        if max_starting is not None and max_starting < 1:
+            raise ConfigError(f"max_starting must be at least 1 (kernels starting at once), not {max_starting}")
         self._new_kernel = new_kernel
         self.size = size
         self.preload = tuple(preload)
+        self.max_starting = max_starting or os.cpu_count() or 1
         self._ready: list[Kernel] = []
         self._failure: BaseException | None = None
         self._lock = threading.Condition()
         self._starting = 0
+        self._waiting = 0  # takers waiting for a kernel: each one more wanted, beyond size
         self._closed = False
         self._threads: list[threading.Thread] = []
         self._holders = 1
@@ -57,41 +76,64 @@ class KernelPool:
     def take(self) -> Kernel:
         """A started kernel, now the caller's (to close). Refills the pool in the background.
 
+        A taker that finds no kernel ready has one more started (up to ``max_starting`` at once) and
+        takes the first that is ready. A start that failed in the background is reported to the next
+        taker, which has another started; a second failure while it waits is raised (as is, at once, a
+        failure that is not an :class:`~themisto_env.errors.InfrastructureError`).
+
         Raises:
             BackendUnavailableError: The backend cannot run here.
             KernelStartError: The kernel did not start.
             InfrastructureError: The pool is closed.
         """
+        retried = False
         with self._lock:
-            while True:
-                if self._closed:
-                    raise InfrastructureError("the kernel pool is closed")
-                if self._ready or not self._starting or self._failure is not None:
-                    break
-                self._lock.wait(timeout=1.0)  # one is on its way: sooner than starting another
-            failure, self._failure = self._failure, None
-            kernel = self._ready.pop(0) if self._ready else None
-        if kernel is None:
-            if failure is not None and not isinstance(failure, InfrastructureError):
-                raise failure
-            kernel = self._start()  # raises what the background failure was, if it happens again
+            self._waiting += 1
+            try:
+                while True:
+                    if self._closed:
+                        raise InfrastructureError("the kernel pool is closed")
+                    if self._ready:
+                        kernel = self._ready.pop(0)
+                        break
+                    if self._failure is not None:
+                        failure, self._failure = self._failure, None
+                        if retried or not isinstance(failure, InfrastructureError):
+                            raise failure
+                        retried = True  # one more start is on its way below: it may work this time
+                    self._start_wanted()
+                    self._lock.wait(timeout=1.0)
+            finally:
+                self._waiting -= 1
         self.fill()
         return kernel
 
     def fill(self) -> None:
         """Start kernels in the background until ``size`` are ready or on their way."""
         with self._lock:
-            if self._closed:
-                return
-            missing = max(0, self.size - len(self._ready) - self._starting)
-            self._starting += missing
-            started = [
-                threading.Thread(target=self._start_in_background, name="themisto-kernel-pool", daemon=True)
-                for _ in range(missing)
-            ]
-            self._threads = [t for t in self._threads if t.is_alive()] + started
-            for thread in started:  # under the lock: close() sees every thread it must wait for
-                thread.start()
+            self._start_wanted()
+
+    @property
+    def starting(self) -> int:
+        """How many kernels are starting now (never more than ``max_starting``)."""
+        with self._lock:
+            return self._starting
+
+    def _start_wanted(self) -> None:
+        """Under the lock: start kernels in the background for the waiting takers and ``size`` ready ones,
+        as many at once as ``max_starting`` allows."""
+        if self._closed:
+            return
+        wanted = self._waiting + self.size - len(self._ready) - self._starting
+        missing = max(0, min(wanted, self.max_starting - self._starting))
+        self._starting += missing
+        started = [
+            threading.Thread(target=self._start_in_background, name="themisto-kernel-pool", daemon=True)
+            for _ in range(missing)
+        ]
+        self._threads = [t for t in self._threads if t.is_alive()] + started
+        for thread in started:  # under the lock: close() sees every thread it must wait for
+            thread.start()
 
     def _start(self) -> Kernel:
         """A started kernel with the modules preloaded; without them if preloading kills it (an import
@@ -177,17 +219,22 @@ _SHARED_LOCK = threading.Lock()
 
 
 def shared_pool(
-    key: Hashable, new_kernel: Callable[[], Kernel], *, size: int = 1, preload: Sequence[str] = ()
+    key: Hashable,
+    new_kernel: Callable[[], Kernel],
+    *,
+    size: int = 1,
+    preload: Sequence[str] = (),
+    max_starting: int | None = None,
 ) -> KernelPool:
     """The process's pool for ``key`` (made on first use), with one more holder: call
-    :meth:`KernelPool.release` once when done. ``new_kernel``, ``size`` and ``preload`` apply when the
-    pool is made; holders of one key must want the same kernels."""
+    :meth:`KernelPool.release` once when done. ``new_kernel``, ``size``, ``preload`` and ``max_starting``
+    apply when the pool is made; holders of one key must want the same kernels."""
     with _SHARED_LOCK:
         pool = _SHARED.get(key)
         if pool is not None and not pool.closed:
             pool._holders += 1
             return pool
-        pool = KernelPool(new_kernel, size=size, preload=preload)
+        pool = KernelPool(new_kernel, size=size, preload=preload, max_starting=max_starting)
         pool._key = key
         _SHARED[key] = pool
         return pool

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from themisto_env.errors import (
+    ConfigError,
     InfrastructureError,
     KernelDiedError,
     KernelStartError,
@@ -17,7 +18,7 @@ from themisto_env.errors import (
     SnapshotError,
 )
 from themisto_env.sandbox.kernel import Kernel
-from themisto_env.sandbox.pool import KernelPool
+from themisto_env.sandbox.pool import KernelPool, shared_pool
 
 
 def test_a_pooled_kernel_is_started_warm_and_empty(snapshot_dir: Path) -> None:
@@ -93,6 +94,151 @@ def test_a_background_start_failure_is_retried_by_take_and_a_lasting_one_raised(
     pool.close()
     with pytest.raises(InfrastructureError, match="closed"):
         pool.take()
+
+
+class _CountedStarts:
+    """Makes local kernels that count their own starts: how many are under way now, the most at once
+    (seen by the kernels, not by the pool), the pids of the started ones; ``fail`` starts fail first."""
+
+    def __init__(self, snapshot_dir: Path, *, fail: int = 0, failure: type[Exception] = KernelStartError) -> None:
+        self.snapshot_dir = snapshot_dir
+        self.fail, self.failure = fail, failure
+        self.lock = threading.Lock()
+        self.now = self.most = self.calls = 0
+        self.pids: list[int] = []
+
+    def __call__(self) -> Kernel:
+        counter = self
+
+        class Counted(Kernel):
+            def start(self) -> Counted:
+                with counter.lock:
+                    counter.calls += 1
+                    failing = counter.calls <= counter.fail
+                    counter.now += 1
+                    counter.most = max(counter.most, counter.now)
+                try:
+                    if failing:
+                        raise counter.failure(f"start {counter.calls} fails on purpose")
+                    super().start()
+                    pid = self.launcher.pid()
+                    assert pid is not None
+                    with counter.lock:
+                        counter.pids.append(pid)
+                    return self
+                finally:
+                    with counter.lock:
+                        counter.now -= 1
+
+        return Counted("local", snapshot_dir=self.snapshot_dir)
+
+
+def _take_at_once(pool: KernelPool, takers: int) -> tuple[list[Kernel], list[BaseException]]:
+    """``takers`` threads take a kernel each at the same moment: the kernels they got, the errors raised."""
+    kernels: list[Kernel] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    go = threading.Barrier(takers)
+
+    def take() -> None:
+        go.wait()
+        try:
+            kernel = pool.take()
+            with lock:
+                kernels.append(kernel)
+        except BaseException as exc:
+            with lock:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=take) for _ in range(takers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return kernels, errors
+
+
+def test_takers_at_once_on_an_empty_pool_get_kernels_started_concurrently_up_to_the_limit(snapshot_dir: Path) -> None:
+    counted = _CountedStarts(snapshot_dir)
+    pool = KernelPool(counted, size=0, max_starting=2)
+    try:
+        kernels, errors = _take_at_once(pool, 4)
+        assert not errors
+        assert len({id(k) for k in kernels}) == 4 and all(k.is_alive() for k in kernels)
+        assert counted.most == 2, f"{counted.most} kernels started at once with max_starting=2"
+        assert counted.calls == 4, "a pool of size 0 started kernels nobody took"
+        assert pool.ready == 0 and pool.starting == 0
+    finally:
+        pool.close()
+        for kernel in kernels:
+            kernel.close()
+
+
+def test_a_shared_pool_serves_its_holders_first_kernels_concurrently(snapshot_dir: Path) -> None:
+    """Envs of one kind share a pool of one warm kernel; taking their first kernels together, they do
+    not wait for one start after another (the run with 8 connections)."""
+    counted = _CountedStarts(snapshot_dir)
+    key = ("test_pool", str(snapshot_dir))
+    pools = [shared_pool(key, counted, size=1, max_starting=3) for _ in range(3)]
+    assert all(p is pools[0] for p in pools)
+    kernels, errors = _take_at_once(pools[0], 3)
+    try:
+        assert not errors and len({id(k) for k in kernels}) == 3
+        assert counted.most == 3
+    finally:
+        for kernel in kernels:
+            kernel.close()
+        for pool in pools:
+            pool.release()
+    assert pools[0].closed
+    assert not any(_running(pid) for pid in counted.pids), "the shared pool's spare kernel outlived it"
+
+
+def test_close_during_concurrent_starts_leaves_no_kernel_process(snapshot_dir: Path) -> None:
+    counted = _CountedStarts(snapshot_dir)
+    pool = KernelPool(counted, size=3, max_starting=3)
+    pool.fill()
+    assert pool.starting == 3  # all three on their way at once
+    pool.close()  # waits for the starting threads, which close what they started
+    assert pool.starting == 0 and pool.ready == 0
+    assert counted.pids, "no kernel started: the test saw nothing"
+    left = [pid for pid in counted.pids if _running(pid)]
+    assert not left, f"kernel processes {left} outlived the pool's close"
+    pool.fill()  # a closed pool starts nothing more
+    assert pool.starting == 0
+
+
+def test_failed_starts_are_reported_to_concurrent_takers(snapshot_dir: Path) -> None:
+    once = _CountedStarts(snapshot_dir, fail=1)
+    pool = KernelPool(once, size=0, max_starting=2)
+    try:
+        kernels, errors = _take_at_once(pool, 3)  # one start fails: its taker has another started
+        assert not errors and len({id(k) for k in kernels}) == 3
+        assert once.calls == 4
+    finally:
+        pool.close()
+        for kernel in kernels:
+            kernel.close()
+
+    always = _CountedStarts(snapshot_dir, fail=1_000)
+    pool = KernelPool(always, size=1, max_starting=2)
+    kernels, errors = _take_at_once(pool, 3)
+    pool.close()
+    assert not kernels and len(errors) == 3
+    assert all(isinstance(e, KernelStartError) and "fails on purpose" in str(e) for e in errors), errors
+    assert always.calls <= 2 * 3 + 2, f"{always.calls} starts for 3 takers: the pool kept retrying"
+
+    bug = _CountedStarts(snapshot_dir, fail=1_000, failure=ValueError)  # not the infrastructure's: no retry
+    pool = KernelPool(bug, size=0, max_starting=1)
+    with pytest.raises(ValueError, match="fails on purpose"):
+        pool.take()
+    pool.close()
+    assert bug.calls == 1
+
+
+def test_max_starting_below_one_is_refused_in_one_line() -> None:
+    with pytest.raises(ConfigError, match="max_starting must be at least 1"):
+        KernelPool(lambda: Kernel("local"), max_starting=0)
 
 
 def test_a_child_of_a_kernel_that_exited_is_ended_with_it(snapshot_dir: Path, tmp_path: Path) -> None:
