@@ -83,6 +83,7 @@ class SandboxConfig(BaseModel):
     max_text_chars: int = Field(16000, ge=1000)
     snapshot_dir: str | None = None
     execution_score: bool = False
+    ray: str | None = None  # an address: the kernels in Ray actors (EnvConfig.ray; an address keeps this hashable)
 
     def env_config(self) -> EnvConfig:
         """The env's options."""

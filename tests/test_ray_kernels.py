@@ -1,0 +1,236 @@
+"""Kernels in Ray actors (the env option ``ray``): the same states, answers and scores as kernels on this
+machine; a lost actor is an infrastructure fault of that sample only; snapshots travel to a node that lacks
+them; no actor or kernel outlives its owner."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import needs
+from tests.test_state import assert_same_except, make_env, run_rows, served_state
+from tests.test_state import clean_rows as clean_rows
+from tests.test_state import fault_data as fault_data
+from themisto_env.env.tools import ToolCall
+from themisto_env.errors import HelperError, KernelDiedError, KernelStartError, UnknownNameError
+from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.ray_kernel import RayPlacement, RemoteKernel
+from themisto_env.sandbox.workdir import FileStore, scan
+
+ray = pytest.importorskip("ray", reason="the ray extra is not installed: pip install 'themisto-env[ray]'")
+
+
+@pytest.fixture(scope="module")
+@needs("ray")
+def ray_address() -> Iterator[str]:
+    """A Ray instance on this machine for the module (logical CPUs beyond the cores: kernels mostly wait)."""
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield ray.get_runtime_context().gcs_address
+    if started:
+        ray.shutdown()
+
+
+def live_kernel_hosts() -> list[dict[str, Any]]:
+    """The KernelHost actors Ray holds alive (any job)."""
+    from ray._private import state
+
+    return [a for a in state.actors().values() if a["ActorClassName"] == "KernelHost" and a["State"] != "DEAD"]
+
+
+def wait_for(check: Any, seconds: float = 30.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.2)
+    return bool(check())
+
+
+# -- the kernel -------------------------------------------------------------------------------------------
+
+
+def test_a_remote_kernel_answers_and_fails_as_a_local_one(ray_address: str, tmp_path: Path) -> None:
+    code = "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3]})\nprint(df.a.sum())"
+    answers = []
+    for kernel in (Kernel("local"), RemoteKernel("local", placement=RayPlacement(address=ray_address))):
+        with kernel:
+            result = kernel.execute(code)
+            failures = []
+            for call in (lambda k: k.inspect_variable("missing"), lambda k: k.dataframe("missing")):
+                with pytest.raises(HelperError) as raised:
+                    call(kernel)
+                failures.append((type(raised.value), str(raised.value)))
+            answers.append(
+                (
+                    result.status,
+                    result.outputs,
+                    kernel.list_variables(),
+                    kernel.dataframe("df").text,
+                    kernel.fingerprint(),
+                    failures,
+                    kernel.execute("1/0").status,
+                )
+            )
+    assert answers[0] == answers[1]
+    assert answers[1][5][0][0] is UnknownNameError
+
+
+def test_working_folder_files_are_sent_to_the_kernels_node(ray_address: str, tmp_path: Path) -> None:
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "data.csv").write_text("a,b\n1,2\n")
+    store = FileStore(tmp_path / "owner-files")
+    tree = scan(folder, limit_bytes=2**20)
+    store.add(folder, tree)
+    placement = RayPlacement(address=ray_address)
+    with RemoteKernel("local", placement=placement) as kernel:
+        kernel.set_files(tree, store)
+        result = kernel.execute("print(open('data.csv').read().split()[1])")
+        assert result.outputs[0]["text"] == "1,2\n"
+        assert kernel.files() == tree
+
+
+def test_a_snapshot_written_remotely_reaches_the_owners_store_and_travels_to_another_node_store(
+    ray_address: str, tmp_path: Path
+) -> None:
+    owner = tmp_path / "owner-store"
+    first = RayPlacement(address=ray_address, snapshot_dir=str(tmp_path / "node-a"))
+    second = RayPlacement(address=ray_address, snapshot_dir=str(tmp_path / "node-b"))
+    with RemoteKernel("local", placement=first, snapshot_dir=owner) as kernel:
+        kernel.execute("x = [1, 2, 3]")
+        info = kernel.snapshot()
+    assert (owner / info.digest[:2] / f"{info.digest}.dill").exists()
+    with RemoteKernel("local", placement=second, snapshot_dir=owner) as kernel:
+        assert kernel.restore(info.digest).names == ["x"]
+        assert kernel.inspect_variable("x").repr == "[1, 2, 3]"
+    assert (tmp_path / "node-b" / info.digest[:2] / f"{info.digest}.dill").exists()
+
+
+def test_a_placement_no_node_offers_ends_in_one_line_and_leaves_no_actor(ray_address: str) -> None:
+    placement = RayPlacement(address=ray_address, resources={"kernels-node": 1}, start_timeout_s=3)
+    before = len(live_kernel_hosts())
+    with pytest.raises(KernelStartError) as raised:
+        RemoteKernel("local", placement=placement).start()
+    assert "kernels-node=1" in str(raised.value) and "\n" not in str(raised.value)
+    assert wait_for(lambda: len(live_kernel_hosts()) <= before)
+
+
+def test_a_lost_actor_is_a_kernel_death(ray_address: str) -> None:
+    kernel = RemoteKernel("local", placement=RayPlacement(address=ray_address)).start()
+    try:
+        ray.kill(kernel._actor)
+        with pytest.raises(KernelDiedError, match="was lost"):
+            kernel.execute("1 + 1")
+        assert not kernel.is_alive()
+    finally:
+        kernel.close()
+
+
+# -- the env ----------------------------------------------------------------------------------------------
+
+
+def test_an_episode_on_ray_kernels_is_served_and_scored_as_on_this_machine(
+    fault_data: dict[str, Any], clean_rows: dict[int, dict[str, Any]], ray_address: str
+) -> None:
+    env = make_env(fault_data, ray=ray_address)
+    try:
+        rows = run_rows(env)
+        assert type(env.tool_context().kernel).__name__ == "RemoteKernel"
+    finally:
+        env.close()
+    assert_same_except(rows, clean_rows, flagged_steps=set())
+    assert wait_for(lambda: not live_kernel_hosts()), "a kernel actor outlived its env"
+
+
+def test_snapshots_travel_to_nodes_that_lack_them(
+    fault_data: dict[str, Any], clean_rows: dict[int, dict[str, Any]], ray_address: str, tmp_path: Path
+) -> None:
+    """Each sample served on its own (a reset straight to it) restores a snapshot the kernels' store did not
+    have: it is sent, and the state is the one a kernel on this machine is served."""
+    node_store = tmp_path / "node-store"
+    env = make_env(fault_data, ray={"address": ray_address, "snapshot_dir": str(node_store)}, lazy_state=False)
+    routes = {}
+    try:
+        for index, step in enumerate(sorted(clean_rows)):
+            _, info = env.reset(options={"trajectory": 0, "sample": index})
+            assert env.current_sample is not None and env.current_sample.step == step
+            assert env.state_report is not None
+            routes[step] = env.state_report.route
+            assert info["state"]["check"] == "verified", (step, info["state"])
+            assert served_state(env) == clean_rows[step]["served"], f"step {step} was served in another state"
+    finally:
+        env.close()
+    assert any("snapshot" in route for route in routes.values()), routes
+    assert list(node_store.glob("*/*.dill")), "no snapshot was sent to the kernels' store"
+
+
+def test_a_lost_actor_mid_episode_flags_that_sample_only(
+    fault_data: dict[str, Any], clean_rows: dict[int, dict[str, Any]], ray_address: str
+) -> None:
+    env = make_env(fault_data, ray=ray_address)
+
+    def lose_actor_then_call(env: Any, sample: Any) -> None:
+        if sample.step == 3:
+            ray.kill(env.tool_context().kernel._actor)
+            obs, *_, info = env.step(ToolCall(tool="list_variables"))
+            assert "sandbox failed" in obs["tool_result"] and "infrastructure_error" in info
+
+    try:
+        rows = run_rows(env, act=lose_actor_then_call)
+    finally:
+        env.close()
+    assert_same_except(rows, clean_rows, flagged_steps={3})
+
+
+def test_killing_the_owner_takes_its_actors_and_kernels(fault_data: dict[str, Any], ray_address: str) -> None:
+    script = textwrap.dedent(
+        f"""
+        import os, sys, time
+        from themisto_env.env.core import ThemistoEnv
+        env = ThemistoEnv(dataset={fault_data["dataset"]!r}, snapshot_dir={fault_data["snapshot_dir"]!r},
+                          observation="tools", ray={ray_address!r})
+        env.reset(options={{"trajectory": 0, "sample": 1}})
+        kernel = env.tool_context().kernel
+        print(kernel.node, flush=True)
+        print(kernel._invoke("launcher.pid"), flush=True)
+        print(kernel.run_dir, flush=True)
+        time.sleep(600)
+        """
+    )
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        node = owner.stdout.readline().strip() if owner.stdout else ""
+        pid = int(owner.stdout.readline()) if owner.stdout else 0
+        run_dir = Path(owner.stdout.readline().strip()) if owner.stdout else Path()
+        assert node and pid > 0
+        assert wait_for(lambda: any(a["Pid"] == int(node.rsplit(":", 1)[1]) for a in live_kernel_hosts()), 10)
+    finally:
+        owner.send_signal(signal.SIGKILL)
+        owner.wait()
+    assert wait_for(lambda: not live_kernel_hosts(), 60), "the dead owner's kernel actors are still alive"
+    assert wait_for(lambda: not _running(pid), 60), f"the dead owner's kernel process {pid} is still running"
+    # Ray ends the actor's process tree (the kernel's reaper too): the next kernel started on the node
+    # removes what the dead one left, as any first kernel start of a process does.
+    with RemoteKernel("local", placement=RayPlacement(address=ray_address)) as kernel:
+        kernel.execute("1")
+    assert not run_dir.exists(), f"the dead owner's kernel left {run_dir}"
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/stat")
+    return status.exists() and status.read_text().split(")")[-1].split()[0] != "Z"
