@@ -137,6 +137,7 @@ def train(
     execution_score: bool = False,
     learning_rate: float = 3e-3,
     seed: int = 0,
+    ray: str | None = None,
 ) -> dict[str, Any]:
     """Run a few multi-turn GRPO steps on a tiny model through :class:`ThemistoToolEnv`.
 
@@ -160,6 +161,8 @@ def train(
         execution_score: Also score each prediction by running it (a disposable kernel).
         learning_rate: The optimizer's learning rate.
         seed: Seed of the model, sampling and data order.
+        ray: A Ray address (``local``, ``auto``, ``HOST:6379``): the kernels run in Ray actors on the
+            cluster's CPU nodes (the env option ``ray``), the model and the trainer here.
 
     Returns:
         A summary: rewards and tool calls per step, seconds, parameter count, kernels used, paths written.
@@ -177,6 +180,8 @@ def train(
     options: dict[str, Any] = {"dataset": data, "history_length": history_length, "tool_budget": tool_budget}
     if snapshot_dir:
         options["snapshot_dir"] = snapshot_dir
+    if ray:
+        options["ray"] = ray  # the kernels in Ray actors on the cluster's CPU nodes; the model stays here
     states = SharedStates(task=task, share=share, execution_score=execution_score, **options)
     try:
         dataset = tool_dataset(task, limit=samples, **options)
@@ -274,6 +279,9 @@ def main() -> None:
     parser.add_argument("--no-share", action="store_true", help="a kernel per rollout, not per group")
     parser.add_argument("--execution-score", action="store_true", help="also score predictions by running them")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--ray", default=None, help="run the kernels on Ray: local, auto, HOST:6379 or ray://HOST:10001 (default: here)"
+    )
     args = parser.parse_args()
     summary = train(
         args.out,
@@ -286,6 +294,7 @@ def main() -> None:
         share=not args.no_share,
         execution_score=args.execution_score,
         seed=args.seed,
+        ray=args.ray,
     )
     print(json.dumps(summary, indent=2))
 

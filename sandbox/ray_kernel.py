@@ -248,6 +248,7 @@ class RemoteKernel:
         self.store_access = store_access
         self.restarts = 0
         self.node = ""  # host:pid of the actor, once started
+        self.node_id = ""  # the Ray node it runs on, once started
         self._options: dict[str, Any] = {
             "limits": self.limits,
             "snapshot_dir": self.placement.snapshot_dir or str(self.store.root),
@@ -287,6 +288,7 @@ class RemoteKernel:
             self._actor = actor
         try:
             self.node = self._get(actor.ready.remote(), self.placement.start_timeout_s, during="start")
+            self.node_id = self._get(actor.node_id.remote(), self.placement.start_timeout_s, during="start")
         except KernelDiedError as exc:
             self._kill()
             wanted = ", ".join(
