@@ -93,6 +93,8 @@ def data_build(
         f"failed {len(report.failed)}; {report.steps} steps in {report.seconds:.1f} s -> {out}",
         markup=False,
     )
+    for tid, why in report.retried.items():
+        console.print(f"[yellow]replayed again[/] {escape(f'{tid}: {why}')}")
     for tid, why in report.failed.items():
         console.print(f"[yellow]incomplete[/] {escape(f'{tid}: {why}')}")
     print_source_counts(report, out)

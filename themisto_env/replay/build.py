@@ -84,7 +84,9 @@ class BuildReport:
     Attributes:
         built: Trajectories replayed in full.
         skipped: Trajectories already built (unchanged).
-        failed: Trajectories cut short (their kernel died): id -> where and why.
+        failed: Trajectories cut short (their kernel died) or not replayed (every worker given the
+            session was lost): id -> where and why.
+        retried: Sessions handed to another worker after theirs was lost (Ray): id -> why.
         bad_sources: Source files that could not be read (the build went on without them): path -> why.
         sources: Each source file read -> the ids of the trajectories it gave.
         steps: Steps replayed.
@@ -94,6 +96,7 @@ class BuildReport:
     built: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    retried: dict[str, str] = field(default_factory=dict)
     bad_sources: dict[str, str] = field(default_factory=dict)
     sources: dict[str, list[str]] = field(default_factory=dict)
     steps: int = 0
@@ -224,6 +227,9 @@ class _BuildLog:
     def lost(self, job: ReplayJob, why: str) -> None:
         self._count(job)
         self.report.failed[trajectory_id(job.session)] = why
+
+    def retried(self, job: ReplayJob, why: str) -> None:
+        self.report.retried[trajectory_id(job.session)] = why
 
     def _count(self, job: ReplayJob) -> None:
         """A session ended: its executions not counted yet (those a failure left, or all on Ray) are."""

@@ -242,14 +242,15 @@ def _hand_out(
         except lost_errors as exc:  # the worker died (its process, its node): nothing of the session kept
             alive.remove(actor)
             attempts[job.position] += 1
-            why = f"its Ray worker was lost ({type(exc).__name__}); run the same command again to replay it"
+            why = f"its Ray worker was lost ({type(exc).__name__})"
             if attempts[job.position] < ATTEMPTS and alive:
+                sink.retried(job, why)
                 todo.appendleft(job)
             else:
-                sink.lost(job, why)
+                sink.lost(job, f"{why}; run the same command again to replay it")
             if not alive:
                 while todo:
-                    sink.lost(todo.popleft(), why)
+                    sink.lost(todo.popleft(), "every Ray worker was lost; run the same command again to replay it")
             hand_to_idle()
             continue
         if "error" in answer:

@@ -66,6 +66,9 @@ class ReplaySink(Protocol):
     def lost(self, job: ReplayJob, why: str) -> None:
         """A session could not be replayed (its worker was lost): nothing of it was kept."""
 
+    def retried(self, job: ReplayJob, why: str) -> None:
+        """A session's worker was lost: nothing of it was kept, it goes to another worker."""
+
 
 Replay = Callable[[Kernel, ReplayJob, Callable[[], None]], "Trajectory"]
 """Replays a job in a kernel, calling its third argument after each execution."""
