@@ -43,6 +43,15 @@ def serve_command(
     execution_score: Annotated[
         bool, typer.Option("--execution-score", help="Also score next-cell predictions by running them.")
     ] = False,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="ADDRESS",
+            help="Run the sessions' kernels in Ray actors: 'local' starts Ray here, 'auto' or a cluster address "
+            "(HOST:6379, ray://HOST:10001) places them on the cluster's CPU nodes. Needs themisto-env[ray].",
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's log level.")] = "info",
 ) -> None:
     """Serve the env over the network (OpenEnv): each WebSocket session is one episode with its own kernel."""
@@ -60,9 +69,14 @@ def serve_command(
             options[key] = value
     if execution_score:
         options["execution_score"] = True
+    if ray:
+        from themisto_env.sandbox.ray_cluster import connect
+
+        connect(ray)  # here, in the main thread, before any session makes an env
+        options["ray"] = ray
     console.print(
         f"themisto serve: http://{host}:{port} (OpenEnv; WebSocket sessions at /ws, up to {max_sessions}; "
-        f"{'token required' if token else 'no token'})",
+        f"{'token required' if token else 'no token'}{f'; kernels on Ray at {ray}' if ray else ''})",
         markup=False,
     )
     serve(
