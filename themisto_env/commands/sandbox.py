@@ -19,13 +19,15 @@ sandbox_app = typer.Typer(
 
 @sandbox_app.command("build-image")
 def sandbox_build_image(
-    force: Annotated[bool, typer.Option(help="Rebuild even if the image exists.")] = False,
+    force: Annotated[
+        bool, typer.Option(help="Rebuild even if the image exists (with --server: the server image).")
+    ] = False,
     server: Annotated[
         bool,
         typer.Option(
             "--server",
-            help="Also build the server image: `themisto serve` in a container, built from the kernel image with "
-            "the bundled data inside (needs a checkout installed with the serve extra).",
+            help="Build the server image: `themisto serve` in a container, built from the kernel image (made first "
+            "if missing) with the bundled data inside (needs a checkout installed with the serve extra).",
         ),
     ] = False,
 ) -> None:

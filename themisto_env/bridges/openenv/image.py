@@ -228,7 +228,8 @@ def build_server_image(*, force: bool = False, console: Console | None = None) -
     """Build the server image unless it exists (the kernel image first, and the bundled data, if missing).
 
     Args:
-        force: Rebuild both images even if they exist (cached wheels and data are still reused).
+        force: Rebuild the server image even if it exists, every layer (cached wheels and data are still
+            reused; the kernel image is rebuilt by :func:`~themisto_env.sandbox.image.build_image`).
         console: Where progress goes (default: a rich console on stderr).
 
     Returns:
@@ -242,10 +243,10 @@ def build_server_image(*, force: bool = False, console: Console | None = None) -
 
     from themisto_env.sandbox.docker_engine import docker_client, image_exists
     from themisto_env.sandbox.image import ImageSpec, build_image, build_lock, cache_dir
-    from themisto_env.sandbox.image_build import BUILD_STAGE_LABEL, docker_build
+    from themisto_env.sandbox.image_build import docker_build
 
     console = console or Console(stderr=True)
-    kernel_image = build_image(force=force, console=console)
+    kernel_image = build_image(console=console)
     inputs = server_image_inputs(kernel_image)
     client = docker_client()
     name = inputs.name
@@ -281,8 +282,6 @@ def build_server_image(*, force: bool = False, console: Console | None = None) -
             force,
             labels=labels,
         )
-    with contextlib.suppress(Exception):  # the first stage's image (it holds the wheels): dangling now
-        client.images.prune(filters={"dangling": True, "label": BUILD_STAGE_LABEL})
     _remove_older_images(client, name)
     size = client.images.get(name).attrs.get("Size", 0)
     console.print(f"[green]✓[/] built {name} in {time.perf_counter() - started:.0f} s ({size / 1e6:.0f} MB)")
@@ -328,7 +327,11 @@ def _collect_wheels(pins: tuple[str, ...], dest: Path, cache: Path, console: Con
     store = cache / "wheels"
     store.mkdir(parents=True, exist_ok=True)
     dest.mkdir(parents=True, exist_ok=True)
-    if not pins:
+    cached = _cached_wheels(pins, store)
+    if cached is not None:  # all there: no pip run (it takes seconds to say so)
+        for wheel in cached:
+            _link(wheel, dest / wheel.name)
+        console.print(f"[green]✓[/] the server's {len(cached)} wheels are in the cache")
         return
     pinned = dest.parent / "pins.txt"
     pinned.write_text("".join(f"{p}\n" for p in pins))
@@ -345,6 +348,27 @@ def _collect_wheels(pins: tuple[str, ...], dest: Path, cache: Path, console: Con
     for wheel in dest.glob("*.whl"):
         if not (store / wheel.name).exists():
             shutil.copy2(wheel, store / wheel.name)
+
+
+def _cached_wheels(pins: tuple[str, ...], store: Path) -> list[Path] | None:
+    """A wheel in ``store`` for each pin that this Python can install, or None if one is missing."""
+    from packaging.tags import sys_tags
+    from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+    from packaging.version import Version
+
+    supported = set(sys_tags())
+    found: dict[tuple[str, str], Path] = {}
+    for wheel in store.glob("*.whl"):
+        try:
+            name, version, _build, tags = parse_wheel_filename(wheel.name)
+        except InvalidWheelFilename:
+            continue
+        if not tags.isdisjoint(supported):
+            found[(name, str(version))] = wheel
+    wanted = [(canonicalize_name(p.split("==")[0]), str(Version(p.split("==")[1]))) for p in pins]
+    if any(key not in found for key in wanted):
+        return None
+    return [found[key] for key in wanted]
 
 
 def _build_wheel(root: Path, dest: Path, cache: Path, console: Console) -> None:
