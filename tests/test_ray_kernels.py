@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import needs
-from tests.test_state import assert_same_except, make_env, run_rows, served_state
+from tests.test_state import ALL_SAMPLES, assert_same_except, make_env, run_rows, served_state
 from tests.test_state import clean_rows as clean_rows
 from tests.test_state import fault_data as fault_data
 from themisto_env.env.tools import ToolCall
@@ -234,3 +234,37 @@ def _running(pid: int) -> bool:
         return False
     status = Path(f"/proc/{pid}/stat")
     return status.exists() and status.read_text().split(")")[-1].split()[0] != "Z"
+
+
+def test_the_trl_execution_reward_and_the_vector_envs_put_their_kernels_on_ray(
+    fault_data: dict[str, Any], ray_address: str
+) -> None:
+    from themisto_env.bridges.rl.rewards import ExecutionReward
+    from themisto_env.bridges.rl.vector import batch_actions, make_vector_env
+    from themisto_env.env.actions import Prediction
+
+    options = {"dataset": fault_data["dataset"], "snapshot_dir": fault_data["snapshot_dir"]}
+    options["sample_rule"] = ALL_SAMPLES
+    values = []
+    for ray_option in (None, ray_address):
+        with ExecutionReward(parse=False, ray=ray_option, **options) as reward:
+            ids = [s.id for s in reward.env.samples[:3]]
+            targets = [s.target for s in reward.env.samples[:3]]
+            values.append(reward(completions=[*targets, "x = 1"], sample_id=[*ids, ids[0]]))
+            if ray_option is not None:  # the completions ran in kernels of this kind
+                kernel = reward.env.disposable_kernels().pool.take()
+                kernel.close()
+                assert type(kernel).__name__ == "RemoteKernel"
+    assert values[0] == values[1] and all(v is not None for v in values[1])
+
+    vector = make_vector_env(2, task="next-cell", observation="tools", ray=ray_address, **options)
+    try:
+        vector.reset(seed=0)
+        observations, *_ = vector.step(batch_actions([ToolCall(tool="list_variables")] * 2))
+        assert all("sandbox failed" not in text for text in observations["tool_result"])
+        kernels = [env.unwrapped.tool_context().kernel for env in vector.envs]
+        assert all(type(k).__name__ == "RemoteKernel" for k in kernels) and len({k.node for k in kernels}) == 2
+        vector.step(batch_actions([Prediction(text="x")] * 2))
+    finally:
+        vector.close()
+    assert wait_for(lambda: not live_kernel_hosts()), "a kernel actor outlived its env"
