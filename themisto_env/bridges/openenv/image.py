@@ -241,7 +241,7 @@ def build_server_image(*, force: bool = False, console: Console | None = None) -
     """
     from rich.console import Console
 
-    from themisto_env.sandbox.docker_engine import docker_client, image_exists
+    from themisto_env.sandbox.docker_engine import docker_client, image_exists, image_id
     from themisto_env.sandbox.image import ImageSpec, build_image, build_lock, cache_dir
     from themisto_env.sandbox.image_build import docker_build
 
@@ -263,6 +263,7 @@ def build_server_image(*, force: bool = False, console: Console | None = None) -
         if not force and image_exists(client, name):  # built by whoever held the lock
             console.print(f"[green]✓[/] server image {name} exists")
             return name
+        replaced = image_id(client, name)  # a forced rebuild leaves it dangling: removed below
         context = Path(tmp) / "context"
         _write_context(inputs, context, cache, console)
         labels = {
@@ -282,6 +283,9 @@ def build_server_image(*, force: bool = False, console: Console | None = None) -
             force,
             labels=labels,
         )
+    if replaced is not None and replaced != image_id(client, name):
+        with contextlib.suppress(Exception):  # kept while a container uses it
+            client.images.remove(replaced)
     _remove_older_images(client, name)
     size = client.images.get(name).attrs.get("Size", 0)
     console.print(f"[green]✓[/] built {name} in {time.perf_counter() - started:.0f} s ({size / 1e6:.0f} MB)")
