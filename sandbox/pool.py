@@ -27,6 +27,7 @@ A new holder then finds kernels already warm, started while the others worked.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import threading
@@ -64,10 +65,12 @@ class KernelPool:
         self.preload = tuple(preload)
         self.max_starting = max_starting or os.cpu_count() or 1
         self._ready: list[Kernel] = []
-        self._failure: BaseException | None = None
+        # failed starts not reported yet, one per start: none is lost to another, and none retried unreported
+        self._failures: collections.deque[BaseException] = collections.deque()
         self._lock = threading.Condition()
         self._starting = 0
         self._waiting = 0  # takers waiting for a kernel: each one more wanted, beyond size
+        self._unretried = 0  # of them, those that met no failed start yet
         self._closed = False
         self._threads: list[threading.Thread] = []
         self._holders = 1
@@ -77,9 +80,10 @@ class KernelPool:
         """A started kernel, now the caller's (to close). Refills the pool in the background.
 
         A taker that finds no kernel ready has one more started (up to ``max_starting`` at once) and
-        takes the first that is ready. A start that failed in the background is reported to the next
-        taker, which has another started; a second failure while it waits is raised (as is, at once, a
-        failure that is not an :class:`~themisto_env.errors.InfrastructureError`).
+        takes the first that is ready. Each start that failed is reported to one taker (first to those
+        that met none yet): the first it meets has another started (starts may fail once and work the
+        next time), the second is raised, as is at once a failure that is not an
+        :class:`~themisto_env.errors.InfrastructureError`.
 
         Raises:
             BackendUnavailableError: The backend cannot run here.
@@ -89,6 +93,7 @@ class KernelPool:
         retried = False
         with self._lock:
             self._waiting += 1
+            self._unretried += 1
             try:
                 while True:
                     if self._closed:
@@ -96,15 +101,18 @@ class KernelPool:
                     if self._ready:
                         kernel = self._ready.pop(0)
                         break
-                    if self._failure is not None:
-                        failure, self._failure = self._failure, None
+                    if self._failures and (not retried or not self._unretried):  # first to those not retried
+                        failure = self._failures.popleft()
                         if retried or not isinstance(failure, InfrastructureError):
                             raise failure
-                        retried = True  # one more start is on its way below: it may work this time
+                        retried = True  # another start, once every failure is reported: it may work
+                        self._unretried -= 1
+                        continue
                     self._start_wanted()
                     self._lock.wait(timeout=1.0)
             finally:
                 self._waiting -= 1
+                self._unretried -= not retried
         self.fill()
         return kernel
 
@@ -121,8 +129,9 @@ class KernelPool:
 
     def _start_wanted(self) -> None:
         """Under the lock: start kernels in the background for the waiting takers and ``size`` ready ones,
-        as many at once as ``max_starting`` allows."""
-        if self._closed:
+        as many at once as ``max_starting`` allows; none while a failed start waits to be reported (so a
+        backend that cannot start kernels is not tried again and again in the background)."""
+        if self._closed or self._failures:
             return
         wanted = self._waiting + self.size - len(self._ready) - self._starting
         missing = max(0, min(wanted, self.max_starting - self._starting))
@@ -162,8 +171,9 @@ class KernelPool:
                 if not self._closed and kernel is not None:
                     self._ready.append(kernel)
                     kernel = None
+                    self._failures.clear()  # a start worked: earlier failures say nothing of the next one
                 elif failure is not None:
-                    self._failure = failure
+                    self._failures.append(failure)
                 self._lock.notify_all()
             if kernel is not None:  # the pool closed meanwhile
                 kernel.close(graceful=False)

@@ -98,11 +98,14 @@ def test_a_background_start_failure_is_retried_by_take_and_a_lasting_one_raised(
 
 class _CountedStarts:
     """Makes local kernels that count their own starts: how many are under way now, the most at once
-    (seen by the kernels, not by the pool), the pids of the started ones; ``fail`` starts fail first."""
+    (seen by the kernels, not by the pool), the pids of the started ones; the first ``fail`` starts fail
+    (``late``: after the kernel came up, as a kernel that starts and then fails a check)."""
 
-    def __init__(self, snapshot_dir: Path, *, fail: int = 0, failure: type[Exception] = KernelStartError) -> None:
+    def __init__(
+        self, snapshot_dir: Path, *, fail: int = 0, failure: type[Exception] = KernelStartError, late: bool = False
+    ) -> None:
         self.snapshot_dir = snapshot_dir
-        self.fail, self.failure = fail, failure
+        self.fail, self.failure, self.late = fail, failure, late
         self.lock = threading.Lock()
         self.now = self.most = self.calls = 0
         self.pids: list[int] = []
@@ -118,9 +121,12 @@ class _CountedStarts:
                     counter.now += 1
                     counter.most = max(counter.most, counter.now)
                 try:
-                    if failing:
-                        raise counter.failure(f"start {counter.calls} fails on purpose")
+                    if failing and not counter.late:
+                        raise counter.failure("a start fails on purpose")
                     super().start()
+                    if failing:
+                        self.close(graceful=False)
+                        raise counter.failure("a start fails on purpose")
                     pid = self.launcher.pid()
                     assert pid is not None
                     with counter.lock:
@@ -215,6 +221,17 @@ def test_failed_starts_are_reported_to_concurrent_takers(snapshot_dir: Path) -> 
         kernels, errors = _take_at_once(pool, 3)  # one start fails: its taker has another started
         assert not errors and len({id(k) for k in kernels}) == 3
         assert once.calls == 4
+    finally:
+        pool.close()
+        for kernel in kernels:
+            kernel.close()
+
+    both = _CountedStarts(snapshot_dir, fail=2, late=True)  # the two first starts, side by side, fail
+    pool = KernelPool(both, size=0, max_starting=2)
+    try:
+        kernels, errors = _take_at_once(pool, 2)  # each taker meets one failure: each has another started
+        assert not errors and len({id(k) for k in kernels}) == 2
+        assert both.calls == 4
     finally:
         pool.close()
         for kernel in kernels:
