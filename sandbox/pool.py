@@ -16,8 +16,9 @@ new one's. A kernel that fails to start in the background is reported by the nex
 
 Kernels start on background threads, several at once: the ``size`` kept ready, and one more for each
 taker waiting when none is ready, at most ``max_starting`` (the CPU count by default) at a time. Eight
-envs that take their first kernel together (a run with 8 connections) wait for about
-``8 / max_starting`` starts, not for 8 starts one after another.
+envs that take their first kernel together (a run with 8 connections) no longer wait for 8 starts one
+after another (a start that imports a dataset's libraries is CPU-bound, so they still share the CPUs:
+figures in benchmarks/README.md, ``bench_first_sample.py``).
 
 Several owners of the same kind of kernel (envs of one dataset and backend in one process: a vector env,
 the rollout instances of a trainer) can share one pool: :func:`shared_pool` hands out a pool by key and
@@ -117,7 +118,8 @@ class KernelPool:
         return kernel
 
     def fill(self) -> None:
-        """Start kernels in the background until ``size`` are ready or on their way."""
+        """Start kernels in the background until ``size`` are ready or on their way (none while a failed
+        start waits to be reported by :meth:`take`)."""
         with self._lock:
             self._start_wanted()
 
