@@ -19,66 +19,34 @@ What travels, and what does not:
   that cannot be placed (no node offers the resources asked for) is a
   :class:`~themisto_env.errors.KernelStartError` naming them.
 
-Lifetime: an actor lives as long as its RemoteKernel (closing it or collecting it kills the actor); Ray
-kills an owner's actors when the owner's process ends, and the kernel's own reaper then removes the
-kernel (see :mod:`~themisto_env.sandbox.lifetime`).
+Lifetime: an actor lives as long as its RemoteKernel (closing it or collecting it kills the actor). Ray
+ends an owner's actors when the owner's process ends, and with them their process trees (the kernels);
+what such a kernel leaves on disk (its run directory) is removed by the next kernel started on that node,
+as any first kernel start of a process removes a dead owner's leftovers (see
+:mod:`~themisto_env.sandbox.lifetime`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import operator
-import os
-import shutil
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from themisto_env.errors import InfrastructureError, KernelDiedError, KernelStartError
+from themisto_env.sandbox.kernel_host import KernelHost
 from themisto_env.sandbox.models import SandboxLimits, SnapshotInfo
-from themisto_env.sandbox.ray_cluster import LOCAL, connect, import_ray
-from themisto_env.sandbox.snapshots import SnapshotStore, default_cache_dir, write_atomic
+from themisto_env.sandbox.ray_cluster import connect, import_ray
+from themisto_env.sandbox.ray_placement import RayPlacement
+from themisto_env.sandbox.snapshots import SnapshotStore
 from themisto_env.sandbox.workdir import FileStore, FileTree
 
 __all__ = ["KernelHost", "RayPlacement", "RemoteKernel", "make_kernel"]
 
 #: Seconds an answer may take beyond the kernel's own limits before the actor is taken for lost.
 ANSWER_GRACE_S = 120.0
-
-
-class RayPlacement(BaseModel):
-    """Where an env's kernels run on Ray (the env option ``ray``; a bare address string means the defaults).
-
-    Attributes:
-        address: ``local`` (a Ray instance on this machine), ``auto`` (the cluster this machine joined),
-            ``HOST:6379`` or ``ray://HOST:10001``: the same addresses as ``themisto run --ray``.
-        num_cpus: CPUs each kernel's actor reserves in Ray's accounting (default a quarter: a kernel mostly
-            waits between cells, and an env holds two or three: its own, a warm one, a disposable one).
-        memory_mb: Memory each kernel's actor reserves (None: none reserved; the kernel's own limits
-            still apply on isolating backends).
-        resources: Custom Ray resources each kernel's actor needs, e.g. ``{"kernels": 1}`` with CPU nodes
-            started by ``ray start --resources '{"kernels": 16}'``: kernels then go only there, never to
-            the trainer's GPU node.
-        scheduling: ``SPREAD`` spreads kernels over the nodes; ``DEFAULT`` lets Ray pack them.
-        snapshot_dir: The snapshot store on the kernels' nodes (None: the same path as the owner's store,
-            which on one machine or a shared folder is the same store).
-        start_timeout_s: How long to wait for a node to take a new kernel's actor.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    address: str = LOCAL
-    num_cpus: float = Field(0.25, ge=0)
-    memory_mb: int | None = Field(None, ge=1)
-    resources: dict[str, float] = Field(default_factory=dict)
-    scheduling: Literal["SPREAD", "DEFAULT"] = "SPREAD"
-    snapshot_dir: str | None = None
-    start_timeout_s: float = Field(120.0, gt=0)
 
 
 def make_kernel(
@@ -105,101 +73,6 @@ def make_kernel(
 
         return Kernel(backend, **options)
     return RemoteKernel(backend, placement=ray, **options)
-
-
-class KernelHost:
-    """The Ray actor that owns one kernel on its node (see :class:`RemoteKernel`, which drives it).
-
-    Every answer is ``(True, value)`` or ``(False, exception)``: the kernel's own exceptions travel back
-    as they are, never as Ray's wrapped errors."""
-
-    def __init__(self, backend: str, options: dict[str, Any], files_dir: str | None) -> None:
-        from themisto_env.sandbox.kernel import Kernel
-
-        self.kernel = Kernel(backend, **options)
-        self.files = FileStore(files_dir or default_cache_dir() / "ray-files")
-
-    def ready(self) -> str:
-        """Where this actor runs: ``host:pid``."""
-        return f"{os.uname().nodename}:{os.getpid()}"
-
-    def node_id(self) -> str:
-        """The Ray node this actor runs on."""
-        return str(import_ray().get_runtime_context().get_node_id())
-
-    def invoke(self, path: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bool, Any]:
-        """Call ``kernel.<path>(*args, **kwargs)`` (``path`` may be dotted: ``launcher.limit_events``)."""
-        try:
-            return True, operator.attrgetter(path)(self.kernel)(*args, **kwargs)
-        except Exception as exc:
-            return False, exc
-
-    def read(self, path: str) -> tuple[bool, Any]:
-        """The value of ``kernel.<path>`` (an attribute or property)."""
-        try:
-            return True, operator.attrgetter(path)(self.kernel)
-        except Exception as exc:
-            return False, exc
-
-    def start(self) -> BaseException | None:
-        """Start the kernel (its process on this node); None, or why it did not start."""
-        try:
-            self.kernel.start()
-        except Exception as exc:
-            return exc
-        return None
-
-    def missing_snapshots(self, digests: Sequence[str]) -> list[str]:
-        """Which of ``digests`` this node's store lacks."""
-        return [d for d in digests if d not in self.kernel.store]
-
-    def put_snapshot(self, digest: str, data: bytes, environments: Sequence[str]) -> None:
-        """Keep a snapshot sent by the owner (checked against its digest first)."""
-        if hashlib.sha256(data).hexdigest() != digest:
-            return  # a damaged copy is not kept: the restore then says the snapshot is missing
-        self.kernel.store.add(digest, data)
-        for environment in environments:
-            self.kernel.store.note_environment(digest, environment)
-
-    def get_snapshot(self, digest: str) -> tuple[bytes, list[str]] | None:
-        """A snapshot's bytes and writers, for the owner's store (None: not here)."""
-        store = self.kernel.store
-        if digest not in store:
-            return None
-        return store.path(digest).read_bytes(), sorted(store.environments(digest))
-
-    def missing_blobs(self, shas: Sequence[str], owner_root: str) -> list[str]:
-        """Which working-folder contents this node lacks, after copying those it can read from the owner's
-        file store (a shared folder)."""
-        missing = []
-        for sha in dict.fromkeys(shas):
-            target = self.files.blob_path(sha)
-            if target.exists():
-                continue
-            source = FileStore(owner_root).blob_path(sha)
-            with contextlib.suppress(OSError):
-                if source.is_file():
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(source, target)
-                    continue
-            missing.append(sha)
-        return missing
-
-    def put_blobs(self, blobs: Mapping[str, bytes]) -> None:
-        """Keep working-folder contents sent by the owner (each checked against its sha256)."""
-        for sha, data in blobs.items():
-            if hashlib.sha256(data).hexdigest() == sha:
-                target = self.files.blob_path(sha)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                write_atomic(target, data)
-
-    def set_files(self, tree: FileTree) -> tuple[bool, Any]:
-        """Set the kernel's working folder from this node's file store."""
-        return self.invoke("set_files", (tree, self.files), {})
-
-    def close(self, graceful: bool) -> None:
-        """Close the kernel (its process or container and run directory go)."""
-        self.kernel.close(graceful=graceful)
 
 
 class _LauncherView:
