@@ -303,8 +303,6 @@ def _build(
             replay_on_threads(longest_first, workers, start_kernel, replay, log, PACKAGES)
         else:
             replay_here(jobs, start_kernel, replay, log, PACKAGES)
-    if not log.manifest_written:  # no worker started (Ray): the manifest keeps the packages it had
-        write_manifest(out, manifest)
     write_in_order(out, [trajectory_id(s) for s in sessions])
     all_trajectories = list(iter_trajectories(out))
     for built in all_trajectories:  # every package a snapshot may need, with the version that wrote it
