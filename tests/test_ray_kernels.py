@@ -268,3 +268,30 @@ def test_the_trl_execution_reward_and_the_vector_envs_put_their_kernels_on_ray(
     finally:
         vector.close()
     assert wait_for(lambda: not live_kernel_hosts()), "a kernel actor outlived its env"
+
+
+def test_the_inspect_sandbox_answers_tools_from_a_kernel_on_ray(fault_data: dict[str, Any], ray_address: str) -> None:
+    pytest.importorskip("inspect_ai", reason="the inspect extra is not installed")
+    import anyio
+
+    from themisto_env.bridges.inspect_sandbox import SandboxConfig, ThemistoSandbox
+    from themisto_env.bridges.inspect_task import themisto
+
+    data = {"dataset": fault_data["dataset"], "snapshot_dir": fault_data["snapshot_dir"]}
+    first = themisto(data=data["dataset"], snapshot_dir=data["snapshot_dir"], limit=1).dataset[0]
+    answers = []
+
+    async def answer(config: SandboxConfig) -> None:
+        boxes = await ThemistoSandbox.sample_init("t", config, dict(first.metadata or {}))
+        box = boxes["default"].as_type(ThemistoSandbox)
+        try:
+            answered = await box.call_tool("list_variables", {})
+            answers.append((answered.ok, answered.text, type(box.env.tool_context().kernel).__name__))
+        finally:
+            await ThemistoSandbox.sample_cleanup("t", config, boxes, False)
+
+    for ray_option in (None, ray_address):
+        anyio.run(answer, SandboxConfig(**data, ray=ray_option))
+    assert answers[0][:2] == answers[1][:2] and answers[0][0]
+    assert [a[2] for a in answers] == ["Kernel", "RemoteKernel"]
+    assert wait_for(lambda: not live_kernel_hosts()), "a kernel actor outlived its sandbox"
