@@ -19,7 +19,10 @@ Printed per configuration: seconds, executions per second, the speed-up over one
 configuration), and the cores used (CPU time of this process and of its kernels, over the wall time;
 Ray's processes are not counted: n/a). Every build's trajectories are compared with the one-worker
 build's (steps, outputs, fingerprints, agreement, snapshot digests; not the measured time and memory):
-"same" or the first difference. Nothing is asserted; the goal (2 workers at least 1.7x one) is printed as met or missed.
+"same"; "same but kernel pids" when they differ only in what names the kernel process (ipykernel's cell
+file names ``/tmp/ipykernel_<pid>/...`` in tracebacks, and so the snapshots of functions defined in
+cells: two builds on one kernel differ the same way); or the first difference. Nothing is asserted;
+the goal (2 workers at least 1.7x one) is printed as met or missed.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -45,6 +49,7 @@ from themisto_env.sandbox.kernel import Kernel
 
 GOAL = 1.7
 MEASURED = ("duration_s", "memory_bytes")
+KERNEL_PID = re.compile(r"ipykernel_\d+")
 WARM_UP = "import numpy, pandas, sklearn.ensemble, sklearn.linear_model, sklearn.model_selection, matplotlib.pyplot"
 
 
@@ -78,15 +83,35 @@ def replayed(folder: Path) -> list[dict[str, Any]]:
     return trajectories
 
 
-def first_difference(built: list[dict[str, Any]], reference: list[dict[str, Any]]) -> str:
-    """'same', or where the first difference is."""
+def without_kernel_identity(trajectory: dict[str, Any]) -> dict[str, Any]:
+    """A trajectory with what names the kernel process left out: the pid in ipykernel's cell file names
+    (``/tmp/ipykernel_<pid>/<hash>.py``, in tracebacks) and the snapshot digests (a function defined in a
+    cell is pickled with that file name, so its snapshot's bytes name the pid too); which steps have a
+    snapshot stays."""
+    text = KERNEL_PID.sub("ipykernel_<pid>", json.dumps(trajectory, sort_keys=True))
+    plain = json.loads(text)
+    for step in plain["steps"]:
+        step["snapshot"] = step["snapshot"] is not None
+    return plain
+
+
+def compare(built: list[dict[str, Any]], reference: list[dict[str, Any]]) -> str:
+    """'same', 'same but kernel pids (N snapshot digests differ)', or where the first difference is."""
     if [t["id"] for t in built] != [t["id"] for t in reference]:
         return "different trajectories or order"
+    if built == reference:
+        return "same"
     for mine, theirs in zip(built, reference, strict=True):
-        if mine != theirs:
-            steps = [i for i, (a, b) in enumerate(zip(mine["steps"], theirs["steps"], strict=False)) if a != b]
+        a, b = without_kernel_identity(mine), without_kernel_identity(theirs)
+        if a != b:
+            steps = [i for i, (x, y) in enumerate(zip(a["steps"], b["steps"], strict=False)) if x != y]
             return f"{mine['id']} differs" + (f" from step {steps[0]}" if steps else "")
-    return "same"
+    digests = sum(
+        x["snapshot"] != y["snapshot"]
+        for mine, theirs in zip(built, reference, strict=True)
+        for x, y in zip(mine["steps"], theirs["steps"], strict=True)
+    )
+    return f"same but kernel pids ({digests} snapshot digests differ)"
 
 
 def cpu_seconds() -> float:
@@ -123,6 +148,7 @@ def main() -> None:
         )
         timings: dict[int, list[tuple[float, float | None]]] = {i: [] for i in range(len(configs))}
         outcome: dict[int, tuple[list[dict[str, Any]], int]] = {}
+        first_round: dict[int, list[dict[str, Any]]] = {}
         for round_ in range(args.rounds):
             order = list(range(len(configs)))[:: -1 if round_ % 2 else 1]
             for i in order:
@@ -136,11 +162,12 @@ def main() -> None:
                 seconds = time.perf_counter() - started
                 timings[i].append((seconds, None if ray else (cpu_seconds() - cpu) / seconds))
                 outcome[i] = (replayed(out), len(report.failed))
+                first_round.setdefault(i, outcome[i][0])
                 shutil.rmtree(out)
                 shutil.rmtree(store)
                 console.print(f"  round {round_ + 1}, {name}: {seconds:.1f} s", highlight=False)
         base = next((i for i, (_, n, ray) in enumerate(configs) if n == 1 and ray is None), 0)
-        reference = outcome[base][0]
+        reference = first_round[base]
         base_seconds = statistics.median(t for t, _ in timings[base])
         rows: list[dict[str, Any]] = []
         for i, (name, workers, ray) in enumerate(configs):
@@ -161,7 +188,7 @@ def main() -> None:
                     "executions_per_s": round(executions / seconds, 3),
                     "speedup": round(base_seconds / seconds, 3),
                     "cores_used": round(statistics.median(cores), 2) if cores else None,
-                    "trajectories": first_difference(built, reference),
+                    "trajectories": compare(built, reference),
                 }
             )
         load_after = os.getloadavg()[0]
@@ -178,6 +205,9 @@ def main() -> None:
         )  # fmt: skip
     console.print(table)
     console.print(f"load average after: {load_after:.2f}")
+    if args.rounds > 1:
+        again = compare(outcome[base][0], reference)
+        console.print(f"{configs[base][0]}, last round vs first: {again}", highlight=False)
     two = next((r for r in rows if r["workers"] == 2 and r["ray"] is None), None)
     if two is not None and any(r["workers"] == 1 and r["ray"] is None for r in rows):
         verdict = "met" if two["speedup"] >= GOAL else "missed"

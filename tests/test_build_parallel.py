@@ -197,6 +197,25 @@ def test_a_ray_build_builds_what_one_kernel_builds(
     assert_same_dataset(tmp_path / "dataset", one_kernel["dataset"], tmp_path / "snapshots")
 
 
+def test_ray_kernels_run_with_this_machines_thread_settings(ray_instance: Any, tmp_path: Path) -> None:
+    """Ray sets OMP_NUM_THREADS=1 in its actors; kernels started there run as they would here (a thread count
+    changes results: scikit-learn's nearest neighbours break distance ties by it)."""
+    import nbformat
+
+    notebook = tmp_path / "threads.ipynb"
+    cell = "import os\nprint(os.environ.get('OMP_NUM_THREADS'))"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(cell, execution_count=1)]
+    nbformat.write(nb, notebook)
+    printed = []
+    for name, ray in (("here", None), ("ray", "local")):
+        out = tmp_path / name
+        build_dataset([notebook], out, snapshots=False, snapshot_dir=tmp_path / "snapshots", progress=False, ray=ray)
+        (trajectory,) = replayed(out)
+        printed.append(trajectory["steps"][0]["outputs"])
+    assert printed[0] == printed[1]
+
+
 def test_a_ray_node_with_its_own_store_sends_its_snapshots(
     one_kernel: dict[str, Path], ray_instance: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -53,6 +53,12 @@ ATTEMPTS = 2
 """How many workers a session is handed to before it is listed as failed (a worker lost each time)."""
 
 
+DRIVER_VARIABLES = ("OMP_NUM_THREADS",)
+"""Environment variables an actor's kernels take from the driver rather than from Ray: Ray sets
+``OMP_NUM_THREADS=1`` in its actors, and a kernel inheriting it computes some results otherwise than one
+started here (scikit-learn's nearest neighbours break distance ties by thread count: a replayed score
+then differs from the recorded one)."""
+
 ACTOR_PREFIX = "themisto-build-"
 """Actors are named ``themisto-build-<driver pid>-<n>``."""
 
@@ -66,6 +72,7 @@ class SessionReplayer:
         snapshot_dir: The snapshot store (None: the node's cache).
         environment: The kernel environment's id (None: the tool's own Python).
         snapshots: Whether to snapshot after every step.
+        driver_variables: The driver's values of :data:`DRIVER_VARIABLES` (None: unset), for the kernels.
     """
 
     def __init__(
@@ -75,7 +82,13 @@ class SessionReplayer:
         snapshot_dir: str | None,
         environment: str | None,
         snapshots: bool,
+        driver_variables: dict[str, str | None],
     ) -> None:
+        for name, value in driver_variables.items():  # what the kernels started here inherit
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         self.kernel = Kernel(backend, limits=limits, snapshot_dir=snapshot_dir, environment=environment)
         self.snapshots = snapshots
 
@@ -193,7 +206,8 @@ def replay_on_ray(
     where = str(snapshot_dir) if snapshot_dir is not None else None
     count = max(1, min(workers, len(jobs)))
     named = [actor_class.options(name=f"{ACTOR_PREFIX}{os.getpid()}-{i}") for i in range(count)]  # findable
-    actors = [actor.remote(backend, limits, where, environment, snapshots) for actor in named]
+    variables = {name: os.environ.get(name) for name in DRIVER_VARIABLES}
+    actors = [actor.remote(backend, limits, where, environment, snapshots, variables) for actor in named]
     try:
         alive = []
         for actor, answer in zip(actors, [a.start.remote(list(packages)) for a in actors], strict=True):
@@ -295,4 +309,4 @@ def _lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
     return (errors.RayActorError, errors.ObjectLostError, errors.NodeDiedError, errors.WorkerCrashedError)
 
 
-__all__ = ["ACTOR_PREFIX", "ATTEMPTS", "SessionReplayer", "replay_on_ray"]
+__all__ = ["ACTOR_PREFIX", "ATTEMPTS", "DRIVER_VARIABLES", "SessionReplayer", "replay_on_ray"]
