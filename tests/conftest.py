@@ -65,6 +65,8 @@ MEASURED_SLOW: frozenset[str] = frozenset(
         "tests/test_api_sequence.py::test_on_code_that_parses_the_syntax_tree_reading_is_juice_s_token_rule",
         "tests/test_api_sequence.py::test_swapping_the_two_swaps_precision_and_recall",
         "tests/test_api_sequence.py::test_truncated_code_falls_back_to_juice_s_token_rule",
+        "tests/test_build_parallel.py::test_a_killed_build_resumes_and_ends_the_same",
+        "tests/test_build_parallel.py::test_two_workers_build_what_one_kernel_builds",
         "tests/test_disposable.py::test_every_recorded_target_passes_its_own_execution_score",
         "tests/test_env.py::test_a_dead_kernel_is_recovered_and_never_scored",
         "tests/test_env.py::test_execution_score_runs_the_prediction_and_rolls_back",
