@@ -16,7 +16,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from themisto_env.sandbox.ray_cluster import import_ray
+from themisto_env.sandbox.ray_cluster import adopt_owner_variables, import_ray
 from themisto_env.sandbox.snapshots import default_cache_dir, write_atomic
 from themisto_env.sandbox.workdir import FileStore, FileTree
 
@@ -29,9 +29,12 @@ class KernelHost:
     Every answer is ``(True, value)`` or ``(False, exception)``: the kernel's own exceptions travel back
     as they are, never as Ray's wrapped errors."""
 
-    def __init__(self, backend: str, options: dict[str, Any], files_dir: str | None) -> None:
+    def __init__(
+        self, backend: str, options: dict[str, Any], files_dir: str | None, variables: dict[str, str | None]
+    ) -> None:
         from themisto_env.sandbox.kernel import Kernel
 
+        adopt_owner_variables(variables)  # the kernel computes as one started by its owner would
         self.kernel = Kernel(backend, **options)
         self.files = FileStore(files_dir or default_cache_dir() / "ray-files")
 

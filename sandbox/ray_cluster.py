@@ -19,10 +19,32 @@ from typing import Any
 
 from themisto_env.errors import ConfigError, ProviderError
 
-__all__ = ["LOCAL", "connect", "import_ray"]
+__all__ = ["LOCAL", "OWNER_VARIABLES", "adopt_owner_variables", "connect", "import_ray", "owner_variables"]
 
 LOCAL = "local"
 _connect_lock = threading.Lock()
+
+#: Environment variables a kernel started in a Ray actor takes from its owner rather than from Ray: Ray sets
+#: ``OMP_NUM_THREADS=1`` in its actors, and a kernel inheriting it computes some results otherwise than one
+#: started by the owner (scikit-learn's nearest neighbours break distance ties by thread count: a replayed
+#: cell's output then differs from the recorded one).
+OWNER_VARIABLES = ("OMP_NUM_THREADS",)
+
+
+def owner_variables() -> dict[str, str | None]:
+    """This process's values of :data:`OWNER_VARIABLES` (None: unset), to hand to an actor."""
+    return {name: os.environ.get(name) for name in OWNER_VARIABLES}
+
+
+def adopt_owner_variables(values: dict[str, str | None]) -> None:
+    """In an actor: set (or unset) the owner's values, so the kernels it starts inherit them."""
+    for name, value in values.items():
+        if name not in OWNER_VARIABLES:
+            continue
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def import_ray() -> Any:

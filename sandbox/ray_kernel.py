@@ -38,7 +38,7 @@ from typing import Any, Literal, Self
 from themisto_env.errors import InfrastructureError, KernelDiedError, KernelStartError
 from themisto_env.sandbox.kernel_host import KernelHost
 from themisto_env.sandbox.models import SandboxLimits, SnapshotInfo
-from themisto_env.sandbox.ray_cluster import connect, import_ray
+from themisto_env.sandbox.ray_cluster import connect, import_ray, owner_variables
 from themisto_env.sandbox.ray_placement import RayPlacement
 from themisto_env.sandbox.snapshots import SnapshotStore
 from themisto_env.sandbox.workdir import FileStore, FileTree
@@ -157,7 +157,8 @@ class RemoteKernel:
                 options["resources"] = dict(self.placement.resources)
             if self.placement.memory_mb:
                 options["memory"] = self.placement.memory_mb * 2**20
-            actor = ray.remote(KernelHost).options(**options).remote(self.backend, self._options, None)
+            actor = ray.remote(KernelHost).options(**options)
+            actor = actor.remote(self.backend, self._options, None, owner_variables())
             self._actor = actor
         try:
             self.node = self._get(actor.ready.remote(), self.placement.start_timeout_s, during="start")

@@ -86,6 +86,17 @@ def test_a_remote_kernel_answers_and_fails_as_a_local_one(ray_address: str, tmp_
     assert answers[1][5][0][0] is UnknownNameError
 
 
+def test_a_remote_kernel_computes_with_its_owners_thread_count(ray_address: str) -> None:
+    """Ray sets OMP_NUM_THREADS=1 in its actors; a kernel there takes its owner's value (results that depend
+    on the thread count, as scikit-learn's tie-breaking does, then match the owner's)."""
+    code = "import os; print(os.environ.get('OMP_NUM_THREADS'))"
+    seen = []
+    for kernel in (Kernel("local"), RemoteKernel("local", placement=RayPlacement(address=ray_address))):
+        with kernel:
+            seen.append(kernel.execute(code).outputs[0]["text"])
+    assert seen[0] == seen[1], seen
+
+
 def test_working_folder_files_are_sent_to_the_kernels_node(ray_address: str, tmp_path: Path) -> None:
     folder = tmp_path / "folder"
     folder.mkdir()
