@@ -16,7 +16,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from themisto_env.sandbox.ray_cluster import adopt_owner_variables, import_ray
+from themisto_env.sandbox.ray_cluster import adopt_owner_variables, import_ray, interruptible_children
 from themisto_env.sandbox.snapshots import default_cache_dir, write_atomic
 from themisto_env.sandbox.workdir import FileStore, FileTree
 
@@ -49,7 +49,8 @@ class KernelHost:
     def invoke(self, path: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bool, Any]:
         """Call ``kernel.<path>(*args, **kwargs)`` (``path`` may be dotted: ``launcher.limit_events``)."""
         try:
-            return True, operator.attrgetter(path)(self.kernel)(*args, **kwargs)
+            with interruptible_children():  # a call may start the kernel's process again (a restart)
+                return True, operator.attrgetter(path)(self.kernel)(*args, **kwargs)
         except Exception as exc:
             return False, exc
 
@@ -63,7 +64,8 @@ class KernelHost:
     def start(self) -> BaseException | None:
         """Start the kernel (its process on this node); None, or why it did not start."""
         try:
-            self.kernel.start()
+            with interruptible_children():
+                self.kernel.start()
         except Exception as exc:
             return exc
         return None

@@ -13,13 +13,24 @@ needed, and a missing Ray is one line saying how to install it.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from themisto_env.errors import ConfigError, ProviderError
 
-__all__ = ["LOCAL", "OWNER_VARIABLES", "adopt_owner_variables", "connect", "import_ray", "owner_variables"]
+__all__ = [
+    "LOCAL",
+    "OWNER_VARIABLES",
+    "adopt_owner_variables",
+    "connect",
+    "import_ray",
+    "interruptible_children",
+    "owner_variables",
+]
 
 LOCAL = "local"
 _connect_lock = threading.Lock()
@@ -84,3 +95,18 @@ def connect(address: str, *, num_cpus: int | None = None) -> bool:
         else:
             ray.init(address=address, **kwargs)
         return True
+
+
+@contextlib.contextmanager
+def interruptible_children() -> Iterator[None]:
+    """In an actor: let the processes started in the block (kernels) receive SIGINT.
+
+    Ray's workers block SIGINT in their signal mask, and a child process inherits the mask (of the thread
+    that starts it): a kernel started from an actor as it is never sees an interrupt, neither a recorded
+    ``KeyboardInterrupt`` nor a time limit's (it is restarted instead, and its state is lost).
+    """
+    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)

@@ -306,3 +306,20 @@ def test_the_inspect_sandbox_answers_tools_from_a_kernel_on_ray(fault_data: dict
     assert answers[0][:2] == answers[1][:2] and answers[0][0]
     assert [a[2] for a in answers] == ["Kernel", "RemoteKernel"]
     assert wait_for(lambda: not live_kernel_hosts()), "a kernel actor outlived its sandbox"
+
+
+def test_a_remote_kernel_is_interrupted_at_its_time_limit_and_keeps_its_state(ray_address: str) -> None:
+    """Ray blocks SIGINT in its workers and children inherit the mask: the kernel's process is started with
+    it unblocked, so a cell past its limit is interrupted (state kept), not restarted, as here."""
+    answers = []
+    for kernel in (Kernel("local"), RemoteKernel("local", placement=RayPlacement(address=ray_address))):
+        with kernel:
+            kernel.execute("kept = 41")
+            result = kernel.execute("import time\ntime.sleep(60)", timeout_s=2)
+            kernel.restart()
+            kernel.execute("kept = 41")
+            again = kernel.execute("import time\ntime.sleep(60)", timeout_s=2)
+            answers.append(
+                (result.status, result.kernel_restarted, again.kernel_restarted, kernel.execute("kept").status)
+            )
+    assert answers[0] == answers[1] == ("timeout", False, False, "ok"), answers

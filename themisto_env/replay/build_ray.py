@@ -31,9 +31,8 @@ import collections
 import contextlib
 import hashlib
 import os
-import signal
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +41,13 @@ from themisto_env.errors import DataError, InfrastructureError, ThemistoError
 from themisto_env.replay.session_replay import replay_session
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.models import SandboxLimits
-from themisto_env.sandbox.ray_cluster import connect, import_ray
+from themisto_env.sandbox.ray_cluster import (
+    adopt_owner_variables,
+    connect,
+    import_ray,
+    interruptible_children,
+    owner_variables,
+)
 from themisto_env.sandbox.snapshots import SnapshotStore
 from themisto_env.sandbox.workdir import EMPTY_TREE, FileStore, FileTree
 
@@ -52,12 +57,6 @@ if TYPE_CHECKING:
 ATTEMPTS = 2
 """How many workers a session is handed to before it is listed as failed (a worker lost each time)."""
 
-
-DRIVER_VARIABLES = ("OMP_NUM_THREADS",)
-"""Environment variables an actor's kernels take from the driver rather than from Ray: Ray sets
-``OMP_NUM_THREADS=1`` in its actors, and a kernel inheriting it computes some results otherwise than one
-started here (scikit-learn's nearest neighbours break distance ties by thread count: a replayed score
-then differs from the recorded one)."""
 
 ACTOR_PREFIX = "themisto-build-"
 """Actors are named ``themisto-build-<driver pid>-<n>``."""
@@ -72,7 +71,8 @@ class SessionReplayer:
         snapshot_dir: The snapshot store (None: the node's cache).
         environment: The kernel environment's id (None: the tool's own Python).
         snapshots: Whether to snapshot after every step.
-        driver_variables: The driver's values of :data:`DRIVER_VARIABLES` (None: unset), for the kernels.
+        driver_variables: The driver's values of
+            :data:`~themisto_env.sandbox.ray_cluster.OWNER_VARIABLES` (None: unset), for the kernels.
     """
 
     def __init__(
@@ -84,11 +84,7 @@ class SessionReplayer:
         snapshots: bool,
         driver_variables: dict[str, str | None],
     ) -> None:
-        for name, value in driver_variables.items():  # what the kernels started here inherit
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        adopt_owner_variables(driver_variables)  # what the kernels started here inherit
         self.kernel = Kernel(backend, limits=limits, snapshot_dir=snapshot_dir, environment=environment)
         self.snapshots = snapshots
 
@@ -137,21 +133,6 @@ class SessionReplayer:
     def close(self) -> None:
         """Close the kernel."""
         self.kernel.close()
-
-
-@contextlib.contextmanager
-def interruptible_children() -> Iterator[None]:
-    """Let the processes started in the block (kernels) receive SIGINT.
-
-    Ray's workers block SIGINT in their signal mask, and a child process inherits the mask: a kernel
-    started from an actor as it is would never see the interrupt of a recorded ``KeyboardInterrupt`` (it
-    would be restarted instead, and the trajectory would differ from a build on this machine).
-    """
-    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def files_not_shared(root: Path, node: str, example: str) -> ThemistoError:
@@ -206,7 +187,7 @@ def replay_on_ray(
     where = str(snapshot_dir) if snapshot_dir is not None else None
     count = max(1, min(workers, len(jobs)))
     named = [actor_class.options(name=f"{ACTOR_PREFIX}{os.getpid()}-{i}") for i in range(count)]  # findable
-    variables = {name: os.environ.get(name) for name in DRIVER_VARIABLES}
+    variables = owner_variables()
     actors = [actor.remote(backend, limits, where, environment, snapshots, variables) for actor in named]
     try:
         alive = []
@@ -309,4 +290,4 @@ def _lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
     return (errors.RayActorError, errors.ObjectLostError, errors.NodeDiedError, errors.WorkerCrashedError)
 
 
-__all__ = ["ACTOR_PREFIX", "ATTEMPTS", "DRIVER_VARIABLES", "SessionReplayer", "replay_on_ray"]
+__all__ = ["ACTOR_PREFIX", "ATTEMPTS", "SessionReplayer", "replay_on_ray"]
