@@ -24,7 +24,7 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from themisto_env.sandbox.ray_cluster import LOCAL, connect, import_ray
+from themisto_env.sandbox.ray_cluster import LOCAL, connect, import_ray, interruptible_children
 
 if TYPE_CHECKING:
     from themisto_env.run.config import RunConfig
@@ -45,13 +45,15 @@ class EpisodeWorker:
         limit_threads(self.config.workers)  # Ray sets OMP_NUM_THREADS for its actors; the rest follow
         self.agent = make_run_agent(self.config)
         self.options = env_options(self.config, self.agent)
-        self.env = ThemistoEnv(**self.options)
+        with interruptible_children():  # threads and kernels made here can be interrupted
+            self.env = ThemistoEnv(**self.options)
 
     def run(self, plan: tuple[str, int, tuple[str, ...]]) -> list[ResultRow]:
         """The rows of one episode (an :class:`~themisto_env.run.plan.EpisodePlan`)."""
         from themisto_env.run.episode import episode_rows
 
-        return list(episode_rows(self.config, self.env, self.agent, self.options, *plan))
+        with interruptible_children():  # Ray blocks SIGINT in its workers; kernels started here inherit it
+            return list(episode_rows(self.config, self.env, self.agent, self.options, *plan))
 
     def node(self) -> str:
         """Where this actor runs (host name and process id)."""
