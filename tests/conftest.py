@@ -21,6 +21,7 @@ import functools
 import os
 import shutil
 import tempfile
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -331,3 +332,13 @@ def env_dataset(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     report = build_dataset([notebook], root / "dataset", snapshot_dir=root / "snapshots", progress=False)
     assert report.built and not report.failed, report
     return {"dataset": str(root / "dataset"), "snapshot_dir": str(root / "snapshots")}
+
+
+def wait_for(check: Callable[[], Any], seconds: float = 30.0, *, every: float = 0.1) -> bool:
+    """Poll ``check`` until it holds or ``seconds`` pass; whether it held (then once more, at the end)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(every)
+    return bool(check())

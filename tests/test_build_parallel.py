@@ -17,14 +17,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import needs
+from tests.conftest import needs, wait_for
 from themisto_env.data.trajectory import MANIFEST, TRAJECTORIES
 from themisto_env.replay.build import build_dataset
 from themisto_env.sandbox.snapshots import SnapshotStore
@@ -97,15 +96,6 @@ def _kernels_of(folder: Path) -> list[int]:
     return found
 
 
-def _wait(check: Any, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return bool(check())
-
-
 def test_a_killed_build_resumes_and_ends_the_same(one_kernel: dict[str, Path], tmp_path: Path) -> None:
     out, cache = tmp_path / "dataset", tmp_path / "cache"  # the CLI's snapshot store is the cache's
     scratch = Path(tempfile.mkdtemp(prefix="k-"))  # the build's kernels' run directories (short: IPC paths)
@@ -115,14 +105,14 @@ def test_a_killed_build_resumes_and_ends_the_same(one_kernel: dict[str, Path], t
         with open(tmp_path / "stderr", "w") as stderr:
             process = subprocess.Popen(build, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
             try:
-                written = _wait(lambda: process.poll() is not None or _lines(out), 300)
+                written = wait_for(lambda: process.poll() is not None or _lines(out), 300)
             finally:
                 process.send_signal(signal.SIGKILL)
                 process.wait()
         assert written and process.returncode == -signal.SIGKILL, (tmp_path / "stderr").read_text()[-2000:]
         kept = _lines(out)
         assert 1 <= len(kept) < 4, "killed after its first trajectory, the build had more to do"
-        assert _wait(lambda: not _kernels_of(scratch), 30), "the killed build's kernels outlived it"
+        assert wait_for(lambda: not _kernels_of(scratch), 30), "the killed build's kernels outlived it"
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -264,7 +254,7 @@ def test_a_lost_ray_worker_loses_no_session(one_kernel: dict[str, Path], ray_ins
     try:
         # the manifest is written once the first actor's kernel is ready; that actor is then handed the
         # longest session (a cell interrupted after 5 s)
-        assert _wait(lambda: (out / MANIFEST).exists(), 120), "no actor's kernel became ready"
+        assert wait_for(lambda: (out / MANIFEST).exists(), 120), "no actor's kernel became ready"
         ray_instance.kill(ray_instance.get_actor(f"{ACTOR_PREFIX}{os.getpid()}-0"), no_restart=True)
     finally:
         builder.join(600)
@@ -274,6 +264,6 @@ def test_a_lost_ray_worker_loses_no_session(one_kernel: dict[str, Path], ray_ins
         assert len(report.retried) == 1, "the killed actor's session went to the other actor"
         assert_same_dataset(out, one_kernel["dataset"], tmp_path / "snapshots")
         ray_instance.shutdown()
-        assert _wait(lambda: not _kernels_of(scratch), 30), "a killed actor's kernel outlived it"
+        assert wait_for(lambda: not _kernels_of(scratch), 30), "a killed actor's kernel outlived it"
     finally:
         shutil.rmtree(scratch, ignore_errors=True)  # the killed actor's run directory: a dead owner's leftover

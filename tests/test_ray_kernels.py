@@ -9,14 +9,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import needs
+from tests.conftest import needs, wait_for
 from tests.test_state import ALL_SAMPLES, assert_same_except, make_env, run_rows, served_state
 from tests.test_state import clean_rows as clean_rows
 from tests.test_state import fault_data as fault_data
@@ -46,15 +45,6 @@ def live_kernel_hosts() -> list[dict[str, Any]]:
     from ray._private import state
 
     return [a for a in state.actors().values() if a["ActorClassName"] == "KernelHost" and a["State"] != "DEAD"]
-
-
-def wait_for(check: Any, seconds: float = 30.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.2)
-    return bool(check())
 
 
 # -- the kernel -------------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import needs
+from tests.conftest import needs, wait_for
 from tests.test_build_parallel import SOURCES, assert_same_dataset
 from tests.test_build_parallel import one_kernel as one_kernel
 from tests.test_state import ALL_SAMPLES
@@ -75,15 +74,6 @@ def actors(class_name: str) -> list[dict[str, Any]]:
 
 def alive(class_name: str) -> list[dict[str, Any]]:
     return [a for a in actors(class_name) if a["State"] != "DEAD"]
-
-
-def wait_for(check: Callable[[], Any], seconds: float = 60.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.25)
-    return bool(check())
 
 
 def test_a_build_on_the_cluster_builds_what_one_kernel_builds(
