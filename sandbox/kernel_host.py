@@ -8,12 +8,11 @@ their digests before they are kept.
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import hashlib
 import operator
 import os
-import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from themisto_env.sandbox.ray_cluster import adopt_owner_variables, import_ray, interruptible_children
@@ -23,65 +22,80 @@ from themisto_env.sandbox.workdir import FileStore, FileTree
 __all__ = ["KernelHost"]
 
 
+Answer = tuple[bool, Any]
+"""``(True, value)`` or ``(False, exception)``."""
+
+
+def _answering(method: Callable[..., Any]) -> Callable[..., Answer]:
+    """Make a method answer ``(True, value)`` or ``(False, exception)``: what it raises travels back as it
+    is (a full disk as its OSError), never as Ray's wrapped error, and the actor stays up."""
+
+    @functools.wraps(method)
+    def answer(self: KernelHost, *args: Any, **kwargs: Any) -> Answer:
+        try:
+            with interruptible_children():  # a call may start the kernel's process (again)
+                return True, method(self, *args, **kwargs)
+        except Exception as exc:
+            return False, exc
+
+    return answer
+
+
 class KernelHost:
     """The Ray actor that owns one kernel on its node (see :class:`RemoteKernel`, which drives it).
 
-    Every answer is ``(True, value)`` or ``(False, exception)``: the kernel's own exceptions travel back
-    as they are, never as Ray's wrapped errors."""
+    The kernel is made and started by :meth:`start` (an error making it, a bad option or an unwritable
+    store, comes back typed, as a start failure). Every other answer is :data:`Answer`."""
 
     def __init__(
         self, backend: str, options: dict[str, Any], files_dir: str | None, variables: dict[str, str | None]
     ) -> None:
+        adopt_owner_variables(variables)  # the kernel computes as one started by its owner would
+        self.backend = backend
+        self.options = options
+        self.files = FileStore(files_dir or default_cache_dir() / "ray-files")
+        self.kernel: Any = None
+
+    def ready(self) -> Answer:
+        """Where this actor runs: ``host:pid`` and the Ray node's id."""
+        return True, (f"{os.uname().nodename}:{os.getpid()}", str(import_ray().get_runtime_context().get_node_id()))
+
+    @_answering
+    def start(self) -> None:
+        """Make the kernel and start its process on this node."""
         from themisto_env.sandbox.kernel import Kernel
 
-        adopt_owner_variables(variables)  # the kernel computes as one started by its owner would
-        self.kernel = Kernel(backend, **options)
-        self.files = FileStore(files_dir or default_cache_dir() / "ray-files")
+        if self.kernel is None:
+            self.kernel = Kernel(self.backend, **self.options)
+        self.kernel.start()
 
-    def ready(self) -> str:
-        """Where this actor runs: ``host:pid``."""
-        return f"{os.uname().nodename}:{os.getpid()}"
-
-    def node_id(self) -> str:
-        """The Ray node this actor runs on."""
-        return str(import_ray().get_runtime_context().get_node_id())
-
-    def invoke(self, path: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bool, Any]:
+    @_answering
+    def invoke(self, path: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Call ``kernel.<path>(*args, **kwargs)`` (``path`` may be dotted: ``launcher.limit_events``)."""
-        try:
-            with interruptible_children():  # a call may start the kernel's process again (a restart)
-                return True, operator.attrgetter(path)(self.kernel)(*args, **kwargs)
-        except Exception as exc:
-            return False, exc
+        return operator.attrgetter(path)(self.kernel)(*args, **kwargs)
 
-    def read(self, path: str) -> tuple[bool, Any]:
+    @_answering
+    def read(self, path: str) -> Any:
         """The value of ``kernel.<path>`` (an attribute or property)."""
-        try:
-            return True, operator.attrgetter(path)(self.kernel)
-        except Exception as exc:
-            return False, exc
+        return operator.attrgetter(path)(self.kernel)
 
-    def start(self) -> BaseException | None:
-        """Start the kernel (its process on this node); None, or why it did not start."""
-        try:
-            with interruptible_children():
-                self.kernel.start()
-        except Exception as exc:
-            return exc
-        return None
-
+    @_answering
     def missing_snapshots(self, digests: Sequence[str]) -> list[str]:
         """Which of ``digests`` this node's store lacks."""
         return [d for d in digests if d not in self.kernel.store]
 
-    def put_snapshot(self, digest: str, data: bytes, environments: Sequence[str]) -> None:
-        """Keep a snapshot sent by the owner (checked against its digest first)."""
+    @_answering
+    def put_snapshot(self, digest: str, data: bytes, environments: Sequence[str]) -> bool:
+        """Keep a snapshot sent by the owner, replacing this node's copy; whether its bytes hash to its digest
+        (a damaged copy is not kept)."""
         if hashlib.sha256(data).hexdigest() != digest:
-            return  # a damaged copy is not kept: the restore then says the snapshot is missing
+            return False
         self.kernel.store.add(digest, data)
         for environment in environments:
             self.kernel.store.note_environment(digest, environment)
+        return True
 
+    @_answering
     def get_snapshot(self, digest: str) -> tuple[bytes, list[str]] | None:
         """A snapshot's bytes and writers, for the owner's store (None: not here)."""
         store = self.kernel.store
@@ -89,35 +103,53 @@ class KernelHost:
             return None
         return store.path(digest).read_bytes(), sorted(store.environments(digest))
 
+    @_answering
     def missing_blobs(self, shas: Sequence[str], owner_root: str) -> list[str]:
         """Which working-folder contents this node lacks, after copying those it can read from the owner's
-        file store (a shared folder)."""
+        file store (a shared folder); a copy is kept only once its bytes hash to its name, and a kept one
+        that does not (a copy cut short) is dropped and asked for again."""
         missing = []
         for sha in dict.fromkeys(shas):
             target = self.files.blob_path(sha)
-            if target.exists():
+            if _holds(target, sha):
                 continue
-            source = FileStore(owner_root).blob_path(sha)
-            with contextlib.suppress(OSError):
-                if source.is_file():
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(source, target)
-                    continue
-            missing.append(sha)
+            try:
+                data = FileStore(owner_root).blob_path(sha).read_bytes()
+            except OSError:
+                data = b""
+            if not self._keep(sha, data):
+                missing.append(sha)
         return missing
 
+    @_answering
     def put_blobs(self, blobs: Mapping[str, bytes]) -> None:
         """Keep working-folder contents sent by the owner (each checked against its sha256)."""
         for sha, data in blobs.items():
-            if hashlib.sha256(data).hexdigest() == sha:
-                target = self.files.blob_path(sha)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                write_atomic(target, data)
+            self._keep(sha, data)
 
-    def set_files(self, tree: FileTree) -> tuple[bool, Any]:
+    def _keep(self, sha: str, data: bytes) -> bool:
+        if hashlib.sha256(data).hexdigest() != sha:
+            return False
+        target = self.files.blob_path(sha)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(target, data)  # another actor on this node never reads half a file
+        return True
+
+    @_answering
+    def set_files(self, tree: FileTree) -> None:
         """Set the kernel's working folder from this node's file store."""
-        return self.invoke("set_files", (tree, self.files), {})
+        self.kernel.set_files(tree, self.files)
 
+    @_answering
     def close(self, graceful: bool) -> None:
         """Close the kernel (its process or container and run directory go)."""
-        self.kernel.close(graceful=graceful)
+        if self.kernel is not None:
+            self.kernel.close(graceful=graceful)
+
+
+def _holds(path: Any, sha: str) -> bool:
+    """Whether ``path`` holds content hashing to ``sha``."""
+    try:
+        return bool(hashlib.sha256(path.read_bytes()).hexdigest() == sha)
+    except OSError:
+        return False

@@ -29,13 +29,21 @@ as any first kernel start of a process removes a dead owner's leftovers (see
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self
 
-from themisto_env.errors import InfrastructureError, KernelDiedError, KernelStartError
+from themisto_env.errors import (
+    InfrastructureError,
+    KernelDiedError,
+    KernelStartError,
+    SnapshotCorruptError,
+    SnapshotError,
+)
+from themisto_env.sandbox.kernel_environments import environment_label
 from themisto_env.sandbox.kernel_host import KernelHost
 from themisto_env.sandbox.models import SandboxLimits, SnapshotInfo
 from themisto_env.sandbox.ray_cluster import connect, import_ray, owner_variables
@@ -124,7 +132,7 @@ class RemoteKernel:
         self.node_id = ""  # the Ray node it runs on, once started
         self._options: dict[str, Any] = {
             "limits": self.limits,
-            "snapshot_dir": self.placement.snapshot_dir or str(self.store.root),
+            "snapshot_dir": self.placement.snapshot_dir or str(self.store.root.resolve()),
             "store_access": store_access,
             "launcher_options": launcher_options,
             "environment": environment,
@@ -141,6 +149,7 @@ class RemoteKernel:
 
         Raises:
             KernelStartError: No node took the actor in time, or the kernel did not start there.
+            ConfigError: The kernel's options are wrong (as for a local kernel).
         """
         with self._lock:
             if self._actor is not None:
@@ -158,44 +167,51 @@ class RemoteKernel:
             if self.placement.memory_mb:
                 options["memory"] = self.placement.memory_mb * 2**20
             actor = ray.remote(KernelHost).options(**options)
-            actor = actor.remote(self.backend, self._options, None, owner_variables())
-            self._actor = actor
+            self._actor = actor.remote(self.backend, self._options, None, owner_variables())
         try:
-            self.node = self._get(actor.ready.remote(), self.placement.start_timeout_s, during="start")
-            self.node_id = self._get(actor.node_id.remote(), self.placement.start_timeout_s, during="start")
-        except KernelDiedError as exc:
+            self.node, self.node_id = self._call("ready", wait_s=self.placement.start_timeout_s, during="start")
+        except InfrastructureError as exc:
             self._kill()
-            wanted = ", ".join(
-                f"{k}={v:g}" for k, v in {"CPU": self.placement.num_cpus, **self.placement.resources}.items()
-            )
+            asked = {"CPU": self.placement.num_cpus, **self.placement.resources}
+            wanted = ", ".join(f"{k}={v:g}" for k, v in asked.items())
             raise KernelStartError(f"no Ray node took the kernel's actor ({wanted}): {exc}") from None
         try:
-            error = self._get(actor.start.remote(), self.limits.start_timeout_s + ANSWER_GRACE_S, during="start")
+            self._call("start", wait_s=self.limits.start_timeout_s + ANSWER_GRACE_S, during="start")
         except KernelDiedError as exc:
             self._kill()
             raise KernelStartError(str(exc)) from None
-        if error is not None:
+        except BaseException:
             self._kill()
-            raise error
+            raise
         return self
 
-    def _get(self, ref: Any, timeout_s: float, *, during: str) -> Any:
-        """The value of an actor call; a lost actor or a silent one is a KernelDiedError."""
+    def _call(self, method: str, *args: Any, wait_s: float | None = None, during: str = "") -> Any:
+        """Call a :class:`KernelHost` method and return its value, or raise what it raised there.
+
+        Raises:
+            KernelDiedError: The actor is lost (its process, its node, Ray itself) or silent for ``wait_s``
+                (it is then ended): the kernel is gone, as when a local kernel dies.
+            InfrastructureError: Ray could not carry the call (an object store full, ...).
+        """
         ray = import_ray()
+        during, wait_s = during or method, wait_s or self._wait()
+        where = f"the {self.backend} kernel on Ray ({self.node or 'not placed'})"
         try:
-            return ray.get(ref, timeout=timeout_s)
+            ref = getattr(self._host, method).remote(*args)
+            ok, value = ray.get(ref, timeout=wait_s)
         except ray.exceptions.GetTimeoutError:
             self._kill()
             raise KernelDiedError(
-                f"the {self.backend} kernel on Ray ({self.node or 'not placed'}) did not answer within "
-                f"{timeout_s:g} s during {during}: taken for lost"
+                f"{where} did not answer within {wait_s or self._wait():g} s during {during}: taken for lost"
             ) from None
-        except ray.exceptions.RayError as exc:  # the actor died: its process, its node, or Ray itself
-            self._actor = None
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise KernelDiedError(
-                f"the {self.backend} kernel on Ray ({self.node or 'not placed'}) was lost during {during}: {first}"
-            ) from None
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+            self._kill()
+            raise KernelDiedError(f"{where} was lost during {during}: {_first_line(exc)}") from None
+        except ray.exceptions.RayError as exc:  # the call itself failed (a value too large, ...): not the kernel
+            raise InfrastructureError(f"{where}: Ray could not carry {during}: {_first_line(exc)}") from None
+        if not ok:
+            raise value
+        return value
 
     @property
     def _host(self) -> Any:
@@ -203,23 +219,19 @@ class RemoteKernel:
             raise InfrastructureError("the kernel is not started (or was closed)")
         return self._actor
 
-    def _answer(self, answer: tuple[bool, Any]) -> Any:
-        ok, value = answer
-        if not ok:
-            raise value
-        return value
-
-    def _timeout(self, timeout_s: float | None = None) -> float:
+    def _wait(self, timeout_s: float | None = None) -> float:
+        """How long to wait for an answer: the kernel's own limit for the call and what may follow it (an
+        interrupt's grace, a restart), and a margin."""
         limits = self.limits
         return (timeout_s or limits.timeout_s) + limits.interrupt_grace_s + limits.start_timeout_s + ANSWER_GRACE_S
 
-    def _invoke(self, path: str, *args: Any, timeout_s: float | None = None, **kwargs: Any) -> Any:
-        """Call ``kernel.<path>`` in the actor and return its value (or raise its exception)."""
-        ref = self._host.invoke.remote(path, args, kwargs)
-        return self._answer(self._get(ref, self._timeout(timeout_s), during=path))
+    def _invoke(self, path: str, *args: Any, **kwargs: Any) -> Any:
+        """Call ``kernel.<path>(*args, **kwargs)`` in the actor (a ``timeout_s`` goes with the call and sets
+        the wait) and return its value, or raise its exception."""
+        return self._call("invoke", path, args, kwargs, wait_s=self._wait(kwargs.get("timeout_s")), during=path)
 
     def _read(self, path: str) -> Any:
-        return self._answer(self._get(self._host.read.remote(path), self._timeout(), during=path))
+        return self._call("read", path, during=path)
 
     def _kill(self) -> None:
         actor, self._actor = self._actor, None
@@ -297,7 +309,7 @@ class RemoteKernel:
 
     def execute(self, code: str, *, timeout_s: float | None = None, **kwargs: Any) -> Any:
         """As :meth:`Kernel.execute <themisto_env.sandbox.kernel_messaging.KernelMessaging.execute>`."""
-        return self._invoke("execute", code, timeout_s=timeout_s, **kwargs)
+        return self._invoke("execute", code, timeout_s=timeout_s, **kwargs)  # the limit travels with the call
 
     def call(self, function: str, *, timeout_s: float | None = None, **kwargs: Any) -> Any:
         """As :meth:`Kernel.call <themisto_env.sandbox.kernel_messaging.KernelMessaging.call>`."""
@@ -312,44 +324,65 @@ class RemoteKernel:
     # -- what travels -------------------------------------------------------------------------------------
 
     def snapshot(self) -> SnapshotInfo:
-        """Save the namespace to the node's store, and bring the snapshot to the owner's store."""
+        """Save the namespace to the node's store, and bring the snapshot to the owner's store (recording,
+        as a local kernel does, that this kernel's environment wrote it)."""
         info: SnapshotInfo = self._invoke("snapshot")
         if info.digest not in self.store:
-            found = self._get(self._host.get_snapshot.remote(info.digest), self._timeout(), during="snapshot")
+            found = self._call("get_snapshot", info.digest, during="snapshot")
             if found is not None:
-                data, writers = found
-                self.store.add(info.digest, data)
-                for writer in writers:
-                    self.store.note_environment(info.digest, writer)
+                self.store.add(info.digest, found[0])
+        try:
+            self.store.note_environment(info.digest, environment_label(self.environment))
+        except OSError as exc:
+            raise SnapshotError(f"could not record the environment of snapshot {info.digest[:12]}: {exc}") from exc
         return info
 
     def restore(self, snapshot: SnapshotInfo | str, *, clean: bool = True, keep: Sequence[str] = ()) -> Any:
-        """Restore a snapshot of the owner's store (sent to the node first if it lacks it)."""
+        """Restore a snapshot of the owner's store, sent to the node first if it lacks it.
+
+        Raises:
+            SnapshotCorruptError: The owner's copy does not hash to its digest (set it aside, as for a local
+                kernel). A node's copy found damaged is replaced by the owner's and the restore tried again.
+            (and what :meth:`Kernel.restore <themisto_env.sandbox.kernel_snapshots.KernelSnapshots.restore>`
+            raises.)
+        """
         digest = snapshot.digest if isinstance(snapshot, SnapshotInfo) else snapshot
-        host = self._host
-        if (
-            self._get(host.missing_snapshots.remote([digest]), self._timeout(), during="restore")
-            and digest in self.store
-        ):
-            try:
-                data = self.store.path(digest).read_bytes()
-            except OSError:
-                data = b""
-            sent = host.put_snapshot.remote(digest, data, sorted(self.store.environments(digest)))
-            self._get(sent, self._timeout(), during="restore")
-        return self._invoke("restore", digest, clean=clean, keep=keep)
+        if self._call("missing_snapshots", [digest], during="restore"):
+            self._send_snapshot(digest)
+        try:
+            return self._invoke("restore", digest, clean=clean, keep=keep)
+        except SnapshotCorruptError:
+            if self._send_snapshot(digest) is None:  # the node's copy was damaged: the owner's, once more
+                return self._invoke("restore", digest, clean=clean, keep=keep)
+            raise
+
+    def _send_snapshot(self, digest: str) -> str | None:
+        """Send the owner's copy of a snapshot to the node; None, or why it was not sent (the owner lacks
+        it: the restore then says so). A copy that does not hash to its digest is the owner's damage.
+
+        Raises:
+            SnapshotCorruptError: The owner's copy is damaged.
+        """
+        if digest not in self.store:
+            return "missing"
+        try:
+            data = self.store.path(digest).read_bytes()
+        except OSError:
+            return "unreadable"
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise SnapshotCorruptError(f"snapshot {self.store.path(digest)}: its content does not hash to its name")
+        self._call("put_snapshot", digest, data, sorted(self.store.environments(digest)), during="restore")
+        return None
 
     def set_files(self, tree: FileTree, store: FileStore) -> None:
-        """Make the working folder hold ``tree``'s files, sending the node the contents it lacks."""
-        host = self._host
-        missing = self._get(
-            host.missing_blobs.remote(sorted(tree.values()), str(store.root)), self._timeout(), during="set_files"
-        )
+        """Make the working folder hold ``tree``'s files, sending the node the contents it lacks (files the
+        kernel writes stay on its node: their digests are compared, as for a local kernel)."""
+        owner_root = str(Path(store.root).resolve())
+        missing = self._call("missing_blobs", sorted(tree.values()), owner_root, during="set_files")
         if missing:
             names = {sha: path for path, sha in tree.items()}
-            blobs = {sha: store.read(sha, name=names[sha]) for sha in missing}
-            self._get(host.put_blobs.remote(blobs), self._timeout(), during="set_files")
-        self._answer(self._get(host.set_files.remote(tree), self._timeout(), during="set_files"))
+            self._call("put_blobs", {sha: store.read(sha, name=names[sha]) for sha in missing}, during="set_files")
+        self._call("set_files", tree, during="set_files")
 
 
 #: The kernel methods a RemoteKernel forwards as they are (their arguments and answers are plain data).
@@ -372,3 +405,8 @@ _FORWARDED = frozenset(
         "sealed_fingerprint",
     }
 )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

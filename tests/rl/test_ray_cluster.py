@@ -92,10 +92,11 @@ def test_a_build_on_the_cluster_builds_what_one_kernel_builds(
 def test_an_evaluation_on_worker_node_kernels_survives_losing_a_node_and_resumes(
     cluster: Nodes, fault_data: dict[str, Any], tmp_path: Path
 ) -> None:
-    """The run's kernels live on the worker nodes; the node holding the env's kernel is removed mid-run.
+    """The run's kernel lives on a worker node (one env, no warm kernel: the only kernel actor is the env's);
+    that node is removed mid-run.
     Every row is then either scored as in a run on this machine or flagged (never scored from a lost
     kernel), the run completes, and a resume leaves every row scored as on this machine."""
-    options = {"snapshot_dir": fault_data["snapshot_dir"], "sample_rule": ALL_SAMPLES}
+    options = {"snapshot_dir": fault_data["snapshot_dir"], "sample_rule": ALL_SAMPLES, "warm_kernels": 0}
     # the full observation serves every sample's state (the retrieval agent calls no tool)
     plain = RunConfig(agent="retrieval", task="next-cell", observation="full", data=fault_data["dataset"], env=options)
     run(plain, tmp_path / "plain", progress=False)
@@ -128,6 +129,8 @@ def test_an_evaluation_on_worker_node_kernels_survives_losing_a_node_and_resumes
         cluster.workers.append(cluster.cluster.add_node(num_cpus=2))  # the next tests have two workers again
         cluster.cluster.wait_for_nodes()
     assert removed, "the run ended before a node was lost"
+    met = [r for r in read_results(tmp_path / "on-ray") if r.infrastructure_error or r.recovered]
+    assert met, "no row met the lost node: the test lost nothing"
     first = {r.sample_id: r for r in read_results(tmp_path / "on-ray")}
     assert sorted(first) == sorted(clean)
     for sample_id, row in first.items():

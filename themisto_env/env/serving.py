@@ -9,6 +9,7 @@ class of it: the env's other parts read the same attributes).
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Any
@@ -165,7 +166,15 @@ class StateServing:
         config = self.config
         key = (config.backend, config.limits.model_dump_json(), config.snapshot_dir, self._preload, config.warm_kernels)
         key += (self.environment, config.ray.model_dump_json() if config.ray else None)
-        return shared_pool(key, self._new_kernel, size=config.warm_kernels, preload=self._preload)
+        new_kernel = functools.partial(  # not a bound method: the process's pool must not hold this env
+            make_kernel,
+            config.backend,
+            ray=config.ray,
+            limits=config.limits,
+            snapshot_dir=config.snapshot_dir,
+            environment=self.environment,
+        )
+        return shared_pool(key, new_kernel, size=config.warm_kernels, preload=self._preload)
 
     def _new_kernel(self) -> Kernel:
         """A new kernel for the env's own state: on this machine, or in a Ray actor (``config.ray``)."""
