@@ -135,15 +135,17 @@ def test_an_evaluation_on_worker_node_kernels_survives_losing_a_node_and_resumes
     assert sorted(first) == sorted(clean)
     for sample_id, row in first.items():
         if row.infrastructure_error or row.state_mismatch:
-            assert row.scores is None, f"{sample_id} was scored from a lost kernel"
+            assert row.reward is None, f"{sample_id} was scored from a lost kernel"
         else:
             assert row.scores == clean[sample_id].scores, f"{sample_id} scored differently on the cluster"
+            assert row.reward == clean[sample_id].reward
     hosts = {a["Address"]["NodeID"] for a in actors("KernelHost")}
     assert hosts and hosts <= cluster.worker_ids() | set(removed), "a kernel ran on the head node"
 
     run(on_ray, tmp_path / "on-ray", progress=False)  # the resume: only the flagged rows again
     resumed = {r.sample_id: r for r in read_results(tmp_path / "on-ray")}
-    assert all(resumed[k].scores == clean[k].scores for k in clean), "a resume left a row unscored or wrong"
+    assert all(resumed[k].reward is not None for k in clean), "a resume left a row unscored"
+    assert all((resumed[k].scores, resumed[k].reward) == (clean[k].scores, clean[k].reward) for k in clean)
     assert wait_for(lambda: not alive("KernelHost")), "a kernel actor outlived the run"
 
 
