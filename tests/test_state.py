@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import themisto_env.replay.state as state_module
-from tests.conftest import require_backend
+from tests.conftest import require_backend, wait_for
 from tests.sandbox.test_lifetime import engine_proxy  # noqa: F401  (a fixture)
 from tests.state_fixtures import RESTART_STEP, fault_session, random_session, write_dataset
 from themisto_env.data.samples import SampleRule
@@ -183,7 +183,10 @@ def test_names_a_snapshot_cannot_hold_are_rebuilt_and_stepping_on_matches_the_re
 
 
 def _kill(env: ThemistoEnv) -> None:
-    pid = env.tool_context().kernel.launcher.pid()
+    launcher = env.tool_context().kernel.launcher
+    # a container's kernel is found among its init's children through /proc: under load, not at once
+    assert wait_for(lambda: launcher.pid() is not None, 10), "the kernel's process is not visible"
+    pid = launcher.pid()
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
 
