@@ -72,9 +72,7 @@ def run_step(what: str, cmd: list[str], log: Path, console: Console, **kwargs: A
         proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False, **kwargs)
     if proc.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-        raise BackendUnavailableError(
-            f"image build failed while {what} (exit {proc.returncode}); log: {log}\n{tail}"
-        )
+        raise BackendUnavailableError(f"image build failed while {what} (exit {proc.returncode}); log: {log}\n{tail}")
     console.print(f"[green]✓[/] {what} ({time.perf_counter() - started:.1f} s)")
 
 
