@@ -234,3 +234,20 @@ def f(pool: Pool, value: object) -> None:
     value.__class__
 """
     assert source_reaches("themisto_env.metrics", own, package=True) == []
+
+
+def test_every_package_is_in_the_wheel() -> None:
+    """Every folder of the library with an ``__init__.py`` is listed in pyproject.toml's packages (a package
+    left out is missing from a wheel install, though an editable install finds it)."""
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    roots = {"themisto_env": REPO / "themisto_env", "themisto_env.agents": REPO / "agents"}
+    roots["themisto_env.sandbox"] = REPO / "sandbox"
+    found = {
+        ".".join((prefix, *init.parent.relative_to(root).parts))
+        for prefix, root in roots.items()
+        for init in root.rglob("__init__.py")
+        if "__pycache__" not in init.parts
+    }
+    assert found - listed == set(), f"packages missing from pyproject.toml: {sorted(found - listed)}"
