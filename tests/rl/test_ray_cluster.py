@@ -6,7 +6,6 @@ run completes and a resume finishes it; nothing is left running."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import needs, wait_for
+from tests.rl.conftest import train_example
 from tests.test_build_parallel import SOURCES, assert_same_dataset
 from tests.test_build_parallel import one_kernel as one_kernel
 from tests.test_state import ALL_SAMPLES
@@ -26,8 +26,6 @@ from themisto_env.run.results import read_results
 from themisto_env.run.runner import run
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed: pip install 'themisto-env[ray]'")
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_grpo_tools.py"
 
 
 @dataclass
@@ -154,30 +152,8 @@ def test_multi_turn_grpo_trains_with_its_kernels_on_the_worker_nodes(
     cluster: Nodes, training_data: dict[str, str], tmp_path: Path
 ) -> None:
     before = {a["ActorID"] for a in actors("KernelHost")}
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(EXAMPLE),
-            "--out",
-            str(tmp_path),
-            "--data",
-            training_data["dataset"],
-            "--snapshot-dir",
-            training_data["snapshot_dir"],
-            "--steps",
-            "2",
-            "--samples",
-            "4",
-            "--warm-start",
-            "100",
-            "--ray",
-            cluster.address,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
+    options = ("--steps", "2", "--samples", "4", "--warm-start", "100", "--ray", cluster.address)
+    done = train_example("train_grpo_tools.py", tmp_path, training_data, *options)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert len(summary["rewards"]) == 2 and summary["kernels"] >= 1

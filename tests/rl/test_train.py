@@ -4,39 +4,20 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("trl", reason="the rl extra is not installed: pip install 'themisto-env[rl]'")
+from tests.rl.conftest import train_example
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_grpo.py"
+pytest.importorskip("trl", reason="the rl extra is not installed: pip install 'themisto-env[rl]'")
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_grpo_example_trains_and_plots_the_reward_curve(training_data: dict[str, str], tmp_path: Path) -> None:
     steps = 6
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(EXAMPLE),
-            "--out",
-            str(tmp_path),
-            "--data",
-            training_data["dataset"],
-            "--snapshot-dir",
-            training_data["snapshot_dir"],
-            "--steps",
-            str(steps),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = train_example("train_grpo.py", tmp_path, training_data, "--steps", str(steps), timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Warning" not in done.stderr, done.stderr[-3000:]  # no library warnings left for the reader
     summary = json.loads((tmp_path / "summary.json").read_text())

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("trl", reason="the rl extra is not installed: pip install 'themisto-env[rl]'")
+from tests.rl.conftest import train_example
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_grpo_tools.py"
+pytest.importorskip("trl", reason="the rl extra is not installed: pip install 'themisto-env[rl]'")
 
 
 @pytest.mark.slow
@@ -22,26 +20,7 @@ def test_multi_turn_grpo_example_trains_and_plots_the_reward_curve(
     training_data: dict[str, str], tmp_path: Path
 ) -> None:
     steps = 2
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(EXAMPLE),
-            "--out",
-            str(tmp_path),
-            "--data",
-            training_data["dataset"],
-            "--snapshot-dir",
-            training_data["snapshot_dir"],
-            "--steps",
-            str(steps),
-            "--samples",
-            "4",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
+    done = train_example("train_grpo_tools.py", tmp_path, training_data, "--steps", str(steps), "--samples", "4")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Warning" not in done.stderr, done.stderr[-3000:]  # no library warnings left for the reader
     summary = json.loads((tmp_path / "summary.json").read_text())

@@ -166,7 +166,13 @@ class StateServing:
         config = self.config
         key = (config.backend, config.limits.model_dump_json(), config.snapshot_dir, self._preload, config.warm_kernels)
         key += (self.environment, config.ray.model_dump_json() if config.ray else None)
-        new_kernel = functools.partial(  # not a bound method: the process's pool must not hold this env
+        # the factory, not a bound method: the process's pool must not hold this env
+        return shared_pool(key, self._kernel_factory(), size=config.warm_kernels, preload=self._preload)
+
+    def _kernel_factory(self) -> functools.partial[Kernel]:
+        """Makes a new kernel of this env's kind: on this machine, or in a Ray actor (``config.ray``)."""
+        config = self.config
+        return functools.partial(
             make_kernel,
             config.backend,
             ray=config.ray,
@@ -174,17 +180,10 @@ class StateServing:
             snapshot_dir=config.snapshot_dir,
             environment=self.environment,
         )
-        return shared_pool(key, new_kernel, size=config.warm_kernels, preload=self._preload)
 
     def _new_kernel(self) -> Kernel:
-        """A new kernel for the env's own state: on this machine, or in a Ray actor (``config.ray``)."""
-        return make_kernel(
-            self.config.backend,
-            ray=self.config.ray,
-            limits=self.config.limits,
-            snapshot_dir=self.config.snapshot_dir,
-            environment=self.environment,
-        )
+        """A new kernel for the env's own state."""
+        return self._kernel_factory()()
 
     def _executed_steps(self) -> list[Any]:
         """The steps executed before the current sample (the position follows from the sample)."""
