@@ -726,14 +726,35 @@ def loaded_distributions() -> dict[str, str]:
     return versions
 
 
+#: The folder in every cell's code file name, the same in every kernel. ipykernel's own is
+#: ``<tempdir>/ipykernel_<pid>``: a name that changes with each process, which warnings, tracebacks and the
+#: snapshots of cell-defined functions (``co_filename``) carry, so two replays of the same cells differed.
+CELL_FOLDER = "/tmp/ipykernel"
+
+
+def stable_cell_names() -> bool:
+    """Name each cell's code file ``CELL_FOLDER/<murmur2 hash of the code>.py`` (ipykernel's hash, without
+    its process id). Only the name changes: IPython still caches each cell's lines in ``linecache`` under
+    it, so tracebacks and ``inspect.getsource`` show the cell's code; no file is written. Returns whether
+    ipykernel's compiler was found (a kernel without it names cells ``<ipython-input-N-...>``, stable
+    already)."""
+    compiler = sys.modules.get("ipykernel.compiler")
+    if compiler is None or not hasattr(compiler, "get_tmp_directory"):
+        return False
+    compiler.get_tmp_directory = lambda: CELL_FOLDER
+    return True
+
+
 def install() -> bool:
-    """Make ``get_ipython`` a builtin outside cells too (IPython provides it only while a cell runs).
+    """Make ``get_ipython`` a builtin outside cells too (IPython provides it only while a cell runs), and
+    give cells file names that do not depend on the kernel's process (:func:`stable_cell_names`).
 
     Libraries decide how to display things at import time by looking for it: pandas imported outside a
     cell (by a snapshot's restore, or a preload) would believe it runs in a terminal and print frames
-    another way than in the recording. Returns whether it had to be added."""
+    another way than in the recording. Returns whether ``get_ipython`` had to be added."""
     import builtins
 
+    stable_cell_names()
     if hasattr(builtins, "get_ipython"):
         return False
     builtins.get_ipython = _shell().get_ipython  # type: ignore[attr-defined]

@@ -33,6 +33,7 @@ def _error(ename: str, evalue: str) -> list[dict[str, Any]]:
         ("<function f at 0x7f3a1c2b4d50>", "<function f at 0x55d0c0ffee00>"),
         ("  File <ipython-input-12-3f2a9c0b1d4e>, line 1", "  File /tmp/ipykernel_4711/2519893127.py, line 1"),
         ("invalid syntax (<ipython-input-3-0a1b2c3d>, line 1)", "invalid syntax (2519893127.py, line 1)"),
+        ("/tmp/ipykernel_4711/2519893127.py:3: UserWarning: x", "/tmp/ipykernel/2519893127.py:3: UserWarning: x"),
         ("saved to /tmp/tmpa1b2c3/model.pkl", "saved to /var/folders/xy/T/tmpzz/model.pkl"),
         ("a   \nb\t\n\n", "a\nb"),
         ("Wall time: 1.2 s", "Wall time: 830 ms"),

@@ -13,8 +13,10 @@ Normalisation (version :data:`NORMALIZATION_VERSION`), in this order:
    placeholders; memory addresses (``<function f at 0x7f3a1c2b4d50>`` -> ``0x<ADDR>``); temporary
    paths (``/tmp/...``, ``/var/folders/...``) -> ``<TMPPATH>``; labelled process ids; trailing whitespace
    of every line and blank lines at both ends removed.
-2. Cell file names, old and new: IPython 7's ``<ipython-input-12-3f2a9c0b1d4e>`` and ipykernel 6's
-   ``/tmp/ipykernel_4711/2519893127.py`` or bare ``2519893127.py`` (as in ``invalid syntax
+2. Cell file names, old and new: IPython 7's ``<ipython-input-12-3f2a9c0b1d4e>``, ipykernel 6's
+   ``/tmp/ipykernel_4711/2519893127.py`` (a recording's), the process-free ``/tmp/ipykernel/2519893127.py``
+   this package's kernels use (:func:`themisto_env.sandbox.kernel_helper.stable_cell_names`), or bare
+   ``2519893127.py`` (as in ``invalid syntax
    (2519893127.py, line 1)``) -> ``<CELL>``.
 3. Figure sizes: ``<Figure size 432x288 with 1 Axes>`` (the old inline backend's default) and
    ``<Figure size 640x480 with 1 Axes>`` -> ``<Figure size <SIZE> with 1 Axes>``; ``Figure(640x480)``
@@ -90,7 +92,7 @@ _DETAIL_LIMIT = 120
 
 _CELL_FILE_RE = re.compile(
     r"<ipython-input-\d+-[0-9a-f]+>"
-    r"|(?:/private)?(?:/var)?/tmp/ipykernel_\d+/\d+\.py"
+    r"|(?:/private)?(?:/var)?/tmp/ipykernel(?:_\d+)?/\d+\.py"
     r"|(?<![\w/.])\d{6,}\.py\b"
 )
 _FIGURE_RE = re.compile(r"<Figure size \d+(?:\.\d+)?x\d+(?:\.\d+)?")
