@@ -48,6 +48,7 @@ PUBLIC: dict[str, list[str]] = {
         "Sample",
         "SampleRule",
         "Session",
+        "SplitRule",
         "Step",
         "TaskName",
         "Trajectory",

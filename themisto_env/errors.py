@@ -4,6 +4,7 @@ Every error this package raises on purpose is a ``ThemistoError``::
 
     ThemistoError
     ├── ConfigError              a config file or option is invalid (names the key)
+    │   └── SplitError               a sample or trajectory of the other side of a split was asked for
     ├── DataError                a data file is malformed (names the file, row and field)
     ├── ActionError              an agent's action is malformed (answered in the observation, never raised
     │                            out of ``Env.step``)
@@ -41,6 +42,10 @@ class ConfigError(ThemistoError):
 
 
 class DataError(ThemistoError):
+class SplitError(ConfigError):
+    """A sample or trajectory of the other side of a split was asked for (a train view serves only train)."""
+
+
     """A data file is malformed. The message names the file, and the row and field where known."""
 
     def __init__(
@@ -194,3 +199,4 @@ __all__ = [
     "ThemistoError",
     "UnknownNameError",
 ]
+    "SplitError",

@@ -72,6 +72,7 @@ class SandboxConfig(BaseModel):
 
     task: TaskName = "next-cell"
     dataset: str | None = None
+    split: str | None = None
     backend: str = "local"
     observation: ObservationMode = "tools"
     history_length: int = Field(10, ge=0)

@@ -98,7 +98,7 @@ def themisto_dataset(
     (:func:`~themisto_env.data.samples.selection_order`), so that inspect's own ``--limit N`` takes the
     samples of ``themisto run --limit N``."""
     prompts = prompts or load_prompts()
-    dataset = Dataset.open(config.dataset, backend=config.backend)
+    dataset = Dataset.open(config.dataset, backend=config.backend, split=config.split)
     chosen = select_samples(dataset.samples(config.task, config.sample_rule), limit, seed=seed, sample_ids=sample_ids)
     samples = []
     for sample in selection_order(chosen, seed=seed):
@@ -262,6 +262,7 @@ def themisto(
     execution_score: bool = False,
     selection_seed: int = 0,
     sample_ids: str | None = None,
+    split: str | None = None,
 ) -> Task:
     """Predict the next cell (or a cell's output) of Jupyter development trajectories.
 
@@ -283,6 +284,8 @@ def themisto(
             for models you do not trust).
         selection_seed: The seed of the selection (``themisto run --selection-seed``).
         sample_ids: A file of the sample ids to run (``themisto run --sample-ids``).
+        split: Only one side of the dataset's split (``-T split=test``; ``train``, ``NAME:test``), as
+            ``themisto run --split``.
 
     Raises:
         PrerequisiteError: An option is invalid, or the data cannot be read: inspect prints the one line,
@@ -311,6 +314,7 @@ _TASK_OPTIONS = (
     "execution_score",
     "selection_seed",
     "sample_ids",
+    "split",
 )
 
 
@@ -328,6 +332,7 @@ def _task(
     execution_score: bool,
     selection_seed: int,
     sample_ids: str | None,
+    split: str | None,
 ) -> Task:
     if execution_score and task != "next-cell":
         raise ConfigError("the execution score is for the next-cell task only")
@@ -335,6 +340,7 @@ def _task(
         task=task,
         observation=observation,
         dataset=data,
+        split=split,
         backend=backend,
         tool_budget=tool_budget,
         tool_cost=tool_cost,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -142,9 +142,12 @@ def data_info(
 ) -> None:
     """Sessions, executions, samples per task, and replay agreement with its disagreements by kind."""
     from themisto_env.data.stats import dataset_info
+    from themisto_env.replay.dataset import Dataset
     from themisto_env.replay.resolve import resolve_dataset
 
-    info = dataset_info(resolve_dataset(folder, backend=backend), raw=raw)
+    path = resolve_dataset(folder, backend=backend)
+    info = dataset_info(path, raw=raw)
+    info["splits"] = Dataset.open(path).split_report()
     if as_json:
         typer.echo(json.dumps(info, indent=2))
         return
@@ -171,6 +174,7 @@ def data_info(
     for folder, digest in info["working_folders"].items():
         table.add_row("working folder", escape(f"{folder} ({digest[:12]})"))
     console.print(table)
+    print_splits(info["splits"])
     rows = info["disagreements"]
     if rows:
         console.print("executions whose replayed output differs from the recorded one:")
@@ -178,6 +182,61 @@ def data_info(
             console.print(f"  {row['trajectory']} step {row['step']} [{row['kind']}] {row['detail']}", markup=False)
         if len(rows) > limit:
             console.print(f"  ... {len(rows) - limit} more (--limit, or --json for all)", markup=False)
+
+
+def print_splits(splits: dict[str, dict[str, Any]]) -> None:
+    """The named splits as they hold now: rule, sides, leakage (``data info``, ``data split``)."""
+    for name, split in splits.items():
+        rule = split["rule"]
+        written = "" if split.get("written", True) else " (not written: the default rule)"
+        trajectories = split["trajectories"]
+        samples = "; ".join(f"{task} {c['train']} / {c['test']}" for task, c in split["samples"].items())
+        console.print(
+            f"split {name}{written}: by {rule['by']}, test {rule['test_size']:g}, seed {rule['seed']}: "
+            f"trajectories {trajectories['train']} train / {trajectories['test']} test; samples {samples}",
+            markup=False,
+            soft_wrap=True,
+        )
+        leak = split["leakage"]
+        verbatim = "; ".join(
+            f"{task} {n} of {leak['test_samples'].get(task, 0)}" for task, n in leak["verbatim_test_targets"].items()
+        )
+        console.print(
+            f"  leakage: trajectories on both sides {leak['trajectories_on_both_sides']}, groups on both sides "
+            f"{leak['groups_on_both_sides']}; test targets verbatim in train: {verbatim}",
+            markup=False,
+            soft_wrap=True,
+        )
+
+
+@data_app.command("split")
+def data_split(
+    folder: Annotated[
+        Path | None, typer.Argument(help="Dataset folder (default: the bundled data, in the cache).")
+    ] = None,
+    test: Annotated[float, typer.Option("--test", help="Expected share of groups on the test side.")] = 0.2,
+    by: Annotated[str, typer.Option("--by", help="What stays on one side: trajectory, user or notebook.")] = (
+        "trajectory"
+    ),
+    seed: Annotated[int, typer.Option(help="Another seed draws another split.")] = 0,
+    name: Annotated[
+        str, typer.Option(help="The split's name (`--split test` is `default:test`; `--split NAME:test`).")
+    ] = "default",
+    backend: Backend = "local",
+) -> None:
+    """Split a dataset into train and test (hash-based: a trajectory keeps its side when the data grows),
+    check for leakage, and keep the split beside the dataset (splits.json)."""
+    from themisto_env.data.splits import SplitRule
+    from themisto_env.replay.dataset import Dataset
+
+    if by not in ("trajectory", "user", "notebook"):
+        raise ConfigError(f"--by {by}: give trajectory, user or notebook")
+    if not 0 < test < 1:
+        raise ConfigError(f"--test {test}: give a share between 0 and 1 (e.g. 0.2)")
+    dataset = Dataset.open(folder, backend=backend)
+    record = dataset.save_split(SplitRule(by=by, test_size=test, seed=seed), name)  # type: ignore[arg-type]
+    print_splits({name: record.model_dump()})
+    console.print(f"written to {dataset.path / 'splits.json'}", markup=False, soft_wrap=True)
 
 
 __all__ = ["data_app"]

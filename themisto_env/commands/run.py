@@ -54,6 +54,15 @@ def run_command(
     ] = None,
     backend: Annotated[str | None, typer.Option("--backend", "-b", help="local, bwrap or docker.")] = None,
     data: Annotated[Path | None, typer.Option(help="Dataset folder (default: the bundled data).")] = None,
+    split: Annotated[
+        str | None,
+        typer.Option(
+            "--split",
+            metavar="train|test|NAME:SIDE",
+            help="Only one side of the dataset's split (`themisto data split`; by trajectory, test 0.2, seed 0 "
+            "when none was written).",
+        ),
+    ] = None,
     limit: Annotated[
         int | None,
         typer.Option(
@@ -164,6 +173,7 @@ def run_command(
         "cache": str(cache) if cache is not None else None,
         "task": task,
         "backend": backend,
+        "split": split,
         "limit": limit,
         "selection": selection,
         "selection_seed": selection_seed,

@@ -35,6 +35,14 @@ def serve_command(
     ] = "tools",
     backend: Annotated[str, typer.Option("--backend", "-b", help="Kernel backend: local, bwrap or docker.")] = "local",
     data: Annotated[Path | None, typer.Option(help="Dataset folder (default: the bundled data).")] = None,
+    split: Annotated[
+        str | None,
+        typer.Option(
+            "--split",
+            metavar="train|test|NAME:SIDE",
+            help="Serve only one side of the dataset's split (a reset at a sample of the other side is refused).",
+        ),
+    ] = None,
     tool_budget: Annotated[int | None, typer.Option("--tool-budget", help="Tool calls per sample.")] = None,
     tool_cost: Annotated[float | None, typer.Option("--tool-cost", help="Reward paid per tool call.")] = None,
     history_length: Annotated[
@@ -64,6 +72,8 @@ def serve_command(
     options: dict[str, Any] = {"task": task, "observation": observation, "backend": backend}
     if data is not None:
         options["dataset"] = str(data)
+    if split is not None:
+        options["split"] = split
     for key, value in (("tool_budget", tool_budget), ("tool_cost", tool_cost), ("history_length", history_length)):
         if value is not None:
             options[key] = value

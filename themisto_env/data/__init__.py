@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         samples_by_trajectory,
     )
     from themisto_env.data.sessions import RecordedExecution, Session
+    from themisto_env.data.splits import SplitRule
     from themisto_env.data.stats import dataset_info
     from themisto_env.data.trajectory import Manifest, Step, Trajectory, iter_trajectories, read_trajectories
 
@@ -48,6 +49,7 @@ __getattr__, __dir__ = lazy_exports(
             "samples_by_trajectory",
         ),
         "themisto_env.data.sessions": ("RecordedExecution", "Session"),
+        "themisto_env.data.splits": ("SplitRule",),
         "themisto_env.data.stats": ("dataset_info",),
         "themisto_env.data.trajectory": ("Manifest", "Step", "Trajectory", "iter_trajectories", "read_trajectories"),
     },
@@ -64,6 +66,7 @@ __all__ = [
     "Sample",
     "SampleRule",
     "Session",
+    "SplitRule",
     "Step",
     "TaskName",
     "Trajectory",

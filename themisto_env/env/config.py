@@ -57,7 +57,10 @@ class EnvConfig(BaseModel):
         task: ``next-cell`` or ``output``.
         dataset: A built trajectory dataset folder; None uses the bundled data (built on first use). The
             env itself also takes an open :class:`~themisto_env.replay.dataset.Dataset` here (shared with
-            other envs and callers; the config then holds its folder).
+            other envs and callers; the config then holds its folder), or one side of a split.
+        split: Serve only one side of the dataset's split: ``train``, ``test`` or ``NAME:train`` (see
+            :meth:`~themisto_env.replay.dataset.Dataset.view`); a sample of the other side is refused
+            (:class:`~themisto_env.errors.SplitError`). None: the whole dataset.
         backend: Sandbox backend (``local``, ``bwrap``, ``docker``).
         observation: ``static`` (history), ``full`` (history + every variable and memory), ``tools``
             (history; the agent queries the state with tool calls).
@@ -92,6 +95,7 @@ class EnvConfig(BaseModel):
 
     task: TaskName = "next-cell"
     dataset: str | None = None
+    split: str | None = None
     backend: str = "local"
     observation: ObservationMode = "tools"
     history_length: int = Field(10, ge=0)
@@ -133,6 +137,15 @@ def env_config_and_dataset(options: Mapping[str, Any]) -> tuple[EnvConfig, Datas
     opened = given if isinstance(given, Dataset) else None
     if opened is not None:
         options = {**options, "dataset": str(opened.path)}
+        label, asked = opened.split_label, options.get("split")
+        if label is not None and asked is not None and asked != label:
+            raise ConfigError(
+                f"the dataset given is the {label or 'unsaved'!r} side of a split; split={asked!r} asks for another"
+            )
+        if label:  # a named side travels in the config (worker processes open it by name)
+            options["split"] = label
+        elif asked is not None:
+            opened = opened.view(asked)
     try:
         config = EnvConfig(**options)
     except ValidationError as exc:  # one line naming the option (pydantic's own message spans lines)
@@ -141,4 +154,4 @@ def env_config_and_dataset(options: Mapping[str, Any]) -> tuple[EnvConfig, Datas
         raise ConfigError(f"invalid environment option {where!r}: {first['msg']}") from None
     except Exception as exc:
         raise ConfigError(f"invalid environment options: {exc}") from exc
-    return config, opened or Dataset.open(config.dataset, backend=config.backend)
+    return config, opened or Dataset.open(config.dataset, backend=config.backend, split=config.split)

@@ -164,6 +164,12 @@ class ThemistoEnv(PredictionStep, gym.Env[dict[str, Any], dict[str, Any]]):
         super().reset(seed=seed)
         self._raise_lost_backend()
         # ConfigError: a bad option (an unknown sample id: the nearest ones), before any change
+        if isinstance(options, dict):  # a split's side refuses the other side's, by name (SplitError)
+            asked_tid, asked_sample = options.get("trajectory"), options.get("sample")
+            self.dataset.check_served(
+                trajectory_id=asked_tid if isinstance(asked_tid, str) else None,
+                sample_id=asked_sample if isinstance(asked_sample, str) else None,
+            )
         tid, start = reset_options(options, self.episode_ids, self.episode_samples, self.config.task)
         if tid is None:
             tid = self.episode_ids[int(self.np_random.integers(len(self.episode_ids)))]

@@ -16,6 +16,13 @@ dataset: ``ThemistoEnv(dataset=dataset, ...)``)::
     episodes = dataset.episodes("next-cell")      # trajectory id -> its samples in step order
     sample = dataset.sample(samples[0].id)
 
+A split's side is a dataset too (a view: :meth:`Dataset.split`, :meth:`Dataset.view`, ``Dataset.open(...,
+split="test")``): it serves only its side's trajectories and samples, and asking it for one of the other
+side (a sample id, a trajectory) raises :class:`~themisto_env.errors.SplitError`, one line, never serves it::
+
+    train, test = dataset.split(test_size=0.2, by="trajectory", seed=0)
+    test = Dataset.open(split="test")             # the dataset's named split (splits.json), or the default rule
+
 The objects handed out (trajectories, samples) are shared by every user of the dataset in the process:
 read them, do not change them.
 """
@@ -30,15 +37,32 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from pydantic import ValidationError
+
 from themisto_env.data.samples import TASKS, Sample, SampleRule, TaskName, make_samples, samples_by_trajectory
+from themisto_env.data.splits import (
+    DEFAULT_RULE,
+    DEFAULT_SPLIT,
+    SIDES,
+    Leakage,
+    Side,
+    SplitBy,
+    SplitRecord,
+    SplitRule,
+    assign,
+    leakage,
+    parse_split,
+    read_splits,
+    write_split,
+)
 from themisto_env.data.trajectory import MANIFEST, TRAJECTORIES, Manifest, Trajectory, iter_trajectories, read_manifest
-from themisto_env.errors import ConfigError, DataError
+from themisto_env.errors import ConfigError, DataError, SplitError
 from themisto_env.replay.resolve import resolve_dataset
 
 #: The name of the bundled data (as ``Dataset.open()`` with no argument); ``./bundled`` is a folder.
 BUNDLED = "bundled"
 
-__all__ = ["BUNDLED", "Dataset"]
+__all__ = ["BUNDLED", "Dataset", "DatasetSplit"]
 
 
 @dataclass(frozen=True)
@@ -60,7 +84,11 @@ class Dataset:
     Attributes:
         path: The dataset folder (absolute).
         manifest: Its manifest (format, backend, package versions, counts).
+        split_label: None for a whole dataset; a split's side says which (``test``, ``NAME:train``; ``""``
+            for a side of a split made by :meth:`split` and not saved).
     """
+
+    split_label: str | None = None
 
     def __init__(self, path: Path, manifest: Manifest) -> None:
         """Wrap a folder whose manifest is already read; use :meth:`open` (which checks and caches)."""
@@ -69,9 +97,17 @@ class Dataset:
         self._lock = threading.Lock()
         self._trajectories: Mapping[str, Trajectory] | None = None
         self._by_task: dict[tuple[TaskName, SampleRule], _TaskSamples] = {}
+        self._views: dict[tuple[SplitRule, Side, str | None], DatasetSplit] = {}
 
     @classmethod
-    def open(cls, name_or_path: str | Path | None = None, *, backend: str = "local", progress: bool = True) -> Dataset:
+    def open(
+        cls,
+        name_or_path: str | Path | None = None,
+        *,
+        backend: str = "local",
+        progress: bool = True,
+        split: str | None = None,
+    ) -> Dataset:
         """The dataset ``name_or_path`` names, checked, and the same object for the same folder.
 
         Args:
@@ -79,6 +115,7 @@ class Dataset:
                 data (replayed into the cache on first use on a backend, which takes minutes).
             backend: The sandbox backend the bundled data is replayed on (a folder is used as built).
             progress: Show progress (on stderr) while the bundled data is replayed.
+            split: Only this side of a split (:meth:`view`): ``train``, ``test``, ``NAME:train``, ...
 
         Returns:
             The opened dataset; the cached one when this process opened the folder before and its files
@@ -87,7 +124,13 @@ class Dataset:
         Raises:
             DataError: The folder does not exist, or is not a dataset of a format version this package
                 reads (the message names the file).
+            ConfigError: ``split`` names no split of the dataset, or leaves a side empty.
         """
+        whole = cls._open_whole(name_or_path, backend=backend, progress=progress)
+        return whole if split is None else whole.view(split)
+
+    @classmethod
+    def _open_whole(cls, name_or_path: str | Path | None, *, backend: str, progress: bool) -> Dataset:
         if name_or_path is None or str(name_or_path) == BUNDLED:
             folder = resolve_dataset(None, backend=backend, progress=progress)
         else:
@@ -104,12 +147,118 @@ class Dataset:
             cached = _OPENED.get(folder)
             if cached is not None and cached[0] == stamp:
                 return cached[1]
-            dataset = cls(folder, read_manifest(folder))
+            dataset = Dataset(folder, read_manifest(folder))
             _OPENED[folder] = (stamp, dataset)
             return dataset
 
     def __repr__(self) -> str:
         return f"Dataset({str(self.path)!r}, backend={self.manifest.backend!r})"
+
+    # -- splits ----------------------------------------------------------------------------------------
+
+    def split(
+        self, test_size: float = DEFAULT_RULE.test_size, by: SplitBy = "trajectory", seed: int = 0
+    ) -> tuple[DatasetSplit, DatasetSplit]:
+        """The train and test sides of a split (views; nothing is written: :meth:`save_split` does).
+
+        Args:
+            test_size: The expected share of groups on the test side (hash-based: see
+                :mod:`themisto_env.data.splits`).
+            by: ``trajectory``, ``user`` or ``notebook``: the group kept on one side.
+            seed: Another seed draws another split.
+
+        Raises:
+            ConfigError: An invalid option, or a side left empty (the message names seeds that fill both).
+        """
+        rule = _rule(by=by, test_size=test_size, seed=seed)
+        assign(self.trajectories.values(), rule)
+        return self._view(rule, "train", None), self._view(rule, "test", None)
+
+    def view(self, split: str) -> DatasetSplit:
+        """One side of a named split: ``train`` / ``test`` (the split named ``default``) or ``NAME:train``.
+
+        A dataset whose ``splits.json`` has no ``default`` split is split by
+        :data:`~themisto_env.data.splits.DEFAULT_RULE` (by trajectory, test 0.2, seed 0).
+
+        Raises:
+            ConfigError: No split has that name, or the split leaves a side empty.
+        """
+        name, side = parse_split(split)
+        rule = self.split_rule(name)
+        assign(self.trajectories.values(), rule)
+        return self._view(rule, side, name)
+
+    def split_rule(self, name: str = DEFAULT_SPLIT) -> SplitRule:
+        """The rule of a named split (``splits.json``; the default rule for ``default`` when not written).
+
+        Raises:
+            ConfigError: No split has that name.
+        """
+        splits = read_splits(self.path)
+        if name in splits:
+            return splits[name].rule
+        if name == DEFAULT_SPLIT:
+            return DEFAULT_RULE
+        known = ", ".join(sorted({DEFAULT_SPLIT, *splits}))
+        raise ConfigError(f"no split named {name!r} in {self.path} (splits: {known}); `themisto data split`")
+
+    def splits(self) -> dict[str, SplitRecord]:
+        """The named splits written beside the dataset (``splits.json``)."""
+        return read_splits(self.path)
+
+    def leakage(self, rule: SplitRule, sample_rule: SampleRule | None = None) -> Leakage:
+        """The leakage report of a split of this dataset (:func:`~themisto_env.data.splits.leakage`)."""
+        samples = {task: self.samples(task, sample_rule) for task in TASKS}
+        return leakage(self.trajectories.values(), samples, rule)
+
+    def save_split(self, rule: SplitRule, name: str = DEFAULT_SPLIT) -> SplitRecord:
+        """Check a split (no side empty), write it into ``splits.json`` under ``name`` and return its record
+        (trajectories and samples per side, leakage).
+
+        Raises:
+            ConfigError: A side is empty, or the name is invalid.
+        """
+        assign(self.trajectories.values(), rule)
+        record = self.split_record(rule)
+        write_split(self.path, name, record)
+        return record
+
+    def split_record(self, rule: SplitRule) -> SplitRecord:
+        """What a split of this dataset holds now: trajectories and samples (Themisto's rule) per side, and
+        its leakage report (a side may be empty here: it is counted, not refused)."""
+        sides = assign(self.trajectories.values(), rule, require_both=False)
+        samples = {task: self.samples(task) for task in TASKS}
+        return SplitRecord(
+            rule=rule,
+            trajectories={side: sum(s == side for s in sides.values()) for side in SIDES},
+            samples={
+                task: {side: sum(sides[s.trajectory_id] == side for s in listed) for side in SIDES}
+                for task, listed in samples.items()
+            },
+            leakage=leakage(self.trajectories.values(), samples, rule),
+        )
+
+    def split_report(self) -> dict[str, dict[str, Any]]:
+        """Every named split as it holds now (``themisto data info``): per name, its rule, whether it is
+        written in ``splits.json`` (``default`` is listed with the default rule when not), trajectories and
+        samples per side, and the leakage report."""
+        written = read_splits(self.path)
+        rules = {name: record.rule for name, record in written.items()}
+        rules.setdefault(DEFAULT_SPLIT, DEFAULT_RULE)
+        return {
+            name: {"written": name in written, **self.split_record(rule).model_dump(exclude={"created"})}
+            for name, rule in sorted(rules.items())
+        }
+
+    def check_served(self, *, trajectory_id: str | None = None, sample_id: str | None = None) -> None:
+        """Nothing for a whole dataset; a split's side raises for the other side's trajectory or sample."""
+
+    def _view(self, rule: SplitRule, side: Side, name: str | None) -> DatasetSplit:
+        with self._lock:
+            view = self._views.get((rule, side, name))
+            if view is None:
+                view = self._views[(rule, side, name)] = DatasetSplit(self, rule, side, name)
+            return view
 
     def __reduce__(self) -> tuple[Any, tuple[str]]:
         """Pickled as its folder: another process opens it again (e.g. a worker, a vector env's subprocess)."""
@@ -186,6 +335,118 @@ class Dataset:
                 made = _TaskSamples(tuple(samples), MappingProxyType(episodes), MappingProxyType(positions))
                 self._by_task[(task, rule)] = made
             return made
+
+
+class DatasetSplit(Dataset):
+    """One side of a split of a dataset: only its trajectories and samples (see the module docstring).
+
+    Its samples are the whole dataset's samples on this side (the sample rule's length quantile is the
+    whole dataset's, so ``train`` and ``test`` together are exactly the whole's samples).
+
+    Attributes:
+        whole: The dataset it is a side of.
+        rule: The split's rule.
+        side: ``train`` or ``test``.
+        name: The split's name (None: made by :meth:`Dataset.split`, not saved).
+    """
+
+    def __init__(self, whole: Dataset, rule: SplitRule, side: Side, name: str | None) -> None:
+        super().__init__(whole.path, whole.manifest)
+        self.whole, self.rule, self.side, self.name = whole, rule, side, name
+        if name is None:
+            self.split_label = ""
+        else:
+            self.split_label = side if name == DEFAULT_SPLIT else f"{name}:{side}"
+
+    def __repr__(self) -> str:
+        label = self.split_label or f"{self.side} ({self.rule.describe()})"
+        return f"Dataset({str(self.path)!r}, backend={self.manifest.backend!r}, split={label!r})"
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:  # type: ignore[override]
+        """Pickled as its folder and split: another process opens the same side."""
+        return _open_side, (str(self.path), self.rule.model_dump(), self.side, self.name)
+
+    @property
+    def trajectories(self) -> Mapping[str, Trajectory]:
+        """This side's trajectories by id, in the whole dataset's order."""
+        with self._lock:
+            if self._trajectories is None:
+                whole = self.whole.trajectories
+                self._trajectories = MappingProxyType(
+                    {tid: t for tid, t in whole.items() if self.rule.side(t) == self.side}
+                )
+            return self._trajectories
+
+    def split(self, *args: Any, **kwargs: Any) -> tuple[DatasetSplit, DatasetSplit]:  # type: ignore[override]
+        raise ConfigError("split the whole dataset, not a side of a split")
+
+    def view(self, split: str) -> DatasetSplit:
+        """The whole dataset's side ``split`` (a side asked for its own label is itself)."""
+        return self.whole.view(split)
+
+    def leakage(self, rule: SplitRule, sample_rule: SampleRule | None = None) -> Leakage:
+        """The whole dataset's leakage report under ``rule``."""
+        return self.whole.leakage(rule, sample_rule)
+
+    def save_split(self, rule: SplitRule, name: str = DEFAULT_SPLIT) -> SplitRecord:
+        """Saved on the whole dataset."""
+        return self.whole.save_split(rule, name)
+
+    def split_record(self, rule: SplitRule) -> SplitRecord:
+        """The whole dataset's record under ``rule``."""
+        return self.whole.split_record(rule)
+
+    def split_report(self) -> dict[str, dict[str, Any]]:
+        """The whole dataset's named splits."""
+        return self.whole.split_report()
+
+    def check_served(self, *, trajectory_id: str | None = None, sample_id: str | None = None) -> None:
+        """Raise :class:`~themisto_env.errors.SplitError` for a trajectory or sample of the other side.
+
+        Raises:
+            SplitError: It is on the other side (unknown ids are left to the caller's own message).
+        """
+        if sample_id is not None and trajectory_id is None and sample_id.count("/") >= 2:
+            trajectory_id = sample_id.rsplit("/", 2)[0]
+        trajectory = self.whole.trajectories.get(trajectory_id) if trajectory_id is not None else None
+        if trajectory is not None and self.rule.side(trajectory) != self.side:
+            what = f"sample {sample_id!r}" if sample_id is not None else f"trajectory {trajectory_id!r}"
+            label = f"split {self.name!r}" if self.name else "the split"
+            raise SplitError(
+                f"{what} is on the {self.rule.side(trajectory)} side of {label} ({self.rule.describe()}); "
+                f"this serves only {self.side}"
+            )
+
+    def _position(self, sample_id: str, rule: SampleRule | None) -> tuple[Sample, int]:
+        self.check_served(sample_id=sample_id)
+        return super()._position(sample_id, rule)
+
+    def _task_samples(self, task: TaskName, rule: SampleRule | None) -> _TaskSamples:
+        rule = rule or SampleRule()
+        whole = self.whole._task_samples(task, rule)
+        trajectories = self.trajectories
+        with self._lock:
+            made = self._by_task.get((task, rule))
+            if made is None:
+                samples = tuple(s for s in whole.samples if s.trajectory_id in trajectories)
+                episodes = {tid: group for tid, group in whole.episodes.items() if tid in trajectories}
+                positions = {sid: p for sid, p in whole.positions.items() if p[0].trajectory_id in trajectories}
+                made = _TaskSamples(samples, MappingProxyType(episodes), MappingProxyType(positions))
+                self._by_task[(task, rule)] = made
+            return made
+
+
+def _rule(**fields: Any) -> SplitRule:
+    try:
+        return SplitRule(**fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ConfigError(f"split option {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+
+
+def _open_side(path: str, rule: dict[str, Any], side: Side, name: str | None) -> DatasetSplit:
+    """A side of a split of the dataset at ``path`` (what a pickled :class:`DatasetSplit` opens)."""
+    return Dataset.open(path)._view(SplitRule(**rule), side, name)
 
 
 _OPEN_LOCK = threading.Lock()

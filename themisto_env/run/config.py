@@ -37,6 +37,8 @@ class RunConfig(BaseModel):
         observation: Observation mode; None uses the agent's own (or ``static``).
         backend: Sandbox backend.
         data: A built dataset folder; None uses the bundled data.
+        split: Run only one side of the dataset's split (``test``, ``train``, ``NAME:test``; see
+            ``themisto data split``); None: every sample.
         limit: Run at most this many samples: spread over the trajectories by a seeded selection (the same
             as the inspect task's and the TRL export's: :func:`~themisto_env.data.samples.select_samples`).
         selection: ``spread`` (default) or ``first`` (the first ``limit`` samples in dataset order).
@@ -70,6 +72,7 @@ class RunConfig(BaseModel):
     observation: ObservationName | None = None
     backend: str = "local"
     data: str | None = None
+    split: str | None = None
     limit: int | None = Field(None, ge=1)
     selection: SelectionOrder = "spread"
     selection_seed: int = 0

@@ -58,6 +58,7 @@ def env_options(config: RunConfig, agent: Any) -> dict[str, Any]:
     return {
         "task": config.task,
         "dataset": config.data,
+        "split": config.split,
         "backend": config.backend,
         "observation": observation,
         **config.env,

@@ -252,18 +252,18 @@ def run_identity(config: RunConfig) -> dict[str, Any]:
     from themisto_env.agents.registry import agent_observation
 
     kwargs = {k: v for k, v in config.agent_kwargs().items() if k not in OPERATIONAL_OPTIONS}
-    return redact(
-        {
-            "agent": config.agent,
-            "agent_options": kwargs,
-            "task": config.task,
-            "observation": config.observation or agent_observation(config.agent) or "static",
-            "backend": config.backend,
-            "data": config.data,
-            "env": {k: v for k, v in config.env.items() if k not in OPERATIONAL_ENV},
-        },
-        secrets(config),
-    )
+    identity = {
+        "agent": config.agent,
+        "agent_options": kwargs,
+        "task": config.task,
+        "observation": config.observation or agent_observation(config.agent) or "static",
+        "backend": config.backend,
+        "data": config.data,
+        "env": {k: v for k, v in config.env.items() if k not in OPERATIONAL_ENV},
+    }
+    if config.split is not None:  # only then: run folders from before splits keep their identity
+        identity["split"] = config.split
+    return redact(identity, secrets(config))
 
 
 def write_config(out: Path, config: RunConfig, *, force: bool = False) -> None:

@@ -178,6 +178,7 @@ def _task_of(sample_id: object) -> str:
 def _position_of(env: ThemistoEnv, sample_id: str) -> dict[str, Any]:
     """The gym env's reset options (trajectory, sample index) that start at ``sample_id``."""
     trajectory = sample_id.rsplit("/", 2)[0]
+    env.dataset.check_served(sample_id=sample_id)  # a split's side refuses the other side's (SplitError)
     for index, sample in enumerate(env.episode_samples.get(trajectory, ())):
         if sample.id == sample_id:
             return {"trajectory": trajectory, "sample": index}

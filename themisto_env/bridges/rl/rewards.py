@@ -76,6 +76,12 @@ class MetricReward:
         parse: Read the prediction out of the reply as the LLM agents do (fenced block, lead-in lines
             dropped); False scores the completion text as it is.
         task: The task when the dataset has no ``task`` column.
+        split: Score only samples of this side of the dataset's split (``train``, ``test``, ``NAME:train``):
+            each row's ``sample_id`` is checked, and a row of the other side raises
+            :class:`~themisto_env.errors.SplitError` (a trainer fed test rows stops, it is not paid).
+            None: no check.
+        dataset: The dataset the split is of (a folder or an open
+            :class:`~themisto_env.replay.dataset.Dataset`; None: the bundled data). Only with ``split``.
 
     Example:
         >>> MetricReward()(completions=["df.head()"], target=["df.head()"], task=["next-cell"])
@@ -89,6 +95,8 @@ class MetricReward:
         *,
         parse: bool = True,
         task: str | None = None,
+        split: str | None = None,
+        dataset: Any = None,
     ) -> None:
         if metric not in ("reward", "exact_match", "rouge_l", "chrf"):
             raise ConfigError(f"metric must be reward, exact_match, rouge_l or chrf, got {metric!r}")
@@ -97,7 +105,25 @@ class MetricReward:
         self.rule = ScoringRule(weights=self.weights)  # no tool calls, no execution score
         self.parse = parse
         self.task = task
+        self.split = split
+        self._dataset = dataset
+        self._served: Any = None  # the split's side, opened on first use
         self.__name__ = f"themisto_{metric}"  # TRL logs each reward function under its __name__
+
+    def _check_split(self, sample_ids: Sequence[Any] | None, n: int) -> None:
+        """Refuse rows of the other side of :attr:`split` (SplitError)."""
+        if self.split is None:
+            return
+        if sample_ids is None:
+            raise ConfigError(f"MetricReward(split={self.split!r}) needs the dataset's 'sample_id' column")
+        if self._served is None:
+            from themisto_env.replay.dataset import Dataset
+
+            dataset = self._dataset
+            whole = dataset if isinstance(dataset, Dataset) else Dataset.open(dataset)
+            self._served = whole.view(self.split) if whole.split_label != self.split else whole
+        for sid in _per_row(sample_ids, n, "sample_id"):
+            self._served.check_served(sample_id=str(sid))
 
     def prediction(self, completion: Any, task: str | None) -> str:
         """The prediction a completion makes, as it is scored."""
@@ -133,6 +159,7 @@ class MetricReward:
             raise ConfigError("MetricReward needs the dataset's 'target' column (see themisto_env.bridges.rl.export)")
         targets = _per_row(target, len(completions), "target")
         tasks = _per_row(task if task is not None else self.task, len(completions), "task")
+        self._check_split(kwargs.get("sample_id"), len(completions))
         values = []
         for completion, reference, row_task in zip(completions, targets, tasks, strict=True):
             scored = score_sample(
@@ -163,8 +190,9 @@ class ExecutionReward:
         parse: Read the prediction out of the reply as the LLM agents do.
         value: ``reward`` (the env's reward; the default) or ``execution_score``.
         **env_options: :class:`~themisto_env.env.core.EnvConfig` options for its env (``dataset``: a folder
-            or an open :class:`~themisto_env.replay.dataset.Dataset`; ``backend``, ``snapshot_dir``,
-            ``limits``, ...); use the same dataset as the exported rows.
+            or an open :class:`~themisto_env.replay.dataset.Dataset`; ``split``: score only that side, a row
+            of the other side raises :class:`~themisto_env.errors.SplitError`; ``backend``,
+            ``snapshot_dir``, ``limits``, ...); use the same dataset as the exported rows.
     """
 
     def __init__(
@@ -200,6 +228,8 @@ class ExecutionReward:
         ids = _per_row(sample_id, len(completions), "sample_id")
         tasks = _per_row(task if task is not None else "next-cell", len(completions), "task")
         values: list[float | None] = []
+        for sid in ids:  # a split's side refuses the other side's rows, before any is scored
+            self.dataset.check_served(sample_id=str(sid))
         for completion, sid, row_task in zip(completions, ids, tasks, strict=True):
             if row_task != "next-cell" or sid not in self._sample_ids:
                 values.append(None)

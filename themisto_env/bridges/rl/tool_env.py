@@ -190,6 +190,8 @@ class ThemistoToolEnv:
         """Start a rollout on a dataset row (its ``sample_id``). Nothing is served until a tool needs it.
         Returns the instruction TRL appends to the prompt: predictions are given with ``submit``."""
         sample_id = row.get("sample_id")
+        if isinstance(sample_id, str):  # a split's side refuses the other side's samples (SplitError)
+            self._states.dataset.check_served(sample_id=sample_id)
         if sample_id not in self._states.samples:
             raise ConfigError(f"row has no known sample_id (got {sample_id!r}); build rows with tool_dataset()")
         self.sample = self._states.samples[sample_id]
