@@ -23,13 +23,17 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from themisto_env.sandbox.kernel_introspection import KernelIntrospection
 from themisto_env.sandbox.kernel_snapshots import KernelSnapshots
 from themisto_env.sandbox.launcher import launcher_class
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.snapshots import SnapshotStore
+from themisto_env.sandbox.template_launcher import fork_launcher_class
+
+if TYPE_CHECKING:
+    from themisto_env.sandbox.template import KernelTemplate
 
 __all__ = ["Kernel"]
 
@@ -52,6 +56,8 @@ class Kernel(KernelIntrospection, KernelSnapshots):
             Python (local, bwrap) or its image (docker); None runs the tool's own Python (or the default
             image). Snapshots record the environment that wrote them, and a kernel restores only those
             of its own environment.
+        template: A :class:`~themisto_env.sandbox.template.KernelTemplate` to fork the kernel from instead of
+            starting one (usually through :meth:`KernelTemplate.kernel` or :meth:`KernelTemplate.copies`).
     """
 
     def __init__(
@@ -63,19 +69,23 @@ class Kernel(KernelIntrospection, KernelSnapshots):
         store_access: Literal["read", "copy"] = "read",
         launcher_options: dict[str, Any] | None = None,
         environment: str | None = None,
+        template: KernelTemplate | None = None,
     ) -> None:
         self.backend = backend
         self.environment = environment
         self.limits = limits or SandboxLimits()
         self.store = SnapshotStore(snapshot_dir)
         self.store_access = store_access
-        self._launcher_cls = launcher_class(backend)
+        self._launcher_cls = launcher_class(backend) if template is None else fork_launcher_class(backend)
         self._launcher_options = dict(launcher_options or {})
         if environment is not None:
             self._launcher_options["environment"] = environment
+        if template is not None:  # forked from a template's process instead of started
+            self._launcher_options["template"] = template
         self._launcher = None
         self._client = None
         self._run_dir = None
         self._connection = None
+        self._run_root = None if template is None else template.kernels_dir
         self._scan_cache = {}  # digests of the working folder's files, by size and times
         self.restarts = 0

@@ -98,7 +98,9 @@ class KernelMessaging(KernelProcess):
             KernelStartError: It did not answer within ``limits.start_timeout_s``, died meanwhile, or the
                 helper could not be installed.
         """
-        client = BlockingKernelClient(context=zmq.Context())  # ours: destroyed on disconnect, not at collection
+        context = zmq.Context()  # ours: destroyed on disconnect, not at collection
+        context.setsockopt(zmq.RECONNECT_IVL, 10)  # a socket not bound yet is tried again after 10 ms, not 100
+        client = BlockingKernelClient(context=context)
         self._client = client  # set first: a failed start's close() destroys its context
         client.load_connection_info(self._connection or {})
         try:
@@ -109,11 +111,13 @@ class KernelMessaging(KernelProcess):
                 "when the path is too long"
             ) from None
         deadline = time.monotonic() + self.limits.start_timeout_s
+        # a forked kernel binds its sockets within milliseconds: ask again soon rather than wait out a second
+        attempt_s = 0.05 if getattr(self.launcher, "helper_installed", False) else 1.0
         while True:  # ready = a kernel_info reply on shell AND its status on iopub (no slow joiner)
             msg_id = client.kernel_info()
             try:
-                self._wait_shell_reply(msg_id, deadline=time.monotonic() + 1.0, during="start")
-                if self._seen_on_iopub(msg_id, deadline=time.monotonic() + 1.0):
+                self._wait_shell_reply(msg_id, deadline=time.monotonic() + attempt_s, during="start")
+                if self._seen_on_iopub(msg_id, deadline=time.monotonic() + attempt_s):
                     break
                 raise _Silent
             except _Silent:
@@ -124,6 +128,8 @@ class KernelMessaging(KernelProcess):
             except KernelDiedError as exc:
                 raise KernelStartError(str(exc)) from exc
         self._drain_iopub()
+        if getattr(self.launcher, "helper_installed", False):  # a forked kernel: its template installed it
+            return
         source = _helper_source()
         module = (
             f"__import__('sys').modules.setdefault({HELPER_MODULE!r}, "

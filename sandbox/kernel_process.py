@@ -89,6 +89,7 @@ class KernelProcess:
     _launcher_options: dict[str, Any]
     _launcher: KernelLauncher | None
     _run_dir: Path | None
+    _run_root: Path | None  # where the run directory goes (None: the temporary root)
     _connection: dict[str, Any] | None
 
     @property
@@ -114,7 +115,7 @@ class KernelProcess:
         """Start the kernel and wait until it answers. Returns ``self``."""
         if self._launcher is not None:
             return self
-        self._run_dir = Path(tempfile.mkdtemp(prefix=lifetime.RUN_DIR_PREFIX))
+        self._run_dir = Path(tempfile.mkdtemp(prefix=lifetime.RUN_DIR_PREFIX, dir=self._run_root))
         # A container's non-root user writes its sockets here; sticky, so it cannot replace the host's
         # files (owner.json, which the reaper trusts, or the connection file).
         os.chmod(self._run_dir, 0o1777)

@@ -67,14 +67,11 @@ class LocalLauncher(KernelLauncher):
 
     def command(self, connection_file: Path, workdir: Path) -> list[str]:
         """The command line that starts the kernel."""
-        return [
-            self.python,
-            "-m",
-            "ipykernel_launcher",
-            "-f",
-            str(connection_file),
-            "--HistoryManager.hist_file=:memory:",
-        ]
+        return [self.python, *self.program(connection_file)]
+
+    def program(self, connection_file: Path) -> list[str]:
+        """What the Python runs: ipykernel on this connection file (a kernel template runs its own program)."""
+        return ["-m", "ipykernel_launcher", "-f", str(connection_file), "--HistoryManager.hist_file=:memory:"]
 
     def environment(self, connection_file: Path) -> dict[str, str]:
         """The kernel's environment: the host's, with a private IPython directory."""

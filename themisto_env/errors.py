@@ -20,6 +20,7 @@ Every error this package raises on purpose is a ``ThemistoError``::
     └── InfrastructureError      the machinery failed, not the model: never scored as a wrong answer
         ├── BackendUnavailableError  the backend cannot run here (no Docker engine, no image, ...)
         ├── KernelStartError         a kernel did not become ready
+        ├── TemplateGoneError        a kernel template's process is gone: nothing can be forked from it
         ├── KernelDiedError          the kernel process died (segfault, os._exit, OOM kill, lost container)
         ├── KernelTimeoutError       the kernel stopped answering and could not be recovered
         ├── SnapshotError            a snapshot could not be written or restored
@@ -41,11 +42,11 @@ class ConfigError(ThemistoError):
     """An experiment config or option is invalid."""
 
 
-class DataError(ThemistoError):
 class SplitError(ConfigError):
     """A sample or trajectory of the other side of a split was asked for (a train view serves only train)."""
 
 
+class DataError(ThemistoError):
     """A data file is malformed. The message names the file, and the row and field where known."""
 
     def __init__(
@@ -155,6 +156,10 @@ class KernelStartError(InfrastructureError):
     """A kernel did not start or did not become ready in time."""
 
 
+class TemplateGoneError(InfrastructureError):
+    """A kernel template's process is gone (killed, crashed): no kernel can be forked from it until replaced."""
+
+
 class KernelDiedError(InfrastructureError):
     """The kernel process died while it was running or waiting."""
 
@@ -196,7 +201,7 @@ __all__ = [
     "SnapshotCorruptError",
     "SnapshotEnvironmentError",
     "SnapshotError",
+    "SplitError",
     "ThemistoError",
     "UnknownNameError",
 ]
-    "SplitError",

@@ -1,0 +1,431 @@
+"""Kernel templates: kernels forked from a warm process, and copies of a state without a restore.
+
+A :class:`KernelTemplate` is one process per (backend, kernel environment, snapshot store, preloaded
+modules) with the imports done and no thread, zmq socket or event loop of its own
+(:mod:`themisto_env.sandbox.zygote` is its program). A new kernel is ``fork()``\\ ed from it and builds its
+own ipykernel application after the fork, so it answers in milliseconds instead of the second (or two, with
+numpy, pandas and scikit-learn preloaded) a cold start costs, and it shares the template's pages until it
+writes them.
+
+:meth:`KernelTemplate.state` makes the *state template* of a snapshot: a child of the template that loaded
+the snapshot once (its bytes checked against the digest). :meth:`KernelTemplate.copies` forks kernels from it:
+each starts in that state, loads nothing, and costs the same whatever the snapshot's size. Copies are
+identical, random generators included (a GRPO group must see one state); ``reseed=True`` draws a fresh
+seed in each copy.
+
+Example:
+    >>> with KernelTemplate("local", preload=("pandas",)) as template:
+    ...     kernel = template.kernel()                 # a fresh kernel, forked
+    ...     kernel.execute("import pandas as pd; df = pd.DataFrame({'a': [1, 2]})")
+    ...     digest = kernel.snapshot().digest
+    ...     a, b = template.copies(digest, 2)          # two kernels in that state, nothing loaded
+    ...     a.execute("df['a'].sum()").text
+    '3'
+
+What a copy shares, by backend: ``local`` copies are processes of the host's user, like local kernels
+(no isolation at all); ``bwrap`` copies run inside their template's sandbox (the same isolation from the
+host as a bwrap kernel) but share its user, so one copy can signal another copy of the same template.
+Use ``docker`` kernels (started, not forked) where copies run code that must not reach each other.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Self
+
+from themisto_env.errors import (
+    KernelStartError,
+    SnapshotCorruptError,
+    SnapshotError,
+    TemplateGoneError,
+)
+from themisto_env.sandbox import lifetime
+from themisto_env.sandbox.kernel_environments import environment_label
+from themisto_env.sandbox.launcher import KERNEL_ENVIRONMENT, launcher_class
+from themisto_env.sandbox.local import BwrapLauncher, LocalLauncher
+from themisto_env.sandbox.models import SandboxLimits
+from themisto_env.sandbox.snapshots import SnapshotStore
+from themisto_env.sandbox.template_launcher import exited
+
+__all__ = ["FORKING_BACKENDS", "STATE_TEMPLATES", "KernelTemplate"]
+
+#: Backends whose kernels can be forked from a template (docker kernels are started, each in its container).
+FORKING_BACKENDS = ("local", "bwrap")
+#: The template's program, run by path with the kernel's Python.
+ZYGOTE = Path(__file__).with_name("zygote.py")
+HELPER = Path(__file__).with_name("kernel_helper.py")
+#: How many state templates a template keeps (least recently used go first); each holds a loaded state.
+STATE_TEMPLATES = 8
+#: How long a request to a template may take (a fork answers in milliseconds; a derive loads a snapshot).
+REQUEST_TIMEOUT_S = 30.0
+
+
+class _TemplateProgram:
+    """A launcher whose process runs the template's program instead of ipykernel."""
+
+    config: dict[str, Any]
+
+    def program(self, connection_file: Path) -> list[str]:
+        return [str(ZYGOTE), json.dumps(self.config)]
+
+
+class _LocalTemplateLauncher(_TemplateProgram, LocalLauncher):
+    pass
+
+
+class _BwrapTemplateLauncher(_TemplateProgram, BwrapLauncher):
+    pass
+
+
+_TEMPLATE_LAUNCHERS: dict[str, type[LocalLauncher]] = {"local": _LocalTemplateLauncher, "bwrap": _BwrapTemplateLauncher}
+
+
+class KernelTemplate:
+    """A warm process that kernels are forked from, on the ``local`` or ``bwrap`` backend.
+
+    Args:
+        backend: ``local`` or ``bwrap`` (see :data:`FORKING_BACKENDS`).
+        preload: Modules the template imports once (its kernels find them imported).
+        limits: The kernels' limits (``start_timeout_s`` bounds the template's own start too).
+        snapshot_dir: The snapshot store the kernels and the state templates read.
+        store_access: As for :class:`~themisto_env.sandbox.kernel.Kernel`: ``copy`` hides the store from the
+            template and its kernels (snapshots are handed in).
+        environment: A kernel environment's id: the template runs its venv's Python.
+        reseed: Draw fresh random seeds in each copy (``random``, numpy's global generator) instead of
+            keeping the state's own: copies then differ where the code draws random numbers.
+    """
+
+    def __init__(
+        self,
+        backend: str = "local",
+        *,
+        preload: Sequence[str] = (),
+        limits: SandboxLimits | None = None,
+        snapshot_dir: str | Path | None = None,
+        store_access: Literal["read", "copy"] = "read",
+        environment: str | None = None,
+        reseed: bool = False,
+    ) -> None:
+        if backend not in FORKING_BACKENDS:
+            launcher_class(backend)  # an unknown name gets its one-line error with a suggestion
+            raise KernelStartError(
+                f"kernels of the {backend} backend are not forked: use {' or '.join(FORKING_BACKENDS)}"
+            )
+        self.backend = backend
+        self.preload = tuple(preload)
+        self.limits = limits or SandboxLimits()
+        self.store = SnapshotStore(snapshot_dir)
+        self.store_access = store_access
+        self.environment = environment
+        self.reseed = reseed
+        self.digest: str | None = None  # a state template's snapshot
+        self.socket_path: Path | None = None
+        self._process: LocalLauncher | None = None
+        self._pidfd: int | None = None  # a state template's (a child of the template, not of this process)
+        self._run_dir: Path | None = None
+        self._states: OrderedDict[str, KernelTemplate] = OrderedDict()
+        self._lock = threading.RLock()
+        self._parent: KernelTemplate | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------
+
+    @property
+    def kernels_dir(self) -> Path:
+        """Where the run directories of the kernels forked from this template (or its state templates) go."""
+        return (self._parent or self).run_dir / "kernels"
+
+    @property
+    def run_dir(self) -> Path:
+        """The template's directory: its socket, its log, and its kernels' run directories (``kernels/``)."""
+        if self._run_dir is None:
+            raise TemplateGoneError("the kernel template is not started")
+        return self._run_dir
+
+    def start(self) -> Self:
+        """Start the template process and wait until it answers. Returns ``self``."""
+        with self._lock:
+            if self._process is not None:
+                return self
+            self._run_dir = Path(tempfile.mkdtemp(prefix=lifetime.RUN_DIR_PREFIX))
+            os.chmod(self._run_dir, 0o1777)
+            (self._run_dir / "kernels").mkdir(mode=0o1777)
+            os.chmod(self._run_dir / "kernels", 0o1777)
+            self.socket_path = self._run_dir / "template.sock"
+            lifetime.write_owner(self._run_dir, self.backend)
+            lifetime.track(self, self._run_dir)
+            process = _TEMPLATE_LAUNCHERS[self.backend](
+                self.limits,
+                shared_dirs=(self._run_dir,),
+                readonly_dirs=(self.store.root,) if self.store_access == "read" else (),
+                **({"environment": self.environment} if self.environment is not None else {}),
+            )
+            if self.store_access == "copy":
+                process.hidden_dirs = (self.store.root,)
+            process.config = {
+                "socket": str(self.socket_path),
+                "preload": list(self.preload),
+                "helper": str(HELPER),
+                "environment": KERNEL_ENVIRONMENT,
+            }
+            self._process = process
+            try:
+                process.start(self._run_dir / "template.json", self._run_dir)
+                lifetime.write_owner(self._run_dir, self.backend, **process.owner_record())
+                self._wait_ready()
+            except BaseException:
+                self.close()
+                raise
+            return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.limits.start_timeout_s + 30.0 * bool(self.preload)
+        while True:
+            if not self.is_alive():
+                raise KernelStartError(
+                    f"the {self.backend} kernel template ended while starting: {self._exit_reason()}"
+                )
+            try:
+                answer = self.request({"op": "status"}, timeout_s=2.0)
+                if not answer.get("ok"):
+                    raise KernelStartError(f"the kernel template cannot serve: {answer.get('error')}")
+                return
+            except TemplateGoneError:
+                if time.monotonic() > deadline:
+                    raise KernelStartError(f"the {self.backend} kernel template did not answer in time") from None
+                time.sleep(0.02)
+
+    def _exit_reason(self) -> str:
+        if self._process is not None:
+            return self._process.exit_reason()
+        return "its template ended"
+
+    def is_alive(self) -> bool:
+        """Whether the template process runs."""
+        if self._process is not None:
+            return self._process.is_alive()
+        return self._pidfd is not None and not exited(self._pidfd)
+
+    def close(self) -> None:
+        """End the template, its state templates and (as each watches its parent) the kernels forked from
+        them; remove its directory. Idempotent."""
+        with self._lock:
+            for state in list(self._states.values()):
+                state.close()
+            self._states.clear()
+            lifetime.untrack(self)
+            if self._process is not None:
+                self._process.stop(graceful=False)
+                self._process = None
+            if self._pidfd is not None:
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+                os.close(self._pidfd)
+                self._pidfd = None
+            if self._run_dir is not None and self._parent is None:
+                shutil.rmtree(self._run_dir, ignore_errors=True)
+            self._run_dir = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_process", None) is not None or getattr(self, "_pidfd", None) is not None:
+            with contextlib.suppress(Exception):
+                self.close()
+
+    # -- requests -----------------------------------------------------------------------------------------------
+
+    def request(self, request: dict[str, Any], *, timeout_s: float = REQUEST_TIMEOUT_S) -> dict[str, Any]:
+        """Send one request to the template; return its answer (a pidfd it sent is under ``"pidfd"``).
+
+        Raises:
+            TemplateGoneError: The template does not answer (it is gone, or not started).
+        """
+        if self.socket_path is None:
+            raise TemplateGoneError("the kernel template is not started")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.settimeout(timeout_s)
+            try:
+                connection.connect(str(self.socket_path))
+                connection.sendall((json.dumps(request) + "\n").encode())
+                data, fds = b"", []
+                while not data.endswith(b"\n"):
+                    chunk, ancillary, _, _ = connection.recvmsg(1 << 16, socket.CMSG_SPACE(4))
+                    if not chunk:
+                        break
+                    data += chunk
+                    for level, kind, payload in ancillary:
+                        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                            fds.extend(array.array("i", payload[: len(payload) - len(payload) % 4]))
+            except OSError as exc:
+                raise TemplateGoneError(f"the kernel template does not answer: {exc}") from None
+        if not data:
+            for fd in fds:
+                os.close(fd)
+            raise TemplateGoneError("the kernel template closed the connection without an answer")
+        answer: dict[str, Any] = json.loads(data)
+        if fds:
+            answer["pidfd"] = fds[0]
+            for fd in fds[1:]:
+                os.close(fd)
+        return answer
+
+    def fork(self, connection_file: Path, workdir: Path, log: Path) -> tuple[int, int]:
+        """Fork a kernel on this connection file; return its pid (in the template's namespace) and a pidfd.
+
+        Raises:
+            TemplateGoneError: The template is gone.
+            KernelStartError: The template cannot serve (a state template whose snapshot did not load).
+        """
+        environment = {"IPYTHONDIR": str(connection_file.parent / "ipython"), "PYTHONUNBUFFERED": "1"}
+        answer = self.request(
+            {
+                "op": "fork",
+                "connection_file": str(connection_file),
+                "workdir": str(workdir),
+                "log": str(log),
+                "environment": environment,
+                "reseed": self.reseed,
+            }
+        )
+        if "pidfd" not in answer:
+            raise KernelStartError(f"the kernel template could not fork a kernel: {answer.get('error')}")
+        return int(answer["pid"]), int(answer["pidfd"])
+
+    # -- kernels and states -------------------------------------------------------------------------------------
+
+    def kernel(self, *, limits: SandboxLimits | None = None) -> Any:
+        """A started kernel forked from this template (in this template's state: empty, or a snapshot's)."""
+        from themisto_env.sandbox.kernel import Kernel
+
+        kernel = Kernel(
+            self.backend,
+            limits=limits or self.limits,
+            snapshot_dir=self.store.root,
+            store_access=self.store_access,
+            environment=self.environment,
+            template=self,
+        )
+        return kernel.start()
+
+    def state(self, digest: str) -> KernelTemplate:
+        """The state template of a snapshot: a child of this template that loaded it once (kept, the least
+        recently used of :data:`STATE_TEMPLATES` going first).
+
+        Raises:
+            SnapshotError: No such snapshot, or one of another kernel environment.
+            SnapshotCorruptError: Its bytes do not hash to its digest, or it did not load.
+            TemplateGoneError: This template is gone.
+        """
+        with self._lock:
+            state = self._states.get(digest)
+            if state is not None and state.is_alive():
+                self._states.move_to_end(digest)
+                return state
+            if state is not None:
+                state.close()
+            state = self._derive(digest)
+            self._states[digest] = state
+            while len(self._states) > STATE_TEMPLATES:
+                _, oldest = self._states.popitem(last=False)
+                oldest.close()
+            return state
+
+    def _derive(self, digest: str) -> KernelTemplate:
+        path = self.store.path(digest)
+        if not path.exists():
+            raise SnapshotError(f"no snapshot {digest[:12]} in {self.store.root}")
+        mine, writers = environment_label(self.environment), self.store.environments(digest)
+        if mine not in writers:
+            raise SnapshotError(
+                f"snapshot {digest[:12]} was written in kernel environment {', '.join(sorted(writers))}, not here"
+            )
+        folder = Path(tempfile.mkdtemp(prefix="state-", dir=self.run_dir))
+        os.chmod(folder, 0o1777)
+        handed = folder / f"{digest}.dill"
+        if self.store_access == "copy":
+            shutil.copyfile(path, handed)
+        state = KernelTemplate(
+            self.backend,
+            preload=self.preload,
+            limits=self.limits,
+            snapshot_dir=self.store.root,
+            store_access=self.store_access,
+            environment=self.environment,
+            reseed=self.reseed,
+        )
+        state.digest, state._parent, state._run_dir = digest, self, folder
+        state.socket_path = folder / "template.sock"
+        answer = self.request(
+            {
+                "op": "derive",
+                "snapshot": str(handed if self.store_access == "copy" else path),
+                "digest": digest,
+                "socket": str(state.socket_path),
+                "log": str(folder / "template.log"),
+            }
+        )
+        if "pidfd" not in answer:
+            raise SnapshotError(f"the kernel template could not load snapshot {digest[:12]}: {answer.get('error')}")
+        state._pidfd = answer["pidfd"]
+        try:
+            state._wait_loaded()
+        except BaseException:
+            state.close()
+            raise
+        finally:
+            handed.unlink(missing_ok=True)
+        return state
+
+    def _wait_loaded(self) -> None:
+        deadline = time.monotonic() + REQUEST_TIMEOUT_S
+        while True:
+            try:
+                answer = self.request({"op": "status"}, timeout_s=REQUEST_TIMEOUT_S)
+                break
+            except TemplateGoneError:
+                if not self.is_alive() or time.monotonic() > deadline:
+                    raise SnapshotError(
+                        f"the state template of {str(self.digest)[:12]} ended while loading it"
+                    ) from None
+                time.sleep(0.005)
+        if not answer.get("ok"):
+            error = str(answer.get("error"))
+            kind = SnapshotCorruptError if "does not match" in error or "not a namespace" in error else SnapshotError
+            raise kind(f"snapshot {str(self.digest)[:12]} did not load in the kernel template: {error}")
+
+    def copies(self, digest: str | None, n: int, *, limits: SandboxLimits | None = None) -> list[Any]:
+        """``n`` started kernels in the state of snapshot ``digest`` (or empty, with None), forked.
+
+        Each copy is a kernel of its own (its process, its run directory; closing one leaves the others);
+        the snapshot is loaded once, into the state template, whatever ``n``. The copies' namespaces are
+        equal to a restore's: same names, same values, same fingerprint.
+        """
+        source = self if digest is None else self.state(digest)
+        kernels: list[Any] = []
+        try:
+            for _ in range(n):
+                kernels.append(source.kernel(limits=limits))
+        except BaseException:
+            for kernel in kernels:
+                kernel.close(graceful=False)
+            raise
+        return kernels

@@ -1,0 +1,152 @@
+"""The process side of a kernel forked from a kernel template (:mod:`themisto_env.sandbox.template`).
+
+A forked kernel is its template's child, not its owner's: :class:`ForkLauncher` watches and signals it
+through a pidfd the template sent (no race against pid reuse), and asks the template for its exit status.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import select
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from themisto_env.errors import InfrastructureError, KernelStartError, TemplateGoneError
+from themisto_env.sandbox.launcher import KernelLauncher, launcher_class
+from themisto_env.sandbox.owners import process_record
+
+if TYPE_CHECKING:
+    from themisto_env.sandbox.template import KernelTemplate
+
+__all__ = ["ForkLauncher", "exited", "fork_launcher_class"]
+
+
+def exited(pidfd: int) -> bool:
+    """Whether the process behind a pidfd has exited (a pidfd polls readable then)."""
+    try:
+        readable, _, _ = select.select([pidfd], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
+def _host_pid(pidfd: int) -> int | None:
+    """The pid, as this process sees it, of the process behind a pidfd (``/proc/self/fdinfo``)."""
+    try:
+        for line in Path(f"/proc/self/fdinfo/{pidfd}").read_text().splitlines():
+            if line.startswith("Pid:"):
+                pid = int(line.split()[1])
+                return pid if pid > 0 else None
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+class ForkLauncher(KernelLauncher):
+    """The process side of a kernel forked from a :class:`KernelTemplate` (same contract as a started one).
+
+    The kernel is the template's child, not this process's: it is watched and signalled through a pidfd,
+    and its exit status comes from the template that reaped it. Restarting forks a fresh kernel from the
+    template's base (an empty state), as a restart of a started kernel starts an empty one.
+    """
+
+    name: ClassVar[str] = "fork"
+    isolated: ClassVar[bool] = False
+
+    #: The template installed the in-kernel helper before forking: the kernel has it from the start.
+    helper_installed: ClassVar[bool] = True
+
+    def __init__(self, *args: Any, template: KernelTemplate, environment: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # the environment is the template's
+        self.template = template
+        self._pidfd: int | None = None
+        self._pid: int | None = None  # in the template's namespace
+        self._host_pid: int | None = None
+        self._started = 0
+
+    def start(self, connection_file: Path, workdir: Path) -> None:
+        template = self.template
+        if self._started and template._parent is not None:  # a restart: an empty kernel, from the base
+            template = template._parent
+        self._started += 1
+        try:
+            self._pid, self._pidfd = template.fork(connection_file, workdir, connection_file.parent / "kernel.log")
+        except TemplateGoneError as exc:
+            raise KernelStartError(f"could not fork a kernel: {exc}") from exc
+        self._host_pid = _host_pid(self._pidfd)
+
+    def is_alive(self) -> bool:
+        return self._pidfd is not None and not exited(self._pidfd)
+
+    def exit_reason(self) -> str:
+        if self._pidfd is None:
+            return "never started"
+        if not exited(self._pidfd):
+            return "still running"
+        for template in (self.template, self.template._parent):
+            if template is None:
+                continue
+            with contextlib.suppress(InfrastructureError):
+                status = template.request({"op": "status", "pid": self._pid}, timeout_s=2.0).get("exit_status")
+                if status is not None:
+                    code = os.waitstatus_to_exitcode(status)
+                    return f"killed by signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        if not self.template.is_alive():
+            return "its kernel template is gone"
+        return "exited"
+
+    def pid(self) -> int | None:
+        return self._host_pid if self.is_alive() else None
+
+    def owner_record(self) -> dict[str, list[Any]]:
+        if self._host_pid is None:
+            return super().owner_record()
+        return {"processes": [process_record(self._host_pid)], "containers": []}
+
+    def interrupt(self) -> None:
+        if self._pidfd is not None:
+            with contextlib.suppress(ProcessLookupError, OSError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGINT)
+
+    def stop(self, *, graceful: bool = True) -> str:
+        pidfd, self._pidfd = self._pidfd, None
+        if pidfd is None:
+            return "exited"
+        try:
+            if exited(pidfd):
+                path = "exited"
+            else:
+                path = "killed"
+                if graceful:
+                    with contextlib.suppress(OSError):
+                        signal.pidfd_send_signal(pidfd, signal.SIGTERM)
+                    readable, _, _ = select.select([pidfd], [], [], 2.0)
+                    path = "terminated" if readable else "killed"
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            # what the kernel started (its session's group) goes too; the group id stays reserved while a member lives
+            if self._host_pid is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self._host_pid, signal.SIGKILL)
+            return path
+        finally:
+            os.close(pidfd)
+
+
+@functools.cache
+def fork_launcher_class(backend: str) -> type[ForkLauncher]:
+    """The fork launcher for a backend's template: the backend's name and isolation, forked kernels."""
+    base = launcher_class(backend)
+    return type(
+        f"{backend.capitalize()}ForkLauncher",
+        (ForkLauncher,),
+        {
+            "name": base.name,
+            "isolated": base.isolated,
+            "enforces_limits": base.enforces_limits,
+            "hides_host_files": base.hides_host_files,
+        },
+    )

@@ -1,0 +1,365 @@
+"""The kernel template's own program: a process with the imports done that forks new kernels.
+
+This file runs *inside* the template process, started by path (``python zygote.py CONFIG``) with the
+kernel's Python (the tool's own, a kernel environment's venv, or a container's), so it imports nothing
+of ``themisto_env``: only the standard library, ipykernel and dill. The host side is
+:mod:`themisto_env.sandbox.template`.
+
+A template holds no thread, no zmq context and no event loop of its own (forking a *running* kernel
+breaks its ioloop, its zmq contexts and its threads: ipykernel PRs #410 and #1261). It imports the
+dataset's modules, ipykernel and the in-kernel helper once, freezes its objects out of the garbage
+collector (``gc.freeze``: a child's collections then do not write to the pages it shares with the
+template), and answers requests on a unix socket, one JSON line each:
+
+- ``fork``: fork a child that builds its own ipykernel application (connection file, sockets,
+  heartbeat, threads, ioloop) after the fork, in its own session, and becomes a kernel. The reply
+  carries the child's pid and, as an ``SCM_RIGHTS`` file descriptor, a pidfd of it (the host watches
+  and signals the kernel through it, with no race against pid reuse).
+- ``derive``: fork a child that loads a snapshot (its bytes checked against their digest) into a user
+  namespace and becomes a template itself, on a socket of its own: the *state template* of that
+  snapshot. Kernels forked from it start in that state without loading anything.
+- ``status``: the template's state (``ok``, the names it holds, or the error that made it unusable),
+  and the exit status of a child it reaped.
+- ``exit``: end the template (its kernels go with it: each watches its parent).
+
+A template ends by itself when its parent is gone (it polls ``getppid``, as ipykernel's parent poller
+does), and so do the kernels it forked (``JPY_PARENT_PID`` names the template).
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import gc
+import hashlib
+import importlib
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import types
+from typing import Any
+
+#: The in-kernel helper's module name (as in kernel_messaging.HELPER_MODULE).
+HELPER_MODULE = "_themisto_helper"
+#: The key under which a snapshot holds the display options (as in the helper).
+OPTIONS_KEY = "__themisto_display_options__"
+#: How often an idle template checks that its parent still lives.
+PARENT_POLL_S = 1.0
+#: A request line's size bound.
+MAX_REQUEST = 1 << 16
+
+
+class Template:
+    """The template's state: its socket, its namespace (a state template's), its reaped children."""
+
+    def __init__(self, socket_path: str, parent: int) -> None:
+        self.socket_path = socket_path
+        self.parent = parent
+        self.namespace: dict[str, Any] | None = None  # a state template's loaded user namespace
+        self.loaded: list[str] = []  # the names its snapshot held
+        self.error: str | None = None  # why a state template cannot serve (a corrupt snapshot, ...)
+        self.exited: dict[int, int] = {}  # pid -> wait status, of the children reaped
+        self.listener = self._listen(socket_path)
+        self.wakeup = self._arm_wakeup()
+
+    @staticmethod
+    def _arm_wakeup() -> int:
+        """A pipe SIGCHLD writes to (``signal.set_wakeup_fd``), so the loop reaps a child at once."""
+        read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(write_end)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        return read_end
+
+    @staticmethod
+    def _listen(path: str) -> socket.socket:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(path)
+        os.chmod(path, 0o600)  # the host's (root or the kernel user) only: kernels run as others where isolated
+        listener.listen(64)
+        return listener
+
+    # -- the loop ------------------------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        """Answer requests until asked to exit or the parent is gone."""
+        while True:
+            self._reap()
+            if os.getppid() != self.parent:
+                os._exit(0)
+            readable, _, _ = select.select([self.listener, self.wakeup], [], [], PARENT_POLL_S)
+            if self.wakeup in readable:
+                with contextlib.suppress(OSError):
+                    os.read(self.wakeup, 4096)
+            if self.listener not in readable:
+                continue
+            connection, _ = self.listener.accept()
+            with connection:
+                try:
+                    request = json.loads(_read_line(connection))
+                    self._answer(connection, request)
+                except Exception as exc:  # a malformed request is answered, never fatal
+                    with contextlib.suppress(OSError):
+                        _send(connection, {"error": f"{type(exc).__name__}: {exc}"})
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.exited[pid] = status
+            if len(self.exited) > 4096:  # bounded: the oldest statuses go first
+                self.exited.pop(next(iter(self.exited)))
+
+    def _answer(self, connection: socket.socket, request: dict[str, Any]) -> None:
+        op = request.get("op")
+        if op == "status":
+            self._reap()
+            pid = request.get("pid")
+            answer: dict[str, Any] = {"ok": self.error is None, "error": self.error, "pid": os.getpid()}
+            if self.namespace is not None:
+                answer["names"] = sorted(n for n in self.namespace if not n.startswith("_"))
+            if isinstance(pid, int) and pid in self.exited:
+                answer["exit_status"] = self.exited[pid]
+            _send(connection, answer)
+        elif op == "exit":
+            _send(connection, {"ok": True})
+            os._exit(0)
+        elif self.error is not None:
+            _send(connection, {"error": self.error})
+        elif op == "fork":
+            self._fork(connection, request, become=_become_kernel)
+        elif op == "derive":
+            self._fork(connection, request, become=_become_state_template)
+        else:
+            _send(connection, {"error": f"unknown request {op!r}"})
+
+    def _fork(self, connection: socket.socket, request: dict[str, Any], become: Any) -> None:
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            code = 1
+            try:
+                connection.close()
+                self.listener.close()
+                signal.set_wakeup_fd(-1)
+                for number in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+                    signal.signal(number, signal.SIG_DFL)
+                become(self, request)
+                code = 0
+            except BaseException as exc:
+                with contextlib.suppress(Exception):
+                    sys.stderr.write(f"themisto template child failed: {type(exc).__name__}: {exc}\n")
+                    sys.stderr.flush()
+            finally:
+                os._exit(code)
+        pidfd = os.pidfd_open(pid)
+        try:
+            _send(connection, {"pid": pid}, fds=[pidfd])
+        finally:
+            os.close(pidfd)
+
+
+def _become_kernel(template: Template, request: dict[str, Any]) -> None:
+    """In a forked child: build a fresh ipykernel application on the request's connection file and run it."""
+    os.setsid()  # its own process group: the host ends what a cell started with it
+    _redirect_output(request["log"])
+    os.chdir(request["workdir"])
+    os.environ.update(request.get("environment", {}))
+    os.environ["PWD"] = request["workdir"]
+    os.environ["JPY_PARENT_PID"] = str(os.getppid())  # ipykernel's poller: it ends when the template does
+    _drop_privileges(request.get("uid"))
+    from ipykernel.kernelapp import IPKernelApp
+
+    app = IPKernelApp.instance(user_ns=template.namespace)
+    app.initialize(["-f", request["connection_file"], "--HistoryManager.hist_file=:memory:"])
+    if template.namespace is not None:  # IPython hides what the namespace held at start: the state is the user's
+        hidden = app.shell.user_ns_hidden
+        for name in template.loaded:
+            hidden.pop(name, None)
+    _adopt_main_module()
+    helper = sys.modules.get(HELPER_MODULE)
+    if helper is not None:
+        helper.install()
+    if request.get("reseed"):
+        _reseed()
+    app.start()
+
+
+def _reseed() -> None:
+    """Fresh seeds for the global generators a copy inherited (``random``; numpy's, where imported)."""
+    import random
+
+    random.seed()
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(int.from_bytes(os.urandom(4), "little"))
+
+
+def _become_state_template(template: Template, request: dict[str, Any]) -> None:
+    """In a forked child: load a snapshot into a user namespace and serve forks of it."""
+    parent = os.getppid()
+    _redirect_output(request["log"])
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    template.listener = Template._listen(request["socket"])
+    template.wakeup = Template._arm_wakeup()
+    template.parent, template.exited, template.namespace = parent, {}, namespace
+    try:
+        with open(request["snapshot"], "rb") as f:
+            data = f.read()
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != request["digest"]:
+            raise ValueError(f"the snapshot's content hash {digest[:12]} does not match its name")
+        template.loaded = _load_state(namespace, data)
+    except Exception as exc:  # served as the template's error: every fork request gets it
+        template.error = f"{type(exc).__name__}: {exc}"[:2000]
+    gc.collect()
+    gc.freeze()
+    template.serve()
+
+
+def _load_state(namespace: dict[str, Any], data: bytes) -> list[str]:
+    """Load a snapshot's bytes into ``namespace`` as the kernel's restore does, with ``__main__`` being the
+    module whose dictionary it is (functions defined in cells keep it as their globals)."""
+    from IPython.core.interactiveshell import DummyMod
+
+    module = DummyMod()
+    module.__dict__ = namespace
+    sys.modules["__main__"] = module
+    _adopt_main_module()
+    import dill
+
+    state = dill.loads(data)
+    if not isinstance(state, dict):
+        raise ValueError(f"the snapshot holds a {type(state).__name__}, not a namespace")
+    options = state.pop(OPTIONS_KEY, {})
+    helper = sys.modules.get(HELPER_MODULE)
+    if options and helper is not None:
+        helper._set_display_options(options)
+    namespace.update(state)
+    return sorted(state)
+
+
+def _kernel_imports(folder: str) -> list[str]:
+    """The modules a kernel imports as it starts, found by starting one in a throwaway child (on a connection
+    file of its own, in ``folder``) that reports them and exits: the template imports them once."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(read_end)
+            _redirect_output(os.path.join(folder, "probe.log"))
+            connection_file = os.path.join(folder, "probe.json")
+            ports = {f"{name}_port": i + 1 for i, name in enumerate(("shell", "iopub", "stdin", "control", "hb"))}
+            info = {"transport": "ipc", "ip": os.path.join(folder, "probe"), "key": "", **ports}
+            with open(connection_file, "w") as f:
+                json.dump({**info, "signature_scheme": "hmac-sha256", "kernel_name": ""}, f)
+            before = set(sys.modules)
+            from ipykernel.kernelapp import IPKernelApp
+
+            IPKernelApp.instance().initialize(["-f", connection_file, "--HistoryManager.hist_file=:memory:"])
+            names = [name for name in sys.modules if name not in before]
+            os.write(write_end, json.dumps(names).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    data = b""
+    with os.fdopen(read_end, "rb") as pipe:
+        data = pipe.read()
+    os.waitpid(pid, 0)
+    for name in os.listdir(folder):
+        if name.startswith("probe"):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, name))
+    return json.loads(data) if data else []
+
+
+def _adopt_main_module() -> None:
+    """dill binds ``__main__`` when it is first imported: point it at the current one (the user module)."""
+    dill_module = sys.modules.get("dill._dill")
+    if dill_module is not None:
+        dill_module._main_module = sys.modules["__main__"]
+
+
+def _redirect_output(log: str) -> None:
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _drop_privileges(uid: int | None) -> None:
+    """Become ``uid`` (group too, no supplementary groups): a copy of its own, which cannot signal, trace or
+    read the memory of the template or of another copy (each copy has its own uid)."""
+    if uid is None:
+        return
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+
+
+def _read_line(connection: socket.socket) -> bytes:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = connection.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+        if len(data) > MAX_REQUEST:
+            raise ValueError("request too long")
+    return data
+
+
+def _send(connection: socket.socket, answer: dict[str, Any], fds: list[int] | None = None) -> None:
+    payload = (json.dumps(answer) + "\n").encode()
+    if fds:
+        connection.sendmsg([payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+    else:
+        connection.sendall(payload)
+
+
+def _install_helper(path: str) -> None:
+    """The in-kernel helper, installed as the host installs it in a started kernel."""
+    with open(path) as f:
+        source = f.read()
+    module = types.ModuleType(HELPER_MODULE)
+    exec(compile(source, "<themisto-helper>", "exec"), module.__dict__)
+    module.SOURCE = source
+    sys.modules[HELPER_MODULE] = module
+
+
+def main() -> None:
+    """``python zygote.py CONFIG_JSON``: import, freeze, serve. CONFIG: ``socket``, ``preload`` (module
+    names), ``helper`` (the helper's source file), ``parent`` (the pid to outlive no longer)."""
+    config = json.loads(sys.argv[1])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ.update(config.get("environment", {}))
+    import dill  # noqa: F401 - snapshots load in the template (derive)
+    import ipykernel.ipkernel
+    import ipykernel.kernelapp  # noqa: F401
+    import IPython.core.interactiveshell  # noqa: F401
+
+    _install_helper(config["helper"])
+    for name in config.get("preload", []):
+        with contextlib.suppress(BaseException):
+            importlib.import_module(name)
+    for name in _kernel_imports(os.path.dirname(config["socket"])):
+        with contextlib.suppress(BaseException):
+            importlib.import_module(name)
+    template = Template(config["socket"], parent=int(config.get("parent") or os.getppid()))
+    gc.collect()
+    gc.freeze()
+    print("ready", flush=True)
+    template.serve()
+
+
+if __name__ == "__main__":
+    main()
