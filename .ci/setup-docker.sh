@@ -5,7 +5,8 @@
 #   bash .ci/setup-docker.sh
 #
 # Idempotent: installs only what is missing, starts dockerd only if `docker info` fails, and builds the
-# image only if the one for the installed package set is missing. Expects themisto-env pip-installed.
+# image only if the one for the installed package set is missing. Expects themisto-env pip-installed in
+# THEMISTO_PYTHON (default python3; scripts/setup.sh passes its venv's).
 # Environment: DOCKERD_LOG (default /var/log/dockerd.log), DOCKERD_WAIT_S (default 60).
 set -euo pipefail
 
@@ -52,6 +53,6 @@ else
 fi
 
 echo "==> kernel image"
-python3 -m themisto_env.sandbox.image build
+"${THEMISTO_PYTHON:-python3}" -m themisto_env.sandbox.image build
 
 echo "==> setup-docker took $(( $(date +%s) - started )) s"

@@ -2,8 +2,9 @@
 # The bwrap backend's tests, for real. bwrap refuses to start as root (by design: the kernel would read
 # root-only files), and CI runs as root, where those tests are skipped. As root, this script makes an
 # unprivileged user (themisto-bwrap), gives it a venv of Debian's Python (/usr/bin/python3, python3-venv)
-# holding a copy of this working tree installed with pip (`pip install -e` in that venv only: the system's
-# install is untouched), and runs every test marked `bwrap` as that user, with no skip (a skip fails).
+# holding a copy of this working tree installed with pip at the locked versions (`pip install -c
+# requirements/lock.txt -e` in that venv only: the checkout's .venv and the system's install are untouched),
+# and runs every test marked `bwrap` as that user, with no skip (a skip fails).
 #
 #   bash scripts/setup-bwrap-user.sh                 set up (idempotent), then run the bwrap tests
 #   bash scripts/setup-bwrap-user.sh --setup-only    only set up
@@ -59,8 +60,9 @@ if [ ! -x "$root/venv/bin/python" ]; then
   echo "==> making a venv of Debian's Python at $root/venv"
   /usr/bin/python3 -m venv "$root/venv"
 fi
-echo "==> installing themisto-env (with its dev extra) into that venv"
-"$root/venv/bin/python" -m pip install -q --disable-pip-version-check -e "$root/src[dev]"
+echo "==> installing themisto-env (with its dev extra) into that venv, at the locked versions"
+"$root/venv/bin/python" -m pip install -q --disable-pip-version-check -c "$root/src/requirements/lock.txt" \
+  -e "$root/src[dev]"
 chmod -R a+rX "$root"
 
 if [ "$setup_only" -eq 1 ]; then

@@ -34,8 +34,8 @@ def readme_commands() -> list[str]:
     for block in _blocks("bash"):
         for line in block.splitlines():
             line = line.split(" #", 1)[0].strip()
-            if "&& themisto" in line:
-                line = line.split("&&", 1)[1].strip()
+            if "&& themisto" in line:  # `bash scripts/setup.sh && source .venv/bin/activate && themisto ...`
+                line = line.rsplit("&&", 1)[1].strip()
             if line.startswith("themisto "):
                 commands.append(line)
     return commands
@@ -66,11 +66,16 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_readme_has_the_two_commands() -> None:
     first = _blocks("bash")[0]
-    assert "bash scripts/setup.sh && themisto run" in first
-    assert "bash scripts/setup.sh --docker && python3 -m pytest" in first
+    activate = "source .venv/bin/activate"
+    assert f"bash scripts/setup.sh && {activate} && themisto run" in first
+    assert f"bash scripts/setup.sh --docker && {activate} && python3 -m pytest" in first
     ci = (REPO / ".ci" / "run").read_text().splitlines()
-    test_command = first.split("bash scripts/setup.sh --docker && ", 1)[1].split("\n", 1)[0].split(" #", 1)[0]
+    line = next(line for line in first.splitlines() if line.startswith("bash scripts/setup.sh --docker && "))
+    test_command = line.rsplit(" && ", 1)[1].split(" #", 1)[0]
     assert "bash scripts/setup.sh --docker" in ci and test_command in ci, "CI runs the README's test command, exactly"
+    assert ci.index("bash scripts/setup.sh --docker") < ci.index(activate) < ci.index(test_command), (
+        "CI sets up, activates the venv and runs the tests in the README's order"
+    )
     assert "-n auto" in test_command and "--durations=25" in test_command, "in parallel, naming the slowest tests"
     assert "bash scripts/setup-bwrap-user.sh" in ci, "CI runs the bwrap tests as an unprivileged user"
 

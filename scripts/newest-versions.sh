@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The newest-versions lane: the tests most exposed to upstream drift (verifiers, TRL, inspect, OpenEnv,
+# gymnasium, Jupyter kernels) against the newest versions pyproject.toml allows, with no lock, in a venv of
+# their own. It says what failed and never fails itself: the locked run (requirements/lock.txt) is what
+# gates CI; a failure here is drift to look at (then refresh the lock with scripts/lock.sh, or bound the
+# dependency), before a user meets it.
+#
+#   bash scripts/newest-versions.sh          prints "newest-versions lane: N failed ..." and exits 0
+#
+# Environment: THEMISTO_NEWEST_DIR (default ${TMPDIR:-/tmp}/themisto-newest-versions): the venv, and
+# junit.xml, pytest.log and summary.txt, the lane's results. torch stays at the lock's CPU build (the newest
+# torch on the index is the CUDA build, gigabytes); ray is left out (slow to install, not in the subset).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${THEMISTO_NEWEST_DIR:-${TMPDIR:-/tmp}/themisto-newest-versions}"
+python="${PYTHON:-python3}"
+started=$(date +%s)
+tests=(
+  tests/test_vf_env.py
+  tests/rl/test_tool_env.py tests/rl/test_rewards.py tests/rl/test_export.py
+  tests/test_inspect.py
+  tests/test_openenv_server.py
+  tests/test_env.py
+  tests/test_notebook.py tests/test_recorder.py tests/sandbox/test_kernel.py
+)
+
+summary() {  # the banner, also written to summary.txt
+  echo "==> newest-versions lane: $1 ($(( $(date +%s) - started )) s; informational, does not gate CI; results in $out)" \
+    | tee "$out/summary.txt"
+}
+
+rm -rf "$out"
+mkdir -p "$out"
+torch="$(sed -n 's/^torch==//p' requirements/lock.txt)"
+if ! { "$python" -m venv "$out/venv" \
+       && "$out/venv/bin/python" -m pip install -q --disable-pip-version-check "torch==${torch:-2.13.0}" \
+       && "$out/venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[dev,rl]'; } >"$out/install.log" 2>&1; then
+  tail -n 20 "$out/install.log"
+  summary "install failed (see install.log)"
+  exit 0
+fi
+"$out/venv/bin/python" -m pip freeze --exclude-editable | sed -E 's/^(torch==[^+]+)\+.*/\1/' >"$out/versions.txt"
+# what differs from the lock: the drift this lane runs against
+newer="$(grep -vxFf <(grep -v '^#' requirements/lock.txt) "$out/versions.txt" | tr '\n' ' ')"
+echo "==> newest-versions lane: versions other than the lock's: ${newer:-none}"
+
+# -m: no docker, bwrap, Ray or training (minutes each); the kernels run on the local backend
+PATH="$out/venv/bin:$PATH" timeout 600 "$out/venv/bin/python" -m pytest -q -p no:cacheprovider -n 2 \
+  -m "not docker and not bwrap and not environments and not ray and not training" \
+  --junitxml="$out/junit.xml" "${tests[@]}" >"$out/pytest.log" 2>&1
+status=$?
+tail -n 15 "$out/pytest.log"
+counts="$("$out/venv/bin/python" - "$out/junit.xml" <<'EOF'
+import sys
+import xml.etree.ElementTree as ET
+
+try:
+    root = ET.parse(sys.argv[1]).getroot()
+except (OSError, ET.ParseError):
+    print("no results")
+    raise SystemExit
+suites = [root] if root.tag == "testsuite" else list(root)
+total = sum(int(s.get("tests", 0)) for s in suites)
+failed = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
+skipped = sum(int(s.get("skipped", 0)) for s in suites)
+print(f"{failed} failed of {total} tests ({skipped} skipped)")
+EOF
+)"
+[ "$status" -eq 124 ] && counts="timed out after 600 s; $counts"
+summary "$counts"
+exit 0
