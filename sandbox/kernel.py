@@ -23,17 +23,14 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from themisto_env.sandbox.kernel_introspection import KernelIntrospection
 from themisto_env.sandbox.kernel_snapshots import KernelSnapshots
 from themisto_env.sandbox.launcher import launcher_class
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.snapshots import SnapshotStore
-from themisto_env.sandbox.template_launcher import fork_launcher_class
-
-if TYPE_CHECKING:
-    from themisto_env.sandbox.template import KernelTemplate
+from themisto_env.sandbox.template_launcher import ForkSource, fork_launcher_class
 
 __all__ = ["Kernel"]
 
@@ -69,7 +66,7 @@ class Kernel(KernelIntrospection, KernelSnapshots):
         store_access: Literal["read", "copy"] = "read",
         launcher_options: dict[str, Any] | None = None,
         environment: str | None = None,
-        template: KernelTemplate | None = None,
+        template: ForkSource | None = None,
     ) -> None:
         self.backend = backend
         self.environment = environment

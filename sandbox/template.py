@@ -60,7 +60,7 @@ from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.snapshots import SnapshotStore
 from themisto_env.sandbox.template_launcher import exited
 
-__all__ = ["FORKING_BACKENDS", "STATE_TEMPLATES", "KernelTemplate"]
+__all__ = ["FORKING_BACKENDS", "STATE_TEMPLATES", "KernelTemplate", "close_shared_templates", "shared_template"]
 
 #: Backends whose kernels can be forked from a template (docker kernels are started, each in its container).
 FORKING_BACKENDS = ("local", "bwrap")
@@ -132,20 +132,24 @@ class KernelTemplate:
         self.environment = environment
         self.reseed = reseed
         self.digest: str | None = None  # a state template's snapshot
+        #: Why forking this template is unsafe (Python threads, open sockets or files, a CUDA context), as the
+        #: template found at its start (a state template: after loading its snapshot); empty when safe.
+        self.hazards: list[str] = []
         self.socket_path: Path | None = None
         self._process: LocalLauncher | None = None
         self._pidfd: int | None = None  # a state template's (a child of the template, not of this process)
         self._run_dir: Path | None = None
         self._states: OrderedDict[str, KernelTemplate] = OrderedDict()
         self._lock = threading.RLock()
-        self._parent: KernelTemplate | None = None
+        #: The template a state template was made from (None for a template itself).
+        self.base: KernelTemplate | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
 
     @property
     def kernels_dir(self) -> Path:
         """Where the run directories of the kernels forked from this template (or its state templates) go."""
-        return (self._parent or self).run_dir / "kernels"
+        return (self.base or self).run_dir / "kernels"
 
     @property
     def run_dir(self) -> Path:
@@ -201,6 +205,7 @@ class KernelTemplate:
                 answer = self.request({"op": "status"}, timeout_s=2.0)
                 if not answer.get("ok"):
                     raise KernelStartError(f"the kernel template cannot serve: {answer.get('error')}")
+                self.hazards = list(answer.get("hazards") or [])
                 return
             except TemplateGoneError:
                 if time.monotonic() > deadline:
@@ -234,7 +239,7 @@ class KernelTemplate:
                     signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
                 os.close(self._pidfd)
                 self._pidfd = None
-            if self._run_dir is not None and self._parent is None:
+            if self._run_dir is not None and self.base is None:
                 shutil.rmtree(self._run_dir, ignore_errors=True)
             self._run_dir = None
 
@@ -372,7 +377,7 @@ class KernelTemplate:
             environment=self.environment,
             reseed=self.reseed,
         )
-        state.digest, state._parent, state._run_dir = digest, self, folder
+        state.digest, state.base, state._run_dir = digest, self, folder
         state.socket_path = folder / "template.sock"
         answer = self.request(
             {
@@ -411,6 +416,7 @@ class KernelTemplate:
             error = str(answer.get("error"))
             kind = SnapshotCorruptError if "does not match" in error or "not a namespace" in error else SnapshotError
             raise kind(f"snapshot {str(self.digest)[:12]} did not load in the kernel template: {error}")
+        self.hazards = list(answer.get("hazards") or [])
 
     def copies(self, digest: str | None, n: int, *, limits: SandboxLimits | None = None) -> list[Any]:
         """``n`` started kernels in the state of snapshot ``digest`` (or empty, with None), forked.
@@ -429,3 +435,52 @@ class KernelTemplate:
                 kernel.close(graceful=False)
             raise
         return kernels
+
+
+_SHARED: dict[tuple[Any, ...], KernelTemplate] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_template(
+    backend: str,
+    *,
+    preload: Sequence[str] = (),
+    limits: SandboxLimits | None = None,
+    snapshot_dir: str | Path | None = None,
+    store_access: Literal["read", "copy"] = "read",
+    environment: str | None = None,
+) -> KernelTemplate:
+    """The process's template for this kind of kernel, started on first use and replaced when it is gone
+    (killed, crashed); closed at exit. Envs, disposable kernels and servers of one kind share it.
+
+    Raises:
+        KernelStartError: It could not be started (the caller starts its kernels instead).
+    """
+    limits = limits or SandboxLimits()
+    key = (backend, tuple(preload), limits.model_dump_json(), str(snapshot_dir), store_access, environment)
+    with _SHARED_LOCK:
+        template = _SHARED.get(key)
+        if template is not None and template.is_alive():
+            return template
+        if template is not None:
+            template.close()
+        template = KernelTemplate(
+            backend,
+            preload=preload,
+            limits=limits,
+            snapshot_dir=snapshot_dir,
+            store_access=store_access,
+            environment=environment,
+        )
+        _SHARED[key] = template
+    return template.start()
+
+
+def close_shared_templates() -> None:
+    """Close the process's shared templates now (they are closed at exit anyway); the next
+    :func:`shared_template` starts a new one."""
+    with _SHARED_LOCK:
+        templates = list(_SHARED.values())
+        _SHARED.clear()
+    for template in templates:
+        template.close()

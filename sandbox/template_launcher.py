@@ -12,16 +12,34 @@ import os
 import select
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from themisto_env.errors import InfrastructureError, KernelStartError, TemplateGoneError
 from themisto_env.sandbox.launcher import KernelLauncher, launcher_class
 from themisto_env.sandbox.owners import process_record
 
-if TYPE_CHECKING:
-    from themisto_env.sandbox.template import KernelTemplate
+__all__ = ["ForkLauncher", "ForkSource", "exited", "fork_launcher_class"]
 
-__all__ = ["ForkLauncher", "exited", "fork_launcher_class"]
+
+class ForkSource(Protocol):
+    """What a forked kernel needs of its template (:class:`~themisto_env.sandbox.template.KernelTemplate`)."""
+
+    @property
+    def base(self) -> ForkSource | None:
+        """The template a state template was made from (None for a template itself)."""
+
+    @property
+    def kernels_dir(self) -> Path:
+        """Where the forked kernels' run directories go."""
+
+    def fork(self, connection_file: Path, workdir: Path, log: Path) -> tuple[int, int]:
+        """Fork a kernel; its pid in the template's namespace and a pidfd of it."""
+
+    def request(self, request: dict[str, Any], *, timeout_s: float = ...) -> dict[str, Any]:
+        """One request to the template process."""
+
+    def is_alive(self) -> bool:
+        """Whether the template process runs."""
 
 
 def exited(pidfd: int) -> bool:
@@ -59,7 +77,7 @@ class ForkLauncher(KernelLauncher):
     #: The template installed the in-kernel helper before forking: the kernel has it from the start.
     helper_installed: ClassVar[bool] = True
 
-    def __init__(self, *args: Any, template: KernelTemplate, environment: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, template: ForkSource, environment: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)  # the environment is the template's
         self.template = template
         self._pidfd: int | None = None
@@ -69,8 +87,8 @@ class ForkLauncher(KernelLauncher):
 
     def start(self, connection_file: Path, workdir: Path) -> None:
         template = self.template
-        if self._started and template._parent is not None:  # a restart: an empty kernel, from the base
-            template = template._parent
+        if self._started and template.base is not None:  # a restart: an empty kernel, from the base
+            template = template.base
         self._started += 1
         try:
             self._pid, self._pidfd = template.fork(connection_file, workdir, connection_file.parent / "kernel.log")
@@ -86,7 +104,7 @@ class ForkLauncher(KernelLauncher):
             return "never started"
         if not exited(self._pidfd):
             return "still running"
-        for template in (self.template, self.template._parent):
+        for template in (self.template, self.template.base):
             if template is None:
                 continue
             with contextlib.suppress(InfrastructureError):

@@ -124,6 +124,7 @@ class Template:
             self._reap()
             pid = request.get("pid")
             answer: dict[str, Any] = {"ok": self.error is None, "error": self.error, "pid": os.getpid()}
+            answer["hazards"] = fork_hazards({self.listener.fileno(), self.wakeup, connection.fileno()})
             if self.namespace is not None:
                 answer["names"] = sorted(n for n in self.namespace if not n.startswith("_"))
             if isinstance(pid, int) and pid in self.exited:
@@ -142,10 +143,14 @@ class Template:
             _send(connection, {"error": f"unknown request {op!r}"})
 
     def _fork(self, connection: socket.socket, request: dict[str, Any], become: Any) -> None:
+        import random
+
+        generator = random.getstate()  # the random module reseeds itself in a forked child: undone below
         pid = os.fork()
         if pid == 0:  # the child: never returns
             code = 1
             try:
+                random.setstate(generator)  # copies are identical, their random draws included (unless reseeded)
                 connection.close()
                 self.listener.close()
                 signal.set_wakeup_fd(-1)
@@ -280,6 +285,38 @@ def _kernel_imports(folder: str) -> list[str]:
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(folder, name))
     return json.loads(data) if data else []
+
+
+def fork_hazards(own_fds: set[int]) -> list[str]:
+    """What would make a fork of this process unsafe or its copies not independent: threads started from
+    Python (a fork keeps only the forking thread: a lock another thread held stays held), open sockets and
+    files (a copy would share them, and their offsets, with its template and its siblings), an initialised
+    CUDA context. Empty when it is safe to fork."""
+    import threading
+
+    hazards = [f"thread {t.name!r} runs" for t in threading.enumerate() if t is not threading.main_thread()]
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = []
+    for fd in fds:
+        if fd <= 2 or fd in own_fds:
+            continue
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # the listing's own descriptor, closed meanwhile
+        if target.startswith("socket:"):
+            hazards.append(f"an open socket (fd {fd})")
+        elif target.startswith("/dev/nvidia"):
+            hazards.append(f"a GPU device is open ({target})")
+        elif target.startswith("/") and not target.startswith(("/proc/", "/dev/")):
+            hazards.append(f"an open file: {target}")
+    torch = sys.modules.get("torch")
+    with contextlib.suppress(Exception):
+        if torch is not None and torch.cuda.is_initialized():
+            hazards.append("a CUDA context is initialised")
+    return hazards
 
 
 def _adopt_main_module() -> None:

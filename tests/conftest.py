@@ -31,6 +31,7 @@ import pytest
 
 from themisto_env.errors import BackendUnavailableError
 from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.template import close_shared_templates
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 #: Backends whose tests must run here: where one cannot, they fail instead of skipping (docker in CI;
@@ -301,6 +302,7 @@ def nothing_left_running() -> Iterator[None]:
     os.environ["TMPDIR"] = str(root)
     tempfile.tempdir = str(root)
     yield
+    close_shared_templates()  # the process's kernel templates (shared by its envs) live until exit otherwise
     tempfile.tempdir = saved
     if saved is None:
         os.environ.pop("TMPDIR", None)

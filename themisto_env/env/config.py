@@ -58,6 +58,8 @@ class EnvConfig(BaseModel):
         dataset: A built trajectory dataset folder; None uses the bundled data (built on first use). The
             env itself also takes an open :class:`~themisto_env.replay.dataset.Dataset` here (shared with
             other envs and callers; the config then holds its folder), or one side of a split.
+        snapshot_dir: The snapshot store; None: the dataset's own (an exported dataset's ``snapshots/``),
+            else the cache's.
         split: Serve only one side of the dataset's split: ``train``, ``test`` or ``NAME:train`` (see
             :meth:`~themisto_env.replay.dataset.Dataset.view`); a sample of the other side is refused
             (:class:`~themisto_env.errors.SplitError`). None: the whole dataset.
@@ -76,7 +78,13 @@ class EnvConfig(BaseModel):
         lazy_state: Serve a sample's state only when the live state is needed (see the module
             docstring); False serves each sample as it begins.
         warm_kernels: Started kernels kept ready for the env (the dataset's imports preloaded); 0 starts
-            each kernel when needed and restarts it in place.
+            each kernel when needed and restarts it in place. Unused where kernels are forked (``fork``).
+        fork: Fork kernels, and copies of a sample's state, from a warm template process (the dataset's
+            imports done, each state loaded once) instead of starting a kernel and restoring a snapshot
+            into it: milliseconds instead of seconds, and pages shared with the template. On the ``local``
+            and ``bwrap`` backends, outside Ray; a template that cannot start or a state that is not safe
+            to fork (an open file or socket, a thread) is served the old way, and ``info["state"]["served_by"]``
+            says which way each sample was served.
         sample_rule: Which steps are samples.
         limits: Sandbox limits.
         environment: The kernel environment (``themisto kernel-env``) kernels run in: None uses the one the
@@ -106,6 +114,7 @@ class EnvConfig(BaseModel):
     samples: int = Field(1, ge=1)
     lazy_state: bool = True
     warm_kernels: int = Field(1, ge=0)
+    fork: bool = True
     sample_rule: SampleRule = Field(default_factory=SampleRule)
     limits: SandboxLimits = Field(default_factory=SandboxLimits)
     max_output_chars: int = Field(1500, ge=100)
@@ -154,4 +163,7 @@ def env_config_and_dataset(options: Mapping[str, Any]) -> tuple[EnvConfig, Datas
         raise ConfigError(f"invalid environment option {where!r}: {first['msg']}") from None
     except Exception as exc:
         raise ConfigError(f"invalid environment options: {exc}") from exc
-    return config, opened or Dataset.open(config.dataset, backend=config.backend, split=config.split)
+    dataset = opened or Dataset.open(config.dataset, backend=config.backend, split=config.split)
+    if config.snapshot_dir is None and dataset.snapshot_dir is not None:  # an exported dataset's own snapshots
+        config = config.model_copy(update={"snapshot_dir": str(dataset.snapshot_dir)})
+    return config, dataset

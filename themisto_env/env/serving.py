@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from themisto_env.data.samples import Sample
 from themisto_env.data.trajectory import Trajectory
@@ -28,6 +29,7 @@ from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.pool import KernelPool, shared_pool
 from themisto_env.sandbox.ray_cluster import connect
 from themisto_env.sandbox.ray_kernel import make_kernel
+from themisto_env.sandbox.template import FORKING_BACKENDS, KernelTemplate, shared_template
 
 __all__ = ["StateServing", "not_served"]
 
@@ -62,15 +64,39 @@ class StateServing:
             connect(self.config.ray.address)
         self._preload = tuple(imported_modules(self.trajectories.values(), submodules=True))
         self._pool: KernelPool | None = None  # warm kernels for the env's own state, taken at reset
-        self._state = TrajectoryKernel(self._new_kernel)
+        self._state = TrajectoryKernel(self._new_kernel, template=self._template_source("read"))
         self._disposable: DisposableKernels | None = None  # kernels for model-written code, on first use
         self._dataset_checked = False
         self._report: StateReport | None = None  # how the current sample's state was served
         self._lost_backend: BackendUnavailableError | None = None  # raised at the next call
         self._sample_errors: list[str] = []  # infrastructure failures that touch the current sample
 
+    @property
+    def forking(self) -> bool:
+        """Whether kernels and copies of states are forked from a template (``EnvConfig.fork``; local and
+        bwrap kernels on this machine)."""
+        return self.config.fork and self.config.ray is None and self.config.backend in FORKING_BACKENDS
+
+    def _template_source(self, store_access: Literal["read", "copy"]) -> Callable[[], KernelTemplate] | None:
+        """Gives the process's template for this env's kernels (shared with the other envs of this kind,
+        replaced when it dies), or None where kernels are not forked."""
+        if not self.forking:
+            return None
+        config = self.config
+        return functools.partial(
+            shared_template,
+            config.backend,
+            preload=self._preload,
+            limits=config.limits,
+            snapshot_dir=config.snapshot_dir,
+            store_access=store_access,
+            environment=self.environment,
+        )
+
     def _warm_up(self) -> None:
         """Have a kernel on its way before the first state is needed (when states are served at all)."""
+        if self.forking:
+            return  # the template is started with the first kernel (shared by the process's envs)
         if self.config.warm_kernels and (self.config.observation != "static" or not self.config.lazy_state):
             if self._pool is None:
                 self._pool = self._state.pool = self._shared_pool()
@@ -102,6 +128,7 @@ class StateServing:
                 environment=self.environment,
                 preload=imported_modules(self.trajectories.values()),
                 ray=self.config.ray,
+                template=self._template_source("copy"),
             )
         return self._disposable
 

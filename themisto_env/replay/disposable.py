@@ -31,9 +31,9 @@ import functools
 import secrets
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from themisto_env.data.trajectory import Trajectory
 from themisto_env.errors import (
@@ -48,6 +48,9 @@ from themisto_env.sandbox.kernel_helper import value_fingerprint
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.pool import KernelPool
 from themisto_env.sandbox.ray_kernel import RayPlacement, make_kernel
+
+if TYPE_CHECKING:
+    from themisto_env.sandbox.template import KernelTemplate
 
 #: Why a piece of model-written code failed, when it was its own doing.
 Failure = Literal["exit", "memory", "processes", "timeout", "unreadable", "tampered"]
@@ -190,6 +193,8 @@ class DisposableKernels:
         pool_size: How many kernels to keep started ahead of time.
         environment: The kernel environment's id (``themisto kernel-env``); None: the tool's own Python.
         ray: Run the kernels in Ray actors placed so (None: on this machine).
+        template: Gives the kernel template to fork the kernels from (each a copy of the state's template:
+            no kernel start, no restore); None starts and restores them (from the pool).
     """
 
     def __init__(
@@ -202,8 +207,10 @@ class DisposableKernels:
         pool_size: int = 1,
         environment: str | None = None,
         ray: RayPlacement | None = None,
+        template: Callable[[], KernelTemplate] | None = None,
     ) -> None:
         self.backend = backend
+        self.template = template
         self.ray = ray
         self.limits = limits or SandboxLimits()
         self.snapshot_dir = snapshot_dir
@@ -233,7 +240,7 @@ class DisposableKernels:
         started = time.perf_counter()
         if not code.strip():  # an empty cell does nothing and prints nothing: no kernel needed
             return CodeRun("ok", [], changed={}, seconds=time.perf_counter() - started)
-        served = TrajectoryKernel(self.pool.take)
+        served = TrajectoryKernel(self.pool.take, template=self.template)
         try:
             report = served.serve(trajectory, step)
             if report.check == "mismatch":

@@ -51,11 +51,20 @@ are importable from here too.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from themisto_env.data.trajectory import Step, Trajectory
-from themisto_env.errors import BackendUnavailableError, InfrastructureError, SnapshotCorruptError, SnapshotError
+from themisto_env.errors import (
+    BackendUnavailableError,
+    InfrastructureError,
+    KernelStartError,
+    SnapshotCorruptError,
+    SnapshotError,
+    TemplateGoneError,
+)
 from themisto_env.replay.recorded_cells import interrupt_after, replay_step, run_recorded
 from themisto_env.replay.state_check import (
     StateCheck,
@@ -69,6 +78,11 @@ from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.kernel_environments import environment_label
 from themisto_env.sandbox.pool import KernelPool
 from themisto_env.sandbox.workdir import FolderTooLargeError, diff_trees, tree_digest
+
+if TYPE_CHECKING:
+    from themisto_env.sandbox.template import KernelTemplate
+
+log = logging.getLogger("themisto_env")
 
 #: How often :meth:`TrajectoryKernel.serve` retries the snapshot route after an infrastructure failure.
 MAX_RECOVERIES = 2
@@ -86,10 +100,20 @@ class TrajectoryKernel:
             one (the pool is the caller's: :meth:`close` closes only the kernel this owner holds).
     """
 
-    def __init__(self, new_kernel: Callable[[], Kernel], *, pool: KernelPool | None = None) -> None:
+    def __init__(
+        self,
+        new_kernel: Callable[[], Kernel],
+        *,
+        pool: KernelPool | None = None,
+        template: Callable[[], KernelTemplate] | None = None,
+    ) -> None:
         self._new_kernel = new_kernel
         #: Where kernels come from when set (may be set or cleared between serves).
         self.pool = pool
+        #: Gives the template kernels are forked from, and states copied from (see :meth:`_fork_state`);
+        #: None, or a template that cannot start or is not safe to fork: kernels are started and restored.
+        self.template = template
+        self._forking_refused: str | None = None  # why the template was given up (said once)
         self._kernel: Kernel | None = None
         self._closing: list[threading.Thread] = []  # replaced kernels being closed in the background
         #: (trajectory id, step) the kernel is before, when known; None after anything unrecorded ran.
@@ -104,10 +128,53 @@ class TrajectoryKernel:
     def kernel(self) -> Kernel:
         """The kernel (started on first use)."""
         if self._kernel is None:
-            self._kernel = self.pool.take() if self.pool is not None else self._new_kernel().start()
+            template = self._template()
+            if template is not None:
+                self._kernel = template.kernel()
+            else:
+                self._kernel = self.pool.take() if self.pool is not None else self._new_kernel().start()
             self.position = None
             self._fresh = True
         return self._kernel
+
+    def _template(self) -> KernelTemplate | None:
+        """The template to fork from, or None (none given, or given up: it could not start or is unsafe)."""
+        if self.template is None or self._forking_refused is not None:
+            return None
+        try:
+            template = self.template()
+        except BackendUnavailableError:
+            raise
+        except InfrastructureError as exc:
+            self._forking_refused = f"the kernel template could not start: {exc}"
+        else:
+            if not template.hazards:
+                return template
+            self._forking_refused = f"the kernel template is not safe to fork: {'; '.join(template.hazards)}"
+        log.warning("%s; kernels are started and states restored instead", self._forking_refused)
+        return None
+
+    def _fork_state(self, digest: str) -> dict[str, str] | None:
+        """Replace the kernel by a copy forked from the state template of ``digest``; return the copy's
+        fingerprint, or None where the state is not forked (no template, or the state is unsafe to fork:
+        an open file or socket, a thread; the caller restores it). A snapshot the template cannot load
+        raises as a restore would."""
+        template = self._template()
+        if template is None:
+            return None
+        try:
+            state = template.state(digest)
+        except (TemplateGoneError, KernelStartError):
+            return None  # the template is replaced at the next call; this state is restored
+        if state.hazards:
+            if self._report is not None:
+                self._report.served_by = f"restore (not fork-safe: {'; '.join(state.hazards)})"
+            return None
+        copy = state.kernel()
+        old, self._kernel = self._kernel, copy
+        if old is not None:
+            self._discard(old)
+        return copy.fingerprint()
 
     @property
     def started(self) -> bool:
@@ -140,6 +207,7 @@ class TrajectoryKernel:
                 (the message lists each failure).
         """
         report = self._report = StateReport(trajectory.id, step)
+        report.served_by = "fork" if self._template() is not None else "restore"
         expected = expected_fingerprint(trajectory, step)
         forward = self._forward_from(trajectory, step)
         self.position = None  # known again only once this state is reached
@@ -232,10 +300,10 @@ class TrajectoryKernel:
 
     def _restart(self) -> None:
         """A fresh kernel: the next pooled one (the current one closed in the background), else a restart."""
-        if self.pool is not None and self._kernel is not None:
+        if (self.pool is not None or self._template() is not None) and self._kernel is not None:
             old, self._kernel = self._kernel, None
             self._discard(old)
-            self.kernel  # noqa: B018 - takes the next pooled kernel
+            self.kernel  # noqa: B018 - forks one from the template, or takes the next pooled one
         else:
             self.kernel.restart()
         self._fresh = True
@@ -327,13 +395,17 @@ class TrajectoryKernel:
         """Restore a snapshot; return the fingerprint after it, or None when it cannot be loaded: a
         corrupt snapshot is set aside (renamed ``*.corrupt``), and either kind is not tried again by this
         owner. A failure of the kernel itself propagates (the route is retried on a fresh kernel)."""
-        kernel = self.kernel
         self._fresh = False
         try:
+            if not keep:  # a copy of the state template (names kept from the kernel need that kernel)
+                forked = self._fork_state(digest)
+                if forked is not None:
+                    return forked
+            kernel = self.kernel
             return kernel.restore(digest, clean=True, keep=keep or ()).fingerprint
         except SnapshotCorruptError:
             self.unloadable.add(digest)
-            path = kernel.store.path(digest)
+            path = self.kernel.store.path(digest)
             with contextlib.suppress(OSError):
                 path.replace(path.with_name(path.name + ".corrupt"))
         except SnapshotError:

@@ -72,6 +72,9 @@ class StateReport:
         differences: Where the live state differs from the recorded one (when ``mismatch``).
         refused_snapshots: Snapshots passed over because a kernel of another environment wrote them
             (``themisto kernel-env``): the state was replayed instead.
+        served_by: How states are copied into the kernel: ``fork`` (a copy forked from the state's template),
+            ``restore`` (a snapshot loaded into a started kernel), ``restore (not fork-safe: ...)`` (this
+            state holds what a fork would share: an open file, a socket, a thread).
     """
 
     trajectory_id: str
@@ -81,6 +84,7 @@ class StateReport:
     faults: list[str] = field(default_factory=list)
     differences: list[str] = field(default_factory=list)
     refused_snapshots: list[str] = field(default_factory=list)
+    served_by: str = ""
 
     def as_dict(self) -> dict[str, object]:
         """JSON-able form for ``info`` and result rows: what was checked and met, not the route taken
@@ -88,6 +92,8 @@ class StateReport:
         ``info``, as gymnasium's checker requires)."""
         info: dict[str, object] = {"check": self.check, "faults": list(self.faults)}
         info["differences"] = self.differences[:20]
+        if self.served_by:
+            info["served_by"] = self.served_by
         if self.refused_snapshots:
             info["snapshots_refused"] = f"{len(self.refused_snapshots)} written in another kernel environment"
         return info

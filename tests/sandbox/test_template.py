@@ -1,0 +1,236 @@
+"""Kernels forked from a template, and copies of a state: the same kernels and states as started and
+restored ones, independent of each other, and gone with their owner.
+
+Real template processes and real forked ipykernels throughout; each test ends only what it started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_for
+from themisto_env.errors import KernelDiedError, SnapshotCorruptError, TemplateGoneError
+from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.models import SandboxLimits
+from themisto_env.sandbox.owners import process_start
+from themisto_env.sandbox.template import KernelTemplate, shared_template
+
+STATE = """
+import random
+import numpy as np
+import pandas as pd
+threshold = 10
+def above(values):
+    return [v for v in values if v > threshold]
+class Counter:
+    def __init__(self):
+        self.n = 0
+frame = pd.DataFrame({"a": [1, 20, 30], "b": list("xyz")})
+counter = Counter()
+rng_draw = random.random()
+"""
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelTemplate]:
+    store = tmp_path_factory.mktemp("template-store")
+    with KernelTemplate("local", preload=("numpy", "pandas"), snapshot_dir=store) as template:
+        yield template
+
+
+@pytest.fixture(scope="module")
+def state(template: KernelTemplate) -> tuple[str, dict[str, str]]:
+    """A snapshot of STATE (written by a started kernel) and that kernel's fingerprint of it."""
+    with Kernel("local", snapshot_dir=template.store.root) as kernel:
+        assert kernel.execute(STATE).status == "ok"
+        return kernel.snapshot().digest, kernel.fingerprint()
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").exists() and " Z " not in Path(f"/proc/{pid}/stat").read_text()
+
+
+def test_a_forked_kernel_runs_cells_as_a_started_one(template: KernelTemplate) -> None:
+    with template.kernel() as forked, Kernel("local") as started:
+        for code in ("x = 40 + 2", "print(x)", "x / 0", "import pandas as pd; pd.DataFrame({'a': [1]})"):
+            mine, theirs = forked.execute(code), started.execute(code)
+            assert (mine.status, mine.text()) == (theirs.status, theirs.text()), code
+        assert forked.inspect_variable("x").repr == "42"
+        pid = forked.launcher.pid()
+        assert pid is not None and pid not in (os.getpid(), template._process.pid())  # type: ignore[union-attr]
+        assert Path(forked.run_dir).parent == template.kernels_dir
+
+
+def test_a_forked_kernel_is_interrupted_at_its_time_limit_and_keeps_its_state(template: KernelTemplate) -> None:
+    with template.kernel(limits=SandboxLimits(timeout_s=1.0)) as kernel:
+        kernel.execute("kept = 'yes'")
+        result = kernel.execute("import time; time.sleep(30)")
+        assert result.status == "timeout"
+        assert kernel.execute("kept").text() == "'yes'"
+
+
+def test_restarting_a_copy_gives_an_empty_kernel(template: KernelTemplate, state: tuple[str, dict[str, str]]) -> None:
+    digest, _ = state
+    [copy] = template.copies(digest, 1)
+    with copy:
+        assert "frame" in copy.fingerprint()
+        copy.restart()
+        assert copy.fingerprint() == {}
+        assert copy.execute("1 + 1").text() == "2"
+
+
+def test_copies_hold_the_snapshot_state_as_a_restore_does(
+    template: KernelTemplate, state: tuple[str, dict[str, str]]
+) -> None:
+    digest, written = state
+    copies = template.copies(digest, 3)
+    with Kernel("local", snapshot_dir=template.store.root) as restored:
+        restored.restore(digest)
+        try:
+            for copy in copies:
+                assert copy.fingerprint() == written == restored.fingerprint()
+                # functions see the namespace they live in, as in the kernel that defined them
+                assert copy.execute("above([5, 15])").text() == restored.execute("above([5, 15])").text() == "[15]"
+            copies[0].execute("threshold = 0")
+            assert copies[0].execute("above([5, 15])").text() == "[5, 15]"
+            # the copies are independent: a change in one is seen in no other, nor in the template
+            assert copies[1].execute("above([5, 15])").text() == "[15]"
+            copies[1].execute("counter.n += 1; frame.loc[0, 'a'] = -1")
+            assert copies[2].execute("counter.n, int(frame.loc[0, 'a'])").text() == "(0, 1)"
+            assert template.copies(digest, 1)[0].execute("counter.n, threshold").text() == "(0, 10)"
+        finally:
+            for copy in copies:
+                copy.close()
+
+
+def test_copies_draw_the_same_random_numbers_unless_reseeded(
+    template: KernelTemplate, state: tuple[str, dict[str, str]]
+) -> None:
+    digest, _ = state
+    draw = "import random, numpy as np; (random.random(), float(np.random.random()))"
+    same = template.copies(digest, 2)
+    try:
+        assert same[0].execute(draw).text() == same[1].execute(draw).text()
+    finally:
+        for kernel in same:
+            kernel.close()
+    with KernelTemplate("local", snapshot_dir=template.store.root, reseed=True) as reseeding:
+        differ = reseeding.copies(digest, 2)
+        try:
+            assert differ[0].execute(draw).text() != differ[1].execute(draw).text()
+        finally:
+            for kernel in differ:
+                kernel.close()
+
+
+def test_a_corrupt_snapshot_is_refused_and_nothing_is_loaded(template: KernelTemplate, tmp_path: Path) -> None:
+    with (
+        Kernel("local", snapshot_dir=tmp_path / "store") as kernel,
+        KernelTemplate("local", snapshot_dir=tmp_path / "store") as own,
+    ):
+        kernel.execute("secret = 'kept'")
+        digest = kernel.snapshot().digest
+        path = own.store.path(digest)
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+        with pytest.raises(SnapshotCorruptError, match="does not match"):
+            own.state(digest)
+        assert own.is_alive()  # the template itself is untouched and forks as before
+        with own.kernel() as fresh:
+            assert fresh.fingerprint() == {}
+
+
+def test_a_state_holding_an_open_file_is_not_forked(tmp_path: Path) -> None:
+    with (
+        Kernel("local", snapshot_dir=tmp_path / "store") as kernel,
+        KernelTemplate("local", snapshot_dir=tmp_path / "store") as template,
+    ):
+        kernel.execute(f"log = open({str(tmp_path / 'log.txt')!r}, 'w'); log.write('a')")
+        state = template.state(kernel.snapshot().digest)
+        assert any("open file" in hazard for hazard in state.hazards), state.hazards
+        assert template.hazards == []  # the template itself holds no file: kernels still fork
+
+
+def test_a_killed_template_takes_its_kernels_and_is_replaced(tmp_path: Path) -> None:
+    template = shared_template("local", snapshot_dir=tmp_path / "store")
+    kernel = template.kernel()
+    try:
+        pid = template._process.pid()  # type: ignore[union-attr]
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        assert wait_for(lambda: not kernel.is_alive(), 10)  # the kernel sees its parent gone
+        with pytest.raises(KernelDiedError):
+            kernel.execute("1")
+        replaced = shared_template("local", snapshot_dir=tmp_path / "store")
+        assert replaced is not template and replaced.is_alive()
+        with replaced.kernel() as fresh:
+            assert fresh.execute("1 + 1").text() == "2"
+        with pytest.raises(TemplateGoneError):
+            template.kernel()  # the dead one forks nothing: a one-line error, not a hang
+    finally:
+        kernel.close()
+
+
+OWNER = """
+import json, sys, time
+from themisto_env.sandbox.template import KernelTemplate
+template = KernelTemplate("local", snapshot_dir=sys.argv[1]).start()
+kernel = template.kernel()
+kernel.execute("x = 1")
+digest = kernel.snapshot().digest
+copies = template.copies(digest, 2)
+state = template.state(digest)
+print(json.dumps({
+    "template": template._process.pid(),
+    "state": state.request({"op": "status"})["pid"],
+    "kernels": [k.launcher.pid() for k in (kernel, *copies)],
+    "run_dir": str(template.run_dir),
+}), flush=True)
+if sys.argv[2] == "wait":
+    time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("ending", ["exit", "wait"], ids=["normal exit", "SIGKILL"])
+def test_nothing_outlives_the_owner(tmp_path: Path, ending: str) -> None:
+    """The template, its state templates and every kernel forked from them go with the process that made
+    them, whether it exits or is SIGKILLed; so does the template's directory."""
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER, str(tmp_path / "store"), ending], stdout=subprocess.PIPE, text=True
+    )
+    assert owner.stdout is not None
+    made = json.loads(owner.stdout.readline())
+    processes = [made["template"], made["state"], *made["kernels"]]
+    starts = {pid: process_start(pid) for pid in processes}
+    assert all(starts.values()), made
+    if ending == "wait":
+        owner.send_signal(signal.SIGKILL)
+    owner.wait(timeout=60)
+
+    def gone() -> bool:
+        return all(not alive(pid) or process_start(pid) != starts[pid] for pid in processes)
+
+    assert wait_for(gone, 20), [pid for pid in processes if alive(pid)]
+    assert wait_for(lambda: not Path(made["run_dir"]).exists(), 20)
+
+
+def test_a_forked_kernel_finds_the_template_imports_done(template: KernelTemplate) -> None:
+    """What a start spends its time on (the dataset's imports, ipykernel's own) is done once, in the template."""
+    with template.kernel() as kernel:
+        loaded = kernel.execute("import sys; 'pandas' in sys.modules, 'ipykernel.debugger' in sys.modules")
+        assert loaded.text() == "(True, True)"
+    with Kernel("local") as started:
+        assert started.execute("import sys; 'pandas' in sys.modules").text() == "False"
