@@ -240,3 +240,38 @@ def data_split(
 
 
 __all__ = ["data_app"]
+@data_app.command("export")
+def data_export(
+    folder: Annotated[
+        Path | None, typer.Argument(help="Dataset folder (default: the bundled data, in the cache).")
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="A new folder to write.")] = Path("export"),
+    split: Annotated[
+        str,
+        typer.Option(help="The named split the sample tables follow (default: the written one, or the default rule)."),
+    ] = "default",
+    snapshot_dir: Annotated[
+        Path | None, typer.Option(help="The snapshot store the dataset was built with (default: the cache's).")
+    ] = None,
+    snapshots: Annotated[
+        bool, typer.Option(help="Copy the snapshots (without: states are replayed from cells).")
+    ] = True,
+    backend: Backend = "local",
+) -> None:
+    """Write a dataset to share: Parquet tables (pandas, Hugging Face datasets), a dataset card (README.md),
+    and the files and snapshots that let `Dataset.open(OUT)` serve its states. Nothing is uploaded."""
+    from themisto_env.replay.dataset import Dataset
+    from themisto_env.replay.dataset_export import export_dataset_folder
+
+    dataset = Dataset.open(folder, backend=backend)
+    report = export_dataset_folder(dataset, out, split=split, snapshot_dir=snapshot_dir, snapshots=snapshots)
+    samples = "; ".join(f"{task} {c['train']} train / {c['test']} test" for task, c in report.samples.items())
+    console.print(
+        f"exported {report.trajectories} trajectories, {report.steps} executions, samples {samples}, "
+        f"{report.snapshots} snapshots ({report.missing_snapshots} missing), {report.megabytes} MB -> {out}",
+        markup=False,
+        soft_wrap=True,
+    )
+    console.print(f"dataset card: {out / 'README.md'} (how to publish it is at its end)", markup=False, soft_wrap=True)
+
+

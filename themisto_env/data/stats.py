@@ -34,7 +34,8 @@ def dataset_info(folder: str | Path, *, raw: bool = False) -> dict[str, Any]:
     manifest = read_manifest(folder)
     trajectories = read_trajectories(folder)
     steps = [(t, s) for t in trajectories for s in t.steps]
-    store = SnapshotStore()
+    own = Path(folder) / "snapshots"  # an exported dataset carries its snapshots
+    store = SnapshotStore(own if own.is_dir() else None)
     digests = {s.snapshot for _, s in steps if s.snapshot and s.snapshot in store}
     compared = [(t, s) for t, s in steps if s.agreement_kind != "unrecorded"]
     kinds = Counter(s.agreement_kind or ("ok" if s.agrees else "other") for _, s in steps)

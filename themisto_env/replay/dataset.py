@@ -61,8 +61,10 @@ from themisto_env.replay.resolve import resolve_dataset
 
 #: The name of the bundled data (as ``Dataset.open()`` with no argument); ``./bundled`` is a folder.
 BUNDLED = "bundled"
+#: The folder of a dataset that carries its own snapshots (an exported one: ``themisto data export``).
+SNAPSHOTS = "snapshots"
 
-__all__ = ["BUNDLED", "Dataset", "DatasetSplit"]
+__all__ = ["BUNDLED", "SNAPSHOTS", "Dataset", "DatasetSplit"]
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,13 @@ class Dataset:
 
     def __repr__(self) -> str:
         return f"Dataset({str(self.path)!r}, backend={self.manifest.backend!r})"
+
+    @property
+    def snapshot_dir(self) -> Path | None:
+        """The dataset's own snapshot store (``snapshots/`` in its folder: an exported dataset), which envs
+        over it use unless given another; None: the snapshots are in the cache's store."""
+        folder = self.path / SNAPSHOTS
+        return folder if folder.is_dir() else None
 
     # -- splits ----------------------------------------------------------------------------------------
 
