@@ -10,8 +10,12 @@ submits it as the session's prediction step and returns the reward the server's 
 Start the server first (``--max-sessions`` at least the generation batch: prompts per step times
 generations), then train::
 
-    themisto serve --port 8000 --max-sessions 8 &
+    themisto serve --port 8000 --max-sessions 8 --split train &
     python examples/train_grpo_openenv.py --url http://127.0.0.1:8000 --steps 2
+
+It trains on the ``train`` side of the bundled data's split (``--split``; the server started with ``--split
+train`` refuses any other sample), so ``themisto run --split test`` scores a policy on trajectories it never
+saw.
 
 The prompts (the history of each sample) and the warm start's demonstrations come from the trainer's own
 copy of the data (the bundled data here); the server is asked only for states, tool answers and rewards.
@@ -154,6 +158,7 @@ def train(
     max_completion_length: int = 128,
     warm_start_steps: int = 60,
     seed: int = 0,
+    split: str | None = "train",
 ) -> dict[str, Any]:
     """Run a few GRPO steps of the tiny model against the server at ``url``; write ``summary.json`` and
     ``log_history.json`` into ``out``. The server's tool budget must be at least ``tool_budget``."""
@@ -168,8 +173,8 @@ def train(
     set_seed(seed)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    dataset = tool_dataset(task, limit=samples, history_length=1, tool_budget=tool_budget)
-    local = Dataset.open()
+    dataset = tool_dataset(task, limit=samples, history_length=1, tool_budget=tool_budget, split=split)
+    local = Dataset.open(split=split)
     rollouts: list[RemoteRollout] = []
 
     def factory() -> RemoteRollout:
@@ -261,6 +266,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=4, help="samples, spread over the trajectories (default: 4)")
     parser.add_argument("--warm-start", type=int, default=60, help="supervised warm-start steps (default: 60)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--split", default="train", help="the side of the data's split to train on (none: all)")
     args = parser.parse_args()
     summary = train(
         args.url,
@@ -271,6 +277,7 @@ def main() -> None:
         samples=args.samples,
         warm_start_steps=args.warm_start,
         seed=args.seed,
+        split=None if args.split == "none" else args.split,
     )
     print(json.dumps(summary, indent=2))
 

@@ -138,6 +138,7 @@ def train(
     learning_rate: float = 3e-3,
     seed: int = 0,
     ray: str | None = None,
+    split: str | None = "default",
 ) -> dict[str, Any]:
     """Run a few multi-turn GRPO steps on a tiny model through :class:`ThemistoToolEnv`.
 
@@ -163,6 +164,8 @@ def train(
         seed: Seed of the model, sampling and data order.
         ray: A Ray address (``local``, ``auto``, ``HOST:6379``): the kernels run in Ray actors on the
             cluster's CPU nodes (the env option ``ray``), the model and the trainer here.
+        split: Train on the ``train`` side of this split of the dataset (``default``, or a name ``themisto
+            data split --name`` wrote); None trains on every sample.
 
     Returns:
         A summary: rewards and tool calls per step, seconds, parameter count, kernels used, paths written.
@@ -178,6 +181,8 @@ def train(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     options: dict[str, Any] = {"dataset": data, "history_length": history_length, "tool_budget": tool_budget}
+    if split:  # only the split's train side: its test side stays unseen (evaluate on it with themisto run --split)
+        options["split"] = "train" if split == "default" else f"{split}:train"
     if snapshot_dir:
         options["snapshot_dir"] = snapshot_dir
     if ray:
@@ -242,6 +247,7 @@ def train(
     summary = {
         "task": task,
         "samples": len(dataset),
+        "split": options.get("split"),
         "parameters": parameter_count(model),
         "vocab_size": len(tokenizer),
         "steps": steps,
@@ -282,6 +288,7 @@ def main() -> None:
     parser.add_argument(
         "--ray", default=None, help="run the kernels on Ray: local, auto, HOST:6379 or ray://HOST:10001 (default: here)"
     )
+    parser.add_argument("--split", default="default", help="train on this split's train side (default; none: all)")
     args = parser.parse_args()
     summary = train(
         args.out,
@@ -295,6 +302,7 @@ def main() -> None:
         execution_score=args.execution_score,
         seed=args.seed,
         ray=args.ray,
+        split=None if args.split == "none" else args.split,
     )
     print(json.dumps(summary, indent=2))
 

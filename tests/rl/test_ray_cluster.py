@@ -153,7 +153,7 @@ def test_multi_turn_grpo_trains_with_its_kernels_on_the_worker_nodes(
 ) -> None:
     before = {a["ActorID"] for a in actors("KernelHost")}
     options = ("--steps", "2", "--samples", "4", "--warm-start", "100", "--ray", cluster.address)
-    done = train_example("train_grpo_tools.py", tmp_path, training_data, *options)
+    done = train_example("train_grpo_tools.py", tmp_path, training_data, *options, "--split", "none")
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert len(summary["rewards"]) == 2 and summary["kernels"] >= 1

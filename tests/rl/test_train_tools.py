@@ -20,7 +20,9 @@ def test_multi_turn_grpo_example_trains_and_plots_the_reward_curve(
     training_data: dict[str, str], tmp_path: Path
 ) -> None:
     steps = 2
-    done = train_example("train_grpo_tools.py", tmp_path, training_data, "--steps", str(steps), "--samples", "4")
+    done = train_example(
+        "train_grpo_tools.py", tmp_path, training_data, "--steps", str(steps), "--samples", "4", "--split", "none"
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Warning" not in done.stderr, done.stderr[-3000:]  # no library warnings left for the reader
     summary = json.loads((tmp_path / "summary.json").read_text())
