@@ -48,6 +48,18 @@ def data_build(
     workers: Annotated[
         int, typer.Option(help="Sessions replayed at once, each in its own kernel (Ray actors with --ray).")
     ] = 1,
+    project_envs: Annotated[
+        bool,
+        typer.Option(
+            "--project-envs",
+            help="SOURCE is a folder of projects: each notebook in the kernel environment its project asks for "
+            "(requirements.txt, environment.yml or pyproject.toml next to it or above, else its imports), one "
+            "dataset per environment under --out, and folder-build.json.",
+        ),
+    ] = False,
+    installer: Annotated[
+        str, typer.Option(help="What makes kernel environments: pip, or uv (faster; `pip install uv`).")
+    ] = "pip",
     ray: Annotated[
         str | None,
         typer.Option(
@@ -70,6 +82,13 @@ def data_build(
         raise ConfigError("give either --kernel-env or --requirements, not both")
     if workers < 1:
         raise ConfigError(f"--workers {workers}: give 1 or more (how many sessions to replay at once)")
+    if installer not in ("pip", "uv"):
+        raise ConfigError(f"--installer {installer}: give pip or uv")
+    if project_envs:
+        if len(sources) != 1 or not sources[0].is_dir() or kernel_env is not None or requirements is not None:
+            raise ConfigError("--project-envs takes one folder, and no --kernel-env or --requirements")
+        build_projects(sources[0], out, backend, snapshots, timeout, workdir_limit_mb, workers, ray, installer)
+        return
     if requirements is not None:
         from themisto_env.replay import kernel_environments
 
@@ -98,6 +117,56 @@ def data_build(
     for tid, why in report.failed.items():
         console.print(f"[yellow]incomplete[/] {escape(f'{tid}: {why}')}")
     print_source_counts(report, out)
+
+
+def build_projects(
+    folder: Path,
+    out: Path,
+    backend: str,
+    snapshots: bool,
+    timeout: float,
+    workdir_limit_mb: float,
+    workers: int,
+    ray: str | None,
+    installer: str,
+) -> None:
+    """``themisto data build FOLDER --project-envs``: build, then a row per notebook."""
+    from themisto_env.replay.folder_build import REPORT, build_folder
+    from themisto_env.sandbox.models import SandboxLimits
+
+    def say(line: str) -> None:
+        console.print(escape(line), soft_wrap=True)
+
+    report = build_folder(
+        folder,
+        out,
+        backend=backend,
+        snapshots=snapshots,
+        limits=SandboxLimits(timeout_s=timeout, workdir_mb=workdir_limit_mb),
+        workers=workers,
+        ray=ray,
+        installer=installer,  # type: ignore[arg-type]
+        say=say,
+    )
+    table = Table(title=escape(f"{len(report.notebooks)} notebooks under {folder}"))
+    for column in ("notebook", "environment", "packages from", "status", "agreement", "causes"):
+        table.add_column(column)
+    for row in report.notebooks:
+        causes = ", ".join(f"{k} {v}" for k, v in sorted(row.causes.items(), key=lambda kv: -kv[1]) if k != "ok")
+        agreement = "n/a" if row.agreement is None else f"{row.agreement:.0%}"
+        status = row.status if row.reason is None else f"{row.status}: {row.reason}"
+        table.add_row(
+            *(escape(str(x)) for x in (row.notebook, row.environment, row.packages_from, status, agreement, causes))
+        )
+    console.print(table)
+    built = sum(n.status == "built" for n in report.notebooks)
+    console.print(
+        f"{built} of {len(report.notebooks)} notebooks built in {len(report.environments)} environment(s); "
+        f"{report.executions} executions in {report.build_seconds} s of replay ({report.seconds} s in all); "
+        f"datasets under {out}/<environment>, report {out / REPORT}",
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 def print_source_counts(report: BuildReport, out: Path) -> None:
@@ -239,7 +308,6 @@ def data_split(
     console.print(f"written to {dataset.path / 'splits.json'}", markup=False, soft_wrap=True)
 
 
-__all__ = ["data_app"]
 @data_app.command("export")
 def data_export(
     folder: Annotated[
@@ -275,3 +343,4 @@ def data_export(
     console.print(f"dataset card: {out / 'README.md'} (how to publish it is at its end)", markup=False, soft_wrap=True)
 
 
+__all__ = ["data_app"]

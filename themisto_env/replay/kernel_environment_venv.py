@@ -12,10 +12,11 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from themisto_env.errors import ConfigError
 from themisto_env.replay.kernel_environment_spec import (
@@ -62,6 +63,37 @@ def run_step(what: str, cmd: list[str], log: Path, console: Console | None) -> N
         console.print(f"[green]✓[/] {what} ({time.perf_counter() - started:.1f} s)")
 
 
+Installer = Literal["pip", "uv"]
+"""What installs an environment's packages: pip (the default) or uv (``pip install uv``; faster: see
+benchmarks/README.md), with the indexes pip is configured with here."""
+
+
+def uv_command() -> str | None:
+    """The uv executable (``$THEMISTO_UV``, else ``uv`` on the PATH); None when there is none."""
+    return os.environ.get("THEMISTO_UV") or shutil.which("uv")
+
+
+def uv_index_options() -> list[str]:
+    """pip's configured indexes and find-links as uv options (uv does not read pip's configuration), with
+    every index equally trusted, as pip treats them."""
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, env=pip_environment()
+    ).stdout
+    options = ["--index-strategy", "unsafe-best-match"]
+    flags = {"index-url": "--index-url", "extra-index-url": "--extra-index-url", "find-links": "--find-links"}
+    seen: set[tuple[str, str]] = set()
+    for line in out.splitlines():
+        key, _, value = line.partition("=")
+        flag = flags.get(key.rsplit(".", 1)[-1])
+        if flag is None:
+            continue
+        for item in value.strip().strip("'\"").split():
+            if (flag, item) not in seen:
+                seen.add((flag, item))
+                options += [flag, item]
+    return options
+
+
 def _few_versions(match: re.Match[str]) -> str:
     """pip's ``(from versions: ...)`` list cut to its ends (it names every release)."""
     versions = [v.strip() for v in match.group(1).split(",")]
@@ -98,7 +130,17 @@ def _folder_size(folder: Path) -> int:
     return total
 
 
-def make_venv(spec: KernelEnvironmentSpec, console: Console | None) -> KernelEnvironmentRecord:
+def make_venv(
+    spec: KernelEnvironmentSpec, console: Console | None, installer: Installer = "pip"
+) -> KernelEnvironmentRecord:
+    """Make the venv of ``spec`` with ``installer`` (the same packages either way; uv is faster).
+
+    Raises:
+        ConfigError: A step failed (its error and the log's path), or uv was asked for and is not here.
+    """
+    uv = uv_command() if installer == "uv" else None
+    if installer == "uv" and uv is None:
+        raise ConfigError("installer uv: no uv here; `pip install uv` (or set THEMISTO_UV), or use pip")
     python = find_python(spec.python)
     final = environment_dir(spec.id)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -111,15 +153,26 @@ def make_venv(spec: KernelEnvironmentSpec, console: Console | None) -> KernelEnv
     try:
         if spec.apt:
             ensure_apt_on_host(spec.apt, log, console)
-        run_step(f"making a Python {spec.python} venv", [python, "-m", "venv", str(work / "venv")], log, console)
         (work / "requirements.txt").write_text(spec.requirements_txt())
         venv_python = str(work / "venv" / "bin" / "python")
-        run_step(
-            f"installing {len(spec.requirements)} requirement(s) with {', '.join(KERNEL_NEEDS)}",
-            [venv_python, "-m", "pip", "install", "-r", str(work / "requirements.txt"), *KERNEL_NEEDS],
-            log,
-            console,
-        )
+        what = f"installing {len(spec.requirements)} requirement(s) with {', '.join(KERNEL_NEEDS)}"
+        if uv is not None:
+            run_step(
+                f"making a Python {spec.python} venv (uv)",
+                [uv, "venv", "--seed", "--python", python, str(work / "venv")],
+                log,
+                console,
+            )
+            install = [uv, "pip", "install", "--python", venv_python, *uv_index_options()]
+            run_step(f"{what} (uv)", [*install, "-r", str(work / "requirements.txt"), *KERNEL_NEEDS], log, console)
+        else:
+            run_step(f"making a Python {spec.python} venv", [python, "-m", "venv", str(work / "venv")], log, console)
+            run_step(
+                what,
+                [venv_python, "-m", "pip", "install", "-r", str(work / "requirements.txt"), *KERNEL_NEEDS],
+                log,
+                console,
+            )
         check = "import ipykernel, dill, IPython, sys; print('%d.%d.%d' % sys.version_info[:3])"
         probe = subprocess.run([venv_python, "-c", check], capture_output=True, text=True, env=pip_environment())
         if probe.returncode != 0:
@@ -153,4 +206,4 @@ def _installed(python: str) -> dict[str, str]:
     return {d["name"].lower(): d["version"] for d in json.loads(out) if d["name"].lower() not in skip}
 
 
-__all__ = ["ensure_apt_on_host", "make_venv", "pip_environment", "run_step"]
+__all__ = ["Installer", "ensure_apt_on_host", "make_venv", "pip_environment", "run_step", "uv_command"]

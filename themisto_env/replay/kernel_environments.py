@@ -59,7 +59,7 @@ from themisto_env.replay.kernel_environment_spec import (
     make_spec,
     normalise_requirements,
 )
-from themisto_env.replay.kernel_environment_venv import make_venv, pip_environment
+from themisto_env.replay.kernel_environment_venv import Installer, make_venv, pip_environment
 from themisto_env.sandbox.kernel_environments import DEFAULT_ENVIRONMENT
 
 if TYPE_CHECKING:
@@ -69,7 +69,12 @@ if TYPE_CHECKING:
 
 
 def create(
-    name: str | None, spec: KernelEnvironmentSpec, *, docker: bool = False, console: Console | None = None
+    name: str | None,
+    spec: KernelEnvironmentSpec,
+    *,
+    docker: bool = False,
+    console: Console | None = None,
+    installer: Installer = "pip",
 ) -> tuple[KernelEnvironmentRecord, bool]:
     """Make the environment of ``spec`` unless it exists, and point ``name`` at it.
 
@@ -78,6 +83,7 @@ def create(
         spec: What it holds.
         docker: Also build its docker image.
         console: Where progress goes (None: quiet).
+        installer: ``pip`` or ``uv`` (same packages; uv is faster where it is installed).
 
     Returns:
         The record, and whether it already existed (nothing was built but maybe the image).
@@ -94,7 +100,7 @@ def create(
         record = read_record(env_id)
         cached = record is not None
         if record is None:
-            record = make_venv(spec, console)
+            record = make_venv(spec, console, installer)
     if docker:  # built unless there (also when it was removed by hand)
         record = ready(record, "docker", console)
     if name is not None:
