@@ -123,7 +123,6 @@ MEASURED_SLOW: frozenset[str] = frozenset(
         "tests/test_try_cell.py::test_the_local_backend_warns_once_when_a_cell_is_first_tried",
         "tests/test_try_cell.py::test_the_output_task_refuses_in_one_line",
         "tests/test_try_cell.py::test_trying_the_target_reveals_only_the_candidates_own_run",
-        "tests/test_vf_env.py::test_load_environment_scores_rollouts_with_the_one_score",
         "tests/test_workdir.py::test_june_log_files_survive_a_recorded_restart_in_pooled_kernels",
         "tests/test_workdir.py::test_served_states_have_the_files_of_their_step[local]",
         "tests/test_workdir.py::test_try_cell_runs_in_a_copy_with_the_files_of_the_state[local]",

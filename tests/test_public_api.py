@@ -33,6 +33,8 @@ PUBLIC: dict[str, list[str]] = {
         "SnapshotError",
         "ThemistoEnv",
         "ThemistoError",
+        "ThemistoHarness",
+        "ThemistoTaskset",
         "ToolCall",
         "Trajectory",
         "__version__",
@@ -182,6 +184,8 @@ PUBLIC: dict[str, list[str]] = {
 NEEDS_EXTRA = {
     ("themisto_env.bridges", "ThemistoSandbox"): "inspect_ai",
     ("themisto_env.bridges", "themisto"): "inspect_ai",
+    ("themisto_env", "ThemistoHarness"): "verifiers",  # a verifiers 0.4 environment: `vf-eval themisto-env`
+    ("themisto_env", "ThemistoTaskset"): "verifiers",
 }
 
 #: What ``import`` of every package must not pull in (heavy, or a side effect of its own).

@@ -3,7 +3,9 @@
 Importing the package registers the gymnasium ids ``themisto/NextCell-v0`` and
 ``themisto/OutputPrediction-v0`` (registration only: nothing is started at import). It re-exports the
 exception tree (:mod:`themisto_env.errors`) and, lazily (imported on first use), the names most code
-starts from: the env, its actions and options, the dataset, samples and trajectories. Each subpackage
+starts from: the env, its actions and options, the dataset, samples and trajectories; and the verifiers
+taskset and harness (``ThemistoTaskset``, ``ThemistoHarness``: the package is a verifiers 0.4 environment,
+``vf-eval themisto-env``; see :mod:`themisto_env.bridges.vf_env`). Each subpackage
 owns one job (``data``, ``replay``, ``scoring``, ``env``, ``run``, ``bridges``, ``agents``, ``sandbox``,
 ``metrics``; see README "Layout") and pins its public names in ``__all__``.
 """
@@ -28,6 +30,7 @@ from themisto_env.errors import (
 )
 
 if TYPE_CHECKING:
+    from themisto_env.bridges.vf_taskset import ThemistoHarness, ThemistoTaskset
     from themisto_env.data.samples import Sample, SampleRule
     from themisto_env.data.trajectory import Trajectory
     from themisto_env.env.actions import Prediction
@@ -40,6 +43,7 @@ __version__ = "0.1.0"
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
+        "themisto_env.bridges.vf_taskset": ("ThemistoHarness", "ThemistoTaskset"),
         "themisto_env.data.samples": ("Sample", "SampleRule"),
         "themisto_env.data.trajectory": ("Trajectory",),
         "themisto_env.env.actions": ("Prediction",),
@@ -67,6 +71,8 @@ __all__ = [
     "SnapshotError",
     "ThemistoEnv",
     "ThemistoError",
+    "ThemistoHarness",
+    "ThemistoTaskset",
     "ToolCall",
     "Trajectory",
     "__version__",
