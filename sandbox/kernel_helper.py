@@ -288,6 +288,32 @@ def state_fingerprint() -> dict[str, Any]:
     }
 
 
+def _stable_dumps(obj: Any) -> bytes:
+    """``dill.dumps`` (file contents kept, ``recurse=False``) with the bytes made the same in every process
+    where a library keys its state by ``id()``: matplotlib's transforms keep their parents in a dict keyed
+    by the parents' ids (addresses) and pickle it so; here its keys are numbered in order instead (its own
+    unpickling makes the same weak references of them, and only ever uses the keys to drop dead ones)."""
+    import copyreg
+
+    import dill
+
+    transforms = sys.modules.get("matplotlib.transforms")
+    node = getattr(transforms, "TransformNode", None)
+
+    class StablePickler(dill.Pickler):  # type: ignore[misc]
+        def reducer_override(self, obj: Any) -> Any:
+            if node is not None and isinstance(obj, node) and hasattr(obj, "__getstate__"):
+                state = obj.__getstate__()
+                if isinstance(state, dict) and isinstance(state.get("_parents"), dict):
+                    state["_parents"] = dict(enumerate(state["_parents"].values()))
+                    return (copyreg.__newobj__, (type(obj),), state)
+            return NotImplemented
+
+    buffer = io.BytesIO()
+    StablePickler(buffer, None, byref=None, fmode=dill.FILE_FMODE, recurse=False).dump(obj)
+    return buffer.getvalue()
+
+
 def snapshot(store: str) -> dict[str, Any]:
     """Save the user namespace with dill to ``<store>/<sha[:2]>/<sha>.dill``; unpicklable names skipped.
 
@@ -310,16 +336,16 @@ def snapshot(store: str) -> dict[str, Any]:
         except Exception as exc:  # left out: the state check then shows the difference
             skipped[OPTIONS_KEY] = f"{type(exc).__name__}: {str(exc)[:200]}"
     try:
-        data = dill.dumps(state, fmode=dill.FILE_FMODE, recurse=False)
+        data = _stable_dumps(state)
     except Exception:
         for name in names:
             try:
-                dill.dumps(state[name], fmode=dill.FILE_FMODE, recurse=False)
+                _stable_dumps(state[name])
             except Exception as exc:
                 skipped[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
         for name in skipped:
             state.pop(name, None)
-        data = dill.dumps(state, fmode=dill.FILE_FMODE, recurse=False)
+        data = _stable_dumps(state)
     digest = hashlib.sha256(data).hexdigest()
     folder = os.path.join(store, digest[:2])
     os.makedirs(folder, exist_ok=True)
@@ -745,6 +771,60 @@ def stable_cell_names() -> bool:
     return True
 
 
+#: The global random generators' states kept by :func:`keep_random_state`, by key (in this module, not
+#: the user's namespace; a restart forgets them).
+_RANDOM_STATES: dict[str, dict[str, Any]] = {}
+
+
+def keep_random_state(key: str) -> list[str]:
+    """Keep the states of the global random generators (``random``'s, and numpy's legacy ``np.random``
+    where numpy is imported) under ``key``, so that :func:`put_back_random_state` can rewind them (a cell
+    replayed a second time after the session seeded them draws what it drew the first time). Returns the
+    generators kept."""
+    import random
+
+    states: dict[str, Any] = {"random": random.getstate()}
+    np = sys.modules.get("numpy")
+    if np is not None:
+        with contextlib.suppress(Exception):
+            states["numpy"] = np.random.get_state()
+    _RANDOM_STATES[key] = states
+    return sorted(states)
+
+
+def put_back_random_state(key: str) -> list[str]:
+    """Rewind the global random generators to what :func:`keep_random_state` kept under ``key``; returns
+    those rewound (none for an unknown key)."""
+    import random
+
+    states = _RANDOM_STATES.get(key, {})
+    done = []
+    if "random" in states:
+        random.setstate(states["random"])
+        done.append("random")
+    np = sys.modules.get("numpy")
+    if np is not None and "numpy" in states:
+        with contextlib.suppress(Exception):
+            np.random.set_state(states["numpy"])
+            done.append("numpy")
+    return done
+
+
+def shuffle_random_state() -> list[str]:
+    """Seed the global random generators (``random``'s, numpy's legacy ``np.random``) from the system's
+    entropy, as a new process would have them: unseeded draws then differ from the last run's."""
+    import random
+
+    random.seed()
+    done = ["random"]
+    np = sys.modules.get("numpy")
+    if np is not None:
+        with contextlib.suppress(Exception):
+            np.random.seed()
+            done.append("numpy")
+    return done
+
+
 def install() -> bool:
     """Make ``get_ipython`` a builtin outside cells too (IPython provides it only while a cell runs), and
     give cells file names that do not depend on the kernel's process (:func:`stable_cell_names`).
@@ -828,6 +908,9 @@ FUNCTIONS = {
         preload,
         seal,
         install,
+        keep_random_state,
+        put_back_random_state,
+        shuffle_random_state,
     )
 }
 

@@ -8,9 +8,24 @@ from typing import Any
 
 import pytest
 
-from themisto_env.data.agreement import NORMALIZATION_VERSION, agreement, normalize_output
+from themisto_env.data.agreement import (
+    DISAGREEMENTS,
+    NORMALIZATION_VERSION,
+    TOLERATED,
+    ReplayContext,
+    agreement,
+    normalize_output,
+)
 from themisto_env.data.stats import dataset_info
-from themisto_env.data.trajectory import Manifest, Step, Trajectory, read_trajectories, refresh_agreement
+from themisto_env.data.trajectory import (
+    FORMAT_VERSION,
+    Manifest,
+    Step,
+    Trajectory,
+    read_trajectories,
+    refresh_agreement,
+)
+from themisto_env.errors import DataError
 
 
 def _out(text: str) -> list[dict[str, Any]]:
@@ -19,6 +34,10 @@ def _out(text: str) -> list[dict[str, Any]]:
 
 def _result(text: str, **data: str) -> list[dict[str, Any]]:
     return [{"output_type": "execute_result", "data": {"text/plain": text, **data}, "metadata": {}}]
+
+
+def _err(text: str) -> list[dict[str, Any]]:
+    return [{"output_type": "stream", "name": "stderr", "text": text}]
 
 
 def _error(ename: str, evalue: str) -> list[dict[str, Any]]:
@@ -83,13 +102,12 @@ def test_the_normalised_figure_keeps_its_axes() -> None:
         (_result("3"), _error("NameError", "name 'df' is not defined"), "error-vs-ok", "NameError"),
         (_error("ZeroDivisionError", "division by zero"), _result("3"), "error-vs-ok", "ZeroDivisionError"),
         (_error("KeyError", "'a'"), _error("KeyError", "'b'"), "error-vs-ok", "KeyError: 'b'"),
-        (
-            _result("0.8312"),
-            _result("0.8297"),
-            "nondeterminism",
-            "recorded '0.8312', replayed '0.8297'",
-        ),
-        (_out("took 12 iterations\n"), _out("took 15 iterations\n"), "nondeterminism", "12"),
+        (_result("0.8312"), _result("0.8297"), "other", "recorded '0.8312', replayed '0.8297' (numbers only)"),
+        (_out("took 12 iterations\n"), _out("took 15 iterations\n"), "other", "not replayed twice"),
+        (_out("took 0.53 for 10 rows\n"), _out("took 0.61 for 10 rows\n"), "timing", "0.53"),
+        (_out("elapsed: 1.2 min\n"), _out("elapsed: 1.5 min\n"), "timing", "1.2"),
+        (_out("ok\n"), _out("ok\n") + _err("/x.py:3: FutureWarning: will change\n"), "warning", "FutureWarning"),
+        (_out("ok\n"), _out("python3: can't open file 'prep.py': [Errno 2] No such file\n"), "missing-file", "prep.py"),
         (_result("'1.5.3'"), _result("'2.2.1'"), "other", "1.5.3"),  # a version is not a random number
         (_result("[3, 1, 2]"), _result("[3, 1]"), "other", "[3, 1]"),
         (_out("x\n"), _out("x\n") + _out("warning!\n"), "other", "only replayed"),
@@ -101,6 +119,34 @@ def test_disagreements_are_classified(
     verdict = agreement(recorded, replayed)
     assert (verdict.agrees, verdict.kind) == (False, kind)
     assert detail in verdict.detail and len(verdict.detail) <= 120
+
+
+@pytest.mark.parametrize(
+    ("context", "kind", "detail"),
+    [
+        (ReplayContext(stable=False, second=_result("0.8001")), "nondeterminism", "a second replay differs"),
+        (ReplayContext(stable=True), "environment", "the same on a second replay"),
+        (ReplayContext(stable=True, drift={"numpy": ("1.21.6", "2.4.6")}), "environment", "numpy 1.21.6 -> 2.4.6"),
+        (ReplayContext(stable=True, upstream="step 3 (missing-file) wrote 'df'"), "upstream", "step 3 (missing-file)"),
+        (ReplayContext(status="timeout", limit_s=60.0), "timeout", "--cell-timeout 600"),
+        (ReplayContext(status="timeout", limit_s=60.0, interrupted=True), "other", "not replayed twice"),
+    ],
+)
+def test_what_the_build_knows_decides_the_cause(context: ReplayContext, kind: str, detail: str) -> None:
+    verdict = agreement(_result("0.8312"), _result("0.8297"), context=context)
+    assert (verdict.agrees, verdict.kind) == (False, kind)
+    assert detail in verdict.detail
+
+
+def test_an_error_downstream_of_a_disagreement_is_upstream_but_a_missing_module_is_its_own() -> None:
+    upstream = ReplayContext(upstream="step 4 (missing-module) wrote 'sns'")
+    name_error = agreement(_out(""), _error("NameError", "name 'sns' is not defined"), context=upstream)
+    assert name_error.kind == "upstream" and "step 4" in name_error.detail
+    missing = agreement(_out(""), _error("ModuleNotFoundError", "No module named 'x'"), context=upstream)
+    assert missing.kind == "missing-module"
+    warned = agreement(_out("a\n"), _out("a\n") + _err("UserWarning: careful\n"), context=upstream)
+    assert warned.kind == "warning"  # what the cell itself shows comes first
+    assert "timing" in TOLERATED and "warning" in TOLERATED and "upstream" in DISAGREEMENTS
 
 
 def test_display_only_differences() -> None:
@@ -168,3 +214,26 @@ def test_a_dataset_written_before_kinds_loads_and_is_compared_again(tmp_path: Pa
     assert read.normalization == NORMALIZATION_VERSION and all(s.agreement_kind == "ok" for s in read.steps)
     info = dataset_info(tmp_path)
     assert info["agreement"] == 1.0 and info["built_with_normalization"] == 0
+
+
+def test_a_version_3_dataset_still_reads_and_its_steps_get_causes(tmp_path: Path) -> None:
+    """Format 4 added the per-cell limit, the second replay and the package drift; a version 3 file has none."""
+    steps = [
+        {"index": 0, "source": "import seaborn as sns", "status": "error", "duration_s": 0.1, "agrees": False,
+         "outputs": _error("ModuleNotFoundError", "No module named 'seaborn'"), "agreement_kind": "missing-module"},
+        {"index": 1, "source": "sns.set()", "status": "error", "duration_s": 0.1, "agrees": False,
+         "outputs": _error("NameError", "name 'sns' is not defined"), "agreement_kind": "error-vs-ok",
+         "recorded_outputs": _out("themed\n")},
+    ]  # fmt: skip
+    old = {"id": "t", "session_key": "k", "source_digest": "d", "backend": "local", "normalization": 2, "steps": steps}
+    (tmp_path / "trajectories.jsonl").write_text(json.dumps(old) + "\n")
+    manifest = Manifest(backend="local", snapshots=False, sources=[], version=3, normalization=2)
+    (tmp_path / "manifest.json").write_text(manifest.model_dump_json())
+    (read,) = read_trajectories(tmp_path)
+    assert [s.agreement_kind for s in read.steps] == ["missing-module", "upstream"]
+    assert read.steps[1].agreement_detail == "inputs from step 0 (missing-module) wrote 'sns'"
+    assert read.steps[0].limit_s is None and read.steps[0].replay_stable is None and read.package_drift == {}
+    newer = Manifest(backend="local", snapshots=False, sources=[], version=FORMAT_VERSION + 1)
+    (tmp_path / "manifest.json").write_text(newer.model_dump_json())
+    with pytest.raises(DataError, match="newer than this package reads"):
+        read_trajectories(tmp_path)

@@ -60,7 +60,7 @@ CELLS: list[tuple[str, list[dict[str, Any]], str]] = [
         [],
         "display",
     ),
-    ("'Total'.upper()", [_result("'Total'", 11)], "other"),
+    ("'Total'.upper()", [_result("'Total'", 11)], "environment"),  # the same on a second replay
 ]
 
 

@@ -29,7 +29,20 @@ def data_build(
     out: Annotated[Path, typer.Option("--out", "-o", help="Dataset folder to write (continued if it exists).")],
     backend: Backend = "local",
     snapshots: Annotated[bool, typer.Option(help="Snapshot the namespace after every step.")] = True,
-    timeout: Annotated[float, typer.Option(help="Per-execution timeout in seconds.")] = 60.0,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            help="The least time a cell with a recorded duration gets (it gets 5x its recorded time if more), in s."
+        ),
+    ] = 60.0,
+    cell_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--cell-timeout",
+            help="One limit for every cell, in seconds (default: 5x its recorded time, at least --timeout; "
+            "600 s where no time was recorded, as in a saved notebook).",
+        ),
+    ] = None,
     kernel_env: Annotated[
         str | None, typer.Option("--kernel-env", help="Kernel environment to replay in (`themisto kernel-env create`).")
     ] = None,
@@ -106,6 +119,7 @@ def data_build(
         environment=kernel_env,
         workers=workers,
         ray=ray,
+        cell_timeout=cell_timeout,
     )
     console.print(
         f"built {len(report.built)}, skipped {len(report.skipped)} already built, "
@@ -116,6 +130,14 @@ def data_build(
         console.print(f"[yellow]replayed again[/] {escape(f'{tid}: {why}')}")
     for tid, why in report.failed.items():
         console.print(f"[yellow]incomplete[/] {escape(f'{tid}: {why}')}")
+    if report.cut:
+        where = "; ".join(f"{tid} step {', '.join(map(str, steps))}" for tid, steps in report.cut.items())
+        longer = max(2 * report.longest_limit_s, 600.0)
+        console.print(
+            f"[yellow]cut[/] {sum(map(len, report.cut.values()))} cells ran past their limit and were cut "
+            f"({escape(where)}); rebuild with a longer limit: themisto data build ... --cell-timeout {longer:g}",
+            soft_wrap=True,
+        )
     print_source_counts(report, out)
 
 
@@ -235,6 +257,11 @@ def data_info(
     table.add_row("replay agreement", f"{share(info['agreement'])} of {info['compared']} compared")
     if raw:
         table.add_row("replay agreement, raw", share(info["raw_agreement"]))
+    split = info["agreement_split"]
+    table.add_row(
+        "  agrees / tolerated / disagrees",
+        f"{share(split['agrees'])} / {share(split['tolerated'])} / {share(split['disagrees'])}",
+    )
     for kind, n in info["agreement_kinds"].items():
         table.add_row(f"  {kind}", str(n))
     environment = info["kernel_environment"]
@@ -243,6 +270,7 @@ def data_info(
     for folder, digest in info["working_folders"].items():
         table.add_row("working folder", escape(f"{folder} ({digest[:12]})"))
     console.print(table)
+    print_kinds_by_source(info["kinds_by_source"])
     print_splits(info["splits"])
     rows = info["disagreements"]
     if rows:
@@ -251,6 +279,26 @@ def data_info(
             console.print(f"  {row['trajectory']} step {row['step']} [{row['kind']}] {row['detail']}", markup=False)
         if len(rows) > limit:
             console.print(f"  ... {len(rows) - limit} more (--limit, or --json for all)", markup=False)
+
+
+def print_kinds_by_source(by_source: dict[str, dict[str, int]]) -> None:
+    """The agreement kinds per source file: a row per source, its steps that agree and the causes of the
+    others with their counts (``data info``)."""
+    from themisto_env.data.agreement import TOLERATED
+
+    if not by_source:
+        return
+    table = Table(title="replay agreement by cause, per source")
+    table.add_column("source")
+    table.add_column("steps", justify="right")
+    table.add_column("agree", justify="right")
+    table.add_column("causes of the others (tolerated: timing, warning)")
+    for source, counts in by_source.items():
+        causes = ", ".join(
+            f"{kind}{' (tolerated)' if kind in TOLERATED else ''} {n}" for kind, n in counts.items() if kind != "ok"
+        )
+        table.add_row(escape(Path(source).name or source), str(sum(counts.values())), str(counts.get("ok", 0)), causes)
+    console.print(table)
 
 
 def print_splits(splits: dict[str, dict[str, Any]]) -> None:

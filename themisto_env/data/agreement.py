@@ -24,13 +24,18 @@ Normalisation (version :data:`NORMALIZATION_VERSION`), in this order:
 
 Numbers in data, exception messages, shapes and paths outside temporary folders are compared as is.
 
-Kinds (:data:`AgreementKind`), the first that applies:
+Kinds (:data:`AgreementKind`), the first that applies. What a verdict can use beyond the two outputs comes
+in a :class:`ReplayContext` (the build gives it: the replay's status and limit, a second replay, the earlier
+step an input came from, package versions); without it, fewer causes can be told apart.
 
 ``ok``
     The normalised texts are equal.
 ``unrecorded``
     Nothing was recorded to compare with (a JuNE execution that never finished, a notebook whose
     outputs were cleared). Not a disagreement; left out of agreement figures.
+``timeout``
+    The replay ran past its per-cell limit and was cut (a cell the person interrupted is not one). The
+    detail names the limit and the option that rebuilds with a longer one (``--cell-timeout``).
 ``missing-module``
     The replay raised ``ModuleNotFoundError`` (or ``ImportError: No module named ...``) and the
     recording did not: the replay's environment lacks a package. E.g. recorded ``<seaborn...>``,
@@ -40,22 +45,38 @@ Kinds (:data:`AgreementKind`), the first that applies:
     did not: usually an API removed since (``'DataFrame' object has no attribute 'append'``).
 ``missing-file``
     The replay raised ``FileNotFoundError`` (or an error saying ``No such file or directory`` /
-    ``does not exist``) and the recording did not: the cell reads a file the replay does not have.
+    ``does not exist``) and the recording did not: the cell reads a file the replay does not have. A
+    shell command calling a missing script or program counts too (``!python prepare.py`` printing
+    ``can't open file``, ``No such file or directory`` or ``command not found`` where the recording did not).
+``upstream``
+    The cell reads a name that an earlier step wrote, and that step disagreed (any kind but ``display``
+    and ``warning``, which leave values as they were): the difference is carried forward. The detail
+    names the step, its kind and the name: ``inputs from step 3 (missing-file) wrote 'df'``. E.g. a
+    ``NameError: name 'sns' is not defined`` after a failed ``import seaborn as sns``.
 ``error-vs-ok``
-    One of the two raised and the other did not (any other error, e.g. a ``NameError`` left by an
-    earlier failure), or both raised different errors.
+    One of the two raised and the other did not (any other error), or both raised different errors.
 ``display``
     Streams, errors and results agree; only display outputs differ (images, HTML, figures,
     ``<IPython.core.display.HTML object>`` placeholders, a display present in one only).
+``warning``
+    Streams, results and displays agree; only stderr differs, and it holds a warning
+    (``FutureWarning: ...`` in one only, or worded otherwise today). Tolerated (:data:`TOLERATED`).
+``timing``
+    The texts differ only in numbers, on lines that speak of time (``took 0.53``, ``elapsed``,
+    ``seconds``, ``time``; not ``took 12 iterations``): a measured duration that normalisation left.
+    Tolerated (:data:`TOLERATED`).
 ``nondeterminism``
-    The same outputs in the same places, differing only in numbers: unseeded random draws, timings or
-    addresses that survived normalisation, ids. A heuristic (every number replaced by ``<N>``, the
-    texts are then equal; version numbers such as ``1.5.3`` must be the same); no cell is replayed
-    twice. It cannot tell a number that differs because a package computes it otherwise today (or a
-    list sorted another way, or a cell run in another state) from a random one: such differences are
-    counted here too.
+    A second replay of the cell, from a copy of the state before it, shows other outputs than the
+    first: an unseeded random draw, a set's order, a clock. The detail shows the first line in which
+    the two replays differ.
+``environment``
+    A second replay shows the same outputs as the first, and both differ from the recording: today's
+    machine computes otherwise (package versions, paths, host names). The detail names the packages
+    whose versions differ from those the source recorded (a notebook's metadata or a requirements file
+    beside it), when it recorded any.
 ``other``
-    Anything else (a different value, a changed repr, a warning on stderr in one only).
+    Anything else: a difference the cell was not replayed twice for (snapshots off, or past the bound
+    on second replays); the detail says so, and ``(numbers only)`` when only numbers differ.
 
 Each verdict has a short ``detail``: the replay's error, or the first differing line of each side.
 """
@@ -64,29 +85,42 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from themisto_env.sandbox.rendering import normalize_for_comparison, render_outputs
 
-NORMALIZATION_VERSION = 2
+NORMALIZATION_VERSION = 3
 """Version of the normalisation rules (1: :func:`~themisto_env.sandbox.rendering.normalize_for_comparison`
-alone; 2: cell file names and figure sizes too, and kinds). Datasets record the version they used."""
+alone; 2: cell file names and figure sizes too, and kinds; 3: the causes ``timeout``, ``upstream``,
+``warning``, ``timing``, ``environment``, and ``nondeterminism`` from a second replay). Datasets record the
+version they used."""
 
 AgreementKind = Literal[
     "ok",
     "unrecorded",
+    "timeout",
     "missing-module",
     "missing-attribute",
     "missing-file",
+    "upstream",
     "error-vs-ok",
     "display",
+    "warning",
+    "timing",
     "nondeterminism",
+    "environment",
     "other",
 ]
 KINDS: tuple[AgreementKind, ...] = get_args(AgreementKind)
 DISAGREEMENTS: frozenset[str] = frozenset(KINDS) - {"ok", "unrecorded"}
 """The kinds that mean the replay shows something else than the person saw."""
+TOLERATED: frozenset[str] = frozenset({"timing", "warning"})
+"""Disagreements that leave what the person read as it was: a measured duration, a warning on stderr (the
+agreement figure counts them apart: agrees / tolerated / disagrees by cause)."""
+UPSTREAM_SOURCES: frozenset[str] = DISAGREEMENTS - {"display", "warning"}
+"""The kinds of an earlier step whose values a later cell's difference can come from (``upstream``): not a
+figure shown otherwise, not a warning, which leave the values the cell made as they were."""
 
 _DETAIL_LIMIT = 120
 
@@ -99,6 +133,13 @@ _FIGURE_RE = re.compile(r"<Figure size \d+(?:\.\d+)?x\d+(?:\.\d+)?")
 _FIGURE_CALL_RE = re.compile(r"\bFigure\(\d+(?:\.\d+)?x\d+(?:\.\d+)?\)")
 _VERSION_RE = re.compile(r"\b\d+\.\d+\.\d+(?:[.\w+-]*)")
 _NUMBER_RE = re.compile(r"[-+]?(?:0x[0-9a-fA-F]+|\d+(?:[.,]\d+)*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)")
+_MISSING_FILE_RE = re.compile(r"No such file or directory|can't open file|command not found")
+_WARNING_RE = re.compile(r"\b\w*Warning\b")
+_TIMING_RE = re.compile(
+    r"\b(?:time[ds]?|timing|elapsed|duration|runtime|latency|seconds?|secs?|ms|minutes?|mins?|hours?"
+    r"|wall|cpu|it/s|s/it|per second)\b|\btook\s+\d*\.\d|\d(?:s|ms|us|µs|ns)\b",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -141,11 +182,37 @@ def normalize_outputs(outputs: Iterable[Mapping[str, Any]]) -> str:
     return normalize_output(render_outputs(outputs))
 
 
+@dataclass(frozen=True)
+class ReplayContext:
+    """What a step's verdict can use beyond its two outputs (all optional: without it, fewer causes).
+
+    Attributes:
+        status: The replay's status (``ok``, ``error``, ``timeout``).
+        interrupted: The person interrupted the cell (a replay cut at the recorded time is no ``timeout``).
+        limit_s: The per-cell limit the replay ran under (named in a ``timeout``'s detail).
+        stable: Whether a second replay of the cell, from a copy of the state before it, showed the same
+            outputs as the first (None: not replayed twice).
+        second: The outputs of that second replay, when they differ (for the detail).
+        upstream: The earlier disagreeing step this cell's inputs come from, as a phrase (``step 3
+            (missing-file) wrote 'df'``); None if none.
+        drift: Packages whose versions differ from the recording's, name -> (recorded, replayed).
+    """
+
+    status: str | None = None
+    interrupted: bool = False
+    limit_s: float | None = None
+    stable: bool | None = None
+    second: Sequence[Mapping[str, Any]] | None = None
+    upstream: str | None = None
+    drift: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+
 def agreement(
     recorded: Sequence[Mapping[str, Any]] | None,
     replayed: Sequence[Mapping[str, Any]],
     *,
     raw: bool = False,
+    context: ReplayContext | None = None,
 ) -> Agreement:
     """Compare a cell's recorded outputs with its replayed ones and classify a difference.
 
@@ -153,20 +220,22 @@ def agreement(
         recorded: The outputs the person saw; None when nothing was recorded.
         replayed: The outputs of the replay.
         raw: Compare the rendered texts without normalisation.
+        context: The replay's status, a second replay, the step an input came from, package drift.
 
     Returns:
         The verdict.
     """
+    context = context or ReplayContext()
     if recorded is None:
         return Agreement(False, "unrecorded", "no recorded outputs to compare with")
     seen, got = render_outputs(recorded), render_outputs(replayed)
-    if seen == got:  # equal texts stay equal under normalisation (most steps: no regex run)
+    if seen == got and context.status != "timeout":  # equal texts stay equal under normalisation
         return Agreement(True, "ok")
     prepare = (lambda text: text) if raw else normalize_output
     seen, got = prepare(seen), prepare(got)
-    if seen == got:
+    if seen == got and context.status != "timeout":
         return Agreement(True, "ok")
-    return _classify(recorded, replayed, seen, got, prepare)
+    return _classify(recorded, replayed, seen, got, prepare, context)
 
 
 def _error(outputs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -219,42 +288,108 @@ def _numbers_only(seen: str, got: str) -> bool:
     return _NUMBER_RE.sub("<N>", seen) == _NUMBER_RE.sub("<N>", got)
 
 
+def _is_stderr(output: Mapping[str, Any]) -> bool:
+    return output.get("output_type") == "stream" and output.get("name") == "stderr"
+
+
+def _without_stderr(outputs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [o for o in outputs if not _is_stderr(o)]
+
+
+def _stderr(outputs: Sequence[Mapping[str, Any]], prepare: Any) -> str:
+    return str(prepare(render_outputs([o for o in outputs if _is_stderr(o)])))
+
+
+def _differing_lines(seen: str, got: str) -> list[str]:
+    a, b = seen.split("\n"), got.split("\n")
+    if len(a) != len(b):
+        return []
+    return [f"{x}\n{y}" for x, y in zip(a, b, strict=True) if x != y]
+
+
+def _timing_only(seen: str, got: str) -> bool:
+    """Whether the texts differ only in numbers, on lines that speak of time (``took 0.53``, ``elapsed``)."""
+    lines = _differing_lines(seen, got)
+    return bool(lines) and _numbers_only(seen, got) and all(_TIMING_RE.search(line) for line in lines)
+
+
+def _timeout_detail(context: ReplayContext) -> str:
+    limit = context.limit_s
+    if limit is None:
+        return "the replay ran past its per-cell limit and was cut"
+    return (
+        f"cut at the {limit:g} s per-cell limit; rebuild with a longer one: themisto data build ... "
+        f"--cell-timeout {max(2 * limit, 600):g}"
+    )
+
+
 def _classify(
     recorded: Sequence[Mapping[str, Any]],
     replayed: Sequence[Mapping[str, Any]],
     seen: str,
     got: str,
     prepare: Any,
+    context: ReplayContext,
 ) -> Agreement:
+    if context.status == "timeout" and not context.interrupted:
+        return Agreement(False, "timeout", _timeout_detail(context))
     recorded_error, replayed_error = _error(recorded), _error(replayed)
-    if replayed_error is not None and (
-        recorded_error is None or _error_text(recorded_error) != _error_text(replayed_error)
-    ):
-        kind = _error_kind(replayed_error)
-        if kind is not None and (recorded_error is None or _error_kind(recorded_error) != kind):
-            return Agreement(False, kind, _short(f"replay raised {_error_text(replayed_error)}"))
-        if recorded_error is None:
+    errors_differ = (replayed_error is not None or recorded_error is not None) and (
+        recorded_error is None or replayed_error is None or _error_text(recorded_error) != _error_text(replayed_error)
+    )
+    if errors_differ:
+        if replayed_error is not None:
+            kind = _error_kind(replayed_error)
+            if kind is not None and (recorded_error is None or _error_kind(recorded_error) != kind):
+                return Agreement(False, kind, _short(f"replay raised {_error_text(replayed_error)}"))
+        if context.upstream:
+            return Agreement(False, "upstream", _short(f"inputs from {context.upstream}"))
+        if recorded_error is None and replayed_error is not None:
             return Agreement(False, "error-vs-ok", _short(f"replay raised {_error_text(replayed_error)}"))
+        if replayed_error is None and recorded_error is not None:
+            return Agreement(False, "error-vs-ok", _short(f"recorded {_error_text(recorded_error)}; replay ran"))
+        assert recorded_error is not None and replayed_error is not None
         return Agreement(
             False,
             "error-vs-ok",
             _short(f"recorded {_error_text(recorded_error)}; replay raised {_error_text(replayed_error)}"),
         )
-    if recorded_error is not None and replayed_error is None:
-        return Agreement(False, "error-vs-ok", _short(f"recorded {_error_text(recorded_error)}; replay ran"))
+    missing = _MISSING_FILE_RE.search(got)
+    if missing and not _MISSING_FILE_RE.search(seen):  # a shell command (``!python x.py``) says it in a stream
+        line = got[got.rfind("\n", 0, missing.start()) + 1 :].split("\n", 1)[0]
+        return Agreement(False, "missing-file", _short(f"replay printed {line!r}"))
     if prepare(render_outputs(_without_displays(recorded))) == prepare(render_outputs(_without_displays(replayed))):
         return Agreement(False, "display", _first_difference(seen, got) or "display outputs differ")
-    if _structure(recorded) == _structure(replayed) and _numbers_only(seen, got):
-        return Agreement(False, "nondeterminism", _first_difference(seen, got))
-    return Agreement(False, "other", _first_difference(seen, got))
+    if prepare(render_outputs(_without_stderr(recorded))) == prepare(render_outputs(_without_stderr(replayed))):
+        recorded_err, replayed_err = _stderr(recorded, prepare), _stderr(replayed, prepare)
+        if _WARNING_RE.search(recorded_err) or _WARNING_RE.search(replayed_err):
+            return Agreement(False, "warning", _first_difference(recorded_err, replayed_err) or "warnings differ")
+    if _structure(recorded) == _structure(replayed) and _timing_only(seen, got):
+        return Agreement(False, "timing", _first_difference(seen, got))
+    if context.upstream:
+        return Agreement(False, "upstream", _short(f"inputs from {context.upstream}"))
+    if context.stable is False:
+        again = prepare(render_outputs(context.second or []))
+        return Agreement(False, "nondeterminism", _short(f"a second replay differs: {_first_difference(got, again)}"))
+    if context.stable is True:
+        if context.drift:
+            versions = ", ".join(f"{name} {old} -> {new}" for name, (old, new) in sorted(context.drift.items())[:4])
+            more = f" (+{len(context.drift) - 4} more)" if len(context.drift) > 4 else ""
+            return Agreement(False, "environment", _short(f"package versions differ: {versions}{more}"))
+        return Agreement(False, "environment", _short(f"the same on a second replay; {_first_difference(seen, got)}"))
+    hint = " (numbers only)" if _structure(recorded) == _structure(replayed) and _numbers_only(seen, got) else ""
+    return Agreement(False, "other", _short(f"{_first_difference(seen, got)}{hint}; not replayed twice"))
 
 
 __all__ = [
     "DISAGREEMENTS",
     "KINDS",
     "NORMALIZATION_VERSION",
+    "TOLERATED",
+    "UPSTREAM_SOURCES",
     "Agreement",
     "AgreementKind",
+    "ReplayContext",
     "agreement",
     "normalize_output",
     "normalize_outputs",

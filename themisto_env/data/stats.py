@@ -6,9 +6,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from themisto_env.data.agreement import KINDS, NORMALIZATION_VERSION, agreement
+from themisto_env.data.agreement import KINDS, NORMALIZATION_VERSION, TOLERATED, agreement
 from themisto_env.data.samples import TASKS, sample_counts
-from themisto_env.data.trajectory import Manifest, Step, read_manifest, read_trajectories
+from themisto_env.data.trajectory import Manifest, Step, Trajectory, read_manifest, read_trajectories
 from themisto_env.sandbox.snapshots import SnapshotStore
 
 
@@ -21,7 +21,9 @@ def dataset_info(folder: str | Path, *, raw: bool = False) -> dict[str, Any]:
 
     Agreement is over the steps that have recorded outputs to compare with; None ("n/a") when no step
     has any (an empty dataset, or only cleared notebooks). Disagreements are classified by
-    :func:`themisto_env.data.agreement.agreement` and listed per step.
+    :func:`themisto_env.data.agreement.agreement` and listed per step; ``agreement_split`` says which
+    share agrees, is tolerated (timings, warnings) and disagrees, and ``kinds_by_source`` counts the
+    kinds per source file.
 
     Args:
         folder: A dataset folder.
@@ -57,6 +59,8 @@ def dataset_info(folder: str | Path, *, raw: bool = False) -> dict[str, Any]:
         "normalization": NORMALIZATION_VERSION,
         "built_with_normalization": manifest.normalization,
         "agreement_kinds": {kind: kinds[kind] for kind in KINDS if kinds[kind]},
+        "agreement_split": _split(compared),
+        "kinds_by_source": _kinds_by_source(steps),
         "disagreements": [_row(t.id, s, raw) for t, s in steps if not s.agrees and s.agreement_kind != "unrecorded"],
         "failures": {t.id: t.failure for t in trajectories if not t.complete},
         "kernel_environment": _environment(manifest),
@@ -68,6 +72,28 @@ def dataset_info(folder: str | Path, *, raw: bool = False) -> dict[str, Any]:
         raw_kinds = Counter(v.kind for v in verdicts)
         info["raw_kinds"] = {kind: raw_kinds[kind] for kind in KINDS if raw_kinds[kind]}
     return info
+
+
+def _split(compared: list[tuple[Trajectory, Step]]) -> dict[str, float | None]:
+    """Shares of the compared steps that agree, are tolerated (:data:`~themisto_env.data.agreement.TOLERATED`:
+    timings, warnings) and disagree (every other cause)."""
+    kinds = [s.agreement_kind or ("ok" if s.agrees else "other") for _, s in compared]
+    tolerated = sum(kind in TOLERATED for kind in kinds)
+    agrees = sum(kind == "ok" for kind in kinds)
+    return {
+        "agrees": _share(agrees, len(kinds)),
+        "tolerated": _share(tolerated, len(kinds)),
+        "disagrees": _share(len(kinds) - agrees - tolerated, len(kinds)),
+    }
+
+
+def _kinds_by_source(steps: list[tuple[Trajectory, Step]]) -> dict[str, dict[str, int]]:
+    """Per source file (a trajectory's ``source_path``, else its id): each kind and its count."""
+    counts: dict[str, Counter[str]] = {}
+    for trajectory, step in steps:
+        source = trajectory.source_path or trajectory.id
+        counts.setdefault(source, Counter())[step.agreement_kind or ("ok" if step.agrees else "other")] += 1
+    return {source: {kind: c[kind] for kind in KINDS if c[kind]} for source, c in counts.items()}
 
 
 def _environment(manifest: Manifest) -> dict[str, Any] | None:

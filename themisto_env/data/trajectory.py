@@ -4,7 +4,7 @@ A :class:`Trajectory` is a recorded :class:`~themisto_env.data.sessions.Session`
 kernel: for every execution, the replayed outputs beside the recorded ones, the execution time, the
 kernel's memory and per-variable sizes after it, and a reference to a snapshot of the namespace after it.
 
-On disk (format ``themisto-trajectories``, version 1), a dataset is a folder::
+On disk (format ``themisto-trajectories``, version :data:`FORMAT_VERSION`), a dataset is a folder::
 
     DIR/manifest.json        format, version, backend, package versions, sources, counts
     DIR/trajectories.jsonl   one Trajectory per line (JSON; the schema is the pydantic model below)
@@ -28,16 +28,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from themisto_env.data.agreement import NORMALIZATION_VERSION, agreement
+from themisto_env.data.agreement import NORMALIZATION_VERSION, UPSTREAM_SOURCES, ReplayContext, agreement
+from themisto_env.data.cell_names import names_read, names_written
 from themisto_env.data.writes import append_line, write_text_atomic
 from themisto_env.errors import DataError
 from themisto_env.sandbox.workdir import FileStore
 
 FORMAT_NAME = "themisto-trajectories"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """The dataset format. 2: steps carry the namespace fingerprint and the interrupted flag; 3: steps carry their
-working folder's files (``files/``, by digest) and the manifest names its kernel environment. Older
-versions are read (their missing fields take defaults); a newer one is refused."""
+working folder's files (``files/``, by digest) and the manifest names its kernel environment; 4: steps carry
+their per-cell limit and the outcome of a second replay (``limit_s``, ``replay_stable``, ``second_outputs``),
+trajectories the package versions that differ from the recording's (``package_drift``), and every step that
+disagrees has a cause. Older versions are read (their missing fields take defaults); a newer one is refused."""
 MANIFEST = "manifest.json"
 TRAJECTORIES = "trajectories.jsonl"
 FILES = "files"
@@ -67,10 +70,15 @@ class Step(BaseModel):
             built before format version 2.
         agrees: Whether the replayed output equals the recorded one after normalisation.
         agreement_kind: Why not, as :func:`themisto_env.data.agreement.agreement` classifies it (``ok``,
-            ``missing-module``, ``display``, ...); None in datasets built before normalisation 2
-            (their steps are compared again when read).
+            ``missing-module``, ``upstream``, ``nondeterminism``, ...); None in datasets built before
+            normalisation 2 (their steps are compared again when read).
         agreement_detail: A short explanation of a disagreement (the replay's error, the first
-            differing lines).
+            differing lines, the step an input came from, the packages whose versions differ).
+        limit_s: The per-cell limit the replay ran under (None in datasets built before format 4).
+        replay_stable: Whether a second replay of the cell, from a copy of the state before it, showed
+            the same outputs as the first (None: not replayed twice; only cells that disagree with the
+            recording are).
+        second_outputs: The outputs of that second replay, where they differ from the first.
         files: Content digest of the kernel's working folder after the step (its files are in the
             dataset's ``files/``); None where not recorded (older datasets, or the folder was larger
             than the limit).
@@ -98,6 +106,9 @@ class Step(BaseModel):
     agreement_kind: str | None = None
     agreement_detail: str | None = None
     files: str | None = None
+    limit_s: float | None = None
+    replay_stable: bool | None = None
+    second_outputs: list[dict[str, Any]] | None = None
 
 
 class Trajectory(BaseModel):
@@ -129,6 +140,9 @@ class Trajectory(BaseModel):
         workdir_digest: Content digest of the files the replay started with (see
             :func:`themisto_env.sandbox.workdir.tree_digest`); None in datasets built before working
             folders were recorded (their kernels run in an empty folder, unchecked).
+        package_drift: Packages whose version in the replay's kernel differs from the one the source
+            recorded (a notebook's metadata, a requirements file beside it): name -> [recorded, replayed]
+            (``absent`` where the kernel has none).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -150,6 +164,7 @@ class Trajectory(BaseModel):
     packages: dict[str, str] = Field(default_factory=dict)
     workdir: str | None = None
     workdir_digest: str | None = None
+    package_drift: dict[str, list[str]] = Field(default_factory=dict)
     _files: FileStore | None = PrivateAttr(default=None)
 
     @property
@@ -233,13 +248,19 @@ def write_manifest(folder: str | Path, manifest: Manifest) -> None:
 
 
 def refresh_agreement(trajectory: Trajectory, *, force: bool = False) -> bool:
-    """Compare a trajectory's steps (again) under the current normalisation.
+    """Compare a trajectory's steps (again) under the current normalisation, each with its cause.
 
     Both outputs of every step are stored, so this needs no replay: a trajectory read from a dataset
     built with another normalisation version is compared again (``force`` compares a current one too;
     the build does so once its replay is done). A step already ``unrecorded`` stays so. A trajectory
     none of whose steps has a recorded output, while its replay shows some, kept no outputs (a notebook
     saved with its outputs cleared, a log written without them): all its steps are ``unrecorded``.
+
+    Each step is compared with what the trajectory knows around it (:class:`~themisto_env.data.agreement.
+    ReplayContext`): its status and limit, its second replay, the package drift, and the earlier step
+    that last wrote a name it reads (its writes: what its source binds, and the names whose fingerprint
+    changed in it; without fingerprints, the names it may change in place). A kernel restart forgets the
+    writes before it.
 
     Args:
         trajectory: The trajectory (changed in place).
@@ -252,12 +273,58 @@ def refresh_agreement(trajectory: Trajectory, *, force: bool = False) -> bool:
         return False
     steps = trajectory.steps
     nothing_recorded = not any(s.recorded_outputs for s in steps) and any(s.outputs for s in steps)
+    drift = {name: (pair[0], pair[1]) for name, pair in trajectory.package_drift.items() if len(pair) == 2}
+    writers: dict[str, Step] = {}  # name -> the step that last wrote it
+    previous: Step | None = None
     for step in steps:
+        if step.restarted_before or step.wedged:
+            writers.clear()
         unrecorded = nothing_recorded or step.agreement_kind == "unrecorded"
-        verdict = agreement(None if unrecorded else step.recorded_outputs, step.outputs)
+        context = ReplayContext(
+            status=step.status,
+            interrupted=step.interrupted,
+            limit_s=step.limit_s,
+            stable=step.replay_stable,
+            second=step.second_outputs,
+            upstream=_upstream(step, writers),
+            drift=drift,
+        )
+        verdict = agreement(None if unrecorded else step.recorded_outputs, step.outputs, context=context)
         step.agrees, step.agreement_kind, step.agreement_detail = verdict.agrees, verdict.kind, verdict.detail or None
+        for name in written_names(step, None if step.restarted_before else previous):
+            writers[name] = step
+        previous = step
     trajectory.normalization = NORMALIZATION_VERSION
     return True
+
+
+def _upstream(step: Step, writers: dict[str, Step]) -> str | None:
+    """The latest earlier step that disagreed and wrote a name this one reads, as a phrase; None if none."""
+    found = [
+        (writer.index, name)
+        for name in names_read(step.source)
+        if (writer := writers.get(name)) is not None
+        and (writer.agreement_kind in UPSTREAM_SOURCES or writer.replay_stable is False)
+    ]
+    if not found:
+        return None
+    index, _ = max(found)
+    names = sorted(name for i, name in found if i == index)
+    writer = next(w for w in writers.values() if w.index == index)
+    why = (
+        writer.agreement_kind if writer.agreement_kind in UPSTREAM_SOURCES else "its values differ when replayed again"
+    )
+    return f"step {index} ({why}) wrote {', '.join(map(repr, names[:3]))}"
+
+
+def written_names(step: Step, previous: Step | None) -> set[str]:
+    """What a step wrote: the names its source binds, and those whose fingerprint it changed (without
+    fingerprints on both sides, the names its source may change in place)."""
+    if step.fingerprint is None or (previous is not None and previous.fingerprint is None):
+        return set(names_written(step.source))
+    before = previous.fingerprint if previous is not None and previous.fingerprint is not None else {}
+    changed = {name for name, value in step.fingerprint.items() if before.get(name) != value}
+    return set(names_written(step.source, in_place=False)) | changed
 
 
 def iter_trajectories(folder: str | Path) -> Iterator[Trajectory]:

@@ -56,6 +56,7 @@ from themisto_env.replay.build_workers import ReplayJob, replay_here, replay_on_
 from themisto_env.replay.kernel_environments import use_kernel_environment
 from themisto_env.replay.session_replay import (  # re-exported: callers import them from here
     STORAGE_ERRNOS,
+    CellLimit,
     ProgressHook,
     WorkFolder,
     outputs_agree,
@@ -91,6 +92,8 @@ class BuildReport:
         sources: Each source file read -> the ids of the trajectories it gave.
         steps: Steps replayed.
         seconds: Wall time.
+        cut: Cells the per-cell limit cut (their steps are ``timeout``): trajectory id -> step indexes.
+        longest_limit_s: The longest limit a cut cell had (what a rebuild must exceed).
     """
 
     built: list[str] = field(default_factory=list)
@@ -101,6 +104,8 @@ class BuildReport:
     sources: dict[str, list[str]] = field(default_factory=dict)
     steps: int = 0
     seconds: float = 0.0
+    cut: dict[str, list[int]] = field(default_factory=dict)
+    longest_limit_s: float = 0.0
 
 
 def is_built(
@@ -110,16 +115,23 @@ def is_built(
     store: SnapshotStore,
     snapshots: bool,
     workdir_digest: str | None = None,
+    limit: CellLimit | None = None,
 ) -> bool:
     """Whether a built trajectory still stands for the session: complete, same source, same backend,
     same working folder content (when ``workdir_digest`` is given), fingerprinted by the current
-    fingerprint version, and (when snapshots are wanted) every snapshot still in the store."""
+    fingerprint version, no cell cut at a limit shorter than ``limit`` now gives it, and (when snapshots
+    are wanted) every snapshot still in the store."""
     if workdir_digest is not None and trajectory.workdir_digest != workdir_digest:
         return False
     if not trajectory.complete or trajectory.source_digest != session_digest(session) or trajectory.backend != backend:
         return False
     if trajectory.fingerprint_version != FINGERPRINT_VERSION:
         return False
+    if limit is not None and any(
+        s.agreement_kind == "timeout" and (s.limit_s or 0.0) < limit.for_cell(s.recorded_duration_s)
+        for s in trajectory.steps
+    ):
+        return False  # cut at a shorter limit than it gets now: replayed again
     return not snapshots or all(s.snapshot is None or s.snapshot in store for s in trajectory.steps)
 
 
@@ -136,6 +148,7 @@ def build_dataset(
     workdir: str | Path | None = None,
     workers: int = 1,
     ray: str | None = None,
+    cell_timeout: float | None = None,
 ) -> BuildReport:
     """Replay every session of the sources into a trajectory dataset folder.
 
@@ -144,7 +157,8 @@ def build_dataset(
         out: The dataset folder (created; an existing one is continued).
         backend: Sandbox backend to replay on.
         snapshots: Whether to snapshot the namespace after every step.
-        limits: Sandbox limits (per-execution timeout, ...).
+        limits: Sandbox limits (``timeout_s``: the least a recorded cell is given, see
+            :class:`~themisto_env.replay.session_replay.CellLimit`; ...).
         snapshot_dir: The snapshot store; defaults to the user cache.
         progress: Show progress on stderr (a bar on a terminal, a line every few seconds when piped).
         environment: A kernel environment's name or id (``themisto kernel-env create``) to replay in; the
@@ -157,6 +171,8 @@ def build_dataset(
             address (``HOST:6379``, ``ray://HOST:10001``). On a cluster the dataset folder's ``files/``
             must be at the same path on every node (a shared folder) for sessions with a working folder;
             snapshots a node keeps to itself are copied into this machine's store.
+        cell_timeout: One limit for every cell, in seconds (default: a multiple of the cell's recorded
+            time, never below ``limits.timeout_s``; 10 minutes for a cell with no recorded time).
 
     Raises:
         ConfigError: ``workers`` is below 1.
@@ -166,6 +182,9 @@ def build_dataset(
     """
     if workers < 1:
         raise ConfigError(f"workers: {workers} is not a number of kernels; give 1 or more")
+    if cell_timeout is not None and cell_timeout <= 0:
+        raise ConfigError(f"cell_timeout: {cell_timeout:g} is not a limit; give a number of seconds above 0")
+    limit = CellLimit(floor_s=(limits or SandboxLimits()).timeout_s, fixed_s=cell_timeout)
     started = time.perf_counter()
     out = Path(out)
     report = BuildReport()
@@ -174,8 +193,9 @@ def build_dataset(
     out.mkdir(parents=True, exist_ok=True)
     try:
         _build(
-            read, out, report, backend, snapshots, limits, snapshot_dir, progress, environment, workdir, workers, ray
-        )
+            read, out, report, backend, snapshots, limits, snapshot_dir, progress, environment, workdir, workers, ray,
+            limit,
+        )  # fmt: skip
     except BaseException:
         if created and not (out / TRAJECTORIES).exists():  # a failed first build leaves no empty folder
             shutil.rmtree(out, ignore_errors=True)
@@ -219,6 +239,10 @@ class _BuildLog:
         self.positions[tid] = job.position
         append_trajectory(self.out, trajectory)
         self.report.steps += len(trajectory.steps)
+        cut = [s for s in trajectory.steps if s.agreement_kind == "timeout"]
+        if cut:
+            self.report.cut[tid] = [s.index for s in cut]
+            self.report.longest_limit_s = max(self.report.longest_limit_s, *(s.limit_s or 0.0 for s in cut))
         if trajectory.complete:
             self.report.built.append(tid)
         else:
@@ -254,6 +278,7 @@ def _build(
     workdir: str | Path | None,
     workers: int,
     ray: str | None,
+    limit: CellLimit,
 ) -> None:
     sessions = [session for _, session in read]
     for path, session in read:
@@ -276,7 +301,7 @@ def _build(
     for position, session in enumerate(sessions):
         work = folders[session_folder(session, workdir)]
         previous = existing.get(trajectory_id(session))
-        if previous is not None and is_built(previous, session, backend, store, snapshots, work.digest):
+        if previous is not None and is_built(previous, session, backend, store, snapshots, work.digest, limit):
             report.skipped.append(previous.id)
             done += len(session.executions)
         else:
@@ -287,7 +312,9 @@ def _build(
         return Kernel(backend, limits=limits, snapshot_dir=snapshot_dir, environment=env_id)
 
     def replay(kernel: Kernel, job: ReplayJob, step: Callable[[], None]) -> Trajectory:
-        return replay_session(job.session, kernel, snapshots=snapshots, on_step=lambda _t, _i: step(), work=job.work)
+        return replay_session(
+            job.session, kernel, snapshots=snapshots, on_step=lambda _t, _i: step(), work=job.work, limit=limit
+        )
 
     with ProgressLine("replaying", total, completed=done, show=progress) as bar:
         log = _BuildLog(out, report, bar, manifest, len(jobs))
@@ -297,7 +324,7 @@ def _build(
 
             replay_on_ray(
                 longest_first, workers, ray, backend=backend, limits=limits, snapshot_dir=snapshot_dir,
-                environment=env_id, snapshots=snapshots, sink=log, packages=PACKAGES,
+                environment=env_id, snapshots=snapshots, sink=log, packages=PACKAGES, limit=limit,
             )  # fmt: skip
         elif workers > 1 and len(jobs) > 1:
             replay_on_threads(longest_first, workers, start_kernel, replay, log, PACKAGES)
@@ -354,6 +381,7 @@ __all__ = [
     "PACKAGES",
     "STORAGE_ERRNOS",
     "BuildReport",
+    "CellLimit",
     "ProgressHook",
     "WorkFolder",
     "build_dataset",

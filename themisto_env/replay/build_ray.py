@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from themisto_env.data.trajectory import Trajectory
 from themisto_env.errors import DataError, InfrastructureError, ThemistoError
-from themisto_env.replay.session_replay import replay_session
+from themisto_env.replay.session_replay import CellLimit, replay_session
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.ray_cluster import (
@@ -73,6 +73,7 @@ class SessionReplayer:
         snapshots: Whether to snapshot after every step.
         driver_variables: The driver's values of
             :data:`~themisto_env.sandbox.ray_cluster.OWNER_VARIABLES` (None: unset), for the kernels.
+        limit: Each cell's limit (default: :class:`CellLimit` with ``limits.timeout_s`` as the floor).
     """
 
     def __init__(
@@ -83,10 +84,12 @@ class SessionReplayer:
         environment: str | None,
         snapshots: bool,
         driver_variables: dict[str, str | None],
+        limit: CellLimit | None = None,
     ) -> None:
         adopt_owner_variables(driver_variables)  # what the kernels started here inherit
         self.kernel = Kernel(backend, limits=limits, snapshot_dir=snapshot_dir, environment=environment)
         self.snapshots = snapshots
+        self.limit = limit
 
     def start(self, packages: Sequence[str]) -> dict[str, Any]:
         """Start the kernel: ``{"packages": versions}``, or ``{"error": exception}`` when it cannot."""
@@ -106,7 +109,9 @@ class SessionReplayer:
             if missing:
                 return {"error": files_not_shared(job.work.store.root, self.node(), missing[0])}
             with interruptible_children():  # the replay restarts the kernel: a new process
-                trajectory = replay_session(job.session, self.kernel, snapshots=self.snapshots, work=job.work)
+                trajectory = replay_session(
+                    job.session, self.kernel, snapshots=self.snapshots, work=job.work, limit=self.limit
+                )
             return {"trajectory": trajectory.model_dump_json()}
         except (ThemistoError, OSError) as exc:
             return {"error": exc}
@@ -157,6 +162,7 @@ def replay_on_ray(
     snapshots: bool,
     sink: ReplaySink,
     packages: Sequence[str],
+    limit: CellLimit | None = None,
 ) -> None:
     """Replay the jobs on ``workers`` Ray actors (one kernel each), reporting to ``sink`` as sessions end.
 
@@ -172,6 +178,7 @@ def replay_on_ray(
         snapshots: Whether to snapshot after every step.
         sink: Where kernels and trajectories are reported (executions are counted as their session ends).
         packages: The distributions whose versions each kernel reports when it is ready.
+        limit: Each cell's limit (see :class:`~themisto_env.replay.session_replay.CellLimit`).
 
     Raises:
         ProviderError: Ray is not installed.
@@ -188,7 +195,7 @@ def replay_on_ray(
     count = max(1, min(workers, len(jobs)))
     named = [actor_class.options(name=f"{ACTOR_PREFIX}{os.getpid()}-{i}") for i in range(count)]  # findable
     variables = owner_variables()
-    actors = [actor.remote(backend, limits, where, environment, snapshots, variables) for actor in named]
+    actors = [actor.remote(backend, limits, where, environment, snapshots, variables, limit) for actor in named]
     try:
         alive = []
         for actor, answer in zip(actors, [a.start.remote(list(packages)) for a in actors], strict=True):

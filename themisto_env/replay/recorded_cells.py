@@ -19,12 +19,21 @@ def interrupt_after(duration_s: float | None, timeout_s: float) -> float:
 
 
 def run_recorded(
-    kernel: Kernel, source: str, *, interrupted: bool, duration_s: float | None, fingerprint: bool = False
+    kernel: Kernel,
+    source: str,
+    *,
+    interrupted: bool,
+    duration_s: float | None,
+    fingerprint: bool = False,
+    limit_s: float | None = None,
 ) -> ExecutionResult:
     """Run one recorded cell as it was recorded: a cell the person interrupted is interrupted at the
-    recorded time (plus a second) rather than left to run to the kernel's timeout. With ``fingerprint``
-    the namespace fingerprint after it comes back in the same request."""
-    timeout = interrupt_after(duration_s, kernel.limits.timeout_s) if interrupted else None
+    recorded time (plus a second) rather than left to run to the limit. With ``fingerprint`` the
+    namespace fingerprint after it comes back in the same request. ``limit_s`` is the cell's limit
+    (default: the kernel's ``limits.timeout_s``; a build gives each cell its own, see
+    :class:`themisto_env.replay.session_replay.CellLimit`)."""
+    limit = limit_s or kernel.limits.timeout_s
+    timeout = interrupt_after(duration_s, limit) if interrupted else limit
     return kernel.execute(source, timeout_s=timeout, fingerprint=fingerprint)
 
 
@@ -37,7 +46,12 @@ def replay_step(kernel: Kernel, step: Step, *, fingerprint: bool = False) -> Exe
         InfrastructureError: The kernel failed.
     """
     result = run_recorded(
-        kernel, step.source, interrupted=step.interrupted, duration_s=step.recorded_duration_s, fingerprint=fingerprint
+        kernel,
+        step.source,
+        interrupted=step.interrupted,
+        duration_s=step.recorded_duration_s,
+        fingerprint=fingerprint,
+        limit_s=max(step.limit_s or 0.0, kernel.limits.timeout_s),  # as long as the build gave it, at least
     )
     if result.kernel_restarted != step.wedged or result.status != step.status:
         how = "needed a kernel restart" if result.kernel_restarted else f"ended {result.status!r}"

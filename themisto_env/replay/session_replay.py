@@ -18,10 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from themisto_env.data.agreement import NORMALIZATION_VERSION, agreement
+from themisto_env.data.agreement import NORMALIZATION_VERSION, ReplayContext, agreement
+from themisto_env.data.recorded_packages import canonical_name, recorded_versions, version_drift
 from themisto_env.data.sessions import RecordedExecution, Session
 from themisto_env.data.trajectory import Step, Trajectory, dump_json, refresh_agreement
 from themisto_env.errors import DataError, InfrastructureError
+from themisto_env.replay.second_replay import MAX_SECOND_REPLAYS, SecondReplays
 from themisto_env.replay.state import run_recorded
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
@@ -108,15 +110,55 @@ def outputs_agree(recorded: list[dict], replayed: list[dict]) -> bool:
     return agreement(recorded, replayed).agrees
 
 
-def replay_execution(kernel: Kernel, execution: RecordedExecution, *, snapshots: bool) -> Step:
+@dataclass(frozen=True)
+class CellLimit:
+    """How long a build lets each recorded cell run before it cuts it (a cut cell's step is ``timeout``).
+
+    A cell whose recording says how long it took (a JuNE log's ``execute`` to ``finished_execute``) gets
+    ``factor`` times that, never less than ``floor_s``; a cell with no recorded time (a saved notebook) gets
+    ``unrecorded_s``, generous as nbclient (which has no limit by default). ``fixed_s`` (``themisto data
+    build --cell-timeout``) gives every cell the same limit instead. The env's own kernels keep their
+    ``limits.timeout_s`` for code a model wrote.
+
+    Attributes:
+        floor_s: The least a cell with a recorded time gets (``--timeout``).
+        factor: The multiple of the recorded time.
+        unrecorded_s: The limit of a cell with no recorded time.
+        fixed_s: One limit for every cell, if set.
+    """
+
+    floor_s: float = 60.0
+    factor: float = 5.0
+    unrecorded_s: float = 600.0
+    fixed_s: float | None = None
+
+    def for_cell(self, duration_s: float | None) -> float:
+        """The limit of a cell whose recording took ``duration_s`` (None: not recorded)."""
+        if self.fixed_s is not None:
+            return self.fixed_s
+        if duration_s is None:
+            return max(self.floor_s, self.unrecorded_s)
+        return max(self.floor_s, self.factor * duration_s)
+
+
+def replay_execution(
+    kernel: Kernel, execution: RecordedExecution, *, snapshots: bool, limit: CellLimit | None = None
+) -> Step:
     """Run one recorded execution and record what the kernel did and holds afterwards: outputs, time,
     memory, per-variable sizes, the namespace fingerprint and (optionally) a snapshot."""
+    limit_s = (limit or CellLimit(floor_s=kernel.limits.timeout_s)).for_cell(execution.duration_s)
     result = run_recorded(
-        kernel, execution.source, interrupted=execution.interrupted, duration_s=execution.duration_s, fingerprint=True
+        kernel,
+        execution.source,
+        interrupted=execution.interrupted,
+        duration_s=execution.duration_s,
+        fingerprint=True,
+        limit_s=limit_s,
     )
     snapshot = kernel.snapshot() if snapshots and not result.kernel_restarted else None
     recorded = None if execution.status == "unknown" else execution.recorded_outputs
-    verdict = agreement(recorded, result.outputs)
+    context = ReplayContext(status=result.status, interrupted=execution.interrupted, limit_s=limit_s)
+    verdict = agreement(recorded, result.outputs, context=context)
     return Step(
         index=execution.index,
         cell_id=execution.cell_id,
@@ -137,6 +179,7 @@ def replay_execution(kernel: Kernel, execution: RecordedExecution, *, snapshots:
         agrees=verdict.agrees,
         agreement_kind=verdict.kind,
         agreement_detail=verdict.detail or None,
+        limit_s=limit_s,
     )
 
 
@@ -147,12 +190,19 @@ def replay_session(
     snapshots: bool = True,
     on_step: ProgressHook | None = None,
     work: WorkFolder | None = None,
+    limit: CellLimit | None = None,
 ) -> Trajectory:
     """Replay a session in a (started) kernel, restarting it first, into a trajectory.
 
     With ``work``, the kernel's working folder is set to its files first, and the folder's content
     digest is recorded after every step (its files kept in ``work.store``); without, the working
-    folder is left as it is and nothing about it is recorded.
+    folder is left as it is and nothing about it is recorded. Each cell runs under ``limit``'s limit
+    for it (default: :class:`CellLimit` with the kernel's ``limits.timeout_s`` as the floor).
+
+    With snapshots, a cell whose replay differs from the recording for no cause its outputs show is
+    replayed a second time from a copy of the state before it, within a bound
+    (:mod:`themisto_env.replay.second_replay`). The package versions the source recorded
+    (:func:`~themisto_env.data.recorded_packages.recorded_versions`) are compared with the kernel's.
 
     A kernel that dies midway ends the trajectory there: it is returned with ``complete=False`` and a
     ``failure`` that names the step and the reason, keeping the steps built so far.
@@ -180,6 +230,13 @@ def replay_session(
         trajectory.workdir, trajectory.workdir_digest = work.folder, work.digest
     baseline = kernel.loaded_distributions()  # the kernel's own machinery, loaded before any cell
     used: dict[str, str] = {}
+    recorded = recorded_versions(session.source_path, work.folder if work is not None else None)
+    if recorded:
+        trajectory.package_drift = version_drift(recorded, _installed(kernel, recorded))
+    limit = limit or CellLimit(floor_s=kernel.limits.timeout_s)
+    again = SecondReplays(kernel, work.store if work is not None else None, MAX_SECOND_REPLAYS if snapshots else 0)
+    before: str | None = kernel.snapshot().digest if snapshots else None  # the empty namespace
+    files_before = work.digest if work is not None else None
 
     def note_packages() -> None:  # what the cells imported, before a restart forgets it
         with contextlib.suppress(InfrastructureError):
@@ -190,10 +247,17 @@ def replay_session(
             if execution.restarted_before and trajectory.steps:
                 note_packages()
                 kernel.restart()
-            step = replay_execution(kernel, execution, snapshots=snapshots)
+                before = kernel.snapshot().digest if snapshots else None
+                again.restarted()
+            again.before_step(execution, before, files_before)
+            step = replay_execution(kernel, execution, snapshots=snapshots, limit=limit)
             if work is not None:
                 step.files = record_files(kernel, work.store)
+            again.after_step(step)
             trajectory.steps.append(step)
+            before, files_before = step.snapshot, step.files
+            if step.wedged:
+                again.restarted()
         except InfrastructureError as exc:
             if (unwritable := storage_failure(exc)) is not None:
                 unwritable.filename = unwritable.filename or str(kernel.store.root)
@@ -211,6 +275,14 @@ def replay_session(
     return trajectory
 
 
+def _installed(kernel: Kernel, recorded: dict[str, str]) -> dict[str, str]:
+    """The kernel's versions of the packages a source recorded (``absent`` where it has none)."""
+    try:
+        return {canonical_name(k): v for k, v in kernel.package_versions(list(recorded)).items()}
+    except InfrastructureError:
+        return {}
+
+
 def storage_failure(exc: BaseException) -> OSError | None:
     """The ``OSError`` behind ``exc`` when it is a store that cannot be written (:data:`STORAGE_ERRNOS`);
     None for any other failure."""
@@ -224,6 +296,7 @@ def storage_failure(exc: BaseException) -> OSError | None:
 
 __all__ = [
     "STORAGE_ERRNOS",
+    "CellLimit",
     "ProgressHook",
     "WorkFolder",
     "outputs_agree",

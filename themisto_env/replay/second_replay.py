@@ -1,0 +1,165 @@
+"""Replaying a cell a second time from a copy of the state before it: how a build tells chance from cause.
+
+A step whose replay differs from the recording for no cause its outputs show (kind ``other`` after the
+first comparison) is replayed again by :class:`SecondReplays`: the state before it is put back (its
+snapshot, the working folder's files, and the global random generators as another run would have them:
+where an earlier cell of the session seeded them (``np.random.seed(0)``), their states before the step,
+kept by the in-kernel helper; else freshly seeded from the system's entropy, as in a new process), the
+cell runs again, and then the state after its first replay is put back, so the build goes on as if
+nothing happened. Outputs that differ the second time make it
+``nondeterminism``; the same outputs make it ``environment`` (today's machine computes otherwise) unless
+an input explains it.
+
+An input explains it when the cell reads a name whose last writer's *values* are not reproducible though
+its outputs agreed (``x = np.random.rand(3)`` shows nothing): each such writer (the latest of each name
+read, only those that agreed) is replayed again too, and its namespace fingerprint compared with the
+one recorded after it; a difference sets the writer's ``replay_stable`` to False, and the comparison
+then calls the reading step ``upstream`` of it.
+
+Cost, bounded: nothing for steps that agree (most), beyond one helper call per step that keeps the
+random generators' states once the session seeded them; per disagreeing step two snapshot restores and
+one execution, plus the same per writer checked. At most :data:`MAX_SECOND_REPLAYS` second runs per
+trajectory, each of a cell whose first replay took under :data:`SECOND_REPLAY_MAX_S`; past that, the
+cause stays ``other`` (its detail says "not replayed twice").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from themisto_env.data.agreement import normalize_outputs
+from themisto_env.data.cell_names import names_read
+from themisto_env.data.sessions import RecordedExecution
+from themisto_env.data.trajectory import Step, written_names
+from themisto_env.errors import InfrastructureError, SnapshotError
+from themisto_env.replay.recorded_cells import run_recorded
+from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.models import ExecutionResult
+from themisto_env.sandbox.workdir import FileStore
+
+MAX_SECOND_REPLAYS = 40
+"""At most this many cells of a trajectory are replayed a second time."""
+SECOND_REPLAY_MAX_S = 30.0
+"""A cell whose first replay took longer is not replayed a second time."""
+_SEEDS = re.compile(r"(?:\b|_)seed\s*\(")  # random.seed(0), np.random.seed(1), torch.manual_seed(2)
+
+
+@dataclass
+class _Before:
+    """The state before a step: its snapshot, its working folder's files, and the recorded cell."""
+
+    snapshot: str
+    files: str | None
+    execution: RecordedExecution
+    seeded: bool  # the session had seeded the global random generators before it
+
+
+@dataclass
+class SecondReplays:
+    """Second replays of one trajectory's steps, in one kernel (see the module doc).
+
+    Args:
+        kernel: The kernel the trajectory is replayed in.
+        store: The dataset's file store (None: the working folder is not recorded).
+        budget: How many second runs are left.
+    """
+
+    kernel: Kernel
+    store: FileStore | None = None
+    budget: int = MAX_SECOND_REPLAYS
+    _before: dict[int, _Before] = field(default_factory=dict)  # step index -> the state before it
+    _writers: dict[str, Step] = field(default_factory=dict)  # name -> the step that last wrote it
+    _previous: Step | None = None
+    _seeded: bool = False  # a cell since the last restart seeded the global random generators
+
+    def restarted(self) -> None:
+        """The kernel was restarted: what was written before, and the seeds, are gone."""
+        self._writers.clear()
+        self._previous = None
+        self._seeded = False
+
+    def before_step(self, execution: RecordedExecution, snapshot: str | None, files: str | None) -> None:
+        """Note the state before a step (``snapshot``: None when there is none) and, once the session
+        seeded its random generators, keep their states under its index."""
+        seeded = self._seeded
+        self._seeded = seeded or bool(_SEEDS.search(execution.source))
+        if self.budget <= 0 or snapshot is None:
+            return
+        self._before[execution.index] = _Before(snapshot, files, execution, seeded)
+        if seeded:
+            self.kernel.call("keep_random_state", key=str(execution.index))
+
+    def after_step(self, step: Step) -> None:
+        """Replay the step again if its cause is undecided, and the writers of its inputs; note its writes.
+
+        Raises:
+            InfrastructureError: The kernel failed, or the state after the step could not be put back.
+        """
+        if step.agreement_kind == "other" and self._affordable(step):
+            again = self._run_again(step, step)
+            if again is not None:
+                stable = normalize_outputs(again.outputs) == normalize_outputs(step.outputs)
+                step.replay_stable = stable
+                step.second_outputs = None if stable else again.outputs
+                if stable:
+                    self._check_inputs(step)
+        for name in written_names(step, self._previous):
+            self._writers[name] = step
+        self._previous = step
+
+    def _affordable(self, step: Step) -> bool:
+        return self.budget > 0 and step.index in self._before and step.duration_s < SECOND_REPLAY_MAX_S
+
+    def _check_inputs(self, step: Step) -> None:
+        """Replay again the writers (that agreed) of the names ``step`` reads; mark those whose values differ."""
+        writers = {w.index: w for name in names_read(step.source) if (w := self._writers.get(name)) is not None}
+        for writer in sorted(writers.values(), key=lambda w: -w.index):
+            if writer.agreement_kind != "ok" or writer.replay_stable is not None or not self._affordable(writer):
+                continue
+            again = self._run_again(writer, step)
+            if again is not None and again.fingerprint is not None and writer.fingerprint is not None:
+                writer.replay_stable = again.fingerprint == writer.fingerprint
+                if not writer.replay_stable:
+                    return
+
+    def _run_again(self, step: Step, back_to: Step) -> ExecutionResult | None:
+        """Run ``step``'s cell again from the state before it; then put back the state after ``back_to``.
+        None where the state before could not be put back (nothing ran)."""
+        before = self._before[step.index]
+        if back_to.snapshot is None:
+            return None
+        kernel = self.kernel
+        try:
+            kernel.restore(before.snapshot, keep=list(step.snapshot_skipped))
+        except SnapshotError:
+            return None
+        self.budget -= 1
+        self._set_files(before.files, back_to.files)
+        if before.seeded:  # seeded: another run draws the same; else it draws anew
+            kernel.call("put_back_random_state", key=str(step.index))
+        else:
+            kernel.call("shuffle_random_state")
+        execution = before.execution
+        result = run_recorded(
+            kernel,
+            execution.source,
+            interrupted=execution.interrupted,
+            duration_s=execution.duration_s,
+            fingerprint=True,
+            limit_s=step.limit_s,
+        )
+        try:
+            kernel.restore(back_to.snapshot, keep=list(back_to.snapshot_skipped))
+        except SnapshotError as exc:
+            raise InfrastructureError(f"could not return to the state after step {back_to.index}: {exc}") from exc
+        self._set_files(back_to.files, None)  # the cell may have written files
+        return None if result.kernel_restarted else result
+
+    def _set_files(self, wanted: str | None, now: str | None) -> None:
+        """Make the working folder hold ``wanted``'s files (it held ``now``'s; None: it may hold anything)."""
+        if self.store is not None and wanted is not None and wanted != now:
+            self.kernel.set_files(self.store.tree(wanted), self.store)
+
+
+__all__ = ["MAX_SECOND_REPLAYS", "SECOND_REPLAY_MAX_S", "SecondReplays"]
