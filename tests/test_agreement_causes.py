@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from themisto_env.cli import app
 from themisto_env.data.agreement import DISAGREEMENTS
+from themisto_env.data.samples import SampleRule, make_samples, sample_counts
 from themisto_env.data.stats import dataset_info
 from themisto_env.data.trajectory import Trajectory, read_trajectories
 from themisto_env.replay.build import build_dataset
@@ -151,32 +152,55 @@ def _june_rows(cells: list[tuple[str, float, str]]) -> list[dict[str, Any]]:
         )  # fmt: skip
         finish = f"2023-05-06 10:00:{start + int(seconds):02d}.{int(seconds % 1 * 1000):03d}"
         rows.append(
-            {**base, **cell, "action_id": 2 * i + 1, "time": finish, "event": "finished_execute", "cell_output": outputs}
+            {
+                **base,
+                **cell,
+                "action_id": 2 * i + 1,
+                "time": finish,
+                "event": "finished_execute",
+                "cell_output": outputs,
+            }
         )
     return rows
 
 
 def test_a_cell_gets_a_multiple_of_its_recorded_time_and_a_cut_one_says_how_to_rebuild(tmp_path: Path) -> None:
-    """The floor (--timeout) is 1 s here: a cell recorded at 1.5 s gets 7.5 s and runs its 2.5 s; one recorded
-    at 0.1 s that now takes 4 s is cut at the floor, labelled ``timeout``, and the message says what to run."""
+    """The floor (--timeout) is 5 s here: a cell recorded at 2 s gets 10 s and runs its 6 s; one recorded at
+    0.1 s that now takes 8 s is cut at the floor, labelled ``timeout``, and the message says what to run."""
     log = tmp_path / "long.jsonl"
     cells = [
         ("import time", 0.1, ""),
-        ("time.sleep(2.5)\nprint('fitted')", 1.5, "fitted\n"),
-        ("time.sleep(4)\nprint('done')", 0.1, "done\n"),
+        ("time.sleep(6)\nprint('fitted')", 2.0, "fitted\n"),
+        ("time.sleep(8)\nprint('done')", 0.1, "done\n"),
     ]
     log.write_text("".join(json.dumps(row) + "\n" for row in _june_rows(cells)))
     out = tmp_path / "dataset"
-    result = CliRunner().invoke(
-        app, ["data", "build", str(log), "--out", str(out), "--timeout", "1", "--no-snapshots"]
-    )
+    result = CliRunner().invoke(app, ["data", "build", str(log), "--out", str(out), "--timeout", "5", "--no-snapshots"])
     assert result.exit_code == 0, result.output
     (trajectory,) = read_trajectories(out)
-    assert [s.limit_s for s in trajectory.steps] == [1.0, 7.5, 1.0]
+    assert [s.limit_s for s in trajectory.steps] == [5.0, 10.0, 5.0]
     assert [s.agreement_kind for s in trajectory.steps] == ["ok", "ok", "timeout"]
     assert "1 cells ran past their limit" in result.output and "--cell-timeout 600" in " ".join(result.output.split())
     # the same build with a longer limit replays the cut session again, and nothing is cut
-    again = build_dataset([log], out, snapshots=False, progress=False, cell_timeout=10, limits=SandboxLimits(timeout_s=1))
+    limits = SandboxLimits(timeout_s=5)
+    again = build_dataset([log], out, snapshots=False, progress=False, cell_timeout=12, limits=limits)
     assert again.built and not again.cut
     (trajectory,) = read_trajectories(out)
     assert [s.agreement_kind for s in trajectory.steps] == ["ok", "ok", "ok"]
+
+
+def test_samples_are_kept_or_dropped_by_the_cause_of_their_step(built: dict[str, Any]) -> None:
+    trajectories = read_trajectories(built["dataset"])
+    everything = {"max_length_quantile": None, "drop_empty": False}
+    default = sample_counts(trajectories, "output", SampleRule(**everything))
+    assert default.disagreeing == 15 and default.by_cause["upstream"] == 3 and default.by_cause["timing"] == 1
+    assert sample_counts(trajectories, "next-cell", SampleRule(**everything)).disagreeing == 0  # the person's code
+    lenient = SampleRule(**everything, drop_output_causes=DISAGREEMENTS - {"warning", "display"})
+    kept = {s.step for s in make_samples(trajectories, "output", lenient)}
+    assert {1, 14} <= kept and not kept & {2, 8}  # warning, display kept; random, timed dropped
+    strict = SampleRule(**everything, drop_next_cell_causes=frozenset({"missing-module", "upstream"}))
+    counts = sample_counts(trajectories, "next-cell", strict)
+    assert counts.by_cause == {"missing-module": 1, "upstream": 3}
+    with pytest.raises(ValueError, match="unknown cause 'random'"):
+        SampleRule(drop_output_causes=frozenset({"random"}))
+    assert dataset_info(built["dataset"])["samples_dropped_by_cause"]["output"]["nondeterminism"] == 1

@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from themisto_env.cli import app
+from themisto_env.errors import DataError
 from themisto_env.replay.dataset import Dataset
 from themisto_env.replay.folder_build import REPORT, find_notebooks
 from themisto_env.replay.kernel_environment_spec import make_spec
@@ -164,3 +165,5 @@ def test_a_folder_builds_each_notebook_in_its_projects_environment(tmp_path: Pat
     assert Dataset.open(out / alpha).manifest.environment.id == make_spec("six==1.16.0").id
     assert Dataset.open(out / "default").manifest.environment is None
     assert "120\n" in printed("default")
+    with pytest.raises(DataError, match=f"a folder build .*{alpha}"):  # the output is a folder of datasets
+        Dataset.open(out)

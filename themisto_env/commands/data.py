@@ -214,7 +214,9 @@ def print_source_counts(report: BuildReport, out: Path) -> None:
         for task, c in counts.items():
             dropped = [
                 f"{c.short} in sessions under {rule.min_executions} executions" if c.short else "",
-                f"{c.disagreeing} replay disagrees" if c.disagreeing else "",
+                f"{c.disagreeing} replay disagrees ({', '.join(f'{k} {n}' for k, n in c.by_cause.items())})"
+                if c.disagreeing
+                else "",
                 f"{c.empty} empty" if c.empty else "",
                 f"{c.too_long} too long" if c.too_long else "",
             ]

@@ -12,13 +12,22 @@ Themisto's sample rule is the default (:class:`SampleRule`): only trajectories o
 empty targets dropped, and targets longer than the 0.99 quantile of target length (over the dataset's
 candidate targets of that task) dropped.
 
-Samples follow what the person saw (``follow_recording``, on by default): an output-prediction sample
-whose step's replay disagrees with the recorded outputs (any kind of
-:data:`themisto_env.data.agreement.DISAGREEMENTS`: the replay raised where the person's run did not, showed
-other values, ...) is dropped, since its target (the replayed output) is not what the person saw. Steps
-with nothing recorded to compare with (``unrecorded``) are kept. Next-cell targets are the person's own
-code, whatever the replay showed, and are not dropped by it. :func:`sample_counts` says how many each
-step of the rule kept and dropped.
+Samples follow what the person saw (``follow_recording``, on by default), by the cause of their target
+step's difference (:mod:`themisto_env.data.agreement`), per task:
+
+* ``output`` (``drop_output_causes``; default: every cause of
+  :data:`themisto_env.data.agreement.DISAGREEMENTS`): a sample whose step's replay disagrees with the
+  recorded outputs is dropped, since its target (the replayed output) is not what the person saw: a
+  random draw (``nondeterminism``), a measured time (``timing``), an error the person did not get, a
+  value today's packages compute otherwise (``environment``), ... Give a smaller set to keep some (e.g.
+  without ``warning`` and ``display``, whose targets differ only by a warning line or a figure).
+* ``next-cell`` (``drop_next_cell_causes``; default: none): the target is the person's own code, whatever
+  the replay showed, so a next-cell sample is kept even where its step's output is random or timed (its
+  state is what the replay holds). Give causes to drop (e.g. ``missing-module``, ``upstream``: the state
+  before the cell lacks what the person had).
+
+Steps with nothing recorded to compare with (``unrecorded``) are kept. :func:`sample_counts` says how
+many each step of the rule kept and dropped, and ``by_cause`` how many each cause dropped.
 """
 
 from __future__ import annotations
@@ -26,15 +35,16 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from themisto_env.data.agreement import DISAGREEMENTS
+from themisto_env.data.agreement import DISAGREEMENTS, KINDS
 from themisto_env.data.trajectory import Step, Trajectory
 from themisto_env.errors import ConfigError, DataError
 from themisto_env.sandbox.rendering import render_outputs
@@ -50,8 +60,10 @@ class SampleRule(BaseModel):
         min_executions: Trajectories with fewer executions give no samples.
         drop_empty: Drop samples whose target is empty (or only whitespace).
         max_length_quantile: Drop targets longer than this quantile of target length; None keeps all.
-        follow_recording: Drop output-prediction samples whose step's replay disagrees with the recorded
-            outputs (where outputs were recorded); see the module doc.
+        follow_recording: Drop samples by the cause of their step's difference from the recording (the two
+            sets below); off: none is dropped for it. See the module doc.
+        drop_output_causes: The causes that drop an output-prediction sample.
+        drop_next_cell_causes: The causes that drop a next-cell sample.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -60,6 +72,23 @@ class SampleRule(BaseModel):
     drop_empty: bool = True
     max_length_quantile: float | None = Field(0.99, gt=0, le=1)
     follow_recording: bool = True
+    drop_output_causes: frozenset[str] = DISAGREEMENTS
+    drop_next_cell_causes: frozenset[str] = frozenset()
+
+    @field_validator("drop_output_causes", "drop_next_cell_causes")
+    @classmethod
+    def _known_causes(cls, causes: frozenset[str]) -> frozenset[str]:
+        unknown = sorted(causes - set(KINDS))
+        if unknown:
+            raise ValueError(f"unknown cause {unknown[0]!r}; the causes are {', '.join(KINDS)}")
+        return causes
+
+    def drops(self, task: TaskName, step: Step) -> bool:
+        """Whether a sample of ``task`` at ``step`` is dropped for the cause of the step's difference."""
+        if not self.follow_recording:
+            return False
+        causes = self.drop_output_causes if task == "output" else self.drop_next_cell_causes
+        return step_cause(step) in causes
 
 
 @dataclass(frozen=True)
@@ -83,6 +112,11 @@ def sample_id(task: TaskName, trajectory_id: str, step: int) -> str:
     return f"{trajectory_id}/{task}/{step}"
 
 
+def step_cause(step: Step) -> str:
+    """A step's agreement kind (in a trajectory compared before kinds: ``ok`` or ``other`` by its flag)."""
+    return step.agreement_kind or ("ok" if step.agrees else "other")
+
+
 def replay_disagrees(step: Step) -> bool:
     """Whether a step's replay shows something else than what was recorded (and something was)."""
     if step.agreement_kind is None:  # a trajectory not compared under kinds: its flag alone
@@ -101,6 +135,7 @@ class SampleCounts:
         too_long: Dropped as longer than the length quantile.
         kept: The samples.
         short: Steps of trajectories with fewer than ``min_executions`` executions (no candidates).
+        by_cause: Of ``disagreeing``, how many each cause dropped.
     """
 
     candidates: int
@@ -109,6 +144,7 @@ class SampleCounts:
     too_long: int
     kept: int
     short: int = 0
+    by_cause: dict[str, int] = field(default_factory=dict)
 
 
 def _apply_rule(
@@ -119,8 +155,9 @@ def _apply_rule(
     short = sum(len(t.steps[first:]) for t in trajectories if len(t.steps) < rule.min_executions)
     steps = [(t, s) for t in trajectories if len(t.steps) >= rule.min_executions for s in t.steps[first:]]
     total = len(steps)
-    if rule.follow_recording and task == "output":
-        steps = [(t, s) for t, s in steps if not replay_disagrees(s)]
+    dropped = Counter(step_cause(s) for _, s in steps if rule.drops(task, s))
+    if dropped:
+        steps = [(t, s) for t, s in steps if not rule.drops(task, s)]
     disagreeing = total - len(steps)
     candidates = [Sample(sample_id(task, t.id, s.index), task, t.id, s.index, target_text(task, s)) for t, s in steps]
     before = len(candidates)
@@ -134,7 +171,8 @@ def _apply_rule(
             limit = float(np.quantile([len(c.target) for c in candidates], rule.max_length_quantile))
         candidates = [c for c in candidates if len(c.target) <= limit]
     too_long = before - len(candidates)
-    return candidates, SampleCounts(total, disagreeing, empty, too_long, len(candidates), short)
+    by_cause = {kind: dropped[kind] for kind in KINDS if dropped[kind]}
+    return candidates, SampleCounts(total, disagreeing, empty, too_long, len(candidates), short, by_cause)
 
 
 def _length_limit(trajectories: Sequence[Trajectory], task: TaskName, rule: SampleRule) -> float | None:

@@ -54,6 +54,7 @@ def dataset_info(folder: str | Path, *, raw: bool = False) -> dict[str, Any]:
         "snapshot_mb": round(sum(store.path(d).stat().st_size for d in digests) / 1e6, 1),
         "samples": {task: c.kept for task, c in counts.items()},
         "samples_dropped_disagreeing": {task: c.disagreeing for task, c in counts.items()},
+        "samples_dropped_by_cause": {task: c.by_cause for task, c in counts.items()},
         "agreement": _share(sum(s.agrees for _, s in compared), len(compared)),
         "compared": len(compared),
         "normalization": NORMALIZATION_VERSION,

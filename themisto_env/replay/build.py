@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -372,7 +373,11 @@ def source_sample_counts(
         per_trajectory = sample_counts_by_trajectory(trajectories, task, rule)
         for source, ids in report.sources.items():
             parts = [per_trajectory[tid] for tid in dict.fromkeys(ids) if tid in per_trajectory]
-            counts[source][task] = SampleCounts(*(sum(getattr(c, f.name) for c in parts) for f in fields(SampleCounts)))
+            causes: Counter[str] = Counter()
+            for part in parts:
+                causes.update(part.by_cause)
+            numbers = (sum(getattr(c, f.name) for c in parts) for f in fields(SampleCounts) if f.name != "by_cause")
+            counts[source][task] = SampleCounts(*numbers, by_cause=dict(causes))
     return counts
 
 

@@ -143,6 +143,12 @@ class Dataset:
                     "the bundled data",
                     path=folder,
                 )
+            if not (folder / MANIFEST).exists() and (folder / "folder-build.json").exists():
+                built = sorted(p.name for p in folder.iterdir() if (p / MANIFEST).exists())
+                raise DataError(
+                    f"a folder build (--project-envs): one dataset per kernel environment, in {', '.join(built)}",
+                    path=folder,
+                )
         folder = folder.resolve()
         with _OPEN_LOCK:
             stamp = _stamp(folder)
