@@ -282,3 +282,43 @@ def test_an_openenv_session_refuses_the_other_side(halves: dict, built: dict[str
             served.reset(sample_id=halves["test"][0])
     finally:
         served.close()
+
+
+VF_TASKS = """
+import json, sys
+from themisto_env.bridges.vf_taskset import ThemistoTaskset, ThemistoTasksetConfig
+from themisto_env.bridges.rl.tool_env import SharedStates, ThemistoToolEnv
+from themisto_env.errors import SplitError
+
+options = {"dataset": sys.argv[1], "split": "train", "snapshot_dir": sys.argv[2]}
+tasks = [task.data.sample_id for task in ThemistoTaskset(ThemistoTasksetConfig(options=options)).load()]
+with SharedStates(task="next-cell", **options) as states:  # what its tool server serves
+    try:
+        ThemistoToolEnv(states).reset(sample_id=sys.argv[3])
+        refused = ""
+    except SplitError as exc:
+        refused = str(exc)
+print(json.dumps({"tasks": tasks, "refused": refused}))
+"""
+
+
+def test_the_verifiers_taskset_takes_a_split(halves: dict, built: dict[str, str], tmp_path: Path) -> None:
+    """The taskset lists only the split's side and its tool server refuses the other side (run outside the
+    repository, as tests/test_vf_env.py explains)."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("verifiers") is None:
+        pytest.skip("verifiers is not installed")
+    done = subprocess.run(
+        [sys.executable, "-c", VF_TASKS, halves["dataset"], built["snapshot_dir"], halves["test"][0]],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert sorted(result["tasks"]) == sorted(halves["train"])
+    assert "on the test side" in result["refused"]
