@@ -181,10 +181,33 @@ def download_wheels(spec: ImageSpec, cache: Path, dest: Path, console: Console) 
     except BackendUnavailableError:
         run_step("downloading wheels (pip download --only-binary=:all:)", base_cmd, log, console)
     wheels = sorted(dest.glob("*.whl"))
+    if unnamed := unpinned_wheels(spec, wheels):
+        raise BackendUnavailableError(
+            f"the kernel image {spec.image_name} would hold {', '.join(unnamed)}, which its tag does not name "
+            "(not installed here at that version): install them here (pip install 'themisto-env'), then build again"
+        )
     for wheel in wheels:
         if not (store / wheel.name).exists():
             shutil.copy2(wheel, store / wheel.name)
     return wheels
+
+
+def unpinned_wheels(spec: ImageSpec, wheels: list[Path]) -> list[str]:
+    """``name==version`` of the wheels whose version ``spec`` does not pin: what an image built from them
+    would hold although its tag (a hash of the spec) does not say so (e.g. a dependency absent here)."""
+    from packaging.utils import canonicalize_name, parse_wheel_filename
+    from packaging.version import Version
+
+    pins = {}
+    for pin in (*spec.packages, *spec.constraints):
+        name, _, version = pin.partition("==")
+        pins[canonicalize_name(name)] = Version(version) if version else None
+    unnamed = []
+    for wheel in wheels:
+        name, version, _, _ = parse_wheel_filename(wheel.name)
+        if pins.get(name) != version:
+            unnamed.append(f"{name}=={version}")
+    return unnamed
 
 
 def docker_build(

@@ -149,6 +149,20 @@ def default_spec() -> ImageSpec:
     return ImageSpec.from_host([*DEFAULT_PACKAGES, *(n for n in OPTIONAL_PACKAGES if _distribution(n) is not None)])
 
 
+@functools.cache
+def package_set_digest() -> str:
+    """A digest of this Python's kernel package set (:func:`default_spec`'s pins: every installed package the
+    kernel's packages need, at its version), the same in the kernel image built from it. A dataset replayed
+    here is kept under it (its snapshots load only under those versions); ``unpinned`` where the kernel's
+    packages are not all installed."""
+    try:
+        spec = default_spec()
+    except BackendUnavailableError:
+        return "unpinned"
+    payload = json.dumps({"packages": sorted(spec.packages), "constraints": sorted(spec.constraints)})
+    return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
 def default_image() -> str:
     """Name of the default kernel image, e.g. ``themisto-kernel:3f2a9c01b7de``."""
     return default_spec().image_name

@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import shutil
 import sys
 from pathlib import Path
 
 from themisto_env.data.bundled import bundled_log_path
 from themisto_env.data.trajectory import MANIFEST, read_manifest
+from themisto_env.errors import DataError
 from themisto_env.sandbox.snapshots import default_cache_dir
 
 
 def bundled_dataset_dir(backend: str = "local") -> Path:
-    """The cache folder of the bundled dataset built on a backend (content-addressed by the log)."""
+    """The cache folder of the bundled dataset built on a backend (content-addressed by the log, and by the
+    kernel's package set: its snapshots load only under the versions that wrote them, so another Python on
+    the machine, with other versions, gets a folder of its own)."""
+    from themisto_env.sandbox.image_spec import package_set_digest
+
     digest = hashlib.sha256(bundled_log_path().read_bytes()).hexdigest()[:12]
-    return default_cache_dir() / "datasets" / f"bundled-{digest}-{backend}"
+    return default_cache_dir() / "datasets" / f"bundled-{digest}-{backend}-{package_set_digest()}"
 
 
 def resolve_dataset(dataset: str | Path | None = None, *, backend: str = "local", progress: bool = True) -> Path:
@@ -38,6 +44,11 @@ def resolve_dataset(dataset: str | Path | None = None, *, backend: str = "local"
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / ".lock", "w") as lock:  # parallel workers build it once
         fcntl.flock(lock, fcntl.LOCK_EX)
+        if (folder / MANIFEST).exists() and (differ := _packages_differ(folder)):
+            if progress:
+                print(f"the bundled data in {folder} was written with other versions of {', '.join(differ)}: "
+                      "building it again", file=sys.stderr, flush=True)  # fmt: skip
+            _clear(folder)
         if not (folder / MANIFEST).exists() or not _complete(folder, backend):
             if progress:
                 print(
@@ -62,6 +73,37 @@ def _manifest_stamp(folder: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return stat.st_mtime_ns, stat.st_size
+
+
+def _packages_differ(folder: Path) -> list[str]:
+    """The packages the dataset's snapshots were written with that this Python has at another version, or
+    not at all (a dataset of the same kernel package set written by a Python with other versions beside)."""
+    from importlib import metadata
+
+    try:
+        packages = read_manifest(folder).packages
+    except DataError:  # not a manifest this version reads: the build check decides
+        return []
+    differ = []
+    for name, version in sorted(packages.items()):
+        try:
+            here = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            here = None
+        if here != version:
+            differ.append(name)
+    return differ
+
+
+def _clear(folder: Path) -> None:
+    """Remove what a build wrote into ``folder`` (its lock file stays: the caller holds it)."""
+    for path in folder.iterdir():
+        if path.name == ".lock":
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
 
 
 def _complete(folder: Path, backend: str) -> bool:
