@@ -134,8 +134,11 @@ def _same_calls_in_process(
 
 
 @pytest.mark.slow
-def test_vf_eval_scores_rollouts_with_the_one_score(model_url: str, tmp_path: Path) -> None:
-    traces = _vf_eval(model_url, tmp_path, "--env.taskset.options", json.dumps({"tool_budget": 2}))
+def test_vf_eval_scores_rollouts_with_the_one_score(
+    model_url: str, tmp_path: Path, env_dataset: dict[str, str]
+) -> None:
+    options = {**env_dataset, "tool_budget": 2}
+    traces = _vf_eval(model_url, tmp_path, "--env.taskset.options", json.dumps(options))
     assert len(traces) == 2 and all(t["ok"] and not t["errors"] for t in traces), traces
     names = sorted(tool["name"] for tool in traces[0]["tools"])  # the tools as the model was offered them
     assert names == sorted(TOOL_NAMES)
@@ -143,7 +146,7 @@ def test_vf_eval_scores_rollouts_with_the_one_score(model_url: str, tmp_path: Pa
     assert list(schema["parameters"]["properties"]) == ["name"]  # the model sees the tool's own arguments
     for trace in traces:
         sample_id = trace["task"]["data"]["sample_id"]
-        answer, reward = _same_calls_in_process("next-cell", sample_id, tool_budget=2)
+        answer, reward = _same_calls_in_process("next-cell", sample_id, **options)
         assert trace["rewards"]["themisto_reward"]["score"] == pytest.approx(reward)
         assert trace["metrics"]["untrusted"] == 0.0
         tool_answers = [_text(n["message"]) for n in trace["nodes"] if n["message"]["role"] == "tool"]
@@ -151,23 +154,27 @@ def test_vf_eval_scores_rollouts_with_the_one_score(model_url: str, tmp_path: Pa
 
 
 @pytest.mark.slow
-def test_a_rollout_without_tool_calls_is_scored_as_the_tool_env_scores_it(model_url: str, tmp_path: Path) -> None:
+def test_a_rollout_without_tool_calls_is_scored_as_the_tool_env_scores_it(
+    model_url: str, tmp_path: Path, env_dataset: dict[str, str]
+) -> None:
     """No call reached the tool server: the task scores the rollout itself (nothing submitted)."""
-    traces = _vf_eval(model_url, tmp_path, "--env.taskset.themisto-task", "output", model="silent")
+    options = ("--env.taskset.themisto-task", "output", "--env.taskset.options", json.dumps(env_dataset))
+    traces = _vf_eval(model_url, tmp_path, *options, model="silent")
     assert len(traces) == 2 and all(t["ok"] and not t["errors"] for t in traces), traces
     for trace in traces:
         assert not [n for n in trace["nodes"] if n["message"]["role"] == "tool"]
-        _, reward = _same_calls_in_process("output", trace["task"]["data"]["sample_id"], calls=False)
+        _, reward = _same_calls_in_process("output", trace["task"]["data"]["sample_id"], calls=False, **env_dataset)
         assert trace["rewards"]["themisto_reward"]["score"] == pytest.approx(reward)
         assert trace["metrics"]["untrusted"] == 0.0
 
 
-def test_load_environment_is_the_taskset_vf_eval_runs() -> None:
+@pytest.mark.slow  # importing verifiers takes seconds
+def test_load_environment_is_the_taskset_vf_eval_runs(env_dataset: dict[str, str]) -> None:
     import verifiers.v1 as vf
 
     from themisto_env.bridges.vf_env import load_environment
 
-    env = load_environment("output", limit=3, tool_budget=1)
+    env = load_environment("output", limit=3, tool_budget=1, **env_dataset)
     assert isinstance(env, vf.Env) and type(env.taskset).__name__ == "ThemistoTaskset"
     tasks = list(env.taskset)
     assert len(tasks) == 3 and all(t.data.sample_id.split("/")[1] == "output" for t in tasks)
