@@ -50,7 +50,7 @@ def command_needs(command: str) -> list[pytest.MarkDecorator]:
         marks.append(getattr(pytest.mark, args[args.index("--backend") + 1]))
     if args[1:3] == ["sandbox", "build-image"]:
         marks.append(pytest.mark.docker)
-    if args[1] == "kernel-env" or "--kernel-env" in args:
+    if args[1] == "kernel-env" or "--kernel-env" in args or "--project-envs" in args:
         marks.append(pytest.mark.environments)
     return marks
 
