@@ -123,6 +123,7 @@ def test_a_folder_builds_each_notebook_in_its_projects_environment(tmp_path: Pat
         ["import tabulate", "print(tabulate.__version__)", "print(tabulate.tabulate([[1, 2]]))"],
     )
     write_notebook(tree / "plain.ipynb", ["import math", "print(math.factorial(5))"])
+    write_notebook(tree / "dies.ipynb", ["x = 1", "import os\nos._exit(1)", "print(x)"])  # its kernel dies
     (tree / "gamma").mkdir()
     (tree / "gamma" / "requirements.txt").write_text("six==0.0.1\n")  # no such release: pip fails at once
     write_notebook(tree / "gamma" / "broken.ipynb", ["import six", "print(six.__version__)"])
@@ -136,6 +137,7 @@ def test_a_folder_builds_each_notebook_in_its_projects_environment(tmp_path: Pat
         "alpha/lesson/one.ipynb",
         "alpha/two.ipynb",
         "beta/table.ipynb",
+        "dies.ipynb",
         "gamma/broken.ipynb",
         "plain.ipynb",
     ]
@@ -151,7 +153,9 @@ def test_a_folder_builds_each_notebook_in_its_projects_environment(tmp_path: Pat
         assert rows[name]["executions"] > 0 and rows[name]["causes"]
     broken = rows["gamma/broken.ipynb"]
     assert broken["status"] == "failed" and "do not install" in broken["reason"] and "six==0.0.1" in broken["reason"]
-    assert "gamma/broken.ipynb" in done.output and "4 of 5 notebooks built" in done.output
+    dies = rows["dies.ipynb"]
+    assert dies["environment"] == "default" and dies["status"] != "built" and dies["reason"], dies
+    assert "gamma/broken.ipynb" in done.output and "4 of 6 notebooks built" in done.output
     assert sorted(report["environments"]) == sorted([alpha, beta, "default", f"env-{make_spec('six==0.0.1').id}"])
 
     def printed(label: str) -> list[str]:
