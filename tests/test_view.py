@@ -25,6 +25,7 @@ from themisto_env.cli import app
 from themisto_env.errors import DataError
 from themisto_env.run.compare import run_label
 from themisto_env.run.config import RunConfig
+from themisto_env.run.report import render_report
 from themisto_env.run.results import ResultRow
 from themisto_env.run.runner import run
 from themisto_env.run.view import ERROR_KINDS, error_kind, view_data, write_view
@@ -126,6 +127,14 @@ def test_view_data_joins_the_runs_by_sample(runs: tuple[Path, Path]) -> None:
     counts = data["runs"][1]["errors"]
     assert (counts["model_error"], counts["infrastructure_error"], counts["prediction_failed"]) == (1, 1, 1)
     assert data["runs"][1]["scored"] == len(latest_b) - 2
+
+
+def test_each_sample_shows_its_steps_replay_agreement(runs: tuple[Path, Path]) -> None:
+    """Read from the runs' dataset (the bundled data, whose every step agrees); the report counts them."""
+    data = view_data(list(runs))
+    assert data["samples"] and all(s["agreement"] == {"kind": "ok", "detail": ""} for s in data["samples"])
+    page = render_report(list(runs))
+    assert "Replay agreement of the samples' steps" in page and "agree 6 / tolerated 0 / disagree 0" in page
 
 
 def test_two_runs_of_one_agent_are_told_apart(runs: tuple[Path, Path], tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 Plots (matplotlib, embedded as PNG so the file stands alone): each metric by run with its bootstrap
 interval; ROUGE-L along the trajectory (by position of the sample in its trajectory); tool usage by tool.
 With several runs, the first is compared with each other one as ``themisto compare`` does (paired
-differences with trajectory-bootstrap intervals, wins/ties/losses).
+differences with trajectory-bootstrap intervals, wins/ties/losses). Where the runs' dataset is still
+there, how the samples' steps replay against what the person saw: agree / tolerated / disagree, by cause.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from themisto_env.data.agreement import TOLERATED
 from themisto_env.errors import DataError
 from themisto_env.metrics import METRICS
 from themisto_env.run.compare import compare_runs, run_label, scored_rows
 from themisto_env.run.results import ResultRow
 from themisto_env.run.summary import summarize
+from themisto_env.run.view import step_agreements
 
 _CSS = """
 body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 2rem auto; max-width: 1100px;
@@ -163,6 +166,32 @@ def _paired_section(run_dirs: list[str | Path]) -> str:
     )
 
 
+def _agreement_section(run_dirs: list[str | Path], runs: list[tuple[str, list[ResultRow], dict[str, Any]]]) -> str:
+    """Per run: how its samples' steps replay against what the person saw: agree / tolerated (timings,
+    warnings) / disagree, by cause (read from the runs' datasets; empty when none is there)."""
+    causes = step_agreements([Path(d) for d in run_dirs])
+    if not causes:
+        return ""
+    lines = []
+    for label, rows, _ in runs:
+        kinds = Counter(causes[key]["kind"] for r in rows if (key := (r.trajectory_id, r.step)) in causes)
+        if not kinds:
+            continue
+        tolerated = {k: n for k, n in kinds.items() if k in TOLERATED}
+        rest = {k: n for k, n in kinds.items() if k not in TOLERATED and k != "ok"}
+        parts = [f"agree {kinds['ok']}", f"tolerated {sum(tolerated.values())}", f"disagree {sum(rest.values())}"]
+        why = ", ".join(f"{k} {n}" for k, n in sorted({**tolerated, **rest}.items(), key=lambda kv: -kv[1]))
+        lines.append(f"<tr><td>{html.escape(label)}</td><td>{' / '.join(parts)}</td><td>{html.escape(why)}</td></tr>")
+    if not lines:
+        return ""
+    return (
+        "<h2>Replay agreement of the samples' steps</h2><p class=\"muted\">Whether each sample's step replays as "
+        "the person saw it: agree / tolerated (timings, warnings) / disagree, and the causes "
+        "(<code>themisto data info</code> explains them).</p><table><tr><th>run</th><th>agree / tolerated / "
+        "disagree</th><th>causes</th></tr>" + "".join(lines) + "</table>"
+    )
+
+
 def render_report(run_dirs: list[str | Path]) -> str:
     """The report's HTML for the given run folders."""
     runs = []
@@ -190,6 +219,7 @@ def render_report(run_dirs: list[str | Path]) -> str:
             f'<td class="num">{r.scores["rouge_l"]:.3f}</td></tr>'
         )
     tools = f"<h2>Tool usage</h2>{_img(plots['tools'], 'tool calls by tool')}" if "tools" in plots else ""
+    agreement = _agreement_section(run_dirs, runs)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>themisto-env report</title><style>{_CSS}</style></head>
 <body>
@@ -205,6 +235,7 @@ def render_report(run_dirs: list[str | Path]) -> str:
 <h2>Metrics by run</h2>{_img(plots["metrics"], "metrics by run")}
 <h2>Score along the trajectory</h2>{_img(plots["trajectory"], "ROUGE-L along the trajectory")}
 {tools}
+{agreement}
 <h2>Hardest samples for {html.escape(label)}</h2>
 <table><tr><th>sample</th><th>target</th><th>prediction</th><th>ROUGE-L</th></tr>{"".join(examples)}</table>
 </body></html>

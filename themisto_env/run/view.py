@@ -9,9 +9,10 @@ with a little vanilla JavaScript: no network, no CDN, nothing to install. It sho
   ``state_mismatch``, ``model_error``, ``prediction_failed``, ``none``, or any error) and a text search
   over ids, targets, predictions, errors and transcripts; the score and error filters look at any run,
   or at the one chosen under "in run";
-- the selected sample: its target, each run's prediction side by side (scores, usage, seconds, errors,
-  tool calls, draws) and each run's transcript (role, content, tool calls and their results), or the
-  env's tool calls for agents without a conversation.
+- the selected sample: its step's replay agreement (the cause and detail of a difference from what the
+  person saw, read from the run's dataset when it is still there), its target, each run's prediction side
+  by side (scores, usage, seconds, errors, tool calls, draws) and each run's transcript (role, content,
+  tool calls and their results), or the env's tool calls for agents without a conversation.
 
 The state lives in the URL's fragment, so a link reproduces a view:
 ``view.html#sample=ID&task=output&traj=T&metric=rouge_l&min=0.2&max=0.8&error=model_error&run=1&q=text
@@ -26,10 +27,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from themisto_env.errors import DataError
+from themisto_env.data.trajectory import read_trajectories
+from themisto_env.errors import DataError, ThemistoError
 from themisto_env.metrics import METRICS
+from themisto_env.replay.resolve import bundled_dataset_dir
 from themisto_env.run.compare import run_label
-from themisto_env.run.results import ResultRow, read_results
+from themisto_env.run.results import CONFIG, ResultRow, read_results
 from themisto_env.run.view_page import render_page
 
 ERROR_KINDS = ("infrastructure_error", "state_mismatch", "model_error", "prediction_failed")
@@ -99,8 +102,42 @@ def view_data(run_dirs: list[str | Path]) -> dict[str, Any]:
                 "rows": [r.to_dict() if r is not None else None for r in cells],  # as results.jsonl holds them
             }
         )
+    causes = step_agreements([path for path, _ in loaded])
+    for sample in samples:
+        sample["agreement"] = causes.get((sample["trajectory_id"], sample["step"]))
     extra = sorted({m for _, rows in loaded for r in rows.values() for m in r.scores} - set(METRICS))
     return {"runs": runs, "metrics": [*METRICS, *extra, "reward", "execution_score"], "samples": samples}
+
+
+def step_agreements(run_dirs: list[Path]) -> dict[tuple[str, int], dict[str, str]]:
+    """Each step's replay agreement (``kind``, ``detail``) in the datasets the runs used (their config's
+    ``data``); a dataset no longer there, or unreadable, adds nothing."""
+    found: dict[tuple[str, int], dict[str, str]] = {}
+    for data in dict.fromkeys(_run_data(path) for path in run_dirs):
+        if data is None:
+            continue
+        try:
+            trajectories = read_trajectories(data)
+        except (DataError, OSError):
+            continue
+        for t in trajectories:
+            for s in t.steps:
+                kind = s.agreement_kind or ("ok" if s.agrees else "other")
+                found.setdefault((t.id, s.index), {"kind": kind, "detail": s.agreement_detail or ""})
+    return found
+
+
+def _run_data(run_dir: Path) -> str | None:
+    """The dataset folder a run used: its config's ``data``, or the bundled data's (when built) for none."""
+    try:
+        config = json.loads((run_dir / CONFIG).read_text(encoding="utf-8"))
+        data = config.get("data")
+        if data:
+            return str(data)
+        bundled = bundled_dataset_dir(str(config.get("backend") or "local"))
+    except (OSError, ValueError, AttributeError, ThemistoError):
+        return None
+    return str(bundled) if bundled.is_dir() else None
 
 
 def _script_json(data: Any) -> str:

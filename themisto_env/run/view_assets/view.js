@@ -267,6 +267,14 @@ function messageNodes(messages) {
         el("pre", {}, text(c.args ?? "")))));
   });
 }
+function agreementLine(agreement) {
+  // the step's replay against what the person saw: its cause and detail (text only)
+  if (!agreement) return el("div", { class: "meta agreement" }, "replay agreement: not known (dataset not found)");
+  const text = agreement.kind === "ok"
+    ? "replay agreement: the replay shows what the person saw"
+    : `replay agreement: ${agreement.kind}${agreement.detail ? ` · ${agreement.detail}` : ""}`;
+  return el("div", { class: "meta agreement", "data-kind": agreement.kind }, text);
+}
 function renderDetail() {
   const detail = document.getElementById("detail");
   const sample = SAMPLES.find((s) => s.id === state.sample);
@@ -280,6 +288,7 @@ function renderDetail() {
   detail.replaceChildren(
     el("h2", {}, sample.id),
     el("div", { class: "meta" }, `trajectory ${sample.trajectory_id} · step ${sample.step} · task ${sample.task}`),
+    agreementLine(sample.agreement),
     el("h3", {}, "target"), el("pre", { class: "target" }, sample.target),
     el("h3", {}, RUNS.length > 1 ? "predictions, side by side" : "prediction"),
     el("div", { class: "runs", style: n }, RUNS.map((_, i) => runCard(sample, i))),
