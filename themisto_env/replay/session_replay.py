@@ -22,7 +22,7 @@ from themisto_env.data.agreement import NORMALIZATION_VERSION, ReplayContext, ag
 from themisto_env.data.recorded_packages import canonical_name, recorded_versions, version_drift
 from themisto_env.data.sessions import RecordedExecution, Session
 from themisto_env.data.trajectory import Step, Trajectory, dump_json, refresh_agreement
-from themisto_env.errors import DataError, InfrastructureError
+from themisto_env.errors import DataError, InfrastructureError, SnapshotError
 from themisto_env.replay.second_replay import MAX_SECOND_REPLAYS, SecondReplays
 from themisto_env.replay.state import run_recorded
 from themisto_env.sandbox.kernel import Kernel
@@ -235,7 +235,7 @@ def replay_session(
         trajectory.package_drift = version_drift(recorded, _installed(kernel, recorded))
     limit = limit or CellLimit(floor_s=kernel.limits.timeout_s)
     again = SecondReplays(kernel, work.store if work is not None else None, MAX_SECOND_REPLAYS if snapshots else 0)
-    before: str | None = kernel.snapshot().digest if snapshots else None  # the empty namespace
+    before = _empty_state(kernel) if snapshots else None
     files_before = work.digest if work is not None else None
 
     def note_packages() -> None:  # what the cells imported, before a restart forgets it
@@ -247,7 +247,7 @@ def replay_session(
             if execution.restarted_before and trajectory.steps:
                 note_packages()
                 kernel.restart()
-                before = kernel.snapshot().digest if snapshots else None
+                before = _empty_state(kernel) if snapshots else None
                 again.restarted()
             again.before_step(execution, before, files_before)
             step = replay_execution(kernel, execution, snapshots=snapshots, limit=limit)
@@ -273,6 +273,15 @@ def replay_session(
     trajectory.packages = dict(sorted(used.items()))
     refresh_agreement(trajectory, force=True)  # kinds that need the whole trajectory
     return trajectory
+
+
+def _empty_state(kernel: Kernel) -> str | None:
+    """A snapshot of the (empty) namespace of a kernel just (re)started: the state before its first step,
+    for a second replay of that step; None where it cannot be taken (that step is then not replayed twice)."""
+    try:
+        return kernel.snapshot().digest
+    except SnapshotError:
+        return None
 
 
 def _installed(kernel: Kernel, recorded: dict[str, str]) -> dict[str, str]:
