@@ -237,3 +237,13 @@ def test_a_version_3_dataset_still_reads_and_its_steps_get_causes(tmp_path: Path
     (tmp_path / "manifest.json").write_text(newer.model_dump_json())
     with pytest.raises(DataError, match="newer than this package reads"):
         read_trajectories(tmp_path)
+
+
+def test_a_notebook_cell_saved_without_outputs_is_unrecorded_where_its_replay_shows_something() -> None:
+    notebook = ReplayContext(notebook=True)
+    assert agreement([], _result("42"), context=notebook).kind == "unrecorded"
+    assert agreement([], _out("saved\n"), context=notebook).kind == "unrecorded"
+    assert agreement([], _err("UserWarning: careful\n"), context=notebook).kind == "warning"  # stderr only
+    missing = agreement([], _error("ModuleNotFoundError", "No module named 'x'"), context=notebook)
+    assert missing.kind == "missing-module"
+    assert agreement([], _result("42")).kind == "other"  # a log records what was shown: an empty one is empty

@@ -32,7 +32,8 @@ step an input came from, package versions); without it, fewer causes can be told
     The normalised texts are equal.
 ``unrecorded``
     Nothing was recorded to compare with (a JuNE execution that never finished, a notebook whose
-    outputs were cleared). Not a disagreement; left out of agreement figures.
+    outputs were cleared, or a notebook cell saved with no outputs whose replay shows a result or printed
+    text and no error: its outputs were cleared). Not a disagreement; left out of agreement figures.
 ``timeout``
     The replay ran past its per-cell limit and was cut (a cell the person interrupted is not one). The
     detail names the limit and the option that rebuilds with a longer one (``--cell-timeout``).
@@ -196,6 +197,7 @@ class ReplayContext:
         upstream: The earlier disagreeing step this cell's inputs come from, as a phrase (``step 3
             (missing-file) wrote 'df'``); None if none.
         drift: Packages whose versions differ from the recording's, name -> (recorded, replayed).
+        notebook: The recording is a saved notebook (whose cells' outputs can have been cleared).
     """
 
     status: str | None = None
@@ -205,6 +207,7 @@ class ReplayContext:
     second: Sequence[Mapping[str, Any]] | None = None
     upstream: str | None = None
     drift: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    notebook: bool = False
 
 
 def agreement(
@@ -228,6 +231,8 @@ def agreement(
     context = context or ReplayContext()
     if recorded is None:
         return Agreement(False, "unrecorded", "no recorded outputs to compare with")
+    if context.notebook and not recorded and _shows_something(replayed):
+        return Agreement(False, "unrecorded", "the notebook kept no outputs for this cell (cleared before saving?)")
     seen, got = render_outputs(recorded), render_outputs(replayed)
     if seen == got and context.status != "timeout":  # equal texts stay equal under normalisation
         return Agreement(True, "ok")
@@ -236,6 +241,12 @@ def agreement(
     if seen == got and context.status != "timeout":
         return Agreement(True, "ok")
     return _classify(recorded, replayed, seen, got, prepare, context)
+
+
+def _shows_something(outputs: Sequence[Mapping[str, Any]]) -> bool:
+    """A result or printed text, and no error: what a cell saved with no outputs cannot have shown."""
+    kinds = {(o.get("output_type"), o.get("name")) for o in outputs}
+    return ("error", None) not in kinds and bool(kinds & {("execute_result", None), ("stream", "stdout")})
 
 
 def _error(outputs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:

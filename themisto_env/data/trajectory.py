@@ -288,6 +288,7 @@ def refresh_agreement(trajectory: Trajectory, *, force: bool = False) -> bool:
             second=step.second_outputs,
             upstream=_upstream(step, writers),
             drift=drift,
+            notebook=trajectory.origin == "notebook",
         )
         verdict = agreement(None if unrecorded else step.recorded_outputs, step.outputs, context=context)
         step.agrees, step.agreement_kind, step.agreement_detail = verdict.agrees, verdict.kind, verdict.detail or None
