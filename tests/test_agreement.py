@@ -247,3 +247,27 @@ def test_a_notebook_cell_saved_without_outputs_is_unrecorded_where_its_replay_sh
     missing = agreement([], _error("ModuleNotFoundError", "No module named 'x'"), context=notebook)
     assert missing.kind == "missing-module"
     assert agreement([], _result("42")).kind == "other"  # a log records what was shown: an empty one is empty
+
+
+def test_a_difference_is_followed_through_steps_that_agreed() -> None:
+    """A random split shows nothing, the model fitted on it shows nothing: the score printed after is
+    upstream of the split, by way of the fit."""
+
+    def step(index: int, source: str, recorded: str, replayed: str, **fields: Any) -> Step:
+        return Step(
+            index=index, source=source, recorded_outputs=_out(recorded) if recorded else [],
+            outputs=_out(replayed) if replayed else [], status="ok", duration_s=0.1, agrees=False, **fields,
+        )  # fmt: skip
+
+    steps = [
+        step(0, "X_tr, X_te = split(X)", "", "", replay_stable=False),
+        step(1, "model = fit(X_tr)", "", ""),
+        step(2, "print(model.score(X_te))", "0.81\n", "0.77\n", replay_stable=True),
+        step(3, "print(len(X))", "3\n", "4\n", replay_stable=True),
+    ]
+    trajectory = Trajectory(id="t", session_key="k", source_digest="d", backend="local", steps=steps)
+    refresh_agreement(trajectory, force=True)
+    assert [s.agreement_kind for s in trajectory.steps] == ["ok", "ok", "upstream", "environment"]
+    assert trajectory.steps[2].agreement_detail == (
+        "inputs from step 0 (its values differ when replayed again), by way of step 1, which wrote 'model'"
+    )

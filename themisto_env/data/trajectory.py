@@ -275,10 +275,12 @@ def refresh_agreement(trajectory: Trajectory, *, force: bool = False) -> bool:
     nothing_recorded = not any(s.recorded_outputs for s in steps) and any(s.outputs for s in steps)
     drift = {name: (pair[0], pair[1]) for name, pair in trajectory.package_drift.items() if len(pair) == 2}
     writers: dict[str, Step] = {}  # name -> the step that last wrote it
+    carried: dict[int, Step] = {}  # step index -> the disagreeing step its inputs came from (it agreed itself)
     previous: Step | None = None
     for step in steps:
         if step.restarted_before or step.wedged:
             writers.clear()
+        source = _source_of(step, writers, carried)
         unrecorded = nothing_recorded or step.agreement_kind == "unrecorded"
         context = ReplayContext(
             status=step.status,
@@ -286,12 +288,14 @@ def refresh_agreement(trajectory: Trajectory, *, force: bool = False) -> bool:
             limit_s=step.limit_s,
             stable=step.replay_stable,
             second=step.second_outputs,
-            upstream=_upstream(step, writers),
+            upstream=_phrase(*source) if source is not None else None,
             drift=drift,
             notebook=trajectory.origin == "notebook",
         )
         verdict = agreement(None if unrecorded else step.recorded_outputs, step.outputs, context=context)
         step.agrees, step.agreement_kind, step.agreement_detail = verdict.agrees, verdict.kind, verdict.detail or None
+        if source is not None and not _disagrees(step):  # it agreed, but what it wrote carries the difference
+            carried[step.index] = source[0]
         for name in written_names(step, None if step.restarted_before else previous):
             writers[name] = step
         previous = step
@@ -299,23 +303,35 @@ def refresh_agreement(trajectory: Trajectory, *, force: bool = False) -> bool:
     return True
 
 
-def _upstream(step: Step, writers: dict[str, Step]) -> str | None:
-    """The latest earlier step that disagreed and wrote a name this one reads, as a phrase; None if none."""
-    found = [
-        (writer.index, name)
-        for name in names_read(step.source)
-        if (writer := writers.get(name)) is not None
-        and (writer.agreement_kind in UPSTREAM_SOURCES or writer.replay_stable is False)
-    ]
+def _disagrees(step: Step) -> bool:
+    """Whether a step's values can differ from the person's: it disagreed (not by a figure or a warning
+    only), or a second replay found its values differ."""
+    return step.agreement_kind in UPSTREAM_SOURCES or step.replay_stable is False
+
+
+def _source_of(step: Step, writers: dict[str, Step], carried: dict[int, Step]) -> tuple[Step, list[str], Step] | None:
+    """Where a step's inputs differ from: (the disagreeing step, the names read, the step that wrote them),
+    for the latest writer of a name it reads that disagreed, or agreed on inputs from one that did; None
+    if none."""
+    found = []
+    for name in names_read(step.source):
+        writer = writers.get(name)
+        if writer is not None and (_disagrees(writer) or writer.index in carried):
+            found.append((writer.index, name, writer))
     if not found:
         return None
-    index, _ = max(found)
-    names = sorted(name for i, name in found if i == index)
-    writer = next(w for w in writers.values() if w.index == index)
-    why = (
-        writer.agreement_kind if writer.agreement_kind in UPSTREAM_SOURCES else "its values differ when replayed again"
-    )
-    return f"step {index} ({why}) wrote {', '.join(map(repr, names[:3]))}"
+    index = max(i for i, _, _ in found)
+    writer = next(w for i, _, w in found if i == index)
+    root = writer if _disagrees(writer) else carried[writer.index]
+    return root, sorted(name for i, name, _ in found if i == index), writer
+
+
+def _phrase(root: Step, names: list[str], writer: Step) -> str:
+    why = root.agreement_kind if root.agreement_kind in UPSTREAM_SOURCES else "its values differ when replayed again"
+    wrote = ", ".join(map(repr, names[:3]))
+    if writer is root:
+        return f"step {root.index} ({why}) wrote {wrote}"
+    return f"step {root.index} ({why}), by way of step {writer.index}, which wrote {wrote}"
 
 
 def written_names(step: Step, previous: Step | None) -> set[str]:

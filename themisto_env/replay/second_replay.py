@@ -42,6 +42,8 @@ MAX_SECOND_REPLAYS = 40
 """At most this many cells of a trajectory are replayed a second time."""
 SECOND_REPLAY_MAX_S = 30.0
 """A cell whose first replay took longer is not replayed a second time."""
+INPUT_DEPTH = 4
+"""How many steps back the writers of a cell's inputs are followed (a writer's own inputs, and so on)."""
 _SEEDS = re.compile(r"(?:\b|_)seed\s*\(")  # random.seed(0), np.random.seed(1), torch.manual_seed(2)
 
 
@@ -112,16 +114,31 @@ class SecondReplays:
         return self.budget > 0 and step.index in self._before and step.duration_s < SECOND_REPLAY_MAX_S
 
     def _check_inputs(self, step: Step) -> None:
-        """Replay again the writers (that agreed) of the names ``step`` reads; mark those whose values differ."""
-        writers = {w.index: w for name in names_read(step.source) if (w := self._writers.get(name)) is not None}
-        for writer in sorted(writers.values(), key=lambda w: -w.index):
-            if writer.agreement_kind != "ok" or writer.replay_stable is not None or not self._affordable(writer):
-                continue
-            again = self._run_again(writer, step)
-            if again is not None and again.fingerprint is not None and writer.fingerprint is not None:
+        """Replay again the writers (that agreed) of the names ``step`` reads, and theirs in turn (up to
+        :data:`INPUT_DEPTH` steps back), latest first; mark those whose values differ, and stop at the first."""
+        checked: set[int] = set()
+        reading = [step]
+        for _ in range(INPUT_DEPTH):
+            writers = {
+                w.index: w
+                for reader in reading
+                for name in names_read(reader.source)
+                if (w := self._writers.get(name)) is not None and w.index < reader.index and w.index not in checked
+            }
+            reading = []
+            for writer in sorted(writers.values(), key=lambda w: -w.index):
+                checked.add(writer.index)
+                if writer.agreement_kind != "ok" or writer.replay_stable is not None or not self._affordable(writer):
+                    continue
+                again = self._run_again(writer, step)
+                if again is None or again.fingerprint is None or writer.fingerprint is None:
+                    continue
                 writer.replay_stable = again.fingerprint == writer.fingerprint
                 if not writer.replay_stable:
                     return
+                reading.append(writer)
+            if not reading:
+                return
 
     def _run_again(self, step: Step, back_to: Step) -> ExecutionResult | None:
         """Run ``step``'s cell again from the state before it; then put back the state after ``back_to``.
