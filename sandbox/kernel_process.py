@@ -128,7 +128,9 @@ class KernelProcess:
         )
         os.chmod(connection_file, 0o644)
         lifetime.write_owner(self._run_dir, self.backend)  # before any process: a reaper can find it
-        lifetime.track(self, self._run_dir)
+        # a forked kernel's run directory is in its template's, which the template's reaper watches; the
+        # kernel itself ends with its template (it watches its parent)
+        lifetime.track(self, self._run_dir, reaper=self._run_root is None)
         for box in (SNAPSHOT_INBOX, SNAPSHOT_OUTBOX):
             (self._run_dir / box).mkdir()
             os.chmod(self._run_dir / box, 0o777)

@@ -122,11 +122,13 @@ _reapers: dict[tuple[int, str], int] = {}  # (owner pid, root) -> reaper pid
 _lock = threading.Lock()  # kernels start and close on several threads (a pool's, a discard's)
 
 
-def track(kernel: Any, run_dir: Path) -> None:
+def track(kernel: Any, run_dir: Path, *, reaper: bool = True) -> None:
     """Called by a kernel as it starts: close it at interpreter exit, and have a reaper watch its owner.
 
     At this process's first start in a temporary root, what dead owners left in that root is removed,
-    and a reaper for (this process, root) is started.
+    and a reaper for (this process, root) is started. ``reaper=False``: the run directory lies inside one
+    a reaper already watches (a kernel forked from a template, in the template's folder): the atexit
+    hook only.
     """
     global _atexit_registered
     pid = os.getpid()
@@ -136,6 +138,8 @@ def track(kernel: Any, run_dir: Path) -> None:
             atexit.register(_close_all)
             _atexit_registered = True
         root = str(run_dir.parent)
+        if not reaper:
+            return
         if (pid, root) in _reapers:
             return
         with contextlib.suppress(Exception):  # containers: at the docker backend's first start

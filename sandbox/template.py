@@ -40,6 +40,7 @@ import socket
 import tempfile
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -54,6 +55,7 @@ from themisto_env.errors import (
 )
 from themisto_env.sandbox import lifetime
 from themisto_env.sandbox.kernel_environments import environment_label
+from themisto_env.sandbox.kernel_process import release_thread_loop
 from themisto_env.sandbox.launcher import KERNEL_ENVIRONMENT, launcher_class
 from themisto_env.sandbox.local import BwrapLauncher, LocalLauncher
 from themisto_env.sandbox.models import SandboxLimits
@@ -106,6 +108,7 @@ class KernelTemplate:
         environment: A kernel environment's id: the template runs its venv's Python.
         reseed: Draw fresh random seeds in each copy (``random``, numpy's global generator) instead of
             keeping the state's own: copies then differ where the code draws random numbers.
+        spares: Kernels to keep forked ahead of time, by this template and by each of its state templates.
     """
 
     def __init__(
@@ -118,6 +121,7 @@ class KernelTemplate:
         store_access: Literal["read", "copy"] = "read",
         environment: str | None = None,
         reseed: bool = False,
+        spares: int = 1,
     ) -> None:
         if backend not in FORKING_BACKENDS:
             launcher_class(backend)  # an unknown name gets its one-line error with a suggestion
@@ -131,6 +135,11 @@ class KernelTemplate:
         self.store_access = store_access
         self.environment = environment
         self.reseed = reseed
+        #: Kernels forked ahead of time and kept ready (a state template's too: copies of a state are
+        #: usually asked for in groups)
+        self.spares = spares
+        self._spares: list[Any] = []
+        self._filling: threading.Thread | None = None
         self.digest: str | None = None  # a state template's snapshot
         #: Why forking this template is unsafe (Python threads, open sockets or files, a CUDA context), as the
         #: template found at its start (a state template: after loading its snapshot); empty when safe.
@@ -140,6 +149,8 @@ class KernelTemplate:
         self._pidfd: int | None = None  # a state template's (a child of the template, not of this process)
         self._run_dir: Path | None = None
         self._states: OrderedDict[str, KernelTemplate] = OrderedDict()
+        self._retired: list[KernelTemplate] = []  # state templates out of the cache, kept while copies run
+        self._forked: weakref.WeakSet[Any] = weakref.WeakSet()  # kernels forked from this template
         self._lock = threading.RLock()
         #: The template a state template was made from (None for a template itself).
         self.base: KernelTemplate | None = None
@@ -182,7 +193,8 @@ class KernelTemplate:
                 "socket": str(self.socket_path),
                 "preload": list(self.preload),
                 "helper": str(HELPER),
-                "environment": KERNEL_ENVIRONMENT,
+                # one IPython directory for the template and its kernels: made once (by the template's probe)
+                "environment": {**KERNEL_ENVIRONMENT, "IPYTHONDIR": str(self._run_dir / "ipython")},
             }
             self._process = process
             try:
@@ -227,9 +239,13 @@ class KernelTemplate:
         """End the template, its state templates and (as each watches its parent) the kernels forked from
         them; remove its directory. Idempotent."""
         with self._lock:
-            for state in list(self._states.values()):
+            spares, self._spares = self._spares, []
+            for spare in spares:
+                spare.close(graceful=False)
+            for state in [*self._states.values(), *self._retired]:
                 state.close()
             self._states.clear()
+            self._retired.clear()
             lifetime.untrack(self)
             if self._process is not None:
                 self._process.stop(graceful=False)
@@ -242,6 +258,9 @@ class KernelTemplate:
             if self._run_dir is not None and self.base is None:
                 shutil.rmtree(self._run_dir, ignore_errors=True)
             self._run_dir = None
+            filling, self._filling = self._filling, None
+        if filling is not None and filling is not threading.current_thread():
+            filling.join(timeout=30)  # a fork under way fails now that the template is gone
 
     def __enter__(self) -> Self:
         return self.start()
@@ -300,7 +319,7 @@ class KernelTemplate:
             TemplateGoneError: The template is gone.
             KernelStartError: The template cannot serve (a state template whose snapshot did not load).
         """
-        environment = {"IPYTHONDIR": str(connection_file.parent / "ipython"), "PYTHONUNBUFFERED": "1"}
+        environment = {"PYTHONUNBUFFERED": "1"}
         answer = self.request(
             {
                 "op": "fork",
@@ -318,7 +337,22 @@ class KernelTemplate:
     # -- kernels and states -------------------------------------------------------------------------------------
 
     def kernel(self, *, limits: SandboxLimits | None = None) -> Any:
-        """A started kernel forked from this template (in this template's state: empty, or a snapshot's)."""
+        """A started kernel forked from this template (in this template's state: empty, or a snapshot's).
+
+        A spare kernel forked ahead of time is handed out first (see ``spares``) and another is forked in
+        the background, so the caller rarely waits for a kernel's own start.
+        """
+        if limits is None or limits == self.limits:
+            with self._lock:
+                spare = self._spares.pop() if self._spares else None
+            self._refill()
+            if spare is not None:
+                if spare.is_alive():
+                    return spare
+                spare.close(graceful=False)
+        return self._fork_kernel(limits)
+
+    def _fork_kernel(self, limits: SandboxLimits | None = None) -> Any:
         from themisto_env.sandbox.kernel import Kernel
 
         kernel = Kernel(
@@ -329,7 +363,34 @@ class KernelTemplate:
             environment=self.environment,
             template=self,
         )
+        self._forked.add(kernel)
         return kernel.start()
+
+    def _refill(self) -> None:
+        """Fork spare kernels in the background until :attr:`spares` are ready (one thread at a time)."""
+        with self._lock:
+            if self.spares <= len(self._spares) or (self._filling is not None and self._filling.is_alive()):
+                return
+            self._filling = threading.Thread(target=self._fill, name=lifetime.BACKGROUND_THREADS[0], daemon=True)
+            self._filling.start()
+
+    def _fill(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    if len(self._spares) >= self.spares or self._run_dir is None:
+                        return
+                try:
+                    kernel = self._fork_kernel()
+                except Exception:  # the template is gone or failing: the next kernel() says why, in its thread
+                    return
+                with self._lock:
+                    if self._run_dir is None:  # closed meanwhile
+                        kernel.close(graceful=False)
+                        return
+                    self._spares.append(kernel)
+        finally:
+            release_thread_loop()
 
     def state(self, digest: str) -> KernelTemplate:
         """The state template of a snapshot: a child of this template that loaded it once (kept, the least
@@ -351,8 +412,18 @@ class KernelTemplate:
             self._states[digest] = state
             while len(self._states) > STATE_TEMPLATES:
                 _, oldest = self._states.popitem(last=False)
-                oldest.close()
+                self._retired.append(oldest)
+            # a state template goes once no copy of it is in use (its copies die with it)
+            for retired in [t for t in self._retired if not t.in_use()]:
+                self._retired.remove(retired)
+                retired.close()
             return state
+
+    def in_use(self) -> bool:
+        """Whether a kernel forked from this template, other than its spares, is still open."""
+        with self._lock:
+            spares = {id(kernel) for kernel in self._spares}
+            return any(kernel.is_alive() for kernel in list(self._forked) if id(kernel) not in spares)
 
     def _derive(self, digest: str) -> KernelTemplate:
         path = self.store.path(digest)
@@ -376,6 +447,7 @@ class KernelTemplate:
             store_access=self.store_access,
             environment=self.environment,
             reseed=self.reseed,
+            spares=self.spares,
         )
         state.digest, state.base, state._run_dir = digest, self, folder
         state.socket_path = folder / "template.sock"

@@ -44,8 +44,6 @@ from typing import Any
 
 #: The in-kernel helper's module name (as in kernel_messaging.HELPER_MODULE).
 HELPER_MODULE = "_themisto_helper"
-#: The key under which a snapshot holds the display options (as in the helper).
-OPTIONS_KEY = "__themisto_display_options__"
 #: How often an idle template checks that its parent still lives.
 PARENT_POLL_S = 1.0
 #: A request line's size bound.
@@ -146,10 +144,12 @@ class Template:
         import random
 
         generator = random.getstate()  # the random module reseeds itself in a forked child: undone below
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:  # the child: never returns
             code = 1
             try:
+                _die_with(parent)
                 random.setstate(generator)  # copies are identical, their random draws included (unless reseeded)
                 connection.close()
                 self.listener.close()
@@ -169,6 +169,17 @@ class Template:
             _send(connection, {"pid": pid}, fds=[pidfd])
         finally:
             os.close(pidfd)
+
+
+def _die_with(parent: int) -> None:
+    """End this forked child when ``parent`` (its template, one thread) ends: SIGKILL on the parent's death
+    (``PR_SET_PDEATHSIG``), and at once if it is already gone (the child then has another parent)."""
+    import ctypes
+
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _become_kernel(template: Template, request: dict[str, Any]) -> None:
@@ -243,17 +254,16 @@ def _load_state(namespace: dict[str, Any], data: bytes) -> list[str]:
     state = dill.loads(data)
     if not isinstance(state, dict):
         raise ValueError(f"the snapshot holds a {type(state).__name__}, not a namespace")
-    options = state.pop(OPTIONS_KEY, {})
-    helper = sys.modules.get(HELPER_MODULE)
-    if options and helper is not None:
-        helper._set_display_options(options)
+    helper = sys.modules[HELPER_MODULE]  # the display options, as the helper's restore sets them
+    helper._set_display_options(state.pop(helper.OPTIONS_KEY, {}))
     namespace.update(state)
     return sorted(state)
 
 
-def _kernel_imports(folder: str) -> list[str]:
-    """The modules a kernel imports as it starts, found by starting one in a throwaway child (on a connection
-    file of its own, in ``folder``) that reports them and exits: the template imports them once."""
+def _kernel_imports(folder: str) -> dict[str, list[Any]]:
+    """The modules a kernel imports and the regular expressions it compiles as it starts, found by starting
+    one in a throwaway child (on a connection file of its own, in ``folder``) that reports them and exits:
+    the template imports and compiles them once (``modules``; ``patterns``: pattern and flags)."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -270,8 +280,11 @@ def _kernel_imports(folder: str) -> list[str]:
             from ipykernel.kernelapp import IPKernelApp
 
             IPKernelApp.instance().initialize(["-f", connection_file, "--HistoryManager.hist_file=:memory:"])
+            import re
+
             names = [name for name in sys.modules if name not in before]
-            os.write(write_end, json.dumps(names).encode())
+            patterns = [[key[1], int(key[2])] for key in list(re._cache) if key[0] is str]  # type: ignore[attr-defined]
+            os.write(write_end, json.dumps({"modules": names, "patterns": patterns}).encode())
             code = 0
         finally:
             os._exit(code)
@@ -284,7 +297,7 @@ def _kernel_imports(folder: str) -> list[str]:
         if name.startswith("probe"):
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(folder, name))
-    return json.loads(data) if data else []
+    return json.loads(data) if data else {}
 
 
 def fork_hazards(own_fds: set[int]) -> list[str]:
@@ -388,9 +401,15 @@ def main() -> None:
     for name in config.get("preload", []):
         with contextlib.suppress(BaseException):
             importlib.import_module(name)
-    for name in _kernel_imports(os.path.dirname(config["socket"])):
+    import re
+
+    warm = _kernel_imports(os.path.dirname(config["socket"]))
+    for name in warm.get("modules", []):
         with contextlib.suppress(BaseException):
             importlib.import_module(name)
+    for pattern, flags in warm.get("patterns", []):
+        with contextlib.suppress(BaseException):
+            re.compile(pattern, flags)
     template = Template(config["socket"], parent=int(config.get("parent") or os.getppid()))
     gc.collect()
     gc.freeze()

@@ -154,8 +154,9 @@ def test_the_scored_state_is_that_of_the_sample_a_tool_looked_at(data: dict[str,
 
 def test_warm_kernels_are_handed_out_once_and_closed_with_the_env(data: dict[str, Any]) -> None:
     """The first state and every fresh start (the recorded restart) take a new pooled kernel, with the
-    dataset's imports loaded but no user name; none is handed out twice; close leaves none running."""
-    env = make_env(data)
+    dataset's imports loaded but no user name; none is handed out twice; close leaves none running. (Pooled
+    kernels are started ones: with forking off.)"""
+    env = make_env(data, fork=False)
     pids: list[int] = []
     try:
         assert env._preload, "the dataset's imports are preloaded"
@@ -186,18 +187,24 @@ def test_warm_kernels_are_handed_out_once_and_closed_with_the_env(data: dict[str
 def test_a_kernel_killed_while_lazily_skipped_is_recovered_when_needed(
     env: ThemistoEnv, eager_states: dict[int, tuple[Any, ...]]
 ) -> None:
-    """A fault met while catching up belongs to the sample being served, which is still verified."""
+    """A fault met while catching up belongs to the sample being served, which is still verified. (With
+    forking, the state may come from a copy of a snapshot's template instead: the dead kernel is then
+    replaced without being used, and no fault touches the sample.)"""
     env.reset(options={"trajectory": 0, "sample": 0})
     env.serve_state()
-    os.kill(env.tool_context().kernel.launcher.pid(), 9)
+    killed = env.tool_context().kernel.launcher.pid()
+    os.kill(killed, 9)
     env.step(Prediction(text=""))
     env.step(Prediction(text=""))
     sample = env.current_sample
     assert live(env) == eager_states[sample.step]
     *_, info = env.step(Prediction(text=""))
     assert info["scored_sample_id"] == sample.id
-    assert info["scored_state"]["check"] == "verified" and "KernelDiedError" in info["recovered"][0], info
+    assert info["scored_state"]["check"] == "verified", info
+    if info["scored_state"].get("served_by") != "fork" or info.get("recovered"):
+        assert "KernelDiedError" in info["recovered"][0], info
     assert not info.get("infrastructure_error") and not info.get("state_mismatch")
+    assert env.tool_context().kernel.launcher.pid() != killed
 
 
 def test_envs_of_one_kind_share_warm_kernels_and_the_last_close_ends_them(
@@ -205,7 +212,7 @@ def test_envs_of_one_kind_share_warm_kernels_and_the_last_close_ends_them(
 ) -> None:
     """A second env finds a kernel already warm (started while the first worked), never the first
     env's own; closing one env leaves the other's kernel working; closing both leaves nothing."""
-    first, second = make_env(data, tool_budget=10**6), make_env(data, tool_budget=10**6)
+    first, second = make_env(data, tool_budget=10**6, fork=False), make_env(data, tool_budget=10**6, fork=False)
     pids: list[int] = []
     try:
         first.reset(options={"trajectory": 0, "sample": 1})
@@ -226,3 +233,28 @@ def test_envs_of_one_kind_share_warm_kernels_and_the_last_close_ends_them(
         first.close()
         second.close()
     assert pool.closed and not pids_alive(pids)
+
+
+def test_envs_of_one_kind_fork_from_one_template_and_closing_one_leaves_the_other(
+    data: dict[str, Any], eager_states: dict[int, tuple[Any, ...]]
+) -> None:
+    """With forking (the default) two envs' kernels are copies forked from one template, each in the
+    recorded state of its own sample, never the same process; closing one env ends its kernel only."""
+    first, second = make_env(data, tool_budget=10**6), make_env(data, tool_budget=10**6)
+    try:
+        first.reset(options={"trajectory": 0, "sample": 1})
+        assert live(first) == eager_states[first.current_sample.step]
+        second.reset(options={"trajectory": 0, "sample": 2})
+        assert live(second) == eager_states[second.current_sample.step]
+        kernels = [env.tool_context().kernel for env in (first, second)]
+        pids = [kernel.launcher.pid() for kernel in kernels]
+        assert pids[0] != pids[1] and all(pids)
+        assert kernels[0].launcher.template.base is kernels[1].launcher.template.base is not None
+        assert first.state_report is not None and first.state_report.served_by == "fork"
+        first.close()
+        assert pids_alive(pids) == [pids[1]], "the closed env's kernel is gone, the other's runs"
+        second.reset(options={"trajectory": 0, "sample": 3})
+        assert live(second) == eager_states[second.current_sample.step]
+    finally:
+        first.close()
+        second.close()

@@ -21,7 +21,7 @@ from themisto_env.errors import KernelDiedError, SnapshotCorruptError, TemplateG
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.owners import process_start
-from themisto_env.sandbox.template import KernelTemplate, shared_template
+from themisto_env.sandbox.template import STATE_TEMPLATES, KernelTemplate, shared_template
 
 STATE = """
 import random
@@ -234,3 +234,26 @@ def test_a_forked_kernel_finds_the_template_imports_done(template: KernelTemplat
         assert loaded.text() == "(True, True)"
     with Kernel("local") as started:
         assert started.execute("import sys; 'pandas' in sys.modules").text() == "False"
+
+
+def test_a_copy_outlives_its_state_leaving_the_cache(tmp_path: Path) -> None:
+    """State templates are a bounded cache; one that leaves it while a copy of it is open stays until that
+    copy is closed (a copy ends with its state template), then goes."""
+    with Kernel("local", snapshot_dir=tmp_path / "store") as kernel, KernelTemplate(
+        "local", snapshot_dir=tmp_path / "store", spares=0
+    ) as template:
+        digests = []
+        for i in range(STATE_TEMPLATES + 2):
+            kernel.execute(f"x = {i}")
+            digests.append(kernel.snapshot().digest)
+        [first] = template.copies(digests[0], 1)
+        first_state = template.state(digests[0])
+        for digest in digests[1:]:
+            template.state(digest)
+        assert first_state.is_alive() and first.execute("x").text() == "0"
+        first.close()
+        template.state(digests[1])  # the cache is swept as it is used
+        assert wait_for(lambda: not first_state.is_alive(), 10)
+        [again] = template.copies(digests[0], 1)  # made again when asked
+        with again:
+            assert again.execute("x").text() == "0"

@@ -380,10 +380,12 @@ class TrajectoryKernel:
     def _usable(self, digest: str | None) -> bool:
         if digest is None or digest in self.unloadable:
             return False
-        store = self.kernel.store
+        # the template's store and environment where states are forked: no kernel needed to know them
+        source = self._kernel or self._template() or self.kernel
+        store = source.store
         if digest not in store:
             return False
-        if environment_label(self.kernel.environment) not in store.environments(digest):
+        if environment_label(source.environment) not in store.environments(digest):
             # Written by a kernel of another environment (other packages): never restored here; the
             # kernel would refuse it too (SnapshotEnvironmentError). The state is replayed instead.
             if self._report is not None and digest not in self._report.refused_snapshots:

@@ -1,0 +1,392 @@
+"""Forked kernels against started ones, side by side in one run (issue "forked kernels").
+
+Run from the repository root (the bundled data is built into the cache the first time)::
+
+    python benchmarks/bench_fork.py [--rounds 5] [--group 8 --group 32] [--envs 6] [--rollouts 40]
+
+Each figure is a ratio of two things measured in this process, alternating, medians (p90 where said):
+
+* **kernel start**: a kernel forked from a warm template (the bundled data's imports done) vs a cold start
+  of our kernel with those imports preloaded, vs jupyter_client's own ``start_new_kernel``; each to the
+  answer of a first ``1+1``;
+* **state copy** at the bundled snapshots' smallest, median and p90 sizes: a kernel forked from the
+  snapshot's state template (loaded once, before) vs a restore into a warm started kernel, and vs a started
+  kernel plus a restore (what a disposable kernel cost); each to a first ``1+1`` in that state;
+* **a new env's first tool answer**: ``ThemistoEnv`` made, ``reset`` at a sample, ``list_variables``, with a
+  template of the process already warm (a server's second session) and with forking off;
+* **ExecutionReward** per completion over a group of G completions of ONE sample, forking on vs off;
+* **memory**: PSS (``/proc/PID/smaps_rollup``) of every process this one started, per open env in tools
+  mode (each reset at its own sample, one tool call), forking on vs off; and of one idle kernel;
+* **multi-turn rollout** (reset at a random sample, two tool calls, a prediction) in a warm env, mean and
+  p90, against a bare ``1+1`` on the env's kernel.
+
+Nothing is asserted; goals are printed as met or missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from jupyter_client.manager import start_new_kernel
+from rich.console import Console
+from rich.table import Table
+
+from themisto_env.bridges.rl.rewards import ExecutionReward
+from themisto_env.env.actions import Prediction
+from themisto_env.env.core import ThemistoEnv
+from themisto_env.env.tools import ToolCall
+from themisto_env.replay.dataset import Dataset
+from themisto_env.replay.disposable import imported_modules
+from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.snapshots import SnapshotStore
+from themisto_env.sandbox.template import KernelTemplate, close_shared_templates
+
+
+def timed(run: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    run()
+    return time.perf_counter() - started
+
+
+def p90(values: list[float]) -> float:
+    return sorted(values)[max(0, round(0.9 * len(values)) - 1)]
+
+
+def ready(make: Callable[[], Kernel]) -> float:
+    """Seconds to a kernel that answered a first ``1+1`` (closed after, untimed)."""
+    started = time.perf_counter()
+    kernel = make()
+    kernel.execute("1+1")
+    seconds = time.perf_counter() - started
+    kernel.close()
+    return seconds
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below ``root`` (children, grandchildren, ...)."""
+    parents: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = Path(f"/proc/{name}/stat").read_text()
+                parents[int(name)] = int(stat.rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    found, frontier = [], [root]
+    while frontier:
+        pid = frontier.pop()
+        for child, parent in parents.items():
+            if parent == pid:
+                found.append(child)
+                frontier.append(child)
+    return found
+
+
+def pss_bytes(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return 0
+    return 0
+
+
+def tree_pss() -> int:
+    return sum(pss_bytes(pid) for pid in descendants(os.getpid()))
+
+
+def kernel_starts(rounds: int, preload: tuple[str, ...], template: KernelTemplate) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {"jupyter_client start_new_kernel": [], "started + preload": [], "forked": []}
+
+    def jupyter() -> None:
+        manager, client = start_new_kernel(kernel_name="python3")
+        client.execute_interactive("1+1", timeout=30)
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+
+    for _ in range(rounds):
+        times["jupyter_client start_new_kernel"].append(timed(jupyter))
+        started_kernel = Kernel("local")
+
+        def cold(kernel: Kernel = started_kernel) -> None:
+            kernel.start()
+            kernel.preload(preload)
+            kernel.execute("1+1")
+
+        times["started + preload"].append(timed(cold))
+        started_kernel.close()
+        times["forked"].append(ready(template.kernel))
+    return times
+
+
+def state_copies(
+    rounds: int, template: KernelTemplate, digests: dict[str, str]
+) -> list[tuple[str, str, float, float, float, float]]:
+    """Per size: (label, size, forked s, restore-into-warm s, start+restore s, first derive s)."""
+    rows = []
+    with Kernel("local", snapshot_dir=template.store.root).start() as warm:
+        warm.preload(template.preload)
+        for label, digest in digests.items():
+            derive = timed(lambda d=digest: template.state(d))
+            forked, restored, started = [], [], []
+            for _ in range(rounds):
+                forked.append(ready(template.state(digest).kernel))
+                restored.append(timed(lambda d=digest: warm.restore(d) and warm.execute("1+1")))
+
+                def start_restore(d: str = digest) -> None:
+                    with Kernel("local", snapshot_dir=template.store.root) as fresh:
+                        fresh.restore(d)
+                        fresh.execute("1+1")
+
+                started.append(timed(start_restore))
+            size = template.store.path(digest).stat().st_size
+            rows.append(
+                (
+                    label,
+                    f"{size / 1e6:.2f} MB",
+                    statistics.median(forked),
+                    statistics.median(restored),
+                    statistics.median(started),
+                    derive,
+                )
+            )
+    return rows
+
+
+def first_tool_answers(rounds: int, sample: tuple[str, int]) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {"fork": [], "no fork": []}
+    for _ in range(rounds):
+        for name, fork in (("fork", True), ("no fork", False)):
+
+            def answer(f: bool = fork) -> None:
+                env = ThemistoEnv(task="next-cell", observation="tools", fork=f)
+                try:
+                    env.reset(options={"trajectory": sample[0], "sample": sample[1]})
+                    env.step(ToolCall(tool="list_variables"))
+                finally:
+                    env.close()
+
+            times[name].append(timed(answer))
+    return times
+
+
+def execution_rewards(groups: list[int], sample_id: str, completion: str) -> dict[tuple[str, int], float]:
+    """Seconds per completion of a group (its second group: the reward's env and template warm)."""
+    per: dict[tuple[str, int], float] = {}
+    for fork in (True, False):
+        with ExecutionReward(parse=False, fork=fork) as reward:
+            reward(completions=[completion], sample_id=[sample_id])  # warm-up: env, template, state template
+            for size in groups:
+                seconds = timed(lambda n=size: reward(completions=[completion] * n, sample_id=[sample_id] * n))
+                per[("fork" if fork else "no fork", size)] = seconds / size
+    return per
+
+
+def memory(envs: int, choices: list[tuple[str, int]]) -> dict[str, float]:
+    figures: dict[str, float] = {}
+    for fork in (True, False):
+        close_shared_templates()
+        gc.collect()
+        time.sleep(1.0)
+        base = tree_pss()
+        opened = []
+        try:
+            for choice in choices[:envs]:
+                env = ThemistoEnv(task="next-cell", observation="tools", fork=fork)
+                env.reset(options={"trajectory": choice[0], "sample": choice[1]})
+                env.step(ToolCall(tool="list_variables"))
+                opened.append(env)
+            time.sleep(1.0)
+            total = tree_pss() - base
+            figures["fork" if fork else "no fork"] = total / envs
+            kernel = opened[-1].tool_context().kernel
+            pid = kernel.launcher.pid()
+            figures[("fork" if fork else "no fork") + " idle kernel"] = pss_bytes(pid) if pid else 0
+        finally:
+            for env in opened:
+                env.close()
+    return figures
+
+
+def rollouts(count: int, choices: list[tuple[str, int]], fork: bool) -> tuple[list[float], list[float]]:
+    env = ThemistoEnv(task="next-cell", observation="tools", fork=fork)
+    rng = random.Random(0)
+    picks = [rng.choice(choices) for _ in range(count)]
+
+    def one(choice: tuple[str, int]) -> None:
+        env.reset(options={"trajectory": choice[0], "sample": choice[1]})
+        env.step(ToolCall(tool="list_variables"))
+        env.step(ToolCall(tool="memory_usage"))
+        env.step(Prediction(text="df.head()"))
+
+    try:
+        one(picks[0])
+        times, bare = [], []
+        for choice in picks:
+            times.append(timed(lambda c=choice: one(c)))
+            kernel = env.tool_context().kernel
+            bare.append(timed(lambda k=kernel: k.execute("1+1")))
+        return times, bare
+    finally:
+        env.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--group", type=int, action="append", help="ExecutionReward group sizes (default 8 and 32)")
+    parser.add_argument("--envs", type=int, default=6)
+    parser.add_argument("--rollouts", type=int, default=40)
+    parser.add_argument("--skip", action="append", default=[], help="starts, copies, first, reward, memory, rollouts")
+    args = parser.parse_args()
+    groups = args.group or [8, 32]
+    console = Console()
+    dataset = Dataset.open()
+    trajectories = list(dataset.trajectories.values())
+    preload = tuple(imported_modules(trajectories, submodules=True))
+    samples = dataset.samples("next-cell")
+    choices = sorted({dataset.episode_position(s.id) for s in samples})
+    console.print(
+        f"bundled data: {len(trajectories)} trajectories, {len(samples)} next-cell samples; "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
+    goals: list[tuple[str, str, bool]] = []
+
+    def goal(name: str, value: str, met: bool) -> None:
+        goals.append((name, value, met))
+
+    with KernelTemplate("local", preload=preload, snapshot_dir=dataset.snapshot_dir) as template:
+        if "starts" not in args.skip:
+            starts = kernel_starts(args.rounds, preload, template)
+            table = Table("kernel start, to a first 1+1", "median ms", "vs jupyter_client")
+            base = statistics.median(starts["jupyter_client start_new_kernel"])
+            for name, values in starts.items():
+                table.add_row(
+                    name, f"{statistics.median(values) * 1000:.0f}", f"{statistics.median(values) / base:.2f}x"
+                )
+            console.print(table)
+            forked = statistics.median(starts["forked"])
+            goal("kernel from a template <= 100 ms", f"{forked * 1000:.0f} ms", forked <= 0.1)
+        if "copies" not in args.skip:
+            store = SnapshotStore(dataset.snapshot_dir)
+            written = {s.snapshot for t in trajectories for s in t.steps if s.snapshot and s.snapshot in store}
+            sizes = sorted(written, key=lambda d: store.path(d).stat().st_size)
+            picked = {"smallest": sizes[0], "median": sizes[len(sizes) // 2], "p90": sizes[int(0.9 * (len(sizes) - 1))]}
+            table = Table(
+                "state copy, to a first 1+1",
+                "snapshot",
+                "forked ms",
+                "restore into warm ms",
+                "start + restore ms",
+                "restore / fork",
+                "first load (state template) ms",
+            )
+            rows = state_copies(args.rounds, template, picked)
+            for label, size, forked, restored, started, derive in rows:
+                table.add_row(
+                    label,
+                    size,
+                    f"{forked * 1000:.1f}",
+                    f"{restored * 1000:.1f}",
+                    f"{started * 1000:.0f}",
+                    f"{restored / forked:.2f}x",
+                    f"{derive * 1000:.0f}",
+                )
+            console.print(table)
+            copies = [row[2] for row in rows]
+            goal(
+                "state copy p50 <= 10 ms, p90 size <= 30 ms",
+                " / ".join(f"{c * 1000:.0f} ms" for c in copies),
+                copies[1] <= 0.01 and copies[2] <= 0.03,
+            )
+    middle = choices[len(choices) // 2]
+    if "first" not in args.skip:
+        warm = ThemistoEnv(task="next-cell", observation="tools")  # the process's template, warm
+        warm.reset(options={"trajectory": middle[0], "sample": middle[1]})
+        warm.step(ToolCall(tool="list_variables"))
+        try:
+            answers = first_tool_answers(args.rounds, choices[0])
+        finally:
+            warm.close()
+        manager_times = []
+        for _ in range(args.rounds):
+
+            def jupyter() -> None:
+                manager, client = start_new_kernel(kernel_name="python3")
+                client.execute_interactive("1+1", timeout=30)
+                client.stop_channels()
+                manager.shutdown_kernel(now=True)
+
+            manager_times.append(timed(jupyter))
+        jc = statistics.median(manager_times)
+        table = Table("a new env's first tool answer", "median ms", "vs jupyter_client start + 1+1")
+        for name, values in answers.items():
+            table.add_row(name, f"{statistics.median(values) * 1000:.0f}", f"{statistics.median(values) / jc:.2f}x")
+        console.print(table)
+        goal(
+            "new env's first tool answer <= jupyter_client's start",
+            f"{statistics.median(answers['fork']) / jc:.2f}x",
+            statistics.median(answers["fork"]) <= jc,
+        )
+    if "reward" not in args.skip:
+        target = next(s for s in samples if dataset.episode_position(s.id) == middle)
+        per = execution_rewards(groups, target.id, target.target)
+        table = Table("ExecutionReward", *(f"group of {g}: s per completion" for g in groups))
+        for name in ("fork", "no fork"):
+            table.add_row(name, *(f"{per[(name, g)]:.3f}" for g in groups))
+        table.add_row("no fork / fork", *(f"{per[('no fork', g)] / per[('fork', g)]:.1f}x" for g in groups))
+        console.print(table)
+        goal(
+            "ExecutionReward <= 0.1 s per completion (group of 8)",
+            f"{per[('fork', groups[0])]:.3f} s",
+            per[("fork", groups[0])] <= 0.1,
+        )
+    if "memory" not in args.skip:
+        mem = memory(args.envs, choices[:: max(1, len(choices) // args.envs)])
+        table = Table("memory (PSS)", "per open env MiB", "idle kernel MiB", "sessions in 16 GiB")
+        for name in ("fork", "no fork"):
+            table.add_row(
+                name,
+                f"{mem[name] / 2**20:.1f}",
+                f"{mem[name + ' idle kernel'] / 2**20:.1f}",
+                f"{16 * 2**30 / mem[name]:.0f}",
+            )
+        console.print(table)
+        goal("<= 25 MiB PSS per open env", f"{mem['fork'] / 2**20:.1f} MiB", mem["fork"] <= 25 * 2**20)
+    if "rollouts" not in args.skip:
+        table = Table("multi-turn rollout", "mean ms", "p90 ms", "bare 1+1 ms", "mean / bare")
+        ratios = {}
+        for fork in (True, False):
+            times, bare = rollouts(args.rollouts, choices, fork)
+            b = statistics.median(bare)
+            ratios[fork] = statistics.mean(times) / b
+            table.add_row(
+                "fork" if fork else "no fork",
+                f"{statistics.mean(times) * 1000:.1f}",
+                f"{p90(times) * 1000:.1f}",
+                f"{b * 1000:.2f}",
+                f"{ratios[fork]:.1f}x",
+            )
+        console.print(table)
+        goal("multi-turn rollout <= 5x a bare execute (mean)", f"{ratios[True]:.1f}x", ratios[True] <= 5)
+    close_shared_templates()
+    table = Table("goal", "measured", "met")
+    for name, value, met in goals:
+        table.add_row(name, value, "yes" if met else "no")
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()
