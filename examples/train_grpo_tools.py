@@ -16,6 +16,12 @@ curve is saved as a PNG, the log history and a summary as JSON::
     python examples/train_grpo_tools.py --out runs/grpo-tools               # the bundled data
     python examples/train_grpo_tools.py --steps 20 --execution-score       # also run each prediction
 
+It trains on the ``train`` side of the dataset's split (``--split NAME``; ``default``: the written one, or by
+trajectory, test 0.2, seed 0) and ends with ``trainer.evaluate()`` on the ``test`` side: each row names its
+side's environment (TRL's dict ``environment_factory``), so test rows are served and scored by states that
+serve only the test side, and train rows by states that serve only train (``--split none``: everything,
+no test).
+
 With a real model, load it and its tokenizer with ``from_pretrained`` instead (its own chat template
 must support tools) and skip the warm start; the dataset, the environment and the reward stay the same.
 """
@@ -181,16 +187,28 @@ def train(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     options: dict[str, Any] = {"dataset": data, "history_length": history_length, "tool_budget": tool_budget}
-    if split:  # only the split's train side: its test side stays unseen (evaluate on it with themisto run --split)
-        options["split"] = "train" if split == "default" else f"{split}:train"
     if snapshot_dir:
         options["snapshot_dir"] = snapshot_dir
     if ray:
         options["ray"] = ray  # the kernels in Ray actors on the cluster's CPU nodes; the model stays here
+    held_out: dict[str, Any] | None = None
+    if split:  # train on the split's train side; the test side is served by states of its own, for the evaluation
+        held_out = {**options, "split": "test" if split == "default" else f"{split}:test"}
+        options["split"] = "train" if split == "default" else f"{split}:train"
     states = SharedStates(task=task, share=share, execution_score=execution_score, **options)
+    test_states = (
+        SharedStates(task=task, share=share, execution_score=execution_score, **held_out) if held_out else None
+    )
     try:
         dataset = tool_dataset(task, limit=samples, **options)
         rows = list(dataset)
+        eval_dataset = None
+        factory: Any = states.factory()
+        if test_states is not None:  # each row names its side's environment (TRL routes rows by this column)
+            eval_dataset = tool_dataset(task, limit=samples, **held_out)  # type: ignore[arg-type]
+            eval_dataset = eval_dataset.add_column("environment", ["test"] * len(eval_dataset))
+            dataset = dataset.add_column("environment", ["train"] * len(dataset))
+            factory = {"train": states.factory(), "test": test_states.factory()}
         conversations = demonstrations(states, rows)
         texts = [json.dumps(c) for c in conversations]
         tokenizer = train_tokenizer(
@@ -207,6 +225,7 @@ def train(
             output_dir=str(out / "trainer"),
             max_steps=steps,
             per_device_train_batch_size=num_generations * prompts_per_step,
+            per_device_eval_batch_size=num_generations * prompts_per_step,
             num_generations=num_generations,
             max_completion_length=max_completion_length,
             max_tool_calling_iterations=tool_budget + 1,
@@ -228,15 +247,27 @@ def train(
             model=model,
             args=config,
             train_dataset=dataset,
+            eval_dataset=eval_dataset,
             processing_class=tokenizer,
-            environment_factory=states.factory(),
+            environment_factory=factory,
         )
         started = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - started
         kernels = len(states._owned)
+        test = None
+        if eval_dataset is not None:  # the trained policy's rollouts on the test side, scored by its env
+            metrics = trainer.evaluate()
+            test = {
+                "samples": len(eval_dataset),
+                "reward": metrics.get("eval_reward"),
+                "tool_calls": metrics.get("eval_tools/call_frequency"),
+                "sample_ids": list(eval_dataset["sample_id"]),
+            }
     finally:
         states.close()
+        if test_states is not None:
+            test_states.close()
 
     history = trainer.state.log_history
     curve = reward_curve(history)
@@ -248,6 +279,8 @@ def train(
         "task": task,
         "samples": len(dataset),
         "split": options.get("split"),
+        "train_sample_ids": [row["sample_id"] for row in rows],
+        "test": test,
         "parameters": parameter_count(model),
         "vocab_size": len(tokenizer),
         "steps": steps,

@@ -17,12 +17,10 @@ pytest.importorskip("trl", reason="the rl extra is not installed: pip install 't
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_multi_turn_grpo_example_trains_and_plots_the_reward_curve(
-    training_data: dict[str, str], tmp_path: Path
+    split_training_data: dict[str, str], tmp_path: Path
 ) -> None:
     steps = 2
-    done = train_example(
-        "train_grpo_tools.py", tmp_path, training_data, "--steps", str(steps), "--samples", "4", "--split", "none"
-    )
+    done = train_example("train_grpo_tools.py", tmp_path, split_training_data, "--steps", str(steps), "--samples", "4")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Warning" not in done.stderr, done.stderr[-3000:]  # no library warnings left for the reader
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -37,3 +35,11 @@ def test_multi_turn_grpo_example_trains_and_plots_the_reward_curve(
     assert all("rewards/ThemistoToolEnv/mean" in row for row in logged), "get_reward is TRL's reward column"
     png = (tmp_path / "reward_curve.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 5000
+    # trained on the split's train side, evaluated on its test side (trainer.evaluate, the test side's states)
+    from themisto_env.replay.dataset import Dataset
+
+    dataset = Dataset.open(split_training_data["dataset"])
+    test = summary["test"]
+    assert {sid.rsplit("/", 2)[0] for sid in summary["train_sample_ids"]} <= set(dataset.view("train").trajectories)
+    assert {sid.rsplit("/", 2)[0] for sid in test["sample_ids"]} == set(dataset.view("test").trajectories)
+    assert test["samples"] > 0 and math.isfinite(test["reward"]) and -1.0 <= test["reward"] <= 1.0
