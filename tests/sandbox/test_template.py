@@ -257,3 +257,25 @@ def test_a_copy_outlives_its_state_leaving_the_cache(tmp_path: Path) -> None:
         [again] = template.copies(digests[0], 1)  # made again when asked
         with again:
             assert again.execute("x").text() == "0"
+
+
+def test_a_bwrap_template_forks_kernels_as_isolated_as_started_ones(bwrap_backend: None, tmp_path: Path) -> None:
+    """Forked inside the template's sandbox: the same answers and states as a started bwrap kernel, and its
+    isolation from the host (no network, a read-only host, its own /tmp)."""
+    store = tmp_path / "store"
+    with KernelTemplate("bwrap", snapshot_dir=store) as template, Kernel("bwrap", snapshot_dir=store) as started:
+        started.execute(STATE)
+        digest = started.snapshot().digest
+        [copy] = template.copies(digest, 1)
+        with copy:
+            assert copy.fingerprint() == started.fingerprint()
+            assert copy.execute("above([5, 15])").text() == "[15]"
+            probes = {
+                "network": "import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)",
+                "host file": f"open({str(tmp_path / 'written')!r}, 'w')",
+                "root": "import os; os.getuid()",
+            }
+            assert copy.execute(probes["network"]).status == "error"
+            assert copy.execute(probes["host file"]).status == "error"
+            assert not (tmp_path / "written").exists()
+            assert copy.execute(probes["root"]).text() == started.execute(probes["root"]).text() == "1000"

@@ -84,7 +84,8 @@ class EnvConfig(BaseModel):
             into it: milliseconds instead of seconds, and pages shared with the template. On the ``local``
             and ``bwrap`` backends, outside Ray; a template that cannot start or a state that is not safe
             to fork (an open file or socket, a thread) is served the old way, and ``info["state"]["served_by"]``
-            says which way each sample was served.
+            says which way each sample was served. Kernels for model-written code are forked on ``local``
+            only (bwrap copies of one template share its sandbox user).
         sample_rule: Which steps are samples.
         limits: Sandbox limits.
         environment: The kernel environment (``themisto kernel-env``) kernels run in: None uses the one the

@@ -79,8 +79,13 @@ class StateServing:
 
     def _template_source(self, store_access: Literal["read", "copy"]) -> Callable[[], KernelTemplate] | None:
         """Gives the process's template for this env's kernels (shared with the other envs of this kind,
-        replaced when it dies), or None where kernels are not forked."""
-        if not self.forking:
+        replaced when it dies), or None where kernels are not forked.
+
+        Kernels for model-written code (``store_access="copy"``) are forked on the local backend only: the
+        copies of one bwrap template share its sandbox and its user, so one copy could reach another; on
+        bwrap (and docker) each is started in a sandbox of its own, as before.
+        """
+        if not self.forking or (store_access == "copy" and self.config.backend != "local"):
             return None
         config = self.config
         return functools.partial(

@@ -91,6 +91,8 @@ class ResultRow(BaseModel):
         seconds: Wall time of the sample.
         started_at, finished_at: ISO-8601 UTC times of the sample's start and end.
         infrastructure_error, state_mismatch, recovered, state_check: What the env reports of the state.
+        state_served_by: How copies of the sample's state were made (``fork``: forked from the state's
+            template; ``restore``: a snapshot loaded into a started kernel; see the env's ``fork``).
         prediction_failed: Why the prediction's own code failed (execution score), if it did.
         model_error: Why the model calls failed after their retries (the sample is run again on resume).
         draws: With ``samples=K``, each prediction as a :class:`Draw` (its own transcript included); None
@@ -123,6 +125,7 @@ class ResultRow(BaseModel):
     state_mismatch: str | None = None
     recovered: list[Any] | None = None
     state_check: str | None = None
+    state_served_by: str | None = None
     prediction_failed: str | None = None
     model_error: str | None = None
     draws: list[Draw] | None = None

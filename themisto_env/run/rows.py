@@ -141,6 +141,7 @@ def make_row(
         "state_mismatch": flag("state_mismatch"),
         "recovered": flag("recovered"),
         "state_check": (info.scored_state or {}).get("check"),
+        "state_served_by": (info.scored_state or {}).get("served_by"),
         "prediction_failed": info.prediction_failed,
         "model_error": model_error,
     }
