@@ -299,7 +299,7 @@ class KernelMessaging(KernelProcess):
             allow_stdin=False,
             stop_on_error=False,
         )
-        outputs = OutputCollector(self.limits.output_limit_bytes)
+        outputs = OutputCollector(self.limits.output_limit_bytes, images_limit=self.limits.image_limit_bytes)
         deadline = time.monotonic() + (timeout_s or self.limits.timeout_s)
         timed_out = False
         idle = False

@@ -20,6 +20,8 @@ class SandboxLimits(BaseModel):
         interrupt_grace_s: How long an interrupted kernel has to become idle again.
         output_limit_bytes: Cap on the text of all outputs of one execution; the rest is dropped and a
             marker says how much.
+        image_limit_bytes: Images past that cap kept anyway, up to this much per execution (0: dropped);
+            a build sets it and moves them into its dataset's file store.
         memory_mb: Container memory limit (docker backend); swap is not allowed beyond it.
         cpus: Container CPU quota (docker backend).
         pids: Container process limit (docker backend).
@@ -33,6 +35,7 @@ class SandboxLimits(BaseModel):
     timeout_s: float = Field(60.0, gt=0)
     interrupt_grace_s: float = Field(5.0, gt=0)
     output_limit_bytes: int = Field(256 * 1024, ge=1024)
+    image_limit_bytes: int = Field(0, ge=0)
     memory_mb: int = Field(2048, ge=64)
     cpus: float = Field(1.0, gt=0)
     pids: int = Field(256, ge=16)

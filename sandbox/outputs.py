@@ -22,7 +22,11 @@ fits, in order. A stream is cut at the cap. A display output or result that does
 ``text/plain`` alone, if that fits, and names what it dropped in its metadata
 (``{"themisto_dropped": ["image/png (1.2 MB)"]}``); otherwise it is dropped whole. Stream text cut and
 outputs dropped whole are counted in :attr:`OutputCollector.omitted` and noted at the end by
-:meth:`OutputCollector.finish` (``[output truncated: N more bytes not shown]`` on stderr).
+:meth:`OutputCollector.finish` (``[output truncated: N more bytes not shown]`` on stderr). With an image
+budget (``images_limit``, in characters; a build's, so that it can keep figures in its dataset's file
+store), images (``image/*``) that the cap would drop from a display output that keeps its ``text/plain``
+are kept instead while they fit in the budget, named in its metadata (``{"themisto_over_cap":
+["image/png"]}``), and not counted against the cap.
 
 Importing this module has no side effects and needs nothing beyond the standard library (the recorder
 imports it inside a user's kernel).
@@ -42,6 +46,8 @@ OUTPUT_MESSAGES = frozenset(
 
 DROPPED_KEY = "themisto_dropped"
 """The metadata key naming the mime types the output cap dropped from a display output."""
+OVER_CAP_KEY = "themisto_over_cap"
+"""The metadata key naming the images kept past the output cap by the image budget."""
 
 
 def output_from_message(msg_type: str, content: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -74,10 +80,15 @@ def output_from_message(msg_type: str, content: Mapping[str, Any]) -> dict[str, 
 
 
 def output_size(output: Mapping[str, Any]) -> int:
-    """An output's size for the cap: its stream text, else the JSON of its data (characters)."""
+    """An output's size for the cap: its stream text, else the JSON of its data (characters), without the
+    images kept past the cap."""
     if output.get("output_type") == "stream":
         return len(output.get("text", ""))
-    return len(json.dumps(output.get("data", output), default=str))
+    over = (output.get("metadata") or {}).get(OVER_CAP_KEY) or ()
+    data = output.get("data", output)
+    if over and isinstance(data, Mapping):
+        data = {mime: value for mime, value in data.items() if mime not in over}
+    return len(json.dumps(data, default=str))
 
 
 def _human(size: int) -> str:
@@ -99,14 +110,16 @@ class OutputCollector:
 
     Args:
         limit: The output cap in characters; None for no cap.
+        images_limit: The image budget in characters (0: images over the cap are dropped).
 
     Attributes:
         omitted: Characters left out by the cap (stream text cut, outputs dropped whole).
         dropped: Display outputs that lost rich data to the cap but kept their ``text/plain``.
     """
 
-    def __init__(self, limit: int | None = None) -> None:
+    def __init__(self, limit: int | None = None, *, images_limit: int = 0) -> None:
         self.limit = limit
+        self.images_left = images_limit
         self.omitted = 0
         self.dropped = 0
         self._items: list[dict[str, Any]] = []
@@ -189,10 +202,28 @@ class OutputCollector:
                 "metadata": {**(output.get("metadata") or {}), DROPPED_KEY: dropped},
             }
             if output_size(reduced) <= room:
-                self.dropped += 1
+                self._keep_images(reduced, data)
+                if reduced["metadata"][DROPPED_KEY]:
+                    self.dropped += 1
+                else:
+                    del reduced["metadata"][DROPPED_KEY]
                 return reduced
         self.omitted += output_size(output)
         return None
+
+    def _keep_images(self, reduced: dict[str, Any], data: Mapping[str, Any]) -> None:
+        """Put back into a reduced output the images that fit in the image budget (see the module doc)."""
+        kept = []
+        for mime, value in data.items():
+            size = len(json.dumps(value, default=str))
+            if mime.startswith("image/") and size <= self.images_left:
+                self.images_left -= size
+                reduced["data"][mime] = value
+                kept.append(mime)
+        if kept:
+            metadata = reduced["metadata"]
+            metadata[DROPPED_KEY] = [d for d in metadata[DROPPED_KEY] if d.split(" ", 1)[0] not in kept]
+            metadata[OVER_CAP_KEY] = kept
 
     def _update(self, display_id: str, output: dict[str, Any]) -> None:
         for i, known in enumerate(self._ids):

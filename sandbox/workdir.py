@@ -192,6 +192,14 @@ class FileStore:
         _write_atomic(self.tree_path(digest), json.dumps(tree, sort_keys=True, indent=0).encode())
         return digest
 
+    def add_bytes(self, data: bytes) -> str:
+        """Keep one content (a figure a build moved out of a step's outputs); return its sha256."""
+        sha = hashlib.sha256(data).hexdigest()
+        target = self.blob_path(sha)
+        if not target.exists():
+            _write_atomic(target, data)
+        return sha
+
     def tree(self, digest: str) -> FileTree:
         """The tree recorded under ``digest``.
 

@@ -251,7 +251,16 @@ def data_info(
     table = Table(title=escape(f"dataset {info['folder']}"))
     table.add_column("")
     table.add_column("value", justify="right")
-    for key in ("trajectories", "complete", "executions", "errors", "restarts", "snapshot_mb"):
+    for key in (
+        "trajectories",
+        "complete",
+        "executions",
+        "errors",
+        "restarts",
+        "snapshot_mb",
+        "files_mb",
+        "figures_kept",
+    ):
         table.add_row(key, str(info[key]))
     for task, n in info["samples"].items():
         dropped = info["samples_dropped_disagreeing"][task]

@@ -8,7 +8,15 @@ from typing import Any
 
 from themisto_env.data.agreement import KINDS, NORMALIZATION_VERSION, TOLERATED, agreement
 from themisto_env.data.samples import TASKS, sample_counts
-from themisto_env.data.trajectory import Manifest, Step, Trajectory, read_manifest, read_trajectories
+from themisto_env.data.trajectory import (
+    FIGURE_FILES_KEY,
+    FILES,
+    Manifest,
+    Step,
+    Trajectory,
+    read_manifest,
+    read_trajectories,
+)
 from themisto_env.sandbox.snapshots import SnapshotStore
 
 
@@ -52,6 +60,15 @@ def dataset_info(folder: str | Path, *, raw: bool = False) -> dict[str, Any]:
         "restarts": sum(s.restarted_before for _, s in steps),
         "snapshots": len(digests),
         "snapshot_mb": round(sum(store.path(d).stat().st_size for d in digests) / 1e6, 1),
+        "files_mb": round(_folder_bytes(Path(folder) / FILES) / 1e6, 1),
+        "figures_kept": len(
+            {
+                sha
+                for _, s in steps
+                for o in s.outputs
+                for sha in ((o.get("metadata") or {}).get(FIGURE_FILES_KEY) or {}).values()
+            }
+        ),
         "samples": {task: c.kept for task, c in counts.items()},
         "samples_dropped_disagreeing": {task: c.disagreeing for task, c in counts.items()},
         "samples_dropped_by_cause": {task: c.by_cause for task, c in counts.items()},
@@ -73,6 +90,11 @@ def dataset_info(folder: str | Path, *, raw: bool = False) -> dict[str, Any]:
         raw_kinds = Counter(v.kind for v in verdicts)
         info["raw_kinds"] = {kind: raw_kinds[kind] for kind in KINDS if raw_kinds[kind]}
     return info
+
+
+def _folder_bytes(folder: Path) -> int:
+    """The bytes of the files under a folder (0 when there is none)."""
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
 
 
 def _split(compared: list[tuple[Trajectory, Step]]) -> dict[str, float | None]:

@@ -10,7 +10,8 @@ On disk (format ``themisto-trajectories``, version :data:`FORMAT_VERSION`), a da
     DIR/trajectories.jsonl   one Trajectory per line (JSON; the schema is the pydantic model below)
     DIR/files/               the kernels' working folders, content-addressed: the folder each replay
                              started in and what it held after every step (see
-                             :mod:`themisto_env.sandbox.workdir`), so that a served state has its files
+                             :mod:`themisto_env.sandbox.workdir`), so that a served state has its files;
+                             and the figures the output cap would have dropped
 
 Snapshots are not in the folder: they are content-addressed dill files in the snapshot store
 (``<cache>/snapshots/<digest[:2]>/<digest>.dill``), made on demand and never committed; a step refers to
@@ -42,6 +43,9 @@ their per-cell limit and the outcome of a second replay (``limit_s``, ``replay_s
 trajectories the package versions that differ from the recording's (``package_drift``), and every step that
 disagrees has a cause. Older versions are read (their missing fields take defaults); a newer one is refused."""
 MANIFEST = "manifest.json"
+FIGURE_FILES_KEY = "themisto_files"
+"""The metadata key of a step's output naming its figures kept in ``files/`` (mime type -> sha256; see
+:mod:`themisto_env.replay.figures`)."""
 TRAJECTORIES = "trajectories.jsonl"
 FILES = "files"
 

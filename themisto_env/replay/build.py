@@ -54,6 +54,7 @@ from themisto_env.replay.build_sources import (  # re-exported: callers import t
     source_files,
 )
 from themisto_env.replay.build_workers import ReplayJob, replay_here, replay_on_threads
+from themisto_env.replay.figures import BUILD_IMAGE_BYTES
 from themisto_env.replay.kernel_environments import use_kernel_environment
 from themisto_env.replay.session_replay import (  # re-exported: callers import them from here
     STORAGE_ERRNOS,
@@ -185,7 +186,10 @@ def build_dataset(
         raise ConfigError(f"workers: {workers} is not a number of kernels; give 1 or more")
     if cell_timeout is not None and cell_timeout <= 0:
         raise ConfigError(f"cell_timeout: {cell_timeout:g} is not a limit; give a number of seconds above 0")
-    limit = CellLimit(floor_s=(limits or SandboxLimits()).timeout_s, fixed_s=cell_timeout)
+    limits = limits or SandboxLimits()
+    if not limits.image_limit_bytes:  # figures past the output cap go to the dataset's files/, not away
+        limits = limits.model_copy(update={"image_limit_bytes": BUILD_IMAGE_BYTES})
+    limit = CellLimit(floor_s=limits.timeout_s, fixed_s=cell_timeout)
     started = time.perf_counter()
     out = Path(out)
     report = BuildReport()

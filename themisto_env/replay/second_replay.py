@@ -33,6 +33,7 @@ from themisto_env.data.cell_names import names_read
 from themisto_env.data.sessions import RecordedExecution
 from themisto_env.data.trajectory import Step, written_names
 from themisto_env.errors import InfrastructureError, SnapshotError
+from themisto_env.replay.figures import without_over_cap
 from themisto_env.replay.recorded_cells import run_recorded
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.models import ExecutionResult
@@ -103,7 +104,7 @@ class SecondReplays:
             if again is not None:
                 stable = normalize_outputs(again.outputs) == normalize_outputs(step.outputs)
                 step.replay_stable = stable
-                step.second_outputs = None if stable else again.outputs
+                step.second_outputs = None if stable else without_over_cap(again.outputs)
                 if stable:
                     self._check_inputs(step)
         for name in written_names(step, self._previous):

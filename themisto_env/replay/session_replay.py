@@ -23,6 +23,7 @@ from themisto_env.data.recorded_packages import canonical_name, recorded_version
 from themisto_env.data.sessions import RecordedExecution, Session
 from themisto_env.data.trajectory import Step, Trajectory, dump_json, refresh_agreement
 from themisto_env.errors import DataError, InfrastructureError, SnapshotError
+from themisto_env.replay.figures import keep_figures
 from themisto_env.replay.second_replay import MAX_SECOND_REPLAYS, SecondReplays
 from themisto_env.replay.state import run_recorded
 from themisto_env.sandbox.kernel import Kernel
@@ -195,8 +196,9 @@ def replay_session(
     """Replay a session in a (started) kernel, restarting it first, into a trajectory.
 
     With ``work``, the kernel's working folder is set to its files first, and the folder's content
-    digest is recorded after every step (its files kept in ``work.store``); without, the working
-    folder is left as it is and nothing about it is recorded. Each cell runs under ``limit``'s limit
+    digest is recorded after every step (its files kept in ``work.store``, and the figures the output
+    cap would drop: :mod:`themisto_env.replay.figures`); without, the working folder is left as it is
+    and nothing about it is recorded. Each cell runs under ``limit``'s limit
     for it (default: :class:`CellLimit` with the kernel's ``limits.timeout_s`` as the floor).
 
     With snapshots, a cell whose replay differs from the recording for no cause its outputs show is
@@ -252,6 +254,7 @@ def replay_session(
             again.before_step(execution, before, files_before)
             step = replay_execution(kernel, execution, snapshots=snapshots, limit=limit)
             if work is not None:
+                keep_figures(step.outputs, work.store)
                 step.files = record_files(kernel, work.store)
             again.after_step(step)
             trajectory.steps.append(step)

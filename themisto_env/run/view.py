@@ -10,9 +10,11 @@ with a little vanilla JavaScript: no network, no CDN, nothing to install. It sho
   over ids, targets, predictions, errors and transcripts; the score and error filters look at any run,
   or at the one chosen under "in run";
 - the selected sample: its step's replay agreement (the cause and detail of a difference from what the
-  person saw, read from the run's dataset when it is still there), its target, each run's prediction side
-  by side (scores, usage, seconds, errors, tool calls, draws) and each run's transcript (role, content,
-  tool calls and their results), or the env's tool calls for agents without a conversation.
+  person saw, read from the run's dataset when it is still there), its target, its step's figures (inline
+  in its outputs, or kept in the dataset's ``files/`` past the output cap; the model saw their text),
+  each run's prediction side by side (scores, usage, seconds, errors, tool calls, draws) and each run's
+  transcript (role, content, tool calls and their results), or the env's tool calls for agents without a
+  conversation.
 
 The state lives in the URL's fragment, so a link reproduces a view:
 ``view.html#sample=ID&task=output&traj=T&metric=rouge_l&min=0.2&max=0.8&error=model_error&run=1&q=text
@@ -23,18 +25,26 @@ Everything from the runs is inserted as text (never as HTML), and the JSON is es
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
 
-from themisto_env.data.trajectory import read_trajectories
+from themisto_env.data.trajectory import Step, read_trajectories
 from themisto_env.errors import DataError, ThemistoError
 from themisto_env.metrics import METRICS
+from themisto_env.replay.figures import figures
 from themisto_env.replay.resolve import bundled_dataset_dir
 from themisto_env.run.compare import run_label
 from themisto_env.run.results import CONFIG, ResultRow, read_results
 from themisto_env.run.view_page import render_page
+from themisto_env.sandbox.workdir import FileStore
 
+FIGURES_PER_SAMPLE = 4
+"""At most this many figures of a sample's step are embedded in the page."""
+FIGURE_BYTES = 2 * 2**20
+"""A larger figure is not embedded."""
+_SHOWN_IMAGES = frozenset({"image/png", "image/jpeg", "image/gif", "image/svg+xml"})
 ERROR_KINDS = ("infrastructure_error", "state_mismatch", "model_error", "prediction_failed")
 """A row's error kinds, in the order :func:`error_kind` tries them (that of the summary's counts)."""
 
@@ -102,17 +112,19 @@ def view_data(run_dirs: list[str | Path]) -> dict[str, Any]:
                 "rows": [r.to_dict() if r is not None else None for r in cells],  # as results.jsonl holds them
             }
         )
-    causes = step_agreements([path for path, _ in loaded])
+    steps = dataset_steps([path for path, _ in loaded])
     for sample in samples:
-        sample["agreement"] = causes.get((sample["trajectory_id"], sample["step"]))
+        found = steps.get((sample["trajectory_id"], sample["step"]))
+        sample["agreement"] = _agreement(found[0]) if found else None
+        sample["figures"] = _figures(*found) if found else []
     extra = sorted({m for _, rows in loaded for r in rows.values() for m in r.scores} - set(METRICS))
     return {"runs": runs, "metrics": [*METRICS, *extra, "reward", "execution_score"], "samples": samples}
 
 
-def step_agreements(run_dirs: list[Path]) -> dict[tuple[str, int], dict[str, str]]:
-    """Each step's replay agreement (``kind``, ``detail``) in the datasets the runs used (their config's
-    ``data``); a dataset no longer there, or unreadable, adds nothing."""
-    found: dict[tuple[str, int], dict[str, str]] = {}
+def dataset_steps(run_dirs: list[Path]) -> dict[tuple[str, int], tuple[Step, FileStore | None]]:
+    """Each step of the datasets the runs used (their config's ``data``), with its dataset's file store;
+    a dataset no longer there, or unreadable, adds nothing."""
+    found: dict[tuple[str, int], tuple[Step, FileStore | None]] = {}
     for data in dict.fromkeys(_run_data(path) for path in run_dirs):
         if data is None:
             continue
@@ -122,9 +134,26 @@ def step_agreements(run_dirs: list[Path]) -> dict[tuple[str, int], dict[str, str
             continue
         for t in trajectories:
             for s in t.steps:
-                kind = s.agreement_kind or ("ok" if s.agrees else "other")
-                found.setdefault((t.id, s.index), {"kind": kind, "detail": s.agreement_detail or ""})
+                found.setdefault((t.id, s.index), (s, t.files_store))
     return found
+
+
+def step_agreements(run_dirs: list[Path]) -> dict[tuple[str, int], dict[str, str]]:
+    """Each step's replay agreement (``kind``, ``detail``) in the datasets the runs used."""
+    return {key: _agreement(step) for key, (step, _) in dataset_steps(run_dirs).items()}
+
+
+def _agreement(step: Step) -> dict[str, str]:
+    return {"kind": step.agreement_kind or ("ok" if step.agrees else "other"), "detail": step.agreement_detail or ""}
+
+
+def _figures(step: Step, store: FileStore | None) -> list[dict[str, str]]:
+    """A step's figures for the page (at most :data:`FIGURES_PER_SAMPLE`, each under :data:`FIGURE_BYTES`)."""
+    shown = []
+    for mime, data in figures(step.outputs, store):
+        if len(shown) < FIGURES_PER_SAMPLE and len(data) <= FIGURE_BYTES and mime in _SHOWN_IMAGES:
+            shown.append({"mime": mime, "base64": base64.b64encode(data).decode("ascii")})
+    return shown
 
 
 def _run_data(run_dir: Path) -> str | None:

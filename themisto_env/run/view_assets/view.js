@@ -275,6 +275,12 @@ function agreementLine(agreement) {
     : `replay agreement: ${agreement.kind}${agreement.detail ? ` · ${agreement.detail}` : ""}`;
   return el("div", { class: "meta agreement", "data-kind": agreement.kind }, text);
 }
+function figureList(figures) {
+  // the step's figures (what the person saw as images; the model saw their text)
+  if (!figures.length) return el("div", { class: "figures" });
+  return el("div", { class: "figures" }, el("h3", {}, "figures of the step"),
+    figures.map((f) => el("img", { class: "figure", alt: f.mime, src: `data:${f.mime};base64,${f.base64}` })));
+}
 function renderDetail() {
   const detail = document.getElementById("detail");
   const sample = SAMPLES.find((s) => s.id === state.sample);
@@ -290,6 +296,7 @@ function renderDetail() {
     el("div", { class: "meta" }, `trajectory ${sample.trajectory_id} · step ${sample.step} · task ${sample.task}`),
     agreementLine(sample.agreement),
     el("h3", {}, "target"), el("pre", { class: "target" }, sample.target),
+    figureList(sample.figures || []),
     el("h3", {}, RUNS.length > 1 ? "predictions, side by side" : "prediction"),
     el("div", { class: "runs", style: n }, RUNS.map((_, i) => runCard(sample, i))),
     el("h3", {}, "transcripts"),
