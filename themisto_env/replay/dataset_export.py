@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from themisto_env.data.bundled import bundled_log_path
 from themisto_env.data.samples import TASKS
 from themisto_env.data.splits import DEFAULT_SPLIT, SIDES, SPLITS, SplitRule
 from themisto_env.data.stats import dataset_info
@@ -148,8 +149,8 @@ def export_dataset_folder(
                 shutil.copy2(path.with_suffix(".env"), target / digest[:2] / path.with_suffix(".env").name)
             report.snapshots += 1
 
+    report.megabytes = round(sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 1e6, 1)  # but the card
     write_text_atomic(out / CARD, _card(whole, report, dataset_info(whole.path)))
-    report.megabytes = round(sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 1e6, 1)
     return report
 
 
@@ -243,7 +244,16 @@ def _card(dataset: Dataset, report: ExportReport, info: dict[str, Any]) -> str:
     else:
         env_text = "the tool's own Python"
     packages = ", ".join(f"{k} {v}" for k, v in sorted(manifest.packages.items())) or "none recorded"
-    sources = "\n".join(f"- `{source}`: licence not recorded by the build" for source in manifest.sources)
+    bundled = str(bundled_log_path())
+    sources = "\n".join(
+        f"- `{source}`: "
+        + (
+            "themisto-env's bundled log, written for the project (Apache-2.0)"
+            if source == bundled
+            else "licence not recorded by the build"
+        )
+        for source in manifest.sources
+    )
     sizes = "\n".join(f"| {task} | {counts['train']} | {counts['test']} |" for task, counts in report.samples.items())
     agreement = info["agreement"]
     kinds = "\n".join(f"| {kind} | {n} |" for kind, n in info["agreement_kinds"].items())
@@ -281,7 +291,7 @@ Replayed on the `{manifest.backend}` backend ({"with" if manifest.snapshots else
 ## Sizes
 
 {report.trajectories} trajectories, {report.steps} executions, {report.snapshots} snapshots
-({report.missing_snapshots} missing), {report.megabytes if report.megabytes else "see the folder"} MB.
+({report.missing_snapshots} missing), {report.megabytes} MB in all.
 
 | task | train samples | test samples |
 | --- | --- | --- |
