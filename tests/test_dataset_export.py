@@ -113,6 +113,7 @@ def test_the_card_says_what_the_data_is_and_how_to_publish_it(exported: Path) ->
     assert "trajectories on both sides 0" in card and "huggingface-cli upload" in card
 
 
+@pytest.mark.slow  # two envs serve every sample of both trajectories: about 9 s under load
 def test_the_exported_folder_serves_the_original_states(
     original: dict[str, str], exported: Path, tmp_path: Path
 ) -> None:

@@ -302,6 +302,7 @@ print(json.dumps({"tasks": tasks, "refused": refused}))
 """
 
 
+@pytest.mark.slow  # a verifiers import in a child process: about 28 s under load
 def test_the_verifiers_taskset_takes_a_split(halves: dict, built: dict[str, str], tmp_path: Path) -> None:
     """The taskset lists only the split's side and its tool server refuses the other side (run outside the
     repository, as tests/test_vf_env.py explains)."""
