@@ -116,7 +116,10 @@ def kernel_starts(rounds: int, preload: tuple[str, ...], template: KernelTemplat
         client.stop_channels()
         manager.shutdown_kernel(now=True)
 
+    bare = KernelTemplate("local", preload=preload, snapshot_dir=template.store.root, spares=0).start()
+    times["forked, no spare (the fork and ipykernel's own start)"] = []
     for _ in range(rounds):
+        times["forked, no spare (the fork and ipykernel's own start)"].append(ready(bare.kernel))
         times["jupyter_client start_new_kernel"].append(timed(jupyter))
         started_kernel = Kernel("local")
 
@@ -128,21 +131,26 @@ def kernel_starts(rounds: int, preload: tuple[str, ...], template: KernelTemplat
         times["started + preload"].append(timed(cold))
         started_kernel.close()
         times["forked"].append(ready(template.kernel))
+    bare.close()
     return times
 
 
 def state_copies(
     rounds: int, template: KernelTemplate, digests: dict[str, str]
-) -> list[tuple[str, str, float, float, float, float]]:
-    """Per size: (label, size, forked s, restore-into-warm s, start+restore s, first derive s)."""
+) -> list[tuple[str, str, float, float, float, float, float]]:
+    """Per size: (label, size, forked s, forked without a spare s, restore-into-warm s, start+restore s,
+    first derive s)."""
     rows = []
+    bare = KernelTemplate("local", preload=template.preload, snapshot_dir=template.store.root, spares=0).start()
     with Kernel("local", snapshot_dir=template.store.root).start() as warm:
         warm.preload(template.preload)
         for label, digest in digests.items():
             derive = timed(lambda d=digest: template.state(d))
-            forked, restored, started = [], [], []
+            bare.state(digest)
+            forked, unspared, restored, started = [], [], [], []
             for _ in range(rounds):
                 forked.append(ready(template.state(digest).kernel))
+                unspared.append(ready(bare.state(digest).kernel))
                 restored.append(timed(lambda d=digest: warm.restore(d) and warm.execute("1+1")))
 
                 def start_restore(d: str = digest) -> None:
@@ -157,18 +165,24 @@ def state_copies(
                     label,
                     f"{size / 1e6:.2f} MB",
                     statistics.median(forked),
+                    statistics.median(unspared),
                     statistics.median(restored),
                     statistics.median(started),
                     derive,
                 )
             )
+    bare.close()
     return rows
 
 
 def first_tool_answers(rounds: int, sample: tuple[str, int]) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {"fork": [], "no fork": []}
+    """A new env's first tool answer: forked with the process's template warm (another env made it), with
+    no template yet (the first env of a process starts it), and started (forking off)."""
+    times: dict[str, list[float]] = {"fork": [], "fork, first env of the process": [], "no fork": []}
     for _ in range(rounds):
-        for name, fork in (("fork", True), ("no fork", False)):
+        for name, fork in (("fork", True), ("fork, first env of the process", True), ("no fork", False)):
+            if name.startswith("fork, first"):
+                close_shared_templates()
 
             def answer(f: bool = fork) -> None:
                 env = ThemistoEnv(task="next-cell", observation="tools", fork=f)
@@ -288,17 +302,19 @@ def main() -> None:
                 "state copy, to a first 1+1",
                 "snapshot",
                 "forked ms",
+                "forked, no spare ms",
                 "restore into warm ms",
                 "start + restore ms",
                 "restore / fork",
                 "first load (state template) ms",
             )
             rows = state_copies(args.rounds, template, picked)
-            for label, size, forked, restored, started, derive in rows:
+            for label, size, forked, unspared, restored, started, derive in rows:
                 table.add_row(
                     label,
                     size,
                     f"{forked * 1000:.1f}",
+                    f"{unspared * 1000:.1f}",
                     f"{restored * 1000:.1f}",
                     f"{started * 1000:.0f}",
                     f"{restored / forked:.2f}x",

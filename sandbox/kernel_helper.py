@@ -370,7 +370,7 @@ def restore(path: str, digest: str, clean: bool = True, keep: list[str] | None =
     state = dill.loads(data)
     if not isinstance(state, dict):
         return {"corrupt": f"holds a {type(state).__name__}, not a namespace"}
-    _set_display_options(state.pop(OPTIONS_KEY, {}))
+    set_display_options(state.pop(OPTIONS_KEY, {}))
     ns = _user_ns()
     if clean:
         kept = set(keep or ())
@@ -680,7 +680,7 @@ def _display_options() -> dict[str, dict[str, Any]]:
     return options
 
 
-def _set_display_options(options: dict[str, dict[str, Any]]) -> None:
+def set_display_options(options: dict[str, dict[str, Any]]) -> None:
     """Make the display options exactly these (the rest at their defaults), where the module is loaded
     or named in ``options``."""
     if "pandas" in options or "pandas" in sys.modules:

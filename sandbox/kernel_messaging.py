@@ -32,7 +32,7 @@ from themisto_env.errors import (
     KernelTimeoutError,
     UnknownNameError,
 )
-from themisto_env.sandbox.kernel_process import KernelProcess
+from themisto_env.sandbox.kernel_process import KernelProcess, bind_thread_loop
 from themisto_env.sandbox.models import ExecutionResult
 from themisto_env.sandbox.outputs import OutputCollector
 
@@ -98,6 +98,7 @@ class KernelMessaging(KernelProcess):
             KernelStartError: It did not answer within ``limits.start_timeout_s``, died meanwhile, or the
                 helper could not be installed.
         """
+        bind_thread_loop()
         context = zmq.Context()  # ours: destroyed on disconnect, not at collection
         context.setsockopt(zmq.RECONNECT_IVL, 10)  # a socket not bound yet is tried again after 10 ms, not 100
         client = BlockingKernelClient(context=context)
@@ -242,6 +243,7 @@ class KernelMessaging(KernelProcess):
     def _kc(self) -> BlockingKernelClient:
         if self._client is None:
             raise InfrastructureError("the kernel is not started (or was closed)")
+        bind_thread_loop()
         return self._client
 
     def _died(self, during: str) -> KernelDiedError:

@@ -67,6 +67,28 @@ def release_thread_loop() -> None:
     loop.close()
 
 
+_THREAD_LOOPS = threading.local()
+
+
+def bind_thread_loop() -> None:
+    """Give jupyter_client's blocking calls on this thread a loop of this thread's own.
+
+    jupyter_core keeps "the thread's loop" in a context variable, and a context is copied into worker
+    threads (anyio's ``to_thread``, as inspect_ai runs tools): two workers would then share the loop of
+    the context they were copied from, and the second to run it fails ("This event loop is already
+    running"). Called before blocking calls; a no-op once the thread's own loop is bound.
+    """
+    made = getattr(jupyter_core.utils, "_loop", None)
+    if not isinstance(made, contextvars.ContextVar):
+        return
+    mine = getattr(_THREAD_LOOPS, "loop", None)
+    if mine is not None and not mine.is_closed() and made.get() is mine:
+        return
+    if mine is None or mine.is_closed():
+        mine = _THREAD_LOOPS.loop = asyncio.new_event_loop()
+    made.set(mine)
+
+
 def _close_lock(kernel: object) -> threading.Lock:
     """The kernel's close lock (made on first use: no ``__init__`` of this mixin runs)."""
     with _CLOSE_LOCKS_GUARD:

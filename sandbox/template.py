@@ -150,6 +150,7 @@ class KernelTemplate:
         self._run_dir: Path | None = None
         self._states: OrderedDict[str, KernelTemplate] = OrderedDict()
         self._retired: list[KernelTemplate] = []  # state templates out of the cache, kept while copies run
+        self._asked: OrderedDict[str, int] = OrderedDict()  # how often each state was asked for (bounded)
         self._forked: weakref.WeakSet[Any] = weakref.WeakSet()  # kernels forked from this template
         self._lock = threading.RLock()
         #: The template a state template was made from (None for a template itself).
@@ -367,8 +368,11 @@ class KernelTemplate:
         return kernel.start()
 
     def _refill(self) -> None:
-        """Fork spare kernels in the background until :attr:`spares` are ready (one thread at a time)."""
+        """Fork spare kernels in the background until :attr:`spares` are ready (one thread at a time); a state
+        template only once a second copy of it was asked for (a state used once needs no spare)."""
         with self._lock:
+            if self.base is not None and len(self._forked) < 2:
+                return
             if self.spares <= len(self._spares) or (self._filling is not None and self._filling.is_alive()):
                 return
             self._filling = threading.Thread(target=self._fill, name=lifetime.BACKGROUND_THREADS[0], daemon=True)
@@ -418,6 +422,19 @@ class KernelTemplate:
                 self._retired.remove(retired)
                 retired.close()
             return state
+
+    def worth_forking(self, digest: str) -> bool:
+        """Whether a copy of ``digest``'s state is better forked than restored into a kernel at hand: its
+        state template exists, or the state was asked for before (loading it into a state template costs
+        what a restore costs; it pays from the second copy on). Counts this ask."""
+        with self._lock:
+            asked = self._asked.get(digest, 0)
+            self._asked[digest] = asked + 1
+            self._asked.move_to_end(digest)
+            while len(self._asked) > 4096:
+                self._asked.popitem(last=False)
+            state = self._states.get(digest)
+            return asked > 0 or (state is not None and state.is_alive())
 
     def in_use(self) -> bool:
         """Whether a kernel forked from this template, other than its spares, is still open."""
@@ -544,8 +561,10 @@ def shared_template(
             store_access=store_access,
             environment=environment,
         )
+        # started under the lock: another thread must not take a template still starting for a dead one
+        template.start()
         _SHARED[key] = template
-    return template.start()
+    return template
 
 
 def close_shared_templates() -> None:

@@ -255,7 +255,7 @@ def _load_state(namespace: dict[str, Any], data: bytes) -> list[str]:
     if not isinstance(state, dict):
         raise ValueError(f"the snapshot holds a {type(state).__name__}, not a namespace")
     helper = sys.modules[HELPER_MODULE]  # the display options, as the helper's restore sets them
-    helper._set_display_options(state.pop(helper.OPTIONS_KEY, {}))
+    helper.set_display_options(state.pop(helper.OPTIONS_KEY, {}))
     namespace.update(state)
     return sorted(state)
 

@@ -27,7 +27,10 @@ from themisto_env.env.actions import Prediction
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.tools import ToolCall
 from themisto_env.errors import BackendUnavailableError
+from themisto_env.replay.dataset import Dataset
+from themisto_env.replay.disposable import imported_modules
 from themisto_env.replay.state import diff_fingerprints, expected_fingerprint
+from themisto_env.sandbox.template import KernelTemplate
 
 ALL_SAMPLES = SampleRule(max_length_quantile=None).model_dump()
 
@@ -398,6 +401,26 @@ def test_every_bundled_sample_has_the_same_state_by_reset_as_by_stepping() -> No
                 assert (env.tool_context().kernel.fingerprint(), obs["tool_result"]) == stepped[index], (tid, index)
     finally:
         env.close()
+
+
+@pytest.mark.slow
+def test_every_bundled_snapshot_forked_holds_the_recorded_state() -> None:
+    """Every snapshot of the bundled data, copied by a fork of its state template (no restore): the copy's
+    fingerprint is the one recorded at build time after that step (which a restore gives too: the sweep
+    above)."""
+    dataset = Dataset.open()
+    preload = imported_modules(dataset.trajectories.values())
+    with KernelTemplate("local", preload=preload, snapshot_dir=dataset.snapshot_dir) as template:
+        checked = 0
+        for trajectory in dataset.trajectories.values():
+            for step in trajectory.steps:
+                if step.snapshot is None or step.fingerprint is None or step.snapshot_skipped:
+                    continue
+                [copy] = template.copies(step.snapshot, 1)
+                with copy:
+                    assert copy.fingerprint() == step.fingerprint, (trajectory.id, step.index)
+                checked += 1
+        assert checked > 100, checked
 
 
 def test_a_lost_engine_mid_episode_keeps_the_scored_sample_and_stops_in_one_line(

@@ -279,3 +279,35 @@ def test_a_bwrap_template_forks_kernels_as_isolated_as_started_ones(bwrap_backen
             assert copy.execute(probes["host file"]).status == "error"
             assert not (tmp_path / "written").exists()
             assert copy.execute(probes["root"]).text() == started.execute(probes["root"]).text() == "1000"
+
+
+def test_threads_asking_for_the_shared_template_at_once_get_one_started_template(tmp_path: Path) -> None:
+    """As inspect's samples do (tools in worker threads): every thread gets the same live template and a
+    working kernel of it; none closes another's template while it starts."""
+    import threading
+
+    got: list[KernelTemplate] = []
+    answers: list[str] = []
+    errors: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            template = shared_template("local", snapshot_dir=tmp_path / "store")
+            got.append(template)
+            with template.kernel() as kernel:
+                answers.append(kernel.execute("6 * 7").text())
+        except BaseException as exc:  # reported below, with the thread's error
+            errors.append(exc)
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert not errors, errors
+        assert answers == ["42"] * 4
+        assert len({id(t) for t in got}) == 1 and got[0].is_alive()
+    finally:
+        for template in {id(t): t for t in got}.values():
+            template.close()
