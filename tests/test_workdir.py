@@ -26,6 +26,7 @@ from themisto_env.replay.state import TrajectoryKernel
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.pool import KernelPool
+from themisto_env.sandbox.template import close_shared_templates
 from themisto_env.sandbox.workdir import FileStore, FolderTooLargeError, scan, tree_digest
 
 NOTEBOOKS = Path(__file__).parent / "data" / "notebooks"
@@ -248,6 +249,7 @@ def test_dataset_moved_elsewhere_still_serves_its_files(dataset: Path, tmp_path:
 def _no_kernel_left() -> Iterator[None]:
     before = run_dirs()
     yield
+    close_shared_templates()  # the process's kernel templates (a cache its envs share) and their spares
     assert run_dirs() <= before
 
 
