@@ -243,10 +243,13 @@ def _become_state_template(template: Template, request: dict[str, Any]) -> None:
 def _load_state(namespace: dict[str, Any], data: bytes) -> list[str]:
     """Load a snapshot's bytes into ``namespace`` as the kernel's restore does, with ``__main__`` being the
     module whose dictionary it is (functions defined in cells keep it as their globals)."""
-    from IPython.core.interactiveshell import DummyMod
+    from IPython.core import interactiveshell
 
-    module = DummyMod()
-    module.__dict__ = namespace
+    if hasattr(interactiveshell, "make_main_module_type"):  # IPython 9: a module type over the namespace
+        module = interactiveshell.make_main_module_type(namespace)()
+    else:  # IPython 8
+        module = interactiveshell.DummyMod()
+        module.__dict__ = namespace
     sys.modules["__main__"] = module
     _adopt_main_module()
     import dill
