@@ -152,6 +152,7 @@ class KernelTemplate:
         self._retired: list[KernelTemplate] = []  # state templates out of the cache, kept while copies run
         self._asked: OrderedDict[str, int] = OrderedDict()  # how often each state was asked for (bounded)
         self._forked: weakref.WeakSet[Any] = weakref.WeakSet()  # kernels forked from this template
+        self._copies = 0  # how many were forked, ever
         self._lock = threading.RLock()
         #: The template a state template was made from (None for a template itself).
         self.base: KernelTemplate | None = None
@@ -365,13 +366,14 @@ class KernelTemplate:
             template=self,
         )
         self._forked.add(kernel)
+        self._copies += 1
         return kernel.start()
 
     def _refill(self) -> None:
         """Fork spare kernels in the background until :attr:`spares` are ready (one thread at a time); a state
         template only once a second copy of it was asked for (a state used once needs no spare)."""
         with self._lock:
-            if self.base is not None and len(self._forked) < 2:
+            if self.base is not None and self._copies < 2:
                 return
             if self.spares <= len(self._spares) or (self._filling is not None and self._filling.is_alive()):
                 return
