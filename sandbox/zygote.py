@@ -58,6 +58,7 @@ class Template:
         self.parent = parent
         self.namespace: dict[str, Any] | None = None  # a state template's loaded user namespace
         self.loaded: list[str] = []  # the names its snapshot held
+        self.generator: Any = None  # the random module's state when a child was forked (in that child)
         self.error: str | None = None  # why a state template cannot serve (a corrupt snapshot, ...)
         self.exited: dict[int, int] = {}  # pid -> wait status, of the children reaped
         self.listener = self._listen(socket_path)
@@ -151,6 +152,7 @@ class Template:
             try:
                 _die_with(parent)
                 random.setstate(generator)  # copies are identical, their random draws included (unless reseeded)
+                self.generator = generator  # set again once the kernel started (its start may draw)
                 connection.close()
                 self.listener.close()
                 signal.set_wakeup_fd(-1)
@@ -205,7 +207,22 @@ def _become_kernel(template: Template, request: dict[str, Any]) -> None:
         helper.install()
     if request.get("reseed"):
         _reseed()
+    else:
+        _keep_generator(app.shell, template.generator)
     app.start()
+
+
+def _keep_generator(shell: Any, generator: Any) -> None:
+    """Give the random module the template's state again at the copy's first cell: an idle kernel's own
+    machinery may draw from it meanwhile (a spare waits a while), so copies would differ by when they ran."""
+    import random
+
+    def first_cell(*_: Any) -> None:
+        random.setstate(generator)
+        shell.events.unregister("pre_run_cell", first_cell)
+
+    random.setstate(generator)
+    shell.events.register("pre_run_cell", first_cell)
 
 
 def _reseed() -> None:
