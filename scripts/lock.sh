@@ -7,13 +7,18 @@
 #   bash scripts/lock.sh            rewrite requirements/lock.txt (then run the tests, and commit it)
 #   TORCH=2.13.0 bash scripts/lock.sh
 #
-# The lock is for CPython 3.11 on Linux x86_64 (what CI runs); pip ignores a pin for a package nothing asks
-# for, and a package asked for only elsewhere (another Python, another platform) goes unpinned.
+# The lock is for CPython 3.11 on Linux x86_64 (what CI runs), written with Debian's Python where it is
+# installed (/usr/bin/python3, 3.11.2: the oldest 3.11 of the project's venvs, the bwrap user's), so that every
+# venv can install it (some packages' newest versions ask for 3.11.5 or later). pip ignores a pin for a package
+# nothing asks for, and a package asked for only elsewhere (another Python, another platform) goes unpinned.
+#   PYTHON=python3 bash scripts/lock.sh     with another Python
 set -euo pipefail
 cd "$(dirname "$0")/.."
 torch="${TORCH:-2.13.0}"
 extras="dev,rl,ray"
-python="${PYTHON:-python3}"
+default_python=python3
+[ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import ensurepip, venv" 2>/dev/null && default_python=/usr/bin/python3
+python="${PYTHON:-$default_python}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
