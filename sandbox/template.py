@@ -62,7 +62,15 @@ from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.snapshots import SnapshotStore
 from themisto_env.sandbox.template_launcher import exited
 
-__all__ = ["FORKING_BACKENDS", "STATE_TEMPLATES", "KernelTemplate", "close_shared_templates", "shared_template"]
+__all__ = [
+    "FORKING_BACKENDS",
+    "STATE_TEMPLATES",
+    "KernelTemplate",
+    "close_shared_templates",
+    "hold_shared_templates",
+    "release_shared_templates",
+    "shared_template",
+]
 
 #: Backends whose kernels can be forked from a template (docker kernels are started, each in its container).
 FORKING_BACKENDS = ("local", "bwrap")
@@ -425,6 +433,18 @@ class KernelTemplate:
                 retired.close()
             return state
 
+    def trim(self) -> None:
+        """Close the spare kernels and the state templates no open copy needs; keep the template itself."""
+        with self._lock:
+            spares, self._spares = self._spares, []
+            states = [state for state in self._states.values() if not state.in_use()]
+            for state in states:
+                self._states.pop(str(state.digest), None)
+        for kernel in spares:
+            kernel.close(graceful=False)
+        for state in states:
+            state.close()
+
     def worth_forking(self, digest: str) -> bool:
         """Whether a copy of ``digest``'s state is better forked than restored into a kernel at hand: its
         state template exists, or the state was asked for before (loading it into a state template costs
@@ -567,6 +587,27 @@ def shared_template(
         template.start()
         _SHARED[key] = template
     return template
+
+
+_USERS = 0  # open envs (or other holders) that fork from the shared templates
+
+
+def hold_shared_templates() -> None:
+    """Say that one more holder (an env) forks from the process's shared templates."""
+    global _USERS
+    with _SHARED_LOCK:
+        _USERS += 1
+
+
+def release_shared_templates() -> None:
+    """Say that a holder is done. When none is left, the shared templates drop their spare kernels and their
+    state templates (an idle process keeps only the warm templates themselves, which run no kernel)."""
+    global _USERS
+    with _SHARED_LOCK:
+        _USERS = max(0, _USERS - 1)
+        idle = list(_SHARED.values()) if _USERS == 0 else []
+    for template in idle:
+        template.trim()
 
 
 def close_shared_templates() -> None:

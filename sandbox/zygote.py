@@ -184,8 +184,17 @@ def _die_with(parent: int) -> None:
         os._exit(1)
 
 
+def _name_process(name: str) -> None:
+    """The name ``ps`` and ``/proc/PID/comm`` show (a forked kernel's command line is its template's)."""
+    import ctypes
+
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None).prctl(15, name.encode()[:15])  # PR_SET_NAME
+
+
 def _become_kernel(template: Template, request: dict[str, Any]) -> None:
     """In a forked child: build a fresh ipykernel application on the request's connection file and run it."""
+    _name_process("ipykernel")
     os.setsid()  # its own process group: the host ends what a cell started with it
     _redirect_output(request["log"])
     os.chdir(request["workdir"])
@@ -238,6 +247,7 @@ def _reseed() -> None:
 def _become_state_template(template: Template, request: dict[str, Any]) -> None:
     """In a forked child: load a snapshot into a user namespace and serve forks of it."""
     parent = os.getppid()
+    _name_process("themisto-state")
     _redirect_output(request["log"])
     namespace: dict[str, Any] = {"__name__": "__main__"}
     template.listener = Template._listen(request["socket"])
@@ -430,6 +440,7 @@ def main() -> None:
     for pattern, flags in warm.get("patterns", []):
         with contextlib.suppress(BaseException):
             re.compile(pattern, flags)
+    _name_process("themisto-tmpl")
     template = Template(config["socket"], parent=int(config.get("parent") or os.getppid()))
     gc.collect()
     gc.freeze()

@@ -84,12 +84,12 @@ def test_prediction_failures_count_every_draw() -> None:
 
 
 def test_the_format_version_is_written_read_and_checked(env_dataset: dict[str, str], tmp_path: Path) -> None:
-    assert FORMAT_VERSION == 3
-    assert read_manifest(env_dataset["dataset"]).version == FORMAT_VERSION, "a dataset built now says 3"
+    assert FORMAT_VERSION == 4  # 4: each disagreeing step's cause (issue 30)
+    assert read_manifest(env_dataset["dataset"]).version == FORMAT_VERSION, "a dataset built now says 4"
     folder = shutil.copytree(env_dataset["dataset"], tmp_path / "dataset")
     manifest = json.loads((folder / MANIFEST).read_text())
-    (folder / MANIFEST).write_text(json.dumps({**manifest, "version": 2}))
-    assert read_manifest(folder).version == 2, "an older dataset is still read"
+    (folder / MANIFEST).write_text(json.dumps({**manifest, "version": 3}))
+    assert read_manifest(folder).version == 3, "an older dataset is still read"
     (folder / MANIFEST).write_text(json.dumps({**manifest, "version": FORMAT_VERSION + 1}))
     with pytest.raises(DataError, match="newer than this package reads") as caught:
         read_manifest(folder)

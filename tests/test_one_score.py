@@ -9,6 +9,7 @@ prediction is scored, and before a further tool call). Bundled dataset, local ba
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import signal
@@ -126,7 +127,8 @@ def kill_kernel_of(env: ThemistoEnv) -> None:
         assert not kernel.launcher.is_alive(), "a live kernel whose pid cannot be read"
         return
     os.kill(pid, signal.SIGKILL)
-    psutil.Process(pid).wait(timeout=10)
+    with contextlib.suppress(psutil.NoSuchProcess):  # a forked kernel is reaped by its template, maybe already
+        psutil.Process(pid).wait(timeout=10)
 
 
 def kill_env_kernels(sample_id: str) -> None:

@@ -53,11 +53,13 @@ class Server:
         return self.url.replace("http://", "ws://") + "/ws"
 
     def kernels(self) -> list[psutil.Process]:
-        """The live kernels the server started (its descendants running ipykernel, zombies left out)."""
+        """The live kernels the server started (its descendants running ipykernel, zombies left out; a kernel
+        forked from a template has the template's command line and the name ``ipykernel``)."""
         found = []
         for child in psutil.Process(self.process.pid).children(recursive=True):
             try:
-                if child.status() != psutil.STATUS_ZOMBIE and "ipykernel" in " ".join(child.cmdline()):
+                running = "ipykernel" in " ".join(child.cmdline()) or child.name() == "ipykernel"
+                if child.status() != psutil.STATUS_ZOMBIE and running:
                     found.append(child)
             except psutil.NoSuchProcess:
                 continue

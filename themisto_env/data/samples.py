@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
 from themisto_env.data.agreement import DISAGREEMENTS, KINDS
 from themisto_env.data.trajectory import Step, Trajectory
@@ -82,6 +82,12 @@ class SampleRule(BaseModel):
         if unknown:
             raise ValueError(f"unknown cause {unknown[0]!r}; the causes are {', '.join(KINDS)}")
         return causes
+
+    @field_serializer("drop_output_causes", "drop_next_cell_causes")
+    def _sorted_causes(self, causes: frozenset[str]) -> list[str]:
+        """Sorted: a set's order changes with the process's hash seed, and a run's config (its identity on
+        resume) must not."""
+        return sorted(causes)
 
     def drops(self, task: TaskName, step: Step) -> bool:
         """Whether a sample of ``task`` at ``step`` is dropped for the cause of the step's difference."""

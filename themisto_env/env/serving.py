@@ -29,7 +29,13 @@ from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.pool import KernelPool, shared_pool
 from themisto_env.sandbox.ray_cluster import connect
 from themisto_env.sandbox.ray_kernel import make_kernel
-from themisto_env.sandbox.template import FORKING_BACKENDS, KernelTemplate, shared_template
+from themisto_env.sandbox.template import (
+    FORKING_BACKENDS,
+    KernelTemplate,
+    hold_shared_templates,
+    release_shared_templates,
+    shared_template,
+)
 
 __all__ = ["StateServing", "not_served"]
 
@@ -65,6 +71,9 @@ class StateServing:
         self._preload = tuple(imported_modules(self.trajectories.values(), submodules=True))
         self._pool: KernelPool | None = None  # warm kernels for the env's own state, taken at reset
         self._state = TrajectoryKernel(self._new_kernel, template=self._template_source("read"))
+        self._holds_templates = self.forking
+        if self._holds_templates:  # the shared templates keep spares and states while an env forks from them
+            hold_shared_templates()
         self._disposable: DisposableKernels | None = None  # kernels for model-written code, on first use
         self._dataset_checked = False
         self._report: StateReport | None = None  # how the current sample's state was served
@@ -116,6 +125,9 @@ class StateServing:
         if self._disposable is not None:
             self._disposable.close()
             self._disposable = None
+        if self._holds_templates:
+            self._holds_templates = False
+            release_shared_templates()
 
     @property
     def code_timeout_s(self) -> float:
