@@ -158,7 +158,6 @@ class KernelTemplate:
         self._run_dir: Path | None = None
         self._states: OrderedDict[str, KernelTemplate] = OrderedDict()
         self._retired: list[KernelTemplate] = []  # state templates out of the cache, kept while copies run
-        self._asked: OrderedDict[str, int] = OrderedDict()  # how often each state was asked for (bounded)
         self._forked: weakref.WeakSet[Any] = weakref.WeakSet()  # kernels forked from this template
         self._copies = 0  # how many were forked, ever
         self._lock = threading.RLock()
@@ -355,12 +354,14 @@ class KernelTemplate:
         if limits is None or limits == self.limits:
             with self._lock:
                 spare = self._spares.pop() if self._spares else None
-            self._refill()
+            if spare is not None and spare.is_alive():
+                self._refill()
+                return spare
             if spare is not None:
-                if spare.is_alive():
-                    return spare
                 spare.close(graceful=False)
-        return self._fork_kernel(limits)
+        kernel = self._fork_kernel(limits)
+        self._refill()  # after the fork: a state template's first spare follows its second copy
+        return kernel
 
     def _fork_kernel(self, limits: SandboxLimits | None = None) -> Any:
         from themisto_env.sandbox.kernel import Kernel
@@ -446,17 +447,13 @@ class KernelTemplate:
             state.close()
 
     def worth_forking(self, digest: str) -> bool:
-        """Whether a copy of ``digest``'s state is better forked than restored into a kernel at hand: its
-        state template exists, or the state was asked for before (loading it into a state template costs
-        what a restore costs; it pays from the second copy on). Counts this ask."""
+        """Whether a copy of ``digest``'s state is better forked than restored into a kernel at hand: only
+        where its state template exists already (loading one costs what a restore costs, and a fork adds the
+        kernel's own start; a state copied by several kernels at once, a GRPO group's, has its template made
+        by the first of them, which has no kernel at hand)."""
         with self._lock:
-            asked = self._asked.get(digest, 0)
-            self._asked[digest] = asked + 1
-            self._asked.move_to_end(digest)
-            while len(self._asked) > 4096:
-                self._asked.popitem(last=False)
             state = self._states.get(digest)
-            return asked > 0 or (state is not None and state.is_alive())
+            return state is not None and state.is_alive()
 
     def in_use(self) -> bool:
         """Whether a kernel forked from this template, other than its spares, is still open."""

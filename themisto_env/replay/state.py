@@ -157,14 +157,14 @@ class TrajectoryKernel:
     def _fork_state(self, digest: str) -> dict[str, str] | None:
         """Replace the kernel by a copy forked from the state template of ``digest``; return the copy's
         fingerprint, or None where the state is not forked (no template; the state is unsafe to fork: an
-        open file or socket, a thread; or it is asked for the first time and a kernel is at hand, where a
-        restore costs less than loading a state template: the caller restores it). A snapshot the template
+        open file or socket, a thread; or a kernel is at hand and the state has no template yet, where a
+        restore costs less than loading one: the caller restores it). A snapshot the template
         cannot load raises as a restore would."""
         template = self._template()
         if template is None:
             return None
         if self._kernel is not None and self._kernel.is_alive() and not template.worth_forking(digest):
-            return None  # a state asked for once: a restore into the kernel at hand costs less than a template
+            return None  # no template of this state yet: a restore into the kernel at hand costs less
         try:
             state = template.state(digest)
         except (TemplateGoneError, KernelStartError):
