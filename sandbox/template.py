@@ -148,6 +148,7 @@ class KernelTemplate:
         self.spares = spares
         self._spares: list[Any] = []
         self._filling: threading.Thread | None = None
+        self._keep_spares = True  # off once trimmed, until a kernel is asked for again
         self.digest: str | None = None  # a state template's snapshot
         #: Why forking this template is unsafe (Python threads, open sockets or files, a CUDA context), as the
         #: template found at its start (a state template: after loading its snapshot); empty when safe.
@@ -353,6 +354,7 @@ class KernelTemplate:
         """
         if limits is None or limits == self.limits:
             with self._lock:
+                self._keep_spares = True
                 spare = self._spares.pop() if self._spares else None
             if spare is not None and spare.is_alive():
                 self._refill()
@@ -382,7 +384,7 @@ class KernelTemplate:
         """Fork spare kernels in the background until :attr:`spares` are ready (one thread at a time); a state
         template only once a second copy of it was asked for (a state used once needs no spare)."""
         with self._lock:
-            if self.base is not None and self._copies < 2:
+            if not self._keep_spares or (self.base is not None and self._copies < 2):
                 return
             if self.spares <= len(self._spares) or (self._filling is not None and self._filling.is_alive()):
                 return
@@ -400,10 +402,12 @@ class KernelTemplate:
                 except Exception:  # the template is gone or failing: the next kernel() says why, in its thread
                     return
                 with self._lock:
-                    if self._run_dir is None:  # closed meanwhile
-                        kernel.close(graceful=False)
-                        return
-                    self._spares.append(kernel)
+                    unwanted = self._run_dir is None or not self._keep_spares  # closed or trimmed meanwhile
+                    if not unwanted:
+                        self._spares.append(kernel)
+                if unwanted:
+                    kernel.close(graceful=False)
+                    return
         finally:
             release_thread_loop()
 
@@ -435,7 +439,13 @@ class KernelTemplate:
             return state
 
     def trim(self) -> None:
-        """Close the spare kernels and the state templates no open copy needs; keep the template itself."""
+        """Close the spare kernels and the state templates no open copy needs; keep the template itself (the
+        next :meth:`kernel` forks spares again)."""
+        with self._lock:
+            self._keep_spares = False
+            filling = self._filling
+        if filling is not None and filling is not threading.current_thread():
+            filling.join(timeout=30)  # a spare being forked now is closed, not kept
         with self._lock:
             spares, self._spares = self._spares, []
             states = [state for state in self._states.values() if not state.in_use()]
