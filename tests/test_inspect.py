@@ -42,12 +42,16 @@ def _reply(messages: list[Any], tools: list[Any], tool_choice: Any, config: Any)
 
 
 def _kernels() -> set[int]:
-    """Kernel processes started by this test process."""
-    return {
-        p.pid
-        for p in psutil.Process(os.getpid()).children(recursive=True)
-        if any("ipykernel" in part for part in p.cmdline())
-    }
+    """Kernel processes started by this test process (one that ends while it is looked at is gone already:
+    a kernel forked from a template is reaped by the template, and may be a zombie for a moment)."""
+    found = set()
+    for process in psutil.Process(os.getpid()).children(recursive=True):
+        try:
+            if any("ipykernel" in part for part in process.cmdline()):
+                found.add(process.pid)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+    return found
 
 
 @pytest.fixture
