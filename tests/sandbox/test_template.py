@@ -239,9 +239,10 @@ def test_a_forked_kernel_finds_the_template_imports_done(template: KernelTemplat
 def test_a_copy_outlives_its_state_leaving_the_cache(tmp_path: Path) -> None:
     """State templates are a bounded cache; one that leaves it while a copy of it is open stays until that
     copy is closed (a copy ends with its state template), then goes."""
-    with Kernel("local", snapshot_dir=tmp_path / "store") as kernel, KernelTemplate(
-        "local", snapshot_dir=tmp_path / "store", spares=0
-    ) as template:
+    with (
+        Kernel("local", snapshot_dir=tmp_path / "store") as kernel,
+        KernelTemplate("local", snapshot_dir=tmp_path / "store", spares=0) as template,
+    ):
         digests = []
         for i in range(STATE_TEMPLATES + 2):
             kernel.execute(f"x = {i}")
