@@ -201,7 +201,6 @@ def _become_kernel(template: Template, request: dict[str, Any]) -> None:
     os.environ.update(request.get("environment", {}))
     os.environ["PWD"] = request["workdir"]
     os.environ["JPY_PARENT_PID"] = str(os.getppid())  # ipykernel's poller: it ends when the template does
-    _drop_privileges(request.get("uid"))
     from ipykernel.kernelapp import IPKernelApp
 
     app = IPKernelApp.instance(user_ns=template.namespace)
@@ -376,16 +375,6 @@ def _redirect_output(log: str) -> None:
     os.close(fd)
 
 
-def _drop_privileges(uid: int | None) -> None:
-    """Become ``uid`` (group too, no supplementary groups): a copy of its own, which cannot signal, trace or
-    read the memory of the template or of another copy (each copy has its own uid)."""
-    if uid is None:
-        return
-    os.setgroups([])
-    os.setgid(uid)
-    os.setuid(uid)
-
-
 def _read_line(connection: socket.socket) -> bytes:
     data = b""
     while not data.endswith(b"\n"):
@@ -418,7 +407,7 @@ def _install_helper(path: str) -> None:
 
 def main() -> None:
     """``python zygote.py CONFIG_JSON``: import, freeze, serve. CONFIG: ``socket``, ``preload`` (module
-    names), ``helper`` (the helper's source file), ``parent`` (the pid to outlive no longer)."""
+    names), ``helper`` (the helper's source file), ``environment`` (variables to set)."""
     config = json.loads(sys.argv[1])
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ.update(config.get("environment", {}))
@@ -441,7 +430,7 @@ def main() -> None:
         with contextlib.suppress(BaseException):
             re.compile(pattern, flags)
     _name_process("themisto-tmpl")
-    template = Template(config["socket"], parent=int(config.get("parent") or os.getppid()))
+    template = Template(config["socket"], parent=os.getppid())
     gc.collect()
     gc.freeze()
     print("ready", flush=True)

@@ -32,6 +32,7 @@ from verifiers.v1.harnesses.null import NullHarness
 from verifiers.v1.harnesses.utils.launch import CHAT_PROGRAM_SOURCE, launch_chat_program
 
 from themisto_env.bridges.rl.tool_env import SUBMIT_INSTRUCTION, SharedStates, ThemistoToolEnv, tool_dataset
+from themisto_env.bridges.vf_env import TOOL_NAMES
 
 __all__ = [
     "ThemistoData",
@@ -197,15 +198,7 @@ class ThemistoTools(vf.Toolset[ThemistoToolsConfig, ThemistoState]):
         return answer, rollout.get_reward(), bool(rollout.untrusted)
 
 
-for _name in (
-    "list_variables",
-    "inspect_variable",
-    "dataframe_head",
-    "dataframe_info",
-    "memory_usage",
-    "get_source",
-    "submit",
-):
+for _name in TOOL_NAMES:
     getattr(ThemistoTools, _name).__doc__ = getattr(ThemistoToolEnv, _name).__doc__  # what the model reads
 
 
