@@ -121,6 +121,8 @@ class DockerLauncher(KernelLauncher):
         self._container: Any = None
         self._init_pid: int | None = None  # host pid of the container's init (tini), if visible
         self._init_start: str | None = None
+        self._init_hidden = False
+        self._connection_file = ""
         self._kernel_pid: int | None = None
         self._last_reload = 0.0
         self._finalizer: weakref.finalize | None = None
@@ -240,11 +242,19 @@ class DockerLauncher(KernelLauncher):
         self._last_reload = time.monotonic()
         self._kernel_pid = None
         self._init_pid, self._init_start = None, None
-        pid = int(container.attrs.get("State", {}).get("Pid") or 0)
-        # Watch the init's host pid only when it is really visible here (same pid namespace as dockerd):
-        # its command line is docker-init's, ending with this kernel's connection file.
-        if pid and str(connection_file) in host_cmdline(pid):
+        self._connection_file = str(connection_file)
+        self._find_init()
+
+    def _find_init(self) -> None:
+        """Learn the host pid of the container's init, if it is really visible here (same pid namespace as
+        dockerd): its command line is docker-init's, ending with this kernel's connection file. Under load
+        the engine may answer before the container has a pid: :meth:`pid` asks again later."""
+        if self._container is None:
+            return
+        pid = int(self._container.attrs.get("State", {}).get("Pid") or 0)
+        if pid and self._connection_file in host_cmdline(pid):
             self._init_pid, self._init_start = pid, process_start(pid)
+        self._init_hidden = bool(pid) and self._init_pid is None  # another pid namespace: never visible
 
     def _reload(self, *, force: bool = False) -> dict[str, Any]:
         """The container's State, asking the engine at most every RELOAD_INTERVAL_S unless forced."""
@@ -376,8 +386,15 @@ class DockerLauncher(KernelLauncher):
 
     def pid(self) -> int | None:
         """Host pid of the ipykernel process (the child of the container's init), if visible here."""
-        if self._init_pid is None or self._container is None:
+        if self._container is None:
             return None
+        if self._init_pid is None:
+            if self._init_hidden:
+                return None
+            self._reload(force=True)
+            self._find_init()
+            if self._init_pid is None:
+                return None
         if self._kernel_pid is not None and process_start(self._kernel_pid) is not None:
             return self._kernel_pid
         for child in host_children(self._init_pid):

@@ -34,8 +34,9 @@ DEFAULT_PACKAGES: tuple[str, ...] = (
     "matplotlib",
 )
 #: Packages the image carries when the host has them: pandas stores strings with pyarrow when it is
-#: installed, and a snapshot holding such strings loads only where pyarrow is installed too.
-OPTIONAL_PACKAGES: tuple[str, ...] = ("pyarrow",)
+#: installed, and a snapshot holding such strings loads only where pyarrow is installed too; pandas
+#: imports pytz when it is installed, and a snapshot records every package its kernel had imported.
+OPTIONAL_PACKAGES: tuple[str, ...] = ("pyarrow", "pytz")
 #: Repository part of the kernel image name.
 IMAGE_REPOSITORY = "themisto-kernel"
 #: Debian release of the image, and its Python (the wheels must match it).
