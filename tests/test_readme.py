@@ -57,7 +57,7 @@ def command_needs(command: str) -> list[pytest.MarkDecorator]:
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder where the README's relative paths (configs/, tests/data/) resolve, and outputs land."""
+    """A folder where the README's relative paths (configs/, tests/fixtures/) resolve, and outputs land."""
     root = tmp_path_factory.mktemp("readme")
     (root / "configs").symlink_to(REPO / "configs")
     (root / "tests").symlink_to(REPO / "tests")
@@ -100,7 +100,7 @@ def test_readme_command_runs(command: str, workdir: Path) -> None:
 @pytest.mark.parametrize("index", range(len(_blocks("python"))))
 def test_readme_python_block_runs(index: int, workdir: Path) -> None:
     """Complete examples run as scripts; a sketch with ``...`` placeholders (the GRPO trainer, which
-    ``examples/train_grpo.py`` runs in full in tests/rl) must at least import what it names."""
+    ``examples/train_grpo.py`` runs in full in tests/bridges/rl) must at least import what it names."""
     block = _blocks("python")[index]
     if re.search(r"[=(,]\s*\.\.\.", block):  # an argument left as `...`: a sketch
         block = "\n".join(line for line in block.splitlines() if line.startswith(("import ", "from ")))
