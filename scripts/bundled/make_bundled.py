@@ -49,7 +49,9 @@ sys.path.insert(0, str(HERE))
 
 from script import Delete, Markdown, Pause, Rename, Restart, Run, Save, SessionScript  # noqa: E402
 
-from themisto_env.data.june import JuneEvent, read_sessions, write_events  # noqa: E402
+from themisto_env.data.june import read_sessions  # noqa: E402
+from themisto_env.data.june_events import JuneEvent  # noqa: E402
+from themisto_env.data.june_files import write_events  # noqa: E402
 from themisto_env.sandbox.outputs import OutputCollector  # noqa: E402
 
 REPO = HERE.parent.parent

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from jupyter_client.manager import KernelManager
 
-from themisto_env.data.june import read_events, read_sessions
+from themisto_env.data.june import read_sessions
+from themisto_env.data.june_files import read_events
 
 KERNEL_ID = "0123abcd-0000-4000-8000-00000000beef"
 

@@ -35,14 +35,12 @@ from inspect_ai.util import (
     SandboxUserUnsupportedError,
     sandboxenv,
 )
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict
 
-from themisto_env.data.samples import SampleRule, TaskName
-from themisto_env.env.core import MODEL_CODE_TIMEOUT_S, EnvConfig, ObservationMode, ThemistoEnv
+from themisto_env.env.core import MODEL_CODE_TIMEOUT_S, EnvConfig, ThemistoEnv
 from themisto_env.env.info import StepInfo
 from themisto_env.env.tools import ToolCall
 from themisto_env.errors import ConfigError, InfrastructureError
-from themisto_env.metrics import RewardWeights
 from themisto_env.scoring.execution import ExecutionScore, execution_score
 from themisto_env.scoring.score import SampleScore
 
@@ -62,29 +60,14 @@ class ToolAnswer:
     text: str
 
 
-class SandboxConfig(BaseModel):
-    """The ``themisto`` sandbox's config: the env options inspect can set (frozen: inspect hashes it).
-
-    The fields are those of :class:`~themisto_env.env.core.EnvConfig`; the others keep their defaults.
-    """
+class SandboxConfig(EnvConfig):
+    """The ``themisto`` sandbox's config: the env's options (:class:`~themisto_env.env.config.EnvConfig`, whose
+    fields and defaults it has), frozen and hashable because inspect hashes it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    task: TaskName = "next-cell"
-    dataset: str | None = None
-    split: str | None = None
-    backend: str = "local"
-    observation: ObservationMode = "tools"
-    history_length: int = Field(10, ge=0)
-    tool_budget: int = Field(5, ge=0)
-    tool_cost: float = Field(0.01, ge=0)
-    reward: RewardWeights = Field(default_factory=RewardWeights)
-    sample_rule: SampleRule = Field(default_factory=SampleRule)
-    max_output_chars: int = Field(1500, ge=100)
-    max_text_chars: int = Field(16000, ge=1000)
-    snapshot_dir: str | None = None
-    execution_score: bool = False
-    ray: str | None = None  # an address: the kernels in Ray actors (EnvConfig.ray; an address keeps this hashable)
+    def __hash__(self) -> int:  # a Ray placement is a model: hash the options' JSON form
+        return hash(self.model_dump_json())
 
     def env_config(self) -> EnvConfig:
         """The env's options."""

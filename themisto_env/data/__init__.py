@@ -15,7 +15,9 @@ from themisto_env._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from themisto_env.data.agreement import Agreement, AgreementKind, agreement
-    from themisto_env.data.june import JuneEvent, read_events, read_sessions, write_events
+    from themisto_env.data.june import read_sessions
+    from themisto_env.data.june_events import JuneEvent
+    from themisto_env.data.june_files import read_events, write_events
     from themisto_env.data.notebook import read_notebook_session
     from themisto_env.data.recorder import Recorder
     from themisto_env.data.samples import (
@@ -36,7 +38,9 @@ __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "themisto_env.data.agreement": ("Agreement", "AgreementKind", "agreement"),
-        "themisto_env.data.june": ("JuneEvent", "read_events", "read_sessions", "write_events"),
+        "themisto_env.data.june": ("read_sessions",),
+        "themisto_env.data.june_events": ("JuneEvent",),
+        "themisto_env.data.june_files": ("read_events", "write_events"),
         "themisto_env.data.notebook": ("read_notebook_session",),
         "themisto_env.data.recorder": ("Recorder",),
         "themisto_env.data.samples": (

@@ -1,15 +1,13 @@
-"""JuNE event logs: read, validate, group into sessions, write.
+"""JuNE event logs grouped into sessions.
 
 JuNE (JetBrains Research's notebook-execution dataset) is an event log, one row per user or kernel
-event, with the columns in :data:`JUNE_COLUMNS`. This module reads such logs from CSV, Parquet or JSON
-Lines (``.csv``, ``.csv.gz``, ``.parquet``, ``.jsonl``, ``.jsonl.gz``, ``.ndjson``), validates every row
-into a :class:`JuneEvent` (a malformed row raises :class:`~themisto_env.errors.DataError` naming the
-file, the 1-based data row and the field), groups the events into :class:`~themisto_env.data.sessions.Session`
-objects by ``kernel_id`` and writes events back in the same formats.
-
-This module groups events into sessions; the rows and their columns live in
-:mod:`themisto_env.data.june_events`, reading and writing files in :mod:`themisto_env.data.june_files`.
-Every public name of the three is importable from here.
+event, with the columns in :data:`~themisto_env.data.june_events.JUNE_COLUMNS`. JuNE logs are read from
+CSV, Parquet or JSON Lines (``.csv``, ``.csv.gz``, ``.parquet``, ``.jsonl``, ``.jsonl.gz``, ``.ndjson``),
+every row validated into a :class:`~themisto_env.data.june_events.JuneEvent` (a malformed row raises
+:class:`~themisto_env.errors.DataError` naming the file, the 1-based data row and the field); this module
+groups the events into :class:`~themisto_env.data.sessions.Session` objects by ``kernel_id``. The rows
+and their columns live in :mod:`themisto_env.data.june_events`, reading and writing files in
+:mod:`themisto_env.data.june_files`.
 
 Every event kind is kept; only these matter for replay:
 
@@ -30,15 +28,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from themisto_env.data.june_events import (
-    EVENT_COLUMNS,
-    JUNE_COLUMNS,
-    KNOWN_EVENTS,
-    REQUIRED_COLUMNS,
-    JuneEvent,
-    format_time,
-)
-from themisto_env.data.june_files import EventFormat, event_format, iter_events, read_events, write_events
+from themisto_env.data.june_events import JuneEvent
+from themisto_env.data.june_files import iter_events
 from themisto_env.data.sessions import RecordedExecution, Session
 from themisto_env.errors import DataError
 
@@ -193,18 +184,4 @@ def read_sessions(path: str | Path) -> list[Session]:
     return sessions_from_events(iter_events(path), source_path=path)
 
 
-__all__ = [
-    "EVENT_COLUMNS",
-    "JUNE_COLUMNS",
-    "KNOWN_EVENTS",
-    "REQUIRED_COLUMNS",
-    "EventFormat",
-    "JuneEvent",
-    "event_format",
-    "format_time",
-    "iter_events",
-    "read_events",
-    "read_sessions",
-    "sessions_from_events",
-    "write_events",
-]
+__all__ = ["read_sessions", "sessions_from_events"]

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from themisto_env.data.june import JuneEvent
+from themisto_env.data.june_events import JuneEvent
 
 
 class RecordingLog:

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from themisto_env.data.june import REQUIRED_COLUMNS, read_sessions
+from themisto_env.data.june import read_sessions
+from themisto_env.data.june_events import REQUIRED_COLUMNS
 from themisto_env.data.notebook import read_notebook_session
 from themisto_env.data.sessions import Session
 from themisto_env.errors import DataError
