@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from themisto_env.data.trajectory import Step
 from themisto_env.env.tools import HistoryItem
 from themisto_env.errors import HelperError
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel_contract import KernelLike
 from themisto_env.sandbox.rendering import render_outputs
 
 
@@ -64,7 +64,7 @@ _ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")
 
 
 def render_runtime(
-    kernel: Kernel,
+    kernel: KernelLike,
     *,
     max_chars: int,
     per_variable_chars: int = 300,

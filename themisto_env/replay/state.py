@@ -74,7 +74,7 @@ from themisto_env.replay.state_check import (
     files_before,
     fresh_before,
 )
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel_contract import KernelLike
 from themisto_env.sandbox.kernel_environments import environment_label
 from themisto_env.sandbox.pool import KernelPool
 from themisto_env.sandbox.workdir import FolderTooLargeError, diff_trees, tree_digest
@@ -102,7 +102,7 @@ class TrajectoryKernel:
 
     def __init__(
         self,
-        new_kernel: Callable[[], Kernel],
+        new_kernel: Callable[[], KernelLike],
         *,
         pool: KernelPool | None = None,
         template: Callable[[], KernelTemplate] | None = None,
@@ -114,7 +114,7 @@ class TrajectoryKernel:
         #: None, or a template that cannot start or is not safe to fork: kernels are started and restored.
         self.template = template
         self._forking_refused: str | None = None  # why the template was given up (said once)
-        self._kernel: Kernel | None = None
+        self._kernel: KernelLike | None = None
         self._closing: list[threading.Thread] = []  # replaced kernels being closed in the background
         #: (trajectory id, step) the kernel is before, when known; None after anything unrecorded ran.
         self.position: tuple[str, int] | None = None
@@ -125,7 +125,7 @@ class TrajectoryKernel:
         self._report: StateReport | None = None  # of the serve under way
 
     @property
-    def kernel(self) -> Kernel:
+    def kernel(self) -> KernelLike:
         """The kernel (started on first use)."""
         if self._kernel is None:
             template = self._template()
@@ -185,7 +185,7 @@ class TrajectoryKernel:
         return self._kernel is not None
 
     def close(self, *, graceful: bool = True) -> None:
-        """Stop the kernel (see :meth:`Kernel.close`) and wait for replaced ones to be gone. Idempotent."""
+        """Stop the kernel (see :meth:`KernelLike.close`) and wait for replaced ones to be gone. Idempotent."""
         if self._kernel is not None:
             self._kernel.close(graceful=graceful)
             self._kernel = None
@@ -311,7 +311,7 @@ class TrajectoryKernel:
             self.kernel.restart()
         self._fresh = True
 
-    def _discard(self, kernel: Kernel) -> None:
+    def _discard(self, kernel: KernelLike) -> None:
         thread = threading.Thread(target=kernel.close, kwargs={"graceful": False}, name="themisto-discard", daemon=True)
         self._closing = [t for t in self._closing if t.is_alive()] + [thread]
         thread.start()
