@@ -11,7 +11,7 @@ The parts, as inspect names them:
   each an env step against the sample's budget), asks it up to budget + 2 times, tells it to answer
   once the budget is spent, as our ``llm-tools`` agent does.
 - scorer (:func:`themisto_scorer`): the env's one score (:func:`themisto_env.scoring.score.score_sample`,
-  README "Reward") of the prediction read from the reply as our agents read it: exact match, ROUGE-L,
+  docs/reward.md) of the prediction read from the reply as our agents read it: exact match, ROUGE-L,
   chrF and the reward, each with its mean and stderr.
 
 The sample's state is served by the sandbox before the solver starts; a state that could not be served,
@@ -199,7 +199,7 @@ def _sample_score(scored: SampleScore, sample_id: str) -> SampleScore:
 @scorer(metrics={name: [mean(), stderr()] for name in SCORER_VALUES})
 def themisto_scorer() -> Scorer:
     """The env's score of the reply's prediction (:func:`themisto_env.scoring.score.score_sample`, the one
-    rule of README "Reward"): exact match, ROUGE-L F1, chrF and the ``reward`` (with the execution score
+    rule of docs/reward.md): exact match, ROUGE-L F1, chrF and the ``reward`` (with the execution score
     when the task has it on, minus ``tool_cost`` per tool call); every field of the
     :class:`~themisto_env.scoring.score.SampleScore` in the metadata."""
 

@@ -131,7 +131,7 @@ class EnvConfig(BaseModel):
         return {"address": value} if isinstance(value, str) else value
 
     def scoring_rule(self) -> ScoringRule:
-        """The options that enter the reward: weights, tool cost, execution score (README, "Reward")."""
+        """The options that enter the reward: weights, tool cost, execution score (docs/reward.md)."""
         return ScoringRule(weights=self.reward, tool_cost=self.tool_cost, execution_score=self.execution_score)
 
 

@@ -46,7 +46,7 @@ class Draw(BaseModel):
     Attributes:
         prediction: The predicted text.
         scores: Its metrics (for next-cell, with the API sequence's).
-        reward: Its ``SampleScore.reward`` (README "Reward"; None when the sample is unscored).
+        reward: Its ``SampleScore.reward`` (docs/reward.md; None when the sample is unscored).
         execution_score: Its execution score (next-cell with ``execution_score``), else None.
         passed: Whether its execution passed (None without an execution score); a prediction whose own code
             failed never passes.
@@ -79,7 +79,7 @@ class ResultRow(BaseModel):
         prediction, target: The (first) prediction and the reference.
         scores: The metrics of :data:`~themisto_env.metrics.METRICS` (and, for next-cell, the API
             sequence's), each in [0, 1].
-        reward: The (first) prediction's ``SampleScore.reward`` (README "Reward": the metrics, the
+        reward: The (first) prediction's ``SampleScore.reward`` (docs/reward.md: the metrics, the
             execution score when on, minus ``tool_cost`` per tool call); None when the sample is unscored
             (``infrastructure_error`` or ``state_mismatch``).
         execution_score: The execution score (next-cell with ``execution_score``), else None.
