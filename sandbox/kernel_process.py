@@ -28,9 +28,9 @@ import jupyter_core.utils
 from jupyter_client.connect import write_connection_file
 
 from themisto_env.errors import InfrastructureError
-from themisto_env.sandbox import lifetime
 from themisto_env.sandbox.launcher import KernelLauncher
 from themisto_env.sandbox.models import SandboxLimits
+from themisto_env.sandbox.owners import RUN_DIR_PREFIX, write_owner
 from themisto_env.sandbox.snapshots import SnapshotStore
 
 #: Folders of the run directory: snapshots handed in to the kernel, and written out for the host to check.
@@ -151,7 +151,7 @@ class KernelProcess:
     def open(self) -> Path:
         """Make the run directory (connection file, owner record, working folder, snapshot boxes) and the
         launcher; start no process yet. Returns the run directory."""
-        run_dir = self._run_dir = Path(tempfile.mkdtemp(prefix=lifetime.RUN_DIR_PREFIX, dir=self.run_root))
+        run_dir = self._run_dir = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX, dir=self.run_root))
         # A container's non-root user writes its sockets here; sticky, so it cannot replace the host's
         # files (owner.json, which the reaper trusts, or the connection file).
         os.chmod(run_dir, 0o1777)
@@ -163,7 +163,7 @@ class KernelProcess:
             str(connection_file), transport="ipc", ip=str(run_dir / "k"), key=uuid.uuid4().hex.encode()
         )
         os.chmod(connection_file, 0o644)
-        lifetime.write_owner(run_dir, self.backend)  # before any process: a reaper can find it
+        write_owner(run_dir, self.backend)  # before any process: a reaper can find it
         for box in (SNAPSHOT_INBOX, SNAPSHOT_OUTBOX):
             (run_dir / box).mkdir()
             os.chmod(run_dir / box, 0o777)
@@ -183,7 +183,7 @@ class KernelProcess:
         self.launcher.start(self.run_dir / CONNECTION_FILE, self.run_dir / WORKDIR_NAME)
         # name the kernel's host processes and containers in the owner record, so that they go with this
         # process however it ends (see :mod:`themisto_env.sandbox.lifetime`)
-        lifetime.write_owner(self.run_dir, self.backend, **self.launcher.owner_record())
+        write_owner(self.run_dir, self.backend, **self.launcher.owner_record())
 
     def stop(self, *, graceful: bool) -> str:
         """Stop the process; return the launcher's stop path (``not started`` if none)."""

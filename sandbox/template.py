@@ -60,6 +60,7 @@ from themisto_env.sandbox.kernel_process import release_thread_loop
 from themisto_env.sandbox.launcher import KERNEL_ENVIRONMENT, launcher_class
 from themisto_env.sandbox.local import BwrapLauncher, LocalLauncher
 from themisto_env.sandbox.models import SandboxLimits
+from themisto_env.sandbox.owners import RUN_DIR_PREFIX, write_owner
 from themisto_env.sandbox.snapshots import SnapshotStore
 from themisto_env.sandbox.template_launcher import exited
 
@@ -188,12 +189,12 @@ class KernelTemplate:
         with self._lock:
             if self._process is not None:
                 return self
-            self._run_dir = Path(tempfile.mkdtemp(prefix=lifetime.RUN_DIR_PREFIX))
+            self._run_dir = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX))
             os.chmod(self._run_dir, 0o1777)
             (self._run_dir / "kernels").mkdir(mode=0o1777)
             os.chmod(self._run_dir / "kernels", 0o1777)
             self.socket_path = self._run_dir / "template.sock"
-            lifetime.write_owner(self._run_dir, self.backend)
+            write_owner(self._run_dir, self.backend)
             lifetime.track(self, self._run_dir)
             process = _TEMPLATE_LAUNCHERS[self.backend](
                 self.limits,
@@ -213,7 +214,7 @@ class KernelTemplate:
             self._process = process
             try:
                 process.start(self._run_dir / "template.json", self._run_dir)
-                lifetime.write_owner(self._run_dir, self.backend, **process.owner_record())
+                write_owner(self._run_dir, self.backend, **process.owner_record())
                 self._wait_ready()
             except BaseException:
                 self.close()

@@ -134,7 +134,7 @@ def remove(name: str, *, force: bool = False) -> KernelEnvironmentRecord:
         with locked(record.id):
             if record.image is not None:
                 with contextlib.suppress(Exception):
-                    from themisto_env.sandbox.image import docker_client
+                    from themisto_env.sandbox.docker_engine import docker_client
 
                     docker_client().images.remove(record.image)
             shutil.rmtree(record.folder, ignore_errors=True)
