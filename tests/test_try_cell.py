@@ -236,7 +236,7 @@ def test_the_output_task_refuses_in_one_line() -> None:
         obs, _, _, _, info = env.step(try_cell(env.trajectories[sample.trajectory_id].steps[sample.step].source))
         assert not info["tool_result"]["ok"] and obs["tools_left"] == 1  # costs a call, like any failing tool
         assert obs["tool_result"] == f"Error: {NOT_AVAILABLE}" and "\n" not in obs["tool_result"]
-        assert env._disposable is None, "nothing ran"
+        assert env.scorer.disposable is None, "nothing ran"
     finally:
         env.close()
 
