@@ -12,7 +12,7 @@ import gymnasium as gym
 import pytest
 
 from themisto_env.data.trajectory import FORMAT_VERSION, MANIFEST, read_manifest
-from themisto_env.env.core import MAX_TOOL_REFUNDS
+from themisto_env.env.record import MAX_TOOL_REFUNDS
 from themisto_env.env.tools import ToolCall
 from themisto_env.errors import DataError, KernelStartError
 from themisto_env.run.results import ResultRow

@@ -79,10 +79,10 @@ from themisto_env.env.config import (
     env_config_and_dataset,
 )
 from themisto_env.env.episode import Episode
-from themisto_env.env.record import MAX_TOOL_REFUNDS, EpisodeRecord
+from themisto_env.env.record import EpisodeRecord
 from themisto_env.env.scorer import Scorer
 from themisto_env.env.spaces import CHARSET, action_space, fit_text, observation_space, text_space
-from themisto_env.env.state_server import StateServer, not_served
+from themisto_env.env.state_server import StateServer
 from themisto_env.env.tools import ToolContext
 from themisto_env.replay.disposable import DisposableKernels
 from themisto_env.replay.state import TrajectoryKernel
@@ -91,14 +91,12 @@ from themisto_env.scoring.score import ExecutionRun, SampleScore, ScoringRule
 
 __all__ = [
     "CHARSET",
-    "MAX_TOOL_REFUNDS",
     "MODEL_CODE_TIMEOUT_S",
     "EnvConfig",
     "ObservationMode",
     "ThemistoEnv",
     "env_config_and_dataset",
     "fit_text",
-    "not_served",
     "text_space",
 ]
 
