@@ -7,7 +7,7 @@ Turn structure of an episode (documented for training loops):
    (replaying only the cells a snapshot cannot stand for).
 2. For each sample, the agent takes any number of tool calls (``kind=0``; in ``tools`` mode; each costs
    ``tool_cost`` and at most ``tool_budget`` per sample), then one prediction (``kind=1``), which is
-   scored by :func:`~themisto_env.scoring.score.score_sample` (the rule: README, "Reward"); the
+   scored by :func:`~themisto_env.scoring.score.score_sample` (the rule: docs/reward.md); the
    prediction step pays the sample's reward less what its tool steps paid, so a sample's steps sum to
    ``info["reward"]`` (to 0 when the sample is unscored). Once the budget is spent, a further tool call
    is refused: nothing runs, it costs nothing, ``tool_result`` says so, ``info["tool_refused"]`` is True,

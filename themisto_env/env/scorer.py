@@ -1,4 +1,4 @@
-"""Scoring a prediction: :class:`Scorer`, the scoring rule of an env config (README "Reward") and the disposable
+"""Scoring a prediction: :class:`Scorer`, the scoring rule of an env config (docs/reward.md) and the disposable
 kernels model-written code runs in (a prediction under the execution score, a ``try_cell`` candidate).
 
 A scorer holds no episode and no live state: the gym env's prediction step, the TRL tool env and reward
