@@ -40,8 +40,8 @@ from themisto_env.agents.prompting import PromptTemplates, load_prompts
 from themisto_env.bridges.inspect_sandbox import SANDBOX_TYPE, SandboxConfig, ThemistoSandbox
 from themisto_env.data.samples import TaskName, read_sample_ids, select_samples, selection_order
 from themisto_env.data.trajectory import Trajectory
-from themisto_env.env.core import EnvConfig, ObservationMode
-from themisto_env.env.observation import history_items, render_history
+from themisto_env.env.config import EnvConfig, ObservationMode
+from themisto_env.env.observation import sample_observation
 from themisto_env.env.tools import TOOLS, ObservationTool
 from themisto_env.errors import ConfigError, InfrastructureError, ThemistoError
 from themisto_env.metrics import METRICS, RewardWeights
@@ -52,23 +52,10 @@ from themisto_env.scoring.score import SampleScore
 
 
 def first_observation(trajectory: Trajectory, step: int, config: EnvConfig) -> dict[str, Any]:
-    """The observation the env shows at a sample before any tool call (``runtime`` is left empty: it
-    needs the live kernel, and the solver fills it in the ``full`` mode)."""
-    recent = trajectory.steps[:step][-config.history_length :] if config.history_length else []
-    history = render_history(
-        history_items(recent),
-        length=config.history_length,
-        max_output_chars=config.max_output_chars,
-        max_chars=config.max_text_chars,
-    )
-    cell = trajectory.steps[step].source if config.task == "output" else ""
-    return {
-        "history": history[: config.max_text_chars],
-        "cell": cell[: config.max_text_chars],
-        "runtime": "",
-        "tool_result": "",
-        "tools_left": config.tool_budget,
-    }
+    """The observation the env shows at a sample before any tool call
+    (:func:`~themisto_env.env.observation.sample_observation`; ``runtime`` is left empty: it needs the live
+    kernel, and the solver fills it in the ``full`` mode)."""
+    return sample_observation(config, trajectory, step, tools_left=config.tool_budget)
 
 
 def prompt_messages(
