@@ -94,11 +94,6 @@ class Kernel:
         environment: str | None = None,
         template: ForkSource | None = None,
     ) -> None:
-        self.backend = backend
-        self.environment = environment
-        self.limits = limits or SandboxLimits()
-        self.store = SnapshotStore(snapshot_dir)
-        self.store_access = store_access
         options = dict(launcher_options or {})
         if environment is not None:
             options["environment"] = environment
@@ -107,8 +102,8 @@ class Kernel:
         self._process = KernelProcess(
             backend,
             launcher_class(backend) if template is None else fork_launcher_class(backend),
-            limits=self.limits,
-            store=self.store,
+            limits=limits or SandboxLimits(),
+            store=SnapshotStore(snapshot_dir),
             store_access=store_access,
             launcher_options=options,
             run_root=None if template is None else template.kernels_dir,
@@ -117,6 +112,33 @@ class Kernel:
         self._snapshots = KernelSnapshots(self._messaging, environment)
         self._introspection = KernelIntrospection(self._messaging)
         self._close_lock = threading.Lock()  # one close at a time: a discard thread and the exit hook may race
+
+    # -- what the kernel is (fixed when it is made) ----------------------------------------------------------
+
+    @property
+    def backend(self) -> str:
+        """The backend that runs the kernel (``local``, ``bwrap``, ``docker``)."""
+        return self._process.backend
+
+    @property
+    def environment(self) -> str | None:
+        """The kernel environment's id (None: the tool's own Python, or the default image)."""
+        return self._snapshots.environment
+
+    @property
+    def limits(self) -> SandboxLimits:
+        """The kernel's limits."""
+        return self._process.limits
+
+    @property
+    def store(self) -> SnapshotStore:
+        """The snapshot store its snapshots go to and are restored from."""
+        return self._process.store
+
+    @property
+    def store_access(self) -> Literal["read", "copy"]:
+        """How the kernel sees the snapshot store (see the class's arguments)."""
+        return self._process.store_access
 
     # -- the process ---------------------------------------------------------------------------------------
 
