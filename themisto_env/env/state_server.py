@@ -24,7 +24,7 @@ from themisto_env.env.config import EnvConfig
 from themisto_env.env.observation import history_items, render_runtime
 from themisto_env.env.tools import ToolCall, ToolContext, ToolResult, run_tool
 from themisto_env.env.tools._models import TryCode
-from themisto_env.errors import BackendUnavailableError, InfrastructureError
+from themisto_env.errors import BackendUnavailableError, ConfigError, InfrastructureError
 from themisto_env.replay.dataset import Dataset
 from themisto_env.replay.disposable import imported_modules
 from themisto_env.replay.kernel_environments import dataset_kernel_environment
@@ -251,7 +251,7 @@ class StateServer:
 
     def _selected(self) -> tuple[Trajectory, int]:
         if self.trajectory is None or self.step is None:
-            raise RuntimeError("no state selected: call select() first")
+            raise ConfigError("no state selected: call select() first")
         return self.trajectory, self.step
 
     def serve(self) -> StateReport:
