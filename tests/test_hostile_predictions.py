@@ -36,7 +36,7 @@ from themisto_env.env.actions import Prediction
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.tools import ToolCall, run_tool
 from themisto_env.replay.disposable import FAILURES, CodeRun
-from themisto_env.replay.state import diff_fingerprints, expected_fingerprint
+from themisto_env.replay.state_check import diff_fingerprints, expected_fingerprint
 from themisto_env.sandbox.rendering import render_outputs
 
 #: Small enough that the memory bomb and the fork bomb hit quickly; a 5 s limit per prediction.

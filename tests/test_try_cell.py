@@ -23,7 +23,7 @@ from themisto_env.env.tools import TOOL_NAMES, ToolCall, ToolContext, langchain_
 from themisto_env.env.tools._try import NOT_AVAILABLE
 from themisto_env.errors import InfrastructureError
 from themisto_env.replay.disposable import CodeRun, DisposableKernels
-from themisto_env.replay.state import expected_fingerprint
+from themisto_env.replay.state_check import expected_fingerprint
 from themisto_env.sandbox.kernel_helper import OPTIONS_KEY
 from themisto_env.sandbox.rendering import render_outputs
 

@@ -24,8 +24,8 @@ from themisto_env.data.sessions import RecordedExecution, Session
 from themisto_env.data.trajectory import Step, Trajectory, dump_json, refresh_agreement
 from themisto_env.errors import DataError, InfrastructureError, SnapshotError
 from themisto_env.replay.figures import keep_figures
+from themisto_env.replay.recorded_cells import run_recorded
 from themisto_env.replay.second_replay import MAX_SECOND_REPLAYS, SecondReplays
-from themisto_env.replay.state import run_recorded
 from themisto_env.sandbox.kernel_contract import KernelLike
 from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.models import SandboxLimits

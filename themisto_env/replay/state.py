@@ -44,8 +44,7 @@ the current one (which costs a kernel start and the imports again): the old kern
 background. A pooled kernel's namespace is as empty as a restarted one's (preloading binds no name).
 
 The pieces it is built on: :mod:`~themisto_env.replay.recorded_cells` (running recorded cells) and
-:mod:`~themisto_env.replay.state_check` (fingerprints, files, :class:`StateReport`); their public names
-are importable from here too.
+:mod:`~themisto_env.replay.state_check` (fingerprints, files, :class:`~themisto_env.replay.state_check.StateReport`).
 """
 
 from __future__ import annotations
@@ -65,9 +64,8 @@ from themisto_env.errors import (
     SnapshotError,
     TemplateGoneError,
 )
-from themisto_env.replay.recorded_cells import interrupt_after, replay_step, run_recorded
+from themisto_env.replay.recorded_cells import replay_step
 from themisto_env.replay.state_check import (
-    StateCheck,
     StateReport,
     diff_fingerprints,
     expected_fingerprint,
@@ -460,16 +458,4 @@ class TrajectoryKernel:
             return route, live
 
 
-__all__ = [
-    "MAX_RECOVERIES",
-    "StateCheck",
-    "StateReport",
-    "TrajectoryKernel",
-    "diff_fingerprints",
-    "expected_fingerprint",
-    "files_before",
-    "fresh_before",
-    "interrupt_after",
-    "replay_step",
-    "run_recorded",
-]
+__all__ = ["MAX_RECOVERIES", "TrajectoryKernel"]
