@@ -18,7 +18,8 @@ summary and run again on resume. A torn last line (a killed writer) is dropped o
 unreadable line is a :class:`~themisto_env.errors.DataError` naming the file, the line and the field.
 
 No secret is written: :func:`secrets` collects the run's keys (options named like ``api_key``, the
-providers' key variables) and :func:`redact` replaces them wherever they appear in a row or the config.
+providers' key variables) and :func:`~themisto_env.redaction.redact` replaces them wherever they appear
+in a row or the config.
 """
 
 from __future__ import annotations
@@ -329,7 +330,6 @@ __all__ = [
     "make_result_row",
     "model_label",
     "read_results",
-    "redact",
     "run_identity",
     "secrets",
     "write_config",
