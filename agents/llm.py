@@ -237,4 +237,4 @@ class FullRuntimeAgent(LLMAgent):
     observation = "full"
 
 
-__all__ = ["FullRuntimeAgent", "LLMAgent", "StaticContextAgent", "message_text"]
+__all__ = ["FullRuntimeAgent", "LLMAgent", "StaticContextAgent"]

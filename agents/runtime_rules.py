@@ -285,11 +285,4 @@ class RuntimeRulesAgent(BaseAgent):
         return call
 
 
-__all__ = [
-    "DisplayedExpression",
-    "RuntimeRulesAgent",
-    "display_plan",
-    "displayed_expression",
-    "next_cell_plan",
-    "output_plan",
-]
+__all__ = ["RuntimeRulesAgent", "display_plan", "next_cell_plan", "output_plan"]

@@ -117,7 +117,8 @@ def environment_for(case: Case) -> tuple[str | None, str]:
     """The environment id (None: this Python) and the Python that runs the notebook's kernel."""
     if case.requirements is None:
         return None, sys.executable
-    from themisto_env.replay.kernel_environments import create, make_spec
+    from themisto_env.replay.kernel_environment_spec import make_spec
+    from themisto_env.replay.kernel_environments import create
 
     t0 = time.perf_counter()
     record, cached = create(None, make_spec(case.requirements))

@@ -26,7 +26,8 @@ from rich.console import Console
 from rich.table import Table
 
 from themisto_env.data.bundled import bundled_log_path
-from themisto_env.replay.build import load_sessions, replay_session
+from themisto_env.replay.build_sources import load_sessions
+from themisto_env.replay.session_replay import replay_session
 from themisto_env.sandbox.kernel import Kernel
 
 

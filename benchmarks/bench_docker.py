@@ -30,7 +30,7 @@ from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
 from themisto_env.sandbox.docker import DockerLauncher
-from themisto_env.sandbox.image import default_image
+from themisto_env.sandbox.image_spec import default_image
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.models import SandboxLimits
 

@@ -24,6 +24,7 @@ import nbformat
 
 from themisto_env.replay import kernel_environments
 from themisto_env.replay.folder_build import build_folder
+from themisto_env.replay.kernel_environment_spec import make_spec
 
 
 def cells(project: str, n: int) -> list[str]:
@@ -78,7 +79,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-folder-"))
     make_tree(work / "tree", args.notebooks, args.cells)
     for text in ("six==1.16.0", "tabulate==0.9.0"):
-        kernel_environments.create(None, kernel_environments.make_spec(text))
+        kernel_environments.create(None, make_spec(text))
     rates: dict[int, list[float]] = {w: [] for w in counts}
     executions = 0
     for round_ in range(args.rounds):

@@ -187,8 +187,8 @@ def main() -> None:
             keeper.serve_state()
             new_reset, new_served, warm = [], [], []
             for _ in range(args.resets):
-                if keeper._pool is not None:  # untimed: let the shared pool refill, as between episodes
-                    while not keeper._pool.ready:
+                if keeper.server.pool is not None:  # untimed: let the shared pool refill, as between episodes
+                    while not keeper.server.pool.ready:
                         time.sleep(0.05)
                 env = make_env(args, eager, observation="tools")
                 try:

@@ -35,11 +35,6 @@ from typing import Any, ClassVar
 
 from themisto_env.errors import BackendUnavailableError, KernelStartError
 from themisto_env.sandbox.docker_containers import (
-    LABEL_CREATED,
-    LABEL_HOST,
-    LABEL_HOST_PID,
-    LABEL_HOST_PID_START,
-    LABEL_KERNEL,
     cgroup_limit_events,
     container_labels,
     container_name,
@@ -59,17 +54,7 @@ from themisto_env.sandbox.leftovers import engine_unreachable
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.owners import process_start
 
-__all__ = [
-    "LABEL_CREATED",
-    "LABEL_HOST",
-    "LABEL_HOST_PID",
-    "LABEL_HOST_PID_START",
-    "LABEL_KERNEL",
-    "DockerLauncher",
-    "default_image",
-    "engine",
-    "remove_stale_containers",
-]
+__all__ = ["DockerLauncher"]
 #: Where shared dirs other than the run dir are mounted inside the container.
 SHARED_MOUNT_ROOT = "/mnt/themisto"
 #: Seconds a SIGTERM'd kernel gets to exit before the container is killed (graceful stop).

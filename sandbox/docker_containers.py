@@ -40,11 +40,6 @@ from themisto_env.sandbox.owners import process_start
 
 __all__ = [
     "KERNEL_UID",
-    "LABEL_CREATED",
-    "LABEL_HOST",
-    "LABEL_HOST_PID",
-    "LABEL_HOST_PID_START",
-    "LABEL_KERNEL",
     "cgroup_limit_events",
     "container_labels",
     "container_name",

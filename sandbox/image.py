@@ -2,23 +2,26 @@
 
 The image is named ``themisto-kernel:<tag>``, where the tag is a hash of the package set and of the
 recipe (``image/Dockerfile``): a changed package set is a new image, never a stale one. The default
-package set is the *host's* exact versions of :data:`DEFAULT_PACKAGES` and of everything they depend on,
-because a dill snapshot only loads under the versions that wrote it.
+package set is the *host's* exact versions of
+:data:`~themisto_env.sandbox.image_spec.DEFAULT_PACKAGES` and of everything they depend on, because a
+dill snapshot only loads under the versions that wrote it.
 
 There is one recipe, ``image/Dockerfile``, and two ways to feed it:
 
-* with a registry, ``docker build`` of the context from :func:`write_context` (base
-  ``python:3.11-slim-bookworm``, pip reaches the index);
-* with none (:func:`build_image`, the default): wheels are downloaded on the host
-  (``pip download --only-binary=:all:``), a minimal Debian is made with ``debootstrap`` and
+* with a registry, ``docker build`` of the context from
+  :func:`~themisto_env.sandbox.image_spec.write_context` (base ``python:3.11-slim-bookworm``, pip reaches
+  the index);
+* with none (:func:`~themisto_env.sandbox.image_build.build_image`, the default): wheels are downloaded
+  on the host (``pip download --only-binary=:all:``), a minimal Debian is made with ``debootstrap`` and
   ``docker import``-ed as the base, and the same Dockerfile is built from it with ``pip install
   --no-index`` and no network.
 
-Downloaded wheels, the debootstrap tarball and the imported base image are cached (see :func:`cache_dir`),
-so a rebuild after a package change skips debootstrap.
+Downloaded wheels, the debootstrap tarball and the imported base image are cached (see
+:func:`~themisto_env.sandbox.image_spec.cache_dir`), so a rebuild after a package change skips
+debootstrap.
 
-This module is the image's public face and command line (``python -m themisto_env.sandbox.image
---help``); the work is done in :mod:`~themisto_env.sandbox.image_spec` (the package set, the name, the
+This module is the image's command line (``python -m themisto_env.sandbox.image --help``); each name has
+its home where the work is done: :mod:`~themisto_env.sandbox.image_spec` (the package set, the name, the
 build context), :mod:`~themisto_env.sandbox.image_build` (building), :mod:`~themisto_env.sandbox.debootstrap`
 (the Debian base) and :mod:`~themisto_env.sandbox.docker_engine` (the engine's client and images).
 """
@@ -30,48 +33,10 @@ import sys
 from pathlib import Path
 
 from themisto_env.errors import BackendUnavailableError
-from themisto_env.sandbox.debootstrap import BASE_REPOSITORY, DEBOOTSTRAP_INCLUDE, debian_mirror
-from themisto_env.sandbox.docker_engine import docker_client, image_exists
-from themisto_env.sandbox.image_build import BuildMethod, build_from_wheels, build_image, build_lock
-from themisto_env.sandbox.image_spec import (
-    DEBIAN_PYTHON,
-    DEBIAN_SUITE,
-    DEFAULT_PACKAGES,
-    IMAGE_REPOSITORY,
-    OPTIONAL_PACKAGES,
-    RECIPE_VERSION,
-    ImageSpec,
-    cache_dir,
-    default_image,
-    default_spec,
-    dockerfile_text,
-    write_context,
-)
+from themisto_env.sandbox.image_build import build_image
+from themisto_env.sandbox.image_spec import default_image, default_spec, write_context
 
-__all__ = [
-    "BASE_REPOSITORY",
-    "DEBIAN_PYTHON",
-    "DEBIAN_SUITE",
-    "DEBOOTSTRAP_INCLUDE",
-    "DEFAULT_PACKAGES",
-    "IMAGE_REPOSITORY",
-    "OPTIONAL_PACKAGES",
-    "RECIPE_VERSION",
-    "BuildMethod",
-    "ImageSpec",
-    "build_from_wheels",
-    "build_image",
-    "build_lock",
-    "cache_dir",
-    "debian_mirror",
-    "default_image",
-    "default_spec",
-    "docker_client",
-    "dockerfile_text",
-    "image_exists",
-    "main",
-    "write_context",
-]
+__all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,18 +22,28 @@ from themisto_env.sandbox.introspection import (
     VariableDetail,
     VariableListing,
 )
+from themisto_env.sandbox.kernel_contract import MEASURE_TIMEOUT_S
 from themisto_env.sandbox.kernel_messaging import HELPER_MODULE, KernelMessaging, helper_value
 from themisto_env.sandbox.kernel_process import WORKDIR_NAME
 from themisto_env.sandbox.workdir import FileStore, FileTree, FolderTooLargeError, ScanCache, scan, sync
 
-#: Bounds of a measurement after model-written code ran (its answer may be forged).
-MEASURE_TIMEOUT_S, MEASURE_MAX_NAMES, MEASURE_MAX_ENTRY = 10.0, 100_000, 10_000
+#: Bounds of a measurement's answer after model-written code ran (it may be forged; the time bound is
+#: :data:`~themisto_env.sandbox.kernel_contract.MEASURE_TIMEOUT_S`).
+MEASURE_MAX_NAMES, MEASURE_MAX_ENTRY = 100_000, 10_000
 
 
-class KernelIntrospection(KernelMessaging):
-    """The introspection side of :class:`~themisto_env.sandbox.kernel.Kernel` (which sets ``_scan_cache``)."""
+class KernelIntrospection:
+    """A kernel's introspection calls and working folder, through its messaging part.
 
-    _scan_cache: ScanCache  # digests of the working folder's files, by size and times
+    Args:
+        messaging: The kernel's messaging part (its process part holds the run directory, the launcher and
+            the limits).
+    """
+
+    def __init__(self, messaging: KernelMessaging) -> None:
+        self.messaging = messaging
+        self.process = messaging.process
+        self._scan_cache: ScanCache = {}  # digests of the working folder's files, by size and times
 
     # -- the working folder -------------------------------------------------------------------------------
 
@@ -42,7 +52,7 @@ class KernelIntrospection(KernelMessaging):
         """The kernel's working folder (``RUN_DIR/work``, its current directory on every backend): a private
         copy of the files its cells read by relative path (see :meth:`set_files`). What cells write there
         stays there, survives a restart (as on a person's disk) and goes with the kernel."""
-        return self.run_dir / WORKDIR_NAME
+        return self.process.run_dir / WORKDIR_NAME
 
     def files(self) -> FileTree:
         """The working folder's files: relative path -> sha256 (see :mod:`themisto_env.sandbox.workdir`).
@@ -52,7 +62,7 @@ class KernelIntrospection(KernelMessaging):
             InfrastructureError: The folder could not be read (a file the kernel made unreadable, ...).
         """
         try:
-            return scan(self.workdir, limit_bytes=int(self.limits.workdir_mb * 2**20), cache=self._scan_cache)
+            return scan(self.workdir, limit_bytes=int(self.process.limits.workdir_mb * 2**20), cache=self._scan_cache)
         except FolderTooLargeError:
             raise
         except DataError as exc:
@@ -76,8 +86,8 @@ class KernelIntrospection(KernelMessaging):
 
     def memory_bytes(self) -> int | None:
         """Resident memory of the kernel process."""
-        memory = self.launcher.memory_bytes()
-        return memory if memory is not None else self.call("kernel_memory")
+        memory = self.process.launcher.memory_bytes()
+        return memory if memory is not None else self.messaging.call("kernel_memory")
 
     def list_variables(self, *, limit: int = 100, known: Mapping[str, int] | None = None) -> VariableListing:
         """The user's variables sorted by name, with type, size, and shape or length (modules left out).
@@ -92,7 +102,7 @@ class KernelIntrospection(KernelMessaging):
             InfrastructureError: The kernel could not answer (it died, or stopped answering).
         """
         extra = {"known": dict(known)} if known else {}
-        return VariableListing.model_validate(self.call("list_variables", limit=limit, **extra))
+        return VariableListing.model_validate(self.messaging.call("list_variables", limit=limit, **extra))
 
     def inspect_variable(self, name: str, *, max_chars: int = 2000) -> VariableDetail:
         """One variable: type, shape, length, size, dtype(s) and its repr cut to ``max_chars``.
@@ -105,7 +115,7 @@ class KernelIntrospection(KernelMessaging):
                 is fine).
             InfrastructureError: The kernel could not answer.
         """
-        return VariableDetail.model_validate(self.call("inspect_variable", name=name, max_chars=max_chars))
+        return VariableDetail.model_validate(self.messaging.call("inspect_variable", name=name, max_chars=max_chars))
 
     def dataframe(self, name: str, view: FrameViewName = "head", *, n: int = 5, max_chars: int = 4000) -> FrameView:
         """``head(n)``, ``info()`` or ``describe()`` of a pandas DataFrame or Series, as text.
@@ -123,7 +133,9 @@ class KernelIntrospection(KernelMessaging):
                 ...; the kernel is fine).
             InfrastructureError: The kernel could not answer.
         """
-        return FrameView.model_validate(self.call("dataframe", name=name, view=view, n=n, max_chars=max_chars))
+        return FrameView.model_validate(
+            self.messaging.call("dataframe", name=name, view=view, n=n, max_chars=max_chars)
+        )
 
     def memory(self, *, top: int = 20, known: Mapping[str, int] | None = None) -> MemoryReport:
         """The kernel's resident memory, the user variables' total size and the ``top`` largest ones
@@ -134,7 +146,7 @@ class KernelIntrospection(KernelMessaging):
             InfrastructureError: The kernel could not answer.
         """
         extra = {"known": dict(known)} if known else {}
-        return MemoryReport.model_validate(self.call("memory", top=top, **extra))
+        return MemoryReport.model_validate(self.messaging.call("memory", top=top, **extra))
 
     def variable_sizes(self) -> dict[str, int]:
         """Approximate deep size in bytes of every user variable (modules left out).
@@ -143,7 +155,7 @@ class KernelIntrospection(KernelMessaging):
             HelperError: The helper failed on the user's data (the kernel is fine).
             InfrastructureError: The kernel could not answer.
         """
-        return {str(name): int(size) for name, size in self.call("variable_sizes").items()}
+        return {str(name): int(size) for name, size in self.messaging.call("variable_sizes").items()}
 
     def source(self, name: str, *, max_chars: int = 4000) -> SourceText:
         """The source of a function or class (of a bound method's function; of another object's class).
@@ -155,7 +167,7 @@ class KernelIntrospection(KernelMessaging):
             HelperError: The helper failed on the user's object (the kernel is fine).
             InfrastructureError: The kernel could not answer.
         """
-        return SourceText.model_validate(self.call("source", name=name, max_chars=max_chars))
+        return SourceText.model_validate(self.messaging.call("source", name=name, max_chars=max_chars))
 
     def namespace_state(self) -> NamespaceState:
         """What introspection must never change: user names with object ids and types, ``_``, ``Out``'s
@@ -165,7 +177,7 @@ class KernelIntrospection(KernelMessaging):
             HelperError: The helper failed on the user's data (``Out`` rebound to a non-dict, ...).
             InfrastructureError: The kernel could not answer.
         """
-        return NamespaceState.model_validate(self.call("state_fingerprint"))
+        return NamespaceState.model_validate(self.messaging.call("state_fingerprint"))
 
     def fingerprint(self) -> dict[str, str]:
         """The user namespace's fingerprint: per name ``type|shape-or-length|content-hash`` (the hash
@@ -176,21 +188,21 @@ class KernelIntrospection(KernelMessaging):
             InfrastructureError: The kernel could not answer.
         """
         try:
-            return dict(self.call("namespace_fingerprint"))
+            return dict(self.messaging.call("namespace_fingerprint"))
         except HelperError as exc:  # the helper guards every value: this is a bug, not user data
             raise InfrastructureError(str(exc)) from exc
 
     def package_versions(self, names: Sequence[str]) -> dict[str, str]:
         """The versions of these distributions installed where the kernel runs (``absent`` if not)."""
         try:
-            return dict(self.call("package_versions", names=list(names)))
+            return dict(self.messaging.call("package_versions", names=list(names)))
         except HelperError as exc:
             raise InfrastructureError(str(exc)) from exc
 
     def loaded_distributions(self) -> dict[str, str]:
         """Installed distributions (name: version) whose modules the kernel has imported so far."""
         try:
-            return dict(self.call("loaded_distributions"))
+            return dict(self.messaging.call("loaded_distributions"))
         except HelperError as exc:
             raise InfrastructureError(str(exc)) from exc
 
@@ -199,7 +211,7 @@ class KernelIntrospection(KernelMessaging):
         namespace is as empty as a new one's."""
         if modules:
             try:
-                self.call("preload", modules=list(modules), timeout_s=self.limits.start_timeout_s)
+                self.messaging.call("preload", modules=list(modules), timeout_s=self.process.limits.start_timeout_s)
             except HelperError as exc:
                 raise InfrastructureError(str(exc)) from exc
 
@@ -208,7 +220,7 @@ class KernelIntrospection(KernelMessaging):
         the builtins as they are now, kept under a random token (returned) that later code cannot guess.
         See :meth:`sealed_fingerprint`."""
         try:
-            return str(self.call("seal"))
+            return str(self.messaging.call("seal"))
         except HelperError as exc:
             raise InfrastructureError(str(exc)) from exc
 
@@ -231,7 +243,7 @@ class KernelIntrospection(KernelMessaging):
         expression = (
             f"__import__('sys').modules[{HELPER_MODULE!r}].SEALED[{token!r}]['call']('namespace_fingerprint', '{{}}')"
         )
-        reply, _, timed_out, _, _ = self._run(
+        reply, _, timed_out, _, _ = self.messaging.run(
             plant,
             silent=True,
             store_history=False,

@@ -86,34 +86,41 @@ def _helper_source() -> str:
     return resources.files("themisto_env.sandbox").joinpath("kernel_helper.py").read_text()
 
 
-class KernelMessaging(KernelProcess):
-    """The messaging side of :class:`~themisto_env.sandbox.kernel.Kernel` (which sets ``_client``)."""
+class KernelMessaging:
+    """A kernel's messaging: the Jupyter protocol spoken to the process of a :class:`KernelProcess`.
 
-    _client: BlockingKernelClient | None
+    Args:
+        process: The kernel's process part (its connection info, launcher and limits).
+    """
 
-    def _connect(self) -> None:
+    def __init__(self, process: KernelProcess) -> None:
+        self.process = process
+        self._client: BlockingKernelClient | None = None
+
+    def connect(self) -> None:
         """Connect to the started process, wait until it answers, and install the in-kernel helper.
 
         Raises:
             KernelStartError: It did not answer within ``limits.start_timeout_s``, died meanwhile, or the
                 helper could not be installed.
         """
+        process, limits = self.process, self.process.limits
         bind_thread_loop()
         context = zmq.Context()  # ours: destroyed on disconnect, not at collection
         context.setsockopt(zmq.RECONNECT_IVL, 10)  # a socket not bound yet is tried again after 10 ms, not 100
         client = BlockingKernelClient(context=context)
         self._client = client  # set first: a failed start's close() destroys its context
-        client.load_connection_info(self._connection or {})
+        client.load_connection_info(process.connection or {})
         try:
             client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=False)
         except zmq.ZMQError as exc:  # e.g. an IPC path past the 107 bytes of a unix socket's name
             raise KernelStartError(
-                f"could not connect to the {self.backend} kernel in {self.run_dir} ({exc}); a shorter TMPDIR helps "
-                "when the path is too long"
+                f"could not connect to the {process.backend} kernel in {process.run_dir} ({exc}); a shorter "
+                "TMPDIR helps when the path is too long"
             ) from None
-        deadline = time.monotonic() + self.limits.start_timeout_s
+        deadline = time.monotonic() + limits.start_timeout_s
         # a forked kernel binds its sockets within milliseconds: ask again soon rather than wait out a second
-        attempt_s = 0.05 if getattr(self.launcher, "helper_installed", False) else 1.0
+        attempt_s = 0.05 if getattr(process.launcher, "helper_installed", False) else 1.0
         while True:  # ready = a kernel_info reply on shell AND its status on iopub (no slow joiner)
             msg_id = client.kernel_info()
             try:
@@ -124,12 +131,12 @@ class KernelMessaging(KernelProcess):
             except _Silent:
                 if time.monotonic() > deadline:
                     raise KernelStartError(
-                        f"the {self.backend} kernel did not answer within {self.limits.start_timeout_s:g} s"
+                        f"the {process.backend} kernel did not answer within {limits.start_timeout_s:g} s"
                     ) from None
             except KernelDiedError as exc:
                 raise KernelStartError(str(exc)) from exc
         self._drain_iopub()
-        if getattr(self.launcher, "helper_installed", False):  # a forked kernel: its template installed it
+        if getattr(process.launcher, "helper_installed", False):  # a forked kernel: its template installed it
             return
         source = _helper_source()
         module = (
@@ -140,15 +147,15 @@ class KernelMessaging(KernelProcess):
             f"exec(compile({source!r}, '<themisto-helper>', 'exec'), {module}.__dict__)\n"
             f"{module}.SOURCE = {source!r}"  # seal() compiles private copies from it
         )
-        result = self._run(code, silent=True, store_history=False, timeout_s=self.limits.start_timeout_s)
+        result = self.run(code, silent=True, store_history=False, timeout_s=limits.start_timeout_s)
         if result[0].get("status") != "ok":
             raise KernelStartError(f"could not install the introspection helper: {result[0]}")
         try:
-            self.call("install", timeout_s=self.limits.start_timeout_s)  # outside a cell, by design
+            self.call("install", timeout_s=limits.start_timeout_s)  # outside a cell, by design
         except (HelperError, InfrastructureError) as exc:
             raise KernelStartError(f"could not install the introspection helper: {exc}") from exc
 
-    def _disconnect(self) -> None:
+    def disconnect(self) -> None:
         """Stop the client's channels and destroy its zmq context (its sockets, threads and descriptors),
         if connected.
 
@@ -156,13 +163,19 @@ class KernelMessaging(KernelProcess):
         the garbage collector at interpreter exit waits forever for a socket collected out of order, and
         one closed under a thread still polling its sockets aborts the process in libzmq.
         """
-        client = getattr(self, "_client", None)  # None too on a kernel whose __init__ failed
+        client = self._client
         if client is not None:
             self._client = None
             try:
                 client.stop_channels()
             finally:
                 client.context.destroy(linger=0)
+
+    def restart(self) -> None:
+        """Kill the kernel process, start a fresh one and connect to it (the user's state is gone)."""
+        self.disconnect()
+        self.process.relaunch()
+        self.connect()
 
     # -- execution -------------------------------------------------------------------------------------
 
@@ -183,7 +196,7 @@ class KernelMessaging(KernelProcess):
         """
         started = time.perf_counter()
         expressions = {"fp": helper_expression("namespace_fingerprint", {})} if fingerprint else None
-        reply, outputs, timed_out, restarted, truncated = self._run(
+        reply, outputs, timed_out, restarted, truncated = self.run(
             code,
             silent=False,
             store_history=True,
@@ -199,7 +212,7 @@ class KernelMessaging(KernelProcess):
             outputs=outputs,
             execution_count=reply.get("execution_count"),
             duration_s=duration,
-            memory_bytes=None if restarted else self.launcher.memory_bytes(),
+            memory_bytes=None if restarted else self.process.launcher.memory_bytes(),
             truncated=truncated,
             kernel_restarted=restarted,
             fingerprint=_fingerprint_value(after),
@@ -223,17 +236,17 @@ class KernelMessaging(KernelProcess):
             InfrastructureError: The helper could not be reached or run (the kernel is not fine).
         """
         expression = helper_expression(function, kwargs)
-        reply, _, timed_out, restarted, _ = self._run(
+        reply, _, timed_out, restarted, _ = self.run(
             "", silent=True, store_history=False, timeout_s=timeout_s, user_expressions={"r": expression}
         )
         if restarted:
             raise KernelTimeoutError(
-                f"kernel helper {function!r} ran past the time limit and the {self.backend} kernel had to be "
+                f"kernel helper {function!r} ran past the time limit and the {self.process.backend} kernel had to be "
                 "restarted (its state is gone)"
             )
         value = reply.get("user_expressions", {}).get("r", {})
         if timed_out and value.get("status") != "ok":
-            limit = timeout_s or self.limits.timeout_s
+            limit = timeout_s or self.process.limits.timeout_s
             raise HelperError(function, f"TimeoutError: it ran past {limit:g} s and was interrupted")
         return helper_value(function, value)
 
@@ -247,8 +260,9 @@ class KernelMessaging(KernelProcess):
         return self._client
 
     def _died(self, during: str) -> KernelDiedError:
-        reason = self._launcher.exit_reason() if self._launcher is not None else "closed"
-        return KernelDiedError(f"the {self.backend} kernel died during {during} ({reason})")
+        process = self.process
+        reason = process.launcher.exit_reason() if process.started else "closed"
+        return KernelDiedError(f"the {process.backend} kernel died during {during} ({reason})")
 
     def _seen_on_iopub(self, msg_id: str, *, deadline: float) -> bool:
         while time.monotonic() < deadline:
@@ -275,13 +289,13 @@ class KernelMessaging(KernelProcess):
             try:
                 msg = self._kc.get_shell_msg(timeout=min(remaining, _POLL_S))
             except queue.Empty:
-                if not self.launcher.is_alive():
+                if not self.process.launcher.is_alive():
                     raise self._died(during) from None
                 continue
             if msg["parent_header"].get("msg_id") == msg_id:
                 return dict(msg["content"])
 
-    def _run(
+    def run(
         self,
         code: str,
         *,
@@ -291,7 +305,11 @@ class KernelMessaging(KernelProcess):
         user_expressions: dict[str, str] | None = None,
         interrupt: bool = True,
     ) -> tuple[dict[str, Any], list[dict[str, Any]], bool, bool, bool]:
-        """Send one execute request; return (reply, outputs, timed_out, restarted, truncated)."""
+        """Send one execute request; return (reply, outputs, timed_out, restarted, truncated).
+
+        Past the timeout the kernel is interrupted (unless ``interrupt`` is false: the wait simply ends), and
+        restarted if still busy after the interrupt's grace period."""
+        limits = self.process.limits
         during = "an introspection call" if silent else "a cell execution"
         msg_id = self._kc.execute(
             code,
@@ -301,8 +319,8 @@ class KernelMessaging(KernelProcess):
             allow_stdin=False,
             stop_on_error=False,
         )
-        outputs = OutputCollector(self.limits.output_limit_bytes, images_limit=self.limits.image_limit_bytes)
-        deadline = time.monotonic() + (timeout_s or self.limits.timeout_s)
+        outputs = OutputCollector(limits.output_limit_bytes, images_limit=limits.image_limit_bytes)
+        deadline = time.monotonic() + (timeout_s or limits.timeout_s)
         timed_out = False
         idle = False
         while not idle:
@@ -314,13 +332,13 @@ class KernelMessaging(KernelProcess):
                     self.restart()
                     return {"status": "error"}, outputs.finish(), True, True, outputs.truncated
                 timed_out = True
-                self.launcher.interrupt()
-                deadline = time.monotonic() + self.limits.interrupt_grace_s
+                self.process.launcher.interrupt()
+                deadline = time.monotonic() + limits.interrupt_grace_s
                 continue
             try:
                 msg = self._kc.get_iopub_msg(timeout=min(remaining, _POLL_S))
             except queue.Empty:
-                if not self.launcher.is_alive():
+                if not self.process.launcher.is_alive():
                     raise self._died(during) from None
                 continue
             if msg["parent_header"].get("msg_id") != msg_id:
@@ -331,10 +349,10 @@ class KernelMessaging(KernelProcess):
                 outputs.add_message(msg)
         try:
             reply = self._wait_shell_reply(
-                msg_id, deadline=time.monotonic() + max(self.limits.interrupt_grace_s, 5.0), during=during
+                msg_id, deadline=time.monotonic() + max(limits.interrupt_grace_s, 5.0), during=during
             )
         except _Silent:
-            raise KernelTimeoutError(f"the {self.backend} kernel went idle but sent no reply") from None
+            raise KernelTimeoutError(f"the {self.process.backend} kernel went idle but sent no reply") from None
         return reply, outputs.finish(), timed_out, False, outputs.truncated
 
 

@@ -7,8 +7,8 @@ record (see :mod:`themisto_env.sandbox.lifetime`) and two snapshot boxes (:data:
 :data:`SNAPSHOT_OUTBOX`).
 
 It knows nothing of the Jupyter protocol: connecting to the started process and disconnecting from it
-are the messaging side's (:class:`~themisto_env.sandbox.kernel_messaging.KernelMessaging`, through
-:meth:`KernelProcess._connect` and :meth:`KernelProcess._disconnect`).
+are the messaging part's (:class:`~themisto_env.sandbox.kernel_messaging.KernelMessaging`, which holds
+this part), and :class:`~themisto_env.sandbox.kernel.Kernel` puts the two together.
 """
 
 from __future__ import annotations
@@ -22,16 +22,15 @@ import tempfile
 import threading
 import uuid
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal
 
 import jupyter_core.utils
 from jupyter_client.connect import write_connection_file
 
 from themisto_env.errors import InfrastructureError
-from themisto_env.sandbox import lifetime
 from themisto_env.sandbox.launcher import KernelLauncher
 from themisto_env.sandbox.models import SandboxLimits
+from themisto_env.sandbox.owners import RUN_DIR_PREFIX, write_owner
 from themisto_env.sandbox.snapshots import SnapshotStore
 
 #: Folders of the run directory: snapshots handed in to the kernel, and written out for the host to check.
@@ -40,9 +39,6 @@ SNAPSHOT_INBOX, SNAPSHOT_OUTBOX = "snapshots-in", "snapshots-out"
 WORKDIR_NAME = "work"
 #: The connection file in the run directory.
 CONNECTION_FILE = "kernel.json"
-
-
-_CLOSE_LOCKS_GUARD = threading.Lock()
 
 
 def release_thread_loop() -> None:
@@ -89,35 +85,54 @@ def bind_thread_loop() -> None:
     made.set(mine)
 
 
-def _close_lock(kernel: object) -> threading.Lock:
-    """The kernel's close lock (made on first use: no ``__init__`` of this mixin runs)."""
-    with _CLOSE_LOCKS_GUARD:
-        lock = kernel.__dict__.get("_close_lock")
-        if lock is None:
-            lock = kernel.__dict__["_close_lock"] = threading.Lock()
-        return lock
-
-
 class KernelProcess:
-    """The process side of :class:`~themisto_env.sandbox.kernel.Kernel` (which sets these attributes)."""
+    """A kernel's process: its run directory and the backend's launcher that runs the process in it.
 
-    backend: str
-    environment: str | None
-    limits: SandboxLimits
-    store: SnapshotStore
-    store_access: Literal["read", "copy"]
-    restarts: int
-    _launcher_cls: type[KernelLauncher]
-    _launcher_options: dict[str, Any]
-    _launcher: KernelLauncher | None
-    _run_dir: Path | None
-    _run_root: Path | None  # where the run directory goes (None: the temporary root)
-    _connection: dict[str, Any] | None
+    Args:
+        backend: The backend's name (for the owner record and messages).
+        launcher_cls: The backend's launcher class (a fork launcher for a kernel forked from a template).
+        limits: The kernel's limits (the launcher applies them where it can).
+        store: The snapshot store, mounted read-only with ``store_access="read"``, hidden with ``copy``.
+        store_access: ``read`` or ``copy`` (see :class:`~themisto_env.sandbox.kernel.Kernel`).
+        launcher_options: Extra keyword arguments for the launcher.
+        run_root: Where the run directory goes (None: the temporary root; a forked kernel's goes in its
+            template's folder).
+    """
+
+    def __init__(
+        self,
+        backend: str,
+        launcher_cls: type[KernelLauncher],
+        *,
+        limits: SandboxLimits,
+        store: SnapshotStore,
+        store_access: Literal["read", "copy"],
+        launcher_options: dict[str, Any],
+        run_root: Path | None = None,
+    ) -> None:
+        self.backend = backend
+        self.launcher_cls = launcher_cls
+        self.limits = limits
+        self.store = store
+        self.store_access = store_access
+        self.launcher_options = dict(launcher_options)
+        self.run_root = run_root
+        #: How often the process was restarted.
+        self.restarts = 0
+        #: The connection info written into the connection file (set by :meth:`open`).
+        self.connection: dict[str, Any] | None = None
+        self._launcher: KernelLauncher | None = None
+        self._run_dir: Path | None = None
 
     @property
     def isolated(self) -> bool:
         """Whether the backend isolates the kernel from the host."""
-        return bool(self._launcher_cls.isolated)
+        return bool(self.launcher_cls.isolated)
+
+    @property
+    def started(self) -> bool:
+        """Whether a launcher was made (by :meth:`open`) and not dropped by :meth:`close` since."""
+        return self._launcher is not None
 
     @property
     def run_dir(self) -> Path:
@@ -133,106 +148,60 @@ class KernelProcess:
             raise InfrastructureError("the kernel is not started")
         return self._launcher
 
-    def start(self) -> Self:
-        """Start the kernel and wait until it answers. Returns ``self``."""
-        if self._launcher is not None:
-            return self
-        self._run_dir = Path(tempfile.mkdtemp(prefix=lifetime.RUN_DIR_PREFIX, dir=self._run_root))
+    def open(self) -> Path:
+        """Make the run directory (connection file, owner record, working folder, snapshot boxes) and the
+        launcher; start no process yet. Returns the run directory."""
+        run_dir = self._run_dir = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX, dir=self.run_root))
         # A container's non-root user writes its sockets here; sticky, so it cannot replace the host's
         # files (owner.json, which the reaper trusts, or the connection file).
-        os.chmod(self._run_dir, 0o1777)
-        workdir = self._run_dir / WORKDIR_NAME
+        os.chmod(run_dir, 0o1777)
+        workdir = run_dir / WORKDIR_NAME
         workdir.mkdir()
         os.chmod(workdir, 0o777)
-        connection_file = self._run_dir / CONNECTION_FILE
-        _, self._connection = write_connection_file(
-            str(connection_file), transport="ipc", ip=str(self._run_dir / "k"), key=uuid.uuid4().hex.encode()
+        connection_file = run_dir / CONNECTION_FILE
+        _, self.connection = write_connection_file(
+            str(connection_file), transport="ipc", ip=str(run_dir / "k"), key=uuid.uuid4().hex.encode()
         )
         os.chmod(connection_file, 0o644)
-        lifetime.write_owner(self._run_dir, self.backend)  # before any process: a reaper can find it
-        # a forked kernel's run directory is in its template's, which the template's reaper watches; the
-        # kernel itself ends with its template (it watches its parent)
-        lifetime.track(self, self._run_dir, reaper=self._run_root is None)
+        write_owner(run_dir, self.backend)  # before any process: a reaper can find it
         for box in (SNAPSHOT_INBOX, SNAPSHOT_OUTBOX):
-            (self._run_dir / box).mkdir()
-            os.chmod(self._run_dir / box, 0o777)
-        self._launcher = self._launcher_cls(
+            (run_dir / box).mkdir()
+            os.chmod(run_dir / box, 0o777)
+        self._launcher = self.launcher_cls(
             self.limits,
-            shared_dirs=(self._run_dir,),
+            shared_dirs=(run_dir,),
             readonly_dirs=(self.store.root,) if self.store_access == "read" else (),
-            **self._launcher_options,
+            **self.launcher_options,
         )
         if self.store_access == "copy":  # snapshots are handed in: the store is not the kernel's to see
             self._launcher.hidden_dirs = (self.store.root,)
-        try:
-            self._launch()
-        except BaseException:
-            self.close()
-            raise
-        return self
+        return run_dir
 
-    def _launch(self) -> None:
-        """Start the process, record it in the owner record, and connect to it."""
+    def launch(self) -> None:
+        """Start the process and record it in the owner record (return at once: the messaging side waits
+        until it answers)."""
         self.launcher.start(self.run_dir / CONNECTION_FILE, self.run_dir / WORKDIR_NAME)
-        self._record_owner()
-        self._connect()
+        # name the kernel's host processes and containers in the owner record, so that they go with this
+        # process however it ends (see :mod:`themisto_env.sandbox.lifetime`)
+        write_owner(self.run_dir, self.backend, **self.launcher.owner_record())
 
-    def _connect(self) -> None:
-        """Connect to the started process and wait until it answers (the messaging side's job).
-
-        Raises:
-            KernelStartError: It did not answer in time, or died meanwhile.
-        """
-        raise NotImplementedError("KernelMessaging connects to the kernel")
-
-    def _disconnect(self) -> None:
-        """Drop the connection to the process, if any (the messaging side's job)."""
-        raise NotImplementedError("KernelMessaging disconnects from the kernel")
-
-    def restart(self) -> None:
-        """Kill the kernel process and start a fresh one (the user's state is gone)."""
-        self._stop_process(graceful=False)
-        self.restarts += 1
-        self._launch()
-
-    def close(self, *, graceful: bool = True) -> None:
-        """Stop the kernel, remove its process or container and its run directory. Idempotent.
-
-        Args:
-            graceful: Ask the process to end first (SIGTERM); else kill it outright (a kernel about to
-                be discarded, which may be busy with code that ignores signals).
-        """
-        with _close_lock(self):  # one close at a time: a discard thread and the exit hook may race
-            lifetime.untrack(self)
-            self._stop_process(graceful=graceful)
-            self._launcher = None
-            if self._run_dir is not None:
-                shutil.rmtree(self._run_dir, ignore_errors=True)
-                self._run_dir = None
-        release_thread_loop()  # a worker thread's loop goes with its kernel (made again if needed)
-
-    def _record_owner(self) -> None:
-        """Name the kernel's host processes and containers in the run directory's owner record, so that
-        they go with this process however it ends (see :mod:`themisto_env.sandbox.lifetime`)."""
-        lifetime.write_owner(self.run_dir, self.backend, **self.launcher.owner_record())
-
-    def _stop_process(self, *, graceful: bool) -> str:
-        """Disconnect and stop the process; return the launcher's stop path (``not started`` if none)."""
-        self._disconnect()
+    def stop(self, *, graceful: bool) -> str:
+        """Stop the process; return the launcher's stop path (``not started`` if none)."""
         return self._launcher.stop(graceful=graceful) if self._launcher is not None else "not started"
 
-    def __enter__(self) -> Self:
-        return self.start()
+    def relaunch(self) -> None:
+        """Kill the process and start a fresh one (counted in :attr:`restarts`); the caller disconnected."""
+        self.stop(graceful=False)
+        self.restarts += 1
+        self.launch()
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    def __del__(self) -> None:  # last resort: never leave a process or container behind
-        if getattr(self, "_launcher", None) is not None:
-            with contextlib.suppress(Exception):
-                self.close()
+    def close(self, *, graceful: bool = True) -> None:
+        """Stop the process and remove the run directory (the caller disconnected). Idempotent."""
+        self.stop(graceful=graceful)
+        self._launcher = None
+        if self._run_dir is not None:
+            shutil.rmtree(self._run_dir, ignore_errors=True)
+            self._run_dir = None
 
     def is_alive(self) -> bool:
         """Whether the kernel process is running."""

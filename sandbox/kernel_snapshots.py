@@ -30,8 +30,19 @@ from themisto_env.sandbox.kernel_process import SNAPSHOT_INBOX, SNAPSHOT_OUTBOX
 from themisto_env.sandbox.models import RestoreResult, SnapshotInfo
 
 
-class KernelSnapshots(KernelMessaging):
-    """The snapshot side of :class:`~themisto_env.sandbox.kernel.Kernel`."""
+class KernelSnapshots:
+    """A kernel's snapshots, taken and restored through its messaging part.
+
+    Args:
+        messaging: The kernel's messaging part (its process part holds the run directory, the launcher,
+            the limits and the store).
+        environment: The kernel environment's id: snapshots record it, and only those it wrote restore.
+    """
+
+    def __init__(self, messaging: KernelMessaging, environment: str | None) -> None:
+        self.messaging = messaging
+        self.process = messaging.process
+        self.environment = environment
 
     def snapshot(self) -> SnapshotInfo:
         """Save the user namespace to the snapshot store (content-addressed); unpicklable names skipped.
@@ -40,9 +51,9 @@ class KernelSnapshots(KernelMessaging):
             SnapshotError: The namespace could not be saved.
             KernelDiedError: The kernel died meanwhile.
         """
-        outbox = self.run_dir / SNAPSHOT_OUTBOX
+        outbox = self.process.run_dir / SNAPSHOT_OUTBOX
         try:
-            info = self.call("snapshot", store=self.launcher.kernel_path(outbox))
+            info = self.messaging.call("snapshot", store=self.process.launcher.kernel_path(outbox))
         except (InfrastructureError, HelperError) as exc:
             if isinstance(exc, KernelDiedError):
                 raise
@@ -53,7 +64,7 @@ class KernelSnapshots(KernelMessaging):
             raise SnapshotError(f"the kernel's snapshot answer is malformed: {exc}") from exc
         self._take_in(outbox / snapshot.digest[:2] / f"{snapshot.digest}.dill", snapshot.digest)
         try:
-            self.store.note_environment(snapshot.digest, environment_label(self.environment))
+            self.process.store.note_environment(snapshot.digest, environment_label(self.environment))
         except OSError as exc:
             raise SnapshotError(f"could not record the environment of snapshot {snapshot.digest[:12]}: {exc}") from exc
         return snapshot
@@ -63,22 +74,22 @@ class KernelSnapshots(KernelMessaging):
 
         The kernel owns the folder it wrote to: the file is opened without following links, must be a
         regular file no larger than the kernel's memory limit, and only that folder is removed after."""
-        outbox = self.run_dir / SNAPSHOT_OUTBOX
+        outbox = self.process.run_dir / SNAPSHOT_OUTBOX
         try:
             if written.parent.parent != outbox or len(digest) != 64:
                 raise SnapshotError(f"the kernel named a snapshot outside its outbox: {written}")
-            if self.store.path(digest).exists():
+            if self.process.store.path(digest).exists():
                 return  # the same state was stored before: content-addressed, nothing to add
             fd = os.open(written, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
             with os.fdopen(fd, "rb") as f:
                 st = os.fstat(f.fileno())
-                limit = self.limits.memory_mb * 1024 * 1024
+                limit = self.process.limits.memory_mb * 1024 * 1024
                 if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
                     raise SnapshotCorruptError(f"the kernel's snapshot {digest[:12]} is not a regular file in bounds")
                 data = f.read(limit + 1)
             if hashlib.sha256(data).hexdigest() != digest:
                 raise SnapshotCorruptError(f"the kernel wrote a snapshot whose content does not hash to {digest[:12]}")
-            self.store.add(digest, data)
+            self.process.store.add(digest, data)
         except OSError as exc:
             raise SnapshotError(f"could not store snapshot {digest[:12]}: {exc}") from exc
         finally:
@@ -102,23 +113,23 @@ class KernelSnapshots(KernelMessaging):
             InfrastructureError: The kernel failed meanwhile (died, timed out): its namespace is unknown.
         """
         digest = snapshot.digest if isinstance(snapshot, SnapshotInfo) else snapshot
-        path = self.store.path(digest)
+        path = self.process.store.path(digest)
         if not path.exists():
-            raise SnapshotError(f"no snapshot {digest[:12]} in {self.store.root}")
-        mine, writers = environment_label(self.environment), self.store.environments(digest)
+            raise SnapshotError(f"no snapshot {digest[:12]} in {self.process.store.root}")
+        mine, writers = environment_label(self.environment), self.process.store.environments(digest)
         if mine not in writers:
             raise SnapshotEnvironmentError(
                 f"snapshot {digest[:12]} was written in kernel environment {', '.join(sorted(writers))}, "
                 f"not in this kernel's ({mine}): not restored"
             )
-        handed = self.run_dir / SNAPSHOT_INBOX / f"{digest}.dill"
+        handed = self.process.run_dir / SNAPSHOT_INBOX / f"{digest}.dill"
         try:
-            if self.store_access == "copy":
+            if self.process.store_access == "copy":
                 shutil.copyfile(path, handed)
                 os.chmod(handed, 0o644)
-            answer = self.call(
+            answer = self.messaging.call(
                 "restore",
-                path=self.launcher.kernel_path(handed if self.store_access == "copy" else path),
+                path=self.process.launcher.kernel_path(handed if self.process.store_access == "copy" else path),
                 digest=digest,
                 clean=clean,
                 keep=list(keep),

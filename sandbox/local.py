@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 from themisto_env.errors import BackendUnavailableError, KernelStartError
 from themisto_env.sandbox.kernel_environments import environment_python
 from themisto_env.sandbox.launcher import KERNEL_ENVIRONMENT, KernelLauncher
-from themisto_env.sandbox.lifetime import process_record
+from themisto_env.sandbox.owners import process_record
 
 
 def _child_pid(pid: int) -> int | None:

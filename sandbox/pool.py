@@ -36,7 +36,7 @@ from collections.abc import Callable, Hashable, Sequence
 from types import TracebackType
 
 from themisto_env.errors import ConfigError, InfrastructureError
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel_contract import KernelLike
 from themisto_env.sandbox.kernel_process import release_thread_loop
 
 
@@ -53,7 +53,7 @@ class KernelPool:
 
     def __init__(
         self,
-        new_kernel: Callable[[], Kernel],
+        new_kernel: Callable[[], KernelLike],
         *,
         size: int = 1,
         preload: Sequence[str] = (),
@@ -65,7 +65,7 @@ class KernelPool:
         self.size = size
         self.preload = tuple(preload)
         self.max_starting = max_starting or os.cpu_count() or 1
-        self._ready: list[Kernel] = []
+        self._ready: list[KernelLike] = []
         # failed starts not reported yet, one per start: none is lost to another, and none retried unreported
         self._failures: collections.deque[BaseException] = collections.deque()
         self._lock = threading.Condition()
@@ -77,7 +77,7 @@ class KernelPool:
         self._holders = 1
         self._key: Hashable | None = None  # set for a pool handed out by shared_pool()
 
-    def take(self) -> Kernel:
+    def take(self) -> KernelLike:
         """A started kernel, now the caller's (to close). Refills the pool in the background.
 
         A taker that finds no kernel ready has one more started (up to ``max_starting`` at once) and
@@ -146,7 +146,7 @@ class KernelPool:
         for thread in started:  # under the lock: close() sees every thread it must wait for
             thread.start()
 
-    def _start(self) -> Kernel:
+    def _start(self) -> KernelLike:
         """A started kernel with the modules preloaded; without them if preloading kills it (an import
         too heavy for the limits): a kernel that works beats a warm one that does not."""
         kernel = self._new_kernel().start()
@@ -161,7 +161,7 @@ class KernelPool:
         return kernel
 
     def _start_in_background(self) -> None:
-        kernel: Kernel | None = None
+        kernel: KernelLike | None = None
         failure: BaseException | None = None
         try:
             kernel = self._start()
@@ -232,7 +232,7 @@ _SHARED_LOCK = threading.Lock()
 
 def shared_pool(
     key: Hashable,
-    new_kernel: Callable[[], Kernel],
+    new_kernel: Callable[[], KernelLike],
     *,
     size: int = 1,
     preload: Sequence[str] = (),

@@ -1,10 +1,12 @@
 """Kernels in Ray actors: the kernel runs on a cluster's CPU node, its owner (an env, a trainer) stays put.
 
-A :class:`RemoteKernel` is a :class:`~themisto_env.sandbox.kernel.Kernel` whose process lives on another
-node: a Ray actor (:class:`KernelHost`) owns a real Kernel there, and every call (execute, restore, the
-introspection calls, the launcher's limit readings) goes to it and comes back as the same typed answer or
-the same exception. Code that drives kernels (the state server, the disposable kernels, the tools) cannot
-tell the two apart; :func:`make_kernel` makes one or the other from a :class:`RayPlacement`.
+A :class:`RemoteKernel` is a kernel (a :class:`~themisto_env.sandbox.kernel_contract.KernelLike`, as a
+:class:`~themisto_env.sandbox.kernel.Kernel` is) whose process lives on another node: a Ray actor
+(:class:`~themisto_env.sandbox.kernel_host.KernelHost`) owns a real Kernel there, and every call (execute,
+restore, the introspection calls, the launcher's limit readings) is an explicit method that goes to it and
+comes back as the same typed answer or the same exception. Code that drives kernels (the state server, the
+disposable kernels, the tools) cannot tell the two apart; :func:`make_kernel` makes one or the other from a
+:class:`~themisto_env.sandbox.ray_placement.RayPlacement`.
 
 What travels, and what does not:
 
@@ -31,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -43,15 +45,25 @@ from themisto_env.errors import (
     SnapshotCorruptError,
     SnapshotError,
 )
+from themisto_env.sandbox.introspection import (
+    FrameView,
+    FrameViewName,
+    MemoryReport,
+    NamespaceState,
+    SourceText,
+    VariableDetail,
+    VariableListing,
+)
+from themisto_env.sandbox.kernel_contract import MEASURE_TIMEOUT_S, KernelLike
 from themisto_env.sandbox.kernel_environments import environment_label
 from themisto_env.sandbox.kernel_host import KernelHost
-from themisto_env.sandbox.models import SandboxLimits, SnapshotInfo
+from themisto_env.sandbox.models import ExecutionResult, RestoreResult, SandboxLimits, SnapshotInfo
 from themisto_env.sandbox.ray_cluster import connect, import_ray, owner_variables
 from themisto_env.sandbox.ray_placement import RayPlacement
 from themisto_env.sandbox.snapshots import SnapshotStore
 from themisto_env.sandbox.workdir import FileStore, FileTree
 
-__all__ = ["KernelHost", "RayPlacement", "RemoteKernel", "make_kernel"]
+__all__ = ["RemoteKernel", "make_kernel"]
 
 #: Seconds an answer may take beyond the kernel's own limits before the actor is taken for lost.
 ANSWER_GRACE_S = 120.0
@@ -66,7 +78,7 @@ def make_kernel(
     store_access: Literal["read", "copy"] = "read",
     launcher_options: dict[str, Any] | None = None,
     environment: str | None = None,
-) -> Any:
+) -> KernelLike:
     """A :class:`~themisto_env.sandbox.kernel.Kernel` on this machine, or a :class:`RemoteKernel` placed on
     Ray by ``ray`` (same arguments, same behaviour; neither is started)."""
     options: dict[str, Any] = {
@@ -84,16 +96,34 @@ def make_kernel(
 
 
 class _LauncherView:
-    """The launcher readings the disposable kernels take, answered by the remote kernel's launcher."""
+    """The remote kernel's launcher readings (:class:`~themisto_env.sandbox.kernel_contract.LauncherReadings`),
+    answered by the launcher on the kernel's node."""
 
     def __init__(self, kernel: RemoteKernel) -> None:
         self._kernel = kernel
         self.enforces_limits = bool(kernel._read("launcher.enforces_limits"))
 
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return lambda *args, **kwargs: self._kernel._invoke(f"launcher.{name}", *args, **kwargs)
+    def pid(self) -> int | None:
+        """The kernel's process id on its node."""
+        pid: int | None = self._kernel._invoke("launcher.pid")
+        return pid
+
+    def memory_bytes(self) -> int | None:
+        """Resident memory of the kernel process."""
+        memory: int | None = self._kernel._invoke("launcher.memory_bytes")
+        return memory
+
+    def limit_events(self) -> dict[str, int]:
+        """How often the kernel hit its limits so far."""
+        return dict(self._kernel._invoke("launcher.limit_events"))
+
+    def out_of_memory(self) -> bool:
+        """Whether the backend saw the kernel killed at its memory limit."""
+        return bool(self._kernel._invoke("launcher.out_of_memory"))
+
+    def check_backend(self) -> None:
+        """Raise :class:`~themisto_env.errors.BackendUnavailableError` when the node's backend is gone."""
+        self._kernel._invoke("launcher.check_backend")
 
 
 class RemoteKernel:
@@ -307,19 +337,88 @@ class RemoteKernel:
 
     # -- execution and introspection: the kernel's answers, as they are ----------------------------------
 
-    def execute(self, code: str, *, timeout_s: float | None = None, **kwargs: Any) -> Any:
-        """As :meth:`Kernel.execute <themisto_env.sandbox.kernel_messaging.KernelMessaging.execute>`."""
-        return self._invoke("execute", code, timeout_s=timeout_s, **kwargs)  # the limit travels with the call
+    def execute(
+        self, code: str, *, timeout_s: float | None = None, fingerprint: bool = False, interrupt: bool = True
+    ) -> ExecutionResult:
+        """As :meth:`Kernel.execute <themisto_env.sandbox.kernel.Kernel.execute>` (the limit travels with the call)."""
+        result: ExecutionResult = self._invoke(
+            "execute", code, timeout_s=timeout_s, fingerprint=fingerprint, interrupt=interrupt
+        )
+        return result
 
     def call(self, function: str, *, timeout_s: float | None = None, **kwargs: Any) -> Any:
-        """As :meth:`Kernel.call <themisto_env.sandbox.kernel_messaging.KernelMessaging.call>`."""
+        """As :meth:`Kernel.call <themisto_env.sandbox.kernel.Kernel.call>`."""
         return self._invoke("call", function, timeout_s=timeout_s, **kwargs)
 
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        """The kernel's other methods (``list_variables``, ``fingerprint``, ``seal``, ...), called remotely."""
-        if name.startswith("_") or name not in _FORWARDED:
-            raise AttributeError(f"{type(self).__name__!s} has no attribute {name!r}")
-        return lambda *args, **kwargs: self._invoke(name, *args, **kwargs)
+    def files(self) -> FileTree:
+        """The working folder's files on the kernel's node: relative path -> sha256."""
+        return dict(self._invoke("files"))
+
+    def memory_bytes(self) -> int | None:
+        """Resident memory of the kernel process."""
+        memory: int | None = self._invoke("memory_bytes")
+        return memory
+
+    def list_variables(self, *, limit: int = 100, known: Mapping[str, int] | None = None) -> VariableListing:
+        """As :meth:`Kernel.list_variables <themisto_env.sandbox.kernel.Kernel.list_variables>`."""
+        listing: VariableListing = self._invoke("list_variables", limit=limit, known=known)
+        return listing
+
+    def inspect_variable(self, name: str, *, max_chars: int = 2000) -> VariableDetail:
+        """As :meth:`Kernel.inspect_variable <themisto_env.sandbox.kernel.Kernel.inspect_variable>`."""
+        detail: VariableDetail = self._invoke("inspect_variable", name, max_chars=max_chars)
+        return detail
+
+    def dataframe(self, name: str, view: FrameViewName = "head", *, n: int = 5, max_chars: int = 4000) -> FrameView:
+        """As :meth:`Kernel.dataframe <themisto_env.sandbox.kernel.Kernel.dataframe>`."""
+        frame: FrameView = self._invoke("dataframe", name, view, n=n, max_chars=max_chars)
+        return frame
+
+    def memory(self, *, top: int = 20, known: Mapping[str, int] | None = None) -> MemoryReport:
+        """As :meth:`Kernel.memory <themisto_env.sandbox.kernel.Kernel.memory>`."""
+        report: MemoryReport = self._invoke("memory", top=top, known=known)
+        return report
+
+    def variable_sizes(self) -> dict[str, int]:
+        """As :meth:`Kernel.variable_sizes <themisto_env.sandbox.kernel.Kernel.variable_sizes>`."""
+        return dict(self._invoke("variable_sizes"))
+
+    def source(self, name: str, *, max_chars: int = 4000) -> SourceText:
+        """As :meth:`Kernel.source <themisto_env.sandbox.kernel.Kernel.source>`."""
+        text: SourceText = self._invoke("source", name, max_chars=max_chars)
+        return text
+
+    def namespace_state(self) -> NamespaceState:
+        """As :meth:`Kernel.namespace_state <themisto_env.sandbox.kernel.Kernel.namespace_state>`."""
+        state: NamespaceState = self._invoke("namespace_state")
+        return state
+
+    def fingerprint(self) -> dict[str, str]:
+        """As :meth:`Kernel.fingerprint <themisto_env.sandbox.kernel.Kernel.fingerprint>`."""
+        return dict(self._invoke("fingerprint"))
+
+    def package_versions(self, names: Sequence[str]) -> dict[str, str]:
+        """As :meth:`Kernel.package_versions <themisto_env.sandbox.kernel.Kernel.package_versions>`."""
+        return dict(self._invoke("package_versions", names))
+
+    def loaded_distributions(self) -> dict[str, str]:
+        """As :meth:`Kernel.loaded_distributions <themisto_env.sandbox.kernel.Kernel.loaded_distributions>`."""
+        return dict(self._invoke("loaded_distributions"))
+
+    def preload(self, modules: Sequence[str]) -> None:
+        """As :meth:`Kernel.preload <themisto_env.sandbox.kernel.Kernel.preload>`."""
+        self._invoke("preload", modules)
+
+    def seal(self) -> str:
+        """As :meth:`Kernel.seal <themisto_env.sandbox.kernel.Kernel.seal>`."""
+        return str(self._invoke("seal"))
+
+    def sealed_fingerprint(
+        self, token: str, canary: dict[str, object], *, timeout_s: float = MEASURE_TIMEOUT_S
+    ) -> dict[str, str]:
+        """As :meth:`Kernel.sealed_fingerprint <themisto_env.sandbox.kernel.Kernel.sealed_fingerprint>` (the
+        limit travels with the call)."""
+        return dict(self._invoke("sealed_fingerprint", token, canary, timeout_s=timeout_s))
 
     # -- what travels -------------------------------------------------------------------------------------
 
@@ -337,7 +436,7 @@ class RemoteKernel:
             raise SnapshotError(f"could not record the environment of snapshot {info.digest[:12]}: {exc}") from exc
         return info
 
-    def restore(self, snapshot: SnapshotInfo | str, *, clean: bool = True, keep: Sequence[str] = ()) -> Any:
+    def restore(self, snapshot: SnapshotInfo | str, *, clean: bool = True, keep: Sequence[str] = ()) -> RestoreResult:
         """Restore a snapshot of the owner's store, sent to the node first if it lacks it.
 
         Raises:
@@ -350,11 +449,12 @@ class RemoteKernel:
         if self._call("missing_snapshots", [digest], during="restore"):
             self._send_snapshot(digest)
         try:
-            return self._invoke("restore", digest, clean=clean, keep=keep)
+            restored: RestoreResult = self._invoke("restore", digest, clean=clean, keep=keep)
         except SnapshotCorruptError:
-            if self._send_snapshot(digest) is None:  # the node's copy was damaged: the owner's, once more
-                return self._invoke("restore", digest, clean=clean, keep=keep)
-            raise
+            if self._send_snapshot(digest) is not None:
+                raise
+            restored = self._invoke("restore", digest, clean=clean, keep=keep)  # the node's copy was damaged
+        return restored
 
     def _send_snapshot(self, digest: str) -> str | None:
         """Send the owner's copy of a snapshot to the node; None, or why it was not sent (the owner lacks
@@ -383,28 +483,6 @@ class RemoteKernel:
             names = {sha: path for path, sha in tree.items()}
             self._call("put_blobs", {sha: store.read(sha, name=names[sha]) for sha in missing}, during="set_files")
         self._call("set_files", tree, during="set_files")
-
-
-#: The kernel methods a RemoteKernel forwards as they are (their arguments and answers are plain data).
-_FORWARDED = frozenset(
-    {
-        "files",
-        "memory_bytes",
-        "list_variables",
-        "inspect_variable",
-        "dataframe",
-        "memory",
-        "variable_sizes",
-        "source",
-        "namespace_state",
-        "fingerprint",
-        "package_versions",
-        "loaded_distributions",
-        "preload",
-        "seal",
-        "sealed_fingerprint",
-    }
-)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -45,7 +45,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from themisto_env.errors import (
     KernelStartError,
@@ -54,13 +54,18 @@ from themisto_env.errors import (
     TemplateGoneError,
 )
 from themisto_env.sandbox import lifetime
+from themisto_env.sandbox.kernel_contract import KernelLike
 from themisto_env.sandbox.kernel_environments import environment_label
 from themisto_env.sandbox.kernel_process import release_thread_loop
 from themisto_env.sandbox.launcher import KERNEL_ENVIRONMENT, launcher_class
 from themisto_env.sandbox.local import BwrapLauncher, LocalLauncher
 from themisto_env.sandbox.models import SandboxLimits
+from themisto_env.sandbox.owners import RUN_DIR_PREFIX, write_owner
 from themisto_env.sandbox.snapshots import SnapshotStore
 from themisto_env.sandbox.template_launcher import exited
+
+if TYPE_CHECKING:
+    from themisto_env.sandbox.kernel import Kernel
 
 __all__ = [
     "FORKING_BACKENDS",
@@ -146,7 +151,7 @@ class KernelTemplate:
         #: Kernels forked ahead of time and kept ready (a state template's too: copies of a state are
         #: usually asked for in groups)
         self.spares = spares
-        self._spares: list[Any] = []
+        self._spares: list[Kernel] = []
         self._filling: threading.Thread | None = None
         self._keep_spares = True  # off once trimmed, until a kernel is asked for again
         self.digest: str | None = None  # a state template's snapshot
@@ -159,7 +164,7 @@ class KernelTemplate:
         self._run_dir: Path | None = None
         self._states: OrderedDict[str, KernelTemplate] = OrderedDict()
         self._retired: list[KernelTemplate] = []  # state templates out of the cache, kept while copies run
-        self._forked: weakref.WeakSet[Any] = weakref.WeakSet()  # kernels forked from this template
+        self._forked: weakref.WeakSet[Kernel] = weakref.WeakSet()  # kernels forked from this template
         self._copies = 0  # how many were forked, ever
         self._lock = threading.RLock()
         #: The template a state template was made from (None for a template itself).
@@ -184,12 +189,12 @@ class KernelTemplate:
         with self._lock:
             if self._process is not None:
                 return self
-            self._run_dir = Path(tempfile.mkdtemp(prefix=lifetime.RUN_DIR_PREFIX))
+            self._run_dir = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX))
             os.chmod(self._run_dir, 0o1777)
             (self._run_dir / "kernels").mkdir(mode=0o1777)
             os.chmod(self._run_dir / "kernels", 0o1777)
             self.socket_path = self._run_dir / "template.sock"
-            lifetime.write_owner(self._run_dir, self.backend)
+            write_owner(self._run_dir, self.backend)
             lifetime.track(self, self._run_dir)
             process = _TEMPLATE_LAUNCHERS[self.backend](
                 self.limits,
@@ -209,7 +214,7 @@ class KernelTemplate:
             self._process = process
             try:
                 process.start(self._run_dir / "template.json", self._run_dir)
-                lifetime.write_owner(self._run_dir, self.backend, **process.owner_record())
+                write_owner(self._run_dir, self.backend, **process.owner_record())
                 self._wait_ready()
             except BaseException:
                 self.close()
@@ -346,8 +351,9 @@ class KernelTemplate:
 
     # -- kernels and states -------------------------------------------------------------------------------------
 
-    def kernel(self, *, limits: SandboxLimits | None = None) -> Any:
-        """A started kernel forked from this template (in this template's state: empty, or a snapshot's).
+    def kernel(self, *, limits: SandboxLimits | None = None) -> KernelLike:
+        """A started kernel forked from this template (in this template's state: empty, or a snapshot's): a
+        :class:`~themisto_env.sandbox.kernel.Kernel` whose launcher forks instead of starting.
 
         A spare kernel forked ahead of time is handed out first (see ``spares``) and another is forked in
         the background, so the caller rarely waits for a kernel's own start.
@@ -365,7 +371,7 @@ class KernelTemplate:
         self._refill()  # after the fork: a state template's first spare follows its second copy
         return kernel
 
-    def _fork_kernel(self, limits: SandboxLimits | None = None) -> Any:
+    def _fork_kernel(self, limits: SandboxLimits | None = None) -> Kernel:
         from themisto_env.sandbox.kernel import Kernel
 
         kernel = Kernel(
@@ -536,7 +542,7 @@ class KernelTemplate:
             raise kind(f"snapshot {str(self.digest)[:12]} did not load in the kernel template: {error}")
         self.hazards = list(answer.get("hazards") or [])
 
-    def copies(self, digest: str | None, n: int, *, limits: SandboxLimits | None = None) -> list[Any]:
+    def copies(self, digest: str | None, n: int, *, limits: SandboxLimits | None = None) -> list[KernelLike]:
         """``n`` started kernels in the state of snapshot ``digest`` (or empty, with None), forked.
 
         Each copy is a kernel of its own (its process, its run directory; closing one leaves the others);
@@ -544,7 +550,7 @@ class KernelTemplate:
         equal to a restore's: same names, same values, same fingerprint.
         """
         source = self if digest is None else self.state(digest)
-        kernels: list[Any] = []
+        kernels: list[KernelLike] = []
         try:
             for _ in range(n):
                 kernels.append(source.kernel(limits=limits))

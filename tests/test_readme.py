@@ -1,9 +1,11 @@
-"""Every command in README.md runs, as a newcomer would type it (from a folder beside the repo's files).
+"""Every command and example in README.md and the documentation site (docs/) runs, as a newcomer would type it
+(from a folder beside the repo's files), and the site builds.
 
-Shell lines starting with ``themisto`` are run in README order (compare and report read the runs made
-before them) through the installed entry point; ``themisto run`` gets ``--limit 12`` appended so the
-suite stays short (the main job's full run is measured in the issue notes, not here).
-The Python example is run as a script. ``bash scripts/setup.sh`` is what CI itself runs first.
+Shell lines starting with ``themisto`` in ``bash`` blocks are run in reading order (the README first, then the
+pages in the order of mkdocs.yml's nav: compare and report read the runs made before them) through the
+installed entry point; ``themisto run`` gets ``--limit 12`` appended so the suite stays short. ``python``
+blocks are run as scripts. ``bash scripts/setup.sh`` is what CI itself runs first. Blocks marked ``sh``,
+``console`` or ``text`` are shown, not run (a provider's key, a server, a cluster).
 """
 
 from __future__ import annotations
@@ -16,22 +18,42 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-#: The commands run in README order, each depending on those before it, each a CLI process: end to end.
+#: The commands run in reading order, each depending on those before it, each a CLI process: end to end.
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
-README = (REPO / "README.md").read_text()
+DOCS = REPO / "docs"
 
 
-def _blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+def _nav_pages(nav: list) -> list[str]:
+    pages = []
+    for entry in nav:
+        value = next(iter(entry.values())) if isinstance(entry, dict) else entry
+        pages += _nav_pages(value) if isinstance(value, list) else [value]
+    return pages
 
 
-def readme_commands() -> list[str]:
-    """The themisto commands of the README's bash blocks, in order, comments removed."""
+def documented_pages() -> list[Path]:
+    """README.md, then the site's pages in the order of mkdocs.yml's nav (then any page the nav leaves out)."""
+    nav = [DOCS / page for page in _nav_pages(yaml.safe_load((REPO / "mkdocs.yml").read_text())["nav"])]
+    rest = sorted(set(DOCS.rglob("*.md")) - set(nav))
+    return [REPO / "README.md", *nav, *rest]
+
+
+PAGES = {str(page.relative_to(REPO)): page.read_text() for page in documented_pages()}
+README = PAGES["README.md"]
+
+
+def _blocks(language: str, text: str = README) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
+
+
+def commands_of(text: str) -> list[str]:
+    """The themisto commands of a page's bash blocks, in order, comments removed."""
     commands = []
-    for block in _blocks("bash"):
+    for block in _blocks("bash", text):
         for line in block.splitlines():
             line = line.split(" #", 1)[0].strip()
             if "&& themisto" in line:  # `bash scripts/setup.sh && source .venv/bin/activate && themisto ...`
@@ -41,8 +63,18 @@ def readme_commands() -> list[str]:
     return commands
 
 
+def documented_commands() -> list[tuple[str, str]]:
+    """``(page, command)`` for every themisto command of the README and the site, in reading order."""
+    return [(page, command) for page, text in PAGES.items() for command in commands_of(text)]
+
+
+def python_blocks() -> list[tuple[str, int]]:
+    """``(page, index)`` of every python block of the README and the site."""
+    return [(page, index) for page, text in PAGES.items() for index in range(len(_blocks("python", text)))]
+
+
 def command_needs(command: str) -> list[pytest.MarkDecorator]:
-    """The markers of a README command (see tests/conftest.py): the backend it names, the kernel image it
+    """The markers of a documented command (see tests/conftest.py): the backend it names, the kernel image it
     builds, the pinned environment it makes or uses."""
     args = shlex.split(command)
     marks = []
@@ -57,7 +89,7 @@ def command_needs(command: str) -> list[pytest.MarkDecorator]:
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder where the README's relative paths (configs/, tests/fixtures/) resolve, and outputs land."""
+    """A folder where the documented relative paths (configs/, tests/fixtures/) resolve, and outputs land."""
     root = tmp_path_factory.mktemp("readme")
     (root / "configs").symlink_to(REPO / "configs")
     (root / "tests").symlink_to(REPO / "tests")
@@ -80,8 +112,60 @@ def test_the_readme_has_the_two_commands() -> None:
     assert "bash scripts/setup-bwrap-user.sh" in ci, "CI runs the bwrap tests as an unprivileged user"
 
 
-@pytest.mark.parametrize("command", [pytest.param(c, marks=command_needs(c)) for c in readme_commands()])
-def test_readme_command_runs(command: str, workdir: Path) -> None:
+def test_the_readme_is_short_and_every_link_stays_in_the_repository() -> None:
+    """The README is what a newcomer reads first (at most 250 lines); the rest is in docs/. Neither sends a
+    reader outside the repository for what the code is: every relative link names a file of the repository."""
+    assert len(README.splitlines()) <= 250
+    for page, text in PAGES.items():
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue
+            path = ((REPO / page).parent / target.split("#", 1)[0]).resolve()
+            assert path.is_relative_to(REPO) and path.exists(), f"{page} links to {target}, not a file of the repo"
+
+
+def test_ci_builds_the_docs_strictly_between_the_lint_and_the_tests() -> None:
+    ci = (REPO / ".ci" / "run").read_text()
+    build = re.search(r"^.*mkdocs build --strict.*$", ci, flags=re.M)
+    assert build and "--site-dir" in build.group(0), "CI builds the site into a folder outside the repository"
+    assert ci.index("scripts/lint_imports.py") < build.start() < ci.index("python3 -m pytest")
+
+
+def test_the_site_builds_strictly_with_every_command_in_its_cli_reference(tmp_path: Path) -> None:
+    """``mkdocs build --strict`` (a broken link, a page left out of the nav, a docstring mkdocstrings cannot
+    read fail it); the CLI reference page, written at build time, has a section for every command."""
+    import typer.main
+
+    from themisto_env.cli import app
+
+    site = tmp_path / "site"
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    cli_page = (site / "cli" / "index.html").read_text()
+    top = typer.main.get_command(app)
+    context = top.context_class(top, info_name="themisto")
+    for name in top.list_commands(context):
+        command = top.get_command(context, name)
+        subcommands = getattr(command, "list_commands", lambda _context: [])(context)
+        for path in [f"themisto {name}", *(f"themisto {name} {sub}" for sub in subcommands)]:
+            assert f"<code>{path}</code>" in cli_page, f"the CLI reference lacks {path}"
+    assert "--max-sessions" in cli_page and "--kernel-env" in cli_page, "options are listed"
+    api_page = (site / "reference" / "env" / "index.html").read_text()
+    assert "ThemistoEnv" in api_page and "EnvConfig" in api_page, "the API reference is written from the code"
+
+
+@pytest.mark.parametrize(
+    "command", [pytest.param(c, marks=command_needs(c), id=f"{p}: {c}") for p, c in documented_commands()]
+)
+def test_documented_command_runs(command: str, workdir: Path) -> None:
     args = shlex.split(command)
     if args[1] == "run":
         args += ["--limit", "12"]
@@ -97,14 +181,14 @@ def test_readme_command_runs(command: str, workdir: Path) -> None:
         assert (workdir / args[2] / "report.html").exists()
 
 
-@pytest.mark.parametrize("index", range(len(_blocks("python"))))
-def test_readme_python_block_runs(index: int, workdir: Path) -> None:
+@pytest.mark.parametrize(("page", "index"), [pytest.param(p, i, id=f"{p}-{i}") for p, i in python_blocks()])
+def test_documented_python_block_runs(page: str, index: int, workdir: Path) -> None:
     """Complete examples run as scripts; a sketch with ``...`` placeholders (the GRPO trainer, which
-    ``examples/train_grpo.py`` runs in full in tests/bridges/rl) must at least import what it names."""
-    block = _blocks("python")[index]
+    ``examples/train_grpo.py`` runs in full in the RL tests) must at least import what it names."""
+    block = _blocks("python", PAGES[page])[index]
     if re.search(r"[=(,]\s*\.\.\.", block):  # an argument left as `...`: a sketch
         block = "\n".join(line for line in block.splitlines() if line.startswith(("import ", "from ")))
     done = subprocess.run([sys.executable, "-c", block], cwd=workdir, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr[-3000:]
-    if index == 0:
+    if (page, index) == ("README.md", 0):
         assert "exact_match" in done.stdout

@@ -7,7 +7,7 @@ starts from: the env, its actions and options, the dataset, samples and trajecto
 taskset and harness (``ThemistoTaskset``, ``ThemistoHarness``: the package is a verifiers 0.4 environment,
 ``vf-eval themisto-env``; see :mod:`themisto_env.bridges.vf_env`). Each subpackage
 owns one job (``data``, ``replay``, ``scoring``, ``env``, ``run``, ``bridges``, ``agents``, ``sandbox``,
-``metrics``; see README "Layout") and pins its public names in ``__all__``.
+``metrics``; see docs/architecture.md) and pins its public names in ``__all__``.
 """
 
 from __future__ import annotations

@@ -12,9 +12,10 @@ from tests.agents.conftest import MakeEnv
 from tests.agents.episodes import run_agent
 from themisto_env.agents import make_agent
 from themisto_env.agents.fake_chat import ScriptedChatModel
-from themisto_env.agents.llm import StaticContextAgent, message_text
+from themisto_env.agents.llm import StaticContextAgent
 from themisto_env.agents.llm_tools import ToolUsingAgent
 from themisto_env.agents.prompting import load_prompts
+from themisto_env.agents.transcript import message_text
 from themisto_env.env.actions import Prediction
 from themisto_env.env.tools import TOOL_NAMES, ToolCall
 from themisto_env.errors import ConfigError

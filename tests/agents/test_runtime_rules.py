@@ -7,7 +7,8 @@ import pytest
 from tests.agents.conftest import MakeEnv
 from tests.agents.episodes import mean, run_agent
 from themisto_env.agents import make_agent
-from themisto_env.agents.runtime_rules import DisplayedExpression, RuntimeRulesAgent, displayed_expression
+from themisto_env.agents.displayed import DisplayedExpression, displayed_expression
+from themisto_env.agents.runtime_rules import RuntimeRulesAgent
 from themisto_env.env.actions import Prediction
 from themisto_env.env.tools import ToolCall
 

@@ -113,6 +113,20 @@ def test_reset_options_read_a_sample_id() -> None:
         reset_options({"trajectory": "a", "sample": "b/next-cell/3"}, ids, episodes, "next-cell")
 
 
+def test_an_unknown_sample_id_is_named_with_what_exists() -> None:
+    env = ThemistoEnv(observation="static")
+    try:
+        with pytest.raises(ConfigError) as raised:
+            env.reset(options={"sample": "no/such/sample"})
+        message = str(raised.value)
+        assert "\n" not in message and "is an such sample" not in message, message
+        assert "no sample 'no/such/sample'" in message, "it names the id asked for"
+        assert env.samples[0].id.rsplit("/", 2)[0] in message or "e.g." in message, "it shows what exists"
+        assert "TRAJECTORY/TASK/STEP" in message
+    finally:
+        env.close()
+
+
 def test_an_agent_returning_the_wrong_type_is_named() -> None:
     from themisto_env.agents.base import checked_action
 

@@ -161,7 +161,7 @@ def test_warm_kernels_are_handed_out_once_and_closed_with_the_env(data: dict[str
     env = make_env(data, fork=False)
     pids: list[int] = []
     try:
-        assert env._preload, "the dataset's imports are preloaded"
+        assert env.server.preload, "the dataset's imports are preloaded"
         samples = env.episode_samples["faults-faults"]
         restart = next(i for i, s in enumerate(samples) if s.step == RESTART_STEP)
         env.reset(options={"trajectory": 0, "sample": restart - 1})
@@ -175,8 +175,8 @@ def test_warm_kernels_are_handed_out_once_and_closed_with_the_env(data: dict[str
         kernel = env.tool_context().kernel
         assert kernel.fingerprint() == {} and kernel.restarts == 0, "a new pooled kernel, not a restart"
         pids.append(kernel.launcher.pid())
-        env._pool.fill()
-        spare = env._pool.take()  # the spare the pool refilled: not one handed out before
+        env.server.pool.fill()
+        spare = env.server.pool.take()  # the spare the pool refilled: not one handed out before
         pids.append(spare.launcher.pid())
         spare.close()
         assert len(set(pids)) == len(pids), pids
@@ -222,16 +222,16 @@ def test_envs_of_one_kind_share_warm_kernels_and_the_last_close_ends_them(
         assert live(first) == eager_states[first.current_sample.step]
         pids.append(first.tool_context().kernel.launcher.pid())
         second.reset(options={"trajectory": 0, "sample": 2})
-        assert second._pool is first._pool, "one pool for envs of one kind"
+        assert second.server.pool is first.server.pool, "one pool for envs of one kind"
         assert live(second) == eager_states[second.current_sample.step]
         pids.append(second.tool_context().kernel.launcher.pid())
         assert pids[0] != pids[1], "a kernel is handed out once"
         first.close()
         assert pids_alive(pids) == [pids[1]], "the closed env's kernel is gone, the other's runs"
-        assert not second._pool.closed
+        assert not second.server.pool.closed
         second.reset(options={"trajectory": 0, "sample": 3})
         assert live(second) == eager_states[second.current_sample.step]
-        pool = second._pool
+        pool = second.server.pool
     finally:
         first.close()
         second.close()

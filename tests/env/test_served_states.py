@@ -29,7 +29,8 @@ from themisto_env.env.tools import ToolCall
 from themisto_env.errors import BackendUnavailableError
 from themisto_env.replay.dataset import Dataset
 from themisto_env.replay.disposable import imported_modules
-from themisto_env.replay.state import diff_fingerprints, expected_fingerprint
+from themisto_env.replay.recorded_cells import replay_step
+from themisto_env.replay.state_check import diff_fingerprints, expected_fingerprint
 from themisto_env.sandbox.template import KernelTemplate
 
 ALL_SAMPLES = SampleRule(max_length_quantile=None).model_dump()
@@ -217,7 +218,7 @@ def test_a_kill_during_an_advance_lands_on_the_next_sample(
     fault_data: dict[str, Any], clean_rows: dict[int, dict[str, Any]], monkeypatch: pytest.MonkeyPatch, backend: str
 ) -> None:
     env = make_env(fault_data, backend=backend)
-    original, killed = state_module.replay_step, []
+    original, killed = replay_step, []  # the env replays through the name state.py imported: patched there
 
     def kill_before_step_4(kernel: Any, step: Any, **options: Any) -> Any:
         if step.index == 4 and not killed:

@@ -23,7 +23,7 @@ from themisto_env.env.tools import TOOL_NAMES, ToolCall, ToolContext, langchain_
 from themisto_env.env.tools._try import NOT_AVAILABLE
 from themisto_env.errors import InfrastructureError
 from themisto_env.replay.disposable import CodeRun, DisposableKernels
-from themisto_env.replay.state import expected_fingerprint
+from themisto_env.replay.state_check import expected_fingerprint
 from themisto_env.sandbox.kernel_helper import OPTIONS_KEY
 from themisto_env.sandbox.rendering import render_outputs
 
@@ -240,7 +240,7 @@ def test_the_output_task_refuses_in_one_line() -> None:
         obs, _, _, _, info = env.step(try_cell(env.trajectories[sample.trajectory_id].steps[sample.step].source))
         assert not info["tool_result"]["ok"] and obs["tools_left"] == 1  # costs a call, like any failing tool
         assert obs["tool_result"] == f"Error: {NOT_AVAILABLE}" and "\n" not in obs["tool_result"]
-        assert env._disposable is None, "nothing ran"
+        assert env.scorer.disposable is None, "nothing ran"
     finally:
         env.close()
 

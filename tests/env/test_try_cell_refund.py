@@ -7,7 +7,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from themisto_env.env.core import MAX_TOOL_REFUNDS
+from themisto_env.env.record import MAX_TOOL_REFUNDS
 from themisto_env.env.tools import ToolCall
 from themisto_env.errors import KernelStartError
 
@@ -27,7 +27,7 @@ def test_the_try_cell_refund_is_capped(env_dataset: dict[str, str]) -> None:
     env = gym.make("themisto/NextCell-v0", **env_dataset, observation="tools", tool_budget=budget).unwrapped
     try:
         env.reset(seed=0)
-        env.disposable_kernels = BrokenKernels  # type: ignore[method-assign]
+        env.scorer.disposable_kernels = BrokenKernels  # type: ignore[method-assign]
         calls = 0
         while calls < 20:
             calls += 1

@@ -23,7 +23,13 @@ from themisto_env.cli import app
 from themisto_env.data.trajectory import read_manifest, read_trajectories
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.errors import BackendUnavailableError, ConfigError, SnapshotEnvironmentError
-from themisto_env.replay import kernel_environment_registry, kernel_environment_venv, kernel_environments
+from themisto_env.replay import (
+    kernel_environment_image,
+    kernel_environment_registry,
+    kernel_environment_spec,
+    kernel_environment_venv,
+    kernel_environments,
+)
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.kernel_environments import environment_dir, environment_image
 
@@ -44,9 +50,9 @@ CELLS = [
 
 @pytest.fixture(scope="module")
 @needs("environments")
-def old_env() -> kernel_environments.KernelEnvironmentRecord:
+def old_env() -> kernel_environment_spec.KernelEnvironmentRecord:
     """The environment of ``tests/fixtures/environments/requirements.txt`` (made on first use)."""
-    record, _ = kernel_environments.create(NAME, kernel_environments.make_spec(REQUIREMENTS))
+    record, _ = kernel_environments.create(NAME, kernel_environment_spec.make_spec(REQUIREMENTS))
     return record
 
 
@@ -67,14 +73,14 @@ def write_notebook(path: Path, cells: list[str]) -> Path:
 
 
 def test_the_id_is_the_content() -> None:
-    spec = kernel_environments.make_spec("pandas==1.5.3\nnumpy==1.26.4\n")
-    same = kernel_environments.make_spec("# pinned\n  NumPy == 1.26.4   # old\n\nPandas==1.5.3\n")
+    spec = kernel_environment_spec.make_spec("pandas==1.5.3\nnumpy==1.26.4\n")
+    same = kernel_environment_spec.make_spec("# pinned\n  NumPy == 1.26.4   # old\n\nPandas==1.5.3\n")
     assert same.requirements == spec.requirements == ["numpy==1.26.4", "pandas==1.5.3"]
     assert same.id == spec.id
-    assert kernel_environments.make_spec("pandas==1.5.2\nnumpy==1.26.4\n").id != spec.id
-    assert kernel_environments.make_spec("pandas==1.5.3\nnumpy==1.26.4\n", apt=["libgomp1"]).id != spec.id
-    assert kernel_environments.make_spec("pandas==1.5.3\nnumpy==1.26.4\n", python="3.10").id != spec.id
-    assert kernel_environments.make_spec(REQUIREMENTS).id == spec.id  # the file's comment does not count
+    assert kernel_environment_spec.make_spec("pandas==1.5.2\nnumpy==1.26.4\n").id != spec.id
+    assert kernel_environment_spec.make_spec("pandas==1.5.3\nnumpy==1.26.4\n", apt=["libgomp1"]).id != spec.id
+    assert kernel_environment_spec.make_spec("pandas==1.5.3\nnumpy==1.26.4\n", python="3.10").id != spec.id
+    assert kernel_environment_spec.make_spec(REQUIREMENTS).id == spec.id  # the file's comment does not count
 
 
 @pytest.mark.parametrize(
@@ -88,12 +94,12 @@ def test_the_id_is_the_content() -> None:
 )
 def test_bad_specs_are_one_line_errors(text: str, apt: list[str] | None, python: str | None, message: str) -> None:
     with pytest.raises(ConfigError, match=message) as caught:
-        kernel_environments.make_spec(text, apt=apt, python=python)
+        kernel_environment_spec.make_spec(text, apt=apt, python=python)
     assert "\n" not in str(caught.value)
 
 
 def test_a_python_that_is_not_here_names_those_that_are() -> None:
-    spec = kernel_environments.make_spec("", python="3.99")
+    spec = kernel_environment_spec.make_spec("", python="3.99")
     with pytest.raises(ConfigError, match=r"no Python 3\.99 on this machine \(available: [^)]*3\.11") as caught:
         kernel_environments.create("themisto-test-no-such-python", spec)
     assert "\n" not in str(caught.value)
@@ -102,20 +108,20 @@ def test_a_python_that_is_not_here_names_those_that_are() -> None:
 
 @pytest.mark.slow
 def test_requirements_pip_cannot_meet_are_one_line_errors() -> None:
-    spec = kernel_environments.make_spec("pandas==0.0.1\n")
+    spec = kernel_environment_spec.make_spec("pandas==0.0.1\n")
     with pytest.raises(
         ConfigError, match=r"installing 1 requirement\(s\) .* failed \(exit 1\): .*pandas==0\.0\.1"
     ) as caught:
         kernel_environments.create("themisto-test-unmeetable", spec)
     assert "\n" not in str(caught.value) and "; log: " in str(caught.value)
-    assert kernel_environments.read_record(spec.id) is None and not environment_dir(spec.id).exists()
+    assert kernel_environment_registry.read_record(spec.id) is None and not environment_dir(spec.id).exists()
     assert "themisto-test-unmeetable" not in kernel_environment_registry.read_registry()
 
 
 def test_bad_names_are_refused() -> None:
     for bad in ("default", "0123456789ab", "a b", ""):
         with pytest.raises(ConfigError, match="bad environment name"):
-            kernel_environments.create(bad, kernel_environments.make_spec(""))
+            kernel_environments.create(bad, kernel_environment_spec.make_spec(""))
 
 
 def test_debian_packages_already_installed_are_left_alone(tmp_path: Path) -> None:
@@ -129,17 +135,19 @@ def test_debian_packages_already_installed_are_left_alone(tmp_path: Path) -> Non
 # -- a venv with older packages --------------------------------------------------------------------------
 
 
-def test_created_once_then_cached(old_env: kernel_environments.KernelEnvironmentRecord) -> None:
+def test_created_once_then_cached(old_env: kernel_environment_spec.KernelEnvironmentRecord) -> None:
     assert old_env.packages["pandas"] == "1.5.3" and old_env.packages["numpy"] == "1.26.4"
     assert {"ipykernel", "dill"} <= old_env.packages.keys()  # resolved by pip beside the pins
-    record, cached = kernel_environments.create(NAME, kernel_environments.make_spec(REQUIREMENTS))
+    record, cached = kernel_environments.create(NAME, kernel_environment_spec.make_spec(REQUIREMENTS))
     assert cached and record.id == old_env.id
-    assert NAME in kernel_environments.names_of(old_env.id)
-    assert kernel_environments.resolve(NAME).id == old_env.id == kernel_environments.resolve(old_env.id).id
+    assert NAME in kernel_environment_registry.names_of(old_env.id)
+    assert (
+        kernel_environment_registry.resolve(NAME).id == old_env.id == kernel_environment_registry.resolve(old_env.id).id
+    )
 
 
 def test_a_kernel_in_the_environment_has_its_packages(
-    old_env: kernel_environments.KernelEnvironmentRecord, snapshots: Path
+    old_env: kernel_environment_spec.KernelEnvironmentRecord, snapshots: Path
 ) -> None:
     with Kernel("local", environment=old_env.id, snapshot_dir=snapshots) as kernel:
         result = kernel.execute("import sys, numpy, pandas\nprint(pandas.__version__, numpy.__version__, sys.prefix)")
@@ -170,7 +178,7 @@ def test_a_missing_environment_says_how_to_make_it(snapshots: Path) -> None:
 
 
 def test_snapshots_are_restored_only_in_the_environment_that_wrote_them(
-    old_env: kernel_environments.KernelEnvironmentRecord, snapshots: Path
+    old_env: kernel_environment_spec.KernelEnvironmentRecord, snapshots: Path
 ) -> None:
     with Kernel("local", environment=old_env.id, snapshot_dir=snapshots) as old:
         old.execute("import pandas as pd\ndf = pd.DataFrame({'a': [1, 2]})")
@@ -193,7 +201,7 @@ def test_snapshots_are_restored_only_in_the_environment_that_wrote_them(
 
 @pytest.fixture(scope="module")
 def built(
-    old_env: kernel_environments.KernelEnvironmentRecord, tmp_path_factory: pytest.TempPathFactory
+    old_env: kernel_environment_spec.KernelEnvironmentRecord, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Path]:
     """A dataset of :data:`CELLS` built with ``themisto data build --kernel-env`` (its snapshots in the user cache)."""
     root = tmp_path_factory.mktemp("env-built")
@@ -204,22 +212,22 @@ def built(
 
 
 def test_the_manifest_records_the_environment(
-    built: Path, old_env: kernel_environments.KernelEnvironmentRecord
+    built: Path, old_env: kernel_environment_spec.KernelEnvironmentRecord
 ) -> None:
     manifest = read_manifest(built)
     assert manifest.environment is not None
     assert (manifest.environment.id, manifest.environment.name) == (old_env.id, NAME)
     assert manifest.environment.requirements == "numpy==1.26.4\npandas==1.5.3\n"
-    assert (built / kernel_environments.REQUIREMENTS_FILE).read_text() == manifest.environment.requirements
+    assert (built / kernel_environment_spec.REQUIREMENTS_FILE).read_text() == manifest.environment.requirements
     assert manifest.packages["pandas"] == "1.5.3"  # what the snapshots need: the environment's
     (trajectory,) = read_trajectories(built)
     assert trajectory.environment == old_env.id
     assert all(step.status == "ok" and step.snapshot for step in trajectory.steps)
-    assert str(built.resolve()) in kernel_environments.datasets_using(old_env.id)
+    assert str(built.resolve()) in kernel_environment_registry.datasets_using(old_env.id)
 
 
 def test_the_env_serves_the_dataset_in_its_environment_with_no_option(
-    built: Path, old_env: kernel_environments.KernelEnvironmentRecord
+    built: Path, old_env: kernel_environment_spec.KernelEnvironmentRecord
 ) -> None:
     env = ThemistoEnv(dataset=str(built), task="next-cell", warm_kernels=0)
     try:
@@ -267,7 +275,7 @@ def test_a_dataset_whose_environment_is_missing_says_how_to_make_it(built: Path,
         ThemistoEnv(dataset=str(copy), task="next-cell")
     message = str(caught.value)
     assert "\n" not in message and "0123456789ab" in message
-    requirements = copy / kernel_environments.REQUIREMENTS_FILE
+    requirements = copy / kernel_environment_spec.REQUIREMENTS_FILE
     assert f"`themisto kernel-env create {NAME} --requirements {requirements} --python 3.11`" in message
 
 
@@ -293,13 +301,13 @@ def test_the_legacy_notebook_agrees_in_its_environment(tmp_path: Path, pinned_en
     assert all(s.agrees for s in trajectory.steps)
     environment = read_manifest(tmp_path / "ds").environment
     assert environment is not None
-    assert environment.id == kernel_environments.make_spec(LEGACY.parent / "requirements.txt").id
+    assert environment.id == kernel_environment_spec.make_spec(LEGACY.parent / "requirements.txt").id
 
 
 # -- the command line ------------------------------------------------------------------------------------
 
 
-def test_kernel_env_create_list_and_rm(old_env: kernel_environments.KernelEnvironmentRecord) -> None:
+def test_kernel_env_create_list_and_rm(old_env: kernel_environment_spec.KernelEnvironmentRecord) -> None:
     runner = CliRunner()
     alias = "themisto-test-alias"
     result = runner.invoke(app, ["kernel-env", "create", alias, "--requirements", str(REQUIREMENTS)])
@@ -311,12 +319,12 @@ def test_kernel_env_create_list_and_rm(old_env: kernel_environments.KernelEnviro
     assert "packages" in table and "1.5" not in table  # a table of environments, not of packages
     result = runner.invoke(app, ["kernel-env", "rm", alias])
     assert result.exit_code == 0 and NAME in result.output.split("kept for")[1]  # the environment stays
-    assert kernel_environments.read_record(old_env.id) is not None
+    assert kernel_environment_registry.read_record(old_env.id) is not None
 
 
-def recorded(spec: kernel_environments.KernelEnvironmentSpec) -> kernel_environments.KernelEnvironmentRecord:
+def recorded(spec: kernel_environment_spec.KernelEnvironmentSpec) -> kernel_environment_spec.KernelEnvironmentRecord:
     """An environment's record with a stand-in venv (nothing is installed): for the registry's logic."""
-    record = kernel_environments.KernelEnvironmentRecord(id=spec.id, spec=spec)
+    record = kernel_environment_spec.KernelEnvironmentRecord(id=spec.id, spec=spec)
     record.python.parent.mkdir(parents=True)
     record.python.write_text("")
     kernel_environment_registry.write_record(record)
@@ -327,13 +335,15 @@ def test_a_changed_requirements_file_moves_the_name(tmp_path: Path, monkeypatch:
     """In a cache of its own: the name follows the new requirements; a dataset keeps its id."""
     monkeypatch.setenv("THEMISTO_CACHE", str(tmp_path / "cache"))
     old, new = (
-        recorded(kernel_environments.make_spec("six==1.16.0\n")),
-        recorded(kernel_environments.make_spec("six==1.17.0\n")),
+        recorded(kernel_environment_spec.make_spec("six==1.16.0\n")),
+        recorded(kernel_environment_spec.make_spec("six==1.17.0\n")),
     )
     assert kernel_environments.create("mine", old.spec) == (old, True)  # exists: nothing is built
-    assert kernel_environments.resolve("mine").id == old.id
+    assert kernel_environment_registry.resolve("mine").id == old.id
     assert kernel_environments.create("mine", new.spec)[0].id == new.id
-    assert kernel_environments.resolve("mine").id == new.id and kernel_environments.names_of(old.id) == []
+    assert (
+        kernel_environment_registry.resolve("mine").id == new.id and kernel_environment_registry.names_of(old.id) == []
+    )
     dataset = tmp_path / "ds"
     dataset.mkdir()
     from themisto_env.data.trajectory import Manifest, write_manifest
@@ -349,7 +359,7 @@ def test_a_changed_requirements_file_moves_the_name(tmp_path: Path, monkeypatch:
 def test_env_rm_refuses_while_a_dataset_uses_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """In a cache of its own: a recorded environment (no venv is built) used by one dataset."""
     monkeypatch.setenv("THEMISTO_CACHE", str(tmp_path / "cache"))
-    spec = kernel_environments.make_spec("six==1.16.0\n")
+    spec = kernel_environment_spec.make_spec("six==1.16.0\n")
     record = recorded(spec)
     kernel_environment_registry.write_registry({"only": spec.id})
     dataset = tmp_path / "ds"
@@ -358,12 +368,14 @@ def test_env_rm_refuses_while_a_dataset_uses_it(tmp_path: Path, monkeypatch: pyt
 
     ref = EnvironmentRef(id=spec.id, name="only", python=spec.python, requirements=spec.requirements_txt())
     write_manifest(dataset, Manifest(backend="local", snapshots=True, sources=[], environment=ref))
-    kernel_environments.note_dataset(spec.id, dataset)
+    kernel_environment_registry.note_dataset(spec.id, dataset)
     with pytest.raises(ConfigError, match=r"is used by 1 dataset\(s\), e\.g\. .*ds; `themisto kernel-env rm --force`"):
         kernel_environments.remove("only")
-    assert kernel_environments.read_record(spec.id) is not None and kernel_environments.names_of(spec.id) == ["only"]
+    assert kernel_environment_registry.read_record(spec.id) is not None and kernel_environment_registry.names_of(
+        spec.id
+    ) == ["only"]
     kernel_environments.remove("only", force=True)
-    assert kernel_environments.read_record(spec.id) is None and not record.folder.exists()
+    assert kernel_environment_registry.read_record(spec.id) is None and not record.folder.exists()
 
 
 # -- docker ----------------------------------------------------------------------------------------------
@@ -371,10 +383,10 @@ def test_env_rm_refuses_while_a_dataset_uses_it(tmp_path: Path, monkeypatch: pyt
 
 @pytest.mark.docker
 def test_a_docker_kernel_runs_the_environments_image(
-    old_env: kernel_environments.KernelEnvironmentRecord, snapshots: Path, docker_engine: None
+    old_env: kernel_environment_spec.KernelEnvironmentRecord, snapshots: Path, docker_engine: None
 ) -> None:
     """The image is built from the venv's exact versions on first use (about a minute; then cached)."""
-    record = kernel_environments.ready(kernel_environments.resolve(NAME), "docker")
+    record = kernel_environment_image.ready(kernel_environment_registry.resolve(NAME), "docker")
     assert record.image == environment_image(old_env.id)
     with Kernel("docker", environment=old_env.id, snapshot_dir=snapshots) as kernel:
         result = kernel.execute("import pandas, numpy\nprint(pandas.__version__, numpy.__version__)")

@@ -142,8 +142,8 @@ def dataset_config(env_dataset: dict[str, str], folder: Path) -> str:
 
 
 def readme_agent() -> str:
-    block = re.search(r"```python\n(# my_agents\.py\n.*?)```", (REPO / "README.md").read_text(), flags=re.S)
-    assert block, "the README shows my_agents.py"
+    block = re.search(r"```python\n(# my_agents\.py\n.*?)```", (REPO / "docs" / "agents.md").read_text(), flags=re.S)
+    assert block, "the agents page (docs/agents.md) shows my_agents.py"
     return block.group(1)
 
 

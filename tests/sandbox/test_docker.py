@@ -22,15 +22,11 @@ import pytest
 
 from tests.conftest import needs
 from themisto_env.errors import BackendUnavailableError, KernelDiedError
-from themisto_env.sandbox.docker import (
-    LABEL_HOST,
-    LABEL_HOST_PID,
-    LABEL_HOST_PID_START,
-    LABEL_KERNEL,
-    DockerLauncher,
-)
-from themisto_env.sandbox.image import ImageSpec, debian_mirror, default_image, default_spec, write_context
+from themisto_env.sandbox.debootstrap import debian_mirror
+from themisto_env.sandbox.docker import DockerLauncher
+from themisto_env.sandbox.image_spec import ImageSpec, default_image, default_spec, write_context
 from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.leftovers import LABEL_HOST, LABEL_HOST_PID, LABEL_HOST_PID_START, LABEL_KERNEL
 from themisto_env.sandbox.models import SandboxLimits
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -94,7 +90,7 @@ def test_import_has_no_side_effects() -> None:
 @functools.cache
 def _docker_unavailable() -> str | None:
     """Why the docker backend cannot run here (no engine, no image), or None."""
-    from themisto_env.sandbox.image import docker_client, image_exists
+    from themisto_env.sandbox.docker_engine import docker_client, image_exists
 
     try:
         client = docker_client()

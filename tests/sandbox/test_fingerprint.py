@@ -33,7 +33,7 @@ nested = {'a': [1, 2.5, 'x'], 'b': (None, True)}
 
 @pytest.fixture
 def kernels(tmp_path: Path) -> Iterator[tuple[Kernel, Kernel]]:
-    with Kernel("local", snapshot_dir=tmp_path / "a") as a, Kernel("local", snapshot_dir=tmp_path / "b") as b:
+    with Kernel("local", snapshot_dir=tmp_path / "store") as a, Kernel("local", snapshot_dir=tmp_path / "store") as b:
         yield a, b
 
 
@@ -54,7 +54,6 @@ def test_a_restored_state_has_the_fingerprint_of_the_replayed_one(kernels: tuple
     b.execute(SETUP)
     snapshot = a.snapshot()
     b.restart()
-    b.store = a.store
     assert b.restore(snapshot).fingerprint == a.fingerprint()
     b.execute("frame = frame.copy()")  # another block layout, the same values
     assert b.fingerprint()["frame"] == a.fingerprint()["frame"]

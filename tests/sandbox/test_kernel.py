@@ -146,7 +146,7 @@ def test_bwrap_refuses_root_in_one_line_pointing_to_docker(snapshot_dir: Path) -
         kernel.start()
     message = str(refused.value)
     assert "\n" not in message and "root" in message and "docker" in message
-    assert kernel._run_dir is None, "the refused kernel left its run directory behind"
+    assert kernel._process._run_dir is None, "the refused kernel left its run directory behind"
 
 
 def test_known_sizes_are_reported_as_given_and_not_measured(local_kernel: Kernel) -> None:

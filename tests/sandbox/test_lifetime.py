@@ -24,8 +24,9 @@ from typing import Any
 import pytest
 
 from themisto_env.errors import BackendUnavailableError, KernelDiedError
-from themisto_env.sandbox import lifetime
 from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.leftovers import UNOWNED_GRACE_S
+from themisto_env.sandbox.owners import RUN_DIR_PREFIX, identity, process_record, process_start
 
 # An owner program: starts a kernel, prints what it made (one JSON line), then exits or waits to be killed.
 OWNER = """
@@ -63,7 +64,7 @@ def gone(pid: int | None, start: str | None = None) -> bool:
     """Whether a process has exited (a zombie waiting for init counts as gone)."""
     if pid is None:
         return True
-    now = lifetime.process_start(pid)
+    now = process_start(pid)
     return now is None or (start is not None and now != start)
 
 
@@ -82,7 +83,7 @@ class Owner:
         info = json.loads(line)
         self.run_dir = Path(info["run_dir"])
         self.kernel_pid: int | None = info["kernel_pid"]
-        self.kernel_start = lifetime.process_start(self.kernel_pid) if self.kernel_pid else None
+        self.kernel_start = process_start(self.kernel_pid) if self.kernel_pid else None
         self.processes: list[dict[str, Any]] = info["processes"]
         self.containers: list[str] = info["containers"]
         self.reapers: list[int] = info["reapers"]
@@ -202,9 +203,9 @@ def test_local_kernel_ends_itself_when_its_parent_dies(owners: list[Owner]) -> N
 def _dead_identity() -> dict[str, Any]:
     """The identity of a process that really ran (pid and start time) and has exited."""
     proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
-    identity = lifetime.identity(proc.pid)
+    dead = identity(proc.pid)
     proc.communicate(b"", timeout=30)
-    return identity
+    return dead
 
 
 def test_gc_removes_a_dead_owners_leftover_and_spares_live_owners(owners: list[Owner]) -> None:
@@ -212,14 +213,14 @@ def test_gc_removes_a_dead_owners_leftover_and_spares_live_owners(owners: list[O
     owners.append(live)
     # A leftover whose owner and reaper both died, with a kernel-like process still running (started in
     # its own session, as kernels are): gc must kill it, by the recorded pid and start time.
-    run_dir = Path(tempfile.mkdtemp(prefix=lifetime.RUN_DIR_PREFIX))
+    run_dir = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX))
     orphan = subprocess.Popen(["sleep", "300"], start_new_session=True)
     try:
         record = {
             "version": 1,
             "owner": _dead_identity(),
             "backend": "local",
-            "processes": [lifetime.process_record(orphan.pid)],
+            "processes": [process_record(orphan.pid)],
             "containers": [],
         }
         (run_dir / "owner.json").write_text(json.dumps(record))
@@ -249,10 +250,10 @@ def test_gc_removes_a_dead_owners_leftover_and_spares_live_owners(owners: list[O
 
 
 def test_gc_leaves_unowned_dirs_that_are_young_or_in_use() -> None:
-    young = Path(tempfile.mkdtemp(prefix=lifetime.RUN_DIR_PREFIX))
-    used = Path(tempfile.mkdtemp(prefix=lifetime.RUN_DIR_PREFIX))
-    old = Path(tempfile.mkdtemp(prefix=lifetime.RUN_DIR_PREFIX))
-    long_ago = time.time() - 2 * lifetime.UNOWNED_GRACE_S
+    young = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX))
+    used = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX))
+    old = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX))
+    long_ago = time.time() - 2 * UNOWNED_GRACE_S
     worker = subprocess.Popen(["sleep", "300"], cwd=used)
     try:
         for path in (used, old):
@@ -268,7 +269,7 @@ def test_gc_leaves_unowned_dirs_that_are_young_or_in_use() -> None:
 
 
 def test_gc_without_an_engine_cleans_local_leftovers_and_says_docker_was_not_checked() -> None:
-    run_dir = Path(tempfile.mkdtemp(prefix=lifetime.RUN_DIR_PREFIX))
+    run_dir = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX))
     record = {"version": 1, "owner": _dead_identity(), "backend": "local", "processes": [], "containers": []}
     (run_dir / "owner.json").write_text(json.dumps(record))
     lines = gc()

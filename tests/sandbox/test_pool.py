@@ -299,22 +299,22 @@ def test_the_store_takes_in_only_a_file_that_hashes_to_its_name(snapshot_dir: Pa
         written.parent.mkdir()
         written.write_bytes(b"something else")
         with pytest.raises(SnapshotCorruptError):
-            kernel._take_in(written, digest)
+            kernel._snapshots._take_in(written, digest)
         assert digest not in kernel.store and not list(kernel.store)
         written.parent.mkdir()
         secret = snapshot_dir.parent / "secret"
         secret.write_bytes(honest)
         written.symlink_to(secret)  # a link to a file the host can read and the kernel cannot
         with pytest.raises(SnapshotError):
-            kernel._take_in(written, digest)
+            kernel._snapshots._take_in(written, digest)
         assert digest not in kernel.store and secret.exists()
         written.parent.mkdir()
         written.write_bytes(honest)
-        kernel._take_in(written, digest)
+        kernel._snapshots._take_in(written, digest)
         assert kernel.store.path(digest).read_bytes() == honest
         assert not written.exists(), "the kernel's copy stays behind"
         with pytest.raises(SnapshotError):
-            kernel._take_in(snapshot_dir.parent / "elsewhere" / "x.dill", "0" * 64)
+            kernel._snapshots._take_in(snapshot_dir.parent / "elsewhere" / "x.dill", "0" * 64)
         assert secret.exists()
 
 

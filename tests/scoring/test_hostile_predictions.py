@@ -36,7 +36,7 @@ from themisto_env.env.actions import Prediction
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.tools import ToolCall, run_tool
 from themisto_env.replay.disposable import FAILURES, CodeRun
-from themisto_env.replay.state import diff_fingerprints, expected_fingerprint
+from themisto_env.replay.state_check import diff_fingerprints, expected_fingerprint
 from themisto_env.sandbox.rendering import render_outputs
 
 #: Small enough that the memory bomb and the fork bomb hit quickly; a 5 s limit per prediction.
@@ -375,7 +375,7 @@ class Harness:
         """The containers the env holds now (its own kernel, the ready kernels of the disposable pool and
         of the env's warm pool), once discarded kernels are gone and the pools have refilled."""
         kernels = self.env.disposable_kernels()
-        warm = self.env._pool
+        warm = self.env.server.pool
         for thread in [*kernels._closing, *kernels.pool._threads, *(warm._threads if warm else [])]:
             thread.join(timeout=60)
         kernels_held = [self.env.tool_context().kernel, *kernels.pool._ready, *(warm._ready if warm else [])]

@@ -11,7 +11,7 @@ The parts, as inspect names them:
   each an env step against the sample's budget), asks it up to budget + 2 times, tells it to answer
   once the budget is spent, as our ``llm-tools`` agent does.
 - scorer (:func:`themisto_scorer`): the env's one score (:func:`themisto_env.scoring.score.score_sample`,
-  README "Reward") of the prediction read from the reply as our agents read it: exact match, ROUGE-L,
+  docs/reward.md) of the prediction read from the reply as our agents read it: exact match, ROUGE-L,
   chrF and the reward, each with its mean and stderr.
 
 The sample's state is served by the sandbox before the solver starts; a state that could not be served,
@@ -40,8 +40,8 @@ from themisto_env.agents.prompting import PromptTemplates, load_prompts
 from themisto_env.bridges.inspect_sandbox import SANDBOX_TYPE, SandboxConfig, ThemistoSandbox
 from themisto_env.data.samples import TaskName, read_sample_ids, select_samples, selection_order
 from themisto_env.data.trajectory import Trajectory
-from themisto_env.env.core import EnvConfig, ObservationMode
-from themisto_env.env.observation import history_items, render_history
+from themisto_env.env.config import EnvConfig, ObservationMode
+from themisto_env.env.observation import sample_observation
 from themisto_env.env.tools import TOOLS, ObservationTool
 from themisto_env.errors import ConfigError, InfrastructureError, ThemistoError
 from themisto_env.metrics import METRICS, RewardWeights
@@ -52,23 +52,10 @@ from themisto_env.scoring.score import SampleScore
 
 
 def first_observation(trajectory: Trajectory, step: int, config: EnvConfig) -> dict[str, Any]:
-    """The observation the env shows at a sample before any tool call (``runtime`` is left empty: it
-    needs the live kernel, and the solver fills it in the ``full`` mode)."""
-    recent = trajectory.steps[:step][-config.history_length :] if config.history_length else []
-    history = render_history(
-        history_items(recent),
-        length=config.history_length,
-        max_output_chars=config.max_output_chars,
-        max_chars=config.max_text_chars,
-    )
-    cell = trajectory.steps[step].source if config.task == "output" else ""
-    return {
-        "history": history[: config.max_text_chars],
-        "cell": cell[: config.max_text_chars],
-        "runtime": "",
-        "tool_result": "",
-        "tools_left": config.tool_budget,
-    }
+    """The observation the env shows at a sample before any tool call
+    (:func:`~themisto_env.env.observation.sample_observation`; ``runtime`` is left empty: it needs the live
+    kernel, and the solver fills it in the ``full`` mode)."""
+    return sample_observation(config, trajectory, step, tools_left=config.tool_budget)
 
 
 def prompt_messages(
@@ -199,7 +186,7 @@ def _sample_score(scored: SampleScore, sample_id: str) -> SampleScore:
 @scorer(metrics={name: [mean(), stderr()] for name in SCORER_VALUES})
 def themisto_scorer() -> Scorer:
     """The env's score of the reply's prediction (:func:`themisto_env.scoring.score.score_sample`, the one
-    rule of README "Reward"): exact match, ROUGE-L F1, chrF and the ``reward`` (with the execution score
+    rule of docs/reward.md): exact match, ROUGE-L F1, chrF and the ``reward`` (with the execution score
     when the task has it on, minus ``tool_cost`` per tool call); every field of the
     :class:`~themisto_env.scoring.score.SampleScore` in the metadata."""
 

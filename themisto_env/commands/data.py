@@ -104,8 +104,9 @@ def data_build(
         return
     if requirements is not None:
         from themisto_env.replay import kernel_environments
+        from themisto_env.replay.kernel_environment_spec import make_spec
 
-        spec = kernel_environments.make_spec(requirements)
+        spec = make_spec(requirements)
         kernel_env = kernel_environments.create(None, spec, console=Console(stderr=True))[0].id
 
     limits = SandboxLimits(timeout_s=timeout, workdir_mb=workdir_limit_mb)

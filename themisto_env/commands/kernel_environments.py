@@ -38,9 +38,10 @@ def kernel_env_create(
     import time
 
     from themisto_env.replay import kernel_environments
+    from themisto_env.replay.kernel_environment_spec import make_spec
 
     started = time.perf_counter()
-    spec = kernel_environments.make_spec(requirements, apt=apt, python=python)
+    spec = make_spec(requirements, apt=apt, python=python)
     record, cached = kernel_environments.create(name, spec, docker=docker, console=Console(stderr=True))
     how = "exists" if cached else f"built in {time.perf_counter() - started:.0f} s"
     console.print(
@@ -53,16 +54,16 @@ def kernel_env_create(
 @kernel_env_app.command("list")
 def kernel_env_list(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """The kernel environments on this machine (--json also names their docker images)."""
-    from themisto_env.replay import kernel_environments
+    from themisto_env.replay.kernel_environment_registry import list_kernel_environments, names_of
 
     if as_json:
         rows = [
             {
-                "names": kernel_environments.names_of(r.id),
+                "names": names_of(r.id),
                 **r.model_dump(exclude={"packages"}),
                 "packages": len(r.packages),
             }
-            for r in kernel_environments.list_kernel_environments()
+            for r in list_kernel_environments()
         ]
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -70,9 +71,9 @@ def kernel_env_list(as_json: Annotated[bool, typer.Option("--json", help="Print 
     table.add_column("name", overflow="fold", min_width=10)
     for column in ("id", "python", "packages", "size", "created"):
         table.add_column(column, no_wrap=True)
-    for record in kernel_environments.list_kernel_environments():
+    for record in list_kernel_environments():
         table.add_row(
-            escape("\n".join(kernel_environments.names_of(record.id)) or "-"),
+            escape("\n".join(names_of(record.id)) or "-"),
             record.id,
             record.python_version,
             str(len(record.packages)),
@@ -90,9 +91,10 @@ def kernel_env_rm(
     """Remove a kernel environment's name; the kernel environment (venv and image) goes once no name points
     at it."""
     from themisto_env.replay import kernel_environments
+    from themisto_env.replay.kernel_environment_registry import names_of
 
     record = kernel_environments.remove(name, force=force)
-    left = kernel_environments.names_of(record.id)
+    left = names_of(record.id)
     console.print(
         f"removed {escape(name)}" + (f"; {record.id} kept for {escape(', '.join(left))}" if left else f" ({record.id})")
     )

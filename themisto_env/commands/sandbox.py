@@ -49,7 +49,7 @@ def sandbox_build_image(
             soft_wrap=True,
         )
         return
-    from themisto_env.sandbox.image import build_image
+    from themisto_env.sandbox.image_build import build_image
 
     name = build_image(force=force)
     console.print(f"kernel image: [bold]{escape(name)}[/]")
@@ -102,10 +102,10 @@ def sandbox_gc(
     Kernels, run directories and containers of live processes are never touched.
     """
     from themisto_env.errors import BackendUnavailableError
-    from themisto_env.sandbox import lifetime
-    from themisto_env.sandbox.docker import remove_stale_containers
+    from themisto_env.sandbox.docker_containers import remove_stale_containers
+    from themisto_env.sandbox.leftovers import collect
 
-    lines = lifetime.collect(roots or None, dry_run=dry_run, containers=False)  # containers: all labelled ones, below
+    lines = collect(roots or None, dry_run=dry_run, containers=False)  # containers: all labelled ones, below
     docker_note = None
     try:
         verb = "would remove" if dry_run else "removed"

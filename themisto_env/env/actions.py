@@ -31,6 +31,7 @@ from themisto_env.data.limits import (
     load_json,
     size_exceeds,
 )
+from themisto_env.data.samples import TASKS
 from themisto_env.env.tools import TOOL_NAMES, ToolCall
 from themisto_env.errors import ActionError, ConfigError
 
@@ -220,14 +221,20 @@ def _sample_position(
 ) -> tuple[str, int]:
     """The trajectory of a sample id and the sample's index among that trajectory's samples."""
     parts = sample_id.rsplit("/", 2)
-    if len(parts) == 3 and task is not None and parts[1] != task:
+    if len(parts) == 3 and task is not None and parts[1] in TASKS and parts[1] != task:
         raise ConfigError(f"{echo(sample_id)} is an {parts[1]} sample; this env's task is {task}")
     for index, sample in enumerate(episode_samples.get(parts[0], ())):
         if sample.id == sample_id:
             return parts[0], index
     known = [s.id for group in episode_samples.values() for s in group]
     near = difflib.get_close_matches(sample_id, known, n=3)
-    hint = f"; did you mean {', '.join(map(repr, near))}?" if near else " (ids are TRAJECTORY/TASK/STEP)"
+    if near:
+        hint = f"; did you mean {', '.join(map(repr, near))}?"
+    else:  # what exists: the form of an id, one of them, and the trajectories
+        trajectories = sorted(episode_samples)
+        shown = ", ".join(trajectories[:5]) + (", ..." if len(trajectories) > 5 else "")
+        example = f", e.g. {known[0]!r}" if known else ""
+        hint = f" (ids are TRAJECTORY/TASK/STEP{example}; {len(known)} samples in trajectories {shown})"
     raise ConfigError(
         f"reset option 'sample' is an index into the trajectory's samples or a sample id: no sample "
         f"{echo(sample_id)} in this env's samples{hint}"

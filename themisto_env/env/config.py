@@ -16,7 +16,7 @@ from themisto_env.metrics import RewardWeights
 from themisto_env.replay.dataset import Dataset
 from themisto_env.sandbox.launcher import launcher_class
 from themisto_env.sandbox.models import SandboxLimits
-from themisto_env.sandbox.ray_kernel import RayPlacement
+from themisto_env.sandbox.ray_placement import RayPlacement
 from themisto_env.scoring.score import ScoringRule
 
 __all__ = ["MODEL_CODE_TIMEOUT_S", "EnvConfig", "ObservationMode", "env_config_and_dataset", "warn_unisolated"]
@@ -95,7 +95,7 @@ class EnvConfig(BaseModel):
         max_text_chars: Cap of each text field of the observation.
         ray: Run the env's kernels in Ray actors on a cluster's CPU nodes, not in this process's machine:
             an address (``local``, ``auto``, ``HOST:6379``, ``ray://HOST:10001``, as ``themisto run --ray``)
-            or a :class:`~themisto_env.sandbox.ray_kernel.RayPlacement` (resources, spreading, the nodes'
+            or a :class:`~themisto_env.sandbox.ray_placement.RayPlacement` (resources, spreading, the nodes'
             snapshot store). The env, its API and its rewards stay here; a kernel or node lost mid-episode
             is an infrastructure fault (the sample is unscored), as a local kernel's death is.
     """
@@ -131,7 +131,7 @@ class EnvConfig(BaseModel):
         return {"address": value} if isinstance(value, str) else value
 
     def scoring_rule(self) -> ScoringRule:
-        """The options that enter the reward: weights, tool cost, execution score (README, "Reward")."""
+        """The options that enter the reward: weights, tool cost, execution score (docs/reward.md)."""
         return ScoringRule(weights=self.reward, tool_cost=self.tool_cost, execution_score=self.execution_score)
 
 

@@ -7,7 +7,7 @@ Turn structure of an episode (documented for training loops):
    (replaying only the cells a snapshot cannot stand for).
 2. For each sample, the agent takes any number of tool calls (``kind=0``; in ``tools`` mode; each costs
    ``tool_cost`` and at most ``tool_budget`` per sample), then one prediction (``kind=1``), which is
-   scored by :func:`~themisto_env.scoring.score.score_sample` (the rule: README, "Reward"); the
+   scored by :func:`~themisto_env.scoring.score.score_sample` (the rule: docs/reward.md); the
    prediction step pays the sample's reward less what its tool steps paid, so a sample's steps sum to
    ``info["reward"]`` (to 0 when the sample is unscored). Once the budget is spent, a further tool call
    is refused: nothing runs, it costs nothing, ``tool_result`` says so, ``info["tool_refused"]`` is True,
@@ -65,7 +65,6 @@ history holds only executed steps, ``info`` carries ids and scores but no target
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -73,22 +72,22 @@ import gymnasium as gym
 
 from themisto_env.data.samples import Sample
 from themisto_env.data.trajectory import Trajectory
-from themisto_env.env.actions import Action, Prediction, parse_action, reset_options
 from themisto_env.env.config import (
     MODEL_CODE_TIMEOUT_S,
     EnvConfig,
     ObservationMode,
     env_config_and_dataset,
-    warn_unisolated,
 )
-from themisto_env.env.info import StepInfo
-from themisto_env.env.observation import history_items, render_history, render_runtime
-from themisto_env.env.prediction import PredictionStep
-from themisto_env.env.serving import not_served
+from themisto_env.env.episode import Episode
+from themisto_env.env.record import EpisodeRecord
+from themisto_env.env.scorer import Scorer
 from themisto_env.env.spaces import CHARSET, action_space, fit_text, observation_space, text_space
-from themisto_env.env.tools import TOOL_NAMES, ToolCall, run_tool
-from themisto_env.errors import ActionError, BackendUnavailableError, ConfigError, InfrastructureError
-from themisto_env.replay.kernel_environments import dataset_kernel_environment
+from themisto_env.env.state_server import StateServer
+from themisto_env.env.tools import ToolContext
+from themisto_env.replay.disposable import DisposableKernels
+from themisto_env.replay.state import TrajectoryKernel
+from themisto_env.replay.state_check import StateReport
+from themisto_env.scoring.score import ExecutionRun, SampleScore, ScoringRule
 
 __all__ = [
     "CHARSET",
@@ -98,24 +97,20 @@ __all__ = [
     "ThemistoEnv",
     "env_config_and_dataset",
     "fit_text",
-    "not_served",
     "text_space",
 ]
 
 
-MAX_TOOL_REFUNDS = 3
-"""How many tool calls per sample are given back when the sandbox, not the agent, failed them (a
-disposable kernel that could not reach the state, ...): past it they count, so that no agent earns
-endless free calls from code that keeps breaking its kernel's start."""
-
-
-class ThemistoEnv(PredictionStep, gym.Env[dict[str, Any], dict[str, Any]]):
+class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     """Predict the next cell (or a cell's output) of a Jupyter development trajectory.
 
-    See the module docstring for the turn structure; :class:`EnvConfig` for the options. Its parts by job:
-    the episode and its samples' observations, info and tool calls (here), serving the live state
-    (:class:`~themisto_env.env.serving.StateServing`) and the prediction step
-    (:class:`~themisto_env.env.prediction.PredictionStep`).
+    See the module docstring for the turn structure; :class:`EnvConfig` for the options. A gymnasium
+    adapter (spaces, seeding, the gym signatures, rendering) over the env's parts, its members:
+    :attr:`episode` (:class:`~themisto_env.env.episode.Episode`: the turns), which holds :attr:`server`
+    (:class:`~themisto_env.env.state_server.StateServer`: the live state of the current sample),
+    :attr:`scorer` (:class:`~themisto_env.env.scorer.Scorer`: the rule and the disposable kernels) and
+    :attr:`record` (:class:`~themisto_env.env.record.EpisodeRecord`: the samples left, the draw's tool
+    calls, budget and faults).
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
@@ -123,35 +118,22 @@ class ThemistoEnv(PredictionStep, gym.Env[dict[str, Any], dict[str, Any]]):
     def __init__(self, render_mode: str | None = None, **options: Any) -> None:
         """Make an env over ``options`` (:class:`EnvConfig`; ``dataset`` may be an open
         :class:`~themisto_env.replay.dataset.Dataset`, shared with its other users)."""
-        self.config, self.dataset = env_config_and_dataset(options)
+        config, dataset = env_config_and_dataset(options)
         self.render_mode = render_mode
-        folder = self.dataset.path
-        self.dataset_dir: Path = folder
+        #: The episode's turns over the env's parts (nothing started yet).
+        self.episode = Episode(config, dataset)
+        self.config: EnvConfig = config
+        self.dataset = dataset
+        self.dataset_dir: Path = dataset.path
         #: The kernel environment's id (None: the tool's own Python).
-        self.environment = dataset_kernel_environment(folder, self.config.environment, backend=self.config.backend)
-        self.trajectories: dict[str, Trajectory] = dict(self.dataset.trajectories)
-        self.samples = self.dataset.samples(self.config.task, self.config.sample_rule)
+        self.environment: str | None = self.episode.environment
+        self.trajectories: dict[str, Trajectory] = self.episode.trajectories
+        self.samples: list[Sample] = self.episode.samples
         #: Each trajectory's samples in step order (the episodes).
-        self.episode_samples: dict[str, list[Sample]] = self.dataset.episodes(self.config.task, self.config.sample_rule)
-        self.episode_ids = sorted(self.episode_samples)
-        if not self.episode_ids:
-            raise ConfigError(f"no {self.config.task} samples in {folder} under {self.config.sample_rule}")
-        self.observation_space = observation_space(self.config.max_text_chars, self.config.tool_budget)
-        self.action_space = action_space(self.config.max_text_chars)
-        self._init_serving()  # the env's kernel, its warm pool, the disposable kernels: none started yet
-        #: The tools an agent is offered (try_cell would reveal the output in the output task).
-        self._tool_names = tuple(n for n in TOOL_NAMES if n != "try_cell" or self.config.task == "next-cell")
-        if self.config.execution_score and self.config.task == "next-cell":
-            warn_unisolated(self.config.backend, "the execution score")
-        self._draw = 0  # predictions already scored for the current sample
-        self._trajectory: Trajectory | None = None
-        self._queue: list[Sample] = []
-        self._sample: Sample | None = None
-        self._tools_used = 0
-        self._tool_cost_paid = 0.0  # what the current prediction's tool steps paid (refunded if unscored)
-        self._tool_calls: list[dict[str, Any]] = []
-        self._last_tool: str = ""
-        self._runtime_text = ""
+        self.episode_samples: dict[str, list[Sample]] = self.episode.episode_samples
+        self.episode_ids: list[str] = self.episode.episode_ids
+        self.observation_space = observation_space(config.max_text_chars, config.tool_budget)
+        self.action_space = action_space(config.max_text_chars)
 
     # -- gymnasium API -------------------------------------------------------------------------------
 
@@ -162,144 +144,83 @@ class ThemistoEnv(PredictionStep, gym.Env[dict[str, Any], dict[str, Any]]):
         into that trajectory's samples, or a sample id such as ``results.jsonl``'s ``sample_id``, whose
         trajectory is then found); otherwise the trajectory is drawn with the seeded RNG."""
         super().reset(seed=seed)
-        self._raise_lost_backend()
-        # ConfigError: a bad option (an unknown sample id: the nearest ones), before any change
-        if isinstance(options, dict):  # a split's side refuses the other side's, by name (SplitError)
-            asked_tid, asked_sample = options.get("trajectory"), options.get("sample")
-            self.dataset.check_served(
-                trajectory_id=asked_tid if isinstance(asked_tid, str) else None,
-                sample_id=asked_sample if isinstance(asked_sample, str) else None,
-            )
-        tid, start = reset_options(options, self.episode_ids, self.episode_samples, self.config.task)
-        if tid is None:
-            tid = self.episode_ids[int(self.np_random.integers(len(self.episode_ids)))]
-        samples = self.episode_samples[tid]
-        if not 0 <= start < len(samples):
-            raise ConfigError(f"trajectory {tid} has {len(samples)} samples; sample {start} is out of range")
-        self._trajectory = self.trajectories[tid]
-        self._queue = list(samples[start:])
-        self._draw = 0
-        self._warm_up()  # a kernel on its way before the first state is needed
-        return self._begin_sample(), self._info()
+        return self.episode.reset(options, rng=self.np_random)
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
-        if self._sample is None:
-            raise ConfigError("call reset() before step()")
-        self._raise_lost_backend()
-        extra: dict[str, Any] = {}
-        try:
-            parsed: Action = parse_action(action)
-        except ActionError as exc:
-            parsed, extra["action_error"] = None, str(exc)  # type: ignore[assignment]
-        if not isinstance(parsed, Prediction):
-            if self._tools_used >= self.config.tool_budget:  # refused: the sample waits for its prediction
-                extra["tool_refused"] = True
-                self._last_tool = (
-                    f"Tool budget spent ({self.config.tool_budget} calls for this sample): nothing was run. "
-                    "Submit the prediction now (kind=1, Prediction(text=...))."
-                )
-                return self._observation(), 0.0, False, False, self._info(**extra)
-            else:
-                self._tools_used += 1
-                if parsed is None:
-                    self._last_tool = f"Invalid action: {extra['action_error']}"
-                else:
-                    self._last_tool = self._call_tool(parsed, extra)
-                self._tool_cost_paid += self.config.tool_cost
-                return self._observation(), -self.config.tool_cost, False, False, self._info(**extra)
-        return self._submit(parsed, extra)
+        return self.episode.step(action)
 
     def render(self) -> str | None:
-        if self.render_mode != "ansi" or self._sample is None:
+        if self.render_mode != "ansi" or self.episode.current_sample is None:
             return None
-        obs = self._observation()
+        obs = self.episode.observation()
         return f"{obs['history']}\n# Next cell:\n{obs['cell']}\n{obs['tool_result']}"
 
     def close(self) -> None:
-        self._close_serving()
+        self.episode.close()
+
+    # -- the parts, and what callers read of them ------------------------------------------------------
+
+    @property
+    def server(self) -> StateServer:
+        """The live state of the current sample."""
+        return self.episode.server
+
+    @property
+    def scorer(self) -> Scorer:
+        """The scoring rule and the disposable kernels model-written code runs in."""
+        return self.episode.scorer
+
+    @property
+    def record(self) -> EpisodeRecord:
+        """The samples left, the current draw's tool calls, budget, cost and faults."""
+        return self.episode.record
+
+    @property
+    def _state(self) -> TrajectoryKernel:
+        """The kernel serving the current sample (read by tests that kill it)."""
+        return self.episode.server.kernel_owner
 
     @property
     def current_sample(self) -> Sample | None:
         """The sample being predicted (its target is for scoring code, never for agents)."""
-        return self._sample
+        return self.episode.current_sample
 
-    # -- the env's own parts: the sample's observation, info and tool calls ----------------------------
+    @property
+    def state_report(self) -> StateReport | None:
+        """How the current sample's state was served and checked (None while it is not served yet)."""
+        return self.episode.state_report
 
-    def _begin_sample(self) -> dict[str, Any]:
-        self._sample = self._queue[0]
-        self._tools_used = 0
-        self._tool_cost_paid = 0.0
-        self._tool_calls = []
-        self._last_tool = ""
-        self._runtime_text = ""
-        self._sample_errors = []
-        self._report = None  # not served yet
-        if not self.config.lazy_state or self.config.observation == "full":
-            self._serve()
-        if self.config.observation == "full":
-            sizes, memory = self._recorded_figures()
-            try:
-                self._runtime_text = render_runtime(
-                    self._state.kernel,
-                    max_chars=self.config.max_text_chars,
-                    recorded_sizes=sizes,
-                    recorded_memory=memory,
-                )
-            except InfrastructureError as exc:
-                self._sample_errors.append(self._recover(exc))
-        return self._observation()
+    def serve_state(self) -> StateReport:
+        """Bring the kernel to the current sample's state now, if it is not there yet, and say how it was
+        served and checked (the env does this on its own when a tool or the ``full`` mode needs it)."""
+        return self.episode.serve_state()
 
-    def _observation(self) -> dict[str, Any]:
-        assert self._trajectory is not None and self._sample is not None
-        limit = self.config.max_text_chars
-        recent = self._executed_steps()[-self.config.history_length :] if self.config.history_length else []
-        history = render_history(
-            history_items(recent),
-            length=self.config.history_length,
-            max_output_chars=self.config.max_output_chars,
-            max_chars=limit,
-        )
-        cell = self._trajectory.steps[self._sample.step].source if self.config.task == "output" else ""
-        return {
-            "history": fit_text(history, limit),
-            "cell": fit_text(cell, limit),
-            "runtime": fit_text(self._runtime_text, limit),
-            "tool_result": fit_text(self._last_tool, limit),
-            "tools_left": self.config.tool_budget - self._tools_used,
-        }
+    def tool_context(self) -> ToolContext:
+        """The tools' view of the current state (for langchain tools bound to this env)."""
+        return self.episode.tool_context()
 
-    def _info(self, **extra: Any) -> dict[str, Any]:
-        """The step's ``info``: a :class:`~themisto_env.env.info.StepInfo` (its keys are documented there)."""
-        assert self._sample is not None
-        state = self._report.as_dict() if self._report is not None else not_served()
-        return StepInfo(
-            sample_id=self._sample.id,
-            trajectory_id=self._sample.trajectory_id,
-            step=self._sample.step,
-            task=self.config.task,
-            observation_mode=self.config.observation,
-            tool_names=self._tool_names if self.config.observation == "tools" else (),
-            samples_left=len(self._queue),
-            draw=self._draw,
-            state=state,
-            **extra,
-        ).model_dump()
+    def score_prediction(self, text: str) -> SampleScore:
+        """Score a prediction of the current sample as the next prediction step would, without taking the
+        step (:func:`~themisto_env.scoring.score.score_sample` with this sample's tool calls, faults and
+        state check)."""
+        return self.episode.score_prediction(text)
 
-    def _call_tool(self, call: ToolCall, extra: dict[str, Any]) -> str:
-        if self.config.observation != "tools":
-            extra["action_error"] = f"tools are off in the {self.config.observation!r} observation mode"
-            return f"Invalid action: {extra['action_error']}"
-        try:
-            result = run_tool(call, self.tool_context())
-        except InfrastructureError as exc:
-            if call.tool == "try_cell" and not isinstance(exc, BackendUnavailableError):
-                extra["infrastructure_error"] = f"{type(exc).__name__}: {exc}"  # its disposable kernel: not ours
-            else:
-                extra["infrastructure_error"] = self._recover(exc)
-            self._sample_errors.append(extra["infrastructure_error"])
-            if len(self._sample_errors) <= MAX_TOOL_REFUNDS:  # not the agent's fault, up to a cap per sample
-                self._tools_used -= 1
-            return "The tool could not run because the sandbox failed; it was recovered: try again."
-        self._tool_calls.append({"tool": call.tool, "args": call.args, "ok": result.ok})
-        extra["tool_result"] = asdict(result)
-        return result.text
+    def execution_run(self, sample: Sample) -> ExecutionRun | None:
+        """How a prediction of ``sample`` is run for the execution score (a disposable kernel in the state
+        before its target step, never this env's kernel); None when the score does not apply."""
+        return self.episode.scorer.execution_run(sample)
+
+    @property
+    def scoring_rule(self) -> ScoringRule:
+        """The env options that enter the reward (weights, tool cost, execution score)."""
+        return self.episode.scorer.rule
+
+    @property
+    def code_timeout_s(self) -> float:
+        """The time limit of model-written code (a prediction, a tried cell)."""
+        return self.episode.scorer.code_timeout_s
+
+    def disposable_kernels(self) -> DisposableKernels:
+        """The kernels model-written code runs in (a pool of disposable kernels, started on first use,
+        preloading the libraries the dataset's cells import)."""
+        return self.episode.scorer.disposable_kernels()

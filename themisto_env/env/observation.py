@@ -15,10 +15,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from themisto_env.data.trajectory import Step
+from themisto_env.data.trajectory import Step, Trajectory
+from themisto_env.env.config import EnvConfig
+from themisto_env.env.spaces import fit_text
 from themisto_env.env.tools import HistoryItem
 from themisto_env.errors import HelperError
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel_contract import KernelLike
 from themisto_env.sandbox.rendering import render_outputs
 
 
@@ -39,6 +41,37 @@ def _history_item(step: Step) -> HistoryItem:
         _RENDERED.clear()
     _RENDERED[id(step)] = (step, item)
     return item
+
+
+def sample_observation(
+    config: EnvConfig,
+    trajectory: Trajectory,
+    step: int,
+    *,
+    tools_left: int,
+    runtime: str = "",
+    tool_result: str = "",
+) -> dict[str, str | int]:
+    """The env's observation of the state before ``step`` of ``trajectory``: ``history`` (the last
+    ``config.history_length`` executions), ``cell`` (the cell about to run, in the output task), ``runtime``
+    (the ``full`` mode's dump), ``tool_result`` (the last tool call's answer) and ``tools_left``; each text
+    fitted to ``config.max_text_chars``."""
+    limit = config.max_text_chars
+    recent = trajectory.steps[:step][-config.history_length :] if config.history_length else []
+    history = render_history(
+        history_items(recent),
+        length=config.history_length,
+        max_output_chars=config.max_output_chars,
+        max_chars=limit,
+    )
+    cell = trajectory.steps[step].source if config.task == "output" else ""
+    return {
+        "history": fit_text(history, limit),
+        "cell": fit_text(cell, limit),
+        "runtime": fit_text(runtime, limit),
+        "tool_result": fit_text(tool_result, limit),
+        "tools_left": tools_left,
+    }
 
 
 def _cut(text: str, limit: int) -> str:
@@ -64,7 +97,7 @@ _ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")
 
 
 def render_runtime(
-    kernel: Kernel,
+    kernel: KernelLike,
     *,
     max_chars: int,
     per_variable_chars: int = 300,

@@ -20,7 +20,7 @@ class RewardWeights(BaseModel):
 
     ``execution`` is the share of the execution score in a sample's reward when the execution score is
     on (next-cell): ``(1 - execution) * metric reward + execution * execution score``; the rule is
-    applied in one place, :func:`themisto_env.scoring.score.score_sample` (see README, "Reward").
+    applied in one place, :func:`themisto_env.scoring.score.score_sample` (see docs/reward.md).
 
     Attributes:
         exact_match: Weight of exact match, >= 0.

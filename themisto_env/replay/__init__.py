@@ -20,15 +20,12 @@ if TYPE_CHECKING:
     from themisto_env.replay.build import BuildReport, build_dataset
     from themisto_env.replay.dataset import Dataset
     from themisto_env.replay.disposable import CodeRun, DisposableKernels
-    from themisto_env.replay.kernel_environments import (
-        KernelEnvironmentRecord,
-        KernelEnvironmentSpec,
-        dataset_kernel_environment,
-        list_kernel_environments,
-        use_kernel_environment,
-    )
+    from themisto_env.replay.kernel_environment_registry import list_kernel_environments
+    from themisto_env.replay.kernel_environment_spec import KernelEnvironmentRecord, KernelEnvironmentSpec
+    from themisto_env.replay.kernel_environments import dataset_kernel_environment, use_kernel_environment
     from themisto_env.replay.resolve import bundled_dataset_dir, resolve_dataset
-    from themisto_env.replay.state import StateReport, TrajectoryKernel
+    from themisto_env.replay.state import TrajectoryKernel
+    from themisto_env.replay.state_check import StateReport
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
@@ -36,15 +33,12 @@ __getattr__, __dir__ = lazy_exports(
         "themisto_env.replay.build": ("BuildReport", "build_dataset"),
         "themisto_env.replay.dataset": ("Dataset",),
         "themisto_env.replay.disposable": ("CodeRun", "DisposableKernels"),
-        "themisto_env.replay.kernel_environments": (
-            "KernelEnvironmentRecord",
-            "KernelEnvironmentSpec",
-            "dataset_kernel_environment",
-            "list_kernel_environments",
-            "use_kernel_environment",
-        ),
+        "themisto_env.replay.kernel_environment_registry": ("list_kernel_environments",),
+        "themisto_env.replay.kernel_environment_spec": ("KernelEnvironmentRecord", "KernelEnvironmentSpec"),
+        "themisto_env.replay.kernel_environments": ("dataset_kernel_environment", "use_kernel_environment"),
         "themisto_env.replay.resolve": ("bundled_dataset_dir", "resolve_dataset"),
-        "themisto_env.replay.state": ("StateReport", "TrajectoryKernel"),
+        "themisto_env.replay.state": ("TrajectoryKernel",),
+        "themisto_env.replay.state_check": ("StateReport",),
     },
 )
 

@@ -46,28 +46,16 @@ from themisto_env.data.trajectory import (
 from themisto_env.data.writes import write_text_atomic
 from themisto_env.errors import ConfigError
 from themisto_env.progress import ProgressLine
-from themisto_env.replay.build_sources import (  # re-exported: callers import them from here
-    LOG_SUFFIXES,
-    load_sessions,
-    read_source,
-    read_sources,
-    source_files,
-)
+from themisto_env.replay.build_sources import read_sources
 from themisto_env.replay.build_workers import ReplayJob, replay_here, replay_on_threads
 from themisto_env.replay.figures import BUILD_IMAGE_BYTES
 from themisto_env.replay.kernel_environments import use_kernel_environment
-from themisto_env.replay.session_replay import (  # re-exported: callers import them from here
-    STORAGE_ERRNOS,
+from themisto_env.replay.session_replay import (
     CellLimit,
-    ProgressHook,
     WorkFolder,
-    outputs_agree,
-    record_files,
-    replay_execution,
     replay_session,
     session_digest,
     session_folder,
-    storage_failure,
     trajectory_id,
     work_folder,
 )
@@ -386,27 +374,10 @@ def source_sample_counts(
 
 
 __all__ = [
-    "LOG_SUFFIXES",
     "PACKAGES",
-    "STORAGE_ERRNOS",
     "BuildReport",
-    "CellLimit",
-    "ProgressHook",
-    "WorkFolder",
     "build_dataset",
     "is_built",
-    "load_sessions",
-    "outputs_agree",
-    "read_source",
-    "record_files",
-    "replay_execution",
-    "replay_session",
-    "session_digest",
-    "session_folder",
-    "source_files",
     "source_sample_counts",
-    "storage_failure",
-    "trajectory_id",
-    "work_folder",
     "write_in_order",
 ]

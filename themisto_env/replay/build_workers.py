@@ -22,7 +22,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel_contract import KernelLike
 
 if TYPE_CHECKING:
     from themisto_env.data.sessions import Session
@@ -70,7 +70,7 @@ class ReplaySink(Protocol):
         """A session's worker was lost: nothing of it was kept, it goes to another worker."""
 
 
-Replay = Callable[[Kernel, ReplayJob, Callable[[], None]], "Trajectory"]
+Replay = Callable[[KernelLike, ReplayJob, Callable[[], None]], "Trajectory"]
 """Replays a job in a kernel, calling its third argument after each execution."""
 
 
@@ -80,7 +80,7 @@ class _Stopped(Exception):
 
 def replay_here(
     jobs: Sequence[ReplayJob],
-    start_kernel: Callable[[], AbstractContextManager[Kernel]],
+    start_kernel: Callable[[], AbstractContextManager[KernelLike]],
     replay: Replay,
     sink: ReplaySink,
     packages: Sequence[str],
@@ -103,7 +103,7 @@ def replay_here(
 def replay_on_threads(
     jobs: Sequence[ReplayJob],
     workers: int,
-    start_kernel: Callable[[], AbstractContextManager[Kernel]],
+    start_kernel: Callable[[], AbstractContextManager[KernelLike]],
     replay: Replay,
     sink: ReplaySink,
     packages: Sequence[str],

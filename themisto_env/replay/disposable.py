@@ -43,11 +43,12 @@ from themisto_env.errors import (
     KernelDiedError,
 )
 from themisto_env.replay.state import TrajectoryKernel, diff_fingerprints, expected_fingerprint
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel_contract import KernelLike
 from themisto_env.sandbox.kernel_helper import value_fingerprint
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.pool import KernelPool
-from themisto_env.sandbox.ray_kernel import RayPlacement, make_kernel
+from themisto_env.sandbox.ray_kernel import make_kernel
+from themisto_env.sandbox.ray_placement import RayPlacement
 
 if TYPE_CHECKING:
     from themisto_env.sandbox.template import KernelTemplate
@@ -130,7 +131,7 @@ class _LimitWatch:
     what it saw beyond what was there before the code started: a container killed at a limit takes its
     cgroup along, so reading only afterwards could find nothing."""
 
-    def __init__(self, kernel: Kernel, interval_s: float = 0.1) -> None:
+    def __init__(self, kernel: KernelLike, interval_s: float = 0.1) -> None:
         self.kernel = kernel
         self.interval_s = interval_s
         self.baseline: dict[str, int] = {}
@@ -218,9 +219,9 @@ class DisposableKernels:
         self.pool = KernelPool(self._new_kernel, size=pool_size, preload=tuple(preload))
         self._closing: list[threading.Thread] = []
         #: The kernel running model-written code right now (for tests and monitors), else None.
-        self.running: Kernel | None = None
+        self.running: KernelLike | None = None
 
-    def _new_kernel(self) -> Kernel:
+    def _new_kernel(self) -> KernelLike:
         return make_kernel(
             self.backend,
             ray=self.ray,
@@ -261,7 +262,9 @@ class DisposableKernels:
         run.seconds = time.perf_counter() - started
         return run
 
-    def _run_code(self, kernel: Kernel, code: str, token: str, before: dict[str, str], *, timeout_s: float) -> CodeRun:
+    def _run_code(
+        self, kernel: KernelLike, code: str, token: str, before: dict[str, str], *, timeout_s: float
+    ) -> CodeRun:
         """The code's part: what goes wrong from here on is the code's doing, once the backend itself is
         known to be alive (a lost engine also looks like a dead or silent kernel)."""
         with _LimitWatch(kernel) as limits:

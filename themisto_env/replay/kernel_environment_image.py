@@ -37,19 +37,22 @@ def build_image(record: KernelEnvironmentRecord, console: Console | None = None)
     """
     from rich.console import Console
 
-    from themisto_env.sandbox import image as kernel_image
+    from themisto_env.sandbox.debootstrap import DEBOOTSTRAP_INCLUDE
+    from themisto_env.sandbox.docker_engine import docker_client, image_exists
+    from themisto_env.sandbox.image_build import build_from_wheels, build_lock
+    from themisto_env.sandbox.image_spec import DEBIAN_PYTHON, DEBIAN_SUITE, IMAGE_REPOSITORY, ImageSpec, cache_dir
 
     name = environment_image(record.id)
-    if record.spec.python != kernel_image.DEBIAN_PYTHON:
+    if record.spec.python != DEBIAN_PYTHON:
         raise ConfigError(
-            f"docker environments run Debian {kernel_image.DEBIAN_SUITE}'s Python {kernel_image.DEBIAN_PYTHON}; "
+            f"docker environments run Debian {DEBIAN_SUITE}'s Python {DEBIAN_PYTHON}; "
             f"this one is Python {record.spec.python}"
         )
     console = console or Console(stderr=True, quiet=True)
-    client = kernel_image.docker_client()
-    if kernel_image.image_exists(client, name):
+    client = docker_client()
+    if image_exists(client, name):
         return name
-    cache = kernel_image.cache_dir()
+    cache = cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     wheelhouse = environments_dir() / "wheels"
     wheelhouse.mkdir(parents=True, exist_ok=True)
@@ -67,10 +70,10 @@ def build_image(record: KernelEnvironmentRecord, console: Console | None = None)
         for wheel in wheels.glob("*.whl"):
             if not (wheelhouse / wheel.name).exists():
                 shutil.copy2(wheel, wheelhouse / wheel.name)
-        spec = kernel_image.ImageSpec(packages=pins, repository=kernel_image.IMAGE_REPOSITORY)
-        include = (*kernel_image.DEBOOTSTRAP_INCLUDE, *record.spec.apt)
-        with kernel_image.build_lock(cache / "build.lock", console):
-            kernel_image.build_from_wheels(
+        spec = ImageSpec(packages=pins, repository=IMAGE_REPOSITORY)
+        include = (*DEBOOTSTRAP_INCLUDE, *record.spec.apt)
+        with build_lock(cache / "build.lock", console):
+            build_from_wheels(
                 client,
                 spec,
                 name,
@@ -100,7 +103,7 @@ def ready(record: KernelEnvironmentRecord, backend: str, console: Console | None
 
 
 def image_present(name: str) -> bool:
-    from themisto_env.sandbox.image import docker_client, image_exists
+    from themisto_env.sandbox.docker_engine import docker_client, image_exists
 
     return image_exists(docker_client(), name)
 

@@ -25,7 +25,7 @@ The parts: :mod:`~themisto_env.replay.kernel_environment_spec` (specs, records, 
 :mod:`~themisto_env.replay.kernel_environment_registry` (names, records and datasets on disk),
 :mod:`~themisto_env.replay.kernel_environment_venv` (making the venv) and
 :mod:`~themisto_env.replay.kernel_environment_image` (the docker image). This module makes, removes and
-chooses environments; the parts' public names used by callers are importable from here too.
+chooses environments.
 """
 
 from __future__ import annotations
@@ -36,10 +36,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from themisto_env.errors import BackendUnavailableError, ConfigError
-from themisto_env.replay.kernel_environment_image import build_image, ready
+from themisto_env.replay.kernel_environment_image import ready
 from themisto_env.replay.kernel_environment_registry import (
     datasets_using,
-    list_kernel_environments,
     locked,
     names_of,
     note_dataset,
@@ -49,17 +48,12 @@ from themisto_env.replay.kernel_environment_registry import (
     write_registry,
 )
 from themisto_env.replay.kernel_environment_spec import (
-    KERNEL_NEEDS,
     REQUIREMENTS_FILE,
     KernelEnvironmentRecord,
     KernelEnvironmentSpec,
-    available_pythons,
     check_name,
-    find_python,
-    make_spec,
-    normalise_requirements,
 )
-from themisto_env.replay.kernel_environment_venv import Installer, make_venv, pip_environment
+from themisto_env.replay.kernel_environment_venv import Installer, make_venv
 from themisto_env.sandbox.kernel_environments import DEFAULT_ENVIRONMENT
 
 if TYPE_CHECKING:
@@ -134,7 +128,7 @@ def remove(name: str, *, force: bool = False) -> KernelEnvironmentRecord:
         with locked(record.id):
             if record.image is not None:
                 with contextlib.suppress(Exception):
-                    from themisto_env.sandbox.image import docker_client
+                    from themisto_env.sandbox.docker_engine import docker_client
 
                     docker_client().images.remove(record.image)
             shutil.rmtree(record.folder, ignore_errors=True)
@@ -209,27 +203,4 @@ def dataset_kernel_environment(folder: str | Path, choice: str | None = None, *,
     return ready(record, backend).id
 
 
-__all__ = [
-    "KERNEL_NEEDS",
-    "REQUIREMENTS_FILE",
-    "KernelEnvironmentRecord",
-    "KernelEnvironmentSpec",
-    "available_pythons",
-    "build_image",
-    "create",
-    "create_command",
-    "dataset_kernel_environment",
-    "datasets_using",
-    "find_python",
-    "list_kernel_environments",
-    "make_spec",
-    "names_of",
-    "normalise_requirements",
-    "note_dataset",
-    "pip_environment",
-    "read_record",
-    "ready",
-    "remove",
-    "resolve",
-    "use_kernel_environment",
-]
+__all__ = ["create", "create_command", "dataset_kernel_environment", "remove", "use_kernel_environment"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from themisto_env.data.trajectory import Step
 from themisto_env.errors import ReplayDivergedError
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel_contract import KernelLike
 from themisto_env.sandbox.models import ExecutionResult
 
 
@@ -19,7 +19,7 @@ def interrupt_after(duration_s: float | None, timeout_s: float) -> float:
 
 
 def run_recorded(
-    kernel: Kernel,
+    kernel: KernelLike,
     source: str,
     *,
     interrupted: bool,
@@ -37,7 +37,7 @@ def run_recorded(
     return kernel.execute(source, timeout_s=timeout, fingerprint=fingerprint)
 
 
-def replay_step(kernel: Kernel, step: Step, *, fingerprint: bool = False) -> ExecutionResult:
+def replay_step(kernel: KernelLike, step: Step, *, fingerprint: bool = False) -> ExecutionResult:
     """Replay a built step and check that it ends as it did when it was built.
 
     Raises:

@@ -108,7 +108,9 @@ def _clear(folder: Path) -> None:
 
 def _complete(folder: Path, backend: str) -> bool:
     from themisto_env.data.trajectory import iter_trajectories
-    from themisto_env.replay.build import is_built, load_sessions, trajectory_id
+    from themisto_env.replay.build import is_built
+    from themisto_env.replay.build_sources import load_sessions
+    from themisto_env.replay.session_replay import trajectory_id
     from themisto_env.sandbox.snapshots import SnapshotStore
 
     built = {t.id: t for t in iter_trajectories(folder)}

@@ -35,7 +35,7 @@ from themisto_env.data.trajectory import Step, written_names
 from themisto_env.errors import InfrastructureError, SnapshotError
 from themisto_env.replay.figures import without_over_cap
 from themisto_env.replay.recorded_cells import run_recorded
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel_contract import KernelLike
 from themisto_env.sandbox.models import ExecutionResult
 from themisto_env.sandbox.workdir import FileStore
 
@@ -68,7 +68,7 @@ class SecondReplays:
         budget: How many second runs are left.
     """
 
-    kernel: Kernel
+    kernel: KernelLike
     store: FileStore | None = None
     budget: int = MAX_SECOND_REPLAYS
     _before: dict[int, _Before] = field(default_factory=dict)  # step index -> the state before it

@@ -24,9 +24,9 @@ from themisto_env.data.sessions import RecordedExecution, Session
 from themisto_env.data.trajectory import Step, Trajectory, dump_json, refresh_agreement
 from themisto_env.errors import DataError, InfrastructureError, SnapshotError
 from themisto_env.replay.figures import keep_figures
+from themisto_env.replay.recorded_cells import run_recorded
 from themisto_env.replay.second_replay import MAX_SECOND_REPLAYS, SecondReplays
-from themisto_env.replay.state import run_recorded
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel_contract import KernelLike
 from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.workdir import EMPTY_TREE, FileStore, FileTree, scan
@@ -84,7 +84,7 @@ def work_folder(
     return WorkFolder(store, tree, store.add(folder, tree), os.path.abspath(folder))
 
 
-def record_files(kernel: Kernel, store: FileStore) -> str | None:
+def record_files(kernel: KernelLike, store: FileStore) -> str | None:
     """Keep the kernel's working folder as it is now; return its digest (None when it holds more than the
     limit, or a file cannot be read: the state after this step then has no recorded files)."""
     try:
@@ -143,7 +143,7 @@ class CellLimit:
 
 
 def replay_execution(
-    kernel: Kernel, execution: RecordedExecution, *, snapshots: bool, limit: CellLimit | None = None
+    kernel: KernelLike, execution: RecordedExecution, *, snapshots: bool, limit: CellLimit | None = None
 ) -> Step:
     """Run one recorded execution and record what the kernel did and holds afterwards: outputs, time,
     memory, per-variable sizes, the namespace fingerprint and (optionally) a snapshot."""
@@ -186,7 +186,7 @@ def replay_execution(
 
 def replay_session(
     session: Session,
-    kernel: Kernel,
+    kernel: KernelLike,
     *,
     snapshots: bool = True,
     on_step: ProgressHook | None = None,
@@ -278,7 +278,7 @@ def replay_session(
     return trajectory
 
 
-def _empty_state(kernel: Kernel) -> str | None:
+def _empty_state(kernel: KernelLike) -> str | None:
     """A snapshot of the (empty) namespace of a kernel just (re)started: the state before its first step,
     for a second replay of that step; None where it cannot be taken (that step is then not replayed twice)."""
     try:
@@ -287,7 +287,7 @@ def _empty_state(kernel: Kernel) -> str | None:
         return None
 
 
-def _installed(kernel: Kernel, recorded: dict[str, str]) -> dict[str, str]:
+def _installed(kernel: KernelLike, recorded: dict[str, str]) -> dict[str, str]:
     """The kernel's versions of the packages a source recorded (``absent`` where it has none)."""
     try:
         return {canonical_name(k): v for k, v in kernel.package_versions(list(recorded)).items()}

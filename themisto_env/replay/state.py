@@ -44,8 +44,7 @@ the current one (which costs a kernel start and the imports again): the old kern
 background. A pooled kernel's namespace is as empty as a restarted one's (preloading binds no name).
 
 The pieces it is built on: :mod:`~themisto_env.replay.recorded_cells` (running recorded cells) and
-:mod:`~themisto_env.replay.state_check` (fingerprints, files, :class:`StateReport`); their public names
-are importable from here too.
+:mod:`~themisto_env.replay.state_check` (fingerprints, files, :class:`~themisto_env.replay.state_check.StateReport`).
 """
 
 from __future__ import annotations
@@ -65,16 +64,15 @@ from themisto_env.errors import (
     SnapshotError,
     TemplateGoneError,
 )
-from themisto_env.replay.recorded_cells import interrupt_after, replay_step, run_recorded
+from themisto_env.replay.recorded_cells import replay_step
 from themisto_env.replay.state_check import (
-    StateCheck,
     StateReport,
     diff_fingerprints,
     expected_fingerprint,
     files_before,
     fresh_before,
 )
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel_contract import KernelLike
 from themisto_env.sandbox.kernel_environments import environment_label
 from themisto_env.sandbox.pool import KernelPool
 from themisto_env.sandbox.workdir import FolderTooLargeError, diff_trees, tree_digest
@@ -102,7 +100,7 @@ class TrajectoryKernel:
 
     def __init__(
         self,
-        new_kernel: Callable[[], Kernel],
+        new_kernel: Callable[[], KernelLike],
         *,
         pool: KernelPool | None = None,
         template: Callable[[], KernelTemplate] | None = None,
@@ -114,7 +112,7 @@ class TrajectoryKernel:
         #: None, or a template that cannot start or is not safe to fork: kernels are started and restored.
         self.template = template
         self._forking_refused: str | None = None  # why the template was given up (said once)
-        self._kernel: Kernel | None = None
+        self._kernel: KernelLike | None = None
         self._closing: list[threading.Thread] = []  # replaced kernels being closed in the background
         #: (trajectory id, step) the kernel is before, when known; None after anything unrecorded ran.
         self.position: tuple[str, int] | None = None
@@ -125,7 +123,7 @@ class TrajectoryKernel:
         self._report: StateReport | None = None  # of the serve under way
 
     @property
-    def kernel(self) -> Kernel:
+    def kernel(self) -> KernelLike:
         """The kernel (started on first use)."""
         if self._kernel is None:
             template = self._template()
@@ -185,7 +183,7 @@ class TrajectoryKernel:
         return self._kernel is not None
 
     def close(self, *, graceful: bool = True) -> None:
-        """Stop the kernel (see :meth:`Kernel.close`) and wait for replaced ones to be gone. Idempotent."""
+        """Stop the kernel (see :meth:`KernelLike.close`) and wait for replaced ones to be gone. Idempotent."""
         if self._kernel is not None:
             self._kernel.close(graceful=graceful)
             self._kernel = None
@@ -311,7 +309,7 @@ class TrajectoryKernel:
             self.kernel.restart()
         self._fresh = True
 
-    def _discard(self, kernel: Kernel) -> None:
+    def _discard(self, kernel: KernelLike) -> None:
         thread = threading.Thread(target=kernel.close, kwargs={"graceful": False}, name="themisto-discard", daemon=True)
         self._closing = [t for t in self._closing if t.is_alive()] + [thread]
         thread.start()
@@ -460,16 +458,4 @@ class TrajectoryKernel:
             return route, live
 
 
-__all__ = [
-    "MAX_RECOVERIES",
-    "StateCheck",
-    "StateReport",
-    "TrajectoryKernel",
-    "diff_fingerprints",
-    "expected_fingerprint",
-    "files_before",
-    "fresh_before",
-    "interrupt_after",
-    "replay_step",
-    "run_recorded",
-]
+__all__ = ["MAX_RECOVERIES", "TrajectoryKernel"]

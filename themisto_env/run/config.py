@@ -197,7 +197,7 @@ def check_env_options(env: dict[str, Any], path: str | Path | None = None) -> No
     Raises:
         ConfigError: An unknown option or an invalid value.
     """
-    from themisto_env.env.core import EnvConfig
+    from themisto_env.env.config import EnvConfig
 
     try:
         EnvConfig(**env)

@@ -18,7 +18,8 @@ summary and run again on resume. A torn last line (a killed writer) is dropped o
 unreadable line is a :class:`~themisto_env.errors.DataError` naming the file, the line and the field.
 
 No secret is written: :func:`secrets` collects the run's keys (options named like ``api_key``, the
-providers' key variables) and :func:`redact` replaces them wherever they appear in a row or the config.
+providers' key variables) and :func:`~themisto_env.redaction.redact` replaces them wherever they appear
+in a row or the config.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class Draw(BaseModel):
     Attributes:
         prediction: The predicted text.
         scores: Its metrics (for next-cell, with the API sequence's).
-        reward: Its ``SampleScore.reward`` (README "Reward"; None when the sample is unscored).
+        reward: Its ``SampleScore.reward`` (docs/reward.md; None when the sample is unscored).
         execution_score: Its execution score (next-cell with ``execution_score``), else None.
         passed: Whether its execution passed (None without an execution score); a prediction whose own code
             failed never passes.
@@ -79,7 +80,7 @@ class ResultRow(BaseModel):
         prediction, target: The (first) prediction and the reference.
         scores: The metrics of :data:`~themisto_env.metrics.METRICS` (and, for next-cell, the API
             sequence's), each in [0, 1].
-        reward: The (first) prediction's ``SampleScore.reward`` (README "Reward": the metrics, the
+        reward: The (first) prediction's ``SampleScore.reward`` (docs/reward.md: the metrics, the
             execution score when on, minus ``tool_cost`` per tool call); None when the sample is unscored
             (``infrastructure_error`` or ``state_mismatch``).
         execution_score: The execution score (next-cell with ``execution_score``), else None.
@@ -329,7 +330,6 @@ __all__ = [
     "make_result_row",
     "model_label",
     "read_results",
-    "redact",
     "run_identity",
     "secrets",
     "write_config",

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from themisto_env.data.writes import write_text_atomic
-from themisto_env.env.core import env_config_and_dataset
+from themisto_env.env.config import env_config_and_dataset
 from themisto_env.errors import ConfigError, ModelError
 from themisto_env.redaction import redact
 from themisto_env.replay.kernel_environments import dataset_kernel_environment

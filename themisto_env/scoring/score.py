@@ -2,7 +2,7 @@
 
 Every path that scores a prediction calls :func:`score_sample`: the gym env's prediction step, the TRL
 tool env's ``get_reward``, the TRL reward functions, the inspect scorer, and (through the env's step
-``info``) the runner's rows and pass@k. The rule, stated once (README, "Reward"):
+``info``) the runner's rows and pass@k. The rule, stated once (docs/reward.md):
 
 * ``metric_reward = metrics.reward(score(prediction, target), weights)`` (a weighted mean of exact
   match, ROUGE-L and chrF, in [0, 1]);

@@ -62,6 +62,19 @@ def test_full_mode_walks_the_env_and_dumps_the_runtime(env_dataset: dict[str, st
     assert "Kernel memory" in full[-1]["prompt"][1]["content"]
 
 
+def test_full_rows_show_the_runtime_the_env_shows(env_dataset: dict[str, str]) -> None:
+    """The full rows' states are served by the env's state server: the dump is the gym env's, sample by sample."""
+    rows = export_samples("next-cell", "full", limit=3, **env_dataset)
+    env = ThemistoEnv(task="next-cell", observation="full", **env_dataset)
+    try:
+        for row in rows:
+            obs, _ = env.reset(options={"sample": row["sample_id"]})
+            assert row["runtime"] == obs["runtime"] and row["history"] == obs["history"], row["sample_id"]
+    finally:
+        env.close()
+    assert any("Kernel memory" in row["runtime"] for row in rows)
+
+
 def test_tools_mode_is_refused_with_the_alternative(env_dataset: dict[str, str]) -> None:
     with pytest.raises(ConfigError, match="vector"):
         export_samples("next-cell", "tools", **env_dataset)

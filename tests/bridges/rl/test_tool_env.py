@@ -75,7 +75,7 @@ def test_without_sharing_each_rollout_has_its_own_kernel(env_dataset: dict[str, 
         for rollout in group:
             rollout.reset(sample_id=late_sample)
         assert all(call_all(rollout) == expected for rollout in group)
-        pids = {env.tool_context().kernel.launcher.pid() for env in states._owned}
+        pids = {server.tool_context().kernel.launcher.pid() for server in states._owned}
         assert len(states._owned) == 3 and len(pids) == 3
 
 
@@ -172,8 +172,7 @@ def test_predictions_never_reach_the_shared_kernel(env_dataset: dict[str, str], 
         other = ThemistoToolEnv(states)
         other.reset(sample_id=late_sample)
         assert other.list_variables() == before and "hacked" not in before
-        env = states._owned[0]
-        assert env.step(Prediction(text="")) is not None  # the shared env itself still steps
+        assert "hacked" not in states._owned[0].tool_context().kernel.namespace_state().names
 
 
 def test_a_groups_repeated_calls_are_answered_once_and_the_same(env_dataset: dict[str, str], late_sample: str) -> None:
@@ -184,9 +183,50 @@ def test_a_groups_repeated_calls_are_answered_once_and_the_same(env_dataset: dic
             rollout.reset(sample_id=late_sample)
         assert call_all(group[0]) == expected
         kernel = states._owned[0].tool_context().kernel
-        count = kernel.namespace_state().execution_count
-        requests = states._owned[0]._tools_used
-        assert all(call_all(rollout) == expected for rollout in group[1:])
-        assert states._owned[0]._tools_used == requests, "answered from the group's first calls"
-        assert kernel.namespace_state().execution_count == count
+        os.kill(kernel.launcher.pid(), signal.SIGKILL)  # a call that reached the kernel now would fail
+        assert all(call_all(rollout) == expected for rollout in group[1:]), "answered from the group's first calls"
+        assert all(rollout.faults == [] for rollout in group)
         assert all(len(rollout.tool_calls) == len(CALLS) for rollout in group), "each rollout pays for its calls"
+
+
+def gym_tool_steps(env_dataset: dict[str, str], sample_id: str, budget: int, calls: int) -> list[dict[str, Any]]:
+    """The infos of ``calls`` tool calls and a prediction of the target through the gym env."""
+    env = ThemistoEnv(task="next-cell", tool_budget=budget, tool_cost=0.05, **env_dataset)
+    try:
+        target = next(s.target for s in env.samples if s.id == sample_id)
+        env.reset(options={"sample": sample_id})
+        infos = [env.step(ToolCall(tool="list_variables"))[4] for _ in range(calls)]
+        return [*infos, env.step(Prediction(text=target))[4]]
+    finally:
+        env.close()
+
+
+def test_a_call_past_the_budget_is_refused_as_in_the_gym_env(env_dataset: dict[str, str], late_sample: str) -> None:
+    """The rollout's budget is the env's record: a call past it runs nothing and costs nothing."""
+    *tool_infos, scored = gym_tool_steps(env_dataset, late_sample, budget=2, calls=3)
+    assert [bool(i.get("tool_refused")) for i in tool_infos] == [False, False, True]
+    with SharedStates(task="next-cell", tool_budget=2, tool_cost=0.05, cache_answers=False, **env_dataset) as states:
+        rollout = ThemistoToolEnv(states)
+        rollout.reset(sample_id=late_sample)
+        answers = [rollout.list_variables() for _ in range(3)]
+        assert "budget" in answers[2] and answers[0] == answers[1] != answers[2]
+        assert rollout.record.tools_used == 2 and rollout.record.tools_left == 0
+        assert len(rollout.tool_calls) == 2, "the refused call did not run"
+        rollout.submit(states.samples[late_sample].target)
+        assert rollout.get_reward() == pytest.approx(scored["reward"]) == pytest.approx(1.0 - 2 * 0.05)
+
+
+def test_a_call_the_sandbox_failed_is_given_back_as_in_the_gym_env(
+    env_dataset: dict[str, str], late_sample: str
+) -> None:
+    with SharedStates(task="next-cell", tool_budget=2, **env_dataset) as states:
+        rollout = ThemistoToolEnv(states)
+        rollout.reset(sample_id=late_sample)
+        rollout.list_variables()
+        os.kill(states.env_for(late_sample).tool_context().kernel.launcher.pid(), signal.SIGKILL)
+        assert "sandbox failed" in rollout.memory_usage()
+        assert rollout.record.tools_used == 1 and len(rollout.faults) == 1, "given back: not the agent's fault"
+        assert "recovered" in rollout.faults[0]
+        assert "sales" in rollout.inspect_variable("sales"), "the state was served again"
+        assert "budget" in rollout.get_source("total"), "two calls counted: the budget is spent"
+        assert rollout.get_reward() is None and rollout.untrusted == rollout.faults

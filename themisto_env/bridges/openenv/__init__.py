@@ -1,7 +1,7 @@
 """The env over the network: an OpenEnv server and client (``pip install 'themisto-env[serve]'``).
 
 * :mod:`~themisto_env.bridges.openenv.models`: the typed action, observation and state.
-* :mod:`~themisto_env.bridges.openenv.environment`: one session's gym env behind OpenEnv's ``Environment``.
+* :mod:`~themisto_env.bridges.openenv.environment`: one session's episode behind OpenEnv's ``Environment``.
 * :mod:`~themisto_env.bridges.openenv.server`: the app (``themisto serve``): sessions, idle timeout, token.
 * :mod:`~themisto_env.bridges.openenv.client`: :class:`ThemistoEnvClient`, OpenEnv's ``EnvClient`` for it.
 

@@ -1,16 +1,19 @@
-"""One OpenEnv session's environment: a :class:`~themisto_env.env.core.ThemistoEnv` behind OpenEnv's
-``Environment`` contract (``reset`` / ``step`` / ``state`` / ``close``).
+"""One OpenEnv session's environment: the env's :class:`~themisto_env.env.episode.Episode` (its turns, over a
+state server, a scorer and the episode's record) behind OpenEnv's ``Environment`` contract (``reset`` /
+``step`` / ``state`` / ``close``).
 
 The server makes one per WebSocket session (:mod:`themisto_env.bridges.openenv.server`), so each session
-has its own gym env, kernel and episode; the reward of a step is the gym env's, computed by the one
-:func:`~themisto_env.scoring.score.score_sample`, so a trainer over the network is paid what an in-process
+has its own episode and kernel; a step's observation, reward and info are the episode's, the ones the gym
+env gives for the same action (its reward computed by the one
+:func:`~themisto_env.scoring.score.score_sample`), so a trainer over the network is paid what an in-process
 trainer is paid for the same actions.
 
-Making one is cheap: the gym env (and its kernel) is made at the first ``reset``, so OpenEnv's stateless
-``GET /state`` and ``/metadata`` (which make and close an environment per request) cost no kernel. A
-``reset`` may ask for the other task or observation mode than the server's default; the session's gym env
-is then replaced by one with those options. Once closed (the client left, or the session sat idle past the
-server's timeout), every call raises one line saying so.
+Making one is cheap: the episode is made at the first ``reset`` (and its kernel when a state is needed), so
+OpenEnv's stateless ``GET /state`` and ``/metadata`` (which make and close an environment per request) cost
+no kernel. A ``reset`` may ask for the other task or observation mode than the server's default; the
+session's episode is then replaced by one with those options. A ``seed`` draws the trajectory as the gym
+env's ``reset(seed=...)`` does. Once closed (the client left, or the session sat idle past the server's
+timeout), every call raises one line saying so.
 """
 
 from __future__ import annotations
@@ -20,39 +23,41 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
 
 from themisto_env.bridges.openenv.models import ThemistoAction, ThemistoObservation, ThemistoState
 from themisto_env.data.limits import echo
-from themisto_env.env.core import ThemistoEnv
+from themisto_env.env.episode import Episode
 from themisto_env.errors import ConfigError
 
 __all__ = ["RESET_KEYS", "ThemistoServedEnv"]
 
 RESET_KEYS = ("seed", "episode_id", "task", "observation", "trajectory", "sample", "sample_id")
-"""What a session's ``reset`` reads: OpenEnv's ``seed`` and ``episode_id``, the gym env's ``trajectory``
-and ``sample`` options (or ``sample_id``: start at that sample, of the task it names), and ``task`` /
-``observation`` to change the session's gym env."""
+"""What a session's ``reset`` reads: OpenEnv's ``seed`` and ``episode_id``, the env's ``trajectory`` and
+``sample`` options (or ``sample_id``: start at that sample, of the task it names), and ``task`` /
+``observation`` to change the session's episode."""
 
 _SWITCHABLE = {"task": ("next-cell", "output"), "observation": ("static", "full", "tools")}
 
 
 class ThemistoServedEnv(Environment[ThemistoAction, ThemistoObservation, ThemistoState]):
-    """A session's gym env, spoken to through OpenEnv (see the module docstring).
+    """A session's episode, spoken to through OpenEnv (see the module docstring).
 
     Args:
-        options: The gym env's options (:class:`~themisto_env.env.core.EnvConfig`; ``dataset`` may be an
-            open :class:`~themisto_env.replay.dataset.Dataset`), the server's defaults for every session.
+        options: The env's options (:class:`~themisto_env.env.config.EnvConfig`; ``dataset`` may be an open
+            :class:`~themisto_env.replay.dataset.Dataset`), the server's defaults for every session.
     """
 
-    #: Each session has its own gym env and kernel: OpenEnv may run many at once.
+    #: Each session has its own episode and kernel: OpenEnv may run many at once.
     SUPPORTS_CONCURRENT_SESSIONS = True
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__()
         self._options: dict[str, Any] = dict(options or {})
-        self._env: ThemistoEnv | None = None
+        self._episode: Episode | None = None
+        self._rng: np.random.Generator | None = None  # draws trajectories (seeded by a reset's seed)
         self._closed: str | None = None  # why, once closed
         self._closing = threading.Lock()
         self._state = ThemistoState(
@@ -82,15 +87,17 @@ class ThemistoServedEnv(Environment[ThemistoAction, ThemistoObservation, Themist
             if options:
                 raise ConfigError("reset: give sample_id, or trajectory and sample, not both")
             task = _task_of(sample_id)
-        env = self._env_for(task, str(kwargs.get("observation", self._state.observation_mode)))
+        episode = self._episode_for(task, str(kwargs.get("observation", self._state.observation_mode)))
         if sample_id is not None:
-            options = _position_of(env, sample_id)
-        obs, info = env.reset(seed=seed, options=options or None)
+            options = _position_of(episode, sample_id)
+        if seed is not None:  # as gymnasium seeds an env's generator
+            self._rng = np.random.default_rng(seed)
+        obs, info = episode.reset(options or None, rng=self._rng)
         self._state = ThemistoState(
             episode_id=episode_id or uuid.uuid4().hex,
             step_count=0,
-            task=env.config.task,
-            observation_mode=env.config.observation,
+            task=episode.config.task,
+            observation_mode=episode.config.observation,
             trajectory_id=info["trajectory_id"],
             sample_id=info["sample_id"],
             samples_left=info["samples_left"],
@@ -105,15 +112,15 @@ class ThemistoServedEnv(Environment[ThemistoAction, ThemistoObservation, Themist
             ConfigError: No episode (``reset`` first), the episode is over, or the session is closed.
         """
         self._check_open()
-        env = self._env
-        if env is None or self._state.trajectory_id is None:
+        episode = self._episode
+        if episode is None or self._state.trajectory_id is None:
             raise ConfigError(
                 "no episode: reset first (over HTTP, /reset and /step each get a fresh env that is closed after "
                 "the request; an episode lives in a WebSocket session: /ws, ThemistoEnvClient)"
             )
         if self._state.done:
             raise ConfigError("the episode is over: reset to start another")
-        obs, reward, terminated, truncated, info = env.step(action.env_action())
+        obs, reward, terminated, truncated, info = episode.step(action.env_action())
         done = bool(terminated or truncated)
         state = self._state
         state.step_count += 1
@@ -139,15 +146,15 @@ class ThemistoServedEnv(Environment[ThemistoAction, ThemistoObservation, Themist
         )
 
     def close(self) -> None:
-        """Close the gym env and its kernels; idempotent, and a second caller (OpenEnv's session end and the
+        """Close the episode and its kernels; idempotent, and a second caller (OpenEnv's session end and the
         server's shutdown may both close) returns only once the first has finished. Later calls raise."""
         with self._closing:
             self._closed = self._closed or (
                 "the session is closed (the client left, or it sat idle past the server's timeout): reconnect"
             )
-            env, self._env = self._env, None
-            if env is not None:
-                env.close()
+            episode, self._episode = self._episode, None
+            if episode is not None:
+                episode.close()
 
     # -- inside --------------------------------------------------------------------------------------
 
@@ -155,16 +162,16 @@ class ThemistoServedEnv(Environment[ThemistoAction, ThemistoObservation, Themist
         if self._closed is not None:
             raise ConfigError(self._closed)
 
-    def _env_for(self, task: str, observation: str) -> ThemistoEnv:
-        """The session's gym env for ``task`` and ``observation`` (made, or replaced, as needed)."""
-        env = self._env
-        if env is not None and (env.config.task, env.config.observation) == (task, observation):
-            return env
-        if env is not None:
-            self._env = None
-            env.close()
-        self._env = ThemistoEnv(**{**self._options, "task": task, "observation": observation})
-        return self._env
+    def _episode_for(self, task: str, observation: str) -> Episode:
+        """The session's episode for ``task`` and ``observation`` (made, or replaced, as needed)."""
+        episode = self._episode
+        if episode is not None and (episode.config.task, episode.config.observation) == (task, observation):
+            return episode
+        if episode is not None:
+            self._episode, self._rng = None, None
+            episode.close()
+        self._episode = Episode.open(**{**self._options, "task": task, "observation": observation})
+        return self._episode
 
 
 def _task_of(sample_id: object) -> str:
@@ -175,11 +182,11 @@ def _task_of(sample_id: object) -> str:
     return parts[-2]
 
 
-def _position_of(env: ThemistoEnv, sample_id: str) -> dict[str, Any]:
-    """The gym env's reset options (trajectory, sample index) that start at ``sample_id``."""
+def _position_of(episode: Episode, sample_id: str) -> dict[str, Any]:
+    """The episode's reset options (trajectory, sample index) that start at ``sample_id``."""
     trajectory = sample_id.rsplit("/", 2)[0]
-    env.dataset.check_served(sample_id=sample_id)  # a split's side refuses the other side's (SplitError)
-    for index, sample in enumerate(env.episode_samples.get(trajectory, ())):
+    episode.dataset.check_served(sample_id=sample_id)  # a split's side refuses the other side's (SplitError)
+    for index, sample in enumerate(episode.episode_samples.get(trajectory, ())):
         if sample.id == sample_id:
             return {"trajectory": trajectory, "sample": index}
     raise ConfigError(f"reset: no sample {echo(sample_id)} in the served dataset under its sample rule")

@@ -164,7 +164,7 @@ def _server_pins(kernel_names: set[str], snapshot_packages: list[str]) -> tuple[
     from packaging.utils import canonicalize_name
 
     from themisto_env.bridges.openenv.deps import require_openenv
-    from themisto_env.sandbox.image import ImageSpec
+    from themisto_env.sandbox.image_spec import ImageSpec
 
     require_openenv()
     spec = ImageSpec.from_host([*SERVER_PACKAGES, *(n for n in snapshot_packages if n not in kernel_names)])
@@ -206,7 +206,7 @@ def server_image_inputs(kernel_image: str, *, progress: bool = True) -> ServerIm
         BackendUnavailableError: Not a checkout, or openenv-core or a dependency is not installed here.
     """
     from themisto_env.data.trajectory import read_manifest
-    from themisto_env.sandbox.image import default_spec
+    from themisto_env.sandbox.image_spec import default_spec
 
     root = source_root()
     kernel = default_spec()
@@ -229,7 +229,7 @@ def build_server_image(*, force: bool = False, console: Console | None = None) -
 
     Args:
         force: Rebuild the server image even if it exists, every layer (cached wheels and data are still
-            reused; the kernel image is rebuilt by :func:`~themisto_env.sandbox.image.build_image`).
+            reused; the kernel image is rebuilt by :func:`~themisto_env.sandbox.image_build.build_image`).
         console: Where progress goes (default: a rich console on stderr).
 
     Returns:
@@ -242,8 +242,8 @@ def build_server_image(*, force: bool = False, console: Console | None = None) -
     from rich.console import Console
 
     from themisto_env.sandbox.docker_engine import docker_client, image_exists, image_id
-    from themisto_env.sandbox.image import ImageSpec, build_image, build_lock, cache_dir
-    from themisto_env.sandbox.image_build import docker_build
+    from themisto_env.sandbox.image_build import build_image, build_lock, docker_build
+    from themisto_env.sandbox.image_spec import ImageSpec, cache_dir
 
     console = console or Console(stderr=True)
     kernel_image = build_image(console=console)

@@ -1,6 +1,6 @@
 """``themisto serve``: the env as an OpenEnv server (``openenv-core``'s FastAPI app, not a protocol of ours).
 
-Endpoints are OpenEnv's: ``/ws`` (a WebSocket session = one episode with its own gym env and kernel; the
+Endpoints are OpenEnv's: ``/ws`` (a WebSocket session = one episode with its own state server and kernel; the
 client is :class:`~themisto_env.bridges.openenv.client.ThemistoEnvClient`), ``/health``, ``/schema``,
 ``/metadata``, ``/state``, and the stateless ``/reset`` and ``/step`` (each request gets a fresh env,
 closed after it; an episode needs the WebSocket). What is ours:
@@ -39,7 +39,7 @@ from uvicorn.protocols.utils import ClientDisconnected
 
 from themisto_env.bridges.openenv.environment import ThemistoServedEnv
 from themisto_env.bridges.openenv.models import ThemistoAction, ThemistoObservation
-from themisto_env.env.core import ThemistoEnv
+from themisto_env.env.episode import Episode
 from themisto_env.errors import ConfigError, InfrastructureError, ThemistoError
 
 __all__ = ["OPEN_PATHS", "Gate", "check_bind", "create_server_app", "serve"]
@@ -119,8 +119,8 @@ def create_server_app(
     """The server's ASGI app (the FastAPI app behind a :class:`Gate`).
 
     Args:
-        options: The gym env's options for every session (:class:`~themisto_env.env.core.EnvConfig`); they
-            are checked here, once, by making (and closing) a gym env: no kernel starts.
+        options: The env's options for every session (:class:`~themisto_env.env.config.EnvConfig`); they
+            are checked here, once, by making (and closing) an episode: no kernel starts.
         max_sessions: WebSocket sessions at once (TRL asks for at least ``generation_batch_size``).
         idle_timeout_s: Close a session idle this long (None: never).
         token: Require ``Authorization: Bearer TOKEN`` on every request but ``/health``.
@@ -133,7 +133,7 @@ def create_server_app(
         raise ConfigError(f"--max-sessions is at least 1, got {max_sessions}")
     if idle_timeout_s is not None and idle_timeout_s <= 0:
         raise ConfigError(f"--idle-timeout is a positive number of seconds, got {idle_timeout_s}")
-    ThemistoEnv(**options).close()  # bad options and data fail here, in one line, before anything listens
+    Episode.open(**options).close()  # bad options and data fail here, in one line, before anything listens
     sessions: weakref.WeakSet[ThemistoServedEnv] = weakref.WeakSet()
     lock = threading.Lock()
 
@@ -144,7 +144,7 @@ def create_server_app(
         return env
 
     app: FastAPI = create_fastapi_app(
-        factory,  # OpenEnv makes (cheap: no gym env yet) and closes one to read SUPPORTS_CONCURRENT_SESSIONS
+        factory,  # OpenEnv makes (cheap: no episode yet) and closes one to read SUPPORTS_CONCURRENT_SESSIONS
         ThemistoAction,
         ThemistoObservation,
         concurrency_config=ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=idle_timeout_s),

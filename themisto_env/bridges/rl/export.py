@@ -7,13 +7,13 @@ Each row is what the env shows the agent at that sample, turned into a prompt, w
      "step": 7, "observation_mode": "static", "history": "...", "cell": "...", "runtime": "...",
      "metadata": {"notebook_name": ..., "dataset": ..., "history_length": ...}}
 
-The observation is the env's own: in ``static`` mode it is computed from the trajectory without a kernel
-or an env (the samples come from the :class:`~themisto_env.replay.dataset.Dataset`), with the same
-rendering as :class:`~themisto_env.env.core.ThemistoEnv` (``render_history`` over the executed steps, capped
-the same way); in ``full`` mode the env itself is walked through each trajectory (a kernel restores
-snapshots and dumps the runtime at every sample). The prompt wording is the LLM agents'
-(:func:`themisto_env.agents.prompting.load_prompts`), so a model trained on these rows reads what the
-``llm-static`` / ``llm-full`` agents send. ``tools`` mode needs several turns: use
+The observation is the env's own (:func:`~themisto_env.env.observation.sample_observation`, what
+:class:`~themisto_env.env.core.ThemistoEnv` shows): in ``static`` mode it is computed from the trajectory
+without a kernel (the samples come from the :class:`~themisto_env.replay.dataset.Dataset`); in ``full``
+mode a :class:`~themisto_env.env.state_server.StateServer` serves each sample's state in turn (a kernel
+restores snapshots or runs the recorded cells forward) and the runtime is dumped from it, as the env does.
+The prompt wording is the LLM agents' (:func:`themisto_env.agents.prompting.load_prompts`), so a model
+trained on these rows reads what the ``llm-static`` / ``llm-full`` agents send. ``tools`` mode needs several turns: use
 :mod:`themisto_env.bridges.rl.vector`.
 
 The ``target`` column is for the reward function (TRL passes every column but ``prompt`` to it); the
@@ -26,12 +26,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from themisto_env.data.samples import Sample, TaskName, episode_starts, select_samples
-from themisto_env.errors import ConfigError
+from themisto_env.data.samples import Sample, TaskName, select_samples
+from themisto_env.errors import ConfigError, InfrastructureError
 
 if TYPE_CHECKING:
-    from themisto_env.data.trajectory import Trajectory
-    from themisto_env.env.core import EnvConfig
+    from themisto_env.env.config import EnvConfig
+    from themisto_env.replay.dataset import Dataset
 
 PromptFormat = Literal["chat", "text"]
 
@@ -86,7 +86,7 @@ def export_samples(
     Args:
         task: ``next-cell`` or ``output``.
         observation: ``static`` (history; no kernel needed) or ``full`` (history and the runtime dump;
-            the env replays each trajectory from its snapshots).
+            each sample's state is served from the snapshots, as the env serves it).
         prompt_format: ``chat`` (messages) or ``text`` (one string); see :func:`observation_prompt`.
         templates: A prompt template file; None for the bundled one.
         limit: At most this many samples, spread over the trajectories: the samples of ``themisto run
@@ -104,7 +104,7 @@ def export_samples(
     Raises:
         ConfigError: ``observation`` is ``tools`` or unknown, or an env option is invalid.
     """
-    from themisto_env.env.core import ThemistoEnv, env_config_and_dataset
+    from themisto_env.env.config import env_config_and_dataset
 
     if observation not in ("static", "full"):
         raise ConfigError(
@@ -114,14 +114,7 @@ def export_samples(
     config, dataset = env_config_and_dataset({**env_options, "task": task, "observation": observation})
     samples = dataset.samples(config.task, config.sample_rule)
     samples = select_samples(samples, limit, seed=selection_seed, sample_ids=sample_ids)
-    if observation == "static":
-        observations = {s.id: _static_observation(config, dataset.trajectories[s.trajectory_id], s) for s in samples}
-    else:  # the runtime needs live states: the env serves them
-        env = ThemistoEnv(**{**env_options, "task": task, "observation": observation, "dataset": dataset})
-        try:
-            observations = _walk_observations(env, {s.id for s in samples})
-        finally:
-            env.close()
+    observations = _observations(config, dataset, samples)
     rows = []
     for sample in samples:
         obs = observations[sample.id]
@@ -183,44 +176,30 @@ def export_dataset(
     return datasets.Dataset.from_list(rows)
 
 
-def _static_observation(config: EnvConfig, trajectory: Trajectory, sample: Sample) -> dict[str, Any]:
-    """The env's observation at a sample of ``trajectory`` in ``static`` mode, computed without a kernel."""
-    from themisto_env.env.core import fit_text
-    from themisto_env.env.observation import history_items, render_history
-
-    limit = config.max_text_chars
-    history = render_history(
-        history_items(trajectory.steps[: sample.step]),
-        length=config.history_length,
-        max_output_chars=config.max_output_chars,
-        max_chars=limit,
-    )
-    cell = trajectory.steps[sample.step].source if config.task == "output" else ""
-    return {
-        "history": fit_text(history, limit),
-        "cell": fit_text(cell, limit),
-        "runtime": "",
-        "tool_result": "",
-        "tools_left": config.tool_budget,
-    }
-
-
-def _walk_observations(env: Any, wanted: set[str]) -> dict[str, dict[str, Any]]:
-    """The env's own observations at the wanted samples, walking each trajectory with empty predictions."""
-    from themisto_env.env.actions import Prediction
+def _observations(config: EnvConfig, dataset: Dataset, samples: Sequence[Sample]) -> dict[str, dict[str, Any]]:
+    """The env's first observation at each sample: in ``full`` mode with the runtime dumped from its
+    served state (one kernel moving through the samples in trajectory and step order)."""
+    from themisto_env.env.observation import sample_observation
+    from themisto_env.env.state_server import StateServer
 
     found: dict[str, dict[str, Any]] = {}
-    for tid, first in episode_starts(env.episode_samples, wanted):
-        obs, _ = env.reset(options={"trajectory": tid, "sample": first})
-        left = {s.id for s in env.episode_samples[tid][first:]} & wanted
-        while left:
-            sample = env.current_sample
-            if sample.id in left:
-                found[sample.id] = dict(obs)
-                left.discard(sample.id)
-            if not left:
-                break
-            obs, _, terminated, _, _ = env.step(Prediction(text=""))
-            if terminated:
-                break
+    if config.observation != "full":
+        for sample in samples:
+            trajectory = dataset.trajectories[sample.trajectory_id]
+            found[sample.id] = sample_observation(config, trajectory, sample.step, tools_left=config.tool_budget)
+        return found
+    with StateServer(config, dataset) as server:
+        server.warm_up()
+        for sample in sorted(samples, key=lambda s: (s.trajectory_id, s.step)):
+            trajectory = dataset.trajectories[sample.trajectory_id]
+            server.select(trajectory, sample.step)
+            server.served_faults()  # a state that could not be served shows no runtime, as in the env
+            try:
+                runtime = server.runtime_text(config.max_text_chars)
+            except InfrastructureError as exc:
+                server.recover(exc)
+                runtime = ""
+            found[sample.id] = sample_observation(
+                config, trajectory, sample.step, tools_left=config.tool_budget, runtime=runtime
+            )
     return found

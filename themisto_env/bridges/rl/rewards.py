@@ -11,12 +11,13 @@ completion is a string (standard format) or a list of messages (conversational f
   tool calls and without the execution score), and returns its ``reward`` or one metric.
   By default the prediction is first read out of the reply as the LLM agents read it (fenced block,
   lead-in lines dropped: :func:`themisto_env.agents.parsing.extract_prediction`).
-* :class:`ExecutionReward` (next-cell only) submits the prediction to an env with the execution score
-  on (the predicted cell runs from the pre-target state in a disposable kernel) and returns the env's
-  reward, the same ``SampleScore.reward`` every other path gives (``value="execution_score"``: the bare
-  execution score instead); it owns an env and a kernel, so close it when done. Use the docker backend
-  for model-written code. Use it *instead of* :class:`MetricReward`, not beside it: the env's rule
-  already weighs the metrics and the execution score (``RewardWeights.execution``).
+* :class:`ExecutionReward` (next-cell only) scores the prediction with the env's
+  :class:`~themisto_env.env.scorer.Scorer`, the execution score on (the predicted cell runs from the
+  pre-target state in a disposable kernel), and returns the same ``SampleScore.reward`` every other path
+  gives (``value="execution_score"``: the bare execution score instead); it owns disposable kernels, so
+  close it when done. Use the docker backend for model-written code. Use it *instead of*
+  :class:`MetricReward`, not beside it: the env's rule already weighs the metrics and the execution
+  score (``RewardWeights.execution``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from themisto_env.env.info import StepInfo
 from themisto_env.errors import ConfigError
 from themisto_env.metrics import RewardWeights
 from themisto_env.scoring.score import ScoringRule, score_sample
@@ -176,40 +176,45 @@ class MetricReward:
 class ExecutionReward:
     """Scores next-cell completions by running them in the sandbox (TRL ``reward_funcs`` signature).
 
-    For each completion the env is reset at the completion's sample, the prediction is submitted with
-    ``execution_score`` on, and the env's reward (``info["reward"]``, :class:`SampleScore`'s) is returned;
-    with ``value="execution_score"`` the execution score alone: the mean of the Jaccard overlap of
-    the variables the predicted and the real cell change and the chrF of their outputs
-    (:mod:`themisto_env.scoring.execution`). Each completion runs in a disposable kernel of its own, so a batch
-    scores exactly as its completions would alone: what one completion does (a thread, an option, a
-    patched helper) never reaches another. A completion whose own code fails scores 0 on the execution
-    score; output-task samples and unscored samples (the sandbox failed, the state differed) get None
-    (TRL skips them).
+    Each completion is scored by the env's :class:`~themisto_env.env.scorer.Scorer` with ``execution_score``
+    on, as the env's prediction step scores a prediction made without tool calls, and its reward
+    (:class:`SampleScore`'s) is returned; with ``value="execution_score"`` the execution score alone: the
+    mean of the Jaccard overlap of the variables the predicted and the real cell change and the chrF of
+    their outputs (:mod:`themisto_env.scoring.execution`). Each completion runs in a disposable kernel of its
+    own, so a batch scores exactly as its completions would alone: what one completion does (a thread, an
+    option, a patched helper) never reaches another. A completion whose own code fails scores 0 on the
+    execution score; output-task samples and unscored samples (the sandbox failed) get None (TRL skips
+    them).
 
     Args:
         parse: Read the prediction out of the reply as the LLM agents do.
         value: ``reward`` (the env's reward; the default) or ``execution_score``.
-        **env_options: :class:`~themisto_env.env.core.EnvConfig` options for its env (``dataset``: a folder
-            or an open :class:`~themisto_env.replay.dataset.Dataset`; ``split``: score only that side, a row
-            of the other side raises :class:`~themisto_env.errors.SplitError`; ``backend``,
-            ``snapshot_dir``, ``limits``, ...); use the same dataset as the exported rows.
+        **env_options: :class:`~themisto_env.env.config.EnvConfig` options for its scorer (``dataset``: a
+            folder or an open :class:`~themisto_env.replay.dataset.Dataset`; ``split``: score only that side, a
+            row of the other side raises :class:`~themisto_env.errors.SplitError`; ``backend``,
+            ``snapshot_dir``, ``limits``, ``reward``, ...); use the same dataset as the exported rows.
+
+    Attributes:
+        config: The options scored under (task ``next-cell``, ``execution_score`` on).
+        dataset: The dataset of the scored samples.
+        scorer: The scorer (its disposable kernels start with the first completion).
     """
 
     def __init__(
         self, *, parse: bool = True, value: Literal["reward", "execution_score"] = "reward", **env_options: Any
     ) -> None:
-        from themisto_env.env.core import ThemistoEnv
+        from themisto_env.env.config import env_config_and_dataset
+        from themisto_env.env.scorer import Scorer
 
         if value not in ("reward", "execution_score"):
             raise ConfigError(f"value must be reward or execution_score, got {value!r}")
         self.value = value
-
-        options = {"observation": "static", **env_options, "task": "next-cell", "execution_score": True}
-        self.env = ThemistoEnv(**options)
+        options = {**env_options, "task": "next-cell", "execution_score": True}
+        self.config, self.dataset = env_config_and_dataset(options)
+        self.scorer = Scorer(self.config, self.dataset)
         self.text = MetricReward(parse=parse)
         self.__name__ = "themisto_execution"
-        self.dataset = self.env.dataset
-        self._sample_ids = {s.id for s in self.env.samples}
+        self._samples = {s.id: s for s in self.dataset.samples(self.config.task, self.config.sample_rule)}
 
     def __call__(
         self,
@@ -220,8 +225,6 @@ class ExecutionReward:
         **kwargs: Any,
     ) -> list[float | None]:
         """One reward (or execution score) per completion, or None where it does not apply."""
-        from themisto_env.env.actions import Prediction
-
         completions = list(completions or [])
         if sample_id is None:
             raise ConfigError("ExecutionReward needs the dataset's 'sample_id' column")
@@ -231,22 +234,19 @@ class ExecutionReward:
         for sid in ids:  # a split's side refuses the other side's rows, before any is scored
             self.dataset.check_served(sample_id=str(sid))
         for completion, sid, row_task in zip(completions, ids, tasks, strict=True):
-            if row_task != "next-cell" or sid not in self._sample_ids:
+            sample = self._samples.get(sid)
+            if row_task != "next-cell" or sample is None:
                 values.append(None)
                 continue
-            tid, index = self.dataset.episode_position(sid, self.env.config.sample_rule)
-            self.env.reset(options={"trajectory": tid, "sample": index})
-            prediction = Prediction(text=self.text.prediction(completion, "next-cell"))
-            *_, info = self.env.step(prediction)
-            scored = StepInfo.model_validate(info)
+            scored = self.scorer.score(sample, self.text.prediction(completion, "next-cell"))
             value = getattr(scored, self.value)
-            unscored = scored.reward is None  # an infrastructure failure or a state mismatch
+            unscored = scored.reward is None  # an infrastructure failure
             values.append(None if value is None or unscored else float(value))
         return values
 
     def close(self) -> None:
-        """Close the env and its kernel."""
-        self.env.close()
+        """Close the scorer's disposable kernels."""
+        self.scorer.close()
 
     def __enter__(self) -> ExecutionReward:
         return self

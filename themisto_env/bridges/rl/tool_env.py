@@ -16,19 +16,22 @@ instance for themisto-env::
 
 A rollout: ``reset(sample_id=...)`` serves nothing yet (the state is lazy); the model calls the
 observation tools (``list_variables``, ``inspect_variable``, ``dataframe_head``, ...), each answered
-from the live kernel in the sample's state, at most ``tool_budget`` times; it gives its prediction with
-``submit``; ``get_reward()`` scores the last submitted prediction with
-:func:`themisto_env.scoring.score.score_sample` (the env's one rule, README "Reward": metrics, execution
-score when on, minus ``tool_cost`` per tool call) and returns None (TRL leaves it out) when the
-rollout cannot be trusted: an infrastructure failure during its tool calls, or a state that differs from
-the recording.
+from the live kernel in the sample's state; it gives its prediction with ``submit``; ``get_reward()``
+scores the last submitted prediction with the env's :class:`~themisto_env.env.scorer.Scorer` (the one rule,
+README "Reward": metrics, execution score when on, minus ``tool_cost`` per tool call) and returns None (TRL
+leaves it out) when the rollout cannot be trusted: an infrastructure failure during its tool calls, or a
+state that differs from the recording.
+
+Each rollout keeps the env's record of a sample (:class:`~themisto_env.env.record.SampleRecord`): its tool
+calls against ``tool_budget`` (a call past it is refused: nothing runs, it costs nothing), and the faults
+that touch it (a call the sandbox failed is given back, up to the env's cap), exactly as in the gym env.
 
 **Group sharing.** Tools are read-only, so the rollouts of one sample (a GRPO group) can share one kernel
-in that state: :class:`SharedStates` keeps one :class:`~themisto_env.env.core.ThemistoEnv` (one kernel) per
-sample in flight, up to ``max_kernels`` (the least recently used one moves to a new sample when all are
-taken), and a call one rollout of the group made is answered to the others from that kernel's answer
+in that state: :class:`SharedStates` keeps one :class:`~themisto_env.env.state_server.StateServer` (one
+kernel) per sample in flight, up to ``max_kernels`` (the least recently used one moves to a new sample when
+all are taken), and a call one rollout of the group made is answered to the others from that kernel's answer
 (``cache_answers``; the state is the same and tools are read-only). With ``share=False`` each rollout
-instance has an env and a kernel of its own (TRL's default picture), which costs a kernel per rollout.
+instance has a server and a kernel of its own (TRL's default picture), which costs a kernel per rollout.
 """
 
 from __future__ import annotations
@@ -37,22 +40,28 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from themisto_env.data.samples import Sample
-from themisto_env.env.info import StepInfo
-from themisto_env.env.tools import ToolCall
+from themisto_env.env.tools import ToolCall, ToolResult
 from themisto_env.errors import ConfigError
-from themisto_env.scoring.score import SampleScore, score_sample
+from themisto_env.scoring.score import SampleScore
+
+if TYPE_CHECKING:
+    from themisto_env.env.record import SampleRecord
+    from themisto_env.env.scorer import Scorer
+    from themisto_env.env.state_server import StateServer
 
 __all__ = ["SUBMIT_INSTRUCTION", "SharedStates", "ThemistoToolEnv", "tool_dataset"]
 
 #: Appended to each rollout's prompt (``reset``'s return value): how the prediction is given.
 SUBMIT_INSTRUCTION = "\n\nGive your prediction by calling the submit tool with it; the last submission is scored."
+#: What a tool call the sandbox failed is answered (the gym env's words).
+SANDBOX_FAILED = "The tool could not run because the sandbox failed; it was recovered: try again."
 
 
 class SharedStates:
-    """The live states the rollouts of one process query, and the options of the env behind them.
+    """The live states the rollouts of one process query, their scorer, and the options behind them.
 
     Args:
         share: Rollouts of the same sample share one kernel (False: a kernel per rollout instance).
@@ -61,35 +70,36 @@ class SharedStates:
             arguments) is answered with the answer the shared kernel gave, without asking it again:
             the kernel is in the same verified state and tools are read-only, so it would answer the
             same. Dropped when the kernel moves to another sample or fails.
-        **env_options: :class:`~themisto_env.env.core.EnvConfig` options (``task``, ``dataset``: a folder
+        **env_options: :class:`~themisto_env.env.config.EnvConfig` options (``task``, ``dataset``: a folder
             or an open :class:`~themisto_env.replay.dataset.Dataset`, ``backend``, ``tool_budget``,
             ``tool_cost``, ``reward``, ``execution_score``, ...).
 
     Attributes:
         config: The env config every rollout is served and scored under.
-        dataset: The dataset the samples come from (shared by every env made here).
+        dataset: The dataset the samples come from (shared by every part made here).
         samples: The task's samples by id.
     """
 
     def __init__(
         self, *, share: bool = True, max_kernels: int = 4, cache_answers: bool = True, **env_options: Any
     ) -> None:
-        from themisto_env.env.core import env_config_and_dataset
+        from themisto_env.env.config import env_config_and_dataset
+        from themisto_env.env.state_server import kernel_environment
 
         if max_kernels < 1:
             raise ConfigError(f"max_kernels must be at least 1, got {max_kernels}")
         self.share = share
         self.max_kernels = max_kernels
         self.cache_answers = cache_answers and share
-        #: Answers given for each live sample: (tool, arguments as JSON) -> (text, info of that call).
-        self.answers: dict[str, dict[tuple[str, str], tuple[str, StepInfo]]] = {}
+        #: Answers given for each live sample: (tool, arguments as JSON) -> the shared kernel's result.
+        self.answers: dict[str, dict[tuple[str, str], ToolResult]] = {}
         self.config, self.dataset = env_config_and_dataset({**env_options, "observation": "tools"})
-        self.options = {**env_options, "observation": "tools", "dataset": self.dataset}
+        self.environment = kernel_environment(self.config, self.dataset)
         listed = self.dataset.samples(self.config.task, self.config.sample_rule)
         self.samples: dict[str, Sample] = {s.id: s for s in listed}
-        self._scoring_env: Any | None = None  # the env whose disposable kernels run predictions; on first use
-        self._live: OrderedDict[str, Any] = OrderedDict()  # sample id -> ThemistoEnv serving it (shared)
-        self._owned: list[Any] = []  # every env made here (closed by close())
+        self._scorer: Scorer | None = None  # runs submitted predictions (execution score); on first use
+        self._live: OrderedDict[str, StateServer] = OrderedDict()  # sample id -> the server of its state (shared)
+        self._owned: list[StateServer] = []  # every server made here (closed by close())
         self._lock = threading.RLock()
         self._closed = False
 
@@ -97,71 +107,78 @@ class SharedStates:
         """The ``environment_factory`` for TRL: each call makes a rollout instance over these states."""
         return lambda: ThemistoToolEnv(self)
 
-    def scoring_env(self) -> Any:
-        """The env whose disposable kernels run submitted predictions for the execution score (made on
-        first use, never serves a state; closed by :meth:`close`)."""
-        from themisto_env.env.core import ThemistoEnv
+    def scorer(self) -> Scorer:
+        """The scorer of submitted predictions (its disposable kernels run them for the execution score;
+        made on first use, closed by :meth:`close`)."""
+        from themisto_env.env.scorer import Scorer
 
         with self._lock:
             if self._closed:
                 raise ConfigError("the shared states are closed")
-            if self._scoring_env is None:
-                self._scoring_env = ThemistoEnv(**{**self.options, "warm_kernels": 0})
-            return self._scoring_env
+            if self._scorer is None:
+                self._scorer = Scorer(self.config, self.dataset, environment=self.environment)
+            return self._scorer
 
-    def new_env(self) -> Any:
-        """A new env over the same options (closed by :meth:`close`)."""
-        from themisto_env.env.core import ThemistoEnv
+    def new_server(self) -> StateServer:
+        """A new state server over the same options (closed by :meth:`close`)."""
+        from themisto_env.env.state_server import StateServer
 
         if self._closed:
             raise ConfigError("the shared states are closed")
-        env = ThemistoEnv(**{**self.options, "tool_budget": 10**9, "tool_cost": 0.0})
-        self._owned.append(env)
-        return env
+        server = StateServer(self.config, self.dataset, environment=self.environment)
+        self._owned.append(server)
+        return server
 
-    def env_for(self, sample_id: str, own: Any | None = None) -> Any:
-        """The env that answers tools for ``sample_id``, reset at it if it served another sample: the
-        group's shared env, or ``own`` (a rollout's own env, without sharing)."""
-        tid, index = self.dataset.episode_position(sample_id, self.config.sample_rule)
+    def env_for(self, sample_id: str, own: StateServer | None = None) -> StateServer:
+        """The state server that answers tools for ``sample_id``, moved to it if it served another sample:
+        the group's shared server, or ``own`` (a rollout's own server, without sharing)."""
+        sample = self.samples[sample_id]
         if own is not None:
-            if own.current_sample is None or own.current_sample.id != sample_id:
-                own.reset(options={"trajectory": tid, "sample": index})
+            _move(own, self.dataset.trajectories[sample.trajectory_id], sample.step)
             return own
-        env = self._live.get(sample_id)
-        if env is not None:
+        server = self._live.get(sample_id)
+        if server is not None:
             self._live.move_to_end(sample_id)
-            return env
+            return server
         if len(self._live) < self.max_kernels:
-            env = self.new_env()
+            server = self.new_server()
         else:
-            moved, env = self._live.popitem(last=False)  # the least recently used state moves on
+            moved, server = self._live.popitem(last=False)  # the least recently used state moves on
             self.answers.pop(moved, None)
-        env.reset(options={"trajectory": tid, "sample": index})
-        self._live[sample_id] = env
-        return env
+        _move(server, self.dataset.trajectories[sample.trajectory_id], sample.step)
+        self._live[sample_id] = server
+        return server
 
     def lock(self) -> threading.RLock:
         """Held around each tool call (a kernel answers one request at a time)."""
         return self._lock
 
     def close(self) -> None:
-        """Close every env and kernel made here. Idempotent."""
+        """Close every server, kernel and scorer made here. Idempotent."""
         with self._lock:
             self._closed = True
-            envs, self._owned = self._owned, []
+            servers, self._owned = self._owned, []
             self._live.clear()
             self.answers.clear()
-            scoring, self._scoring_env = self._scoring_env, None
-        for env in envs:
-            env.close()
-        if scoring is not None:
-            scoring.close()
+            scorer, self._scorer = self._scorer, None
+        for server in servers:
+            server.close()
+        if scorer is not None:
+            scorer.close()
 
     def __enter__(self) -> SharedStates:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _move(server: StateServer, trajectory: Any, step: int) -> None:
+    """Select the state before ``step`` of ``trajectory`` on ``server`` unless it is selected already (served
+    when a tool needs it), with a warm kernel on its way."""
+    if server.trajectory is None or server.trajectory.id != trajectory.id or server.step != step:
+        server.select(trajectory, step)
+        server.warm_up()
 
 
 class ThemistoToolEnv:
@@ -174,15 +191,27 @@ class ThemistoToolEnv:
     """
 
     def __init__(self, states: SharedStates | None = None, **env_options: Any) -> None:
+        from themisto_env.env.record import SampleRecord
+
         self._states = states if states is not None else SharedStates(**env_options)
         self._own_states = states is None
-        self._own_env: Any | None = None  # without sharing: this rollout's own env
+        self._own_server: StateServer | None = None  # without sharing: this rollout's own server
         self.sample: Sample | None = None
         self.answer: str | None = None
-        self.tool_calls: list[dict[str, Any]] = []
-        self.faults: list[str] = []  # infrastructure failures during this rollout's tool calls
+        #: The rollout's record: its tool calls against the budget and the faults that touch it.
+        self.record: SampleRecord = SampleRecord.of(self._states.config)
         self.mismatches: list[str] = []  # how the served state differed from the recording
         self.last_score: SampleScore | None = None  # what get_reward() last computed
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """The rollout's tool calls that ran (``{"tool", "args", "ok"}``; the record's)."""
+        return self.record.tool_calls
+
+    @property
+    def faults(self) -> list[str]:
+        """Infrastructure failures during the rollout's tool calls (the record's)."""
+        return self.record.faults
 
     # -- TRL's contract ----------------------------------------------------------------------------------
 
@@ -196,8 +225,8 @@ class ThemistoToolEnv:
             raise ConfigError(f"row has no known sample_id (got {sample_id!r}); build rows with tool_dataset()")
         self.sample = self._states.samples[sample_id]
         self.answer = None
-        self.tool_calls = []
-        self.faults, self.mismatches, self.last_score = [], [], None
+        self.record = self.record.of(self._states.config)  # a new record under the same budget and cost
+        self.mismatches, self.last_score = [], None
         return SUBMIT_INSTRUCTION
 
     def get_reward(self) -> float | None:
@@ -209,19 +238,11 @@ class ThemistoToolEnv:
         :attr:`last_score`."""
         if self.sample is None:
             raise ConfigError("call reset() before get_reward()")
-        rule = self._states.config.scoring_rule()
-        flagged = bool(self.faults or self.mismatches)
-        execution = None
-        if rule.execution_score and self.sample.task == "next-cell" and not flagged:
-            execution = self._states.scoring_env().execution_run(self.sample)
-        self.last_score = score_sample(
+        self.last_score = self._states.scorer().score(
+            self.sample,
             self._prediction(),
-            self.sample.target,
-            task=self.sample.task,
-            rule=rule,
-            tools_used=len(self.tool_calls),
-            execution=execution,
-            faults=self.faults,
+            tools_used=self.record.tools_used,
+            faults=self.record.faults,
             state_mismatch="; ".join(self.mismatches) or None,
         )
         return self.last_score.reward
@@ -318,35 +339,42 @@ class ThemistoToolEnv:
         return extract_prediction(self.answer, self.sample.task)  # type: ignore[arg-type]
 
     def _tool(self, tool: str, **args: Any) -> str:
+        """One tool call: refused once the record's budget is spent, else answered from the group's cache or
+        the sample's state server, and written in the record as the gym env writes a tool step."""
+        from themisto_env.env.state_server import ToolOutcome, state_mismatch
+
         if self.sample is None:
             raise ConfigError("call reset() before using tools")
-        config = self._states.config
-        if len(self.tool_calls) >= config.tool_budget:
-            return f"The tool budget ({config.tool_budget} calls) is spent: submit your prediction."
-        states = self._states
+        record = self.record
+        if record.budget_spent:  # refused: nothing runs, it costs nothing
+            return f"The tool budget ({record.tool_budget} calls) is spent: submit your prediction."
+        states, call = self._states, ToolCall(tool=tool, args=args)
         key = (tool, json.dumps(args, sort_keys=True))
+        mismatch = None
         with states.lock():
             cached = states.answers.get(self.sample.id, {}).get(key) if states.cache_answers else None
             if cached is not None:
-                text, info = cached
+                outcome = ToolOutcome(cached)
             else:
-                if not states.share and self._own_env is None:
-                    self._own_env = states.new_env()
-                env = states.env_for(self.sample.id, own=None if states.share else self._own_env)
-                obs, _, _, _, raw = env.step(ToolCall(tool=tool, args=args))
-                text, info = str(obs["tool_result"]), StepInfo.model_validate(raw)
+                if not states.share and self._own_server is None:
+                    self._own_server = states.new_server()
+                server = states.env_for(self.sample.id, own=None if states.share else self._own_server)
+                outcome = server.call_tool(call)
+                mismatch = state_mismatch(server.report)
                 if states.cache_answers:
-                    if info.infrastructure_error:
+                    if outcome.faults:
                         states.answers.pop(self.sample.id, None)  # the kernel was replaced
-                    elif info.state.get("check") != "mismatch":
-                        states.answers.setdefault(self.sample.id, {})[key] = (text, info)
-        if info.infrastructure_error:
-            self.faults.append(info.infrastructure_error)
-        elif info.state.get("check") == "mismatch":
-            self.mismatches.append("; ".join(map(str, info.state.get("differences", [])[:5])) or "the state differs")
-        else:
-            self.tool_calls.append({"tool": tool, "args": args, "ok": bool((info.tool_result or {}).get("ok"))})
-        return text
+                    elif outcome.result is not None and mismatch is None:
+                        states.answers.setdefault(self.sample.id, {})[key] = outcome.result
+        record.count_call()
+        if outcome.result is None:  # the machinery failed: the call is given back (up to the env's cap)
+            record.tool_failed(outcome)
+            return SANDBOX_FAILED
+        record.add_faults(outcome.faults)
+        if mismatch is not None:
+            self.mismatches.append(mismatch)
+        record.called(call, outcome.result.ok)
+        return outcome.result.text
 
     def close(self) -> None:
         """Close what this instance owns (its own states, when it made them). Idempotent."""

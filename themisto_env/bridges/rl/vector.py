@@ -10,7 +10,7 @@ Turn structure, per copy (the env's, see :mod:`themisto_env.env.core`):
 2. Each ``step`` takes one action per copy: a tool call (``kind`` 0: ``tool`` index into
    :data:`~themisto_env.env.tools.TOOL_NAMES`, ``args`` JSON; reward ``-tool_cost``, the result comes back
    in the ``tool_result`` observation, ``tools_left`` goes down) or a prediction (``kind`` 1: ``text``;
-   the rest of the sample's reward, :func:`~themisto_env.scoring.score.score_sample`'s (README "Reward"),
+   the rest of the sample's reward, :func:`~themisto_env.scoring.score.score_sample`'s (docs/reward.md),
    ``info["scores"]``). After a prediction the copy executes the real
    cells and its next observation is the next sample's. Copies move independently: one can be calling a
    tool while another predicts.

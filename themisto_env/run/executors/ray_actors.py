@@ -102,4 +102,4 @@ def ray_rows(config: RunConfig, episodes: list[EpisodePlan]) -> Iterator[ResultR
             ray.shutdown()
 
 
-__all__ = ["LOCAL", "EpisodeWorker", "connect", "import_ray", "ray_rows"]
+__all__ = ["EpisodeWorker", "ray_rows"]

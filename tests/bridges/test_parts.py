@@ -1,0 +1,94 @@
+"""The bridges use the env's parts: none builds a whole gym env (issue 29), and their options come from
+:class:`~themisto_env.env.config.EnvConfig`."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import themisto_env.bridges
+
+BRIDGES = Path(themisto_env.bridges.__file__).parent
+ENV_CLASS = "ThemistoEnv"
+
+
+def _constructions(source: str, where: str) -> list[str]:
+    """Where a module calls ``ThemistoEnv(...)`` (by its name, an alias of it, or ``module.ThemistoEnv``)."""
+    tree = ast.parse(source, filename=where)
+    names = {ENV_CLASS}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            names.update(alias.asname for alias in node.names if alias.name == ENV_CLASS and alias.asname)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+        if called in names:
+            found.append(f"{where}:{node.lineno}")
+    return found
+
+
+#: Bridges that still build a ThemistoEnv, each with why. The inspect sandbox is ready to hold the env's
+#: Episode instead, but tests/test_one_score.py (to pass unchanged) kills the kernel of "the env an inspect
+#: sandbox made" by finding a ThemistoEnv among the live objects; the lead decides (both changes are written).
+PENDING = {"themisto_env/bridges/inspect_sandbox.py"}
+
+
+def test_no_bridge_constructs_a_gym_env() -> None:
+    modules = sorted(BRIDGES.rglob("*.py"))
+    assert len(modules) > 10, "the bridges' modules are found"
+    found = [
+        where
+        for path in modules
+        for where in _constructions(path.read_text(encoding="utf-8"), str(path.relative_to(BRIDGES.parent.parent)))
+    ]
+    unexpected = [where for where in found if where.partition(":")[0] not in PENDING]
+    assert unexpected == [], f"bridges build a whole env instead of using its parts: {unexpected}"
+    assert {where.partition(":")[0] for where in found} == PENDING, "a pending bridge was ported: drop it here"
+
+
+def test_the_check_sees_a_construction() -> None:
+    aliased = "from themisto_env.env.core import ThemistoEnv as E\nenv = E(task='output')\n"
+    assert _constructions(aliased, "probe.py") == ["probe.py:2"]
+    dotted = "import themisto_env.env.core as core\n\ndef f():\n    return core.ThemistoEnv()\n"
+    assert _constructions(dotted, "probe.py") == ["probe.py:4"]
+    assert _constructions("from themisto_env.env.core import ThemistoEnv\nx: ThemistoEnv\n", "probe.py") == []
+
+
+def test_the_sandbox_config_is_the_env_config() -> None:
+    pytest.importorskip("inspect_ai", reason="inspect_ai is not installed (pip install -e '.[inspect]')")
+    from themisto_env.bridges.inspect_sandbox import SandboxConfig
+    from themisto_env.env.config import EnvConfig
+
+    assert issubclass(SandboxConfig, EnvConfig)
+    assert SandboxConfig.model_fields.keys() == EnvConfig.model_fields.keys(), "no field repeated or added by hand"
+    config = SandboxConfig(task="output", tool_budget=3, ray="local")
+    assert hash(config) == hash(SandboxConfig(**config.model_dump())), "inspect hashes it"
+    assert config.env_config() == EnvConfig(task="output", tool_budget=3, ray="local")
+
+
+def test_an_openenv_session_draws_the_trajectory_the_gym_env_draws_for_a_seed() -> None:
+    """The session steps an episode, not a gym env: a ``seed`` still draws as ``gymnasium`` seeds (bundled data)."""
+    pytest.importorskip("openenv", reason="openenv-core is not installed (pip install -e '.[serve]')")
+    from themisto_env.bridges.openenv.environment import ThemistoServedEnv
+    from themisto_env.bridges.openenv.models import ThemistoAction
+    from themisto_env.env.core import ThemistoEnv
+
+    options = {"task": "output", "observation": "static"}
+    gym_env, session = ThemistoEnv(**options), ThemistoServedEnv(options)
+    try:
+        for seed in range(6):
+            _, info = gym_env.reset(seed=seed)
+            served = session.reset(seed=seed)
+            assert served.info == info, seed
+            _, expected, *_ = gym_env.step({"kind": 1, "text": "x"})
+            assert session.step(ThemistoAction.predict("x")).reward == expected
+        drawn = [gym_env.reset()[1]["trajectory_id"] for _ in range(5)]  # unseeded: the seeded generator goes on
+        assert drawn == [session.reset().info["trajectory_id"] for _ in range(5)]
+    finally:
+        gym_env.close()
+        session.close()

@@ -1,0 +1,310 @@
+"""An episode's turns without gym: :class:`Episode`, what :class:`~themisto_env.env.core.ThemistoEnv`'s ``reset``
+and ``step`` do (the turn structure is documented in :mod:`themisto_env.env.core`), over the env's parts:
+
+- a :class:`~themisto_env.env.state_server.StateServer`, the live state of the current sample;
+- a :class:`~themisto_env.env.scorer.Scorer`, the rule and the disposable kernels predictions run in;
+- an :class:`~themisto_env.env.record.EpisodeRecord`, the samples left and the current draw's tool calls,
+  budget, cost and faults.
+
+The gym env adds its spaces, seeding and rendering; a bridge that steps an episode (the OpenEnv environment)
+uses an :class:`Episode` directly and is paid exactly what the gym env pays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+
+from themisto_env.data.samples import Sample
+from themisto_env.data.trajectory import Trajectory
+from themisto_env.env.actions import Action, Prediction, parse_action, reset_options
+from themisto_env.env.config import EnvConfig, env_config_and_dataset, warn_unisolated
+from themisto_env.env.info import StepInfo
+from themisto_env.env.observation import sample_observation
+from themisto_env.env.record import EpisodeRecord
+from themisto_env.env.scorer import Scorer
+from themisto_env.env.state_server import FROM_DATASET, EnvironmentChoice, StateServer, not_served, resolve_environment
+from themisto_env.env.tools import TOOL_NAMES, ToolCall, ToolContext
+from themisto_env.errors import ActionError, BackendUnavailableError, ConfigError, InfrastructureError
+from themisto_env.replay.dataset import Dataset
+from themisto_env.replay.state_check import StateReport
+from themisto_env.scoring.score import ExecutionRun, SampleScore
+
+__all__ = ["Episode", "Step"]
+
+#: What a step returns: observation, reward, terminated, truncated, info (gymnasium's order).
+Step = tuple[dict[str, Any], float, bool, bool, dict[str, Any]]
+
+
+class Episode:
+    """The turns of an episode over one trajectory's samples: tool calls, predictions, the next sample.
+
+    Args:
+        config: The options.
+        dataset: The open dataset (its samples of ``config.task`` under ``config.sample_rule``).
+        environment: The kernel environment id; by default the one of the config and dataset.
+        server: The state server to serve the samples' states on (default: a new one, closed with the
+            episode).
+        scorer: The scorer of the predictions (default: a new one, closed with the episode).
+
+    Raises:
+        ConfigError: The dataset has no samples of the task.
+    """
+
+    def __init__(
+        self,
+        config: EnvConfig,
+        dataset: Dataset,
+        *,
+        environment: EnvironmentChoice = FROM_DATASET,
+        server: StateServer | None = None,
+        scorer: Scorer | None = None,
+    ) -> None:
+        self.config = config
+        self.dataset = dataset
+        if server is not None:
+            environment = server.environment
+        elif scorer is not None:
+            environment = scorer.environment
+        #: The kernel environment's id (None: the tool's own Python).
+        self.environment = resolve_environment(environment, config, dataset)
+        self.trajectories: dict[str, Trajectory] = dict(dataset.trajectories)
+        self.samples = dataset.samples(config.task, config.sample_rule)
+        #: Each trajectory's samples in step order (the episodes).
+        self.episode_samples: dict[str, list[Sample]] = dataset.episodes(config.task, config.sample_rule)
+        self.episode_ids = sorted(self.episode_samples)
+        if not self.episode_ids:
+            raise ConfigError(f"no {config.task} samples in {dataset.path} under {config.sample_rule}")
+        #: The tools an agent is offered (try_cell would reveal the output in the output task).
+        self.tool_names = tuple(n for n in TOOL_NAMES if n != "try_cell" or config.task == "next-cell")
+        self._owns = (server is None, scorer is None)
+        self.server = server if server is not None else StateServer(config, dataset, environment=self.environment)
+        self.scorer = scorer if scorer is not None else Scorer(config, dataset, environment=self.environment)
+        if config.execution_score and config.task == "next-cell":
+            warn_unisolated(config.backend, "the execution score")
+        self.record = EpisodeRecord(config)
+        self._last_tool = ""  # the observation's tool_result
+        self._runtime_text = ""  # the observation's runtime (full mode)
+        self._rng: np.random.Generator | None = None
+
+    @classmethod
+    def open(cls, **options: Any) -> Episode:
+        """An episode over ``options`` (:class:`~themisto_env.env.config.EnvConfig`; ``dataset`` may be an open
+        :class:`~themisto_env.replay.dataset.Dataset`)."""
+        config, dataset = env_config_and_dataset(options)
+        return cls(config, dataset)
+
+    # -- the turns ----------------------------------------------------------------------------------------
+
+    def reset(
+        self, options: Mapping[str, Any] | None = None, *, rng: np.random.Generator | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Start an episode: ``options`` may name ``trajectory`` (id or index) and ``sample`` (an index into
+        that trajectory's samples, or a sample id, whose trajectory is then found); otherwise the
+        trajectory is drawn with ``rng`` (default: the episode's own, unseeded).
+
+        Raises:
+            ConfigError: A bad option (nothing changed).
+            SplitError: A trajectory or sample of the other side of the dataset's split.
+            BackendUnavailableError: The backend is gone.
+        """
+        self.server.raise_lost_backend()
+        if isinstance(options, dict):  # a split's side refuses the other side's, by name (SplitError)
+            asked_tid, asked_sample = options.get("trajectory"), options.get("sample")
+            self.dataset.check_served(
+                trajectory_id=asked_tid if isinstance(asked_tid, str) else None,
+                sample_id=asked_sample if isinstance(asked_sample, str) else None,
+            )
+        tid, start = reset_options(options, self.episode_ids, self.episode_samples, self.config.task)
+        if tid is None:
+            if rng is None:
+                rng = self._rng = self._rng or np.random.default_rng()
+            tid = self.episode_ids[int(rng.integers(len(self.episode_ids)))]
+        samples = self.episode_samples[tid]
+        if not 0 <= start < len(samples):
+            raise ConfigError(f"trajectory {tid} has {len(samples)} samples; sample {start} is out of range")
+        self.record.start(self.trajectories[tid], samples[start:])
+        self.server.warm_up()  # a kernel on its way before the first state is needed
+        return self._begin_sample(), self.info()
+
+    def step(self, action: Any) -> Step:
+        """Take one action: a tool call (answered in the observation's ``tool_result``; ``-tool_cost``) or a
+        prediction (scored; the sample's reward less what its tool steps paid). See
+        :mod:`themisto_env.env.core` for the turn structure.
+
+        Raises:
+            ConfigError: No episode was started.
+            BackendUnavailableError: The backend is gone.
+        """
+        if self.record.sample is None:
+            raise ConfigError("call reset() before step()")
+        self.server.raise_lost_backend()
+        extra: dict[str, Any] = {}
+        try:
+            parsed: Action | None = parse_action(action)
+        except ActionError as exc:
+            parsed, extra["action_error"] = None, str(exc)
+        if isinstance(parsed, Prediction):
+            return self._submit(parsed, extra)
+        current = self.record.current
+        if current.budget_spent:  # refused: the sample waits for its prediction
+            extra["tool_refused"] = True
+            self._last_tool = current.refusal()
+            return self.observation(), 0.0, False, False, self.info(**extra)
+        current.count_call()
+        if parsed is None:
+            self._last_tool = f"Invalid action: {extra['action_error']}"
+        else:
+            self._last_tool = self._call_tool(parsed, extra)
+        reward = current.pay_call()
+        return self.observation(), reward, False, False, self.info(**extra)
+
+    def _begin_sample(self) -> dict[str, Any]:
+        sample = self.record.begin_sample()
+        assert self.record.trajectory is not None
+        self._last_tool = ""
+        self._runtime_text = ""
+        self.server.select(self.record.trajectory, sample.step)
+        if not self.config.lazy_state or self.config.observation == "full":
+            self.record.current.add_faults(self.server.served_faults())
+        if self.config.observation == "full":
+            try:
+                self._runtime_text = self.server.runtime_text(self.config.max_text_chars)
+            except InfrastructureError as exc:
+                self.record.current.add_faults(self.server.recover(exc))
+        return self.observation()
+
+    def _call_tool(self, call: ToolCall, extra: dict[str, Any]) -> str:
+        if self.config.observation != "tools":
+            extra["action_error"] = f"tools are off in the {self.config.observation!r} observation mode"
+            return f"Invalid action: {extra['action_error']}"
+        assert self.record.sample is not None
+        outcome = self.server.call_tool(call, self.scorer.try_code(self.record.sample))
+        if outcome.result is None:
+            extra["infrastructure_error"] = outcome.error
+            self.record.current.tool_failed(outcome)
+            return "The tool could not run because the sandbox failed; it was recovered: try again."
+        self.record.current.add_faults(outcome.faults)
+        self.record.current.called(call, outcome.result.ok)
+        extra["tool_result"] = asdict(outcome.result)
+        return outcome.result.text
+
+    def _submit(self, prediction: Prediction, extra: dict[str, Any]) -> Step:
+        """Score the prediction (the step pays the sample's reward less what its tool steps already paid:
+        the sample's steps sum to ``SampleScore.reward``, or to 0 when the sample is unscored)."""
+        record = self.record
+        sample, current = record.sample, record.current
+        assert sample is not None
+        scored = self.score_prediction(prediction.text)
+        value = (scored.reward if scored.reward is not None else 0.0) + current.tool_cost_paid
+        extra.update(dict(scored))
+        extra["tool_calls"] = list(current.tool_calls)
+        extra["scored_sample_id"] = sample.id
+        report = self.server.report
+        if report is not None and report.faults:
+            extra["recovered"] = list(report.faults)
+        extra["scored_state"] = report.as_dict() if report is not None else not_served()
+        extra["scored_draw"] = record.draw
+        if record.finish_draw(scored):  # another prediction for the same sample, same state
+            self._last_tool = ""
+            return self.observation(), value, False, False, self.info(**extra)
+        terminated = not record.queue
+        if terminated:
+            obs = self.observation()
+        else:
+            try:
+                obs = self._begin_sample()
+            except BackendUnavailableError as exc:  # the sample is scored: report it; the next call raises
+                self.server.lose_backend(exc)
+                obs = self.observation()
+        return obs, value, terminated, False, self.info(**extra)
+
+    # -- what the agent and the caller read ----------------------------------------------------------------
+
+    def observation(self) -> dict[str, Any]:
+        """The current sample's observation (see :func:`~themisto_env.env.observation.sample_observation`)."""
+        record = self.record
+        assert record.trajectory is not None and record.sample is not None
+        return sample_observation(
+            self.config,
+            record.trajectory,
+            record.sample.step,
+            tools_left=record.current.tools_left,
+            runtime=self._runtime_text,
+            tool_result=self._last_tool,
+        )
+
+    def info(self, **extra: Any) -> dict[str, Any]:
+        """The step's ``info``: a :class:`~themisto_env.env.info.StepInfo` as a dict (its keys are documented
+        there), with ``extra``'s keys."""
+        sample = self.record.sample
+        assert sample is not None
+        report = self.server.report
+        return StepInfo(
+            sample_id=sample.id,
+            trajectory_id=sample.trajectory_id,
+            step=sample.step,
+            task=self.config.task,
+            observation_mode=self.config.observation,
+            tool_names=self.tool_names if self.config.observation == "tools" else (),
+            samples_left=self.record.samples_left,
+            draw=self.record.draw,
+            state=report.as_dict() if report is not None else not_served(),
+            **extra,
+        ).model_dump()
+
+    @property
+    def current_sample(self) -> Sample | None:
+        """The sample being predicted (its target is for scoring code, never for agents)."""
+        return self.record.sample
+
+    @property
+    def state_report(self) -> StateReport | None:
+        """How the current sample's state was served and checked (None while it is not served yet)."""
+        return self.server.report
+
+    def serve_state(self) -> StateReport:
+        """Bring the kernel to the current sample's state now, if it is not there yet, and say how it was
+        served and checked (done on its own when a tool or the ``full`` mode needs it)."""
+        if self.record.sample is None:
+            raise ConfigError("call reset() before serve_state()")
+        self.record.current.add_faults(self.server.served_faults())
+        assert self.server.report is not None
+        return self.server.report
+
+    def tool_context(self) -> ToolContext:
+        """The tools' view of the current state (for langchain tools bound to this episode)."""
+        sample = self.record.sample
+        if self.record.trajectory is None or sample is None:
+            raise ConfigError("call reset() before using tools")
+        self.record.current.add_faults(self.server.served_faults())
+        return self.server.tool_context(self.scorer.try_code(sample))
+
+    def score_prediction(self, text: str) -> SampleScore:
+        """Score a prediction of the current sample as the next prediction step would, without taking the
+        step (the scorer's score with this draw's tool calls, faults and state check)."""
+        sample = self.record.sample
+        if sample is None:
+            raise ConfigError("call reset() before score_prediction()")
+        return self.scorer.score(sample, text, **self.record.current.score_args(self.server.report))
+
+    def execution_run(self, sample: Sample) -> ExecutionRun | None:
+        """How a prediction of ``sample`` runs for the execution score (see :meth:`Scorer.execution_run`)."""
+        return self.scorer.execution_run(sample)
+
+    def close(self) -> None:
+        """Close the parts this episode made (a server or scorer given to it stays open)."""
+        owns_server, owns_scorer = self._owns
+        if owns_server:
+            self.server.close()
+        if owns_scorer:
+            self.scorer.close()
+
+    def __enter__(self) -> Episode:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

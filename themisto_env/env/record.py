@@ -1,0 +1,164 @@
+"""The episode's record: which samples are left, the sample and draw being predicted, and for that draw its
+tool calls, the tool budget and cost, and the infrastructure faults that touch it.
+
+:class:`SampleRecord` is the one place that writes a sample's tool count, cost and faults (the gym env's
+steps, and the bridges that keep a record per rollout); :class:`EpisodeRecord` holds the queue of an
+episode's samples and the current sample's record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from themisto_env.data.samples import Sample
+from themisto_env.data.trajectory import Trajectory
+from themisto_env.env.config import EnvConfig
+from themisto_env.env.state_server import ToolOutcome, state_mismatch
+from themisto_env.env.tools import ToolCall
+from themisto_env.replay.state_check import StateReport
+from themisto_env.scoring.score import SampleScore
+
+__all__ = ["MAX_TOOL_REFUNDS", "EpisodeRecord", "SampleRecord"]
+
+MAX_TOOL_REFUNDS = 3
+"""How many tool calls per sample are given back when the sandbox, not the agent, failed them (a
+disposable kernel that could not reach the state, ...): past it they count, so that no agent earns
+endless free calls from code that keeps breaking its kernel's start."""
+
+
+class SampleRecord:
+    """One prediction's bookkeeping (one draw of one sample): its tool calls against the budget, what they
+    cost, and the infrastructure faults that touch the sample.
+
+    Args:
+        tool_budget: Tool calls allowed.
+        tool_cost: What each call costs.
+
+    Attributes:
+        tools_used: The tool calls counted against the budget (a call the sandbox failed is given back, up
+            to :data:`MAX_TOOL_REFUNDS` faults per sample).
+        tool_cost_paid: What the draw's tool steps paid (each call pays, given back or not).
+        tool_calls: The calls that ran: ``{"tool", "args", "ok"}``.
+        faults: The infrastructure failures that touch the sample (it is unscored when there is one).
+    """
+
+    def __init__(self, tool_budget: int, tool_cost: float) -> None:
+        self.tool_budget = tool_budget
+        self.tool_cost = tool_cost
+        self.tools_used = 0
+        self.tool_cost_paid = 0.0
+        self.tool_calls: list[dict[str, Any]] = []
+        self.faults: list[str] = []
+
+    @classmethod
+    def of(cls, config: EnvConfig) -> SampleRecord:
+        """A record under ``config``'s tool budget and cost."""
+        return cls(config.tool_budget, config.tool_cost)
+
+    @property
+    def tools_left(self) -> int:
+        """Tool calls the draw may still make."""
+        return self.tool_budget - self.tools_used
+
+    @property
+    def budget_spent(self) -> bool:
+        """Whether a further call is refused (nothing runs, it costs nothing)."""
+        return self.tools_used >= self.tool_budget
+
+    def refusal(self) -> str:
+        """What a call past the budget is answered."""
+        return (
+            f"Tool budget spent ({self.tool_budget} calls for this sample): nothing was run. "
+            "Submit the prediction now (kind=1, Prediction(text=...))."
+        )
+
+    def count_call(self) -> None:
+        """A tool call is taken (counted against the budget; paid by :meth:`pay_call`)."""
+        self.tools_used += 1
+
+    def pay_call(self) -> float:
+        """The taken call's cost: recorded, and returned as the step's reward (``-tool_cost``)."""
+        self.tool_cost_paid += self.tool_cost
+        return -self.tool_cost
+
+    def called(self, call: ToolCall, ok: bool) -> None:
+        """A call that ran (``ok``: the tool answered, not an error)."""
+        self.tool_calls.append({"tool": call.tool, "args": call.args, "ok": ok})
+
+    def add_faults(self, faults: Iterable[str]) -> None:
+        """Infrastructure failures that touch the sample (serving its state, answering its tools)."""
+        self.faults.extend(faults)
+
+    def tool_failed(self, outcome: ToolOutcome) -> None:
+        """The machinery failed a call (it did not run): its faults recorded and the call given back, while
+        the sample has at most :data:`MAX_TOOL_REFUNDS` faults."""
+        self.add_faults(outcome.faults)
+        if len(self.faults) <= MAX_TOOL_REFUNDS:  # not the agent's fault, up to a cap per sample
+            self.tools_used -= 1
+
+    def score_args(self, report: StateReport | None) -> dict[str, Any]:
+        """What :meth:`~themisto_env.env.scorer.Scorer.score` takes of this record and the sample's served
+        state: ``tools_used``, ``faults``, ``state_mismatch``."""
+        return {"tools_used": self.tools_used, "faults": self.faults, "state_mismatch": state_mismatch(report)}
+
+    def scored(self, score: SampleScore) -> None:
+        """The draw was scored: its faults are now the score's (a later draw of the sample starts from them)."""
+        self.faults = [score.infrastructure_error] if score.infrastructure_error else []
+
+    def next_draw(self) -> None:
+        """The next prediction of the same sample (pass@k): no tool calls yet, nothing paid."""
+        self.tools_used, self.tool_calls, self.tool_cost_paid = 0, [], 0.0
+
+
+class EpisodeRecord:
+    """An episode's samples: the queue left, the current sample, its draw (pass@k), and its record.
+
+    Args:
+        config: The options (tool budget and cost; ``samples``: predictions per sample).
+
+    Attributes:
+        trajectory: The episode's trajectory (None before :meth:`start`).
+        queue: The samples not scored yet, the current one first.
+        sample: The sample being predicted (None before the first).
+        draw: Which of the sample's predictions the episode waits for (from 0).
+        current: The current draw's :class:`SampleRecord`.
+    """
+
+    def __init__(self, config: EnvConfig) -> None:
+        self.config = config
+        self.trajectory: Trajectory | None = None
+        self.queue: list[Sample] = []
+        self.sample: Sample | None = None
+        self.draw = 0
+        self.current = SampleRecord.of(config)
+
+    @property
+    def samples_left(self) -> int:
+        """Samples of the episode not scored yet, the current one included."""
+        return len(self.queue)
+
+    def start(self, trajectory: Trajectory, samples: Iterable[Sample]) -> None:
+        """A new episode over ``samples`` of ``trajectory`` (the first is begun by :meth:`begin_sample`)."""
+        self.trajectory = trajectory
+        self.queue = list(samples)
+        self.draw = 0
+
+    def begin_sample(self) -> Sample:
+        """The queue's first sample becomes the current one, with a new record."""
+        self.sample = self.queue[0]
+        self.current = SampleRecord.of(self.config)
+        return self.sample
+
+    def finish_draw(self, scored: SampleScore) -> bool:
+        """The current draw was scored. Returns True when the same sample takes another prediction (its
+        record starts over, see :meth:`SampleRecord.next_draw`), False when it leaves the queue (its record
+        stays as it was until the next sample begins: the last observation shows its tools left)."""
+        self.current.scored(scored)
+        if self.draw + 1 < self.config.samples:  # another prediction for the same sample, same state
+            self.draw += 1
+            self.current.next_draw()
+            return True
+        self.draw = 0
+        self.queue.pop(0)
+        return False

@@ -1,0 +1,153 @@
+"""Scoring a prediction: :class:`Scorer`, the scoring rule of an env config (docs/reward.md) and the disposable
+kernels model-written code runs in (a prediction under the execution score, a ``try_cell`` candidate).
+
+A scorer holds no episode and no live state: the gym env's prediction step, the TRL tool env and reward
+functions, pass@k and the inspect scorer score through :meth:`Scorer.score`, which is
+:func:`~themisto_env.scoring.score.score_sample` under the config's rule with the sample's execution run.
+Model-written code never runs in a state server's kernel: each run takes a disposable kernel brought to the
+sample's state and discarded after (:mod:`themisto_env.replay.disposable`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from themisto_env.data.samples import Sample
+from themisto_env.env.config import MODEL_CODE_TIMEOUT_S, EnvConfig, warn_unisolated
+from themisto_env.env.state_server import FROM_DATASET, EnvironmentChoice, resolve_environment, template_source
+from themisto_env.env.tools._models import TryCode
+from themisto_env.replay.dataset import Dataset
+from themisto_env.replay.disposable import CodeRun, DisposableKernels, imported_modules
+from themisto_env.sandbox.template import hold_shared_templates, release_shared_templates
+from themisto_env.scoring.score import ExecutionRun, SampleScore, ScoringRule, execution_run, score_sample
+
+__all__ = ["Scorer"]
+
+
+class Scorer:
+    """The scoring rule of ``config`` and the disposable kernels its predictions and tried cells run in.
+
+    Args:
+        config: The options (the reward's weights, tool cost and execution score; the kernels' backend,
+            limits, snapshot store, forking, Ray placement).
+        dataset: The dataset the scored samples come from.
+        environment: The kernel environment id (None: the tool's own Python); by default the one of the
+            config and dataset (:func:`~themisto_env.env.state_server.kernel_environment`).
+
+    No kernel starts until code has to run. Usable as a context manager (closed on exit).
+    """
+
+    def __init__(self, config: EnvConfig, dataset: Dataset, *, environment: EnvironmentChoice = FROM_DATASET) -> None:
+        self.config = config
+        self.dataset = dataset
+        #: The kernel environment's id (None: the tool's own Python).
+        self.environment = resolve_environment(environment, config, dataset)
+        self._disposable: DisposableKernels | None = None
+        trajectories = dataset.trajectories.values()
+        self._preload = tuple(imported_modules(trajectories, submodules=True))  # the template's
+        self._template = template_source(
+            config, preload=self._preload, environment=self.environment, store_access="copy"
+        )
+        self._holds_templates = self._template is not None
+        if self._holds_templates:  # the shared templates keep spares and states while a scorer forks from them
+            hold_shared_templates()
+
+    @property
+    def rule(self) -> ScoringRule:
+        """The options that enter the reward (weights, tool cost, execution score)."""
+        return self.config.scoring_rule()
+
+    @property
+    def code_timeout_s(self) -> float:
+        """The time limit of model-written code (a prediction, a tried cell)."""
+        return min(self.config.limits.timeout_s, MODEL_CODE_TIMEOUT_S)
+
+    @property
+    def disposable(self) -> DisposableKernels | None:
+        """The disposable kernels, if started (None: no model-written code ran yet)."""
+        return self._disposable
+
+    def disposable_kernels(self) -> DisposableKernels:
+        """The kernels model-written code runs in (a pool of disposable kernels, started on first use,
+        preloading the libraries the dataset's cells import)."""
+        if self._disposable is None:
+            config = self.config
+            self._disposable = DisposableKernels(
+                config.backend,
+                limits=config.limits,
+                snapshot_dir=config.snapshot_dir,
+                environment=self.environment,
+                preload=imported_modules(self.dataset.trajectories.values()),
+                ray=config.ray,
+                template=self._template,
+            )
+        return self._disposable
+
+    def execution_run(self, sample: Sample) -> ExecutionRun | None:
+        """How a prediction of ``sample`` is run for the execution score (a disposable kernel in the state
+        before its target step); None when the score does not apply."""
+        if not self.config.execution_score or sample.task != "next-cell":
+            return None
+        trajectory = self.dataset.trajectories[sample.trajectory_id]
+        return execution_run(self.disposable_kernels(), trajectory, sample.step, timeout_s=self.code_timeout_s)
+
+    def try_code(self, sample: Sample) -> TryCode | None:
+        """The ``try_cell`` tool's runner at ``sample``'s state: a candidate cell run in a disposable kernel
+        (never a state server's); None outside the next-cell task (running the cell would reveal the output)."""
+        if self.config.task != "next-cell":
+            return None
+        trajectory, step = self.dataset.trajectories[sample.trajectory_id], sample.step
+
+        def try_code(code: str) -> CodeRun:
+            warn_unisolated(self.config.backend, "the try_cell tool")
+            return self.disposable_kernels().run(trajectory, step, code, timeout_s=self.code_timeout_s)
+
+        return try_code
+
+    def score(
+        self,
+        sample: Sample,
+        text: str,
+        *,
+        tools_used: int = 0,
+        faults: Sequence[str] = (),
+        state_mismatch: str | None = None,
+    ) -> SampleScore:
+        """The score of a prediction of ``sample``: :func:`~themisto_env.scoring.score.score_sample` under this
+        rule, with the sample's execution run (when the execution score applies).
+
+        Args:
+            sample: The sample predicted.
+            text: The prediction, as it is scored.
+            tools_used: The tool calls made for it (each costs ``rule.tool_cost``).
+            faults: Infrastructure failures met while serving the sample or answering its tools (unscored).
+            state_mismatch: How the served state differed from the recording (unscored), if it did.
+
+        Raises:
+            BackendUnavailableError: The backend went away while running the prediction.
+        """
+        return score_sample(
+            text,
+            sample.target,
+            task=sample.task,
+            rule=self.rule,
+            tools_used=tools_used,
+            execution=self.execution_run(sample),
+            faults=faults,
+            state_mismatch=state_mismatch,
+        )
+
+    def close(self) -> None:
+        """Close the disposable kernels and give back this scorer's share of the shared templates. Idempotent."""
+        if self._disposable is not None:
+            self._disposable.close()
+            self._disposable = None
+        if self._holds_templates:
+            self._holds_templates = False
+            release_shared_templates()
+
+    def __enter__(self) -> Scorer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,428 @@
+"""The live state of one sample: :class:`StateServer`, a kernel brought to the state before a sample's target
+step and checked (:class:`~themisto_env.replay.state.TrajectoryKernel`), the warm kernels and shared templates
+it comes from, recovery after a fault, the tools' view of that state, and the lost-backend bookkeeping.
+
+A state server knows nothing of budgets, rewards or episodes: the gym env
+(:class:`~themisto_env.env.core.ThemistoEnv`, through :class:`~themisto_env.env.episode.Episode`) and the
+bridges select a sample's state on it, ask for it to be served when something needs the live state, and run
+tool calls on it; what happened is returned (a :class:`~themisto_env.replay.state_check.StateReport`, the
+faults met) for the caller's record. Model-written code never runs here (see
+:class:`~themisto_env.env.scorer.Scorer`).
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from themisto_env.data.trajectory import Step, Trajectory
+from themisto_env.env.config import EnvConfig
+from themisto_env.env.observation import history_items, render_runtime
+from themisto_env.env.tools import ToolCall, ToolContext, ToolResult, run_tool
+from themisto_env.env.tools._models import TryCode
+from themisto_env.errors import BackendUnavailableError, ConfigError, InfrastructureError
+from themisto_env.replay.dataset import Dataset
+from themisto_env.replay.disposable import imported_modules
+from themisto_env.replay.kernel_environments import dataset_kernel_environment
+from themisto_env.replay.state import TrajectoryKernel
+from themisto_env.replay.state_check import StateReport, expected_fingerprint, fresh_before
+from themisto_env.sandbox.kernel_contract import KernelLike
+from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
+from themisto_env.sandbox.pool import KernelPool, shared_pool
+from themisto_env.sandbox.ray_cluster import connect
+from themisto_env.sandbox.ray_kernel import make_kernel
+from themisto_env.sandbox.template import (
+    FORKING_BACKENDS,
+    KernelTemplate,
+    hold_shared_templates,
+    release_shared_templates,
+    shared_template,
+)
+
+__all__ = [
+    "FROM_DATASET",
+    "StateServer",
+    "ToolOutcome",
+    "forks",
+    "kernel_environment",
+    "not_served",
+    "state_mismatch",
+    "template_source",
+]
+
+log = logging.getLogger("themisto_env")
+
+
+class _FromDataset(enum.Enum):
+    FROM_DATASET = "the dataset's kernel environment"
+
+
+#: The default of the parts' ``environment``: the kernel environment the dataset and config name
+#: (:func:`kernel_environment`).
+FROM_DATASET = _FromDataset.FROM_DATASET
+EnvironmentChoice = str | None | _FromDataset
+
+
+def kernel_environment(config: EnvConfig, dataset: Dataset) -> str | None:
+    """The kernel environment id the kernels of ``config`` over ``dataset`` run in (None: the tool's own
+    Python): ``config.environment``, else the one the dataset was built in.
+
+    Raises:
+        BackendUnavailableError: The dataset's environment is not on this machine.
+        ConfigError: ``config.environment`` names no environment here.
+    """
+    return dataset_kernel_environment(dataset.path, config.environment, backend=config.backend)
+
+
+def resolve_environment(environment: EnvironmentChoice, config: EnvConfig, dataset: Dataset) -> str | None:
+    """``environment`` itself, or the dataset's (:func:`kernel_environment`) for :data:`FROM_DATASET`."""
+    return kernel_environment(config, dataset) if isinstance(environment, _FromDataset) else environment
+
+
+def forks(config: EnvConfig) -> bool:
+    """Whether kernels and copies of states are forked from a template (``EnvConfig.fork``; local and bwrap
+    kernels on this machine)."""
+    return config.fork and config.ray is None and config.backend in FORKING_BACKENDS
+
+
+def template_source(
+    config: EnvConfig,
+    *,
+    preload: tuple[str, ...],
+    environment: str | None,
+    store_access: Literal["read", "copy"],
+) -> Callable[[], KernelTemplate] | None:
+    """Gives the process's template for the kernels of ``config`` (shared with the other users of this
+    kind, replaced when it dies), or None where kernels are not forked.
+
+    Kernels for model-written code (``store_access="copy"``) are forked on the local backend only: the
+    copies of one bwrap template share its sandbox and its user, so one copy could reach another; on
+    bwrap (and docker) each is started in a sandbox of its own.
+    """
+    if not forks(config) or (store_access == "copy" and config.backend != "local"):
+        return None
+    return functools.partial(
+        shared_template,
+        config.backend,
+        preload=preload,
+        limits=config.limits,
+        snapshot_dir=config.snapshot_dir,
+        store_access=store_access,
+        environment=environment,
+    )
+
+
+def not_served() -> dict[str, object]:
+    """``info["state"]`` of a sample whose state is not served yet (nothing live was shown, nothing checked)."""
+    return {"check": "not served", "faults": [], "differences": []}
+
+
+def state_mismatch(report: StateReport | None) -> str | None:
+    """How a served state differs from the recording (the ``state_mismatch`` a score takes), or None."""
+    if report is None or report.check != "mismatch":
+        return None
+    return "; ".join(report.differences[:10]) or "the state differs"
+
+
+def fault_text(error: Exception) -> str:
+    """An infrastructure failure as a sample's fault: ``TypeName: message``."""
+    return f"{type(error).__name__}: {error}"
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """What one tool call on a served state came to.
+
+    Attributes:
+        result: The tool's result; None when the machinery failed and the call did not run.
+        faults: The infrastructure failures met on the way, in order (serving the state, the call, the
+            recovery after it): the sample's faults.
+    """
+
+    result: ToolResult | None
+    faults: tuple[str, ...] = ()
+
+    @property
+    def error(self) -> str | None:
+        """Why the call did not run (the step's ``infrastructure_error``), or None when it ran."""
+        return self.faults[-1] if self.result is None and self.faults else None
+
+
+class StateServer:
+    """The live state of one selected sample, served on demand and checked.
+
+    Args:
+        config: The options (backend, limits, snapshots, warm kernels, forking, Ray, ...).
+        dataset: The dataset whose trajectories are served (its manifest says which packages the snapshots
+            need).
+        environment: The kernel environment id (None: the tool's own Python); by default the one of the
+            config and dataset (:func:`kernel_environment`).
+
+    Nothing starts until a state is needed: :meth:`select` names the state, :meth:`serve` (or a tool call)
+    brings the kernel there. Kernels come from the process's warm pool (after :meth:`warm_up`), or are
+    forked from its shared template (:attr:`forking`).
+    """
+
+    def __init__(self, config: EnvConfig, dataset: Dataset, *, environment: EnvironmentChoice = FROM_DATASET) -> None:
+        self.config = config
+        self.dataset = dataset
+        #: The kernel environment's id (None: the tool's own Python).
+        self.environment = resolve_environment(environment, config, dataset)
+        self.trajectories: dict[str, Trajectory] = dict(dataset.trajectories)
+        if config.ray is not None:  # connected here, in the caller's thread, not in a pool's
+            connect(config.ray.address)
+        #: The modules the dataset's cells import (preloaded in warm kernels and templates).
+        self.preload = tuple(imported_modules(self.trajectories.values(), submodules=True))
+        #: Warm kernels for the served state, taken at :meth:`warm_up`.
+        self.pool: KernelPool | None = None
+        #: The kernel and where it is (:attr:`TrajectoryKernel.started` says whether one runs).
+        self.kernel_owner = TrajectoryKernel(self._new_kernel, template=self.template_source("read"))
+        self._holds_templates = self.forking
+        if self._holds_templates:  # the shared templates keep spares and states while a server forks from them
+            hold_shared_templates()
+        self._dataset_checked = False
+        #: How the selected state was served and checked (None: not served yet).
+        self.report: StateReport | None = None
+        #: The selected state: a trajectory and the step about to run (None before :meth:`select`).
+        self.trajectory: Trajectory | None = None
+        self.step: int | None = None
+        self._lost_backend: BackendUnavailableError | None = None
+
+    @property
+    def forking(self) -> bool:
+        """Whether kernels and copies of states are forked from a template (see :func:`forks`)."""
+        return forks(self.config)
+
+    def template_source(self, store_access: Literal["read", "copy"]) -> Callable[[], KernelTemplate] | None:
+        """Gives the process's template for this server's kind of kernel (see :func:`template_source`)."""
+        return template_source(
+            self.config, preload=self.preload, environment=self.environment, store_access=store_access
+        )
+
+    def kernel_factory(self) -> Callable[[], KernelLike]:
+        """Makes a new kernel of this server's kind: on this machine, or in a Ray actor (``config.ray``)."""
+        config = self.config
+        return functools.partial(
+            make_kernel,
+            config.backend,
+            ray=config.ray,
+            limits=config.limits,
+            snapshot_dir=config.snapshot_dir,
+            environment=self.environment,
+        )
+
+    def _new_kernel(self) -> KernelLike:
+        return self.kernel_factory()()
+
+    def _shared_pool(self) -> KernelPool:
+        """The process's pool of warm kernels of this kind (backend, limits, snapshot store, preloaded
+        modules), shared with the other open servers of that kind."""
+        config = self.config
+        key = (config.backend, config.limits.model_dump_json(), config.snapshot_dir, self.preload, config.warm_kernels)
+        key += (self.environment, config.ray.model_dump_json() if config.ray else None)
+        # the factory, not a bound method: the process's pool must not hold this server
+        return shared_pool(key, self.kernel_factory(), size=config.warm_kernels, preload=self.preload)
+
+    def warm_up(self) -> None:
+        """Have a kernel on its way before the first state is needed (when states are served at all)."""
+        if self.forking:
+            return  # the template is started with the first kernel (shared by the process's servers)
+        config = self.config
+        if config.warm_kernels and (config.observation != "static" or not config.lazy_state):
+            if self.pool is None:
+                self.pool = self.kernel_owner.pool = self._shared_pool()
+            self.pool.fill()
+
+    # -- the selected state ------------------------------------------------------------------------------
+
+    def select(self, trajectory: Trajectory, step: int) -> None:
+        """Name the state now asked for (before ``step`` of ``trajectory``); nothing runs until it is needed."""
+        self.trajectory, self.step = trajectory, step
+        self.report = None
+
+    @property
+    def served(self) -> bool:
+        """Whether the selected state was served (or tried: ``report.route == "failed"``)."""
+        return self.report is not None
+
+    def _selected(self) -> tuple[Trajectory, int]:
+        if self.trajectory is None or self.step is None:
+            raise ConfigError("no state selected: call select() first")
+        return self.trajectory, self.step
+
+    def serve(self) -> StateReport:
+        """Bring the kernel to the selected state and check it (see :attr:`report`).
+
+        Raises:
+            BackendUnavailableError: The backend is gone (nothing to recover here: the caller stops).
+            InfrastructureError: The state could not be reached; :attr:`report` says ``route="failed"``.
+        """
+        trajectory, step = self._selected()
+        try:
+            self._check_dataset()
+            self.report = self.kernel_owner.serve(trajectory, step)
+        except BackendUnavailableError:
+            raise
+        except InfrastructureError:
+            self.report = StateReport(trajectory.id, step, route="failed")
+            raise
+        return self.report
+
+    def ensure_served(self) -> StateReport:
+        """:meth:`serve` unless the selected state was served already."""
+        return self.report if self.report is not None else self.serve()
+
+    def served_faults(self) -> list[str]:
+        """Serve the selected state unless it was; the fault met, if serving failed (nothing raised but a
+        lost backend)."""
+        if self.report is not None:
+            return []
+        try:
+            self.serve()
+        except BackendUnavailableError:
+            raise
+        except InfrastructureError as exc:
+            return [fault_text(exc)]
+        return []
+
+    def recover(self, error: InfrastructureError) -> list[str]:
+        """Bring a failed kernel back to the selected state. Returns the faults to record, in order: a
+        failed re-serve's, then ``error`` described with its recovery."""
+        self.kernel_owner.taint()
+        self.report = None
+        faults = self.served_faults()
+        return [*faults, f"{fault_text(error)} (recovered: kernel restarted and state restored)"]
+
+    def recorded_figures(self) -> tuple[dict[str, int], int | None]:
+        """Per-variable sizes and kernel memory recorded at build time for the selected state (what tools
+        and the ``full`` mode show, so that answers do not depend on how the state was reached)."""
+        trajectory, step = self._selected()
+        if fresh_before(trajectory, step):
+            return {}, None  # a fresh namespace: nothing recorded applies
+        before = trajectory.steps[step - 1]
+        return before.variables, before.memory_bytes
+
+    def executed_steps(self) -> list[Step]:
+        """The steps executed before the selected state."""
+        trajectory, step = self._selected()
+        return trajectory.steps[:step]
+
+    def tool_context(self, try_code: TryCode | None = None) -> ToolContext:
+        """The tools' view of the selected state (its kernel started, served or not: see
+        :meth:`ensure_served`); ``try_code`` runs the ``try_cell`` tool's candidates
+        (:meth:`~themisto_env.env.scorer.Scorer.try_code`), None where cells may not be tried."""
+        trajectory, step = self._selected()
+        sizes, memory = self.recorded_figures()
+        return ToolContext(
+            kernel=self.kernel_owner.kernel,
+            history=history_items(self.executed_steps()),
+            recorded_sizes=sizes,
+            recorded_memory=memory,
+            try_code=try_code,
+            recorded_fingerprint=expected_fingerprint(trajectory, step),
+        )
+
+    def call_tool(self, call: ToolCall, try_code: TryCode | None = None) -> ToolOutcome:
+        """Serve the selected state if needed and run one observation tool on it. A failure of the
+        machinery is recovered from (the kernel restarted, the state served again) and reported in the
+        outcome's faults; a failure of ``try_code``'s disposable kernel is reported, not recovered (this
+        server's kernel is not involved).
+
+        Raises:
+            BackendUnavailableError: The backend is gone.
+        """
+        faults: list[str] = []
+        try:
+            faults += self.served_faults()  # a lost backend is tried once more by the recovery below
+            result = run_tool(call, self.tool_context(try_code))
+        except InfrastructureError as exc:
+            if call.tool == "try_cell" and not isinstance(exc, BackendUnavailableError):
+                faults.append(fault_text(exc))  # its disposable kernel: not ours
+            else:
+                faults += self.recover(exc)
+            return ToolOutcome(None, tuple(faults))
+        return ToolOutcome(result, tuple(faults))
+
+    def runtime_text(self, max_chars: int) -> str:
+        """The ``full`` observation's dump of the selected state's live namespace (with the recorded sizes
+        and memory).
+
+        Raises:
+            InfrastructureError: The kernel failed (see :meth:`recover`).
+        """
+        sizes, memory = self.recorded_figures()
+        return render_runtime(
+            self.kernel_owner.kernel, max_chars=max_chars, recorded_sizes=sizes, recorded_memory=memory
+        )
+
+    # -- a lost backend ----------------------------------------------------------------------------------
+
+    def lose_backend(self, error: BackendUnavailableError) -> None:
+        """The backend was lost after a sample was scored: :meth:`raise_lost_backend` raises it next."""
+        self._lost_backend = error
+
+    def raise_lost_backend(self) -> None:
+        """Raise the lost backend's error, once, if one was met (see :meth:`lose_backend`)."""
+        if self._lost_backend is not None:
+            error, self._lost_backend = self._lost_backend, None
+            self.kernel_owner.position = None
+            raise error
+
+    # -- the dataset and closing ---------------------------------------------------------------------------
+
+    def _check_dataset(self) -> None:
+        """Once, at the first kernel: say in one line what would keep states from being checked or
+        snapshots from loading (stale fingerprints; packages the snapshots' writer had and this kernel
+        has not, or has at another version). Each snapshot is still tried and checked: one that does not
+        load, or loads into another state, is passed over for replay."""
+        if self._dataset_checked:
+            return
+        self._dataset_checked = True
+        stale = sorted(t.id for t in self.trajectories.values() if t.fingerprint_version != FINGERPRINT_VERSION)
+        if stale:
+            log.warning(
+                "%d trajectories of %s carry no current state fingerprints (%s): their served states are not "
+                "checked; rebuild the dataset with `themisto data build` to check them.",
+                len(stale),
+                self.dataset.path,
+                ", ".join(stale[:3]) + (", ..." if len(stale) > 3 else ""),
+            )
+        manifest = self.dataset.manifest
+        if not manifest.snapshots or not manifest.packages:
+            return
+        live = self.kernel_owner.kernel.package_versions(sorted(manifest.packages))
+        differ = [
+            f"{name} {want} (kernel: {live.get(name)})"
+            for name, want in sorted(manifest.packages.items())
+            if live.get(name) != want
+        ]
+        if differ:
+            log.warning(
+                "the %s kernel lacks packages the snapshots of %s were written with: %s; snapshots that do not "
+                "load are replayed instead (slower). Rebuild with `themisto data build ... --backend %s`.",
+                self.config.backend,
+                self.dataset.path,
+                ", ".join(differ),
+                self.config.backend,
+            )
+
+    def close(self) -> None:
+        """Close the kernel, give back this server's share of the warm pool and of the shared templates.
+        Idempotent."""
+        self.kernel_owner.close()
+        if self.pool is not None:
+            self.pool.release()  # closed with the last server that holds it
+            self.pool = self.kernel_owner.pool = None
+        if self._holds_templates:
+            self._holds_templates = False
+            release_shared_templates()
+
+    def __enter__(self) -> StateServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
