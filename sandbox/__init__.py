@@ -8,23 +8,6 @@ the in-kernel helper. The bottom layer: it imports no other part of themisto_env
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import lazy_loader
 
-from themisto_env._lazy import lazy_exports
-from themisto_env.sandbox.launcher import BACKENDS, KernelLauncher, launcher_class
-from themisto_env.sandbox.models import ExecutionResult, SandboxLimits, SnapshotInfo
-
-if TYPE_CHECKING:
-    from themisto_env.sandbox.kernel import Kernel
-
-__getattr__, __dir__ = lazy_exports(__name__, {"themisto_env.sandbox.kernel": ("Kernel",)})
-
-__all__ = [
-    "BACKENDS",
-    "ExecutionResult",
-    "Kernel",
-    "KernelLauncher",
-    "SandboxLimits",
-    "SnapshotInfo",
-    "launcher_class",
-]
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
