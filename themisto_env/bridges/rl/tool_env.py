@@ -388,10 +388,11 @@ def tool_dataset(task: str = "next-cell", *, limit: int | None = None, **env_opt
     """
     from themisto_env.bridges.rl._deps import require
     from themisto_env.bridges.rl.export import export_samples, observation_prompt
+    from themisto_env.env.config import env_config_and_dataset
 
     datasets = require("datasets")
     rows = export_samples(task, "static", limit=limit, **env_options)  # type: ignore[arg-type]
-    budget = int(env_options.get("tool_budget", 5))
+    budget = env_config_and_dataset({**env_options, "task": task})[0].tool_budget  # the option or its default
     out = []
     for row in rows:
         observation = {"history": row["history"], "cell": row["cell"], "tools_left": budget}
