@@ -20,18 +20,6 @@ Importing this package imports no LLM provider and not langchain: agents are mad
 
 from __future__ import annotations
 
-from themisto_env.agents.base import Action, Agent, AgentUsage, BaseAgent
-from themisto_env.agents.history import HistoryCell, parse_history
-from themisto_env.agents.registry import AGENTS, make_agent, register_agent
+import lazy_loader
 
-__all__ = [
-    "AGENTS",
-    "Action",
-    "Agent",
-    "AgentUsage",
-    "BaseAgent",
-    "HistoryCell",
-    "make_agent",
-    "parse_history",
-    "register_agent",
-]
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

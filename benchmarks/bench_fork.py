@@ -197,11 +197,11 @@ def first_tool_answers(rounds: int, sample: tuple[str, int]) -> dict[str, list[f
 
 
 def execution_rewards(groups: list[int], sample_id: str, completion: str) -> dict[tuple[str, int], float]:
-    """Seconds per completion of a group (its second group: the reward's env and template warm)."""
+    """Seconds per completion of a group (its second group: the reward's scorer and template warm)."""
     per: dict[tuple[str, int], float] = {}
     for fork in (True, False):
         with ExecutionReward(parse=False, fork=fork) as reward:
-            reward(completions=[completion], sample_id=[sample_id])  # warm-up: env, template, state template
+            reward(completions=[completion], sample_id=[sample_id])  # warm-up: scorer, template, state template
             for size in groups:
                 seconds = timed(lambda n=size: reward(completions=[completion] * n, sample_id=[sample_id] * n))
                 per[("fork" if fork else "no fork", size)] = seconds / size

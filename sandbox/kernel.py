@@ -167,6 +167,8 @@ class Kernel:
 
         Raises:
             KernelStartError: It did not answer in time, died meanwhile, or the helper could not be installed.
+
+        See :meth:`~themisto_env.sandbox.kernel_process.KernelProcess.open`.
         """
         if self._process.started:
             return self
@@ -188,6 +190,8 @@ class Kernel:
         Args:
             graceful: Ask the process to end first (SIGTERM); else kill it outright (a kernel about to
                 be discarded, which may be busy with code that ignores signals).
+
+        See :meth:`~themisto_env.sandbox.kernel_messaging.KernelMessaging.disconnect`.
         """
         with self._close_lock:
             lifetime.untrack(self)
@@ -210,15 +214,24 @@ class Kernel:
                 self.close()
 
     def is_alive(self) -> bool:
-        """Whether the kernel process is running."""
+        """Whether the kernel process is running.
+
+        See :meth:`~themisto_env.sandbox.kernel_process.KernelProcess.is_alive`.
+        """
         return self._process.is_alive()
 
     def interrupt(self) -> None:
-        """Send an interrupt (SIGINT) to the kernel."""
+        """Send an interrupt (SIGINT) to the kernel.
+
+        See :meth:`~themisto_env.sandbox.kernel_process.KernelProcess.interrupt`.
+        """
         self._process.interrupt()
 
     def restart(self) -> None:
-        """Kill the kernel process and start a fresh one (the user's state is gone)."""
+        """Kill the kernel process and start a fresh one (the user's state is gone).
+
+        See :meth:`~themisto_env.sandbox.kernel_messaging.KernelMessaging.restart`.
+        """
         self._messaging.restart()
 
     # -- execution -----------------------------------------------------------------------------------------
@@ -248,7 +261,10 @@ class Kernel:
 
     def restore(self, snapshot: SnapshotInfo | str, *, clean: bool = True, keep: Sequence[str] = ()) -> RestoreResult:
         """Load a snapshot (or digest) into the user namespace; with ``clean`` other user names go, but those
-        in ``keep``."""
+        in ``keep``.
+
+        See :meth:`~themisto_env.sandbox.kernel_snapshots.KernelSnapshots.restore`.
+        """
         return self._snapshots.restore(snapshot, clean=clean, keep=keep)
 
     # -- the working folder --------------------------------------------------------------------------------
@@ -264,33 +280,54 @@ class Kernel:
         return self._introspection.files()
 
     def set_files(self, tree: FileTree, store: FileStore) -> None:
-        """Make the working folder hold exactly ``tree``'s files, taken from ``store``."""
+        """Make the working folder hold exactly ``tree``'s files, taken from ``store``.
+
+        See :meth:`~themisto_env.sandbox.kernel_introspection.KernelIntrospection.set_files`.
+        """
         self._introspection.set_files(tree, store)
 
     # -- introspection: none of it changes the user namespace, ``_``, ``Out``, the counter or the history ---
 
     def memory_bytes(self) -> int | None:
-        """Resident memory of the kernel process."""
+        """Resident memory of the kernel process.
+
+        See :meth:`~themisto_env.sandbox.kernel_introspection.KernelIntrospection.memory_bytes`.
+        """
         return self._introspection.memory_bytes()
 
     def list_variables(self, *, limit: int = 100, known: Mapping[str, int] | None = None) -> VariableListing:
-        """The user's variables sorted by name, with type, size, and shape or length."""
+        """The user's variables sorted by name, with type, size, and shape or length.
+
+        See :meth:`~themisto_env.sandbox.kernel_introspection.KernelIntrospection.list_variables`.
+        """
         return self._introspection.list_variables(limit=limit, known=known)
 
     def inspect_variable(self, name: str, *, max_chars: int = 2000) -> VariableDetail:
-        """One variable: type, shape, length, size, dtype(s) and its repr cut to ``max_chars``."""
+        """One variable: type, shape, length, size, dtype(s) and its repr cut to ``max_chars``.
+
+        See :meth:`~themisto_env.sandbox.kernel_introspection.KernelIntrospection.inspect_variable`.
+        """
         return self._introspection.inspect_variable(name, max_chars=max_chars)
 
     def dataframe(self, name: str, view: FrameViewName = "head", *, n: int = 5, max_chars: int = 4000) -> FrameView:
-        """``head(n)``, ``info()`` or ``describe()`` of a pandas DataFrame or Series, as text."""
+        """``head(n)``, ``info()`` or ``describe()`` of a pandas DataFrame or Series, as text.
+
+        See :meth:`~themisto_env.sandbox.kernel_introspection.KernelIntrospection.dataframe`.
+        """
         return self._introspection.dataframe(name, view, n=n, max_chars=max_chars)
 
     def memory(self, *, top: int = 20, known: Mapping[str, int] | None = None) -> MemoryReport:
-        """The kernel's resident memory, the user variables' total size and the ``top`` largest ones."""
+        """The kernel's resident memory, the user variables' total size and the ``top`` largest ones.
+
+        See :meth:`~themisto_env.sandbox.kernel_introspection.KernelIntrospection.memory`.
+        """
         return self._introspection.memory(top=top, known=known)
 
     def variable_sizes(self) -> dict[str, int]:
-        """Approximate deep size in bytes of every user variable (modules left out)."""
+        """Approximate deep size in bytes of every user variable (modules left out).
+
+        See :meth:`~themisto_env.sandbox.kernel_introspection.KernelIntrospection.variable_sizes`.
+        """
         return self._introspection.variable_sizes()
 
     def source(self, name: str, *, max_chars: int = 4000) -> SourceText:
@@ -300,24 +337,39 @@ class Kernel:
 
     def namespace_state(self) -> NamespaceState:
         """What introspection must never change: user names with object ids and types, ``_``, ``Out``'s keys,
-        the execution counter and the history's length."""
+        the execution counter and the history's length.
+
+        See :meth:`~themisto_env.sandbox.kernel_introspection.KernelIntrospection.namespace_state`.
+        """
         return self._introspection.namespace_state()
 
     def fingerprint(self) -> dict[str, str]:
         """The user namespace's fingerprint: per name ``type|shape-or-length|content-hash`` (equal in two
-        kernels in the same state, in any process)."""
+        kernels in the same state, in any process).
+
+        See :meth:`~themisto_env.sandbox.kernel_introspection.KernelIntrospection.fingerprint`.
+        """
         return self._introspection.fingerprint()
 
     def package_versions(self, names: Sequence[str]) -> dict[str, str]:
-        """The versions of these distributions installed where the kernel runs (``absent`` if not)."""
+        """The versions of these distributions installed where the kernel runs (``absent`` if not).
+
+        See :meth:`~themisto_env.sandbox.kernel_introspection.KernelIntrospection.package_versions`.
+        """
         return self._introspection.package_versions(names)
 
     def loaded_distributions(self) -> dict[str, str]:
-        """Installed distributions (name: version) whose modules the kernel has imported so far."""
+        """Installed distributions (name: version) whose modules the kernel has imported so far.
+
+        See :meth:`~themisto_env.sandbox.kernel_introspection.KernelIntrospection.loaded_distributions`.
+        """
         return self._introspection.loaded_distributions()
 
     def preload(self, modules: Sequence[str]) -> None:
-        """Import these modules (those installed) without binding any user name."""
+        """Import these modules (those installed) without binding any user name.
+
+        See :meth:`~themisto_env.sandbox.kernel_introspection.KernelIntrospection.preload`.
+        """
         self._introspection.preload(modules)
 
     def seal(self) -> str:

@@ -27,6 +27,7 @@ from themisto_env.bridges.rl.tool_env import SharedStates, ThemistoToolEnv
 from themisto_env.data.samples import Sample
 from themisto_env.env.actions import Prediction
 from themisto_env.env.core import ThemistoEnv
+from themisto_env.env.episode import Episode
 from themisto_env.env.info import StepInfo
 from themisto_env.env.tools import ToolCall
 from themisto_env.metrics import RewardWeights, reward, score
@@ -116,7 +117,7 @@ def of_score(scored: SampleScore | dict[str, Any]) -> Outcome:
 FIXTURE_ENVS: list[Callable[[], list[ThemistoEnv]]] = []
 
 
-def kill_kernel_of(env: ThemistoEnv) -> None:
+def kill_kernel_of(env: ThemistoEnv | Episode) -> None:
     """SIGKILL the kernel serving ``env``'s current sample, by its pid, and wait until it is gone.
 
     A kernel an earlier case killed and nothing has asked since (TRL's shared states answer a repeated call
@@ -134,13 +135,15 @@ def kill_kernel_of(env: ThemistoEnv) -> None:
 def kill_env_kernels(sample_id: str) -> None:
     """SIGKILL the kernel of the env(s) a run or an inspect sandbox of this process made to serve
     ``sample_id`` (found among the live objects: they hold it privately)."""
-    spared = {id(env) for envs in FIXTURE_ENVS for env in envs()}
+    spared = {id(getattr(env, "episode", env)) for envs in FIXTURE_ENVS for env in envs()}
     killed = 0
-    for env in [o for o in gc.get_objects() if isinstance(o, ThemistoEnv) and id(o) not in spared]:
-        sample = env.current_sample
-        if sample is None or sample.id != sample_id or env.state_report is None or not env._state.started:
+    for episode in [o for o in gc.get_objects() if isinstance(o, Episode) and id(o) not in spared]:
+        sample = episode.current_sample
+        if sample is None or sample.id != sample_id or episode.state_report is None:
             continue
-        kill_kernel_of(env)
+        if not episode.server.kernel_owner.started:
+            continue
+        kill_kernel_of(episode)
         killed += 1
     assert killed, f"no open env serves {sample_id}"
 

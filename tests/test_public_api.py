@@ -1,6 +1,10 @@
 """The public API: each package's ``__all__`` pinned, every name importable, importing cheap and quiet.
 
-A change to a package's public names changes this file on purpose (and README and every caller with it).
+A package's face is its ``__init__.pyi``: a line per public name, ``from .module import Name as Name``
+(``lazy_loader.attach_stub`` in ``__init__.py`` makes ``__getattr__``, ``__dir__`` and ``__all__`` from it;
+type checkers read it as the package). A change to a package's public names changes this file on purpose
+(and the docs and every caller with it); tests/test_one_home.py checks each line names the module that
+defines the name.
 """
 
 from __future__ import annotations
@@ -82,7 +86,14 @@ PUBLIC: dict[str, list[str]] = {
         "resolve_dataset",
         "use_kernel_environment",
     ],
-    "themisto_env.scoring": ["ExecutionScore", "execution_score", "pass_at_k", "summarize_draws"],
+    "themisto_env.scoring": [
+        "ExecutionScore",
+        "SampleScore",
+        "execution_score",
+        "pass_at_k",
+        "score_sample",
+        "summarize_draws",
+    ],
     "themisto_env.env": [
         "Action",
         "EnvConfig",
@@ -120,6 +131,16 @@ PUBLIC: dict[str, list[str]] = {
         "write_view",
     ],
     "themisto_env.bridges": ["ThemistoSandbox", "themisto"],
+    "themisto_env.bridges.openenv": [
+        "ThemistoAction",
+        "ThemistoEnvClient",
+        "ThemistoObservation",
+        "ThemistoServedEnv",
+        "ThemistoState",
+        "create_server_app",
+        "require_openenv",
+        "serve",
+    ],
     "themisto_env.bridges.rl": [
         "ExecutionReward",
         "MetricReward",
@@ -213,34 +234,47 @@ def test_every_public_name_imports(package: str) -> None:
 
 
 def test_an_unknown_name_is_an_attribute_error() -> None:
-    """A lazy package answers a wrong name as a module does (so hasattr and getattr defaults work)."""
+    """A lazy package answers a wrong name with an AttributeError (so hasattr and getattr defaults work)."""
     import themisto_env.data
 
-    with pytest.raises(AttributeError, match=r"themisto_env\.data.*no attribute 'Trajectroy'"):
+    with pytest.raises(AttributeError, match=r"themisto_env\.data.*Trajectroy"):
         _ = themisto_env.data.Trajectroy
     assert not hasattr(themisto_env, "no_such_name")
 
 
-def test_lazy_names_match_the_type_checking_imports() -> None:
-    """In each lazy ``__init__``, the names imported under ``TYPE_CHECKING`` are the names served at run time."""
-    for package in PUBLIC:
-        path = Path(importlib.import_module(package).__file__ or "")
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        typed: set[tuple[str, str]] = set()
-        served: set[tuple[str, str]] = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
-                for child in node.body:
-                    assert isinstance(child, ast.ImportFrom) and child.module
-                    typed |= {(child.module, alias.name) for alias in child.names}
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "lazy_exports":
-                exports = ast.literal_eval(node.args[1])
-                served |= {(module, name) for module, names in exports.items() for name in names}
-        assert typed == served, f"{path}: TYPE_CHECKING imports and lazy_exports differ"
+def test_a_name_is_not_shadowed_by_its_module() -> None:
+    """``themisto_env.data.agreement`` is the function even when its module ``data/agreement.py`` was imported
+    first (which sets the package's attribute to the module)."""
+    code = (
+        "import themisto_env.data.agreement, themisto_env.data as data; "
+        "from themisto_env.data import agreement; print(callable(agreement), callable(data.agreement))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout.split() == ["True", "True"]
+
+
+@pytest.mark.parametrize("package", sorted(PUBLIC))
+def test_each_public_name_is_listed_once(package: str) -> None:
+    """The face lists each name once, on a line of its own in ``__init__.pyi`` (``from .module import Name as
+    Name``); ``__init__.py`` imports no name itself and ``__all__`` is the stub's names."""
+    init = Path(importlib.import_module(package).__file__ or "")
+    stub = ast.parse(init.with_suffix(".pyi").read_text(encoding="utf-8"))
+    listed: list[str] = []
+    for node in stub.body[1:]:  # after the docstring: only the names' lines
+        assert isinstance(node, ast.ImportFrom) and node.level == 1 and len(node.names) == 1, ast.unparse(node)
+        alias = node.names[0]
+        assert alias.asname == alias.name, f"{init}i: {ast.unparse(node)} (a re-export says `as {alias.name}`)"
+        listed.append(alias.name)
+    assert len(listed) == len(set(listed)), f"{init}i lists a name twice"
+    assert sorted(listed) == sorted(importlib.import_module(package).__all__)
+    body = ast.parse(init.read_text(encoding="utf-8")).body
+    imports = [ast.unparse(n) for n in body if isinstance(n, ast.Import | ast.ImportFrom)]
+    assert imports == ["from __future__ import annotations", "import lazy_loader"], f"{init}: {imports}"
 
 
 def test_importing_every_package_is_cheap_and_quiet() -> None:
-    """Importing all packages imports no heavy dependency, starts no thread and adds no logging handler."""
+    """Importing all packages imports no heavy dependency and none of their modules, starts no thread and adds
+    no logging handler."""
     code = f"""
 import json, logging, sys, threading
 before = len(logging.getLogger().handlers)
@@ -250,7 +284,9 @@ print(json.dumps({{
     "heavy": sorted(m for m in {HEAVY!r} if m in sys.modules),
     "threads": threading.active_count(),
     "handlers": len(logging.getLogger().handlers) - before,
+    "modules": sorted(m for m in sys.modules if m.startswith("themisto_env")),
 }}))
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    assert json.loads(result.stdout) == {"heavy": [], "threads": 1, "handlers": 0}
+    # the packages themselves and none of their modules: a name is imported when it is first used
+    assert json.loads(result.stdout) == {"heavy": [], "threads": 1, "handlers": 0, "modules": sorted(PUBLIC)}

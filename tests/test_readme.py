@@ -10,6 +10,7 @@ blocks are run as scripts. ``bash scripts/setup.sh`` is what CI itself runs firs
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import shlex
@@ -158,8 +159,17 @@ def test_the_site_builds_strictly_with_every_command_in_its_cli_reference(tmp_pa
         for path in [f"themisto {name}", *(f"themisto {name} {sub}" for sub in subcommands)]:
             assert f"<code>{path}</code>" in cli_page, f"the CLI reference lacks {path}"
     assert "--max-sessions" in cli_page and "--kernel-env" in cli_page, "options are listed"
+    for page in sorted((DOCS / "reference").glob("*.md")):
+        shown = re.search(r"^::: (\S+)$", page.read_text(), flags=re.M)
+        if shown is None:
+            continue
+        package = importlib.import_module(shown.group(1))  # a package's face lists its names without importing them
+        html = (site / "reference" / page.stem / "index.html").read_text()
+        names = list(getattr(package, "__all__", []))
+        documented = [name for name in names if f'id="{package.__name__}.{name}"' in html]
+        assert len(documented) >= len(names) / 2, f"{page.name} shows {documented} of {package.__name__}'s {names}"
     api_page = (site / "reference" / "env" / "index.html").read_text()
-    assert "ThemistoEnv" in api_page and "EnvConfig" in api_page, "the API reference is written from the code"
+    assert 'id="themisto_env.env.ThemistoEnv"' in api_page, "the API reference is written from the code"
 
 
 @pytest.mark.parametrize(

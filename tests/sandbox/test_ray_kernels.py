@@ -250,11 +250,11 @@ def test_the_trl_execution_reward_and_the_vector_envs_put_their_kernels_on_ray(
     values = []
     for ray_option in (None, ray_address):
         with ExecutionReward(parse=False, ray=ray_option, **options) as reward:
-            ids = [s.id for s in reward.env.samples[:3]]
-            targets = [s.target for s in reward.env.samples[:3]]
+            samples = reward.dataset.samples(reward.config.task, reward.config.sample_rule)[:3]
+            ids, targets = [s.id for s in samples], [s.target for s in samples]
             values.append(reward(completions=[*targets, "x = 1"], sample_id=[*ids, ids[0]]))
             if ray_option is not None:  # the completions ran in kernels of this kind
-                kernel = reward.env.disposable_kernels().pool.take()
+                kernel = reward.scorer.disposable_kernels().pool.take()
                 kernel.close()
                 assert type(kernel).__name__ == "RemoteKernel"
     assert values[0] == values[1] and all(v is not None for v in values[1])
@@ -288,7 +288,7 @@ def test_the_inspect_sandbox_answers_tools_from_a_kernel_on_ray(fault_data: dict
         box = boxes["default"].as_type(ThemistoSandbox)
         try:
             answered = await box.call_tool("list_variables", {})
-            answers.append((answered.ok, answered.text, type(box.env.tool_context().kernel).__name__))
+            answers.append((answered.ok, answered.text, type(box.episode.tool_context().kernel).__name__))
         finally:
             await ThemistoSandbox.sample_cleanup("t", config, boxes, False)
 

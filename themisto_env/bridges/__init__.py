@@ -8,20 +8,6 @@ imported on first use; the inspect names here are re-exported lazily (``pip inst
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import lazy_loader
 
-from themisto_env._lazy import lazy_exports
-
-if TYPE_CHECKING:
-    from themisto_env.bridges.inspect_sandbox import ThemistoSandbox
-    from themisto_env.bridges.inspect_task import themisto
-
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "themisto_env.bridges.inspect_sandbox": ("ThemistoSandbox",),
-        "themisto_env.bridges.inspect_task": ("themisto",),
-    },
-)
-
-__all__ = ["ThemistoSandbox", "themisto"]
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -1,14 +1,14 @@
-"""The ``themisto`` sandbox of inspect_ai: a sample's sandbox is a Themisto env serving that sample's state.
+"""The ``themisto`` sandbox of inspect_ai: a sample's sandbox is the env's episode serving that sample's state.
 
 inspect_ai gives every sample a sandbox (``sample_init`` ... ``sample_cleanup``); under the ``themisto``
-type that sandbox is a :class:`~themisto_env.env.core.ThemistoEnv` reset to the sample (its kernel in the
-state just before the target step, checked like every served state), configured by a
-:class:`SandboxConfig` (the env options inspect may set). What inspect can ask of it:
+type that sandbox is an :class:`~themisto_env.env.episode.Episode` (the env's turns over its state server,
+scorer and record, without gym) reset to the sample (its kernel in the state just before the target step,
+checked like every served state), configured by a :class:`SandboxConfig` (the env's options). What inspect
+can ask of it:
 
 - :meth:`ThemistoSandbox.call_tool` (what the observation tools of :mod:`themisto_env.bridges.inspect_task` call):
-  one observation tool, run as an env step, so it counts against the sample's budget and cost. Once the
-  budget is spent a call is answered with an error and no step is taken (a further env step would
-  submit an empty prediction).
+  one observation tool, run as the episode's tool step, so it counts against the sample's budget and cost.
+  Once the budget is spent the episode refuses the call (nothing runs) and it is answered with an error.
 - ``exec(["python", "-c", CODE])`` or ``exec(["python"], input=CODE)``: runs CODE as the ``try_cell``
   tool does (a disposable copy of the kernel in the sample's state; the served kernel is never written
   to), counted against the same budget; the next-cell task only (in the output task it would reveal the
@@ -37,7 +37,8 @@ from inspect_ai.util import (
 )
 from pydantic import ConfigDict
 
-from themisto_env.env.core import MODEL_CODE_TIMEOUT_S, EnvConfig, ThemistoEnv
+from themisto_env.env.config import EnvConfig
+from themisto_env.env.episode import Episode
 from themisto_env.env.info import StepInfo
 from themisto_env.env.tools import ToolCall
 from themisto_env.errors import ConfigError, InfrastructureError
@@ -47,8 +48,8 @@ from themisto_env.scoring.score import SampleScore
 #: The sandbox type's name (``sandbox="themisto"``, ``--sandbox themisto``).
 SANDBOX_TYPE = "themisto"
 _PYTHONS = frozenset({"python", "python3"})
-#: Envs made and not yet closed, by task (closed at the task's end if a cancelled setup lost one).
-_OPEN_ENVS: dict[str, set[ThemistoEnv]] = {}
+#: Episodes made and not yet closed, by task (closed at the task's end if a cancelled setup lost one).
+_OPEN_EPISODES: dict[str, set[Episode]] = {}
 
 
 @dataclass(frozen=True)
@@ -85,50 +86,51 @@ def env_config(config: SandboxEnvironmentConfigType | None) -> EnvConfig:
 
 def _serve(
     task_name: str, config: EnvConfig, trajectory_id: str, index: int, sample_id: str
-) -> tuple[ThemistoEnv, dict[str, Any], dict[str, Any]]:
-    """A new env reset to one sample, with the reset's observation and info (blocking: run in a thread)."""
-    env = ThemistoEnv(**config.model_dump())
-    _OPEN_ENVS.setdefault(task_name, set()).add(env)
+) -> tuple[Episode, dict[str, Any], dict[str, Any]]:
+    """A new episode reset to one sample, with the reset's observation and info (blocking: run in a thread)."""
+    episode = Episode.open(**config.model_dump())
+    _OPEN_EPISODES.setdefault(task_name, set()).add(episode)
     try:
-        observation, info = env.reset(options={"trajectory": trajectory_id, "sample": index})
-        served = env.current_sample
+        observation, info = episode.reset({"trajectory": trajectory_id, "sample": index})
+        served = episode.current_sample
         if served is None or served.id != sample_id:
             raise ConfigError(f"sample {index} of trajectory {trajectory_id} is not {sample_id}; the dataset changed")
-        report = env.state_report
+        report = episode.state_report
         if report is not None and report.route == "failed":
             raise InfrastructureError(f"the state of {sample_id} could not be served: {'; '.join(report.faults)}")
     except BaseException:
-        _close(env)
+        _close(episode)
         raise
-    return env, observation, info
+    return episode, observation, info
 
 
-def _close(env: ThemistoEnv) -> None:
-    for envs in _OPEN_ENVS.values():
-        envs.discard(env)
-    env.close()
+def _close(episode: Episode) -> None:
+    for episodes in _OPEN_EPISODES.values():
+        episodes.discard(episode)
+    episode.close()
 
 
 @sandboxenv(name=SANDBOX_TYPE)
 class ThemistoSandbox(SandboxEnvironment):
-    """One sample's env, its kernel in the sample's state (see the module docstring).
+    """One sample's episode, its kernel in the sample's state (see the module docstring).
 
     Attributes:
-        env: The env, reset to the sample.
+        episode: The episode, reset to the sample (its ``config``, ``state_report``, ``scorer``, ``record``).
+        observation: The sample's last observation.
         tools_left: Tool calls the sample may still make.
         tool_names: The tools this task offers (``try_cell`` in the next-cell task only).
-        infrastructure_errors: Machinery failures during tool calls (recovered from by the env).
+        infrastructure_errors: Machinery failures during tool calls (recovered from by the state server).
     """
 
-    def __init__(self, env: ThemistoEnv, observation: dict[str, Any], info: dict[str, Any]) -> None:
+    def __init__(self, episode: Episode, observation: dict[str, Any], info: dict[str, Any]) -> None:
         super().__init__()
-        self.env = env
+        self.episode = episode
         self.observation = observation
         self.tools_left = int(observation["tools_left"])
         self.tool_names: tuple[str, ...] = StepInfo.model_validate(info).tool_names
         self.infrastructure_errors: list[str] = []
         self._scored: tuple[str, SampleScore] | None = None  # the last prediction scored, and its score
-        self._lock = anyio.Lock()  # one env step at a time: the kernel's client is not thread-safe
+        self._lock = anyio.Lock()  # one step at a time: the kernel's client is not thread-safe
 
     # -- the lifecycle --------------------------------------------------------------------------------
 
@@ -162,26 +164,25 @@ class ThemistoSandbox(SandboxEnvironment):
         interrupted: bool,
     ) -> None:
         for environment in environments.values():
-            await anyio.to_thread.run_sync(_close, environment.as_type(ThemistoSandbox).env)
+            await anyio.to_thread.run_sync(_close, environment.as_type(ThemistoSandbox).episode)
 
     @classmethod
     async def task_cleanup(cls, task_name: str, config: SandboxEnvironmentConfigType | None, cleanup: bool) -> None:
-        for env in list(_OPEN_ENVS.pop(task_name, ())):  # a setup cancelled while serving leaves its env here
-            await anyio.to_thread.run_sync(_close, env)
+        for episode in list(_OPEN_EPISODES.pop(task_name, ())):  # a setup cancelled while serving leaves it here
+            await anyio.to_thread.run_sync(_close, episode)
 
     # -- the tools ------------------------------------------------------------------------------------
 
     async def call_tool(self, tool: str, args: dict[str, Any]) -> ToolAnswer:
-        """Run one observation tool as an env step (counted against the budget)."""
+        """Run one observation tool as the episode's tool step (counted against the budget; refused, with
+        nothing run, once it is spent)."""
         async with self._lock:
-            if self.tools_left <= 0:
-                budget = self.env.config.tool_budget
-                return ToolAnswer(
-                    tool, False, f"Error: the tool budget of this sample ({budget} calls) is spent; answer."
-                )
-            obs, _, _, _, info = await anyio.to_thread.run_sync(self.env.step, ToolCall(tool=tool, args=args))
+            obs, _, _, _, info = await anyio.to_thread.run_sync(self.episode.step, ToolCall(tool=tool, args=args))
             self.observation, self.tools_left = obs, int(obs["tools_left"])
         step = StepInfo.model_validate(info)
+        if step.tool_refused:
+            budget = self.episode.config.tool_budget
+            return ToolAnswer(tool, False, f"Error: the tool budget of this sample ({budget} calls) is spent; answer.")
         if step.infrastructure_error is not None:
             self.infrastructure_errors.append(step.infrastructure_error)
         result = step.tool_result
@@ -190,12 +191,12 @@ class ThemistoSandbox(SandboxEnvironment):
         return ToolAnswer(tool, bool(result["ok"]), str(result["text"]))
 
     async def score(self, prediction: str) -> SampleScore:
-        """The prediction's :class:`~themisto_env.scoring.score.SampleScore`, as the env's prediction step
+        """The prediction's :class:`~themisto_env.scoring.score.SampleScore`, as the episode's prediction step
         would give it (this sample's tool calls, faults and state check; the execution score when on),
         computed once per prediction (the scorers share it)."""
         async with self._lock:
             if self._scored is None or self._scored[0] != prediction:
-                scored = await anyio.to_thread.run_sync(self.env.score_prediction, prediction)
+                scored = await anyio.to_thread.run_sync(self.episode.score_prediction, prediction)
                 self._scored = (prediction, scored)
             return self._scored[1]
 
@@ -206,14 +207,13 @@ class ThemistoSandbox(SandboxEnvironment):
         Raises:
             InfrastructureError: The disposable kernel could not be brought to the state.
         """
-        env = self.env
-        sample = env.current_sample
+        scorer, sample = self.episode.scorer, self.episode.current_sample
         assert sample is not None
-        trajectory = env.trajectories[sample.trajectory_id]
-        timeout_s = min(env.config.limits.timeout_s, MODEL_CODE_TIMEOUT_S)
+        trajectory = self.episode.trajectories[sample.trajectory_id]
 
         def run() -> ExecutionScore | None:
-            return execution_score(env.disposable_kernels(), trajectory, sample.step, code, timeout_s=timeout_s)
+            kernels = scorer.disposable_kernels()
+            return execution_score(kernels, trajectory, sample.step, code, timeout_s=scorer.code_timeout_s)
 
         async with self._lock:
             return await anyio.to_thread.run_sync(run)

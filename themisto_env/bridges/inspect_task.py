@@ -5,10 +5,11 @@ The parts, as inspect names them:
 - dataset (:func:`themisto_dataset`): one inspect ``Sample`` per Themisto sample; ``input`` is the
   system and user messages our LLM agents send (:mod:`themisto_env.agents.prompting`), ``target`` the
   sample's target, ``metadata`` its id, trajectory, step and index within the trajectory.
-- sandbox (:mod:`themisto_env.bridges.inspect_sandbox`): the ``themisto`` type; each sample's sandbox is an env
-  whose kernel is in the sample's state. Its config: :class:`~themisto_env.bridges.inspect_sandbox.SandboxConfig`.
+- sandbox (:mod:`themisto_env.bridges.inspect_sandbox`): the ``themisto`` type; each sample's sandbox is the
+  env's episode, whose kernel is in the sample's state. Its config:
+  :class:`~themisto_env.bridges.inspect_sandbox.SandboxConfig`.
 - solver (:func:`themisto_agent`): gives the model the observation tools (:func:`observation_tools`,
-  each an env step against the sample's budget), asks it up to budget + 2 times, tells it to answer
+  each the episode's tool step against the sample's budget), asks it up to budget + 2 times, tells it to answer
   once the budget is spent, as our ``llm-tools`` agent does.
 - scorer (:func:`themisto_scorer`): the env's one score (:func:`themisto_env.scoring.score.score_sample`,
   docs/reward.md) of the prediction read from the reply as our agents read it: exact match, ROUGE-L,
@@ -148,7 +149,7 @@ def themisto_agent(max_model_calls: int | None = None) -> Solver:
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         box = sandbox().as_type(ThemistoSandbox)
-        config = box.env.config
+        config = box.episode.config
         if config.observation == "full":  # the runtime dump comes from the live kernel
             state.messages[1:2] = prompt_messages(box.observation, config, prompts)[1:]
         tools_left = box.tools_left if box.tool_names else 0
@@ -195,7 +196,7 @@ def themisto_scorer() -> Scorer:
         prediction = extract_prediction(state.output.completion, task)
         box = sandbox().as_type(ThemistoSandbox)
         scored = _sample_score(await box.score(prediction), state.metadata["sample_id"])
-        report = box.env.state_report
+        report = box.episode.state_report
         metadata: dict[str, Any] = {**scored.model_dump(), "tool_calls": scored.tools_used}
         if report is not None:
             metadata["state"] = report.as_dict()
@@ -216,7 +217,7 @@ def themisto_execution_scorer() -> Scorer:
     async def score(state: TaskState, target: Target) -> Score:
         prediction = extract_prediction(state.output.completion, state.metadata["task"])
         box = sandbox().as_type(ThemistoSandbox)
-        if not box.env.config.execution_score:
+        if not box.episode.config.execution_score:
             raise ConfigError("themisto_execution_scorer needs the task's execution_score option on")
         scored = _sample_score(await box.score(prediction), state.metadata["sample_id"])
         if scored.execution is None:

@@ -13,22 +13,6 @@ importing this package imports none of its modules.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import lazy_loader
 
-from themisto_env._lazy import lazy_exports
-
-if TYPE_CHECKING:
-    from themisto_env.env.actions import Action, Prediction, encode_action, parse_action
-    from themisto_env.env.core import EnvConfig, ThemistoEnv
-    from themisto_env.env.tools import ToolCall
-
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "themisto_env.env.actions": ("Action", "Prediction", "encode_action", "parse_action"),
-        "themisto_env.env.core": ("EnvConfig", "ThemistoEnv"),
-        "themisto_env.env.tools": ("ToolCall",),
-    },
-)
-
-__all__ = ["Action", "EnvConfig", "Prediction", "ThemistoEnv", "ToolCall", "encode_action", "parse_action"]
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

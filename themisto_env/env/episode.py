@@ -24,7 +24,7 @@ from themisto_env.env.actions import Action, Prediction, parse_action, reset_opt
 from themisto_env.env.config import EnvConfig, env_config_and_dataset, warn_unisolated
 from themisto_env.env.info import StepInfo
 from themisto_env.env.observation import sample_observation
-from themisto_env.env.record import EpisodeRecord
+from themisto_env.env.record import SANDBOX_FAILED, EpisodeRecord
 from themisto_env.env.scorer import Scorer
 from themisto_env.env.state_server import FROM_DATASET, EnvironmentChoice, StateServer, not_served, resolve_environment
 from themisto_env.env.tools import TOOL_NAMES, ToolCall, ToolContext
@@ -183,12 +183,10 @@ class Episode:
             return f"Invalid action: {extra['action_error']}"
         assert self.record.sample is not None
         outcome = self.server.call_tool(call, self.scorer.try_code(self.record.sample))
+        self.record.current.took(call, outcome)
         if outcome.result is None:
             extra["infrastructure_error"] = outcome.error
-            self.record.current.tool_failed(outcome)
-            return "The tool could not run because the sandbox failed; it was recovered: try again."
-        self.record.current.add_faults(outcome.faults)
-        self.record.current.called(call, outcome.result.ok)
+            return SANDBOX_FAILED
         extra["tool_result"] = asdict(outcome.result)
         return outcome.result.text
 

@@ -19,12 +19,15 @@ from themisto_env.env.tools import ToolCall
 from themisto_env.replay.state_check import StateReport
 from themisto_env.scoring.score import SampleScore
 
-__all__ = ["MAX_TOOL_REFUNDS", "EpisodeRecord", "SampleRecord"]
+__all__ = ["MAX_TOOL_REFUNDS", "SANDBOX_FAILED", "EpisodeRecord", "SampleRecord"]
 
 MAX_TOOL_REFUNDS = 3
 """How many tool calls per sample are given back when the sandbox, not the agent, failed them (a
 disposable kernel that could not reach the state, ...): past it they count, so that no agent earns
 endless free calls from code that keeps breaking its kernel's start."""
+
+SANDBOX_FAILED = "The tool could not run because the sandbox failed; it was recovered: try again."
+"""What a tool call the machinery failed is answered (the call did not run)."""
 
 
 class SampleRecord:
@@ -96,6 +99,15 @@ class SampleRecord:
         self.add_faults(outcome.faults)
         if len(self.faults) <= MAX_TOOL_REFUNDS:  # not the agent's fault, up to a cap per sample
             self.tools_used -= 1
+
+    def took(self, call: ToolCall, outcome: ToolOutcome) -> None:
+        """A counted call's outcome (after :meth:`count_call`): a call the machinery failed is given back as
+        :meth:`tool_failed` says; one that ran is listed, with the faults met on its way."""
+        if outcome.result is None:
+            self.tool_failed(outcome)
+            return
+        self.add_faults(outcome.faults)
+        self.called(call, outcome.result.ok)
 
     def score_args(self, report: StateReport | None) -> dict[str, Any]:
         """What :meth:`~themisto_env.env.scorer.Scorer.score` takes of this record and the sample's served

@@ -10,12 +10,16 @@ sample's state and discarded after (:mod:`themisto_env.replay.disposable`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from themisto_env.data.samples import Sample
 from themisto_env.env.config import MODEL_CODE_TIMEOUT_S, EnvConfig, warn_unisolated
-from themisto_env.env.state_server import FROM_DATASET, EnvironmentChoice, resolve_environment, template_source
-from themisto_env.env.tools._models import TryCode
+from themisto_env.env.state_server import (
+    FROM_DATASET,
+    EnvironmentChoice,
+    resolve_environment,
+    template_source,
+)
 from themisto_env.replay.dataset import Dataset
 from themisto_env.replay.disposable import CodeRun, DisposableKernels, imported_modules
 from themisto_env.sandbox.template import hold_shared_templates, release_shared_templates
@@ -91,7 +95,7 @@ class Scorer:
         trajectory = self.dataset.trajectories[sample.trajectory_id]
         return execution_run(self.disposable_kernels(), trajectory, sample.step, timeout_s=self.code_timeout_s)
 
-    def try_code(self, sample: Sample) -> TryCode | None:
+    def try_code(self, sample: Sample) -> Callable[[str], CodeRun] | None:
         """The ``try_cell`` tool's runner at ``sample``'s state: a candidate cell run in a disposable kernel
         (never a state server's); None outside the next-cell task (running the cell would reveal the output)."""
         if self.config.task != "next-cell":

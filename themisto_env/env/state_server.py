@@ -23,10 +23,9 @@ from themisto_env.data.trajectory import Step, Trajectory
 from themisto_env.env.config import EnvConfig
 from themisto_env.env.observation import history_items, render_runtime
 from themisto_env.env.tools import ToolCall, ToolContext, ToolResult, run_tool
-from themisto_env.env.tools._models import TryCode
 from themisto_env.errors import BackendUnavailableError, ConfigError, InfrastructureError
 from themisto_env.replay.dataset import Dataset
-from themisto_env.replay.disposable import imported_modules
+from themisto_env.replay.disposable import CodeRun, imported_modules
 from themisto_env.replay.kernel_environments import dataset_kernel_environment
 from themisto_env.replay.state import TrajectoryKernel
 from themisto_env.replay.state_check import StateReport, expected_fingerprint, fresh_before
@@ -311,7 +310,7 @@ class StateServer:
         trajectory, step = self._selected()
         return trajectory.steps[:step]
 
-    def tool_context(self, try_code: TryCode | None = None) -> ToolContext:
+    def tool_context(self, try_code: Callable[[str], CodeRun] | None = None) -> ToolContext:
         """The tools' view of the selected state (its kernel started, served or not: see
         :meth:`ensure_served`); ``try_code`` runs the ``try_cell`` tool's candidates
         (:meth:`~themisto_env.env.scorer.Scorer.try_code`), None where cells may not be tried."""
@@ -326,7 +325,7 @@ class StateServer:
             recorded_fingerprint=expected_fingerprint(trajectory, step),
         )
 
-    def call_tool(self, call: ToolCall, try_code: TryCode | None = None) -> ToolOutcome:
+    def call_tool(self, call: ToolCall, try_code: Callable[[str], CodeRun] | None = None) -> ToolOutcome:
         """Serve the selected state if needed and run one observation tool on it. A failure of the
         machinery is recovered from (the kernel restarted, the state served again) and reported in the
         outcome's faults; a failure of ``try_code``'s disposable kernel is reported, not recovered (this

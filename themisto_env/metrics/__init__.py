@@ -24,54 +24,6 @@ calls :func:`api_sequence` reads in each cell.
 
 from __future__ import annotations
 
-from themisto_env.metrics._api_sequence import (
-    API_SEQUENCE_METRICS,
-    ApiSequenceScore,
-    api_sequence,
-    api_sequence_score,
-)
-from themisto_env.metrics._chrf import chrf
-from themisto_env.metrics._corpus import (
-    CorpusScore,
-    Estimate,
-    PairedComparison,
-    PairedDifference,
-    aggregate,
-    compare_paired,
-    estimate_means,
-)
-from themisto_env.metrics._reward import RewardWeights, reward
-from themisto_env.metrics._rouge import rouge_l, rouge_tokens
-from themisto_env.metrics._sample import (
-    METRICS,
-    Score,
-    exact_match,
-    normalize_for_exact_match,
-    score,
-    score_many,
-)
+import lazy_loader
 
-__all__ = [
-    "API_SEQUENCE_METRICS",
-    "METRICS",
-    "ApiSequenceScore",
-    "CorpusScore",
-    "Estimate",
-    "PairedComparison",
-    "PairedDifference",
-    "RewardWeights",
-    "Score",
-    "aggregate",
-    "api_sequence",
-    "api_sequence_score",
-    "chrf",
-    "compare_paired",
-    "estimate_means",
-    "exact_match",
-    "normalize_for_exact_match",
-    "reward",
-    "rouge_l",
-    "rouge_tokens",
-    "score",
-    "score_many",
-]
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -12,49 +12,6 @@ package starts and imports nothing.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import lazy_loader
 
-from themisto_env._lazy import lazy_exports
-
-if TYPE_CHECKING:
-    from themisto_env.replay.build import BuildReport, build_dataset
-    from themisto_env.replay.dataset import Dataset
-    from themisto_env.replay.disposable import CodeRun, DisposableKernels
-    from themisto_env.replay.kernel_environment_registry import list_kernel_environments
-    from themisto_env.replay.kernel_environment_spec import KernelEnvironmentRecord, KernelEnvironmentSpec
-    from themisto_env.replay.kernel_environments import dataset_kernel_environment, use_kernel_environment
-    from themisto_env.replay.resolve import bundled_dataset_dir, resolve_dataset
-    from themisto_env.replay.state import TrajectoryKernel
-    from themisto_env.replay.state_check import StateReport
-
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "themisto_env.replay.build": ("BuildReport", "build_dataset"),
-        "themisto_env.replay.dataset": ("Dataset",),
-        "themisto_env.replay.disposable": ("CodeRun", "DisposableKernels"),
-        "themisto_env.replay.kernel_environment_registry": ("list_kernel_environments",),
-        "themisto_env.replay.kernel_environment_spec": ("KernelEnvironmentRecord", "KernelEnvironmentSpec"),
-        "themisto_env.replay.kernel_environments": ("dataset_kernel_environment", "use_kernel_environment"),
-        "themisto_env.replay.resolve": ("bundled_dataset_dir", "resolve_dataset"),
-        "themisto_env.replay.state": ("TrajectoryKernel",),
-        "themisto_env.replay.state_check": ("StateReport",),
-    },
-)
-
-__all__ = [
-    "BuildReport",
-    "CodeRun",
-    "Dataset",
-    "DisposableKernels",
-    "KernelEnvironmentRecord",
-    "KernelEnvironmentSpec",
-    "StateReport",
-    "TrajectoryKernel",
-    "build_dataset",
-    "bundled_dataset_dir",
-    "dataset_kernel_environment",
-    "list_kernel_environments",
-    "resolve_dataset",
-    "use_kernel_environment",
-]
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

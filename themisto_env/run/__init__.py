@@ -11,37 +11,6 @@ imports none of its modules.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import lazy_loader
 
-from themisto_env._lazy import lazy_exports
-
-if TYPE_CHECKING:
-    from themisto_env.run.compare import compare_runs
-    from themisto_env.run.config import RunConfig, load_run_config
-    from themisto_env.run.report import write_report
-    from themisto_env.run.results import ResultRow, read_results
-    from themisto_env.run.runner import run
-    from themisto_env.run.view import write_view
-
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "themisto_env.run.compare": ("compare_runs",),
-        "themisto_env.run.config": ("RunConfig", "load_run_config"),
-        "themisto_env.run.report": ("write_report",),
-        "themisto_env.run.results": ("ResultRow", "read_results"),
-        "themisto_env.run.runner": ("run",),
-        "themisto_env.run.view": ("write_view",),
-    },
-)
-
-__all__ = [
-    "ResultRow",
-    "RunConfig",
-    "compare_runs",
-    "load_run_config",
-    "read_results",
-    "run",
-    "write_report",
-    "write_view",
-]
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -10,34 +10,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import lazy_loader
 
-from themisto_env._lazy import lazy_exports
-from themisto_env.bridges.openenv.deps import require_openenv
-
-if TYPE_CHECKING:
-    from themisto_env.bridges.openenv.client import ThemistoEnvClient
-    from themisto_env.bridges.openenv.environment import ThemistoServedEnv
-    from themisto_env.bridges.openenv.models import ThemistoAction, ThemistoObservation, ThemistoState
-    from themisto_env.bridges.openenv.server import create_server_app, serve
-
-__getattr__, __dir__ = lazy_exports(
-    __name__,
-    {
-        "themisto_env.bridges.openenv.client": ("ThemistoEnvClient",),
-        "themisto_env.bridges.openenv.environment": ("ThemistoServedEnv",),
-        "themisto_env.bridges.openenv.models": ("ThemistoAction", "ThemistoObservation", "ThemistoState"),
-        "themisto_env.bridges.openenv.server": ("create_server_app", "serve"),
-    },
-)
-
-__all__ = [
-    "ThemistoAction",
-    "ThemistoEnvClient",
-    "ThemistoObservation",
-    "ThemistoServedEnv",
-    "ThemistoState",
-    "create_server_app",
-    "require_openenv",
-    "serve",
-]
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -17,31 +17,6 @@ function needs them (``pip install 'themisto-env[rl]'``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import lazy_loader
 
-from themisto_env._lazy import lazy_exports
-from themisto_env.bridges.rl.export import export_dataset, export_samples, observation_prompt
-from themisto_env.bridges.rl.rewards import ExecutionReward, MetricReward, completion_text
-from themisto_env.bridges.rl.vector import batch_actions, make_vector_env, unbatch_observations
-
-if TYPE_CHECKING:
-    from themisto_env.bridges.rl.tool_env import SharedStates, ThemistoToolEnv, tool_dataset
-
-__getattr__, __dir__ = lazy_exports(
-    __name__, {"themisto_env.bridges.rl.tool_env": ("SharedStates", "ThemistoToolEnv", "tool_dataset")}
-)
-
-__all__ = [
-    "ExecutionReward",
-    "MetricReward",
-    "SharedStates",
-    "ThemistoToolEnv",
-    "batch_actions",
-    "completion_text",
-    "export_dataset",
-    "export_samples",
-    "make_vector_env",
-    "observation_prompt",
-    "tool_dataset",
-    "unbatch_observations",
-]
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -56,8 +56,6 @@ __all__ = ["SUBMIT_INSTRUCTION", "SharedStates", "ThemistoToolEnv", "tool_datase
 
 #: Appended to each rollout's prompt (``reset``'s return value): how the prediction is given.
 SUBMIT_INSTRUCTION = "\n\nGive your prediction by calling the submit tool with it; the last submission is scored."
-#: What a tool call the sandbox failed is answered (the gym env's words).
-SANDBOX_FAILED = "The tool could not run because the sandbox failed; it was recovered: try again."
 
 
 class SharedStates:
@@ -341,6 +339,7 @@ class ThemistoToolEnv:
     def _tool(self, tool: str, **args: Any) -> str:
         """One tool call: refused once the record's budget is spent, else answered from the group's cache or
         the sample's state server, and written in the record as the gym env writes a tool step."""
+        from themisto_env.env.record import SANDBOX_FAILED
         from themisto_env.env.state_server import ToolOutcome, state_mismatch
 
         if self.sample is None:
@@ -367,13 +366,11 @@ class ThemistoToolEnv:
                     elif outcome.result is not None and mismatch is None:
                         states.answers.setdefault(self.sample.id, {})[key] = outcome.result
         record.count_call()
-        if outcome.result is None:  # the machinery failed: the call is given back (up to the env's cap)
-            record.tool_failed(outcome)
+        record.took(call, outcome)  # a call the machinery failed is given back (up to the env's cap)
+        if outcome.result is None:
             return SANDBOX_FAILED
-        record.add_faults(outcome.faults)
         if mismatch is not None:
             self.mismatches.append(mismatch)
-        record.called(call, outcome.result.ok)
         return outcome.result.text
 
     def close(self) -> None:
@@ -391,10 +388,11 @@ def tool_dataset(task: str = "next-cell", *, limit: int | None = None, **env_opt
     """
     from themisto_env.bridges.rl._deps import require
     from themisto_env.bridges.rl.export import export_samples, observation_prompt
+    from themisto_env.env.config import env_config_and_dataset
 
     datasets = require("datasets")
     rows = export_samples(task, "static", limit=limit, **env_options)  # type: ignore[arg-type]
-    budget = int(env_options.get("tool_budget", 5))
+    budget = env_config_and_dataset({**env_options, "task": task})[0].tool_budget  # the option or its default
     out = []
     for row in rows:
         observation = {"history": row["history"], "cell": row["cell"], "tools_left": budget}

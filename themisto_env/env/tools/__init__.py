@@ -11,48 +11,11 @@ first used.
 Example:
     >>> ctx = ToolContext(kernel=kernel, history=[HistoryItem(0, "x = 41 + 1", "")])
     >>> run_tool(ToolCall(tool="inspect_variable", args={"name": "x"}), ctx).text
-    'x: int\\nsize 28 B\\nvalue:\\n42'
+    'x: int\nsize 28 B\nvalue:\n42'
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import lazy_loader
 
-from themisto_env._lazy import lazy_exports
-from themisto_env.env.tools._models import (
-    HistoryItem,
-    ObservationTool,
-    ToolCall,
-    ToolContext,
-    ToolError,
-    ToolResult,
-)
-from themisto_env.env.tools._observations import TOOL_NAMES, TOOLS
-from themisto_env.env.tools._run import describe_tools, nearest_tool, run_tool, signature
-
-if TYPE_CHECKING:
-    from themisto_env.env.tools._langchain import ObservationStructuredTool, OnCall, langchain_tools
-
-# langchain-core takes over a second to import: load it only for the agents that use it.
-__getattr__, __dir__ = lazy_exports(
-    __name__, {"themisto_env.env.tools._langchain": ("ObservationStructuredTool", "OnCall", "langchain_tools")}
-)
-
-
-__all__ = [
-    "TOOLS",
-    "TOOL_NAMES",
-    "HistoryItem",
-    "ObservationStructuredTool",
-    "ObservationTool",
-    "OnCall",
-    "ToolCall",
-    "ToolContext",
-    "ToolError",
-    "ToolResult",
-    "describe_tools",
-    "langchain_tools",
-    "nearest_tool",
-    "run_tool",
-    "signature",
-]
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -1,0 +1,9 @@
+"""The public names of :mod:`themisto_env.env`, a line each (``__init__.py`` imports each on first use)."""
+
+from .actions import Action as Action
+from .actions import Prediction as Prediction
+from .actions import encode_action as encode_action
+from .actions import parse_action as parse_action
+from .config import EnvConfig as EnvConfig
+from .core import ThemistoEnv as ThemistoEnv
+from .tools import ToolCall as ToolCall
