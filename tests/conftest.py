@@ -10,7 +10,7 @@ What a test needs is said by the fixtures it uses, and the markers follow from t
 - ``training``: it runs a TRL training (``@needs``, the ``rl`` extra);
 - ``slow``: said where the test is defined: ``@pytest.mark.slow``, a module's ``pytestmark``, or the
   ``marks`` of a ``pytest.param`` case (one case of a parametrized test), for a test whose call takes more
-  than :data:`FAST_SECONDS` (:func:`_one_score_case_is_slow` says it for ``tests/test_one_score.py``).
+  than :data:`FAST_SECONDS`.
 
 Fixtures shared by several test folders live here; those of one folder live in its ``conftest.py``
 (``tests/sandbox``: the ``backend`` cases, bwrap; ``tests/replay``: pinned environments; ``tests/agents``,
@@ -27,7 +27,6 @@ import os
 import shutil
 import tempfile
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -58,10 +57,6 @@ Fixture = TypeVar("Fixture", bound=Callable[..., Any])
 #: the small "faults" trajectory, the metric path of the score cases, one try_cell round trip, the runner on
 #: the env tests' samples). Measure again with ``python3 -m pytest -m fast --durations=60``.
 FAST_SECONDS = 8.0
-#: The reward-equality test stays unchanged (issue 29), so the slow cases of ``tests/test_one_score.py`` are
-#: told here by what they do (see :func:`_one_score_case_is_slow`), not by their ids.
-ONE_SCORE_MODULE = "tests.test_one_score"
-ONE_SCORE_PASS_AT_K = "test_pass_at_k_draws_carry_the_same_rewards"
 
 
 def needs(marker: str) -> Callable[[Fixture], Fixture]:
@@ -115,51 +110,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     kernel, a dataset, a run) go to one worker (``xdist_group`` named by the module), so that work is done
     once; the other tests spread over the workers one by one. (Session fixtures are made once per worker.)
     """
-    _check_one_score_rule(config, items)
     for item in items:
         for marker in sorted(_needs_of(item)):
             if item.get_closest_marker(marker) is None:
                 item.add_marker(marker)
-        if _one_score_case_is_slow(item) and item.get_closest_marker("slow") is None:
-            item.add_marker("slow")
         if not any(item.get_closest_marker(m) for m in (*NEEDS, "slow")):
             item.add_marker("fast")
         if item.get_closest_marker("xdist_group") is None and _shares_module_work(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
-
-
-def _one_score_case_is_slow(item: pytest.Item) -> bool:
-    """Whether a test of ``tests/test_one_score.py`` (kept unchanged) takes more than :data:`FAST_SECONDS`.
-
-    A case that calls a tool or runs the execution score does a kernel's work on every path (the gym env,
-    TRL's tool env, the inspect scorer, the runner); pass@k's draws run the runner twice. The two tool-free
-    cases under the metrics and the step info's test stay in the fast lane.
-    """
-    if getattr(getattr(item, "module", None), "__name__", None) != ONE_SCORE_MODULE:
-        return False
-    if getattr(item, "originalname", None) == ONE_SCORE_PASS_AT_K:
-        return True
-    callspec = getattr(item, "callspec", None)
-    case = callspec.params.get("case") if callspec is not None else None
-    return case is not None and (bool(case.script) or bool(case.execution))
-
-
-def _check_one_score_rule(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Warn when :func:`_one_score_case_is_slow` no longer finds what it reads (the file's whole tests collected)."""
-    ours = [item for item in items if getattr(getattr(item, "module", None), "__name__", None) == ONE_SCORE_MODULE]
-    if not ours or any("::" in arg for arg in config.args):
-        return
-    names = {getattr(item, "originalname", None) for item in ours}
-    cases = [
-        item.callspec.params["case"]
-        for item in ours
-        if "case" in getattr(getattr(item, "callspec", None), "params", {})
-    ]
-    if ONE_SCORE_PASS_AT_K not in names or not cases or not all(hasattr(c, "script") for c in cases):
-        warnings.warn(
-            pytest.PytestWarning("tests/conftest.py _one_score_case_is_slow: tests/test_one_score.py changed shape"),
-            stacklevel=1,
-        )
 
 
 _RUNNING: list[pytest.Item] = []
