@@ -24,7 +24,7 @@ import yaml
 #: The commands run in reading order, each depending on those before it, each a CLI process: end to end.
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = next(folder for folder in Path(__file__).resolve().parents if (folder / "pyproject.toml").exists())
 DOCS = REPO / "docs"
 
 

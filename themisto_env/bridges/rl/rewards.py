@@ -7,7 +7,7 @@ completion is a string (standard format) or a list of messages (conversational f
 :func:`completion_text`.
 
 * :class:`MetricReward` scores a completion against the row's ``target`` with
-  :func:`themisto_env.scoring.score.score_sample` (the env's one rule, README "Reward", here without
+  :func:`themisto_env.scoring.score.score_sample` (the env's one rule, docs/reward.md, here without
   tool calls and without the execution score), and returns its ``reward`` or one metric.
   By default the prediction is first read out of the reply as the LLM agents read it (fenced block,
   lead-in lines dropped: :func:`themisto_env.agents.parsing.extract_prediction`).

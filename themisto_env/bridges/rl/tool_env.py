@@ -18,7 +18,7 @@ A rollout: ``reset(sample_id=...)`` serves nothing yet (the state is lazy); the 
 observation tools (``list_variables``, ``inspect_variable``, ``dataframe_head``, ...), each answered
 from the live kernel in the sample's state; it gives its prediction with ``submit``; ``get_reward()``
 scores the last submitted prediction with the env's :class:`~themisto_env.env.scorer.Scorer` (the one rule,
-README "Reward": metrics, execution score when on, minus ``tool_cost`` per tool call) and returns None (TRL
+docs/reward.md: metrics, execution score when on, minus ``tool_cost`` per tool call) and returns None (TRL
 leaves it out) when the rollout cannot be trusted: an infrastructure failure during its tool calls, or a
 state that differs from the recording.
 
@@ -230,7 +230,7 @@ class ThemistoToolEnv:
     def get_reward(self) -> float | None:
         """The rollout's reward: :func:`~themisto_env.scoring.score.score_sample` of the last submitted
         prediction (an empty one when nothing was submitted) with the rollout's tool calls, under the
-        env's rule (README, "Reward"; the execution score runs the prediction in a disposable kernel);
+        env's rule (docs/reward.md; the execution score runs the prediction in a disposable kernel);
         None when an infrastructure failure or a state that differs from the recording touched the
         rollout (TRL leaves it out: never scored as a wrong answer). The whole record is kept in
         :attr:`last_score`."""
