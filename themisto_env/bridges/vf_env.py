@@ -59,7 +59,7 @@ def load_environment(
         limit: Use this many samples, spread over the trajectories (None: all).
         max_turns: Model turns per rollout (tool calls included).
         share: The rollouts of a sample share one kernel (False: one per rollout).
-        **env_options: :class:`~themisto_env.env.core.EnvConfig` options as JSON values (``dataset`` a
+        **env_options: :class:`~themisto_env.env.config.EnvConfig` options as JSON values (``dataset`` a
             folder, ``backend``, ``tool_budget``, ``tool_cost``, ``history_length``, ``execution_score``,
             ``split``, ...): they reach the tool server's process through verifiers' config.
 

@@ -58,7 +58,7 @@ class ThemistoTasksetConfig(vf.TasksetConfig):
         themisto_task: ``next-cell`` or ``output`` (``task`` is verifiers' own field: each task's config).
         limit: Use this many samples, spread over the trajectories (None: all).
         share: The rollouts of a sample share one kernel (False: one per rollout).
-        options: :class:`~themisto_env.env.core.EnvConfig` options as JSON values (``dataset`` a folder,
+        options: :class:`~themisto_env.env.config.EnvConfig` options as JSON values (``dataset`` a folder,
             ``backend``, ``tool_budget``, ``tool_cost``, ``history_length``, ``execution_score``, ``split``...).
     """
 

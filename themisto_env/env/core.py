@@ -72,16 +72,11 @@ import gymnasium as gym
 
 from themisto_env.data.samples import Sample
 from themisto_env.data.trajectory import Trajectory
-from themisto_env.env.config import (
-    MODEL_CODE_TIMEOUT_S,
-    EnvConfig,
-    ObservationMode,
-    env_config_and_dataset,
-)
+from themisto_env.env.config import EnvConfig, env_config_and_dataset
 from themisto_env.env.episode import Episode
 from themisto_env.env.record import EpisodeRecord
 from themisto_env.env.scorer import Scorer
-from themisto_env.env.spaces import CHARSET, action_space, fit_text, observation_space, text_space
+from themisto_env.env.spaces import action_space, observation_space
 from themisto_env.env.state_server import StateServer
 from themisto_env.env.tools import ToolContext
 from themisto_env.replay.disposable import DisposableKernels
@@ -89,16 +84,7 @@ from themisto_env.replay.state import TrajectoryKernel
 from themisto_env.replay.state_check import StateReport
 from themisto_env.scoring.score import ExecutionRun, SampleScore, ScoringRule
 
-__all__ = [
-    "CHARSET",
-    "MODEL_CODE_TIMEOUT_S",
-    "EnvConfig",
-    "ObservationMode",
-    "ThemistoEnv",
-    "env_config_and_dataset",
-    "fit_text",
-    "text_space",
-]
+__all__ = ["ThemistoEnv"]
 
 
 class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):

@@ -42,7 +42,8 @@ from themisto_env.errors import (
     InfrastructureError,
     KernelDiedError,
 )
-from themisto_env.replay.state import TrajectoryKernel, diff_fingerprints, expected_fingerprint
+from themisto_env.replay.state import TrajectoryKernel
+from themisto_env.replay.state_check import diff_fingerprints, expected_fingerprint
 from themisto_env.sandbox.kernel_contract import KernelLike
 from themisto_env.sandbox.kernel_helper import value_fingerprint
 from themisto_env.sandbox.models import SandboxLimits

@@ -19,7 +19,7 @@ from themisto_env.data.samples import SelectionOrder, TaskName
 from themisto_env.errors import ConfigError
 
 ObservationName = Literal["static", "full", "tools"]
-"""The env's observation modes (``themisto_env.env.core.ObservationMode``)."""
+"""The env's observation modes (``themisto_env.env.config.ObservationMode``)."""
 
 
 class RunConfig(BaseModel):
@@ -191,7 +191,7 @@ def load_run_config(path: str | Path | None = None, overrides: dict[str, Any] | 
 
 
 def check_env_options(env: dict[str, Any], path: str | Path | None = None) -> None:
-    """Check a config's ``env:`` options against the env's (:class:`~themisto_env.env.core.EnvConfig`), so
+    """Check a config's ``env:`` options against the env's (:class:`~themisto_env.env.config.EnvConfig`), so
     that a typo is one line naming the file and the key (with the nearest option), before anything runs.
 
     Raises:

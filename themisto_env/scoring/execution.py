@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from themisto_env.data.trajectory import Trajectory
 from themisto_env.metrics import score
 from themisto_env.replay.disposable import CodeRun, DisposableKernels, changed_names
-from themisto_env.replay.state import expected_fingerprint
+from themisto_env.replay.state_check import expected_fingerprint
 from themisto_env.sandbox.rendering import render_outputs
 
 #: The output agreement (chrF, 0 to 1) a passing prediction reaches, its variables matching exactly.

@@ -94,7 +94,7 @@ def export_samples(
         selection_seed: The seed of that selection (``themisto run --selection-seed``).
         sample_ids: Only these samples (``themisto run --sample-ids``:
             :func:`~themisto_env.data.samples.read_sample_ids` reads a file of them).
-        **env_options: Further :class:`~themisto_env.env.core.EnvConfig` options (``dataset``: a folder or an
+        **env_options: Further :class:`~themisto_env.env.config.EnvConfig` options (``dataset``: a folder or an
             open :class:`~themisto_env.replay.dataset.Dataset`; ``backend``, ``history_length``,
             ``sample_rule``, ``snapshot_dir``, ...).
 

@@ -59,7 +59,7 @@ def make_vector_env(
         task: ``next-cell`` or ``output``.
         vectorization: ``sync`` (one process) or ``async`` (a subprocess per copy).
         autoreset: gymnasium's autoreset mode (see the module docstring).
-        **options: :class:`~themisto_env.env.core.EnvConfig` options for every copy (``observation``,
+        **options: :class:`~themisto_env.env.config.EnvConfig` options for every copy (``observation``,
             ``tool_budget``, ``dataset``, ``backend``, ...).
 
     Returns:
