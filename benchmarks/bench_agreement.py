@@ -12,7 +12,7 @@ For each notebook (with an optional requirements file), in one run:
     code cell of a notebook saved without counts) is compared to its saved outputs with the same
     :func:`themisto_env.data.agreement.agreement`, normalised and ``raw=True``.
 
-Notebooks: by default the three test notebooks (``tests/data/notebooks``: sales, writeback, legacy with its
+Notebooks: by default the three test notebooks (``tests/fixtures/notebooks``: sales, writeback, legacy with its
 ``requirements.txt``); ``--notebook PATH[::REQUIREMENTS]`` adds one; ``--pypi
 PKG==VER:PATH_IN_SDIST[:EXTRA,EXTRA]`` downloads the package's source distribution into ``--cache`` (pip
 download, nothing vendored here), unpacks it and adds the notebook at that path, with ``PKG==VER`` and the
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-TEST_NOTEBOOKS = ROOT / "tests" / "data" / "notebooks"
+TEST_NOTEBOOKS = ROOT / "tests" / "fixtures" / "notebooks"
 DEFAULT_CACHE = Path.home() / ".cache" / "themisto-env" / "bench-agreement"
 
 
@@ -271,13 +271,13 @@ def main() -> None:
     cases: list[Case] = []
     if not args.no_defaults:
         cases += [
-            Case("sales", TEST_NOTEBOOKS / "sales" / "sales.ipynb", None, "tests/data/notebooks"),
-            Case("writeback", TEST_NOTEBOOKS / "writeback" / "writeback.ipynb", None, "tests/data/notebooks"),
+            Case("sales", TEST_NOTEBOOKS / "sales" / "sales.ipynb", None, "tests/fixtures/notebooks"),
+            Case("writeback", TEST_NOTEBOOKS / "writeback" / "writeback.ipynb", None, "tests/fixtures/notebooks"),
             Case(
                 "legacy",
                 TEST_NOTEBOOKS / "legacy" / "legacy.ipynb",
                 TEST_NOTEBOOKS / "legacy" / "requirements.txt",
-                "tests/data/notebooks",
+                "tests/fixtures/notebooks",
             ),
         ]
     cases += [parse_notebook(spec) for spec in args.notebook]

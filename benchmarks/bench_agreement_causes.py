@@ -7,7 +7,7 @@ course's churn analysis, whose cells reproduce the issue's mix of causes (warnin
 difference carried forward, nothing recorded, package versions, unseeded randomness, timings, a shell
 command calling a missing script, plus missing modules and files, an undefined name, a host name). Each
 cell's label was written with the cell, from what its code does, before any build ran; the labels are
-not read by the code under test. ``tests/test_agreement_causes.py`` checks another such notebook.
+not read by the code under test. ``tests/replay/test_agreement_causes.py`` checks another such notebook.
 
 The notebook's folder holds a ``requirements.txt`` of older pins (pandas 1.3.5, numpy 1.21.6, scikit-learn
 1.0.2), as a course's would: the ``environment`` causes name those packages.

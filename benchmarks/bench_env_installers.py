@@ -5,7 +5,7 @@ Run from the repository root (uv on the PATH, or ``THEMISTO_UV=/path/to/uv``; ``
     python benchmarks/bench_env_installers.py [--requirements FILE] [--rounds 3]
 
 Each measurement is :func:`themisto_env.replay.kernel_environment_venv.make_venv` of the same spec (default:
-``tests/data/environments/requirements.txt``, pandas 1.5.3 and numpy 1.26.4, plus ipykernel and dill as
+``tests/fixtures/environments/requirements.txt``, pandas 1.5.3 and numpy 1.26.4, plus ipykernel and dill as
 every environment) into a fresh environments folder (``THEMISTO_CACHE`` set to a new temporary folder), so
 the venv is made every time. Package caches (pip's and uv's) live in one temporary folder for the whole run:
 round 1 starts with both empty (cold: every wheel fetched from the index), later rounds find them filled
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--requirements", type=Path, default=ROOT / "tests/data/environments/requirements.txt")
+    parser.add_argument("--requirements", type=Path, default=ROOT / "tests/fixtures/environments/requirements.txt")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     if uv_command() is None:

@@ -1,7 +1,7 @@
 """``themisto kernel-env create`` time, cold and cached, timed as a user runs it (the CLI in a subprocess).
 
 In a cache of its own (``THEMISTO_CACHE`` set to a temporary folder, so pip's cache starts empty too), for
-a requirements file with older packages (default: ``tests/data/environments/requirements.txt``, pandas 1.5.3
+a requirements file with older packages (default: ``tests/fixtures/environments/requirements.txt``, pandas 1.5.3
 and numpy 1.26.4, plus ``six`` so that its id, and so its docker image, is not the tests' one):
 
 1. cold: nothing cached, every wheel downloaded from the index;
@@ -43,7 +43,7 @@ def themisto(*args: str, env: dict[str, str]) -> tuple[float, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--requirements", type=Path, default=ROOT / "tests" / "data" / "environments" / "requirements.txt"
+        "--requirements", type=Path, default=ROOT / "tests" / "fixtures" / "environments" / "requirements.txt"
     )
     parser.add_argument("--no-docker", action="store_true", help="Skip the docker image rows.")
     args = parser.parse_args()

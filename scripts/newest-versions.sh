@@ -16,12 +16,12 @@ out="${THEMISTO_NEWEST_DIR:-${TMPDIR:-/tmp}/themisto-newest-versions}"
 python="${PYTHON:-python3}"
 started=$(date +%s)
 tests=(
-  tests/test_vf_env.py
-  tests/rl/test_tool_env.py tests/rl/test_rewards.py tests/rl/test_export.py
-  tests/test_inspect.py
-  tests/test_openenv_server.py
-  tests/test_env.py
-  tests/test_notebook.py tests/test_recorder.py tests/sandbox/test_kernel.py
+  tests/bridges/test_vf_env.py
+  tests/bridges/rl/test_tool_env.py tests/bridges/rl/test_rewards.py tests/bridges/rl/test_export.py
+  tests/bridges/test_inspect.py
+  tests/bridges/openenv/test_server.py
+  tests/env/test_env.py
+  tests/data/test_notebook.py tests/data/test_recorder.py tests/sandbox/test_kernel.py
 )
 
 summary() {  # the banner, also written to summary.txt

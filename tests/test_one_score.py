@@ -314,7 +314,11 @@ def through_runner(sample: Sample, case: Case, out: Path, *, samples: int = 1) -
 # -- the proof ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", CASES, ids=case_id)
+#: The cases; one with a tool call or the execution score does a kernel's work on every path: marked slow.
+CASE_PARAMS = [pytest.param(case, marks=pytest.mark.slow) if case.script or case.execution else case for case in CASES]
+
+
+@pytest.mark.parametrize("case", CASE_PARAMS, ids=case_id)
 def test_every_path_gives_the_same_reward_and_flags(
     case: Case,
     sample: Sample,
@@ -375,6 +379,7 @@ def test_the_step_info_carries_the_sample_score(gym_envs: dict[bool, ThemistoEnv
     assert StepInfo.model_validate(info).model_dump() == info, "the info is StepInfo's dict form"
 
 
+@pytest.mark.slow
 def test_pass_at_k_draws_carry_the_same_rewards(
     gym_envs: dict[bool, ThemistoEnv], sample: Sample, tmp_path: Path
 ) -> None:

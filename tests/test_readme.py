@@ -90,7 +90,7 @@ def command_needs(command: str) -> list[pytest.MarkDecorator]:
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder where the documented relative paths (configs/, tests/data/) resolve, and outputs land."""
+    """A folder where the documented relative paths (configs/, tests/fixtures/) resolve, and outputs land."""
     root = tmp_path_factory.mktemp("readme")
     (root / "configs").symlink_to(REPO / "configs")
     (root / "tests").symlink_to(REPO / "tests")

@@ -403,6 +403,7 @@ AGENT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_two_agent_processes_share_one_cache(fresh: StandIn, tmp_path: Path) -> None:
     """Both ask the same 20 questions twice: a question both missed at once is stored once (the first
     answer), and from then on both replay that one answer."""

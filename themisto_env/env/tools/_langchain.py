@@ -24,7 +24,7 @@ class ObservationStructuredTool(StructuredTool):
     arguments gets the same answer as through the env and is seen by the ``on_call`` hook.
 
     It overrides langchain-core's ``BaseTool._to_args_and_kwargs`` (the step that validates against
-    ``args_schema``; unchanged since langchain-core 0.2); ``tests/test_tools.py`` pins the behaviour.
+    ``args_schema``; unchanged since langchain-core 0.2); ``tests/env/test_tools.py`` pins the behaviour.
     """
 
     def _to_args_and_kwargs(

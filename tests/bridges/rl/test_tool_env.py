@@ -1,0 +1,232 @@
+"""TRL's multi-turn environment: tools answered from the sample's recorded state, shared by a GRPO group,
+rewards from the env's metrics, and no reward where the machinery failed."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+import pytest
+
+from themisto_env.bridges.rl.tool_env import SharedStates, ThemistoToolEnv, tool_dataset
+from themisto_env.env.actions import Prediction
+from themisto_env.env.core import ThemistoEnv
+from themisto_env.env.tools import ToolCall
+from themisto_env.metrics import reward, score
+
+#: Every observation tool a rollout can call, with arguments valid in the sales notebook's later states.
+CALLS: list[tuple[str, dict[str, Any]]] = [
+    ("list_variables", {}),
+    ("inspect_variable", {"name": "sales"}),
+    ("dataframe_head", {"name": "sales", "n": 3}),
+    ("dataframe_info", {"name": "sales"}),
+    ("memory_usage", {}),
+    ("get_source", {"name": "total"}),
+]
+
+
+def call_all(rollout: ThemistoToolEnv) -> list[str]:
+    return [getattr(rollout, tool)(**args) for tool, args in CALLS]
+
+
+def eager_answers(env_dataset: dict[str, str], sample_id: str) -> tuple[list[str], Any]:
+    """The same calls through an eager env's step API, and its kernel's namespace and fingerprint."""
+    env = ThemistoEnv(task="next-cell", lazy_state=False, warm_kernels=0, tool_budget=100, **env_dataset)
+    try:
+        index = next((t, i) for t, s in env.episode_samples.items() for i, x in enumerate(s) if x.id == sample_id)
+        env.reset(options={"trajectory": index[0], "sample": index[1]})
+        answers = [env.step(ToolCall(tool=tool, args=args))[0]["tool_result"] for tool, args in CALLS]
+        kernel = env.tool_context().kernel
+        return answers, (sorted(kernel.namespace_state().names), kernel.fingerprint())
+    finally:
+        env.close()
+
+
+@pytest.fixture(scope="module")
+def late_sample(env_dataset: dict[str, str]) -> str:
+    """A sample after ``total`` and ``sales`` exist."""
+    rows = tool_dataset("next-cell", **env_dataset)
+    return str(rows[-2]["sample_id"])
+
+
+def test_a_group_shares_one_kernel_that_no_rollout_alters(env_dataset: dict[str, str], late_sample: str) -> None:
+    expected, expected_state = eager_answers(env_dataset, late_sample)
+    # No answer cache: every rollout's calls reach the shared kernel.
+    with SharedStates(task="next-cell", tool_budget=100, cache_answers=False, **env_dataset) as states:
+        group = [ThemistoToolEnv(states) for _ in range(4)]
+        for rollout in group:
+            assert rollout.reset(sample_id=late_sample) is not None  # the submit instruction
+        answers = [call_all(group[0])]
+        kernel = states._owned[0].tool_context().kernel
+        before = kernel.namespace_state()
+        answers += [call_all(rollout) for rollout in group[1:]]  # one after the other, each every tool
+        assert all(a == expected for a in answers), "a rollout saw another state than the recording's"
+        assert len(states._owned) == 1, "one kernel for the group"
+        assert kernel.namespace_state() == before, "names, values' ids, _ and the execution counter untouched"
+        assert (sorted(before.names), kernel.fingerprint()) == expected_state
+
+
+@pytest.mark.slow
+def test_without_sharing_each_rollout_has_its_own_kernel(env_dataset: dict[str, str], late_sample: str) -> None:
+    expected, _ = eager_answers(env_dataset, late_sample)
+    with SharedStates(task="next-cell", share=False, tool_budget=100, **env_dataset) as states:
+        group = [ThemistoToolEnv(states) for _ in range(3)]
+        for rollout in group:
+            rollout.reset(sample_id=late_sample)
+        assert all(call_all(rollout) == expected for rollout in group)
+        pids = {server.tool_context().kernel.launcher.pid() for server in states._owned}
+        assert len(states._owned) == 3 and len(pids) == 3
+
+
+@pytest.mark.slow
+def test_more_samples_than_kernels_move_the_least_recently_used(env_dataset: dict[str, str]) -> None:
+    rows = tool_dataset("next-cell", **env_dataset)
+    chosen = [str(rows[i]["sample_id"]) for i in (-2, 2, -3, -2)]
+    with SharedStates(task="next-cell", max_kernels=2, tool_budget=100, **env_dataset) as states:
+        for sample_id in chosen:
+            env = ThemistoEnv(task="next-cell", lazy_state=False, warm_kernels=0, **env_dataset)
+            try:
+                index = next(
+                    (t, i) for t, s in env.episode_samples.items() for i, x in enumerate(s) if x.id == sample_id
+                )
+                env.reset(options={"trajectory": index[0], "sample": index[1]})
+                want = env.step(ToolCall(tool="list_variables"))[0]["tool_result"]
+            finally:
+                env.close()
+            rollout = ThemistoToolEnv(states)
+            rollout.reset(sample_id=sample_id)
+            assert rollout.list_variables() == want, sample_id
+        assert len(states._owned) == 2
+
+
+def test_the_reward_is_the_env_metric_of_the_submitted_prediction(
+    env_dataset: dict[str, str], late_sample: str
+) -> None:
+    with SharedStates(task="next-cell", tool_budget=2, tool_cost=0.05, **env_dataset) as states:
+        target = states.samples[late_sample].target
+        rollout = ThemistoToolEnv(states)
+        rollout.reset(sample_id=late_sample)
+        assert rollout.get_reward() == reward(score("", target)), "nothing submitted: an empty prediction"
+        rollout.list_variables()
+        rollout.submit("print(total(sales))")
+        rollout.submit(target)  # the last one counts
+        assert rollout.get_reward() == pytest.approx(1.0 - 0.05)
+        rollout.list_variables()
+        assert "budget" in rollout.list_variables(), "the third call is over the budget"
+        assert rollout.get_reward() == pytest.approx(1.0 - 0.1)
+        rollout.reset(sample_id=late_sample)
+        assert rollout.answer is None and rollout.tool_calls == []
+
+
+def test_a_rollout_the_machinery_failed_gets_no_reward_and_the_next_one_is_served_again(
+    env_dataset: dict[str, str], late_sample: str
+) -> None:
+    expected, _ = eager_answers(env_dataset, late_sample)
+    with SharedStates(task="next-cell", tool_budget=100, **env_dataset) as states:
+        first, second = ThemistoToolEnv(states), ThemistoToolEnv(states)
+        first.reset(sample_id=late_sample)
+        second.reset(sample_id=late_sample)
+        first.list_variables()
+        os.kill(states._owned[0].tool_context().kernel.launcher.pid(), signal.SIGKILL)
+        assert "sandbox failed" in first.memory_usage()  # not asked before: it reaches the dead kernel
+        first.submit(states.samples[late_sample].target)
+        assert first.get_reward() is None, "an infrastructure failure is never scored"
+        assert call_all(second) == expected, "recovered: the same recorded state"
+        second.submit(states.samples[late_sample].target)
+        assert second.get_reward() == pytest.approx(1.0 - 0.01 * len(CALLS))
+
+
+def test_trl_reads_the_tools_schemas(env_dataset: dict[str, str]) -> None:
+    """TRL builds each tool's schema from its type hints and docstring (transformers' get_json_schema)."""
+    pytest.importorskip("transformers")
+    from transformers.utils import get_json_schema
+
+    with SharedStates(task="next-cell", **env_dataset) as states:
+        rollout = states.factory()()
+        names = {}
+        for name in (
+            "list_variables",
+            "inspect_variable",
+            "dataframe_head",
+            "dataframe_info",
+            "memory_usage",
+            "get_source",
+            "submit",
+        ):
+            schema = get_json_schema(getattr(rollout, name))["function"]
+            names[schema["name"]] = set(schema["parameters"].get("properties", {}))
+        assert names["dataframe_head"] == {"name", "n"} and names["submit"] == {"prediction"}
+        assert names["list_variables"] == set()
+
+
+def test_predictions_never_reach_the_shared_kernel(env_dataset: dict[str, str], late_sample: str) -> None:
+    """Under the execution score a submitted prediction runs in a disposable kernel only."""
+    with SharedStates(task="next-cell", execution_score=True, tool_budget=100, **env_dataset) as states:
+        rollout = ThemistoToolEnv(states)
+        rollout.reset(sample_id=late_sample)
+        before = rollout.list_variables()
+        rollout.submit("hacked = 1\nsales.drop(columns=['units'], inplace=True)")
+        value = rollout.get_reward()
+        assert value is not None and value < 0.5
+        other = ThemistoToolEnv(states)
+        other.reset(sample_id=late_sample)
+        assert other.list_variables() == before and "hacked" not in before
+        assert "hacked" not in states._owned[0].tool_context().kernel.namespace_state().names
+
+
+def test_a_groups_repeated_calls_are_answered_once_and_the_same(env_dataset: dict[str, str], late_sample: str) -> None:
+    expected, _ = eager_answers(env_dataset, late_sample)
+    with SharedStates(task="next-cell", tool_budget=100, **env_dataset) as states:
+        group = [ThemistoToolEnv(states) for _ in range(3)]
+        for rollout in group:
+            rollout.reset(sample_id=late_sample)
+        assert call_all(group[0]) == expected
+        kernel = states._owned[0].tool_context().kernel
+        os.kill(kernel.launcher.pid(), signal.SIGKILL)  # a call that reached the kernel now would fail
+        assert all(call_all(rollout) == expected for rollout in group[1:]), "answered from the group's first calls"
+        assert all(rollout.faults == [] for rollout in group)
+        assert all(len(rollout.tool_calls) == len(CALLS) for rollout in group), "each rollout pays for its calls"
+
+
+def gym_tool_steps(env_dataset: dict[str, str], sample_id: str, budget: int, calls: int) -> list[dict[str, Any]]:
+    """The infos of ``calls`` tool calls and a prediction of the target through the gym env."""
+    env = ThemistoEnv(task="next-cell", tool_budget=budget, tool_cost=0.05, **env_dataset)
+    try:
+        target = next(s.target for s in env.samples if s.id == sample_id)
+        env.reset(options={"sample": sample_id})
+        infos = [env.step(ToolCall(tool="list_variables"))[4] for _ in range(calls)]
+        return [*infos, env.step(Prediction(text=target))[4]]
+    finally:
+        env.close()
+
+
+def test_a_call_past_the_budget_is_refused_as_in_the_gym_env(env_dataset: dict[str, str], late_sample: str) -> None:
+    """The rollout's budget is the env's record: a call past it runs nothing and costs nothing."""
+    *tool_infos, scored = gym_tool_steps(env_dataset, late_sample, budget=2, calls=3)
+    assert [bool(i.get("tool_refused")) for i in tool_infos] == [False, False, True]
+    with SharedStates(task="next-cell", tool_budget=2, tool_cost=0.05, cache_answers=False, **env_dataset) as states:
+        rollout = ThemistoToolEnv(states)
+        rollout.reset(sample_id=late_sample)
+        answers = [rollout.list_variables() for _ in range(3)]
+        assert "budget" in answers[2] and answers[0] == answers[1] != answers[2]
+        assert rollout.record.tools_used == 2 and rollout.record.tools_left == 0
+        assert len(rollout.tool_calls) == 2, "the refused call did not run"
+        rollout.submit(states.samples[late_sample].target)
+        assert rollout.get_reward() == pytest.approx(scored["reward"]) == pytest.approx(1.0 - 2 * 0.05)
+
+
+def test_a_call_the_sandbox_failed_is_given_back_as_in_the_gym_env(
+    env_dataset: dict[str, str], late_sample: str
+) -> None:
+    with SharedStates(task="next-cell", tool_budget=2, **env_dataset) as states:
+        rollout = ThemistoToolEnv(states)
+        rollout.reset(sample_id=late_sample)
+        rollout.list_variables()
+        os.kill(states.env_for(late_sample).tool_context().kernel.launcher.pid(), signal.SIGKILL)
+        assert "sandbox failed" in rollout.memory_usage()
+        assert rollout.record.tools_used == 1 and len(rollout.faults) == 1, "given back: not the agent's fault"
+        assert "recovered" in rollout.faults[0]
+        assert "sales" in rollout.inspect_variable("sales"), "the state was served again"
+        assert "budget" in rollout.get_source("total"), "two calls counted: the budget is spent"
+        assert rollout.get_reward() is None and rollout.untrusted == rollout.faults
