@@ -16,7 +16,7 @@ import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 import pytest
@@ -42,6 +42,7 @@ PARTIAL = "from sklearn.datasets import load_wine\ndata = load_wine()"
 #: Its own code kills the kernel it runs in: the model's failure, never the machinery's.
 CRASH = "import os\nos._exit(1)"
 KILL = "kill"  # a script step: SIGKILL the env's kernel by its pid
+T = TypeVar("T")
 # (A call after a kill is another tool than before it: TRL's shared states answer a repeated call from
 # the group's cache, which never reaches the dead kernel.)
 
@@ -115,6 +116,9 @@ def of_score(scored: SampleScore | dict[str, Any]) -> Outcome:
 #: The envs of the module's fixtures (they outlive a case): a kill aimed at the env a run or an inspect
 #: sandbox made for itself leaves them alone.
 FIXTURE_ENVS: list[Callable[[], list[ThemistoEnv]]] = []
+#: One entry per kernel a kill step ended (or found dead): a path whose kill never happened cannot pass as
+#: agreeing (inspect turns an error in its model callback into an erred sample, which agrees with little).
+KILLED: list[int] = []
 
 
 def kill_kernel_of(env: ThemistoEnv | Episode) -> None:
@@ -126,10 +130,12 @@ def kill_kernel_of(env: ThemistoEnv | Episode) -> None:
     pid = kernel.launcher.pid()
     if pid is None:
         assert not kernel.launcher.is_alive(), "a live kernel whose pid cannot be read"
+        KILLED.append(0)
         return
     os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(psutil.NoSuchProcess):  # a forked kernel is reaped by its template, maybe already
         psutil.Process(pid).wait(timeout=10)
+    KILLED.append(pid)
 
 
 def kill_env_kernels(sample_id: str) -> None:
@@ -326,11 +332,18 @@ def test_every_path_gives_the_same_reward_and_flags(
     shared_states: dict[bool, SharedStates],
     tmp_path: Path,
 ) -> None:
-    gym, info = through_gym(gym_envs[case.execution], sample, case)
+    def killing(path: str, outcome: Callable[[], T]) -> T:
+        """The path's outcome, once its kill step (if the case has one) really killed a kernel."""
+        before = len(KILLED)
+        result = outcome()
+        assert KILL not in case.script or len(KILLED) > before, f"{path}: the kill step killed no kernel"
+        return result
+
+    gym, info = killing("gym env", lambda: through_gym(gym_envs[case.execution], sample, case))
     outcomes = {
-        "trl tool env": through_tool_env(shared_states[case.execution], sample, case),
-        "inspect scorer": through_inspect(sample, case, tmp_path),
-        "runner row": of_score(through_runner(sample, case, tmp_path / "run")[0]),
+        "trl tool env": killing("trl tool env", lambda: through_tool_env(shared_states[case.execution], sample, case)),
+        "inspect scorer": killing("inspect scorer", lambda: through_inspect(sample, case, tmp_path)),
+        "runner row": of_score(killing("runner", lambda: through_runner(sample, case, tmp_path / "run"))[0]),
     }
     if case.tool_free:
         value = through_reward_function(sample, case)
