@@ -249,7 +249,7 @@ def through_gym(env: ThemistoEnv, sample: Sample, case: Case) -> tuple[Outcome, 
 def through_tool_env(states: SharedStates, sample: Sample, case: Case) -> Outcome:
     rollout = ThemistoToolEnv(states)
     rollout.reset(sample_id=sample.id)
-    script = Script(case.script, lambda: kill_kernel_of(states.env_for(sample.id)))
+    script = Script(case.script, lambda: kill_kernel_of(states.server_for(sample.id)))
     while (tool := script.next_tool()) is not None:
         getattr(rollout, tool)()
     rollout.submit(fenced(case.prediction))

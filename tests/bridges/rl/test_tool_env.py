@@ -223,7 +223,7 @@ def test_a_call_the_sandbox_failed_is_given_back_as_in_the_gym_env(
         rollout = ThemistoToolEnv(states)
         rollout.reset(sample_id=late_sample)
         rollout.list_variables()
-        os.kill(states.env_for(late_sample).tool_context().kernel.launcher.pid(), signal.SIGKILL)
+        os.kill(states.server_for(late_sample).tool_context().kernel.launcher.pid(), signal.SIGKILL)
         assert "sandbox failed" in rollout.memory_usage()
         assert rollout.record.tools_used == 1 and len(rollout.faults) == 1, "given back: not the agent's fault"
         assert "recovered" in rollout.faults[0]

@@ -127,7 +127,7 @@ class SharedStates:
         self._owned.append(server)
         return server
 
-    def env_for(self, sample_id: str, own: StateServer | None = None) -> StateServer:
+    def server_for(self, sample_id: str, own: StateServer | None = None) -> StateServer:
         """The state server that answers tools for ``sample_id``, moved to it if it served another sample:
         the group's shared server, or ``own`` (a rollout's own server, without sharing)."""
         sample = self.samples[sample_id]
@@ -357,7 +357,7 @@ class ThemistoToolEnv:
             else:
                 if not states.share and self._own_server is None:
                     self._own_server = states.new_server()
-                server = states.env_for(self.sample.id, own=None if states.share else self._own_server)
+                server = states.server_for(self.sample.id, own=None if states.share else self._own_server)
                 outcome = server.call_tool(call)
                 mismatch = state_mismatch(server.report)
                 if states.cache_answers:
