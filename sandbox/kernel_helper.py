@@ -825,6 +825,179 @@ def shuffle_random_state() -> list[str]:
     return done
 
 
+#: Seeds at or above this are taken for the system's entropy (numpy's ``SeedSequence()`` draws 128 bits):
+#: a generator made with no seed holds one; a seed a person typed (``default_rng(42)``) is smaller.
+_DRAWN_ENTROPY = 2**64
+
+
+def _unseeded(obj: Any, np: Any) -> bool:
+    """Whether ``obj`` is a numpy ``Generator`` or ``RandomState`` seeded from the system's entropy (made with
+    no seed): its ``SeedSequence`` holds 128 drawn bits. ``RandomState(7)`` and ``np.random.seed`` seed the
+    legacy way and keep no sequence."""
+    if isinstance(obj, np.random.Generator):
+        bits = obj.bit_generator
+    elif isinstance(obj, np.random.RandomState):
+        bits = getattr(obj, "_bit_generator", None)
+    else:
+        return False
+    entropy = getattr(getattr(bits, "seed_seq", None), "entropy", None)
+    return isinstance(entropy, int) and entropy >= _DRAWN_ENTROPY
+
+
+def reseed_generators() -> list[str]:
+    """Reseed from the system's entropy the numpy generators of the user namespace that were made with no
+    seed (:func:`_unseeded`), as another run of the cell that made them would have them; one level into
+    dicts, lists, tuples and objects' attributes too. Returns where they were (``rng``, ``gens['a']``)."""
+    np = sys.modules.get("numpy")
+    if np is None:
+        return []
+    found: list[tuple[str, Any]] = []
+    ns = _user_ns()
+    for name in user_names(include_modules=False):
+        value = ns[name]
+        found.append((name, value))
+        inner: Any = ()
+        if isinstance(value, dict):
+            inner = ((f"{name}[{k!r}]", v) for k, v in list(value.items())[:1000])
+        elif isinstance(value, (list, tuple)):
+            inner = ((f"{name}[{i}]", v) for i, v in enumerate(value[:1000]))
+        elif not isinstance(value, type) and isinstance(getattr(value, "__dict__", None), dict):
+            inner = ((f"{name}.{k}", v) for k, v in list(vars(value).items())[:1000])
+        found.extend(inner)
+    done = []
+    for where, value in found:
+        with contextlib.suppress(Exception):
+            if not _unseeded(value, np):
+                continue
+            if isinstance(value, np.random.RandomState):
+                value.set_state(np.random.RandomState().get_state())
+            else:
+                value.bit_generator.state = type(value.bit_generator)().state
+            done.append(where)
+    return done
+
+
+#: The process state before the latest step, kept by :func:`keep_process_state` (one at a time).
+_PROCESS_STATE: dict[str, Any] = {}
+#: IPython's lists of input and AST transformers, by (object path, attribute): extensions add to them.
+_TRANSFORMERS = (
+    ("", "input_transformers_post"),
+    ("", "ast_transformers"),
+    ("input_transformer_manager", "cleanup_transforms"),
+    ("input_transformer_manager", "line_transforms"),
+)
+
+
+#: The magics manager's records of lazily declared magics (IPython 9): those declared, those loaded.
+_LAZY = ("lazy_magics", "_loaded_lazy")
+
+
+def _copy_of(value: Any) -> Any:
+    return type(value)(value) if isinstance(value, (set, dict)) else None
+
+
+def _transformer_lists(shell: Any) -> dict[str, list[Any]]:
+    lists = {}
+    for owner, name in _TRANSFORMERS:
+        value = getattr(getattr(shell, owner, None) if owner else shell, name, None)
+        if isinstance(value, list):
+            lists[f"{owner}.{name}"] = value
+    return lists
+
+
+def _installation_dirs() -> tuple[str, ...]:
+    """The folders Python and its installed packages live in (a module from elsewhere is the user's)."""
+    import site
+    import sysconfig
+
+    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    dirs.update(v for k, v in sysconfig.get_paths().items() if k in ("stdlib", "platstdlib", "purelib", "platlib"))
+    with contextlib.suppress(Exception):
+        dirs.update(site.getsitepackages())
+    with contextlib.suppress(Exception):
+        dirs.add(site.getusersitepackages())
+    return tuple(os.path.join(os.path.realpath(d), "") for d in dirs if d)
+
+
+def _users_module(module: Any, installed: tuple[str, ...]) -> bool:
+    """A module of the user's own Python files (their folder, a path they added), not an installed one: it
+    can be imported again. Extension modules and installed packages are never imported twice."""
+    path = getattr(module, "__file__", None)
+    if not isinstance(path, str) or not path.endswith(".py"):
+        return False
+    return not os.path.realpath(path).startswith(installed)
+
+
+def keep_process_state(random_key: str | None = None) -> bool:
+    """Keep what a cell can change outside the user namespace, which a snapshot does not hold: IPython's
+    loaded extensions, magics, event callbacks and input transformers, the modules in ``sys.modules``, and the
+    warning filters (one state at a time: the one before the step about to run). With ``random_key``, the
+    global random generators' states too (:func:`keep_random_state`). Returns True."""
+    import warnings
+
+    shell = _shell()
+    _PROCESS_STATE.clear()
+    _PROCESS_STATE.update(
+        extensions=set(shell.extension_manager.loaded),
+        magics={kind: dict(table) for kind, table in shell.magics_manager.magics.items()},
+        registry=dict(shell.magics_manager.registry),
+        lazy={name: _copy_of(getattr(shell.magics_manager, name, None)) for name in _LAZY},
+        callbacks={event: list(functions) for event, functions in shell.events.callbacks.items()},
+        transformers={key: list(value) for key, value in _transformer_lists(shell).items()},
+        modules=set(sys.modules),
+        filters=list(warnings.filters),
+    )
+    if random_key is not None:
+        keep_random_state(random_key)
+    return True
+
+
+def put_back_process_state() -> dict[str, list[str]]:
+    """Put back what :func:`keep_process_state` kept, so that a cell run again finds the process as the first
+    run did: extensions loaded since are no longer loaded (their magics, callbacks and transformers gone), the
+    user's own modules imported since are imported anew, the warning filters are as they were. Returns the
+    extensions unloaded and the modules forgotten."""
+    import warnings
+
+    state = _PROCESS_STATE
+    if not state:
+        return {"extensions": [], "modules": []}
+    shell = _shell()
+    loaded = shell.extension_manager.loaded
+    unloaded = sorted(set(loaded) - state["extensions"])
+    loaded.clear()
+    loaded.update(state["extensions"])
+    for kind, table in shell.magics_manager.magics.items():
+        table.clear()
+        table.update(state["magics"].get(kind, {}))
+    registry = shell.magics_manager.registry
+    registry.clear()
+    registry.update(state["registry"])
+    for name, kept in state["lazy"].items():  # IPython's lazily loaded magics: which were loaded
+        current = getattr(shell.magics_manager, name, None)
+        if kept is not None and isinstance(current, (set, dict)):
+            current.clear()
+            current.update(kept)
+    for event, functions in shell.events.callbacks.items():
+        functions[:] = state["callbacks"].get(event, [])
+    for key, value in _transformer_lists(shell).items():
+        value[:] = state["transformers"].get(key, value)
+    installed = _installation_dirs()
+    forgotten = sorted(
+        name for name in set(sys.modules) - state["modules"] if _users_module(sys.modules.get(name), installed)
+    )
+    for name in forgotten:
+        module = sys.modules.pop(name, None)
+        parent, _, child = name.rpartition(".")
+        if parent and getattr(sys.modules.get(parent), child, None) is module:
+            with contextlib.suppress(Exception):
+                delattr(sys.modules[parent], child)
+    warnings.filters[:] = state["filters"]
+    with contextlib.suppress(Exception):
+        warnings._filters_mutated()  # type: ignore[attr-defined]
+    return {"extensions": unloaded, "modules": forgotten}
+
+
 def install() -> bool:
     """Make ``get_ipython`` a builtin outside cells too (IPython provides it only while a cell runs), and
     give cells file names that do not depend on the kernel's process (:func:`stable_cell_names`).
@@ -911,6 +1084,9 @@ FUNCTIONS = {
         keep_random_state,
         put_back_random_state,
         shuffle_random_state,
+        reseed_generators,
+        keep_process_state,
+        put_back_process_state,
     )
 }
 

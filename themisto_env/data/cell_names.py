@@ -65,4 +65,18 @@ def names_written(source: str, *, in_place: bool = True) -> frozenset[str]:
     return frozenset(written)
 
 
-__all__ = ["names_read", "names_written"]
+def names_imported(source: str) -> frozenset[str]:
+    """The names the cell binds by ``import`` statements (``import numpy as np`` binds ``np``)."""
+    tree = _parse(source)
+    if tree is None:
+        return frozenset()
+    return frozenset(
+        (a.asname or a.name).partition(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for a in node.names
+        if a.name != "*"
+    )
+
+
+__all__ = ["names_imported", "names_read", "names_written"]

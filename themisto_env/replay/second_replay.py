@@ -90,8 +90,7 @@ class SecondReplays:
         if self.budget <= 0 or snapshot is None:
             return
         self._before[execution.index] = _Before(snapshot, files, execution, seeded)
-        if seeded:
-            self.kernel.call("keep_random_state", key=str(execution.index))
+        self.kernel.call("keep_process_state", random_key=str(execution.index) if seeded else None)
 
     def after_step(self, step: Step) -> None:
         """Replay the step again if its cause is undecided, and the writers of its inputs; note its writes.
@@ -154,10 +153,13 @@ class SecondReplays:
             return None
         self.budget -= 1
         self._set_files(before.files, back_to.files)
+        if step is back_to:  # the process as the first run found it (kept before this step only)
+            kernel.call("put_back_process_state")
         if before.seeded:  # seeded: another run draws the same; else it draws anew
             kernel.call("put_back_random_state", key=str(step.index))
         else:
             kernel.call("shuffle_random_state")
+        kernel.call("reseed_generators")  # a generator made with no seed draws anew in another run too
         execution = before.execution
         result = run_recorded(
             kernel,
