@@ -856,14 +856,13 @@ def reseed_generators() -> list[str]:
     for name in user_names(include_modules=False):
         value = ns[name]
         found.append((name, value))
-        inner: Any = ()
-        if isinstance(value, dict):
-            inner = ((f"{name}[{k!r}]", v) for k, v in list(value.items())[:1000])
-        elif isinstance(value, (list, tuple)):
-            inner = ((f"{name}[{i}]", v) for i, v in enumerate(value[:1000]))
-        elif not isinstance(value, type) and isinstance(getattr(value, "__dict__", None), dict):
-            inner = ((f"{name}.{k}", v) for k, v in list(vars(value).items())[:1000])
-        found.extend(inner)
+        with contextlib.suppress(Exception):  # an object whose attributes cannot be listed: itself only
+            if isinstance(value, dict):
+                found.extend((f"{name}[{k!r}]", v) for k, v in list(value.items())[:1000])
+            elif isinstance(value, (list, tuple)):
+                found.extend((f"{name}[{i}]", v) for i, v in enumerate(value[:1000]))
+            elif not isinstance(value, type) and isinstance(vars(value), dict):
+                found.extend((f"{name}.{k}", v) for k, v in list(vars(value).items())[:1000])
     done = []
     for where, value in found:
         with contextlib.suppress(Exception):
