@@ -887,14 +887,6 @@ _TRANSFORMERS = (
 )
 
 
-#: The magics manager's records of lazily declared magics (IPython 9): those declared, those loaded.
-_LAZY = ("lazy_magics", "_loaded_lazy")
-
-
-def _copy_of(value: Any) -> Any:
-    return type(value)(value) if isinstance(value, (set, dict)) else None
-
-
 def _transformer_lists(shell: Any) -> dict[str, list[Any]]:
     lists = {}
     for owner, name in _TRANSFORMERS:
@@ -902,6 +894,17 @@ def _transformer_lists(shell: Any) -> dict[str, list[Any]]:
         if isinstance(value, list):
             lists[f"{owner}.{name}"] = value
     return lists
+
+
+def _hooks(shell: Any) -> dict[str, Any]:
+    """IPython's tables an extension registers into: magics (line, cell), the magics registry, event
+    callbacks, transformers; each a dict or list, by a name of its own."""
+    manager = shell.magics_manager
+    tables: dict[str, Any] = {f"magics.{kind}": table for kind, table in manager.magics.items()}
+    tables["registry"] = manager.registry
+    tables.update({f"events.{event}": functions for event, functions in shell.events.callbacks.items()})
+    tables.update(_transformer_lists(shell))
+    return tables
 
 
 def _installation_dirs() -> tuple[str, ...]:
@@ -927,22 +930,27 @@ def _users_module(module: Any, installed: tuple[str, ...]) -> bool:
     return not os.path.realpath(path).startswith(installed)
 
 
+def _owned(obj: Any, modules: set[str]) -> bool:
+    """Whether ``obj`` (a function, a bound method, a ``Magics`` instance, ...) was defined in one of
+    ``modules`` or a submodule."""
+    module = getattr(obj, "__module__", None)
+    if not isinstance(module, str):
+        module = getattr(type(obj), "__module__", "")
+    return any(module == name or module.startswith(name + ".") for name in modules)
+
+
 def keep_process_state(random_key: str | None = None) -> bool:
     """Keep what a cell can change outside the user namespace, which a snapshot does not hold: IPython's
-    loaded extensions, magics, event callbacks and input transformers, the modules in ``sys.modules``, and the
-    warning filters (one state at a time: the one before the step about to run). With ``random_key``, the
-    global random generators' states too (:func:`keep_random_state`). Returns True."""
+    loaded extensions and what they register (magics, event callbacks, transformers), the modules in
+    ``sys.modules``, and the warning filters (one state at a time: the one before the step about to run).
+    With ``random_key``, the global random generators' states too (:func:`keep_random_state`). Returns True."""
     import warnings
 
     shell = _shell()
     _PROCESS_STATE.clear()
     _PROCESS_STATE.update(
         extensions=set(shell.extension_manager.loaded),
-        magics={kind: dict(table) for kind, table in shell.magics_manager.magics.items()},
-        registry=dict(shell.magics_manager.registry),
-        lazy={name: _copy_of(getattr(shell.magics_manager, name, None)) for name in _LAZY},
-        callbacks={event: list(functions) for event, functions in shell.events.callbacks.items()},
-        transformers={key: list(value) for key, value in _transformer_lists(shell).items()},
+        hooks={name: dict(table) if isinstance(table, dict) else list(table) for name, table in _hooks(shell).items()},
         modules=set(sys.modules),
         filters=list(warnings.filters),
     )
@@ -952,10 +960,12 @@ def keep_process_state(random_key: str | None = None) -> bool:
 
 
 def put_back_process_state() -> dict[str, list[str]]:
-    """Put back what :func:`keep_process_state` kept, so that a cell run again finds the process as the first
-    run did: extensions loaded since are no longer loaded (their magics, callbacks and transformers gone), the
-    user's own modules imported since are imported anew, the warning filters are as they were. Returns the
-    extensions unloaded and the modules forgotten."""
+    """Undo, as far as a cell run again can tell, what the cell changed since :func:`keep_process_state`:
+    the extensions it loaded are no longer loaded, and what they or the user's own modules it imported first
+    registered (magics, event callbacks, transformers) is gone; those modules are imported anew; the warning
+    filters are as they were. What installed packages registered stays (they are not imported again: a
+    figure's display hook that pyplot's first import set up must stay). Returns the extensions unloaded and
+    the modules forgotten."""
     import warnings
 
     state = _PROCESS_STATE
@@ -964,27 +974,24 @@ def put_back_process_state() -> dict[str, list[str]]:
     shell = _shell()
     loaded = shell.extension_manager.loaded
     unloaded = sorted(set(loaded) - state["extensions"])
-    loaded.clear()
-    loaded.update(state["extensions"])
-    for kind, table in shell.magics_manager.magics.items():
-        table.clear()
-        table.update(state["magics"].get(kind, {}))
-    registry = shell.magics_manager.registry
-    registry.clear()
-    registry.update(state["registry"])
-    for name, kept in state["lazy"].items():  # IPython's lazily loaded magics: which were loaded
-        current = getattr(shell.magics_manager, name, None)
-        if kept is not None and isinstance(current, (set, dict)):
-            current.clear()
-            current.update(kept)
-    for event, functions in shell.events.callbacks.items():
-        functions[:] = state["callbacks"].get(event, [])
-    for key, value in _transformer_lists(shell).items():
-        value[:] = state["transformers"].get(key, value)
     installed = _installation_dirs()
     forgotten = sorted(
         name for name in set(sys.modules) - state["modules"] if _users_module(sys.modules.get(name), installed)
     )
+    owners = {*unloaded, *forgotten}
+    loaded.difference_update(unloaded)
+    for name, table in _hooks(shell).items():
+        before = state["hooks"].get(name) or ({} if isinstance(table, dict) else [])
+        if isinstance(table, dict):
+            for key, value in list(table.items()):
+                if (key not in before or before[key] is not value) and _owned(value, owners):
+                    if key in before:
+                        table[key] = before[key]
+                    else:
+                        del table[key]
+        else:
+            kept = {id(item) for item in before}
+            table[:] = [item for item in table if id(item) in kept or not _owned(item, owners)]
     for name in forgotten:
         module = sys.modules.pop(name, None)
         parent, _, child = name.rpartition(".")

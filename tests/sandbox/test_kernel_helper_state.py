@@ -79,3 +79,16 @@ def test_generators_made_with_no_seed_are_reseeded_and_seeded_ones_kept(local_ke
     changed = _text(kernel, "after = states()\nprint(sorted(n for n in before if before[n] != after[n]))")
     assert changed == str(sorted(reseeded))
     assert kernel.call("reseed_generators") == reseeded  # still made with no seed: reseeded each time
+
+
+def test_what_an_installed_package_set_up_stays(local_kernel: Kernel) -> None:
+    """pyplot's first import sets up the hook that shows a cell's figures: it is not imported again, so the
+    hook must stay for the cell run again to show its figure too."""
+    kernel = local_kernel
+    kernel.call("keep_process_state")
+    cell = "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nprint('drawn')"
+    first = kernel.execute(cell).outputs
+    assert kernel.call("put_back_process_state") == {"extensions": [], "modules": []}
+    second = kernel.execute(cell).outputs
+    kinds = [o["output_type"] for o in first]
+    assert "display_data" in kinds and [o["output_type"] for o in second] == kinds

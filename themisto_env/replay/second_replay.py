@@ -1,14 +1,29 @@
 """Replaying a cell a second time from a copy of the state before it: how a build tells chance from cause.
 
 A step whose replay differs from the recording for no cause its outputs show (kind ``other`` after the
-first comparison) is replayed again by :class:`SecondReplays`: the state before it is put back (its
-snapshot, the working folder's files, and the global random generators as another run would have them:
-where an earlier cell of the session seeded them (``np.random.seed(0)``), their states before the step,
-kept by the in-kernel helper; else freshly seeded from the system's entropy, as in a new process), the
-cell runs again, and then the state after its first replay is put back, so the build goes on as if
-nothing happened. Outputs that differ the second time make it
-``nondeterminism``; the same outputs make it ``environment`` (today's machine computes otherwise) unless
-an input explains it.
+first comparison) is replayed again by :class:`SecondReplays`: the state before it is put back, the cell
+runs again, and then the state after its first replay is put back, so the build goes on as if nothing
+happened. Outputs that differ the second time make it ``nondeterminism``; the same outputs make it
+``environment`` (today's machine computes otherwise) unless an input explains it.
+
+The state before a step, as the first replay found it or as another run would have it:
+
+- its snapshot (the user namespace) and the working folder's files;
+- the process beyond the namespace, kept by the in-kernel helper before every step
+  (``keep_process_state``): IPython's loaded extensions, magics, event callbacks and input transformers
+  are put back as they were (a cell that runs ``%load_ext autoreload`` loads it again, rather than being
+  told it is "already loaded"), the user's own modules the cell imported first (files of the working
+  folder, not installed packages, which are never imported twice) are imported anew, and the warning
+  filters are as they were;
+- the global random generators: where an earlier cell of the session seeded them (``np.random.seed(0)``),
+  their states before the step, kept by the helper; else freshly seeded from the system's entropy, as in a
+  new process;
+- numpy generators of the namespace made with no seed (``rng = np.random.default_rng()`` in an earlier
+  cell; ``RandomState()``; one level into containers and objects) are reseeded from the system's entropy,
+  as another run of the cell that made them would have them: a later cell drawing from them differs the
+  second time (the snapshot alone would carry the generator's state, and the same draw). A generator is
+  taken for one made with no seed when its ``SeedSequence`` holds at least 64 bits of entropy (numpy draws
+  128); seeds a person types are smaller.
 
 An input explains it when the cell reads a name whose last writer's *values* are not reproducible though
 its outputs agreed (``x = np.random.rand(3)`` shows nothing): each such writer (the latest of each name
@@ -16,9 +31,10 @@ read, only those that agreed) is replayed again too, and its namespace fingerpri
 one recorded after it; a difference sets the writer's ``replay_stable`` to False, and the comparison
 then calls the reading step ``upstream`` of it.
 
-Cost, bounded: nothing for steps that agree (most), beyond one helper call per step that keeps the
-random generators' states once the session seeded them; per disagreeing step two snapshot restores and
-one execution, plus the same per writer checked. At most :data:`MAX_SECOND_REPLAYS` second runs per
+Cost, bounded: for steps that agree (most), one helper call per step that keeps the process state (and
+the random generators' states once the session seeded them): about one ``1+1`` round trip; per
+disagreeing step two snapshot restores, three helper calls and one execution, plus the same per writer
+checked. At most :data:`MAX_SECOND_REPLAYS` second runs per
 trajectory, each of a cell whose first replay took under :data:`SECOND_REPLAY_MAX_S`; past that, the
 cause stays ``other`` (its detail says "not replayed twice").
 """
