@@ -14,6 +14,8 @@ is written here by hand, as the existing cause test writes its own.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +110,8 @@ def _notebook(folder: Path, cells: Cells) -> Path:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Trajectory]:
     root = tmp_path_factory.mktemp("patterns")
+    # the font cache made now, so that no replay prints "Matplotlib is building the font cache" itself
+    subprocess.run([sys.executable, "-c", "import matplotlib.font_manager"], check=True, capture_output=True)
     paths = [_notebook(root / name, cells) for name, cells in NOTEBOOKS.items()]
     (root / "extensions" / "talk_ext.py").write_text(EXTENSION)
     (root / "extensions" / "banner.py").write_text(BANNER)
