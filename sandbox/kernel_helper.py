@@ -942,8 +942,9 @@ def _owned(obj: Any, modules: set[str]) -> bool:
 def keep_process_state(random_key: str | None = None) -> bool:
     """Keep what a cell can change outside the user namespace, which a snapshot does not hold: IPython's
     loaded extensions and what they register (magics, event callbacks, transformers), the modules in
-    ``sys.modules``, and the warning filters (one state at a time: the one before the step about to run).
-    With ``random_key``, the global random generators' states too (:func:`keep_random_state`). Returns True."""
+    ``sys.modules``, the warning filters and the current folder (one state at a time: the one before the
+    step about to run). With ``random_key``, the global random generators' states too
+    (:func:`keep_random_state`). Returns True."""
     import warnings
 
     shell = _shell()
@@ -953,6 +954,7 @@ def keep_process_state(random_key: str | None = None) -> bool:
         hooks={name: dict(table) if isinstance(table, dict) else list(table) for name, table in _hooks(shell).items()},
         modules=set(sys.modules),
         filters=list(warnings.filters),
+        cwd=os.getcwd(),
     )
     if random_key is not None:
         keep_random_state(random_key)
@@ -963,9 +965,9 @@ def put_back_process_state() -> dict[str, list[str]]:
     """Undo, as far as a cell run again can tell, what the cell changed since :func:`keep_process_state`:
     the extensions it loaded are no longer loaded, and what they or the user's own modules it imported first
     registered (magics, event callbacks, transformers) is gone; those modules are imported anew; the warning
-    filters are as they were. What installed packages registered stays (they are not imported again: a
-    figure's display hook that pyplot's first import set up must stay). Returns the extensions unloaded and
-    the modules forgotten."""
+    filters and the current folder are as they were. What installed packages registered stays (they are not
+    imported again: a figure's display hook that pyplot's first import set up must stay). Returns the
+    extensions unloaded and the modules forgotten."""
     import warnings
 
     state = _PROCESS_STATE
@@ -1001,6 +1003,8 @@ def put_back_process_state() -> dict[str, list[str]]:
     warnings.filters[:] = state["filters"]
     with contextlib.suppress(Exception):
         warnings._filters_mutated()  # type: ignore[attr-defined]
+    with contextlib.suppress(OSError):  # a cell that ran `%cd data` runs it again from where it was
+        os.chdir(state["cwd"])
     return {"extensions": unloaded, "modules": forgotten}
 
 

@@ -35,13 +35,15 @@ def test_put_back_undoes_what_a_cell_loaded_and_keeps_what_was_there(project: Ke
     callbacks = _text(kernel, "print(len(get_ipython().events.callbacks['post_run_cell']))")
     filters = _text(kernel, "import warnings\nprint(warnings.filters)")
     assert kernel.call("keep_process_state") is True
-    cell = "%load_ext stamp\nimport loud, json, warnings\nwarnings.simplefilter('ignore')\n%stamp once"
+    (kernel.workdir / "data").mkdir()
+    cell = "%load_ext stamp\nimport loud, json, warnings\nwarnings.simplefilter('ignore')\n%cd -q data\n%stamp once"
     assert _text(kernel, cell) == "stamp loaded\nloud imported\nstamped once"
     undone = kernel.call("put_back_process_state")
     assert undone == {"extensions": ["stamp"], "modules": ["loud", "stamp"]}  # json is installed: not imported twice
     assert "UsageError" in render_outputs(kernel.execute("%stamp twice").outputs)
     assert _text(kernel, "print(len(get_ipython().events.callbacks['post_run_cell']))") == callbacks
     assert _text(kernel, "print(warnings.filters)") == filters
+    assert _text(kernel, "import os\nprint(os.getcwd())") == str(kernel.workdir)
     # the cell run again shows what its first run showed; what was loaded before it still is
     assert _text(kernel, cell) == "stamp loaded\nloud imported\nstamped once"
     assert _text(kernel, "%load_ext autoreload").startswith(ALREADY)

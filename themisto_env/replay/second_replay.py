@@ -13,9 +13,9 @@ The state before a step, as the first replay found it or as another run would ha
   (``keep_process_state``): the IPython extensions the cell loaded are no longer loaded (a cell that runs
   ``%load_ext autoreload`` loads it again, rather than being told it is "already loaded"), the user's own
   modules it imported first (Python files outside the Python installation) are imported anew, what either
-  registered (magics, event callbacks, input transformers) is gone, and the warning filters are as they
-  were. Installed packages are never imported twice, and what they set up stays (pyplot's first import
-  sets up the hook that shows a cell's figures);
+  registered (magics, event callbacks, input transformers) is gone, and the warning filters and the
+  current folder (``%cd``) are as they were. Installed packages are never imported twice, and what they
+  set up stays (pyplot's first import sets up the hook that shows a cell's figures);
 - the global random generators: where an earlier cell of the session seeded them (``np.random.seed(0)``),
   their states before the step, kept by the helper; else freshly seeded from the system's entropy, as in a
   new process;
