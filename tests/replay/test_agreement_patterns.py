@@ -75,6 +75,7 @@ EXTENSIONS: Cells = [
     # loaded and imported before these cells in the person's run too: a second replay must say so again
     ("%load_ext autoreload\nprint(np.__version__)", [_stdout(ALREADY + "1.21.6\n")], "environment"),
     ("import banner\nprint('numpy', np.__version__)", [_stdout("numpy 1.21.6\n")], "environment"),
+    ("%cd -q data\nprint('numpy', np.__version__)", [_stdout("numpy 1.21.6\n")], "environment"),  # from the folder
 ]
 
 GENERATORS: Cells = [
@@ -115,6 +116,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Trajectory]:
     paths = [_notebook(root / name, cells) for name, cells in NOTEBOOKS.items()]
     (root / "extensions" / "talk_ext.py").write_text(EXTENSION)
     (root / "extensions" / "banner.py").write_text(BANNER)
+    (root / "extensions" / "data").mkdir()
+    (root / "extensions" / "data" / "notes.txt").write_text("kept\n")
     report = build_dataset(paths, root / "dataset", snapshot_dir=root / "snapshots", progress=False, cell_timeout=60)
     assert len(report.built) == 3 and not report.failed, report
     return {Path(str(t.source_path)).parent.name: t for t in read_trajectories(root / "dataset")}
