@@ -59,7 +59,11 @@ VERSIONS: Cells = [
     ("[half]", [_result("[1.5]")], "upstream"),  # a value the earlier cell made, not a module: carried
     ("import not_installed_anywhere_here as nih", [], "missing-module"),
     ("print(nih.__version__)", [_stdout("0.3.1\n")], "upstream"),  # an import that failed carries
+    # a value imported from the project's own module (it counts the rows of a file the replay lacks): carried
+    ("from settings import ROWS\nprint(ROWS)", [_stdout("120\n")], "environment"),
+    ("print(ROWS * 2)", [_stdout("240\n")], "upstream"),
 ]
+SETTINGS = "import os\n\nROWS = len(open('rows.csv').read().splitlines()) if os.path.exists('rows.csv') else 0\n"
 
 EXTENSION = (
     "import numpy\n\n\ndef load_ipython_extension(ipython):\n    print(f'talk_ext ready (numpy {numpy.__version__})')\n"
@@ -116,6 +120,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Trajectory]:
     paths = [_notebook(root / name, cells) for name, cells in NOTEBOOKS.items()]
     (root / "extensions" / "talk_ext.py").write_text(EXTENSION)
     (root / "extensions" / "banner.py").write_text(BANNER)
+    (root / "versions" / "settings.py").write_text(SETTINGS)
     (root / "extensions" / "data").mkdir()
     (root / "extensions" / "data" / "notes.txt").write_text("kept\n")
     report = build_dataset(paths, root / "dataset", snapshot_dir=root / "snapshots", progress=False, cell_timeout=60)
@@ -136,6 +141,7 @@ def test_an_environment_difference_names_the_packages_not_an_import(built: dict[
     assert "numpy 1.21.6 ->" in detail[1] and "numpy 1.21.6 ->" in detail[2]
     assert detail[4].startswith("inputs from step 3 (environment) wrote 'half'")
     assert detail[6].startswith("inputs from step 5 (missing-module) wrote 'nih'")
+    assert detail[8].startswith("inputs from step 7 (environment) wrote 'ROWS'")
 
 
 def test_a_second_replay_starts_without_what_the_cell_loaded(built: dict[str, Trajectory]) -> None:
