@@ -51,7 +51,7 @@ class ThemistoServedEnv(Environment[ThemistoAction, ThemistoObservation, Themist
         options: The env's options (:class:`~themisto_env.env.config.EnvConfig`; ``dataset`` may be an open
             :class:`~themisto_env.replay.dataset.Dataset`), the server's defaults for every session.
         metrics: The server's metrics: the session's episode then runs on metered parts
-            (:mod:`~themisto_env.bridges.openenv.metered`).
+            (`themisto_env.bridges.openenv.metered`).
     """
 
     #: Each session has its own episode and kernel: OpenEnv may run many at once.

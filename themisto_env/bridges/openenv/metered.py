@@ -1,6 +1,6 @@
 """A served session's episode, metered: the env's own parts (a state server, a scorer) that report to the
-server's :class:`~themisto_env.bridges.openenv.server_metrics.ServerMetrics` what they do, and
-:func:`open_metered_episode`, an :class:`~themisto_env.env.episode.Episode` over them.
+server's `themisto_env.bridges.openenv.server_metrics.ServerMetrics` what they do, and
+`open_metered_episode`, an `Episode` over them.
 
 The parts behave exactly as the env's (each method calls the env's and only looks at what it did), so a
 session is paid what the gym env pays. What is counted, where it happens:
@@ -35,7 +35,7 @@ __all__ = ["MeteredScorer", "MeteredStateServer", "close_metered_episode", "open
 
 
 class MeteredStateServer(StateServer):
-    """A :class:`~themisto_env.env.state_server.StateServer` that reports to ``metrics`` (see the module
+    """A `themisto_env.env.state_server.StateServer` that reports to ``metrics`` (see the module
     docstring); the other arguments are the state server's."""
 
     def __init__(
@@ -89,7 +89,7 @@ class MeteredStateServer(StateServer):
 
 
 class MeteredScorer(Scorer):
-    """A :class:`~themisto_env.env.scorer.Scorer` whose execution-score runs report to ``metrics``; the
+    """A `themisto_env.env.scorer.Scorer` whose execution-score runs report to ``metrics``; the
     other arguments are the scorer's."""
 
     def __init__(
@@ -123,8 +123,8 @@ class MeteredScorer(Scorer):
 
 
 def open_metered_episode(options: Mapping[str, Any], metrics: ServerMetrics) -> Episode:
-    """An episode over ``options`` (as :meth:`Episode.open <themisto_env.env.episode.Episode.open>`) on
-    metered parts; close it with :func:`close_metered_episode` (the episode does not own parts it is given).
+    """An episode over ``options`` (as `Episode.open`) on
+    metered parts; close it with `close_metered_episode` (the episode does not own parts it is given).
 
     Raises:
         ConfigError: Bad options (nothing is left open).
@@ -146,7 +146,7 @@ def open_metered_episode(options: Mapping[str, Any], metrics: ServerMetrics) -> 
 
 
 def close_metered_episode(episode: Episode) -> None:
-    """Close an episode of :func:`open_metered_episode` and its parts. Idempotent."""
+    """Close an episode of `open_metered_episode` and its parts. Idempotent."""
     try:
         episode.close()
     finally:

@@ -5,7 +5,7 @@ client is :class:`~themisto_env.bridges.openenv.client.ThemistoEnvClient`), ``/h
 ``/metadata``, ``/state``, and the stateless ``/reset`` and ``/step`` (each request gets a fresh env,
 closed after it; an episode needs the WebSocket). What is ours:
 
-* ``/metrics``: the server's Prometheus metrics (:mod:`~themisto_env.bridges.openenv.server_metrics`);
+* ``/metrics``: the server's Prometheus metrics (`themisto_env.bridges.openenv.server_metrics`);
 
 * sessions run at once up to ``max_sessions`` (the env declares ``SUPPORTS_CONCURRENT_SESSIONS``); one
   more is answered ``CAPACITY_REACHED``; a session idle past ``idle_timeout_s`` is closed with its

@@ -1,9 +1,9 @@
 """The server's Prometheus metrics: ``GET /metrics`` of ``themisto serve``, in Prometheus' text format.
 
-:class:`ServerMetrics` holds one server's metrics in a registry of its own (never ``prometheus_client``'s
+`ServerMetrics` holds one server's metrics in a registry of its own (never ``prometheus_client``'s
 global one), so two servers in one process count apart. Two kinds of figure:
 
-* counted as the sessions work (by the metered parts of :mod:`~themisto_env.bridges.openenv.metered`):
+* counted as the sessions work (by the metered parts of `themisto_env.bridges.openenv.metered`):
   state-serving latency by route, tool-call latency by tool, faults by kind, execution-score runs;
 * read at scrape time: sessions open and their limit, kernels and kernel templates alive, the memory of
   the server's process tree (and, with ``--ray``, of the kernels on the cluster).
@@ -15,6 +15,8 @@ tools, the routes, the fault kinds below), whatever a client sends.
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -35,6 +37,7 @@ from themisto_env.sandbox.template import live_shared_templates
 
 __all__ = [
     "FAULT_KINDS",
+    "MEMORY_MAX_AGE_S",
     "ROUTES",
     "TOOL_LABELS",
     "ServerMetrics",
@@ -45,7 +48,7 @@ __all__ = [
 ]
 
 ROUTES = ("forward", "fork", "restore", "fresh", "failed")
-"""The ``route`` label of ``themisto_state_serve_seconds``: how a state was reached (see :func:`route_of`)."""
+"""The ``route`` label of ``themisto_state_serve_seconds``: how a state was reached (see `route_of`)."""
 
 # the most specific first: a fault's kind is that of the first class it is an instance of
 _KINDS: tuple[tuple[type[errors.InfrastructureError], str], ...] = (
@@ -69,9 +72,13 @@ _STATE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 _TOOL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _COUNTED = "_themisto_metrics_counted"  # set on an exception once counted as a fault (it may be met twice)
 
+MEMORY_MAX_AGE_S = 5.0
+"""How old the process tree's memory figures may be when scraped: reading a process's PSS costs 2-10 ms (the
+kernel walks its page tables), so a tree of a hundred kernels is read at most once in this time."""
+
 
 def fault_kind(fault: BaseException | str) -> str:
-    """The kind of a fault (one of :data:`FAULT_KINDS`): an exception, or a fault as the env records it
+    """The kind of a fault (one of `FAULT_KINDS`): an exception, or a fault as the env records it
     (``TypeName: message``), read by its class."""
     if isinstance(fault, str):
         found = getattr(errors, fault.split(":", 1)[0].strip(), None)
@@ -178,7 +185,7 @@ class ServerMetrics:
         self.registry.register(_LiveFigures(self))
 
     def served(self, route: str, seconds: float) -> None:
-        """A state was served (or failed to be) by ``route`` (one of :data:`ROUTES`) in ``seconds``."""
+        """A state was served (or failed to be) by ``route`` (one of `ROUTES`) in ``seconds``."""
         self.state_seconds.labels(route if route in ROUTES else "forward").observe(seconds)
 
     def tool_called(self, tool: str, seconds: float) -> None:
@@ -186,7 +193,7 @@ class ServerMetrics:
         self.tool_seconds.labels(tool if tool in TOOL_NAMES else "other").observe(seconds)
 
     def fault(self, fault: BaseException | str) -> None:
-        """Count a fault by its kind (:func:`fault_kind`); an exception already counted is not counted again."""
+        """Count a fault by its kind (`fault_kind`); an exception already counted is not counted again."""
         if isinstance(fault, BaseException):
             if getattr(fault, _COUNTED, False):
                 return
@@ -211,6 +218,16 @@ class _LiveFigures(Collector):
 
     def __init__(self, metrics: ServerMetrics) -> None:
         self._metrics = metrics
+        self._memory: tuple[float, tuple[int, int, int]] | None = None  # when read, what was read
+        self._memory_lock = threading.Lock()
+
+    def _tree_memory(self) -> tuple[int, int, int]:
+        """`process_tree_memory`, read again once `MEMORY_MAX_AGE_S` old (one reader at a time)."""
+        with self._memory_lock:
+            now = time.monotonic()
+            if self._memory is None or now - self._memory[0] >= MEMORY_MAX_AGE_S:
+                self._memory = (now, process_tree_memory())
+            return self._memory[1]
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         yield from self._families()
@@ -226,7 +243,7 @@ class _LiveFigures(Collector):
         base, states = live_shared_templates()
         templates.add_metric(["kernel"], base)
         templates.add_metric(["state"], states)
-        pss, rss, count = process_tree_memory()
+        pss, rss, count = self._tree_memory()
         memory.add_metric(["pss"], pss)
         memory.add_metric(["rss"], rss)
         processes.add_metric([], count)
@@ -260,7 +277,7 @@ class _LiveFigures(Collector):
                 "Memory of the server's process and all its descendants (local and bwrap kernels, templates; "
                 "with --ray local, Ray's own processes; not docker kernels, which are the engine's "
                 "children): PSS (shared pages divided among their users: what the tree holds) or RSS "
-                "(shared pages counted in each process) summed.",
+                "(shared pages counted in each process) summed; read at most every 5 s.",
                 labels=["measure"],
             ),
             GaugeMetricFamily(
