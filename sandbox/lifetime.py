@@ -63,6 +63,7 @@ __all__ = [
     "reaper_pids",
     "start_reaper",
     "track",
+    "tracked",
     "untrack",
     "wait_for_exit",
 ]
@@ -108,6 +109,14 @@ def untrack(kernel: Any) -> None:
     """Called by a kernel as it closes."""
     with _lock:
         _kernels.pop(kernel, None)
+
+
+def tracked() -> list[Any]:
+    """The kernels and kernel templates this process started and has not closed yet (alive or not: a
+    kernel that died stays here until its owner closes it)."""
+    pid = os.getpid()
+    with _lock:
+        return [kernel for kernel, owner in _kernels.items() if owner == pid]
 
 
 #: Threads that start or close kernels in the background (a pool's, a discard's): at exit they finish

@@ -73,6 +73,7 @@ __all__ = [
     "KernelTemplate",
     "close_shared_templates",
     "hold_shared_templates",
+    "live_shared_templates",
     "release_shared_templates",
     "shared_template",
 ]
@@ -621,6 +622,22 @@ def release_shared_templates() -> None:
         idle = list(_SHARED.values()) if _USERS == 0 else []
     for template in idle:
         template.trim()
+
+
+def live_shared_templates() -> tuple[int, int]:
+    """How many of the process's shared templates run, and how many state templates (a snapshot loaded,
+    copies forked from it) run under them."""
+    with _SHARED_LOCK:
+        templates = list(_SHARED.values())
+    kernels = states = 0
+    for template in templates:
+        if not template.is_alive():
+            continue
+        kernels += 1
+        with template._lock:
+            held = [*template._states.values(), *template._retired]
+        states += sum(1 for state in held if state.is_alive())
+    return kernels, states
 
 
 def close_shared_templates() -> None:

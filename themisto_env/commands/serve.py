@@ -86,6 +86,7 @@ def serve_command(
         options["ray"] = ray
     console.print(
         f"themisto serve: http://{host}:{port} (OpenEnv; WebSocket sessions at /ws, up to {max_sessions}; "
+        "Prometheus metrics at /metrics; "
         f"{'token required' if token else 'no token'}{f'; kernels on Ray at {ray}' if ray else ''})",
         markup=False,
     )
