@@ -246,6 +246,13 @@ def span(
     return _Span(tracer, name, attributes, timed, errors)
 
 
+def timed(kind: str) -> Any:
+    """Count a block's seconds for `kind` on the current stopwatch, without a span of its own."""
+    if _clock.get() is None:
+        return NO_SPAN
+    return _Span(None, "", None, kind, ())
+
+
 def record(span: Any, attributes: Attributes) -> None:
     """Set attributes on a span known only later (a route, a score, tokens); None values left out."""
     if span.is_recording():
@@ -502,5 +509,6 @@ __all__ = [
     "span",
     "span_record",
     "start",
+    "timed",
     "within",
 ]

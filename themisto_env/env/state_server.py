@@ -263,8 +263,9 @@ class StateServer:
         """
         trajectory, step = self._selected()
         try:
-            self._check_dataset()
-            self.report = self.kernel_owner.serve(trajectory, step)
+            with tracing.timed("state"):  # the first kernel's start too (checking the dataset)
+                self._check_dataset()
+                self.report = self.kernel_owner.serve(trajectory, step)
         except BackendUnavailableError:
             raise
         except InfrastructureError:
