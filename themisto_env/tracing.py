@@ -436,7 +436,8 @@ def _provider_for(trace_file: Path | None, exporters: list[str]) -> Any:
         asked = "--trace" if trace_file is not None else "OTEL_TRACES_EXPORTER / OTEL_EXPORTER_OTLP_ENDPOINT"
         raise ConfigError(f"tracing ({asked}) needs OpenTelemetry's sdk: {INSTALL_HINT}") from None
     # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER and OTEL_BSP_* apply as the sdk reads them
-    attributes = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": "themisto-env"}
+    named = os.environ.get("OTEL_SERVICE_NAME") or "service.name=" in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
+    attributes = {} if named else {"service.name": "themisto-env"}
     provider = TracerProvider(resource=Resource.create({**attributes, "service.version": __version__}))
     for name in exporters:
         if name == "otlp":
