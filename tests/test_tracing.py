@@ -30,14 +30,6 @@ def memory() -> Iterator[InMemorySpanExporter]:
         tracing.set_provider(None)
 
 
-@pytest.fixture
-def ticks(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """A clock the test moves: ``ticks[0]`` is what ``perf_counter`` says."""
-    now = [0.0]
-    monkeypatch.setattr(tracing.time, "perf_counter", lambda: now[0])
-    return now
-
-
 def test_off_every_hook_is_the_one_no_op() -> None:
     assert not tracing.enabled()
     assert tracing.span("a", {"k": 1}) is tracing.NO_SPAN and tracing.start("b") is tracing.NO_SPAN
@@ -76,8 +68,9 @@ def test_a_started_span_is_the_parent_within(memory: InMemorySpanExporter) -> No
     assert ended.attributes["done"] is True
 
 
-def test_the_stopwatch_counts_each_kinds_own_time(ticks: list[float]) -> None:
-    clock = tracing.Stopwatch()
+def test_the_stopwatch_counts_each_kinds_own_time() -> None:
+    ticks = [0.0]  # a clock the test moves
+    clock = tracing.Stopwatch(clock=lambda: ticks[0])
     mark = clock.mark()
     with tracing.within(tracing.NO_SPAN, clock):
         with tracing.span("tool", timed="tools"):

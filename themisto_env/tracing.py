@@ -28,7 +28,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from pathlib import Path
@@ -95,25 +95,29 @@ class Stopwatch:
     """Seconds spent per kind of work (`state`, `tools`, `model`, `scoring`), each kind's own time: a timed
     span inside another counts for its kind and not for the outer one's.
 
+    Args:
+        clock: Seconds from a monotonic clock (default `time.perf_counter`).
+
     One stopwatch serves one episode at a time (one thread at a time). `totals` only grows: take a
     [mark][themisto_env.tracing.Stopwatch.mark] when a sample begins and ask
     [since][themisto_env.tracing.Stopwatch.since] when it ends.
     """
 
-    __slots__ = ("_open", "totals")
+    __slots__ = ("_now", "_open", "totals")
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self.totals: dict[str, float] = {}
+        self._now = clock  # seconds, monotonic
         self._open: list[list[Any]] = []  # [kind, started, seconds of timed work inside]
 
     def enter(self, kind: str) -> None:
         """Timed work of `kind` begins (ended by [leave][themisto_env.tracing.Stopwatch.leave])."""
-        self._open.append([kind, time.perf_counter(), 0.0])
+        self._open.append([kind, self._now(), 0.0])
 
     def leave(self) -> None:
         """The innermost timed work ends: its own seconds are added to its kind."""
         kind, started, inside = self._open.pop()
-        spent = time.perf_counter() - started
+        spent = self._now() - started
         self.totals[kind] = self.totals.get(kind, 0.0) + spent - inside
         if self._open:
             self._open[-1][2] += spent
