@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -135,3 +136,25 @@ def test_without_the_sdk_one_line_says_what_to_install(tmp_path: Path, monkeypat
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318")
     with pytest.raises(ConfigError, match=r"OTEL_EXPORTER_OTLP_ENDPOINT.*themisto-env\[trace\]"), tracing.configured():
         pass
+
+
+def test_a_provider_the_application_sets_globally_is_used() -> None:
+    code = (
+        "from opentelemetry import trace\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from opentelemetry.sdk.trace.export import SimpleSpanProcessor\n"
+        "from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter\n"
+        "from themisto_env import tracing\n"
+        "assert not tracing.enabled()\n"
+        "exporter = InMemorySpanExporter()\n"
+        "provider = TracerProvider()\n"
+        "provider.add_span_processor(SimpleSpanProcessor(exporter))\n"
+        "trace.set_tracer_provider(provider)\n"
+        "with trace.get_tracer('app').start_as_current_span('rollout'), tracing.span('themisto.episode'):\n"
+        "    pass\n"
+        "episode, rollout = exporter.get_finished_spans()\n"
+        "assert episode.parent.span_id == rollout.context.span_id\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "ok", done.stderr

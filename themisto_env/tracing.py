@@ -23,6 +23,7 @@ The spans (names and attributes) are listed in docs/observability.md.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -154,6 +155,12 @@ def set_provider(provider: Any) -> None:
     _provider = provider
 
 
+@functools.cache
+def _provider_named() -> bool:
+    """Whether `OTEL_PYTHON_TRACER_PROVIDER` names a provider for the api to load (read once)."""
+    return bool(os.environ.get("OTEL_PYTHON_TRACER_PROVIDER"))
+
+
 def _tracer() -> Any:
     """The tracer, or None while tracing is off (no provider set: the api's proxy or no-op, or no api)."""
     global _cached
@@ -162,7 +169,14 @@ def _tracer() -> Any:
         trace = sys.modules.get("opentelemetry.trace")
         if trace is None:  # nobody imported OpenTelemetry: nobody set a provider
             return None
-        provider = trace.get_tracer_provider()
+        try:  # the global provider, None until set: read as is (get_tracer_provider looks up a variable, 3.5 µs)
+            provider = trace._TRACER_PROVIDER
+        except AttributeError:  # another version of the api
+            provider = None
+        if provider is None:
+            if not _provider_named():
+                return None
+            provider = trace.get_tracer_provider()  # OTEL_PYTHON_TRACER_PROVIDER names one: the api loads it
         if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
             return None
     cached_provider, tracer = _cached
