@@ -114,6 +114,19 @@ def test_rows_of_older_runs_without_timing_still_read_and_report(traced: tuple[P
     assert "Where the time went" in page and '<td class="num">0</td><td class="num"></td>' in page
 
 
+@pytest.mark.slow
+def test_worker_processes_append_their_spans_to_the_file(tmp_path: Path) -> None:
+    args = ["--agent", "retrieval", "--limit", "4", "--workers", "2", "--out", "run", "--trace", "trace.jsonl"]
+    done = _themisto("run", *args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    spans = [json.loads(line) for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
+    episodes = [s for s in spans if s["name"] == "themisto.episode"]
+    rows = read_results(tmp_path / "run")
+    assert len(episodes) == len({r.trajectory_id for r in rows}) >= 2, "each worker's episodes, none lost"
+    scored = {s["attributes"]["themisto.trajectory.id"] for s in episodes}
+    assert scored == {r.trajectory_id for r in rows}
+
+
 def test_trace_without_the_sdk_is_one_line_with_the_install_hint(tmp_path: Path) -> None:
     hide = "import sys; sys.modules['opentelemetry.sdk.trace'] = None; from themisto_env.cli import main; main()"
     command = [sys.executable, "-c", hide, "run", "--agent", "retrieval", "--limit", "1", "--trace", "t.jsonl"]
