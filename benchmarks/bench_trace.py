@@ -16,8 +16,10 @@ machine fall on every mode alike), each after an untimed reset and tool call at 
   the spans (the cost of making and ending the spans);
 * **file**: the same with :class:`~themisto_env.tracing.JsonLinesSpanExporter` (``themisto run --trace FILE``).
 
-Printed: per mode the mean, p90 and median in ms, the spans per rollout, each mode's figures over off's, and
-what one ``with tracing.span(...)`` costs in that mode (a loop of 20,000, µs).
+Printed: per mode the mean, p90 and median in ms, the spans per rollout, each mode's figures over off's, the
+mean CPU time of this process per rollout (``time.process_time``: the work tracing adds is this process's; a
+busy machine blurs wall times far more), and what one ``with tracing.span(...)`` costs in that mode (a loop
+of 20,000, µs).
 Nothing is asserted; the goal (on within 5% of off) is printed as met or missed, and beside it an estimate that
 a busy machine does not blur: spans per rollout times one span's cost over off's, against off's median.
 """
@@ -106,12 +108,16 @@ def main() -> None:
     env = ThemistoEnv(task="next-cell", observation="tools")
     rng = random.Random(0)
 
-    def rollout(choice: tuple[str, int]) -> float:
-        started = time.perf_counter()
+    cpu: dict[str, list[float]] = {name: [] for name in providers}  # this process's CPU seconds per rollout
+
+    def rollout(choice: tuple[str, int], mode: str | None = None) -> float:
+        started, used = time.perf_counter(), time.process_time()
         env.reset(options={"trajectory": choice[0], "sample": choice[1]})
         env.step(ToolCall(tool="list_variables"))
         env.step(ToolCall(tool="memory_usage"))
         env.step(Prediction(text="df.head()"))
+        if mode is not None:
+            cpu[mode].append(time.process_time() - used)
         return time.perf_counter() - started
 
     times: dict[str, list[float]] = {name: [] for name in providers}
@@ -128,7 +134,7 @@ def main() -> None:
                 env.reset(options={"trajectory": away[0], "sample": away[1]})  # each rollout copies its state in
                 env.step(ToolCall(tool="list_variables"))
                 tracing.set_provider(providers[name])
-                times[name].append(rollout(choice))
+                times[name].append(rollout(choice, name))
     finally:
         tracing.set_provider(None)
         env.close()
@@ -145,9 +151,10 @@ def main() -> None:
         if provider is not None:
             provider.shutdown()
     base_median = statistics.median(times["off"])
+    base_cpu = statistics.mean(cpu["off"])
     table = Table(
         "multi-turn rollout", "mean ms", "p90 ms", "median ms", "spans / rollout", "mean / off", "p90 / off",
-        "median / off", "one span µs",
+        "median / off", "CPU ms here", "CPU / off", "one span µs",
     )  # fmt: skip
     for name, values in times.items():
         table.add_row(
@@ -159,6 +166,8 @@ def main() -> None:
             f"{statistics.mean(values) / base_mean:.3f}",
             f"{p90(values) / base_p90:.3f}",
             f"{statistics.median(values) / base_median:.3f}",
+            f"{statistics.mean(cpu[name]) * 1000:.2f}",
+            f"{statistics.mean(cpu[name]) / base_cpu:.3f}",
             f"{costs[name] * 1e6:.2f}",
         )
     console.print(table)
