@@ -35,6 +35,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self
 
+from themisto_env import tracing
 from themisto_env.sandbox import lifetime
 from themisto_env.sandbox.introspection import (
     FrameView,
@@ -172,16 +173,20 @@ class Kernel:
         """
         if self._process.started:
             return self
-        try:
-            run_dir = self._process.open()
-            # a forked kernel's run directory is in its template's, which the template's reaper watches; the
-            # kernel itself ends with its template (it watches its parent)
-            lifetime.track(self, run_dir, reaper=self._process.run_root is None)
-            self._process.launch()
-            self._messaging.connect()
-        except BaseException:
-            self.close()
-            raise
+        forked = self._process.run_root is not None
+        with tracing.span(
+            "themisto.kernel.start", {"themisto.kernel.backend": self.backend, "themisto.kernel.forked": forked}
+        ):
+            try:
+                run_dir = self._process.open()
+                # a forked kernel's run directory is in its template's, which the template's reaper watches; the
+                # kernel itself ends with its template (it watches its parent)
+                lifetime.track(self, run_dir, reaper=self._process.run_root is None)
+                self._process.launch()
+                self._messaging.connect()
+            except BaseException:
+                self.close()
+                raise
         return self
 
     def close(self, *, graceful: bool = True) -> None:

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from themisto_env import tracing
 from themisto_env.commands.common import Backend, console
 from themisto_env.errors import ConfigError
 
@@ -83,6 +84,15 @@ def data_build(
             "node. Needs themisto-env[ray].",
         ),
     ] = None,
+    trace: Annotated[
+        Path | None,
+        typer.Option(
+            "--trace",
+            metavar="FILE",
+            help="Write the build's OpenTelemetry spans (sessions, cells) to FILE, one JSON object a line. "
+            "Needs themisto-env[trace].",
+        ),
+    ] = None,
 ) -> None:
     """Replay sessions into trajectories with runtime state.
 
@@ -110,18 +120,19 @@ def data_build(
         kernel_env = kernel_environments.create(None, spec, console=Console(stderr=True))[0].id
 
     limits = SandboxLimits(timeout_s=timeout, workdir_mb=workdir_limit_mb)
-    report = build_dataset(
-        sources,
-        out,
-        backend=backend,
-        snapshots=snapshots,
-        limits=limits,
-        workdir=workdir,
-        environment=kernel_env,
-        workers=workers,
-        ray=ray,
-        cell_timeout=cell_timeout,
-    )
+    with tracing.configured(trace):  # and the OTEL_* variables
+        report = build_dataset(
+            sources,
+            out,
+            backend=backend,
+            snapshots=snapshots,
+            limits=limits,
+            workdir=workdir,
+            environment=kernel_env,
+            workers=workers,
+            ray=ray,
+            cell_timeout=cell_timeout,
+        )
     console.print(
         f"built {len(report.built)}, skipped {len(report.skipped)} already built, "
         f"failed {len(report.failed)}; {report.steps} steps in {report.seconds:.1f} s -> {out}",
