@@ -1,10 +1,31 @@
-"""Fixtures of the sandbox tests: each kernel backend in turn, and the bwrap backend alone."""
+"""Fixtures of the sandbox tests: each kernel backend in turn, the bwrap backend alone, and a busy machine."""
 
 from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import BACKENDS, needs, require_backend
+
+#: Busy processes per core of :func:`busy_machine` (about the load of a 2-core machine shared with other work).
+BUSY_PER_CORE = 2
+#: What each busy process runs: a CPU loop, or a loop writing and syncing a file (IO).
+_SPIN = "while True: pass"
+_WRITE = """
+import os, sys
+path = sys.argv[1]
+while True:
+    with open(path, "wb") as f:
+        f.write(os.urandom(1 << 20))
+        f.flush()
+        os.fsync(f.fileno())
+"""
 
 
 @pytest.fixture(scope="session")
@@ -19,3 +40,19 @@ def backend(request: pytest.FixtureRequest) -> str:
     """Each kernel backend in turn (skipped with the reason where it cannot run)."""
     require_backend(request.param)
     return str(request.param)
+
+
+@pytest.fixture
+def busy_machine(tmp_path: Path) -> Iterator[int]:
+    """A machine busy with other work while the test runs: :data:`BUSY_PER_CORE` CPU-bound processes per core
+    and one writing and syncing a file; yields how many run. They are ended (by pid) after the test."""
+    cores = len(os.sched_getaffinity(0))
+    commands = [[sys.executable, "-c", _SPIN]] * (BUSY_PER_CORE * cores)
+    commands.append([sys.executable, "-c", _WRITE, str(tmp_path / "busy-io")])
+    busy = [subprocess.Popen(command, stdin=subprocess.DEVNULL) for command in commands]
+    try:
+        yield len(busy)
+    finally:
+        for process in busy:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
