@@ -25,6 +25,7 @@ import os
 import select
 import shutil
 import signal
+import stat
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
@@ -115,21 +116,23 @@ def _in_use(run_dir: Path) -> bool:
 
 def recorded_processes(run_dir: Path) -> list[dict[str, Any]]:
     """The processes a run directory records: its owner record's and those of the run directories inside it
-    (the kernels forked into a template's ``kernels/``). Nested records count only when this user wrote them
-    (a kernel of another user, bwrap's, cannot plant one)."""
-    found: list[dict[str, Any]] = []
-    for pattern in (OWNER_FILE, f"*/{OWNER_FILE}", f"*/*/{OWNER_FILE}"):
-        with contextlib.suppress(OSError):
-            for path in sorted(run_dir.glob(pattern)):
-                try:
-                    st = path.lstat()
-                except OSError:
-                    continue
-                if pattern != OWNER_FILE and (not path.is_file() or path.is_symlink() or st.st_uid != os.geteuid()):
-                    continue
-                record = read_owner(path.parent)
-                if record is not None:
-                    found += [p for p in record.get("processes", []) if isinstance(p, dict)]
+    (the kernels forked into a template's ``kernels/``). A nested record counts only when this user wrote it
+    for the same owner (a kernel cannot plant one naming a process it does not own)."""
+    top = read_owner(run_dir)
+    if top is None:
+        return []
+    found = [p for p in top.get("processes", []) if isinstance(p, dict)]
+    with contextlib.suppress(OSError):
+        for path in sorted(run_dir.glob(f"*/*/{OWNER_FILE}")):
+            try:
+                st = path.lstat()
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                continue
+            record = read_owner(path.parent)
+            if record is not None and same_owner(record["owner"], top["owner"]):
+                found += [p for p in record.get("processes", []) if isinstance(p, dict)]
     return found
 
 
@@ -305,6 +308,15 @@ def owner_containers(owner: dict[str, Any]) -> list[str]:
         if (c.labels or {}).get(LABEL_HOST) == owner.get("host")
         and (c.labels or {}).get(LABEL_HOST_PID_START) in (owner.get("start"), None)
     ]
+
+
+def discard_run_dir(run_dir: Path) -> None:
+    """Remove a run directory its owner is done with (a kernel it closed): at once where nothing writes into
+    it any more, the usual case (no process scan); else as :func:`remove_run_dir` does (a cell's worker
+    still writing as its group dies)."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    if os.path.lexists(run_dir):
+        remove_run_dir(run_dir)
 
 
 def remove(leftover: Leftover, *, dry_run: bool = False, containers: bool = True) -> list[str]:

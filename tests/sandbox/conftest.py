@@ -6,7 +6,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -43,15 +43,21 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def busy_machine(tmp_path: Path) -> Iterator[int]:
-    """A machine busy with other work while the test runs: :data:`BUSY_PER_CORE` CPU-bound processes per core
-    and one writing and syncing a file; yields how many run. They are ended (by pid) after the test."""
-    cores = len(os.sched_getaffinity(0))
-    commands = [[sys.executable, "-c", _SPIN]] * (BUSY_PER_CORE * cores)
-    commands.append([sys.executable, "-c", _WRITE, str(tmp_path / "busy-io")])
-    busy = [subprocess.Popen(command, stdin=subprocess.DEVNULL) for command in commands]
+def busy_machine(tmp_path: Path) -> Iterator[Callable[[], int]]:
+    """Make the machine busy with other work from a point of the test on: calling the fixture's value starts
+    :data:`BUSY_PER_CORE` CPU-bound processes per core and one writing and syncing a file, and returns how
+    many run. They are ended (by pid) after the test."""
+    busy: list[subprocess.Popen[bytes]] = []
+
+    def start() -> int:
+        cores = len(os.sched_getaffinity(0))
+        commands = [[sys.executable, "-c", _SPIN]] * (BUSY_PER_CORE * cores)
+        commands.append([sys.executable, "-c", _WRITE, str(tmp_path / "busy-io")])
+        busy.extend(subprocess.Popen(command, stdin=subprocess.DEVNULL) for command in commands)
+        return len(busy)
+
     try:
-        yield len(busy)
+        yield start
     finally:
         for process in busy:
             process.send_signal(signal.SIGKILL)

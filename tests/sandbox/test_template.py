@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -242,7 +242,7 @@ def _wait_ended(pidfds: dict[int, int], seconds: float) -> list[int]:
 
 
 @pytest.mark.parametrize("ending", ["exit", "wait"], ids=["normal exit", "SIGKILL"])
-def test_nothing_outlives_the_owner(tmp_path: Path, ending: str, busy_machine: int) -> None:
+def test_nothing_outlives_the_owner(tmp_path: Path, ending: str, busy_machine: Callable[[], int]) -> None:
     """The template, its state templates, every kernel forked from them and what their cells started go with
     the process that made them, whether it exits or is SIGKILLed (while it forks kernels), on a busy machine;
     so does the template's directory. Cleanup is over when the reaper ends: then nothing may be left."""
@@ -258,6 +258,7 @@ def test_nothing_outlives_the_owner(tmp_path: Path, ending: str, busy_machine: i
     pidfds = {pid: os.pidfd_open(pid) for pid in [*processes, *made["reapers"]]}
     try:
         assert all(alive(pid) for pid in processes), made  # the pidfds name them, not a later reuse of the pid
+        busy_machine()  # from here on (the owner's setup, done, would only take longer)
         if ending == "wait":
             owner.send_signal(signal.SIGKILL)
         owner.wait(timeout=120)
