@@ -7,10 +7,10 @@ sandbox gc``, the reaper and a process's first kernel start remove them (:func:`
 touched; directories without an owner record (older versions) only when they are older than
 :data:`UNOWNED_GRACE_S` and no process works in them.
 
-A directory is removed only once nothing can write into it any more (:func:`remove_run_dir`): the processes
+A directory is removed only once nothing can write into it any more (`remove_run_dir`): the processes
 it records (a template's own record and those of the kernels forked into it) and every process working in
 it are killed, and their ends awaited (pidfds), before it goes; what wrote into it meanwhile is ended and
-removed in another round. No step waits for a fixed time: a guard (:data:`END_GUARD_S`) only bounds a wait
+removed in another round. No step waits for a fixed time: a guard (`END_GUARD_S`) only bounds a wait
 for processes the kernel keeps from dying.
 
 Standard library only (the docker SDK is imported when a container must go) and :mod:`owners
@@ -153,11 +153,14 @@ def _open(pid: int, start: str | None) -> tuple[bool, int | None]:
     return True, fd
 
 
-def end_processes(records: Iterable[dict[str, Any]], pids: Iterable[int] = ()) -> list[int]:
+def end_processes(
+    records: Iterable[dict[str, Any]], pids: Iterable[int] = (), *, deadline: float | None = None
+) -> list[int]:
     """SIGKILL recorded processes (pid and start time: only if still the same process) and running pids, each
     with its process group when it leads one, and return once every one signalled has ended.
 
-    Waits on pidfds (no polling), bounded only by :data:`END_GUARD_S`.
+    Waits on pidfds (no polling), bounded only by a guard: ``deadline`` (``time.monotonic``), else
+    `END_GUARD_S` from now.
 
     Returns:
         The pids signalled.
@@ -194,11 +197,16 @@ def end_processes(records: Iterable[dict[str, Any]], pids: Iterable[int] = ()) -
                 fds.append(fd)
             else:
                 polled.append((pid, start))
-        deadline = time.monotonic() + END_GUARD_S
-        waiting = list(fds)
+        if deadline is None:
+            deadline = time.monotonic() + END_GUARD_S
+        poller = select.poll()  # not select(): an owner's descriptors may number over 1024
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        waiting = set(fds)
         while waiting and time.monotonic() < deadline:  # a pidfd reads as ready once its process ended
-            ready, _, _ = select.select(waiting, [], [], deadline - time.monotonic())
-            waiting = [fd for fd in waiting if fd not in ready]
+            for fd, _ in poller.poll(max(0.0, deadline - time.monotonic()) * 1000):
+                waiting.discard(fd)
+                poller.unregister(fd)
         while polled and time.monotonic() < deadline:  # no pidfds (Linux before 5.3): the start time
             polled = [(pid, start) for pid, start in polled if process_start(pid) == start]
             if polled:
@@ -215,15 +223,17 @@ def remove_run_dir(run_dir: Path, records: Iterable[dict[str, Any]] = ()) -> lis
     The processes it records (with ``records``, known from before: a partly removed directory may have lost
     its own) and every process working in it are killed and their ends awaited, then it is removed; if
     something wrote into it meanwhile (a kernel forked as its template died), the next round ends that too,
-    up to :data:`REMOVE_ROUNDS`. Nothing here waits for a fixed time.
+    up to `REMOVE_ROUNDS`. Nothing here waits for a fixed time.
     """
     records = list(records)
     killed: list[int] = []
+    deadline = time.monotonic() + END_GUARD_S  # one guard for all rounds
     for _ in range(REMOVE_ROUNDS):
         if not os.path.lexists(run_dir):
             break
         records += recorded_processes(run_dir)
-        killed += [pid for pid in end_processes(records, working_in(run_dir)) if pid not in killed]
+        ended = end_processes(records, working_in(run_dir), deadline=deadline)
+        killed += [pid for pid in ended if pid not in killed]
         shutil.rmtree(run_dir, ignore_errors=True)
     return killed
 
@@ -312,7 +322,7 @@ def owner_containers(owner: dict[str, Any]) -> list[str]:
 
 def discard_run_dir(run_dir: Path) -> None:
     """Remove a run directory its owner is done with (a kernel it closed): at once where nothing writes into
-    it any more, the usual case (no process scan); else as :func:`remove_run_dir` does (a cell's worker
+    it any more, the usual case (no process scan); else as `remove_run_dir` does (a cell's worker
     still writing as its group dies)."""
     shutil.rmtree(run_dir, ignore_errors=True)
     if os.path.lexists(run_dir):
@@ -322,7 +332,7 @@ def discard_run_dir(run_dir: Path) -> None:
 def remove(leftover: Leftover, *, dry_run: bool = False, containers: bool = True) -> list[str]:
     """Remove what a leftover holds: kill its processes (those it records, the kernels forked into it
     included, and those working in it) and await their ends, remove its containers, then its directory
-    (:func:`remove_run_dir`).
+    (`remove_run_dir`).
 
     Args:
         containers: Remove the containers it names (else leave them to the label-based cleanup).

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -26,6 +28,17 @@ while True:
         f.flush()
         os.fsync(f.fileno())
 """
+
+
+def wait_ended(pidfds: dict[int, int], seconds: float) -> list[int]:
+    """Wait for the ends of the processes behind pidfds (pid -> pidfd), an event, not a time (``seconds`` is
+    a guard); return the pids still running then."""
+    deadline = time.monotonic() + seconds
+    waiting = dict(pidfds)
+    while waiting and time.monotonic() < deadline:
+        ready, _, _ = select.select(list(waiting.values()), [], [], max(0.0, deadline - time.monotonic()))
+        waiting = {pid: fd for pid, fd in waiting.items() if fd not in ready}
+    return sorted(waiting)
 
 
 @pytest.fixture(scope="session")

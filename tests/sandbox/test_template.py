@@ -9,17 +9,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import wait_for
+from tests.sandbox.conftest import wait_ended
 from themisto_env.errors import KernelDiedError, SnapshotCorruptError, TemplateGoneError
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.models import SandboxLimits
@@ -230,17 +229,6 @@ for n in itertools.count():
 ENDS_GUARD_S = 90.0
 
 
-def _wait_ended(pidfds: dict[int, int], seconds: float) -> list[int]:
-    """Wait until the processes behind the pidfds (pid -> pidfd) have ended; the pids still running after
-    ``seconds``."""
-    deadline = time.monotonic() + seconds
-    waiting = dict(pidfds)
-    while waiting and time.monotonic() < deadline:
-        ready, _, _ = select.select(list(waiting.values()), [], [], deadline - time.monotonic())
-        waiting = {pid: fd for pid, fd in waiting.items() if fd not in ready}
-    return sorted(waiting)
-
-
 @pytest.mark.parametrize("ending", ["exit", "wait"], ids=["normal exit", "SIGKILL"])
 def test_nothing_outlives_the_owner(tmp_path: Path, ending: str, busy_machine: Callable[[], int]) -> None:
     """The template, its state templates, every kernel forked from them and what their cells started go with
@@ -262,7 +250,7 @@ def test_nothing_outlives_the_owner(tmp_path: Path, ending: str, busy_machine: C
         if ending == "wait":
             owner.send_signal(signal.SIGKILL)
         owner.wait(timeout=120)
-        left = _wait_ended(pidfds, ENDS_GUARD_S)
+        left = wait_ended(pidfds, ENDS_GUARD_S)
         assert not left, f"still running after the reaper was due to end: {left} of {made}"
         run_dir = Path(made["run_dir"])  # the reaper ended: nothing may be left, not even for a moment
         assert not run_dir.exists(), sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*"))[:20]
