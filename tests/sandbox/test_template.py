@@ -207,11 +207,14 @@ print(json.dumps({
     "reapers": lifetime.reaper_pids(),
     "run_dir": str(template.run_dir),
 }), flush=True)
-if sys.argv[2] == "wait":  # kernels are being forked and closed as the owner is killed
+if sys.argv[2] == "exit":
+    sys.stdin.readline()  # the test has a pidfd of each process it was told of
+else:  # more kernels are being forked and closed as the owner is killed
+    more = []
     while True:
-        for copy in copies:
+        for copy in more:
             copy.close()
-        copies = [template.kernel(), *template.copies(digest, 1)]
+        more = [template.kernel(), *template.copies(digest, 1)]
 """
 #: The worker: files made and removed in its working folder, going on whatever fails.
 WRITER = """
@@ -236,29 +239,40 @@ def test_nothing_outlives_the_owner(tmp_path: Path, ending: str, busy_machine: C
     so does the template's directory. Cleanup is over when the reaper ends: then nothing may be left."""
     owner = subprocess.Popen(
         [sys.executable, "-c", OWNER, str(tmp_path / "store"), ending, WRITER],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert owner.stdout is not None
-    made = json.loads(owner.stdout.readline())
-    processes = [made["template"], made["state"], *made["kernels"], made["writer"]]
-    assert made["reapers"] and all(processes), made
-    pidfds = {pid: os.pidfd_open(pid) for pid in [*processes, *made["reapers"]]}
+    assert owner.stdin is not None and owner.stdout is not None
+    pidfds: dict[int, int] = {}
     try:
+        made = json.loads(owner.stdout.readline())
+        processes = [made["template"], made["state"], *made["kernels"], made["writer"]]
+        assert made["reapers"] and all(processes), made
+        pidfds.update((pid, os.pidfd_open(pid)) for pid in [*processes, *made["reapers"]])
         assert all(alive(pid) for pid in processes), made  # the pidfds name them, not a later reuse of the pid
         busy_machine()  # from here on (the owner's setup, done, would only take longer)
         if ending == "wait":
             owner.send_signal(signal.SIGKILL)
+        with contextlib.suppress(BrokenPipeError):  # a normal exit from here (a killed owner reads nothing)
+            owner.stdin.write("end\n")
+            owner.stdin.close()
         owner.wait(timeout=120)
         left = wait_ended(pidfds, ENDS_GUARD_S)
         assert not left, f"still running after the reaper was due to end: {left} of {made}"
         run_dir = Path(made["run_dir"])  # the reaper ended: nothing may be left, not even for a moment
         assert not run_dir.exists(), sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*"))[:20]
     finally:
+        if owner.poll() is None:  # failed before its end: its reaper then cleans up
+            owner.kill()
+            owner.wait()
         for fd in pidfds.values():  # this test's processes only, through their pidfds (never a reused pid)
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(fd, signal.SIGKILL)
             os.close(fd)
+        for stream in (owner.stdin, owner.stdout):
+            with contextlib.suppress(BrokenPipeError):
+                stream.close()
 
 
 def test_a_forked_kernel_finds_the_template_imports_done(template: KernelTemplate) -> None:
