@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import contextvars
 import os
-import shutil
 import tempfile
 import threading
 import uuid
@@ -29,6 +28,7 @@ from jupyter_client.connect import write_connection_file
 
 from themisto_env.errors import InfrastructureError
 from themisto_env.sandbox.launcher import KernelLauncher
+from themisto_env.sandbox.leftovers import discard_run_dir
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.owners import RUN_DIR_PREFIX, write_owner
 from themisto_env.sandbox.snapshots import SnapshotStore
@@ -200,7 +200,7 @@ class KernelProcess:
         self.stop(graceful=graceful)
         self._launcher = None
         if self._run_dir is not None:
-            shutil.rmtree(self._run_dir, ignore_errors=True)
+            discard_run_dir(self._run_dir)
             self._run_dir = None
 
     def is_alive(self) -> bool:

@@ -58,6 +58,7 @@ from themisto_env.sandbox.kernel_contract import KernelLike
 from themisto_env.sandbox.kernel_environments import environment_label
 from themisto_env.sandbox.kernel_process import release_thread_loop
 from themisto_env.sandbox.launcher import KERNEL_ENVIRONMENT, launcher_class
+from themisto_env.sandbox.leftovers import remove_run_dir
 from themisto_env.sandbox.local import BwrapLauncher, LocalLauncher
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.owners import RUN_DIR_PREFIX, write_owner
@@ -271,8 +272,8 @@ class KernelTemplate:
                     signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
                 os.close(self._pidfd)
                 self._pidfd = None
-            if self._run_dir is not None and self.base is None:
-                shutil.rmtree(self._run_dir, ignore_errors=True)
+            if self._run_dir is not None and self.base is None:  # its kernels and what they started go first
+                remove_run_dir(self._run_dir)
             self._run_dir = None
             filling, self._filling = self._filling, None
         if filling is not None and filling is not threading.current_thread():
