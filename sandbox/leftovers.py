@@ -24,7 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from themisto_env.sandbox.owners import RUN_DIR_PREFIX, kill_process, owner_state, process_start, read_owner, same_owner
+from themisto_env.sandbox.owners import (
+    RUN_DIR_PREFIX,
+    SHORT_ROOTS,
+    kill_process,
+    owner_state,
+    process_start,
+    read_owner,
+    same_owner,
+)
 
 #: A run directory without an owner record is left alone while younger than this (it is being made).
 UNOWNED_GRACE_S = 60.0
@@ -55,8 +63,10 @@ class Leftover:
 
 
 def default_roots() -> list[Path]:
-    """Where run directories are made: the temporary directory (``TMPDIR``) and ``/tmp``."""
-    roots = [Path(tempfile.gettempdir()), Path("/tmp")]
+    """Where run directories are made: the temporary directory (``TMPDIR``), ``/tmp``, and the short folders
+    used when ``TMPDIR`` is too deep for kernel sockets (`themisto_env.sandbox.run_root`)."""
+    short = [base / f"themisto-{os.getuid()}" for base in SHORT_ROOTS]
+    roots = [Path(tempfile.gettempdir()), Path("/tmp"), *short]
     return list(dict.fromkeys(p.resolve() for p in roots if p.is_dir()))
 
 
