@@ -164,7 +164,7 @@ def test_the_verifiers_extra_alone_in_a_fresh_venv_imports_its_bridge(tmp_path: 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
-    install = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    install = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile"]
     lock = REPO / "requirements" / "lock.txt"
     done = subprocess.run(
         [*install, "-c", str(lock), f"{REPO}[verifiers]"], capture_output=True, text=True, timeout=900
