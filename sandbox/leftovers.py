@@ -36,6 +36,7 @@ from typing import Any
 from themisto_env.sandbox.owners import (
     OWNER_FILE,
     RUN_DIR_PREFIX,
+    SHORT_ROOTS,
     owner_state,
     process_start,
     read_owner,
@@ -76,8 +77,10 @@ class Leftover:
 
 
 def default_roots() -> list[Path]:
-    """Where run directories are made: the temporary directory (``TMPDIR``) and ``/tmp``."""
-    roots = [Path(tempfile.gettempdir()), Path("/tmp")]
+    """Where run directories are made: the temporary directory (``TMPDIR``), ``/tmp``, and the short folders
+    used when ``TMPDIR`` is too deep for kernel sockets (`themisto_env.sandbox.run_root`)."""
+    short = [base / f"themisto-{os.getuid()}" for base in SHORT_ROOTS]
+    roots = [Path(tempfile.gettempdir()), Path("/tmp"), *short]
     return list(dict.fromkeys(p.resolve() for p in roots if p.is_dir()))
 
 

@@ -54,6 +54,7 @@ from themisto_env.errors import (
     TemplateGoneError,
 )
 from themisto_env.sandbox import lifetime
+from themisto_env.sandbox import run_root as run_roots
 from themisto_env.sandbox.kernel_contract import KernelLike
 from themisto_env.sandbox.kernel_environments import environment_label
 from themisto_env.sandbox.kernel_process import release_thread_loop
@@ -187,11 +188,22 @@ class KernelTemplate:
         return self._run_dir
 
     def start(self) -> Self:
-        """Start the template process and wait until it answers. Returns ``self``."""
+        """Start the template process and wait until it answers. Returns ``self``.
+
+        Raises:
+            KernelStartError: It ended or did not answer in time, or the host refused what it needs (its
+                folder, its socket: an ``OSError``, named in the message).
+        """
+        try:
+            return self._start()
+        except OSError as exc:  # the machinery's: one kind of start failure for the callers
+            raise KernelStartError(f"the {self.backend} kernel template could not start: {exc}") from exc
+
+    def _start(self) -> Self:
         with self._lock:
             if self._process is not None:
                 return self
-            self._run_dir = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX))
+            self._run_dir = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX, dir=run_roots.run_root()))
             os.chmod(self._run_dir, 0o1777)
             (self._run_dir / "kernels").mkdir(mode=0o1777)
             os.chmod(self._run_dir / "kernels", 0o1777)

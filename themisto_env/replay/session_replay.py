@@ -123,7 +123,7 @@ class CellLimit:
     ``limits.timeout_s`` for code a model wrote.
 
     Attributes:
-        floor_s: The least a cell with a recorded time gets (``--timeout``).
+        floor_s: The least a cell with a recorded time gets (``--min-cell-timeout``).
         factor: The multiple of the recorded time.
         unrecorded_s: The limit of a cell with no recorded time.
         fixed_s: One limit for every cell, if set.

@@ -294,12 +294,25 @@ def run_identity(config: RunConfig) -> dict[str, Any]:
         "task": config.task,
         "observation": config.observation or agent_observation(config.agent) or "static",
         "backend": config.backend,
-        "data": config.data,
+        "data": recorded_data(config),
         "env": {k: v for k, v in config.env.items() if k not in OPERATIONAL_ENV},
     }
     if config.split is not None:  # only then: run folders from before splits keep their identity
         identity["split"] = config.split
     return redact(identity, secrets(config))
+
+
+def recorded_data(config: RunConfig) -> str:
+    """The data a run reads, as its config.json records it: ``config.data``, or for the bundled data (None or
+    ``bundled``) its resolved folder, whose name carries the bundled log's digest, the backend and the kernel
+    package set (the folder a resume must read again to continue the same run; ``themisto view`` reads it).
+    A config.json of an older version, with ``data: null``, compares equal to it."""
+    from themisto_env.replay.dataset import BUNDLED
+    from themisto_env.replay.resolve import bundled_dataset_dir
+
+    if config.data is None or config.data == BUNDLED:
+        return str(bundled_dataset_dir(config.backend))
+    return config.data
 
 
 def write_config(out: Path, config: RunConfig, *, force: bool = False) -> None:
@@ -315,7 +328,7 @@ def write_config(out: Path, config: RunConfig, *, force: bool = False) -> None:
             (out / name).unlink(missing_ok=True)
     elif (out / RESULTS).exists() and (out / RESULTS).stat().st_size:
         _check_same_run(out, config)
-    recorded = redact(config.model_dump(mode="json"), secrets(config))
+    recorded = redact({**config.model_dump(mode="json"), "data": recorded_data(config)}, secrets(config))
     write_text_atomic(path, json.dumps(recorded, indent=2) + "\n")
 
 
@@ -364,6 +377,7 @@ __all__ = [
     "make_result_row",
     "model_label",
     "read_results",
+    "recorded_data",
     "run_identity",
     "secrets",
     "write_config",
