@@ -313,3 +313,28 @@ def test_threads_asking_for_the_shared_template_at_once_get_one_started_template
     finally:
         for template in {id(t): t for t in got}.values():
             template.close()
+
+
+def _threads_and_fds() -> tuple[int, int]:
+    return len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd"))
+
+
+def test_open_kernels_cost_this_process_no_thread_and_closed_ones_leave_no_descriptor(
+    template: KernelTemplate,
+) -> None:
+    """The clients of a process's kernels share one zmq context: an open kernel adds no thread to its owner
+    (a context per client cost two: 500 served sessions held 1,000 threads), and a closed one leaves no socket
+    open (jupyter_client's ``stop_channels`` opens the channels never used, to find them stopped)."""
+    with template.kernel() as first:
+        first.execute("1 + 1")  # the shared context exists from here on
+        threads, fds = _threads_and_fds()
+        kernels = [template.kernel() for _ in range(4)]
+        try:
+            assert all(kernel.execute("2 + 2").text() == "4" for kernel in kernels)
+            assert _threads_and_fds()[0] <= threads + 1  # a spare being forked in the background, at most
+        finally:
+            for kernel in kernels:
+                kernel.close()
+        template.trim()  # the spares' clients closed too
+        assert wait_for(lambda: _threads_and_fds()[1] <= fds, seconds=10), (_threads_and_fds(), fds)
+        assert first.execute("3 + 3").text() == "6"  # its sockets untouched by the others' closing

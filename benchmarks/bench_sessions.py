@@ -1,0 +1,236 @@
+"""Sessions per node: N OpenEnv sessions open at once on one ``themisto serve``, their memory and their
+tool-call latency while all are open (issue "copies at the kernel's round trip").
+
+Run from the repository root::
+
+    python benchmarks/bench_sessions.py [--sessions 64 --sessions 256 --sessions 500] [--calls 5]
+
+For each N, a ``themisto serve`` is started on a free 127.0.0.1 port (local backend, the bundled data,
+tools mode, ``--max-sessions N``, no idle timeout). N WebSocket sessions connect (at most ``--opening`` at
+a time) and each resets at its own sample (seeded) and calls ``list_variables`` once: the session is open
+and its state served. Then, with all N open, every session calls ``list_variables`` ``--calls`` times
+(all sessions at once): p50 / p90 of those calls. Printed per N: the time to open all, the server's PSS
+(its process and every descendant, ``/proc/PID/smaps_rollup``) per session, the live kernels, the
+server's threads and open descriptors, the calls' p50 / p90, errors, and how many calls found their
+state not served (``info["state"]["check"]`` after the call is checked anew: the session's kernel was
+replaced meanwhile). Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from themisto_env.bridges.openenv.client import ThemistoEnvClient
+from themisto_env.bridges.openenv.models import ThemistoAction
+
+LIST = ThemistoAction.call("list_variables")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def descendants(root: int) -> list[int]:
+    parents: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = Path(f"/proc/{name}/stat").read_text()
+                parents[int(name)] = int(stat.rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    found, frontier = [], [root]
+    while frontier:
+        pid = frontier.pop()
+        for child, parent in parents.items():
+            if parent == pid:
+                found.append(child)
+                frontier.append(child)
+    return found
+
+
+def pss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
+        return 0
+    return 0
+
+
+def server_figures(pid: int) -> dict[str, Any]:
+    tree = [pid, *descendants(pid)]
+    kernels = 0
+    for child in tree:
+        try:
+            kernels += Path(f"/proc/{child}/comm").read_text().strip() == "ipykernel"
+        except OSError:
+            continue
+    try:
+        threads = len(os.listdir(f"/proc/{pid}/task"))
+        fds = len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        threads = fds = 0
+    return {"pss_mib": sum(pss_kib(p) for p in tree) / 1024, "kernels": kernels, "threads": threads, "fds": fds}
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))] if ordered else float("nan")
+
+
+async def run(url: str, sessions: int, calls: int, opening: int, seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    seeds = [rng.randrange(2**31) for _ in range(sessions)]
+    clients: list[ThemistoEnvClient | None] = [None] * sessions
+    errors: list[str] = []
+    gate = asyncio.Semaphore(opening)
+
+    async def open_one(i: int) -> None:
+        async with gate:
+            client = ThemistoEnvClient(url, message_timeout_s=600)
+            try:
+                await client.connect()
+                await client.reset(seed=seeds[i])
+                await client.step(LIST)
+                clients[i] = client
+            except Exception as exc:
+                errors.append(f"open: {type(exc).__name__}: {exc}"[:300])
+                await client.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(open_one(i) for i in range(sessions)))
+    opened = time.perf_counter() - started
+    times: list[float] = []
+    served_again = 0
+
+    async def call(client: ThemistoEnvClient) -> None:
+        nonlocal served_again
+        for _ in range(calls):
+            try:
+                begun = time.perf_counter()
+                result = await client.step(LIST)
+                times.append(time.perf_counter() - begun)
+                state = (result.observation.info or {}).get("state") or {}
+                if state.get("faults"):
+                    served_again += 1
+            except Exception as exc:
+                errors.append(f"call: {type(exc).__name__}: {exc}"[:300])
+
+    live = [c for c in clients if c is not None]
+    return {
+        "opened": len(live),
+        "open_s": opened,
+        "clients": live,
+        "errors": errors,
+        "times": times,
+        "calls": lambda: asyncio.gather(*(call(c) for c in live)),
+        "served_again": lambda: served_again,
+    }
+
+
+async def measure(url: str, pid: int, sessions: int, calls: int, opening: int) -> dict[str, Any]:
+    base = server_figures(pid)
+    state = await run(url, sessions, calls, opening, seed=sessions)
+    await asyncio.sleep(2.0)
+    held = server_figures(pid)
+    await state["calls"]()
+    after = server_figures(pid)
+    for client in state["clients"]:
+        await client.close()
+    times = state["times"]
+    opened = max(1, state["opened"])
+    return {
+        "sessions": sessions,
+        "opened": state["opened"],
+        "open_s": state["open_s"],
+        "pss_per_session_mib": (held["pss_mib"] - base["pss_mib"]) / opened,
+        "kernels": held["kernels"],
+        "kernels_after_calls": after["kernels"],
+        "threads": held["threads"],
+        "fds": held["fds"],
+        "p50_ms": statistics.median(times) * 1000 if times else float("nan"),
+        "p90_ms": quantile(times, 0.9) * 1000,
+        "calls": len(times),
+        "errors": len(state["errors"]),
+        "first_errors": state["errors"][:3],
+        "with_faults": state["served_again"](),
+    }
+
+
+def one(sessions: int, calls: int, opening: int) -> dict[str, Any]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "themisto_env.cli", "serve", "--port", str(port), "--log-level", "warning"),
+            *("--max-sessions", str(sessions), "--idle-timeout", "0"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    message = server.stderr.read() if server.stderr else ""
+                    raise SystemExit(f"the server did not start: {message}") from None
+                time.sleep(0.2)
+        figures = asyncio.run(measure(url, server.pid, sessions, calls, opening))
+    finally:
+        server.terminate()
+        try:
+            out, _ = server.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            out, _ = server.communicate()
+    figures["banner"] = " ".join(line for line in (out or "").splitlines() if "fit" in line)[:300]
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sessions", type=int, action="append", help="default: 64 and 256")
+    parser.add_argument("--calls", type=int, default=5, help="list_variables calls per session, all open")
+    parser.add_argument("--opening", type=int, default=16, help="sessions opening at once")
+    args = parser.parse_args()
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (the machine may be shared)")
+    header = (
+        "sessions | opened | open s | PSS/session MiB | kernels | threads | fds | list_variables p50 ms | p90 ms | "
+        "errors | calls with faults"
+    )
+    rows = [header, "|".join(" --- " for _ in header.split("|"))]
+    for n in args.sessions or [64, 256]:
+        f = one(n, args.calls, args.opening)
+        print(f, flush=True)
+        rows.append(
+            f"{n} | {f['opened']} | {f['open_s']:.0f} | {f['pss_per_session_mib']:.1f} | {f['kernels']} | "
+            f"{f['threads']} | {f['fds']} | {f['p50_ms']:.1f} | {f['p90_ms']:.1f} | {f['errors']} | {f['with_faults']}"
+        )
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
