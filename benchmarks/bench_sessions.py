@@ -8,8 +8,10 @@ Run from the repository root::
 For each N, a ``themisto serve`` is started on a free 127.0.0.1 port (local backend, the bundled data,
 tools mode, ``--max-sessions N``, no idle timeout). N WebSocket sessions connect (at most ``--opening`` at
 a time) and each resets at its own sample (seeded) and calls ``list_variables`` once: the session is open
-and its state served. Then, with all N open, every session calls ``list_variables`` ``--calls`` times
-(all sessions at once): p50 / p90 of those calls. Printed per N: the time to open all, the server's PSS
+and its state served. Then, with all N open, each session calls ``list_variables`` once, one session at a
+time (the others open and idle: the latency of a call), and then every session calls it ``--calls`` times,
+all at once (the machine's throughput: on 2 cores, N calls at once queue behind each other): p50 / p90.
+Printed per N: the time to open all, the server's PSS
 (its process and every descendant, ``/proc/PID/smaps_rollup``) per session, the live kernels, the
 server's threads and open descriptors, the calls' p50 / p90, errors, and how many calls found their
 state not served (``info["state"]["check"]`` after the call is checked anew: the session's kernel was
@@ -118,21 +120,32 @@ async def run(url: str, sessions: int, calls: int, opening: int, seed: int) -> d
     started = time.perf_counter()
     await asyncio.gather(*(open_one(i) for i in range(sessions)))
     opened = time.perf_counter() - started
-    times: list[float] = []
+    times: list[float] = []  # one session calls at a time, the others open and idle
+    together: list[float] = []  # every session calls at once
     served_again = 0
 
-    async def call(client: ThemistoEnvClient) -> None:
+    async def call(client: ThemistoEnvClient, times: list[float]) -> None:
         nonlocal served_again
-        for _ in range(calls):
-            try:
-                begun = time.perf_counter()
-                result = await client.step(LIST)
-                times.append(time.perf_counter() - begun)
-                state = (result.observation.info or {}).get("state") or {}
-                if state.get("faults"):
-                    served_again += 1
-            except Exception as exc:
-                errors.append(f"call: {type(exc).__name__}: {exc}"[:300])
+        try:
+            begun = time.perf_counter()
+            result = await client.step(LIST)
+            times.append(time.perf_counter() - begun)
+            state = (result.observation.info or {}).get("state") or {}
+            if state.get("faults"):
+                served_again += 1
+        except Exception as exc:
+            errors.append(f"call: {type(exc).__name__}: {exc}"[:300])
+
+    async def one_at_a_time(live: list[ThemistoEnvClient]) -> None:
+        for client in live:
+            await call(client, times)
+
+    async def all_at_once(live: list[ThemistoEnvClient]) -> None:
+        async def each(client: ThemistoEnvClient) -> None:
+            for _ in range(calls):
+                await call(client, together)
+
+        await asyncio.gather(*(each(c) for c in live))
 
     live = [c for c in clients if c is not None]
     return {
@@ -141,7 +154,9 @@ async def run(url: str, sessions: int, calls: int, opening: int, seed: int) -> d
         "clients": live,
         "errors": errors,
         "times": times,
-        "calls": lambda: asyncio.gather(*(call(c) for c in live)),
+        "together": together,
+        "calls": lambda: one_at_a_time(live),
+        "calls_together": lambda: all_at_once(live),
         "served_again": lambda: served_again,
     }
 
@@ -152,6 +167,7 @@ async def measure(url: str, pid: int, sessions: int, calls: int, opening: int) -
     await asyncio.sleep(2.0)
     held = server_figures(pid)
     await state["calls"]()
+    await state["calls_together"]()
     after = server_figures(pid)
     for client in state["clients"]:
         await client.close()
@@ -169,6 +185,8 @@ async def measure(url: str, pid: int, sessions: int, calls: int, opening: int) -
         "p50_ms": statistics.median(times) * 1000 if times else float("nan"),
         "p90_ms": quantile(times, 0.9) * 1000,
         "calls": len(times),
+        "together_p50_ms": statistics.median(state["together"]) * 1000 if state["together"] else float("nan"),
+        "together_p90_ms": quantile(state["together"], 0.9) * 1000,
         "errors": len(state["errors"]),
         "first_errors": state["errors"][:3],
         "with_faults": state["served_again"](),
@@ -219,7 +237,7 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (the machine may be shared)")
     header = (
         "sessions | opened | open s | PSS/session MiB | kernels | threads | fds | list_variables p50 ms | p90 ms | "
-        "errors | calls with faults"
+        "all at once p50 ms | p90 ms | errors | calls with faults"
     )
     rows = [header, "|".join(" --- " for _ in header.split("|"))]
     for n in args.sessions or [64, 256]:
@@ -227,7 +245,8 @@ def main() -> None:
         print(f, flush=True)
         rows.append(
             f"{n} | {f['opened']} | {f['open_s']:.0f} | {f['pss_per_session_mib']:.1f} | {f['kernels']} | "
-            f"{f['threads']} | {f['fds']} | {f['p50_ms']:.1f} | {f['p90_ms']:.1f} | {f['errors']} | {f['with_faults']}"
+            f"{f['threads']} | {f['fds']} | {f['p50_ms']:.1f} | {f['p90_ms']:.1f} | {f['together_p50_ms']:.0f} | "
+            f"{f['together_p90_ms']:.0f} | {f['errors']} | {f['with_faults']}"
         )
     print("\n".join(rows))
 
