@@ -190,6 +190,9 @@ class StateServer:
         self.trajectory: Trajectory | None = None
         self.step: int | None = None
         self._lost_backend: BackendUnavailableError | None = None
+        #: The kernel's answers to the tools in the served state (see ``ToolContext.answers``); emptied
+        #: whenever the state may change: another state selected or served, a recovery, a context handed out.
+        self._answers: dict[str, object] = {}
 
     @property
     def forking(self) -> bool:
@@ -242,6 +245,7 @@ class StateServer:
         """Name the state now asked for (before ``step`` of ``trajectory``); nothing runs until it is needed."""
         self.trajectory, self.step = trajectory, step
         self.report = None
+        self._answers = {}
 
     @property
     def served(self) -> bool:
@@ -261,6 +265,7 @@ class StateServer:
             InfrastructureError: The state could not be reached; :attr:`report` says ``route="failed"``.
         """
         trajectory, step = self._selected()
+        self._answers = {}
         try:
             self._check_dataset()
             self.report = self.kernel_owner.serve(trajectory, step)
@@ -293,6 +298,7 @@ class StateServer:
         failed re-serve's, then ``error`` described with its recovery."""
         self.kernel_owner.taint()
         self.report = None
+        self._answers = {}
         faults = self.served_faults()
         return [*faults, f"{fault_text(error)} (recovered: kernel restarted and state restored)"]
 
@@ -310,12 +316,20 @@ class StateServer:
         trajectory, step = self._selected()
         return trajectory.steps[:step]
 
-    def tool_context(self, try_code: Callable[[str], CodeRun] | None = None) -> ToolContext:
+    def tool_context(
+        self, try_code: Callable[[str], CodeRun] | None = None, *, keep_answers: bool = False
+    ) -> ToolContext:
         """The tools' view of the selected state (its kernel started, served or not: see
         :meth:`ensure_served`); ``try_code`` runs the ``try_cell`` tool's candidates
-        (:meth:`~themisto_env.env.scorer.Scorer.try_code`), None where cells may not be tried."""
+        (:meth:`~themisto_env.env.scorer.Scorer.try_code`), None where cells may not be tried.
+
+        With ``keep_answers`` (this server's own tool calls) the context shares the kernel's answers given
+        in this state so far (``ToolContext.answers``); otherwise it has none, and the answers kept are
+        forgotten (whoever holds the context may run code in the kernel)."""
         trajectory, step = self._selected()
         sizes, memory = self.recorded_figures()
+        if not keep_answers:
+            self._answers = {}
         return ToolContext(
             kernel=self.kernel_owner.kernel,
             history=history_items(self.executed_steps()),
@@ -323,6 +337,7 @@ class StateServer:
             recorded_memory=memory,
             try_code=try_code,
             recorded_fingerprint=expected_fingerprint(trajectory, step),
+            answers=self._answers if keep_answers else None,
         )
 
     def call_tool(self, call: ToolCall, try_code: Callable[[str], CodeRun] | None = None) -> ToolOutcome:
@@ -337,7 +352,7 @@ class StateServer:
         faults: list[str] = []
         try:
             faults += self.served_faults()  # a lost backend is tried once more by the recovery below
-            result = run_tool(call, self.tool_context(try_code))
+            result = run_tool(call, self.tool_context(try_code, keep_answers=True))
         except InfrastructureError as exc:
             if call.tool == "try_cell" and not isinstance(exc, BackendUnavailableError):
                 faults.append(fault_text(exc))  # its disposable kernel: not ours
