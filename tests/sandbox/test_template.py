@@ -115,6 +115,49 @@ def test_copies_hold_the_snapshot_state_as_a_restore_does(
                 copy.close()
 
 
+SHELL_CHANGES = """
+from IPython.core.magic import register_line_magic
+@register_line_magic
+def shout(line):
+    return line.upper()
+get_ipython().display_formatter.formatters["text/plain"].for_type(int, lambda n, p, cycle: p.text("int!"))
+get_ipython().run_line_magic("load_ext", "autoreload")
+get_ipython().run_line_magic("config", "PlainTextFormatter.max_width = 7")
+import os
+os.chdir("/")
+"""
+SHELL_PROBE = (
+    "ip = get_ipython(); print('shout' in ip.magics_manager.magics['line'], "
+    "'autoreload' in ip.extension_manager.loaded, ip.display_formatter.formatters['text/plain'].max_width, "
+    "ip.kernel is not None, ip.history_manager.get_range(raw=True, output=False).__class__.__name__, "
+    "sum(1 for _ in ip.history_manager.get_range()), os.getcwd() == os.environ['PWD'])"
+)
+
+
+def test_a_copys_shell_is_its_own_though_built_before_the_fork(
+    template: KernelTemplate, state: tuple[str, dict[str, str]]
+) -> None:
+    """The IPython shell is built in the template, before the fork: a copy's magics, extensions, display
+    formatters, configuration, history and folder changes reach no sibling, and each copy's shell speaks
+    through its own kernel."""
+    digest, _ = state
+    for source in (template, template.state(digest)):
+        first, second = source.kernel(), source.kernel()
+        with first, second:
+            assert first.execute("import os; 1 + 1").text() == "2"
+            assert first.execute(SHELL_CHANGES).status == "ok"
+            assert first.execute("41").text() == "int!"
+            assert first.execute("%shout hello").text() == "'HELLO'"
+            assert second.execute("import os; 41").text() == "41"
+            assert second.execute("%shout hello").status == "error"
+            probe = second.execute(SHELL_PROBE).text().split()
+            assert probe[:4] == ["False", "False", "79", "True"], probe
+            assert int(probe[5]) <= 3 and probe[6] == "True", probe  # its own history (its cells only), folder
+            with template.kernel() as third:  # and what a later fork finds
+                third_probe = third.execute("import os\n" + SHELL_PROBE).text().split()
+                assert third_probe[:4] == ["False", "False", "79", "True"], third_probe
+
+
 def test_copies_draw_the_same_random_numbers_unless_reseeded(
     template: KernelTemplate, state: tuple[str, dict[str, str]]
 ) -> None:
