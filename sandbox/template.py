@@ -155,6 +155,9 @@ class KernelTemplate:
         self._filling: threading.Thread | None = None
         self._keep_spares = True  # off once trimmed, until a kernel is asked for again
         self.digest: str | None = None  # a state template's snapshot
+        #: The namespace fingerprint a kernel forked from this template starts with (copies are identical),
+        #: taken from the first copy; None until then.
+        self.fingerprint: dict[str, str] | None = None
         #: Why forking this template is unsafe (Python threads, open sockets or files, a CUDA context), as the
         #: template found at its start (a state template: after loading its snapshot); empty when safe.
         self.hazards: list[str] = []

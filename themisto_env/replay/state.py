@@ -175,7 +175,9 @@ class TrajectoryKernel:
         old, self._kernel = self._kernel, copy
         if old is not None:
             self._discard(old)
-        return copy.fingerprint()
+        if state.fingerprint is None:  # every copy starts in the same state: the first one's holds for all
+            state.fingerprint = copy.fingerprint()
+        return dict(state.fingerprint)
 
     @property
     def started(self) -> bool:
