@@ -11,8 +11,8 @@ every request to the kernel (``KernelMessaging.run``: one round trip each), so t
 time goes and how many round trips each part makes. A bare ``1+1`` on the env's kernel is measured
 between rollouts. With ``--cprofile N`` the N costliest functions (cumulative) of the rollouts are printed
 too. Parts nest (serving holds the restore): the "self" column is a part's time less its timed children.
-Beside each rollout the same rollout runs as before issue 38 (every tool asks the kernel; not in the
-table): the mean and p90 of both are printed.
+Beside each rollout the same rollout runs, in a second env of its own, as before issue 38 (every tool asks
+the kernel; not in the table): the mean and p90 of both are printed.
 
 Nothing is asserted.
 """
@@ -137,16 +137,18 @@ def main() -> None:
     timers = Timers()
     install(timers)
     env = ThemistoEnv(task="next-cell", observation="tools", fork=not args.no_fork)
+    env_before = ThemistoEnv(task="next-cell", observation="tools", fork=not args.no_fork)  # its own kernel
     profile = cProfile.Profile() if args.cprofile else None
     times, bare, before = [], [], []
     kept_answers = _observations._memory_from_listing
     try:
         rollout(env, picks[0])  # warm-up: the kernel starts
+        rollout(env_before, picks[0])
         for choice in picks:
             # beside each rollout, the same one as before issue 38 (every tool asks the kernel), untimed parts
             _observations._memory_from_listing = lambda ctx: None  # type: ignore[assignment]
             started = time.perf_counter()
-            rollout(env, choice)
+            rollout(env_before, choice)
             before.append(time.perf_counter() - started)
             _observations._memory_from_listing = kept_answers
             timers.on = True
@@ -165,6 +167,7 @@ def main() -> None:
     finally:
         _observations._memory_from_listing = kept_answers
         env.close()
+        env_before.close()
         close_shared_templates()
     n = len(times)
     mean, b = statistics.mean(times), statistics.median(bare)

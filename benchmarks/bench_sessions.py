@@ -40,6 +40,9 @@ from themisto_env.bridges.openenv.client import ThemistoEnvClient
 from themisto_env.bridges.openenv.models import ThemistoAction
 
 LIST = ThemistoAction.call("list_variables")
+#: A call that reaches the kernel every time (an unknown name: the kernel's helper answers with the nearest
+#: names); ``list_variables`` is answered from the state's kept answers after a session's first call.
+KERNEL_PROBE = ThemistoAction.call("inspect_variable", name="_no_such_variable")
 
 
 def free_port() -> int:
@@ -98,7 +101,7 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))] if ordered else float("nan")
 
 
-async def run(url: str, sessions: int, calls: int, opening: int, seed: int) -> dict[str, Any]:
+async def run(url: str, sessions: int, calls: int, opening: int, seed: int, probe: ThemistoAction) -> dict[str, Any]:
     rng = random.Random(seed)
     seeds = [rng.randrange(2**31) for _ in range(sessions)]
     clients: list[ThemistoEnvClient | None] = [None] * sessions
@@ -128,7 +131,7 @@ async def run(url: str, sessions: int, calls: int, opening: int, seed: int) -> d
         nonlocal served_again
         try:
             begun = time.perf_counter()
-            result = await client.step(LIST)
+            result = await client.step(probe)
             times.append(time.perf_counter() - begun)
             state = (result.observation.info or {}).get("state") or {}
             if state.get("faults"):
@@ -161,9 +164,9 @@ async def run(url: str, sessions: int, calls: int, opening: int, seed: int) -> d
     }
 
 
-async def measure(url: str, pid: int, sessions: int, calls: int, opening: int) -> dict[str, Any]:
+async def measure(url: str, pid: int, sessions: int, calls: int, opening: int, probe: ThemistoAction) -> dict[str, Any]:
     base = server_figures(pid)
-    state = await run(url, sessions, calls, opening, seed=sessions)
+    state = await run(url, sessions, calls, opening, seed=sessions, probe=probe)
     await asyncio.sleep(2.0)
     held = server_figures(pid)
     await state["calls"]()
@@ -193,7 +196,7 @@ async def measure(url: str, pid: int, sessions: int, calls: int, opening: int) -
     }
 
 
-def one(sessions: int, calls: int, opening: int) -> dict[str, Any]:
+def one(sessions: int, calls: int, opening: int, probe: ThemistoAction) -> dict[str, Any]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(
@@ -216,7 +219,7 @@ def one(sessions: int, calls: int, opening: int) -> dict[str, Any]:
                     message = server.stderr.read() if server.stderr else ""
                     raise SystemExit(f"the server did not start: {message}") from None
                 time.sleep(0.2)
-        figures = asyncio.run(measure(url, server.pid, sessions, calls, opening))
+        figures = asyncio.run(measure(url, server.pid, sessions, calls, opening, probe))
     finally:
         server.terminate()
         try:
@@ -233,15 +236,24 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, action="append", help="default: 64 and 256")
     parser.add_argument("--calls", type=int, default=5, help="list_variables calls per session, all open")
     parser.add_argument("--opening", type=int, default=16, help="sessions opening at once")
+    parser.add_argument(
+        "--probe",
+        choices=["list_variables", "kernel"],
+        default="list_variables",
+        help="the timed call: list_variables, or one that reaches the kernel every time (inspect_variable)",
+    )
     args = parser.parse_args()
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (the machine may be shared)")
+    print(
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (the machine may be shared); "
+        f"probe {args.probe}"
+    )
     header = (
         "sessions | opened | open s | PSS/session MiB | kernels | threads | fds | list_variables p50 ms | p90 ms | "
         "all at once p50 ms | p90 ms | errors | calls with faults"
     )
     rows = [header, "|".join(" --- " for _ in header.split("|"))]
     for n in args.sessions or [64, 256]:
-        f = one(n, args.calls, args.opening)
+        f = one(n, args.calls, args.opening, LIST if args.probe == "list_variables" else KERNEL_PROBE)
         print(f, flush=True)
         rows.append(
             f"{n} | {f['opened']} | {f['open_s']:.0f} | {f['pss_per_session_mib']:.1f} | {f['kernels']} | "
