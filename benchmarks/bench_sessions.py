@@ -82,18 +82,26 @@ def pss_kib(pid: int) -> int:
 
 def server_figures(pid: int) -> dict[str, Any]:
     tree = [pid, *descendants(pid)]
-    kernels = 0
+    kernels = states = 0
     for child in tree:
         try:
-            kernels += Path(f"/proc/{child}/comm").read_text().strip() == "ipykernel"
+            comm = Path(f"/proc/{child}/comm").read_text().strip()
         except OSError:
             continue
+        kernels += comm == "ipykernel"
+        states += comm == "themisto-state"
     try:
         threads = len(os.listdir(f"/proc/{pid}/task"))
         fds = len(os.listdir(f"/proc/{pid}/fd"))
     except OSError:
         threads = fds = 0
-    return {"pss_mib": sum(pss_kib(p) for p in tree) / 1024, "kernels": kernels, "threads": threads, "fds": fds}
+    return {
+        "pss_mib": sum(pss_kib(p) for p in tree) / 1024,
+        "kernels": kernels,
+        "state_templates": states,
+        "threads": threads,
+        "fds": fds,
+    }
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -136,6 +144,7 @@ async def run(url: str, sessions: int, calls: int, opening: int, seed: int, prob
             state = (result.observation.info or {}).get("state") or {}
             if state.get("faults"):
                 served_again += 1
+                errors.append(f"fault: {state['faults'][0]}"[:300])
         except Exception as exc:
             errors.append(f"call: {type(exc).__name__}: {exc}"[:300])
 
@@ -183,6 +192,7 @@ async def measure(url: str, pid: int, sessions: int, calls: int, opening: int, p
         "pss_per_session_mib": (held["pss_mib"] - base["pss_mib"]) / opened,
         "kernels": held["kernels"],
         "kernels_after_calls": after["kernels"],
+        "state_templates": held["state_templates"],
         "threads": held["threads"],
         "fds": held["fds"],
         "p50_ms": statistics.median(times) * 1000 if times else float("nan"),
@@ -223,11 +233,12 @@ def one(sessions: int, calls: int, opening: int, probe: ThemistoAction) -> dict[
     finally:
         server.terminate()
         try:
-            out, _ = server.communicate(timeout=120)
+            out, err = server.communicate(timeout=120)
         except subprocess.TimeoutExpired:
             server.kill()
-            out, _ = server.communicate()
+            out, err = server.communicate()
     figures["banner"] = " ".join(line for line in (out or "").splitlines() if "fit" in line)[:300]
+    figures["server_said"] = (err or "")[-1500:]
     return figures
 
 
