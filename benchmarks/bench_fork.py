@@ -20,7 +20,9 @@ Each figure is a ratio of two things measured in this process, alternating, medi
 * **multi-turn rollout** (reset at a random sample, two tool calls, a prediction) in a warm env, mean and
   p90, against a bare ``1+1`` on the env's kernel;
 * **a copy of a state** (``copy``), p50 and p90 to a first ``1+1``: a spare ready (and its hand-out alone)
-  against no spare, with the kernel application built before the fork and after it (as before issue 38).
+  against no spare, with the kernel application built before the fork and after it (as before issue 38);
+* **idle forked kernels' memory** (``prebuild-memory``): PSS and private pages, the application built
+  before the fork and after it.
 
 Nothing is asserted; goals are printed as met or missed.
 """
@@ -224,6 +226,49 @@ def copy_latency(rounds: int, preload: tuple[str, ...], store_root: Path, digest
     return times
 
 
+def prebuilt_memory(preload: tuple[str, ...], store_root: Path, kernels: int = 8) -> dict[str, dict[str, float]]:
+    """Median PSS, private and shared dirty MiB of idle forked kernels (a ``1+1`` and a listing each), the
+    kernel application built after the fork (``THEMISTO_FORK_PREBUILD=0``, before issue 38) and before it."""
+    figures: dict[str, dict[str, float]] = {}
+    saved = os.environ.get("THEMISTO_FORK_PREBUILD")
+    try:
+        for name, flag in (("built after the fork (before)", "0"), ("built before the fork", "1")):
+            os.environ["THEMISTO_FORK_PREBUILD"] = flag
+            with KernelTemplate("local", preload=preload, snapshot_dir=store_root, spares=0) as template:
+                opened = [template.kernel() for _ in range(kernels)]
+                try:
+                    for kernel in opened:
+                        kernel.execute("1+1")
+                        kernel.list_variables()
+                    time.sleep(1.0)
+                    rows = [smaps_rollup(kernel.launcher.pid() or 0) for kernel in opened]
+                finally:
+                    for kernel in opened:
+                        kernel.close()
+            figures[name] = {
+                key: statistics.median(row.get(key, 0.0) for row in rows)
+                for key in ("Pss", "Private_Dirty", "Shared_Dirty")
+            }
+    finally:
+        if saved is None:
+            os.environ.pop("THEMISTO_FORK_PREBUILD", None)
+        else:
+            os.environ["THEMISTO_FORK_PREBUILD"] = saved
+    return figures
+
+
+def smaps_rollup(pid: int) -> dict[str, float]:
+    """A process's ``/proc/PID/smaps_rollup`` in MiB."""
+    figures: dict[str, float] = {}
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+            key, value = line.split(":", 1)
+            figures[key] = int(value.split()[0]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return figures
+
+
 def first_tool_answers(rounds: int, sample: tuple[str, int]) -> dict[str, list[float]]:
     """A new env's first tool answer: forked with the process's template warm (another env made it), with
     no template yet (the first env of a process starts it), and started (forking off)."""
@@ -313,7 +358,10 @@ def main() -> None:
     parser.add_argument("--envs", type=int, default=6)
     parser.add_argument("--rollouts", type=int, default=40)
     parser.add_argument(
-        "--skip", action="append", default=[], help="starts, copies, copy, first, reward, memory, rollouts"
+        "--skip",
+        action="append",
+        default=[],
+        help="starts, copies, copy, prebuild-memory, first, reward, memory, rollouts",
     )
     args = parser.parse_args()
     groups = args.group or [8, 32]
@@ -391,6 +439,11 @@ def main() -> None:
         bare_fork = statistics.median(latency["no spare, application built before the fork"])
         goal("state copy p50 <= 5 ms with a spare", f"{spare * 1000:.1f} ms", spare <= 0.005)
         goal("state copy p50 <= 40 ms without a spare", f"{bare_fork * 1000:.1f} ms", bare_fork <= 0.04)
+    if "prebuild-memory" not in args.skip:
+        table = Table("idle forked kernels (median of 8)", "PSS MiB", "private dirty MiB", "shared dirty MiB")
+        for name, row in prebuilt_memory(preload, dataset.snapshot_dir).items():
+            table.add_row(name, f"{row['Pss']:.1f}", f"{row['Private_Dirty']:.1f}", f"{row['Shared_Dirty']:.1f}")
+        console.print(table)
     middle = choices[len(choices) // 2]
     if "first" not in args.skip:
         warm = ThemistoEnv(task="next-cell", observation="tools")  # the process's template, warm
