@@ -381,3 +381,27 @@ def test_open_kernels_cost_this_process_no_thread_and_closed_ones_leave_no_descr
         template.trim()  # the spares' clients closed too
         assert wait_for(lambda: _threads_and_fds()[1] <= fds, seconds=10), (_threads_and_fds(), fds)
         assert first.execute("3 + 3").text() == "6"  # its sockets untouched by the others' closing
+
+
+def test_a_kernel_forked_past_a_thousand_open_descriptors_is_alive_and_its_death_seen(
+    template: KernelTemplate,
+) -> None:
+    """A server with a hundred sessions open holds over 1,024 descriptors, so a new kernel's pidfd is past
+    ``select``'s limit: its liveness must still be read right (it was read as "exited during start", and
+    every session past about 115 lost its kernel)."""
+    template.trim()  # no spare forked before the ballast: the kernel is forked now, its pidfd numbered past it
+    ballast = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        kernel = template.kernel()
+        try:
+            assert kernel.launcher._pidfd >= 1024  # type: ignore[attr-defined]
+            assert kernel.is_alive() and kernel.execute("1 + 1").text() == "2"
+            pid = kernel.launcher.pid()
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            assert wait_for(lambda: not kernel.is_alive(), seconds=10)
+        finally:
+            kernel.close()
+    finally:
+        for fd in ballast:
+            os.close(fd)
