@@ -23,10 +23,11 @@ __all__ = [
 ]
 
 #: PSS per open session (MiB): the server and its descendants, tools mode, bundled data, local backend,
-#: each session at its own sample (benchmarks/bench_sessions.py, 64 sessions).
-SESSION_PSS_MIB = 37.0
-#: The server's open descriptors per open session (same run): a WebSocket, two zmq sockets and their
-#: signalling descriptors, a pidfd, the session's share of the state templates' sockets.
+#: each session at its own sample (benchmarks/bench_sessions.py: 33.9 at 64 sessions, 30.9 at 256, 30.5 at
+#: 400; rounded up).
+SESSION_PSS_MIB = 32.0
+#: The server's open descriptors per open session (same runs: 593 at 64, 2,321 at 256, 3,617 at 400): a
+#: WebSocket, two zmq sockets and their signalling descriptors, a pidfd.
 DESCRIPTORS_PER_SESSION = 9
 
 
