@@ -18,7 +18,11 @@ Each figure is a ratio of two things measured in this process, alternating, medi
 * **memory**: PSS (``/proc/PID/smaps_rollup``) of every process this one started, per open env in tools
   mode (each reset at its own sample, one tool call), forking on vs off; and of one idle kernel;
 * **multi-turn rollout** (reset at a random sample, two tool calls, a prediction) in a warm env, mean and
-  p90, against a bare ``1+1`` on the env's kernel.
+  p90, against a bare ``1+1`` on the env's kernel;
+* **a copy of a state** (``copy``), p50 and p90 to a first ``1+1``: a spare ready (and its hand-out alone)
+  against no spare, with the kernel application built before the fork and after it (as before issue 38);
+* **idle forked kernels' memory** (``prebuild-memory``): PSS and private pages, the application built
+  before the fork and after it.
 
 Nothing is asserted; goals are printed as met or missed.
 """
@@ -175,6 +179,96 @@ def state_copies(
     return rows
 
 
+def copy_latency(rounds: int, preload: tuple[str, ...], store_root: Path, digest: str) -> dict[str, list[float]]:
+    """A copy of one state, to its first ``1+1`` (issue "copies at the kernel's round trip"), side by side:
+    with a spare ready (handed out; its hand-out alone too), and without one (forked on request), the kernel
+    application built before the fork (now) or all of it after the fork (``THEMISTO_FORK_PREBUILD=0``, as
+    before this change)."""
+    kinds = (
+        ("no spare, application built after the fork (before)", "0", 0),
+        ("no spare, application built before the fork", "1", 0),
+        ("spare ready", "1", 1),
+    )
+    saved = os.environ.get("THEMISTO_FORK_PREBUILD")
+    templates: dict[str, KernelTemplate] = {}
+    try:
+        for name, flag, spares in kinds:
+            os.environ["THEMISTO_FORK_PREBUILD"] = flag
+            templates[name] = KernelTemplate("local", preload=preload, snapshot_dir=store_root, spares=spares).start()
+    finally:
+        if saved is None:
+            os.environ.pop("THEMISTO_FORK_PREBUILD", None)
+        else:
+            os.environ["THEMISTO_FORK_PREBUILD"] = saved
+    times: dict[str, list[float]] = {name: [] for name, _, _ in kinds}
+    times["spare ready: the hand-out alone"] = []
+    try:
+        for template in templates.values():
+            for _ in range(2):  # a state template keeps spares once a second copy was asked for
+                template.state(digest).kernel().close()
+        for _ in range(rounds):
+            for name, template in templates.items():
+                state = template.state(digest)
+                deadline = time.monotonic() + 30
+                while template.spares and not state._spares and time.monotonic() < deadline:
+                    time.sleep(0.01)  # the spare forked after the last copy, ready before this one is asked
+                started = time.perf_counter()
+                kernel = state.kernel()
+                handed = time.perf_counter() - started
+                kernel.execute("1+1")
+                times[name].append(time.perf_counter() - started)
+                if template.spares:
+                    times["spare ready: the hand-out alone"].append(handed)
+                kernel.close()
+    finally:
+        for template in templates.values():
+            template.close()
+    return times
+
+
+def prebuilt_memory(preload: tuple[str, ...], store_root: Path, kernels: int = 8) -> dict[str, dict[str, float]]:
+    """Median PSS, private and shared dirty MiB of idle forked kernels (a ``1+1`` and a listing each), the
+    kernel application built after the fork (``THEMISTO_FORK_PREBUILD=0``, before issue 38) and before it."""
+    figures: dict[str, dict[str, float]] = {}
+    saved = os.environ.get("THEMISTO_FORK_PREBUILD")
+    try:
+        for name, flag in (("built after the fork (before)", "0"), ("built before the fork", "1")):
+            os.environ["THEMISTO_FORK_PREBUILD"] = flag
+            with KernelTemplate("local", preload=preload, snapshot_dir=store_root, spares=0) as template:
+                opened = [template.kernel() for _ in range(kernels)]
+                try:
+                    for kernel in opened:
+                        kernel.execute("1+1")
+                        kernel.list_variables()
+                    time.sleep(1.0)
+                    rows = [smaps_rollup(kernel.launcher.pid() or 0) for kernel in opened]
+                finally:
+                    for kernel in opened:
+                        kernel.close()
+            figures[name] = {
+                key: statistics.median(row.get(key, 0.0) for row in rows)
+                for key in ("Pss", "Private_Dirty", "Shared_Dirty")
+            }
+    finally:
+        if saved is None:
+            os.environ.pop("THEMISTO_FORK_PREBUILD", None)
+        else:
+            os.environ["THEMISTO_FORK_PREBUILD"] = saved
+    return figures
+
+
+def smaps_rollup(pid: int) -> dict[str, float]:
+    """A process's ``/proc/PID/smaps_rollup`` in MiB."""
+    figures: dict[str, float] = {}
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+            key, value = line.split(":", 1)
+            figures[key] = int(value.split()[0]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return figures
+
+
 def first_tool_answers(rounds: int, sample: tuple[str, int]) -> dict[str, list[float]]:
     """A new env's first tool answer: forked with the process's template warm (another env made it), with
     no template yet (the first env of a process starts it), and started (forking off)."""
@@ -263,7 +357,12 @@ def main() -> None:
     parser.add_argument("--group", type=int, action="append", help="ExecutionReward group sizes (default 8 and 32)")
     parser.add_argument("--envs", type=int, default=6)
     parser.add_argument("--rollouts", type=int, default=40)
-    parser.add_argument("--skip", action="append", default=[], help="starts, copies, first, reward, memory, rollouts")
+    parser.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        help="starts, copies, copy, prebuild-memory, first, reward, memory, rollouts",
+    )
     args = parser.parse_args()
     groups = args.group or [8, 32]
     console = Console()
@@ -327,6 +426,24 @@ def main() -> None:
                 " / ".join(f"{c * 1000:.0f} ms" for c in copies),
                 copies[1] <= 0.01 and copies[2] <= 0.03,
             )
+    if "copy" not in args.skip:
+        store = SnapshotStore(dataset.snapshot_dir)
+        written = {s.snapshot for t in trajectories for s in t.steps if s.snapshot and s.snapshot in store}
+        median_state = sorted(written, key=lambda d: store.path(d).stat().st_size)[len(written) // 2]
+        latency = copy_latency(args.rounds * 4, preload, dataset.snapshot_dir, median_state)
+        table = Table("a copy of a state (median snapshot), to a first 1+1", "p50 ms", "p90 ms")
+        for name, values in latency.items():
+            table.add_row(name, f"{statistics.median(values) * 1000:.1f}", f"{p90(values) * 1000:.1f}")
+        console.print(table)
+        spare = statistics.median(latency["spare ready"])
+        bare_fork = statistics.median(latency["no spare, application built before the fork"])
+        goal("state copy p50 <= 5 ms with a spare", f"{spare * 1000:.1f} ms", spare <= 0.005)
+        goal("state copy p50 <= 40 ms without a spare", f"{bare_fork * 1000:.1f} ms", bare_fork <= 0.04)
+    if "prebuild-memory" not in args.skip:
+        table = Table("idle forked kernels (median of 8)", "PSS MiB", "private dirty MiB", "shared dirty MiB")
+        for name, row in prebuilt_memory(preload, dataset.snapshot_dir).items():
+            table.add_row(name, f"{row['Pss']:.1f}", f"{row['Private_Dirty']:.1f}", f"{row['Shared_Dirty']:.1f}")
+        console.print(table)
     middle = choices[len(choices) // 2]
     if "first" not in args.skip:
         warm = ThemistoEnv(task="next-cell", observation="tools")  # the process's template, warm

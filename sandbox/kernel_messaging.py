@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import queue
+import resource
+import threading
 import time
 from importlib import resources
 from typing import Any
@@ -71,6 +74,31 @@ def helper_value(function: str, value: dict[str, Any]) -> Any:
     return payload["ok"]
 
 
+_CONTEXT: tuple[int, zmq.Context] | None = None  # (the pid it was made in, the context)
+_CONTEXT_LOCK = threading.Lock()
+
+
+def client_context() -> zmq.Context:
+    """The process's one zmq context for its kernel clients (made on first use; a forked child makes its own).
+
+    One context per kernel client costs two threads (its I/O thread and its reaper) and a few descriptors for
+    every open kernel, idle or not: 500 served sessions held 1,000 threads for nothing. The shared context's
+    socket limit follows the process's descriptor limit (zmq's default, 1,023, caps a process near 500
+    kernels: two sockets each). Sockets are closed with their client (``linger=0``); the context lives as long
+    as the process.
+    """
+    global _CONTEXT
+    with _CONTEXT_LOCK:
+        if _CONTEXT is None or _CONTEXT[0] != os.getpid() or _CONTEXT[1].closed:
+            context = zmq.Context()
+            context.setsockopt(zmq.RECONNECT_IVL, 10)  # a socket not bound yet is tried again after 10 ms, not 100
+            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            limit = 65536 if soft == resource.RLIM_INFINITY else soft
+            context.set(zmq.MAX_SOCKETS, max(context.get(zmq.MAX_SOCKETS), min(limit, 65536)))
+            _CONTEXT = (os.getpid(), context)
+        return _CONTEXT[1]
+
+
 def _fingerprint_value(value: dict[str, Any] | None) -> dict[str, str] | None:
     """A fingerprint that rode on an execute request, or None where it could not be taken (the caller
     then asks for it on its own, where a failure is reported properly)."""
@@ -107,10 +135,8 @@ class KernelMessaging:
         """
         process, limits = self.process, self.process.limits
         bind_thread_loop()
-        context = zmq.Context()  # ours: destroyed on disconnect, not at collection
-        context.setsockopt(zmq.RECONNECT_IVL, 10)  # a socket not bound yet is tried again after 10 ms, not 100
-        client = BlockingKernelClient(context=context)
-        self._client = client  # set first: a failed start's close() destroys its context
+        client = BlockingKernelClient(context=client_context())
+        self._client = client  # set first: a failed start's close() closes its sockets
         client.load_connection_info(process.connection or {})
         try:
             client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=False)
@@ -157,20 +183,13 @@ class KernelMessaging:
             raise KernelStartError(f"could not install the introspection helper: {exc}") from exc
 
     def disconnect(self) -> None:
-        """Stop the client's channels and destroy its zmq context (its sockets, threads and descriptors),
-        if connected.
-
-        The context goes now, in order, rather than in the client's ``__del__``: a context terminated by
-        the garbage collector at interpreter exit waits forever for a socket collected out of order, and
-        one closed under a thread still polling its sockets aborts the process in libzmq.
+        """Stop the client's channels, if connected: their sockets close now (``linger=0``), in order,
+        rather than in the client's ``__del__``; the process's shared context (:func:`client_context`) stays.
         """
         client = self._client
         if client is not None:
             self._client = None
-            try:
-                client.stop_channels()
-            finally:
-                client.context.destroy(linger=0)
+            _close_channels(client)
 
     def restart(self) -> None:
         """Kill the kernel process, start a fresh one and connect to it (the user's state is gone)."""
@@ -358,6 +377,19 @@ class KernelMessaging:
         except _Silent:
             raise KernelTimeoutError(f"the {self.process.backend} kernel went idle but sent no reply") from None
         return reply, outputs.finish(), timed_out, False, outputs.truncated
+
+
+def _close_channels(client: BlockingKernelClient) -> None:
+    """Close the sockets of the channels ``client`` opened (shell and iopub here). jupyter_client's
+    ``stop_channels`` reads every channel's property, which *opens* the ones never used (stdin, control,
+    heartbeat) just to find them not running: with a shared context those sockets would stay open."""
+    channels = [getattr(client, f"_{name}_channel", None) for name in ("shell", "iopub", "stdin", "control", "hb")]
+    if not all(hasattr(client, f"_{name}_channel") for name in ("shell", "iopub")):
+        client.stop_channels()  # another jupyter_client layout: its own way
+        return
+    for channel in channels:
+        if channel is not None:
+            channel.close()  # its socket, linger 0 (no channel here runs a thread: hb is never opened)
 
 
 class _Silent(Exception):

@@ -42,7 +42,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self
@@ -158,6 +158,9 @@ class KernelTemplate:
         self._filling: threading.Thread | None = None
         self._keep_spares = True  # off once trimmed, until a kernel is asked for again
         self.digest: str | None = None  # a state template's snapshot
+        #: The namespace fingerprint a kernel forked from this template starts with (copies are identical),
+        #: taken from the first copy; None until then.
+        self.fingerprint: dict[str, str] | None = None
         #: Why forking this template is unsafe (Python threads, open sockets or files, a CUDA context), as the
         #: template found at its start (a state template: after loading its snapshot); empty when safe.
         self.hazards: list[str] = []
@@ -169,6 +172,7 @@ class KernelTemplate:
         self._retired: list[KernelTemplate] = []  # state templates out of the cache, kept while copies run
         self._forked: weakref.WeakSet[Kernel] = weakref.WeakSet()  # kernels forked from this template
         self._copies = 0  # how many were forked, ever
+        self._claims = 0  # callers forking copies of this state template now (see claim())
         self._lock = threading.RLock()
         #: The template a state template was made from (None for a template itself).
         self.base: KernelTemplate | None = None
@@ -485,9 +489,27 @@ class KernelTemplate:
             state = self._states.get(digest)
             return state is not None and state.is_alive()
 
-    def in_use(self) -> bool:
-        """Whether a kernel forked from this template, other than its spares, is still open."""
+    @contextlib.contextmanager
+    def claim(self, digest: str) -> Iterator[KernelTemplate]:
+        """The state template of ``digest`` (see :meth:`state`), counted in use until the block ends, so the
+        copies the caller forks in the block are not lost with it: without the claim, another thread's
+        :meth:`state` could push it out of the cache and close it (taking its copies along) between its
+        creation and the first copy's start, when no copy of it is open yet."""
         with self._lock:
+            state = self.state(digest)
+            state._claims += 1
+        try:
+            yield state
+        finally:
+            with self._lock:
+                state._claims -= 1
+
+    def in_use(self) -> bool:
+        """Whether a kernel forked from this template, other than its spares, is still open (or a caller is
+        forking one: see :meth:`claim`)."""
+        with self._lock:
+            if self._claims:
+                return True
             spares = {id(kernel) for kernel in self._spares}
             return any(kernel.is_alive() for kernel in list(self._forked) if id(kernel) not in spares)
 
@@ -563,15 +585,16 @@ class KernelTemplate:
         the snapshot is loaded once, into the state template, whatever ``n``. The copies' namespaces are
         equal to a restore's: same names, same values, same fingerprint.
         """
-        source = self if digest is None else self.state(digest)
         kernels: list[KernelLike] = []
-        try:
-            for _ in range(n):
-                kernels.append(source.kernel(limits=limits))
-        except BaseException:
-            for kernel in kernels:
-                kernel.close(graceful=False)
-            raise
+        with contextlib.ExitStack() as stack:
+            source = self if digest is None else stack.enter_context(self.claim(digest))
+            try:
+                for _ in range(n):
+                    kernels.append(source.kernel(limits=limits))
+            except BaseException:
+                for kernel in kernels:
+                    kernel.close(graceful=False)
+                raise
         return kernels
 
 

@@ -42,13 +42,19 @@ class ForkSource(Protocol):
         """Whether the template process runs."""
 
 
-def exited(pidfd: int) -> bool:
-    """Whether the process behind a pidfd has exited (a pidfd polls readable then)."""
+def exited(pidfd: int, timeout_s: float = 0.0) -> bool:
+    """Whether the process behind a pidfd has exited (a pidfd polls readable then), waiting up to ``timeout_s``.
+
+    ``poll``, not ``select``: ``select`` refuses descriptors from 1024 up (``FD_SETSIZE``), and a server with
+    a hundred sessions open holds more than a thousand: every kernel forked after that read as exited during
+    its start."""
+    poller = select.poll()
     try:
-        readable, _, _ = select.select([pidfd], [], [], 0)
+        poller.register(pidfd, select.POLLIN)
+        events = poller.poll(int(timeout_s * 1000))
     except (OSError, ValueError):
         return True
-    return bool(readable)
+    return bool(events)
 
 
 def _host_pid(pidfd: int) -> int | None:
@@ -141,8 +147,7 @@ class ForkLauncher(KernelLauncher):
                 if graceful:
                     with contextlib.suppress(OSError):
                         signal.pidfd_send_signal(pidfd, signal.SIGTERM)
-                    readable, _, _ = select.select([pidfd], [], [], 2.0)
-                    path = "terminated" if readable else "killed"
+                    path = "terminated" if exited(pidfd, 2.0) else "killed"
                 with contextlib.suppress(OSError):
                     signal.pidfd_send_signal(pidfd, signal.SIGKILL)
             # what the kernel started (its session's group) goes too; the group id stays reserved while a member lives

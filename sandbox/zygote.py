@@ -40,6 +40,7 @@ import signal
 import socket
 import sys
 import types
+from pathlib import Path
 from typing import Any
 
 #: The in-kernel helper's module name (as in kernel_messaging.HELPER_MODULE).
@@ -48,6 +49,8 @@ HELPER_MODULE = "_themisto_helper"
 PARENT_POLL_S = 1.0
 #: A request line's size bound.
 MAX_REQUEST = 1 << 16
+#: The kernel application's arguments (a child adds its connection file).
+KERNEL_ARGS = ["--HistoryManager.hist_file=:memory:"]
 
 
 class Template:
@@ -61,6 +64,9 @@ class Template:
         self.generator: Any = None  # the random module's state when a child was forked (in that child)
         self.error: str | None = None  # why a state template cannot serve (a corrupt snapshot, ...)
         self.exited: dict[int, int] = {}  # pid -> wait status, of the children reaped
+        #: The kernel application built before the fork (its configuration and IPython shell: nothing that
+        #: holds a thread, a socket or a loop); None where that failed (a child then builds it all).
+        self.app: Any = None
         self.listener = self._listen(socket_path)
         self.wakeup = self._arm_wakeup()
 
@@ -193,7 +199,11 @@ def _name_process(name: str) -> None:
 
 
 def _become_kernel(template: Template, request: dict[str, Any]) -> None:
-    """In a forked child: build a fresh ipykernel application on the request's connection file and run it."""
+    """In a forked child: finish the kernel application the template built (or build one) on the request's
+    connection file, and run it.
+
+    The child's own work starts here, before any socket exists: its process, session, output, folder and
+    environment. Then the application opens its sockets and starts its threads (:func:`_finish_app`)."""
     _name_process("ipykernel")
     os.setsid()  # its own process group: the host ends what a cell started with it
     _redirect_output(request["log"])
@@ -201,10 +211,13 @@ def _become_kernel(template: Template, request: dict[str, Any]) -> None:
     os.environ.update(request.get("environment", {}))
     os.environ["PWD"] = request["workdir"]
     os.environ["JPY_PARENT_PID"] = str(os.getppid())  # ipykernel's poller: it ends when the template does
-    from ipykernel.kernelapp import IPKernelApp
+    if template.app is not None:
+        app = _finish_app(template.app, request["connection_file"])
+    else:
+        from ipykernel.kernelapp import IPKernelApp
 
-    app = IPKernelApp.instance(user_ns=template.namespace)
-    app.initialize(["-f", request["connection_file"], "--HistoryManager.hist_file=:memory:"])
+        app = IPKernelApp.instance(user_ns=template.namespace)
+        app.initialize(["-f", request["connection_file"], *KERNEL_ARGS])
     if template.namespace is not None:  # IPython hides what the namespace held at start: the state is the user's
         hidden = app.shell.user_ns_hidden
         for name in template.loaded:
@@ -218,6 +231,92 @@ def _become_kernel(template: Template, request: dict[str, Any]) -> None:
     else:
         _keep_generator(app.shell, template.generator)
     app.start()
+
+
+def _prebuild_app(namespace: dict[str, Any] | None) -> Any:
+    """Build, before any fork, the parts of a kernel application that hold no thread, socket or loop: its
+    traitlets configuration (command line, config files, profile folder) and its IPython shell (magics,
+    completer, prefilter, display machinery, an in-memory history) over ``namespace``. Returns the
+    application; each forked child finishes it (:func:`_finish_app`), so its pages stay shared.
+
+    ipykernel builds the shell inside its kernel object, after the sockets; the shell is a singleton, so the
+    kernel object a child makes takes this one (``shell_class.instance``) and the child only points it at
+    that kernel."""
+    from ipykernel.ipkernel import IPythonKernel
+    from ipykernel.kernelapp import IPKernelApp
+    from IPython.core.application import BaseIPythonApplication
+
+    app = IPKernelApp.instance(user_ns=namespace)
+    BaseIPythonApplication.initialize(app, list(KERNEL_ARGS))  # IPKernelApp.initialize's first step
+    kernel_class = app.kernel_class
+    if not issubclass(kernel_class, IPythonKernel):
+        raise TypeError(f"a kernel class of its own ({kernel_class.__name__}): built after the fork")
+    traits = kernel_class.class_traits()
+    shell_class, compiler_class = traits["shell_class"].default_value, traits["compiler_class"].default_value
+    if isinstance(shell_class, str) or isinstance(compiler_class, str):  # traitlets gives names for some Types
+        from traitlets.utils.importstring import import_item
+
+        shell_class = import_item(shell_class) if isinstance(shell_class, str) else shell_class
+        compiler_class = import_item(compiler_class) if isinstance(compiler_class, str) else compiler_class
+    shell_class.instance(  # as IPythonKernel.__init__ asks for it, but the kernel, which the child makes
+        parent=app,
+        profile_dir=app.profile_dir,
+        user_module=None,
+        user_ns=namespace,
+        kernel=None,
+        compiler_class=compiler_class,
+    )
+    return app
+
+
+def _prebuild(namespace: dict[str, Any] | None) -> Any:
+    """:func:`_prebuild_app`, or None (said in the template's log) where it fails: each child then builds
+    its whole application after the fork, as ipykernel does."""
+    if os.environ.get("THEMISTO_FORK_PREBUILD", "1") == "0":  # a benchmark's "before" (bench_fork.py)
+        return None
+    try:
+        return _prebuild_app(namespace)
+    except Exception as exc:
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"themisto template: kernels build their application after the fork ({exc})\n")
+        with contextlib.suppress(Exception):
+            _drop_app()
+        return None
+
+
+def _drop_app() -> None:
+    """Forget a prebuilt application and its shell (the singletons), so that another can be built."""
+    from ipykernel.kernelapp import IPKernelApp
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell._instance
+    if shell is not None:
+        type(shell).clear_instance()  # its class's singleton and its bases' (ZMQInteractiveShell, InteractiveShell)
+    IPKernelApp.clear_instance()
+    del shell
+    gc.collect()
+
+
+def _finish_app(app: Any, connection_file: str) -> Any:
+    """In a forked child: the rest of ``IPKernelApp.initialize`` on a prebuilt application (its sockets,
+    heartbeat, output streams, signals, kernel object, extensions and startup code), in ipykernel's own
+    order: its ``initialize`` runs with the first step, already done in the template, skipped."""
+    from IPython.core.application import BaseIPythonApplication
+
+    app.connection_file = connection_file
+    configured = BaseIPythonApplication.initialize
+    BaseIPythonApplication.initialize = lambda self, argv=None: None  # this child's copy of the class only
+    try:
+        app.initialize([])
+    finally:
+        BaseIPythonApplication.initialize = configured
+    shell = app.shell
+    shell.kernel = app.kernel  # made by the kernel object in ipykernel's own order; ours predates it
+    shell.parent = app.kernel
+    cwd = os.getcwd()  # the shell was built in the template's folder: this kernel's own is the start
+    shell.starting_dir = cwd
+    shell.history_manager.dir_hist[:] = [Path(cwd)]
+    return app
 
 
 def _keep_generator(shell: Any, generator: Any) -> None:
@@ -261,6 +360,10 @@ def _become_state_template(template: Template, request: dict[str, Any]) -> None:
         template.loaded = _load_state(namespace, data)
     except Exception as exc:  # served as the template's error: every fork request gets it
         template.error = f"{type(exc).__name__}: {exc}"[:2000]
+    template.app = None
+    _drop_app()  # the template's shell is over its own namespace: this state's is built over the state's
+    if template.error is None:
+        template.app = _prebuild(namespace)
     gc.collect()
     gc.freeze()
     template.serve()
@@ -308,7 +411,7 @@ def _kernel_imports(folder: str) -> dict[str, list[Any]]:
             before = set(sys.modules)
             from ipykernel.kernelapp import IPKernelApp
 
-            IPKernelApp.instance().initialize(["-f", connection_file, "--HistoryManager.hist_file=:memory:"])
+            IPKernelApp.instance().initialize(["-f", connection_file, *KERNEL_ARGS])
             import re
 
             names = [name for name in sys.modules if name not in before]
@@ -431,6 +534,7 @@ def main() -> None:
             re.compile(pattern, flags)
     _name_process("themisto-tmpl")
     template = Template(config["socket"], parent=os.getppid())
+    template.app = _prebuild(None)
     gc.collect()
     gc.freeze()
     print("ready", flush=True)

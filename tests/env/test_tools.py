@@ -230,6 +230,53 @@ def test_memory_usage(ctx: ToolContext) -> None:
     assert lines[4].split()[0] == "big", "the largest variable comes first"
 
 
+class CountingKernel:
+    """The module's kernel, counting the introspection requests the tools make."""
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel, self.asked = kernel, []
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("list_variables", "memory"):
+            self.asked.append(name)
+        return getattr(self.kernel, name)
+
+
+def test_memory_usage_from_a_listing_kept_in_the_state_is_the_kernels_own_answer(ctx: ToolContext) -> None:
+    """With the state's answers kept, recorded sizes for every variable and the recorded memory shown,
+    memory_usage after list_variables asks the kernel nothing and says exactly what the kernel would."""
+    kernel = ctx.kernel
+    sizes = {row.name: row.size_bytes + 7 for row in kernel.list_variables(limit=1000).variables}
+    recorded = {"recorded_sizes": sizes, "recorded_memory": 123_456_789, "history": ctx.history}
+    asked_each_time = answer(ToolContext(kernel=kernel, **recorded), "memory_usage")
+    counting = CountingKernel(kernel)  # type: ignore[arg-type]
+    kept = ToolContext(kernel=counting, answers={}, **recorded)  # type: ignore[arg-type]
+    answer(kept, "list_variables")
+    assert answer(kept, "memory_usage") == asked_each_time
+    assert counting.asked == ["list_variables"]
+    # a variable whose size was not recorded: the kernel measures it, so it is asked
+    partial = ToolContext(kernel=counting, answers={}, **{**recorded, "recorded_sizes": dict(list(sizes.items())[1:])})  # type: ignore[arg-type]
+    answer(partial, "list_variables")
+    answer(partial, "memory_usage")
+    assert counting.asked[-2:] == ["list_variables", "memory"]
+
+
+def test_answers_kept_by_a_state_server_are_dropped_when_its_context_is_handed_out() -> None:
+    """Whoever holds a context from ``tool_context()`` may run code in the kernel: the answers kept so far
+    are forgotten, so the next tool call sees the change."""
+    from themisto_env.env.core import ThemistoEnv
+
+    env = ThemistoEnv(task="next-cell", observation="tools")
+    try:
+        env.reset(seed=3)
+        env.step(ToolCall(tool="list_variables"))
+        env.tool_context().kernel.execute("added_by_hand = [1, 2, 3]")
+        obs, *_ = env.step(ToolCall(tool="list_variables"))
+        assert "added_by_hand" in obs["tool_result"]
+    finally:
+        env.close()
+
+
 def test_get_source_of_a_function_comes_from_the_kernel(ctx: ToolContext) -> None:
     text = answer(ctx, "get_source", name="area")
     assert text == (

@@ -116,6 +116,49 @@ def test_copies_hold_the_snapshot_state_as_a_restore_does(
                 copy.close()
 
 
+SHELL_CHANGES = """
+from IPython.core.magic import register_line_magic
+@register_line_magic
+def shout(line):
+    return line.upper()
+get_ipython().display_formatter.formatters["text/plain"].for_type(int, lambda n, p, cycle: p.text("int!"))
+get_ipython().run_line_magic("load_ext", "autoreload")
+get_ipython().run_line_magic("config", "PlainTextFormatter.max_width = 7")
+import os
+os.chdir("/")
+"""
+SHELL_PROBE = (
+    "ip = get_ipython(); print('shout' in ip.magics_manager.magics['line'], "
+    "'autoreload' in ip.extension_manager.loaded, ip.display_formatter.formatters['text/plain'].max_width, "
+    "ip.kernel is not None, ip.history_manager.get_range(raw=True, output=False).__class__.__name__, "
+    "sum(1 for _ in ip.history_manager.get_range()), os.getcwd() == os.environ['PWD'])"
+)
+
+
+def test_a_copys_shell_is_its_own_though_built_before_the_fork(
+    template: KernelTemplate, state: tuple[str, dict[str, str]]
+) -> None:
+    """The IPython shell is built in the template, before the fork: a copy's magics, extensions, display
+    formatters, configuration, history and folder changes reach no sibling, and each copy's shell speaks
+    through its own kernel."""
+    digest, _ = state
+    for source in (template, template.state(digest)):
+        first, second = source.kernel(), source.kernel()
+        with first, second:
+            assert first.execute("import os; 1 + 1").text() == "2"
+            assert first.execute(SHELL_CHANGES).status == "ok"
+            assert first.execute("41").text() == "int!"
+            assert first.execute("%shout hello").text() == "'HELLO'"
+            assert second.execute("import os; 41").text() == "41"
+            assert second.execute("%shout hello").status == "error"
+            probe = second.execute(SHELL_PROBE).text().split()
+            assert probe[:4] == ["False", "False", "79", "True"], probe
+            assert int(probe[5]) <= 3 and probe[6] == "True", probe  # its own history (its cells only), folder
+            with template.kernel() as third:  # and what a later fork finds
+                third_probe = third.execute("import os\n" + SHELL_PROBE).text().split()
+                assert third_probe[:4] == ["False", "False", "79", "True"], third_probe
+
+
 def test_copies_draw_the_same_random_numbers_unless_reseeded(
     template: KernelTemplate, state: tuple[str, dict[str, str]]
 ) -> None:
@@ -361,3 +404,52 @@ def test_threads_asking_for_the_shared_template_at_once_get_one_started_template
     finally:
         for template in {id(t): t for t in got}.values():
             template.close()
+
+
+def _threads_and_fds() -> tuple[int, int]:
+    return len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd"))
+
+
+def test_open_kernels_cost_this_process_no_thread_and_closed_ones_leave_no_descriptor(
+    template: KernelTemplate,
+) -> None:
+    """The clients of a process's kernels share one zmq context: an open kernel adds no thread to its owner
+    (a context per client cost two: 500 served sessions held 1,000 threads), and a closed one leaves no socket
+    open (jupyter_client's ``stop_channels`` opens the channels never used, to find them stopped)."""
+    with template.kernel() as first:
+        first.execute("1 + 1")  # the shared context exists from here on
+        threads, fds = _threads_and_fds()
+        kernels = [template.kernel() for _ in range(4)]
+        try:
+            assert all(kernel.execute("2 + 2").text() == "4" for kernel in kernels)
+            assert _threads_and_fds()[0] <= threads + 1  # a spare being forked in the background, at most
+        finally:
+            for kernel in kernels:
+                kernel.close()
+        template.trim()  # the spares' clients closed too
+        assert wait_for(lambda: _threads_and_fds()[1] <= fds, seconds=10), (_threads_and_fds(), fds)
+        assert first.execute("3 + 3").text() == "6"  # its sockets untouched by the others' closing
+
+
+def test_a_kernel_forked_past_a_thousand_open_descriptors_is_alive_and_its_death_seen(
+    template: KernelTemplate,
+) -> None:
+    """A server with a hundred sessions open holds over 1,024 descriptors, so a new kernel's pidfd is past
+    ``select``'s limit: its liveness must still be read right (it was read as "exited during start", and
+    every session past about 115 lost its kernel)."""
+    template.trim()  # no spare forked before the ballast: the kernel is forked now, its pidfd numbered past it
+    ballast = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        kernel = template.kernel()
+        try:
+            assert kernel.launcher._pidfd >= 1024  # type: ignore[attr-defined]
+            assert kernel.is_alive() and kernel.execute("1 + 1").text() == "2"
+            pid = kernel.launcher.pid()
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            assert wait_for(lambda: not kernel.is_alive(), seconds=10)
+        finally:
+            kernel.close()
+    finally:
+        for fd in ballast:
+            os.close(fd)

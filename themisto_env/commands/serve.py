@@ -66,9 +66,11 @@ def serve_command(
     from themisto_env.bridges.openenv import require_openenv
 
     require_openenv()
+    from themisto_env.bridges.openenv.capacity import raise_open_file_limit, session_capacity
     from themisto_env.bridges.openenv.server import check_bind, serve
 
     check_bind(host, token)
+    raise_open_file_limit()  # each session holds a few descriptors: the soft limit (often 1,024) caps them
     options: dict[str, Any] = {"task": task, "observation": observation, "backend": backend}
     if data is not None:
         options["dataset"] = str(data)
@@ -90,6 +92,12 @@ def serve_command(
         f"{'token required' if token else 'no token'}{f'; kernels on Ray at {ray}' if ray else ''})",
         markup=False,
     )
+    capacity = session_capacity()
+    console.print(capacity.text(), markup=False)
+    if max_sessions > capacity.sessions:
+        console.print(
+            f"warning: --max-sessions {max_sessions} is more than fit here (about {capacity.sessions})", markup=False
+        )
     from themisto_env import tracing
 
     with tracing.configured():  # the OTEL_* variables: traces of every session to any OTLP collector

@@ -191,6 +191,9 @@ class StateServer:
         self.trajectory: Trajectory | None = None
         self.step: int | None = None
         self._lost_backend: BackendUnavailableError | None = None
+        #: The kernel's answers to the tools in the served state (see ``ToolContext.answers``); emptied
+        #: whenever the state may change: another state selected or served, a recovery, a context handed out.
+        self._answers: dict[str, object] = {}
 
     @property
     def forking(self) -> bool:
@@ -243,6 +246,7 @@ class StateServer:
         """Name the state now asked for (before ``step`` of ``trajectory``); nothing runs until it is needed."""
         self.trajectory, self.step = trajectory, step
         self.report = None
+        self._answers = {}
 
     @property
     def served(self) -> bool:
@@ -262,6 +266,7 @@ class StateServer:
             InfrastructureError: The state could not be reached; :attr:`report` says ``route="failed"``.
         """
         trajectory, step = self._selected()
+        self._answers = {}
         try:
             with tracing.timed("state"):  # the first kernel's start too (checking the dataset)
                 self._check_dataset()
@@ -295,6 +300,7 @@ class StateServer:
         failed re-serve's, then ``error`` described with its recovery."""
         self.kernel_owner.taint()
         self.report = None
+        self._answers = {}
         faults = self.served_faults()
         return [*faults, f"{fault_text(error)} (recovered: kernel restarted and state restored)"]
 
@@ -312,12 +318,20 @@ class StateServer:
         trajectory, step = self._selected()
         return trajectory.steps[:step]
 
-    def tool_context(self, try_code: Callable[[str], CodeRun] | None = None) -> ToolContext:
+    def tool_context(
+        self, try_code: Callable[[str], CodeRun] | None = None, *, keep_answers: bool = False
+    ) -> ToolContext:
         """The tools' view of the selected state (its kernel started, served or not: see
         :meth:`ensure_served`); ``try_code`` runs the ``try_cell`` tool's candidates
-        (:meth:`~themisto_env.env.scorer.Scorer.try_code`), None where cells may not be tried."""
+        (:meth:`~themisto_env.env.scorer.Scorer.try_code`), None where cells may not be tried.
+
+        With ``keep_answers`` (this server's own tool calls) the context shares the kernel's answers given
+        in this state so far (``ToolContext.answers``); otherwise it has none, and the answers kept are
+        forgotten (whoever holds the context may run code in the kernel)."""
         trajectory, step = self._selected()
         sizes, memory = self.recorded_figures()
+        if not keep_answers:
+            self._answers = {}
         return ToolContext(
             kernel=self.kernel_owner.kernel,
             history=history_items(self.executed_steps()),
@@ -325,6 +339,7 @@ class StateServer:
             recorded_memory=memory,
             try_code=try_code,
             recorded_fingerprint=expected_fingerprint(trajectory, step),
+            answers=self._answers if keep_answers else None,
         )
 
     def call_tool(self, call: ToolCall, try_code: Callable[[str], CodeRun] | None = None) -> ToolOutcome:
@@ -340,7 +355,7 @@ class StateServer:
         with tracing.span("themisto.tool_call", {"themisto.tool.name": call.tool}, timed="tools") as span:
             try:
                 faults += self.served_faults()  # a lost backend is tried once more by the recovery below
-                result = run_tool(call, self.tool_context(try_code))
+                result = run_tool(call, self.tool_context(try_code, keep_answers=True))
             except InfrastructureError as exc:
                 tracing.fail(span, exc)
                 if call.tool == "try_cell" and not isinstance(exc, BackendUnavailableError):

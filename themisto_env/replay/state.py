@@ -165,19 +165,22 @@ class TrajectoryKernel:
             return None
         if self._kernel is not None and self._kernel.is_alive() and not template.worth_forking(digest):
             return None  # no template of this state yet: a restore into the kernel at hand costs less
-        try:
-            state = template.state(digest)
-        except (TemplateGoneError, KernelStartError):
-            return None  # the template is replaced at the next call; this state is restored
-        if state.hazards:
-            if self._report is not None:
-                self._report.served_by = f"restore (not fork-safe: {'; '.join(state.hazards)})"
-            return None
-        copy = state.kernel()
+        with contextlib.ExitStack() as stack:
+            try:
+                state = stack.enter_context(template.claim(digest))  # not closed by another thread meanwhile
+            except (TemplateGoneError, KernelStartError):
+                return None  # the template is replaced at the next call; this state is restored
+            if state.hazards:
+                if self._report is not None:
+                    self._report.served_by = f"restore (not fork-safe: {'; '.join(state.hazards)})"
+                return None
+            copy = state.kernel()
         old, self._kernel = self._kernel, copy
         if old is not None:
             self._discard(old)
-        return copy.fingerprint()
+        if state.fingerprint is None:  # every copy starts in the same state: the first one's holds for all
+            state.fingerprint = copy.fingerprint()
+        return dict(state.fingerprint)
 
     @property
     def started(self) -> bool:

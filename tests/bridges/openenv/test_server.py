@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -283,6 +284,13 @@ def test_sessions_beyond_max_sessions_are_refused(server: Server) -> None:
             third.reset()
     with _client(server).sync() as again:  # the slots are free once they left
         assert again.reset(observation="static").observation.info["sample_id"]
+
+
+def test_the_server_says_at_its_start_how_many_sessions_fit_and_lifts_its_descriptor_limit(server: Server) -> None:
+    said = server.log.read_text()
+    assert re.search(r"sessions that fit on this machine: about \d+ \(\d+ in memory", said), said[-2000:]
+    soft, hard = Path(f"/proc/{server.process.pid}/limits").read_text().split("Max open files")[1].split()[:2]
+    assert soft == hard
 
 
 def test_a_client_that_vanishes_frees_its_kernel(server: Server) -> None:

@@ -95,6 +95,10 @@ class ToolContext:
         recorded_fingerprint: The namespace fingerprint recorded at build time for this state (name ->
             ``type|shape-or-len|hash``), with which ``try_cell`` tells created variables from changed
             ones; None when not recorded.
+        answers: The kernel's answers already given in this served state, kept by whoever serves it (a
+            state server) and emptied when the state changes: the tools are read-only, so an answer holds
+            until then, and a tool that can be answered from an earlier one asks the kernel nothing. None:
+            nothing is kept.
     """
 
     kernel: KernelLike
@@ -105,6 +109,7 @@ class ToolContext:
     recorded_memory: int | None = None
     try_code: TryCode | None = field(default=None, repr=False)
     recorded_fingerprint: Mapping[str, str] | None = field(default=None, repr=False)
+    answers: dict[str, Any] | None = field(default=None, repr=False)
 
     def size_of(self, name: str, live: int) -> int:
         """A variable's size as the tools show it: the recorded one where there is one."""

@@ -19,7 +19,7 @@ from themisto_env.env.tools._models import ObservationTool, ToolContext, ToolErr
 from themisto_env.env.tools._text import clip, human_size, shape_or_length, table
 from themisto_env.env.tools._try import TryCellArgs, try_cell
 from themisto_env.errors import HelperError, IntrospectionRefused
-from themisto_env.sandbox.introspection import FrameViewName, VariableDetail
+from themisto_env.sandbox.introspection import FrameViewName, MemoryReport, MemoryRow, VariableDetail, VariableListing
 
 _NAME_DESCRIPTION = "The variable's name in the kernel, as list_variables shows it."
 
@@ -82,9 +82,20 @@ def _ask(method: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         raise ToolError(f"the kernel could not compute this: {exc.detail}") from exc
 
 
+def _listing(ctx: ToolContext) -> VariableListing:
+    """The kernel's listing of the user's variables (asked once per served state: see ``ctx.answers``)."""
+    key = f"list_variables/{ctx.max_rows}"
+    if ctx.answers is not None and key in ctx.answers:
+        return ctx.answers[key]  # type: ignore[no-any-return]
+    answer = _ask(ctx.kernel.list_variables, limit=ctx.max_rows, known=ctx.recorded_sizes)
+    if ctx.answers is not None:
+        ctx.answers[key] = answer
+    return answer
+
+
 def list_variables(ctx: ToolContext, args: NoArgs) -> str:
     """A table of the user's variables: name, type, size, shape or length."""
-    answer = _ask(ctx.kernel.list_variables, limit=ctx.max_rows, known=ctx.recorded_sizes)
+    answer = _listing(ctx)
     rows = answer.variables
     if not rows:
         return "No user variables are defined (imported modules are not listed)."
@@ -152,9 +163,26 @@ def dataframe_describe(ctx: ToolContext, args: DataFrameArgs) -> str:
     return f"{args.name}.describe():\n" + _dataframe_view(ctx, args.name, "describe")
 
 
+def _memory_from_listing(ctx: ToolContext) -> MemoryReport | None:
+    """The memory report as the kernel would give it, from a listing already given in this state, where it
+    holds every variable and every size it shows is the recorded one, and the recorded memory is shown (the
+    live figure is the only thing the listing lacks); None otherwise (the kernel is asked)."""
+    listing = (ctx.answers or {}).get(f"list_variables/{ctx.max_rows}")
+    if listing is None or ctx.recorded_memory is None or ctx.recorded_sizes is None:
+        return None
+    rows = listing.variables
+    if len(rows) != listing.total or any(row.name not in ctx.recorded_sizes for row in rows):
+        return None
+    sized: list[MemoryRow] = [MemoryRow(name=r.name, size_bytes=r.size_bytes, type=r.type) for r in rows]
+    sized.sort(key=lambda row: -row.size_bytes)
+    return MemoryReport(
+        kernel_rss_bytes=None, variables_total_bytes=sum(r.size_bytes for r in sized), variables=tuple(sized)
+    )
+
+
 def memory_usage(ctx: ToolContext, args: NoArgs) -> str:
     """The kernel's resident memory and the largest user variables."""
-    answer = _ask(ctx.kernel.memory, top=10_000, known=ctx.recorded_sizes)
+    answer = _memory_from_listing(ctx) or _ask(ctx.kernel.memory, top=10_000, known=ctx.recorded_sizes)
     sized = sorted(((ctx.size_of(r.name, r.size_bytes), r) for r in answer.variables), key=lambda p: (-p[0], p[1].name))
     total = sum(size for size, _ in sized)
     rss = ctx.recorded_memory if ctx.recorded_memory is not None else answer.kernel_rss_bytes

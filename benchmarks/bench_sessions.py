@@ -1,0 +1,278 @@
+"""Sessions per node: N OpenEnv sessions open at once on one ``themisto serve``, their memory and their
+tool-call latency while all are open (issue "copies at the kernel's round trip").
+
+Run from the repository root::
+
+    python benchmarks/bench_sessions.py [--sessions 64 --sessions 256 --sessions 500] [--calls 5]
+
+For each N, a ``themisto serve`` is started on a free 127.0.0.1 port (local backend, the bundled data,
+tools mode, ``--max-sessions N``, no idle timeout). N WebSocket sessions connect (at most ``--opening`` at
+a time) and each resets at its own sample (seeded) and calls ``list_variables`` once: the session is open
+and its state served. Then, with all N open, each session calls ``list_variables`` once, one session at a
+time (the others open and idle: the latency of a call), and then every session calls it ``--calls`` times,
+all at once (the machine's throughput: on 2 cores, N calls at once queue behind each other): p50 / p90.
+Printed per N: the time to open all, the server's PSS
+(its process and every descendant, ``/proc/PID/smaps_rollup``) per session, the live kernels, the
+server's threads and open descriptors, the calls' p50 / p90, errors, and how many calls found their
+state not served (``info["state"]["check"]`` after the call is checked anew: the session's kernel was
+replaced meanwhile). Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from themisto_env.bridges.openenv.client import ThemistoEnvClient
+from themisto_env.bridges.openenv.models import ThemistoAction
+
+LIST = ThemistoAction.call("list_variables")
+#: A call that reaches the kernel every time (an unknown name: the kernel's helper answers with the nearest
+#: names); ``list_variables`` is answered from the state's kept answers after a session's first call.
+KERNEL_PROBE = ThemistoAction.call("inspect_variable", name="_no_such_variable")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def descendants(root: int) -> list[int]:
+    parents: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = Path(f"/proc/{name}/stat").read_text()
+                parents[int(name)] = int(stat.rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    found, frontier = [], [root]
+    while frontier:
+        pid = frontier.pop()
+        for child, parent in parents.items():
+            if parent == pid:
+                found.append(child)
+                frontier.append(child)
+    return found
+
+
+def pss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
+        return 0
+    return 0
+
+
+def server_figures(pid: int) -> dict[str, Any]:
+    tree = [pid, *descendants(pid)]
+    kernels = states = 0
+    for child in tree:
+        try:
+            comm = Path(f"/proc/{child}/comm").read_text().strip()
+        except OSError:
+            continue
+        kernels += comm == "ipykernel"
+        states += comm == "themisto-state"
+    try:
+        threads = len(os.listdir(f"/proc/{pid}/task"))
+        fds = len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        threads = fds = 0
+    return {
+        "pss_mib": sum(pss_kib(p) for p in tree) / 1024,
+        "kernels": kernels,
+        "state_templates": states,
+        "threads": threads,
+        "fds": fds,
+    }
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))] if ordered else float("nan")
+
+
+async def run(url: str, sessions: int, calls: int, opening: int, seed: int, probe: ThemistoAction) -> dict[str, Any]:
+    rng = random.Random(seed)
+    seeds = [rng.randrange(2**31) for _ in range(sessions)]
+    clients: list[ThemistoEnvClient | None] = [None] * sessions
+    errors: list[str] = []
+    gate = asyncio.Semaphore(opening)
+
+    async def open_one(i: int) -> None:
+        async with gate:
+            client = ThemistoEnvClient(url, message_timeout_s=600)
+            try:
+                await client.connect()
+                await client.reset(seed=seeds[i])
+                await client.step(LIST)
+                clients[i] = client
+            except Exception as exc:
+                errors.append(f"open: {type(exc).__name__}: {exc}"[:300])
+                await client.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(open_one(i) for i in range(sessions)))
+    opened = time.perf_counter() - started
+    times: list[float] = []  # one session calls at a time, the others open and idle
+    together: list[float] = []  # every session calls at once
+    served_again = 0
+
+    async def call(client: ThemistoEnvClient, times: list[float]) -> None:
+        nonlocal served_again
+        try:
+            begun = time.perf_counter()
+            result = await client.step(probe)
+            times.append(time.perf_counter() - begun)
+            state = (result.observation.info or {}).get("state") or {}
+            if state.get("faults"):
+                served_again += 1
+                errors.append(f"fault: {state['faults'][0]}"[:300])
+        except Exception as exc:
+            errors.append(f"call: {type(exc).__name__}: {exc}"[:300])
+
+    async def one_at_a_time(live: list[ThemistoEnvClient]) -> None:
+        for client in live:
+            await call(client, times)
+
+    async def all_at_once(live: list[ThemistoEnvClient]) -> None:
+        async def each(client: ThemistoEnvClient) -> None:
+            for _ in range(calls):
+                await call(client, together)
+
+        await asyncio.gather(*(each(c) for c in live))
+
+    live = [c for c in clients if c is not None]
+    return {
+        "opened": len(live),
+        "open_s": opened,
+        "clients": live,
+        "errors": errors,
+        "times": times,
+        "together": together,
+        "calls": lambda: one_at_a_time(live),
+        "calls_together": lambda: all_at_once(live),
+        "served_again": lambda: served_again,
+    }
+
+
+async def measure(url: str, pid: int, sessions: int, calls: int, opening: int, probe: ThemistoAction) -> dict[str, Any]:
+    base = server_figures(pid)
+    state = await run(url, sessions, calls, opening, seed=sessions, probe=probe)
+    await asyncio.sleep(2.0)
+    held = server_figures(pid)
+    await state["calls"]()
+    await state["calls_together"]()
+    after = server_figures(pid)
+    for client in state["clients"]:
+        await client.close()
+    times = state["times"]
+    opened = max(1, state["opened"])
+    return {
+        "sessions": sessions,
+        "opened": state["opened"],
+        "open_s": state["open_s"],
+        "pss_per_session_mib": (held["pss_mib"] - base["pss_mib"]) / opened,
+        "kernels": held["kernels"],
+        "kernels_after_calls": after["kernels"],
+        "state_templates": held["state_templates"],
+        "threads": held["threads"],
+        "fds": held["fds"],
+        "p50_ms": statistics.median(times) * 1000 if times else float("nan"),
+        "p90_ms": quantile(times, 0.9) * 1000,
+        "calls": len(times),
+        "together_p50_ms": statistics.median(state["together"]) * 1000 if state["together"] else float("nan"),
+        "together_p90_ms": quantile(state["together"], 0.9) * 1000,
+        "errors": len(state["errors"]),
+        "first_errors": state["errors"][:3],
+        "with_faults": state["served_again"](),
+    }
+
+
+def one(sessions: int, calls: int, opening: int, probe: ThemistoAction) -> dict[str, Any]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "themisto_env.cli", "serve", "--port", str(port), "--log-level", "warning"),
+            *("--max-sessions", str(sessions), "--idle-timeout", "0"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    message = server.stderr.read() if server.stderr else ""
+                    raise SystemExit(f"the server did not start: {message}") from None
+                time.sleep(0.2)
+        figures = asyncio.run(measure(url, server.pid, sessions, calls, opening, probe))
+    finally:
+        server.terminate()
+        try:
+            out, err = server.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            out, err = server.communicate()
+    figures["banner"] = " ".join(line for line in (out or "").splitlines() if "fit" in line)[:300]
+    figures["server_said"] = (err or "")[-1500:]
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sessions", type=int, action="append", help="default: 64 and 256")
+    parser.add_argument("--calls", type=int, default=5, help="list_variables calls per session, all open")
+    parser.add_argument("--opening", type=int, default=16, help="sessions opening at once")
+    parser.add_argument(
+        "--probe",
+        choices=["list_variables", "kernel"],
+        default="list_variables",
+        help="the timed call: list_variables, or one that reaches the kernel every time (inspect_variable)",
+    )
+    args = parser.parse_args()
+    print(
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (the machine may be shared); "
+        f"probe {args.probe}"
+    )
+    header = (
+        "sessions | opened | open s | PSS/session MiB | kernels | threads | fds | list_variables p50 ms | p90 ms | "
+        "all at once p50 ms | p90 ms | errors | calls with faults"
+    )
+    rows = [header, "|".join(" --- " for _ in header.split("|"))]
+    for n in args.sessions or [64, 256]:
+        f = one(n, args.calls, args.opening, LIST if args.probe == "list_variables" else KERNEL_PROBE)
+        print(f, flush=True)
+        rows.append(
+            f"{n} | {f['opened']} | {f['open_s']:.0f} | {f['pss_per_session_mib']:.1f} | {f['kernels']} | "
+            f"{f['threads']} | {f['fds']} | {f['p50_ms']:.1f} | {f['p90_ms']:.1f} | {f['together_p50_ms']:.0f} | "
+            f"{f['together_p90_ms']:.0f} | {f['errors']} | {f['with_faults']}"
+        )
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
