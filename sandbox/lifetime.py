@@ -190,8 +190,10 @@ def wait_for_exit(pid: int, start: str) -> None:
     try:
         if process_start(pid) != start:  # already gone (checked after opening: no race with reuse)
             return
-        if fd is not None:
-            select.select([fd], [], [])
+        if fd is not None:  # poll, not select: select refuses descriptors numbered 1024 and up
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            poller.poll()
             return
         while process_start(pid) == start:
             time.sleep(1.0)
