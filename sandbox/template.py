@@ -47,6 +47,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self
 
+from themisto_env import tracing
 from themisto_env.errors import (
     KernelStartError,
     SnapshotCorruptError,
@@ -417,23 +418,27 @@ class KernelTemplate:
 
     def _fill(self) -> None:
         try:
-            while True:
-                with self._lock:
-                    if len(self._spares) >= self.spares or self._run_dir is None:
-                        return
-                try:
-                    kernel = self._fork_kernel()
-                except Exception:  # the template is gone or failing: the next kernel() says why, in its thread
-                    return
-                with self._lock:
-                    unwanted = self._run_dir is None or not self._keep_spares  # closed or trimmed meanwhile
-                    if not unwanted:
-                        self._spares.append(kernel)
-                if unwanted:
-                    kernel.close(graceful=False)
-                    return
+            with tracing.untraced():  # a spare belongs to no episode yet: no trace of its own
+                self._fill_spares()
         finally:
             release_thread_loop()
+
+    def _fill_spares(self) -> None:
+        while True:
+            with self._lock:
+                if len(self._spares) >= self.spares or self._run_dir is None:
+                    return
+            try:
+                kernel = self._fork_kernel()
+            except Exception:  # the template is gone or failing: the next kernel() says why, in its thread
+                return
+            with self._lock:
+                unwanted = self._run_dir is None or not self._keep_spares  # closed or trimmed meanwhile
+                if not unwanted:
+                    self._spares.append(kernel)
+            if unwanted:
+                kernel.close(graceful=False)
+                return
 
     def state(self, digest: str) -> KernelTemplate:
         """The state template of a snapshot: a child of this template that loaded it once (kept, the least

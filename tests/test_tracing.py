@@ -57,6 +57,16 @@ def test_spans_nest_and_record_errors(memory: InMemorySpanExporter) -> None:
     assert dict(outer_span.attributes) == {"a": 1, "b": "two"}
 
 
+def test_untraced_work_makes_no_span_and_tracing_resumes_after(memory: InMemorySpanExporter) -> None:
+    """Work done ahead for no episode (a spare kernel forked in the background) is not a trace of its own."""
+    with tracing.untraced():
+        with tracing.span("spare start"):
+            pass
+    with tracing.span("after"):
+        pass
+    assert [s.name for s in memory.get_finished_spans()] == ["after"]
+
+
 def test_a_started_span_is_the_parent_within(memory: InMemorySpanExporter) -> None:
     episode = tracing.start("episode")
     with tracing.within(episode), tracing.span("turn"):

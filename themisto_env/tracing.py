@@ -142,6 +142,7 @@ class Stopwatch:
 
 
 _clock: ContextVar[Stopwatch | None] = ContextVar("themisto_stopwatch", default=None)
+_untraced: ContextVar[bool] = ContextVar("themisto_untraced", default=False)
 _lock = threading.Lock()
 _provider: Any = None  # set_provider's (None: the global one)
 _cached: tuple[Any, Any] = (None, None)  # (provider, its tracer)
@@ -258,10 +259,21 @@ def span(
     Returns:
         A context manager giving the span ([NO_SPAN][themisto_env.tracing.NO_SPAN] while tracing is off).
     """
-    tracer = _tracer()
+    tracer = None if _untraced.get() else _tracer()
     if tracer is None and (timed is None or _clock.get() is None):
         return NO_SPAN
     return _Span(tracer, name, attributes, timed, errors)
+
+
+@contextmanager
+def untraced() -> Iterator[None]:
+    """No spans in this block (this thread or task): work done ahead of time for no one yet, such as a spare
+    kernel forked in the background, would otherwise show as a trace of its own, outside every episode."""
+    token = _untraced.set(True)
+    try:
+        yield
+    finally:
+        _untraced.reset(token)
 
 
 def timed(kind: str) -> Any:
@@ -529,5 +541,6 @@ __all__ = [
     "span_record",
     "start",
     "timed",
+    "untraced",
     "within",
 ]
