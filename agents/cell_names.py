@@ -19,6 +19,8 @@ import ast
 import builtins
 import re
 
+from themisto_env.syntax import parse as parse_python
+
 _MAGIC_LINE = re.compile(r"^\s*[%!]")
 _IPYTHON_NAMES = frozenset({"display", "get_ipython", "In", "Out", "exit", "quit"})
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
@@ -33,7 +35,7 @@ def parse_cell(source: str) -> tuple[ast.Module, set[str]] | None:
     lines = source.split("\n")
     magic_words = {w for line in lines if _MAGIC_LINE.match(line) for w in re.findall(r"[A-Za-z_]\w*", line)}
     try:
-        tree = ast.parse("\n".join("" if _MAGIC_LINE.match(line) else line for line in lines))
+        tree = parse_python("\n".join("" if _MAGIC_LINE.match(line) else line for line in lines))
     except SyntaxError:
         return None
     return tree, magic_words

@@ -38,10 +38,11 @@ The result is never None: an empty reply gives ``""``.
 
 from __future__ import annotations
 
-import ast
 import re
 import textwrap
 from typing import Literal
+
+from themisto_env.syntax import parse as parse_python
 
 Task = Literal["next-cell", "output"]
 
@@ -156,7 +157,7 @@ def _parses(line: str, task: Task) -> bool:
     if task != "next-cell":
         return False
     try:
-        ast.parse(line.strip())
+        parse_python(line.strip())
     except SyntaxError:
         return False
     return True
@@ -178,7 +179,7 @@ def _is_prose(paragraph: str) -> bool:
     if _COMMENTARY.match(paragraph) and not _parses(paragraph.split("\n")[0], "next-cell"):
         return True
     try:
-        ast.parse(textwrap.dedent(paragraph))
+        parse_python(textwrap.dedent(paragraph))
     except SyntaxError:
         words = len(_WORD.findall(paragraph))
         return words >= 3 and words >= 2 * len(paragraph.splitlines())

@@ -59,9 +59,8 @@ def test_spans_nest_and_record_errors(memory: InMemorySpanExporter) -> None:
 
 def test_untraced_work_makes_no_span_and_tracing_resumes_after(memory: InMemorySpanExporter) -> None:
     """Work done ahead for no episode (a spare kernel forked in the background) is not a trace of its own."""
-    with tracing.untraced():
-        with tracing.span("spare start"):
-            pass
+    with tracing.untraced(), tracing.span("spare start"):
+        pass
     with tracing.span("after"):
         pass
     assert [s.name for s in memory.get_finished_spans()] == ["after"]

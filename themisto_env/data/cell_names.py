@@ -13,6 +13,8 @@ from __future__ import annotations
 import ast
 import re
 
+from themisto_env.syntax import parse as parse_python
+
 _MAGIC_LINE = re.compile(r"^(\s*)(?:%|!).*$", re.MULTILINE)
 _ASSIGNED_SHELL = re.compile(r"^(\s*)([\w.,\s]+?)\s*=\s*[!%].*$", re.MULTILINE)
 
@@ -23,7 +25,7 @@ def _parse(source: str) -> ast.Module | None:
     text = _ASSIGNED_SHELL.sub(r"\1\2 = None", source)
     text = _MAGIC_LINE.sub(r"\1pass", text)
     try:
-        return ast.parse(text)
+        return parse_python(text)
     except (SyntaxError, ValueError):
         return None
 

@@ -55,6 +55,8 @@ import token
 import tokenize
 from dataclasses import dataclass
 
+from themisto_env.syntax import parse as parse_python
+
 __all__ = ["API_SEQUENCE_METRICS", "NO_API_SEQUENCE", "ApiSequenceScore", "api_sequence", "api_sequence_score"]
 
 API_SEQUENCE_METRICS: tuple[str, ...] = ("api_precision", "api_recall", "api_f1")
@@ -90,7 +92,7 @@ def api_sequence(code: str) -> list[str]:
     """
     code = _blank_magics(code)
     try:
-        tree = ast.parse(code)
+        tree = parse_python(code)
     except (SyntaxError, ValueError):  # ValueError: a NUL byte
         return _token_sequence(code)
     return _ast_sequence(tree)

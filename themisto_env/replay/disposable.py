@@ -50,6 +50,7 @@ from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.pool import KernelPool
 from themisto_env.sandbox.ray_kernel import make_kernel
 from themisto_env.sandbox.ray_placement import RayPlacement
+from themisto_env.syntax import parse as parse_python
 
 if TYPE_CHECKING:
     from themisto_env.sandbox.template import KernelTemplate
@@ -87,7 +88,7 @@ def imported_modules(trajectories: Iterable[Trajectory], *, submodules: bool = F
 def _imports(source: str, submodules: bool) -> frozenset[str]:
     """The modules one cell imports (cached: every env of a process reads the same cells)."""
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except (SyntaxError, ValueError):
         return frozenset()  # IPython magics and the like
     found: set[str] = set()

@@ -30,6 +30,7 @@ import yaml
 
 from themisto_env.errors import ConfigError
 from themisto_env.replay.kernel_environment_spec import normalise_requirements
+from themisto_env.syntax import parse as parse_python
 
 __all__ = ["IMPORT_DISTRIBUTIONS", "PROJECT_FILES", "ProjectPackages", "notebook_imports", "project_packages"]
 
@@ -138,7 +139,7 @@ def notebook_imports(notebook: str | Path) -> list[str]:
             continue
         code = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!", "?")))
         try:
-            tree = ast.parse(code)
+            tree = parse_python(code)
         except SyntaxError:
             continue
         found.update(_imported(ast.walk(tree)))

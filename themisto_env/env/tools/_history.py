@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from themisto_env.env.tools._models import HistoryItem
+from themisto_env.syntax import parse as parse_python
 
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
@@ -57,7 +58,7 @@ def _definition_in(name: str, cell: str) -> str | None:
     lines = cell.splitlines()
     python = "\n".join("" if _is_ipython_line(line) else line for line in lines)
     try:
-        tree = ast.parse(python)
+        tree = parse_python(python)
     except SyntaxError:
         return _definition_by_indentation(name, lines)
     found = [node for node in _outer_statements(tree.body) if node.name == name]
