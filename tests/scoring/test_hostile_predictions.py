@@ -1,5 +1,8 @@
 """Hostile predictions under the execution score, on docker: each is contained and scored as documented.
 
+Every case runs twice: on disposable kernels started one container each (``fork=False``), and on copies
+forked in one template container, each with a uid of its own (the default).
+
 Every case plays the same pattern on one docker env (two predictions per sample): at sample S the hostile
 prediction H, then the true target (another completion of S); at S+1 the true target and an empty
 prediction. The same pattern with the target in place of H is the clean reference. For each H:
@@ -37,6 +40,7 @@ from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.tools import ToolCall, run_tool
 from themisto_env.replay.disposable import FAILURES, CodeRun
 from themisto_env.replay.state_check import diff_fingerprints, expected_fingerprint
+from themisto_env.sandbox import template as templates
 from themisto_env.sandbox.rendering import render_outputs
 
 #: Small enough that the memory bomb and the fork bomb hit quickly; a 5 s limit per prediction.
@@ -379,7 +383,8 @@ class Harness:
         for thread in [*kernels._closing, *kernels.pool._threads, *(warm._threads if warm else [])]:
             thread.join(timeout=60)
         kernels_held = [self.env.tool_context().kernel, *kernels.pool._ready, *(warm._ready if warm else [])]
-        return {getattr(kernel.launcher, "container_name", None) for kernel in kernels_held}
+        held = {getattr(kernel.launcher, "container_name", None) for kernel in kernels_held}
+        return held | _template_containers()
 
     def assert_nothing_left(self) -> None:
         held = self.held()
@@ -390,8 +395,17 @@ class Harness:
 BASELINE: set[str] = set()
 
 
-@pytest.fixture(scope="module")
-def harness(env_dataset: dict[str, str], docker_engine: None) -> Iterator[Harness]:
+def _template_containers() -> set[str]:
+    """The containers of the process's shared docker templates (the forked copies' only containers)."""
+    return {
+        str(t._process.container_name)
+        for t in templates._SHARED.values()
+        if t.backend == "docker" and t._process is not None
+    }
+
+
+@pytest.fixture(scope="module", params=["started", "forked"])
+def harness(request: pytest.FixtureRequest, env_dataset: dict[str, str], docker_engine: None) -> Iterator[Harness]:
     BASELINE.update(_containers())
     store, dataset = Path(env_dataset["snapshot_dir"]), Path(env_dataset["dataset"])
     listings = _listing(store), _listing(dataset)
@@ -404,11 +418,13 @@ def harness(env_dataset: dict[str, str], docker_engine: None) -> Iterator[Harnes
         samples=2,
         sample_rule=ALL_SAMPLES,
         limits=LIMITS,
+        fork=request.param == "forked",
     )
     try:
         yield Harness(env)
     finally:
         env.close()
+        templates.close_shared_templates()
     assert _containers() - BASELINE == set(), "containers left after the env closed"
     assert not _sleepers()
     assert (_listing(store), _listing(dataset)) == listings, "the store or the dataset changed"
@@ -630,7 +646,8 @@ def test_writes_reach_only_the_kernels_own_scratch_space(harness: Harness, env_d
     assert not outside, f"wrote outside the container's scratch space: {outside}"
     assert all(p not in result["written"] for p in host_paths), result
     assert result["owner"] != "forged", "the kernel rewrote the owner record a root reaper trusts"
-    assert Path(run_dir).parent == Path(tempfile.gettempdir()) and not Path(run_dir).exists()
+    # a started kernel's run directory is in the temporary folder; a forked copy's in its template's
+    assert Path(run_dir).is_relative_to(tempfile.gettempdir()) and not Path(run_dir).exists()
     left = [
         str(p)
         for root in (store.parent, dataset.parent, Path(tempfile.gettempdir()))

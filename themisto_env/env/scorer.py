@@ -18,6 +18,7 @@ from themisto_env.env.state_server import (
     FROM_DATASET,
     EnvironmentChoice,
     resolve_environment,
+    not_forked,
     template_source,
 )
 from themisto_env.replay.dataset import Dataset
@@ -84,6 +85,7 @@ class Scorer:
                 preload=imported_modules(self.dataset.trajectories.values()),
                 ray=config.ray,
                 template=self._template,
+                not_forked=not_forked(config, "copy"),
             )
         return self._disposable
 
