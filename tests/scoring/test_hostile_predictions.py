@@ -293,11 +293,20 @@ class Outcome:
 class Harness:
     """A docker env with the execution score (two predictions per sample) that records each CodeRun."""
 
-    def __init__(self, env: ThemistoEnv) -> None:
+    def __init__(self, env: ThemistoEnv, *, forked: bool) -> None:
         self.env = env
+        self.forked = forked
         self.runs: list[CodeRun] = []
         kernels = env.disposable_kernels()
-        run = kernels.run
+        run, run_code = kernels.run, kernels._run_code
+        #: Each run's kernel: whether it was a copy with a uid of its own
+        self.own_uid: list[bool] = []
+
+        def noting(kernel: Any, *args: Any, **kwargs: Any) -> CodeRun:
+            self.own_uid.append(getattr(kernel.launcher, "identity", None) is not None)
+            return run_code(kernel, *args, **kwargs)
+
+        kernels._run_code = noting  # type: ignore[method-assign]
 
         def recording(*args: Any, **kwargs: Any) -> CodeRun:
             result = run(*args, **kwargs)
@@ -356,6 +365,7 @@ class Harness:
         next_target, _ = self._predict(following.target)
         next_empty, _ = self._predict("")
         self.assert_nothing_left()
+        assert self.own_uid[-3:] == [self.forked] * 3, "the code ran elsewhere than on the path under test"
         return Outcome(hostile, run, again, served, next_target, next_empty)
 
     def outcome(self, name: str, prefix: str, code: str) -> Outcome:
@@ -421,7 +431,7 @@ def harness(request: pytest.FixtureRequest, env_dataset: dict[str, str], docker_
         fork=request.param == "forked",
     )
     try:
-        yield Harness(env)
+        yield Harness(env, forked=request.param == "forked")
     finally:
         env.close()
         templates.close_shared_templates()
@@ -676,8 +686,9 @@ def test_host_files_cannot_be_read(harness: Harness, env_dataset: dict[str, str]
 # -- the RL reward ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("fork", [False, True], ids=["started", "forked"])
 def test_execution_reward_over_a_batch_equals_each_completion_alone(
-    env_dataset: dict[str, str], docker_engine: None
+    env_dataset: dict[str, str], docker_engine: None, fork: bool
 ) -> None:
     baseline = _containers()
     rows = export_samples("next-cell", "static", **env_dataset, sample_rule=ALL_SAMPLES)
@@ -691,6 +702,7 @@ def test_execution_reward_over_a_batch_equals_each_completion_alone(
         "",
     ]
     options = {**env_dataset, "backend": "docker", "limits": LIMITS, "sample_rule": ALL_SAMPLES, "parse": False}
+    options["fork"] = fork
     # The execution score alone (the reward adds the text metrics, which a hack quoting the target earns)
     with ExecutionReward(value="execution_score", **options) as reward:
         batch = reward(completions=completions, sample_id=[row["sample_id"]] * len(completions))
@@ -705,5 +717,7 @@ def test_execution_reward_over_a_batch_equals_each_completion_alone(
     )
     assert batch[2] == 1.0 and batch[1] == 0.0
     assert max(batch[0], batch[3], batch[4]) < 1.0
-    assert _containers() - baseline == set(), "containers left after the rewards closed"
+    assert _containers() - baseline == _template_containers(), "containers left after the rewards closed"
+    templates.close_shared_templates()
+    assert _containers() - baseline == set(), "containers left after the templates closed"
     assert not _sleepers()
