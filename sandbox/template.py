@@ -54,10 +54,10 @@ from themisto_env.errors import (
     TemplateGoneError,
 )
 from themisto_env.sandbox import lifetime
-from themisto_env.sandbox.kernel_contract import KernelLike
-from themisto_env.sandbox.kernel_environments import environment_label
 from themisto_env.sandbox.copy_identity import CopyIdentity, can_give_identities, new_identity
 from themisto_env.sandbox.docker_template import DockerTemplateLauncher
+from themisto_env.sandbox.kernel_contract import KernelLike
+from themisto_env.sandbox.kernel_environments import environment_label
 from themisto_env.sandbox.kernel_process import SNAPSHOT_INBOX, SNAPSHOT_OUTBOX, release_thread_loop
 from themisto_env.sandbox.launcher import KERNEL_ENVIRONMENT, KernelLauncher, launcher_class
 from themisto_env.sandbox.local import BwrapLauncher, LocalLauncher

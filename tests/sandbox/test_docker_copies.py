@@ -9,10 +9,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -83,7 +81,8 @@ def test_a_copy_cannot_signal_trace_or_read_its_siblings_or_its_template(templat
     a, b = template.kernel(), template.kernel()
     try:
         b_pid = _pid(b)
-        b_file = _value(b, "import os, json; open('secret', 'w').write('b'); print(json.dumps(os.path.abspath('secret')))")
+        write = "import os, json; open('secret', 'w').write('b'); print(json.dumps(os.path.abspath('secret')))"
+        b_file = _value(b, write)
         attack = f"""import ctypes, json, os, signal, socket
 results = {{}}
 template = os.getppid()

@@ -17,8 +17,8 @@ from themisto_env.env.config import MODEL_CODE_TIMEOUT_S, EnvConfig, warn_unisol
 from themisto_env.env.state_server import (
     FROM_DATASET,
     EnvironmentChoice,
-    resolve_environment,
     not_forked,
+    resolve_environment,
     template_source,
 )
 from themisto_env.replay.dataset import Dataset
