@@ -25,7 +25,9 @@ Example:
 What a copy shares, by backend: ``local`` copies are processes of the host's user, like local kernels
 (no isolation at all); ``bwrap`` copies run inside their template's sandbox (the same isolation from the
 host as a bwrap kernel) but share its user, so one copy can signal another copy of the same template.
-Use ``docker`` kernels (started, not forked) where copies run code that must not reach each other.
+``docker`` copies (``store_access="copy"`` only: kernels for model-written code) run in their template's
+container, each under a uid of its own with its own rlimits and folders
+(:mod:`themisto_env.sandbox.copy_identity`), so one copy cannot reach another or the template.
 """
 
 from __future__ import annotations
@@ -118,10 +120,11 @@ _TEMPLATE_LAUNCHERS: dict[str, type[KernelLauncher]] = {
 
 
 class KernelTemplate:
-    """A warm process that kernels are forked from, on the ``local`` or ``bwrap`` backend.
+    """A warm process that kernels are forked from, on the ``local``, ``bwrap`` or ``docker`` backend.
 
     Args:
-        backend: ``local`` or ``bwrap`` (see :data:`FORKING_BACKENDS`).
+        backend: ``local``, ``bwrap`` or ``docker`` (see :data:`FORKING_BACKENDS`; a docker template forks
+            kernels for model-written code only, ``store_access="copy"``, each taking a uid of its own).
         preload: Modules the template imports once (its kernels find them imported).
         limits: The kernels' limits (``start_timeout_s`` bounds the template's own start too).
         snapshot_dir: The snapshot store the kernels and the state templates read.
