@@ -18,7 +18,10 @@ Each figure is a ratio of two things measured in this process, alternating, medi
 * **memory**: PSS (``/proc/PID/smaps_rollup``) of every process this one started, per open env in tools
   mode (each reset at its own sample, one tool call), forking on vs off; and of one idle kernel;
 * **multi-turn rollout** (reset at a random sample, two tool calls, a prediction) in a warm env, mean and
-  p90, against a bare ``1+1`` on the env's kernel.
+  p90, against a bare ``1+1`` on the env's kernel;
+* **backends** (``--backend``, default local and docker): ExecutionReward per completion over a group of
+  8 on each backend, forked (docker: copies in one template container, a uid each) vs started, as ratios
+  to local forked; and an isolated backend's new env's first tool answer.
 
 Nothing is asserted; goals are printed as met or missed.
 """
@@ -257,13 +260,85 @@ def rollouts(count: int, choices: list[tuple[str, int]], fork: bool) -> tuple[li
         env.close()
 
 
+def backend_rewards(backends: list[str], size: int, sample_id: str, completion: str) -> dict[tuple[str, bool], float]:
+    """Seconds per completion of a group of ``size`` on each backend, forked and started (interleaved by
+    backend; each reward's second group: scorer, template and state template warm)."""
+    per: dict[tuple[str, bool], float] = {}
+    for fork in (True, False):
+        for backend in backends:
+            with ExecutionReward(parse=False, fork=fork, backend=backend) as reward:
+                reward(completions=[completion], sample_id=[sample_id])  # warm-up
+                seconds = timed(lambda: reward(completions=[completion] * size, sample_id=[sample_id] * size))
+                per[(backend, fork)] = seconds / size
+            close_shared_templates()
+    return per
+
+
+def backend_first_answers(backends: list[str], rounds: int, sample: tuple[str, int]) -> dict[str, list[float]]:
+    """A new env's first tool answer on each backend (its own kernel: forked where it is, else started)."""
+    times: dict[str, list[float]] = {backend: [] for backend in backends}
+    for _ in range(rounds):
+        for backend in backends:
+
+            def answer(b: str = backend) -> None:
+                env = ThemistoEnv(task="next-cell", observation="tools", backend=b)
+                try:
+                    env.reset(options={"trajectory": sample[0], "sample": sample[1]})
+                    env.step(ToolCall(tool="list_variables"))
+                finally:
+                    env.close()
+
+            times[backend].append(timed(answer))
+    return times
+
+
+def report_backends(
+    console: Console, args: argparse.Namespace, sample_id: str, completion: str, first: tuple[str, int]
+) -> list[tuple[str, str, bool]]:
+    """The backends section: its tables, and its goals (name, value, met)."""
+    backends = args.backend or ["local", "docker"]
+    per = backend_rewards(backends, 8, sample_id, completion)
+    local = per[("local", True)]
+    table = Table(
+        "ExecutionReward, group of 8", "forked s/completion", "started s/completion", "forked vs local forked"
+    )
+    for backend in backends:
+        table.add_row(
+            backend,
+            f"{per[(backend, True)]:.3f}",
+            f"{per[(backend, False)]:.3f}",
+            f"{per[(backend, True)] / local:.2f}x",
+        )
+    console.print(table)
+    goals = [
+        (
+            f"ExecutionReward on {b} <= 1.5x local's (group of 8)",
+            f"{per[(b, True)] / local:.2f}x",
+            per[(b, True)] <= 1.5 * local,
+        )
+        for b in backends
+        if b != "local"
+    ]
+    answers = backend_first_answers(backends, args.rounds, first)
+    table = Table("a new env's first tool answer", "median ms", "vs local")
+    base = statistics.median(answers["local"]) if "local" in answers else None
+    for backend, values in answers.items():
+        median = statistics.median(values)
+        table.add_row(backend, f"{median * 1000:.0f}", f"{median / base:.2f}x" if base else "-")
+    console.print(table)
+    return goals
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--group", type=int, action="append", help="ExecutionReward group sizes (default 8 and 32)")
     parser.add_argument("--envs", type=int, default=6)
     parser.add_argument("--rollouts", type=int, default=40)
-    parser.add_argument("--skip", action="append", default=[], help="starts, copies, first, reward, memory, rollouts")
+    parser.add_argument(
+        "--skip", action="append", default=[], help="starts, copies, first, reward, memory, rollouts, backends"
+    )
+    parser.add_argument("--backend", action="append", help="backends compared (default local and docker)")
     args = parser.parse_args()
     groups = args.group or [8, 32]
     console = Console()
@@ -397,6 +472,9 @@ def main() -> None:
             )
         console.print(table)
         goal("multi-turn rollout <= 5x a bare execute (mean)", f"{ratios[True]:.1f}x", ratios[True] <= 5)
+    if "backends" not in args.skip:
+        target = next(s for s in samples if dataset.episode_position(s.id) == middle)
+        goals += report_backends(console, args, target.id, target.target, choices[0])
     close_shared_templates()
     table = Table("goal", "measured", "met")
     for name, value, met in goals:
