@@ -260,16 +260,32 @@ def rollouts(count: int, choices: list[tuple[str, int]], fork: bool) -> tuple[li
         env.close()
 
 
-def backend_rewards(backends: list[str], size: int, sample_id: str, completion: str) -> dict[tuple[str, bool], float]:
-    """Seconds per completion of a group of ``size`` on each backend, forked and started (interleaved by
-    backend; each reward's second group: scorer, template and state template warm)."""
+def backend_rewards(
+    backends: list[str], size: int, rounds: int, sample_id: str, completion: str
+) -> dict[tuple[str, bool], float]:
+    """Seconds per completion of a group of ``size`` on each backend, forked and started: the median of
+    ``rounds`` groups, the backends alternating group by group (each reward warmed first: its scorer,
+    template and state template)."""
     per: dict[tuple[str, bool], float] = {}
     for fork in (True, False):
-        for backend in backends:
-            with ExecutionReward(parse=False, fork=fork, backend=backend) as reward:
+        rewards = {backend: ExecutionReward(parse=False, fork=fork, backend=backend) for backend in backends}
+        try:
+            times: dict[str, list[float]] = {backend: [] for backend in backends}
+            for reward in rewards.values():
                 reward(completions=[completion], sample_id=[sample_id])  # warm-up
-                seconds = timed(lambda: reward(completions=[completion] * size, sample_id=[sample_id] * size))
-                per[(backend, fork)] = seconds / size
+            for _ in range(rounds):
+                for backend, reward in rewards.items():
+                    group = [completion] * size
+
+                    def one(r: ExecutionReward = reward, g: list[str] = group) -> None:
+                        r(completions=g, sample_id=[sample_id] * len(g))
+
+                    times[backend].append(timed(one) / size)
+            for backend in backends:
+                per[(backend, fork)] = statistics.median(times[backend])
+        finally:
+            for reward in rewards.values():
+                reward.close()
             close_shared_templates()
     return per
 
@@ -297,7 +313,7 @@ def report_backends(
 ) -> list[tuple[str, str, bool]]:
     """The backends section: its tables, and its goals (name, value, met)."""
     backends = args.backend or ["local", "docker"]
-    per = backend_rewards(backends, 8, sample_id, completion)
+    per = backend_rewards(backends, 8, args.rounds, sample_id, completion)
     local = per[("local", True)]
     table = Table(
         "ExecutionReward, group of 8", "forked s/completion", "started s/completion", "forked vs local forked"
