@@ -31,6 +31,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from themisto_env import tracing
 from themisto_env.agents.base import Action, BaseAgent, Info, Observation
 from themisto_env.agents.cache import ResponseCache, is_cached, open_cache, request_key
 from themisto_env.agents.parsing import extract_prediction
@@ -155,13 +156,49 @@ class LLMAgent(BaseAgent):
         self.usage.retries += 1
         self.usage.rate_limited += status_of(error) == 429
 
+    def model_span(self) -> Any:
+        """A span over one model call, named and described by OpenTelemetry's GenAI conventions (``chat
+        MODEL``; ``gen_ai.system``, ``gen_ai.request.model``; the tokens and retries are added by
+        :meth:`traced_reply`)."""
+        name = self._model_given or self._model_name() or type(self.chat_model).__name__
+        attributes = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.system": self.provider or type(self.chat_model).__name__,
+            "gen_ai.provider.name": self.provider or type(self.chat_model).__name__,
+            "gen_ai.request.model": name,
+        }
+        return tracing.span(f"chat {name}", attributes)
+
+    def traced_reply(self, span: Any, reply: Any, retries_before: int) -> Any:
+        """Add a reply's tokens, its retries (:attr:`usage`'s retries less ``retries_before``) and whether it
+        came from the cache to its model call's span; return the reply."""
+        if span.is_recording():
+            usage = getattr(reply, "usage_metadata", None) or {}
+            tracing.record(
+                span,
+                {
+                    "gen_ai.usage.input_tokens": usage.get("input_tokens"),
+                    "gen_ai.usage.output_tokens": usage.get("output_tokens"),
+                    "gen_ai.response.model": (getattr(reply, "response_metadata", None) or {}).get("model_name"),
+                    "themisto.model.retries": self.usage.retries - retries_before,
+                    "themisto.model.cached": is_cached(reply),
+                },
+            )
+        return reply
+
     def call_model(self, model: Any, messages: list[BaseMessage]) -> Any:
         """``model.invoke(messages)``, retried under :attr:`retry`; replayed from :attr:`cache` if stored.
+        Traced as one span (:meth:`model_span`).
 
         Raises:
             ModelError: The call still failed after its retries, or cannot succeed (400, 401, ...).
             DataError: The cache file cannot be read or written.
         """
+        retries = self.usage.retries
+        with self.model_span() as span:
+            return self.traced_reply(span, self._call_model(model, messages), retries)
+
+    def _call_model(self, model: Any, messages: list[BaseMessage]) -> Any:
         if self.cache is None:
             return call_with_retries(
                 lambda: model.invoke(messages), self.retry, provider=self.provider, on_retry=self.retried
@@ -177,6 +214,11 @@ class LLMAgent(BaseAgent):
 
     async def acall_model(self, model: Any, messages: list[BaseMessage]) -> Any:
         """The async form of :meth:`call_model` (``model.ainvoke``), holding :attr:`limiter` while it calls."""
+        retries = self.usage.retries
+        with self.model_span() as span:
+            return self.traced_reply(span, await self._acall_model(model, messages), retries)
+
+    async def _acall_model(self, model: Any, messages: list[BaseMessage]) -> Any:
         if self.cache is None:
             return await self._ainvoke(model, messages)
         key = self.cache_key(model, messages)

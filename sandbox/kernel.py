@@ -35,6 +35,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self
 
+import zmq
+
+from themisto_env import tracing
+from themisto_env.errors import KernelStartError
 from themisto_env.sandbox import lifetime
 from themisto_env.sandbox.introspection import (
     FrameView,
@@ -166,22 +170,33 @@ class Kernel:
         """Start the kernel and wait until it answers (a no-op once started). Returns ``self``.
 
         Raises:
-            KernelStartError: It did not answer in time, died meanwhile, or the helper could not be installed.
+            KernelStartError: It did not answer in time, died meanwhile, the helper could not be installed, or
+                the host refused what a start needs (its run directory, its IPC sockets: an ``OSError`` or a
+                ``ZMQError``, named in the message).
 
         See :meth:`~themisto_env.sandbox.kernel_process.KernelProcess.open`.
         """
         if self._process.started:
             return self
-        try:
-            run_dir = self._process.open()
-            # a forked kernel's run directory is in its template's, which the template's reaper watches; the
-            # kernel itself ends with its template (it watches its parent)
-            lifetime.track(self, run_dir, reaper=self._process.run_root is None)
-            self._process.launch()
-            self._messaging.connect()
-        except BaseException:
-            self.close()
-            raise
+        forked = self._process.run_root is not None
+        with tracing.span(
+            "themisto.kernel.start", {"themisto.kernel.backend": self.backend, "themisto.kernel.forked": forked}
+        ):
+            try:
+                run_dir = self._process.open()
+                # a forked kernel's run directory is in its template's, which the template's reaper watches; the
+                # kernel itself ends with its template (it watches its parent)
+                lifetime.track(self, run_dir, reaper=self._process.run_root is None)
+                self._process.launch()
+                self._messaging.connect()
+            except (OSError, zmq.ZMQError) as exc:  # the machinery's, never the caller's: one kind of start failure
+                self.close()
+                raise KernelStartError(
+                    f"the {self.backend} kernel could not start: {type(exc).__name__}: {exc}"
+                ) from exc
+            except BaseException:
+                self.close()
+                raise
         return self
 
     def close(self, *, graceful: bool = True) -> None:

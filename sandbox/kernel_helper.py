@@ -825,6 +825,189 @@ def shuffle_random_state() -> list[str]:
     return done
 
 
+#: Seeds at or above this are taken for the system's entropy (numpy's ``SeedSequence()`` draws 128 bits):
+#: a generator made with no seed holds one; a seed a person typed (``default_rng(42)``) is smaller.
+_DRAWN_ENTROPY = 2**64
+
+
+def _unseeded(obj: Any, np: Any) -> bool:
+    """Whether ``obj`` is a numpy ``Generator`` or ``RandomState`` seeded from the system's entropy (made with
+    no seed): its ``SeedSequence`` holds 128 drawn bits. ``RandomState(7)`` and ``np.random.seed`` seed the
+    legacy way and keep no sequence."""
+    if isinstance(obj, np.random.Generator):
+        bits = obj.bit_generator
+    elif isinstance(obj, np.random.RandomState):
+        bits = getattr(obj, "_bit_generator", None)
+    else:
+        return False
+    entropy = getattr(getattr(bits, "seed_seq", None), "entropy", None)
+    return isinstance(entropy, int) and entropy >= _DRAWN_ENTROPY
+
+
+def reseed_generators() -> list[str]:
+    """Reseed from the system's entropy the numpy generators of the user namespace that were made with no
+    seed (:func:`_unseeded`), as another run of the cell that made them would have them; one level into
+    dicts, lists, tuples and objects' attributes too. Returns where they were (``rng``, ``gens['a']``)."""
+    np = sys.modules.get("numpy")
+    if np is None:
+        return []
+    found: list[tuple[str, Any]] = []
+    ns = _user_ns()
+    for name in user_names(include_modules=False):
+        value = ns[name]
+        found.append((name, value))
+        with contextlib.suppress(Exception):  # an object whose attributes cannot be listed: itself only
+            if isinstance(value, dict):
+                found.extend((f"{name}[{k!r}]", v) for k, v in list(value.items())[:1000])
+            elif isinstance(value, (list, tuple)):
+                found.extend((f"{name}[{i}]", v) for i, v in enumerate(value[:1000]))
+            elif not isinstance(value, type) and isinstance(vars(value), dict):
+                found.extend((f"{name}.{k}", v) for k, v in list(vars(value).items())[:1000])
+    done = []
+    for where, value in found:
+        with contextlib.suppress(Exception):
+            if not _unseeded(value, np):
+                continue
+            if isinstance(value, np.random.RandomState):
+                value.set_state(np.random.RandomState().get_state())
+            else:
+                value.bit_generator.state = type(value.bit_generator)().state
+            done.append(where)
+    return done
+
+
+#: The process state before the latest step, kept by :func:`keep_process_state` (one at a time).
+_PROCESS_STATE: dict[str, Any] = {}
+#: IPython's lists of input and AST transformers, by (object path, attribute): extensions add to them.
+_TRANSFORMERS = (
+    ("", "input_transformers_post"),
+    ("", "ast_transformers"),
+    ("input_transformer_manager", "cleanup_transforms"),
+    ("input_transformer_manager", "line_transforms"),
+)
+
+
+def _transformer_lists(shell: Any) -> dict[str, list[Any]]:
+    lists = {}
+    for owner, name in _TRANSFORMERS:
+        value = getattr(getattr(shell, owner, None) if owner else shell, name, None)
+        if isinstance(value, list):
+            lists[f"{owner}.{name}"] = value
+    return lists
+
+
+def _hooks(shell: Any) -> dict[str, Any]:
+    """IPython's tables an extension registers into: magics (line, cell), the magics registry, event
+    callbacks, transformers; each a dict or list, by a name of its own."""
+    manager = shell.magics_manager
+    tables: dict[str, Any] = {f"magics.{kind}": table for kind, table in manager.magics.items()}
+    tables["registry"] = manager.registry
+    tables.update({f"events.{event}": functions for event, functions in shell.events.callbacks.items()})
+    tables.update(_transformer_lists(shell))
+    return tables
+
+
+def _installation_dirs() -> tuple[str, ...]:
+    """The folders Python and its installed packages live in (a module from elsewhere is the user's)."""
+    import site
+    import sysconfig
+
+    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    dirs.update(v for k, v in sysconfig.get_paths().items() if k in ("stdlib", "platstdlib", "purelib", "platlib"))
+    with contextlib.suppress(Exception):
+        dirs.update(site.getsitepackages())
+    with contextlib.suppress(Exception):
+        dirs.add(site.getusersitepackages())
+    return tuple(os.path.join(os.path.realpath(d), "") for d in dirs if d)
+
+
+def _users_module(module: Any, installed: tuple[str, ...]) -> bool:
+    """A module of the user's own Python files (their folder, a path they added), not an installed one: it
+    can be imported again. Extension modules and installed packages are never imported twice."""
+    path = getattr(module, "__file__", None)
+    if not isinstance(path, str) or not path.endswith(".py"):
+        return False
+    return not os.path.realpath(path).startswith(installed)
+
+
+def _owned(obj: Any, modules: set[str]) -> bool:
+    """Whether ``obj`` (a function, a bound method, a ``Magics`` instance, ...) was defined in one of
+    ``modules`` or a submodule."""
+    module = getattr(obj, "__module__", None)
+    if not isinstance(module, str):
+        module = getattr(type(obj), "__module__", "")
+    return any(module == name or module.startswith(name + ".") for name in modules)
+
+
+def keep_process_state(random_key: str | None = None) -> bool:
+    """Keep what a cell can change outside the user namespace, which a snapshot does not hold: IPython's
+    loaded extensions and what they register (magics, event callbacks, transformers), the modules in
+    ``sys.modules``, the warning filters and the current folder (one state at a time: the one before the
+    step about to run). With ``random_key``, the global random generators' states too
+    (:func:`keep_random_state`). Returns True."""
+    import warnings
+
+    shell = _shell()
+    _PROCESS_STATE.clear()
+    _PROCESS_STATE.update(
+        extensions=set(shell.extension_manager.loaded),
+        hooks={name: dict(table) if isinstance(table, dict) else list(table) for name, table in _hooks(shell).items()},
+        modules=set(sys.modules),
+        filters=list(warnings.filters),
+        cwd=os.getcwd(),
+    )
+    if random_key is not None:
+        keep_random_state(random_key)
+    return True
+
+
+def put_back_process_state() -> dict[str, list[str]]:
+    """Undo, as far as a cell run again can tell, what the cell changed since :func:`keep_process_state`:
+    the extensions it loaded are no longer loaded, and what they or the user's own modules it imported first
+    registered (magics, event callbacks, transformers) is gone; those modules are imported anew; the warning
+    filters and the current folder are as they were. What installed packages registered stays (they are not
+    imported again: a figure's display hook that pyplot's first import set up must stay). Returns the
+    extensions unloaded and the modules forgotten."""
+    import warnings
+
+    state = _PROCESS_STATE
+    if not state:
+        return {"extensions": [], "modules": []}
+    shell = _shell()
+    loaded = shell.extension_manager.loaded
+    unloaded = sorted(set(loaded) - state["extensions"])
+    installed = _installation_dirs()
+    forgotten = sorted(
+        name for name in set(sys.modules) - state["modules"] if _users_module(sys.modules.get(name), installed)
+    )
+    owners = {*unloaded, *forgotten}
+    loaded.difference_update(unloaded)
+    for name, table in _hooks(shell).items():
+        before = state["hooks"].get(name) or ({} if isinstance(table, dict) else [])
+        if isinstance(table, dict):
+            for key, value in list(table.items()):
+                if (key not in before or before[key] is not value) and _owned(value, owners):
+                    if key in before:
+                        table[key] = before[key]
+                    else:
+                        del table[key]
+        else:
+            kept = {id(item) for item in before}
+            table[:] = [item for item in table if id(item) in kept or not _owned(item, owners)]
+    for name in forgotten:
+        module = sys.modules.pop(name, None)
+        parent, _, child = name.rpartition(".")
+        if parent and getattr(sys.modules.get(parent), child, None) is module:
+            with contextlib.suppress(Exception):
+                delattr(sys.modules[parent], child)
+    warnings.filters[:] = state["filters"]
+    with contextlib.suppress(Exception):
+        warnings._filters_mutated()  # type: ignore[attr-defined]
+    with contextlib.suppress(OSError):  # a cell that ran `%cd data` runs it again from where it was
+        os.chdir(state["cwd"])
+    return {"extensions": unloaded, "modules": forgotten}
+
+
 def install() -> bool:
     """Make ``get_ipython`` a builtin outside cells too (IPython provides it only while a cell runs), and
     give cells file names that do not depend on the kernel's process (:func:`stable_cell_names`).
@@ -911,6 +1094,9 @@ FUNCTIONS = {
         keep_random_state,
         put_back_random_state,
         shuffle_random_state,
+        reseed_generators,
+        keep_process_state,
+        put_back_process_state,
     )
 }
 

@@ -23,6 +23,7 @@ from typing import Any
 import zmq
 from jupyter_client.blocking import BlockingKernelClient
 
+from themisto_env import tracing
 from themisto_env.errors import (
     HelperError,
     InfrastructureError,
@@ -196,16 +197,18 @@ class KernelMessaging:
         """
         started = time.perf_counter()
         expressions = {"fp": helper_expression("namespace_fingerprint", {})} if fingerprint else None
-        reply, outputs, timed_out, restarted, truncated = self.run(
-            code,
-            silent=False,
-            store_history=True,
-            timeout_s=timeout_s,
-            user_expressions=expressions,
-            interrupt=interrupt,
-        )
+        with tracing.span("themisto.kernel.execute", {"themisto.kernel.backend": self.process.backend}) as span:
+            reply, outputs, timed_out, restarted, truncated = self.run(
+                code,
+                silent=False,
+                store_history=True,
+                timeout_s=timeout_s,
+                user_expressions=expressions,
+                interrupt=interrupt,
+            )
+            status = "timeout" if timed_out else ("error" if reply.get("status") == "error" else "ok")
+            tracing.record(span, {"themisto.kernel.status": status, "themisto.kernel.restarted": restarted})
         duration = time.perf_counter() - started
-        status = "timeout" if timed_out else ("error" if reply.get("status") == "error" else "ok")
         after = reply.get("user_expressions", {}).get("fp") if fingerprint and status == "ok" else None
         return ExecutionResult(
             status=status,
@@ -236,9 +239,10 @@ class KernelMessaging:
             InfrastructureError: The helper could not be reached or run (the kernel is not fine).
         """
         expression = helper_expression(function, kwargs)
-        reply, _, timed_out, restarted, _ = self.run(
-            "", silent=True, store_history=False, timeout_s=timeout_s, user_expressions={"r": expression}
-        )
+        with tracing.span("themisto.kernel.call", {"themisto.kernel.function": function}, errors=InfrastructureError):
+            reply, _, timed_out, restarted, _ = self.run(
+                "", silent=True, store_history=False, timeout_s=timeout_s, user_expressions={"r": expression}
+            )
         if restarted:
             raise KernelTimeoutError(
                 f"kernel helper {function!r} ran past the time limit and the {self.process.backend} kernel had to be "

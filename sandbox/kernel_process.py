@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import contextvars
 import os
-import shutil
 import tempfile
 import threading
 import uuid
@@ -28,7 +27,9 @@ import jupyter_core.utils
 from jupyter_client.connect import write_connection_file
 
 from themisto_env.errors import InfrastructureError
+from themisto_env.sandbox import run_root as run_roots
 from themisto_env.sandbox.launcher import KernelLauncher
+from themisto_env.sandbox.leftovers import discard_run_dir
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.owners import RUN_DIR_PREFIX, write_owner
 from themisto_env.sandbox.snapshots import SnapshotStore
@@ -151,7 +152,8 @@ class KernelProcess:
     def open(self) -> Path:
         """Make the run directory (connection file, owner record, working folder, snapshot boxes) and the
         launcher; start no process yet. Returns the run directory."""
-        run_dir = self._run_dir = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX, dir=self.run_root))
+        root = self.run_root if self.run_root is not None else run_roots.run_root()  # short enough for sockets
+        run_dir = self._run_dir = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX, dir=root))
         # A container's non-root user writes its sockets here; sticky, so it cannot replace the host's
         # files (owner.json, which the reaper trusts, or the connection file).
         os.chmod(run_dir, 0o1777)
@@ -200,7 +202,7 @@ class KernelProcess:
         self.stop(graceful=graceful)
         self._launcher = None
         if self._run_dir is not None:
-            shutil.rmtree(self._run_dir, ignore_errors=True)
+            discard_run_dir(self._run_dir)
             self._run_dir = None
 
     def is_alive(self) -> bool:

@@ -11,9 +11,12 @@ started goes when the owner goes, however it goes:
 - at a process's first kernel start a small *reaper* process is started in its own session. It waits for
   the owner to die (``pidfd_open``, else a poll once a second) and then removes what the owner left
   (:mod:`themisto_env.sandbox.leftovers`): kills the recorded kernel processes (only if their start time
-  still matches), removes its containers, removes its run directories. A ``SIGKILL``\\ed owner thus takes
-  its kernels with it on every backend (local kernels also end by themselves: ipykernel's parent poller
-  watches ``JPY_PARENT_PID``; bwrap kernels die with bwrap's ``--die-with-parent``).
+  still matches; a template's forked kernels are recorded inside its folder) and every process working in a
+  run directory, awaits their ends, removes its containers, then its run directories, and ends only when
+  that is done. No step waits for a fixed time, so a busy machine delays the cleanup but never breaks it.
+  A ``SIGKILL``\\ed owner thus takes its kernels with it on every backend (local kernels also end by
+  themselves: ipykernel's parent poller watches ``JPY_PARENT_PID``; forked kernels die with their template,
+  ``PR_SET_PDEATHSIG``; bwrap kernels die with bwrap's ``--die-with-parent``).
 
 What a dead owner left behind anyway (its reaper was killed too, the machine was short of memory, ...) is
 removed by ``themisto sandbox gc`` and, for the run directories of the same temporary root, at the next
@@ -63,6 +66,7 @@ __all__ = [
     "reaper_pids",
     "start_reaper",
     "track",
+    "tracked",
     "untrack",
     "wait_for_exit",
 ]
@@ -108,6 +112,14 @@ def untrack(kernel: Any) -> None:
     """Called by a kernel as it closes."""
     with _lock:
         _kernels.pop(kernel, None)
+
+
+def tracked() -> list[Any]:
+    """The kernels and kernel templates this process started and has not closed yet (alive or not: a
+    kernel that died stays here until its owner closes it)."""
+    pid = os.getpid()
+    with _lock:
+        return [kernel for kernel, owner in _kernels.items() if owner == pid]
 
 
 #: Threads that start or close kernels in the background (a pool's, a discard's): at exit they finish

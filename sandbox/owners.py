@@ -25,6 +25,9 @@ from typing import Any
 RUN_DIR_PREFIX = "themisto-kernel-"
 #: The owner record in a run directory.
 OWNER_FILE = "owner.json"
+#: Where a short folder for run directories is made when ``TMPDIR`` is too deep for kernel sockets, in order
+#: (`BASE/themisto-UID`: see `themisto_env.sandbox.run_root`).
+SHORT_ROOTS = (Path("/tmp"), Path("/dev/shm"))
 
 
 # -- processes -------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -63,10 +64,13 @@ from themisto_env.sandbox.ray_placement import RayPlacement
 from themisto_env.sandbox.snapshots import SnapshotStore
 from themisto_env.sandbox.workdir import FileStore, FileTree
 
-__all__ = ["RemoteKernel", "make_kernel"]
+__all__ = ["RemoteKernel", "live_remote_kernels", "make_kernel", "remote_kernel_memory"]
 
 #: Seconds an answer may take beyond the kernel's own limits before the actor is taken for lost.
 ANSWER_GRACE_S = 120.0
+
+_started: weakref.WeakSet[RemoteKernel] = weakref.WeakSet()  # this process's, placed and not closed yet
+_started_lock = threading.Lock()
 
 
 def make_kernel(
@@ -213,6 +217,8 @@ class RemoteKernel:
         except BaseException:
             self._kill()
             raise
+        with _started_lock:
+            _started.add(self)
         return self
 
     def _call(self, method: str, *args: Any, wait_s: float | None = None, during: str = "") -> Any:
@@ -483,6 +489,35 @@ class RemoteKernel:
             names = {sha: path for path, sha in tree.items()}
             self._call("put_blobs", {sha: store.read(sha, name=names[sha]) for sha in missing}, during="set_files")
         self._call("set_files", tree, during="set_files")
+
+
+def live_remote_kernels() -> list[RemoteKernel]:
+    """This process's remote kernels whose actor is placed and was not closed or lost (no call to Ray)."""
+    with _started_lock:
+        kernels = list(_started)
+    return [kernel for kernel in kernels if kernel._actor is not None]
+
+
+def remote_kernel_memory(timeout_s: float = 2.0) -> tuple[int, int]:
+    """Resident memory of this process's remote kernels, asked of every actor at once: the bytes summed over
+    the kernels that answered within ``timeout_s``, and how many answered (a kernel's process only: not its
+    actor's, whose memory Ray holds)."""
+    kernels = live_remote_kernels()
+    if not kernels:
+        return 0, 0
+    ray = import_ray()
+    refs = []
+    for kernel in kernels:
+        with contextlib.suppress(Exception):  # closed meanwhile
+            refs.append(kernel._host.invoke.remote("launcher.memory_bytes", (), {}))
+    ready, _late = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    total = answered = 0
+    for ref in ready:
+        with contextlib.suppress(Exception):  # a lost actor answers its error
+            ok, value = ray.get(ref, timeout=0)
+            if ok and value is not None:
+                total, answered = total + int(value), answered + 1
+    return total, answered
 
 
 def _first_line(exc: BaseException) -> str:

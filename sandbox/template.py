@@ -56,12 +56,14 @@ from themisto_env.errors import (
     TemplateGoneError,
 )
 from themisto_env.sandbox import lifetime
+from themisto_env.sandbox import run_root as run_roots
 from themisto_env.sandbox.copy_identity import CopyIdentity, can_give_identities, new_identity
 from themisto_env.sandbox.docker_template import DockerTemplateLauncher
 from themisto_env.sandbox.kernel_contract import KernelLike
 from themisto_env.sandbox.kernel_environments import environment_label
 from themisto_env.sandbox.kernel_process import SNAPSHOT_INBOX, SNAPSHOT_OUTBOX, release_thread_loop
 from themisto_env.sandbox.launcher import KERNEL_ENVIRONMENT, KernelLauncher, launcher_class
+from themisto_env.sandbox.leftovers import remove_run_dir
 from themisto_env.sandbox.local import BwrapLauncher, LocalLauncher
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.owners import RUN_DIR_PREFIX, write_owner
@@ -77,6 +79,7 @@ __all__ = [
     "KernelTemplate",
     "close_shared_templates",
     "hold_shared_templates",
+    "live_shared_templates",
     "release_shared_templates",
     "shared_template",
 ]
@@ -203,13 +206,24 @@ class KernelTemplate:
         return self._run_dir
 
     def start(self) -> Self:
-        """Start the template process and wait until it answers. Returns ``self``."""
+        """Start the template process and wait until it answers. Returns ``self``.
+
+        Raises:
+            KernelStartError: It ended or did not answer in time, or the host refused what it needs (its
+                folder, its socket: an ``OSError``, named in the message).
+        """
+        try:
+            return self._start()
+        except OSError as exc:  # the machinery's: one kind of start failure for the callers
+            raise KernelStartError(f"the {self.backend} kernel template could not start: {exc}") from exc
+
+    def _start(self) -> Self:
         with self._lock:
             if self._process is not None:
                 return self
             if self._identities is not None and (refused := can_give_identities()) is not None:
                 raise KernelStartError(f"the {self.backend} kernel template cannot isolate its copies: {refused}")
-            self._run_dir = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX))
+            self._run_dir = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX, dir=run_roots.run_root()))
             os.chmod(self._run_dir, 0o1777)
             (self._run_dir / "kernels").mkdir(mode=0o1777)
             os.chmod(self._run_dir / "kernels", 0o1777)
@@ -290,8 +304,8 @@ class KernelTemplate:
                     signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
                 os.close(self._pidfd)
                 self._pidfd = None
-            if self._run_dir is not None and self.base is None:
-                shutil.rmtree(self._run_dir, ignore_errors=True)
+            if self._run_dir is not None and self.base is None:  # its kernels and what they started go first
+                remove_run_dir(self._run_dir)
             self._run_dir = None
             filling, self._filling = self._filling, None
         if filling is not None and filling is not threading.current_thread():
@@ -652,6 +666,22 @@ def release_shared_templates() -> None:
         idle = list(_SHARED.values()) if _USERS == 0 else []
     for template in idle:
         template.trim()
+
+
+def live_shared_templates() -> tuple[int, int]:
+    """How many of the process's shared templates run, and how many state templates (a snapshot loaded,
+    copies forked from it) run under them."""
+    with _SHARED_LOCK:
+        templates = list(_SHARED.values())
+    kernels = states = 0
+    for template in templates:
+        if not template.is_alive():
+            continue
+        kernels += 1
+        with template._lock:
+            held = [*template._states.values(), *template._retired]
+        states += sum(1 for state in held if state.is_alive())
+    return kernels, states
 
 
 def close_shared_templates() -> None:

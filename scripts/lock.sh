@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Refresh requirements/lock.txt: the exact version of every package `scripts/setup.sh` installs (the
-# package's dependencies and its dev, rl, ray and docs extras), as CI tests them. It installs the newest versions
+# package's dependencies and its dev, rl, ray, docs and trace extras), as CI tests them. It installs the newest versions
 # pyproject.toml allows into a new, empty venv (torch pinned first, the CPU wheel where one is found: an
 # unpinned torch pulls the CUDA build) and writes what pip chose (`pip freeze`), torch as `torch==X.Y.Z`.
 #
@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 torch="${TORCH:-2.13.0}"
-extras="dev,rl,ray,docs"
+extras="dev,rl,ray,docs,trace"
 default_python=python3
 [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import ensurepip, venv" 2>/dev/null && default_python=/usr/bin/python3
 python="${PYTHON:-$default_python}"

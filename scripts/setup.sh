@@ -60,7 +60,7 @@ version="$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 echo "==> installing themisto-env and its Python dependencies (requirements/lock.txt) into $python"
 # pip, never uv, installs: the lock pins torch to the CPU build's version, found where pip is told to look
 # (on a machine without a CPU wheel at hand: install torch==2.13.0 from PyTorch's CPU wheel index first)
-"$python" -m pip install -q --disable-pip-version-check -c requirements/lock.txt -e '.[dev,rl,ray,docs]'
+"$python" -m pip install -q --disable-pip-version-check -c requirements/lock.txt -e '.[dev,rl,ray,docs,trace]'
 
 if [ "$with_docker" -eq 1 ]; then
   echo "==> Docker engine and kernel image"

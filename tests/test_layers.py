@@ -33,6 +33,7 @@ PACKAGES = {
 FOREIGN_PRIVATE = {
     # (module, attribute): private names of other libraries' objects, used knowingly
     ("themisto_env.agents.cache", "_get_invocation_params"): "langchain-core's model parameters (the cache key)",
+    ("themisto_env.tracing", "_TRACER_PROVIDER"): "OpenTelemetry's global provider, read without the api's lookup",
 }
 
 

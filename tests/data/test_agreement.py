@@ -271,3 +271,39 @@ def test_a_difference_is_followed_through_steps_that_agreed() -> None:
     assert trajectory.steps[2].agreement_detail == (
         "inputs from step 0 (its values differ when replayed again), by way of step 1, which wrote 'model'"
     )
+
+
+def test_an_import_that_ran_carries_no_difference_but_a_value_or_a_failed_import_does() -> None:
+    """Issue 39: a cell that prints a library's version (or a repr the library changed) differs on its own,
+    not because an earlier cell that imported the library disagreed; a value imported, a failed import, and a
+    name whose fingerprint is not known to hold a module carry as before."""
+
+    def step(index: int, source: str, recorded: list, replayed: list, **fields: Any) -> Step:
+        return Step(
+            index=index, source=source, recorded_outputs=recorded, outputs=replayed, duration_s=0.1,
+            agrees=False, replay_stable=True, **{"status": "ok", **fields},
+        )  # fmt: skip
+
+    cache = _err("Matplotlib is building the font cache; this may take a moment.\n")
+    module, klass, value = "module||abc", "abc.ABCMeta||", "int||1f"
+    steps = [
+        step(0, "import numpy as np\nfrom sklearn.linear_model import LinearRegression as LR", cache, [],
+             fingerprint={"np": module, "LR": klass}),
+        step(1, "print(np.__version__)", _out("1.21.6\n"), _out("2.4.6\n"), fingerprint={"np": module, "LR": klass}),
+        step(2, "LR()", _result("LinearRegression(n_jobs=None)"), _result("LinearRegression()")),
+        step(3, "from settings import ROWS", cache, [], fingerprint={"ROWS": value}),
+        step(4, "print(ROWS)", _out("120\n"), _out("0\n")),
+        step(5, "import seaborn as sns", [], _error("ModuleNotFoundError", "No module named 'seaborn'"),
+             status="error"),
+        step(6, "sns.set_theme()", [], _error("NameError", "name 'sns' is not defined"), status="error"),
+        step(7, "from matplotlib import pyplot as plt", cache, []),  # no fingerprint: maybe a value
+        step(8, "print(plt.get_backend())", _out("agg\n"), _out("inline\n")),
+        step(9, "import matplotlib as mpl", cache, []),  # no fingerprint, but `import x` binds a module
+        step(10, "print(mpl.__version__)", _out("3.3.4\n"), _out("3.11.2\n")),
+    ]  # fmt: skip
+    trajectory = Trajectory(id="t", session_key="k", source_digest="d", backend="local", steps=steps)
+    refresh_agreement(trajectory, force=True)
+    kinds = [s.agreement_kind for s in trajectory.steps]
+    assert kinds == ["environment", "environment", "environment", "environment", "upstream", "missing-module",
+                     "upstream", "environment", "upstream", "environment", "environment"]  # fmt: skip
+    assert trajectory.steps[4].agreement_detail == "inputs from step 3 (environment) wrote 'ROWS'"

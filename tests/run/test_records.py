@@ -467,3 +467,25 @@ def test_a_config_cannot_name_any_callable_as_its_agent(tmp_path: Path) -> None:
         make_agent("subprocess:run", args=f"touch {marker}", shell=True)
     assert not marker.exists()
     assert type(make_agent(f"{__name__}:FailsOnThirdSample")).__name__ == "FailsOnThirdSample"
+
+
+@pytest.mark.slow  # opens the bundled data (built once in the shared cache) and runs two samples on it
+def test_a_run_on_the_bundled_data_records_which_data_it_read(tmp_path: Path) -> None:
+    from themisto_env.replay.dataset import Dataset
+
+    out = tmp_path / "run"
+    config = RunConfig(agent="repeat-previous", limit=2)
+    run(config, out, progress=False)
+    recorded = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    bundled = Dataset.open(None, progress=False).path
+    assert recorded["data"] == str(bundled), "the bundled data's folder, not null"
+    assert Path(recorded["data"]).name.startswith("bundled-")  # named by the bundled log's digest
+    run(config, out, progress=False)  # resuming without --data is the same run
+    run(RunConfig(agent="repeat-previous", limit=2, data=str(bundled)), out, progress=False)  # so is the folder
+    recorded["data"] = None  # a config.json written by an older version
+    (out / "config.json").write_text(json.dumps(recorded), encoding="utf-8")
+    run(config, out, progress=False)
+    recorded["data"] = str(bundled.with_name(bundled.name.replace("bundled-", "bundled-0")))  # other bundled data
+    (out / "config.json").write_text(json.dumps(recorded), encoding="utf-8")
+    with pytest.raises(ConfigError, match="another config"):
+        run(config, out, progress=False)

@@ -380,6 +380,25 @@ def test_side_by_side_and_transcript(page: Path, runs: tuple[Path, Path], tmp_pa
     assert "no transcript recorded (an agent without a model)" in other.text()
 
 
+def test_each_card_shows_where_the_samples_time_went(page: Path, runs: tuple[Path, Path], tmp_path: Path) -> None:
+    samples = {s["id"]: s for s in view_data(list(runs))["samples"]}
+    talked = _talked(list(samples.values()))
+    detail = _detail(_browse(page, "sample=" + quote(talked, safe=""), tmp_path / "profile"))
+    cards = [c for c in detail.find_all("div") if c.attrs.get("class") == "card"]
+    for i, card in enumerate(cards):
+        timing = samples[talked]["rows"][i]["timing"]
+        shown = next(d for d in card.find_all("div") if d.attrs.get("class") == "timing")
+        kinds = ("state", "tools", "model", "scoring")
+        assert " · ".join(f"{k} {timing.get(k, 0.0):.3f}" for k in kinds) + " s" in shown.text()
+        bar = next(d for d in shown.find_all("div") if d.attrs.get("class") == "timing-bar")
+        segments = {s.attrs["class"]: s.attrs["style"] for s in bar.find_all("span")}
+        assert set(segments) == {f"timing-{k}" for k in kinds if timing.get(k, 0.0) > 0}
+        total = sum(timing.values())
+        for kind, style in segments.items():
+            assert style == f"width: {100 * timing[kind.removeprefix('timing-')] / total:.1f}%"
+    assert samples[talked]["rows"][1]["timing"]["model"] > 0 and samples[talked]["rows"][1]["timing"]["tools"] > 0
+
+
 def test_errors_and_absent_rows_are_shown(page: Path, runs: tuple[Path, Path], tmp_path: Path) -> None:
     samples = view_data(list(runs))["samples"]
     failed = next(s for s in samples if s["kinds"][1] == "model_error")

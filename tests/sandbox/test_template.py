@@ -6,21 +6,22 @@ Real template processes and real forked ipykernels throughout; each test ends on
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import wait_for
+from tests.sandbox.conftest import wait_ended
 from themisto_env.errors import KernelDiedError, SnapshotCorruptError, TemplateGoneError
 from themisto_env.sandbox.kernel import Kernel
 from themisto_env.sandbox.models import SandboxLimits
-from themisto_env.sandbox.owners import process_start
 from themisto_env.sandbox.template import STATE_TEMPLATES, KernelTemplate, shared_template
 
 STATE = """
@@ -185,7 +186,8 @@ def test_a_killed_template_takes_its_kernels_and_is_replaced(tmp_path: Path) -> 
 
 
 OWNER = """
-import json, sys, time
+import json, sys
+from themisto_env.sandbox import lifetime
 from themisto_env.sandbox.template import KernelTemplate
 template = KernelTemplate("local", snapshot_dir=sys.argv[1]).start()
 kernel = template.kernel()
@@ -193,38 +195,84 @@ kernel.execute("x = 1")
 digest = kernel.snapshot().digest
 copies = template.copies(digest, 2)
 state = template.state(digest)
+# a cell's worker process (in the kernel's process group), writing into the kernel's folder without pause
+writer = kernel.execute(
+    "import subprocess, sys; subprocess.Popen([sys.executable, '-c', %r]).pid" % sys.argv[3]
+).text()
 print(json.dumps({
     "template": template._process.pid(),
     "state": state.request({"op": "status"})["pid"],
     "kernels": [k.launcher.pid() for k in (kernel, *copies)],
+    "writer": int(writer),
+    "reapers": lifetime.reaper_pids(),
     "run_dir": str(template.run_dir),
 }), flush=True)
-if sys.argv[2] == "wait":
-    time.sleep(600)
+if sys.argv[2] == "exit":
+    sys.stdin.readline()  # the test has a pidfd of each process it was told of
+else:  # more kernels are being forked and closed as the owner is killed
+    more = []
+    while True:
+        for copy in more:
+            copy.close()
+        more = [template.kernel(), *template.copies(digest, 1)]
 """
+#: The worker: files made and removed in its working folder, going on whatever fails.
+WRITER = """
+import itertools, os
+for n in itertools.count():
+    try:
+        open(f"w{n % 32}", "w").close()
+        if n % 32 == 31:
+            for i in range(32):
+                os.unlink(f"w{i}")
+    except OSError:
+        pass
+"""
+#: A guard only: the test waits for the processes' ends and the reaper's (pidfds), not for a time.
+ENDS_GUARD_S = 90.0
 
 
 @pytest.mark.parametrize("ending", ["exit", "wait"], ids=["normal exit", "SIGKILL"])
-def test_nothing_outlives_the_owner(tmp_path: Path, ending: str) -> None:
-    """The template, its state templates and every kernel forked from them go with the process that made
-    them, whether it exits or is SIGKILLed; so does the template's directory."""
+def test_nothing_outlives_the_owner(tmp_path: Path, ending: str, busy_machine: Callable[[], int]) -> None:
+    """The template, its state templates, every kernel forked from them and what their cells started go with
+    the process that made them, whether it exits or is SIGKILLed (while it forks kernels), on a busy machine;
+    so does the template's directory. Cleanup is over when the reaper ends: then nothing may be left."""
     owner = subprocess.Popen(
-        [sys.executable, "-c", OWNER, str(tmp_path / "store"), ending], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", OWNER, str(tmp_path / "store"), ending, WRITER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
-    assert owner.stdout is not None
-    made = json.loads(owner.stdout.readline())
-    processes = [made["template"], made["state"], *made["kernels"]]
-    starts = {pid: process_start(pid) for pid in processes}
-    assert all(starts.values()), made
-    if ending == "wait":
-        owner.send_signal(signal.SIGKILL)
-    owner.wait(timeout=60)
-
-    def gone() -> bool:
-        return all(not alive(pid) or process_start(pid) != starts[pid] for pid in processes)
-
-    assert wait_for(gone, 20), [pid for pid in processes if alive(pid)]
-    assert wait_for(lambda: not Path(made["run_dir"]).exists(), 20)
+    assert owner.stdin is not None and owner.stdout is not None
+    pidfds: dict[int, int] = {}
+    try:
+        made = json.loads(owner.stdout.readline())
+        processes = [made["template"], made["state"], *made["kernels"], made["writer"]]
+        assert made["reapers"] and all(processes), made
+        pidfds.update((pid, os.pidfd_open(pid)) for pid in [*processes, *made["reapers"]])
+        assert all(alive(pid) for pid in processes), made  # the pidfds name them, not a later reuse of the pid
+        busy_machine()  # from here on (the owner's setup, done, would only take longer)
+        if ending == "wait":
+            owner.send_signal(signal.SIGKILL)
+        with contextlib.suppress(BrokenPipeError):  # a normal exit from here (a killed owner reads nothing)
+            owner.stdin.write("end\n")
+            owner.stdin.close()
+        owner.wait(timeout=120)
+        left = wait_ended(pidfds, ENDS_GUARD_S)
+        assert not left, f"still running after the reaper was due to end: {left} of {made}"
+        run_dir = Path(made["run_dir"])  # the reaper ended: nothing may be left, not even for a moment
+        assert not run_dir.exists(), sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*"))[:20]
+    finally:
+        if owner.poll() is None:  # failed before its end: its reaper then cleans up
+            owner.kill()
+            owner.wait()
+        for fd in pidfds.values():  # this test's processes only, through their pidfds (never a reused pid)
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            os.close(fd)
+        for stream in (owner.stdin, owner.stdout):
+            with contextlib.suppress(BrokenPipeError):
+                stream.close()
 
 
 def test_a_forked_kernel_finds_the_template_imports_done(template: KernelTemplate) -> None:

@@ -18,9 +18,7 @@ schema from the annotations of its signature, which must be types, not strings.
 import asyncio
 import hashlib
 import json
-import os
 import sys
-import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -28,6 +26,7 @@ from typing import Any, Literal
 
 import verifiers.v1 as vf
 from pydantic import Field
+from verifiers.v1.errors import SandboxError
 from verifiers.v1.harnesses.null import NullHarness
 from verifiers.v1.harnesses.utils.launch import CHAT_PROGRAM_SOURCE, launch_chat_program
 
@@ -45,8 +44,6 @@ __all__ = [
     "ThemistoToolsConfig",
 ]
 
-#: The longest temporary folder the tool server's kernels keep (their IPC sockets live under it).
-SHORT_TMPDIR = 40
 #: Rollouts the tool server keeps (the oldest are dropped: a rollout is done long before).
 MAX_ROLLOUTS = 4096
 
@@ -87,6 +84,7 @@ class ThemistoState(vf.State):
         scored: The server has scored the rollout (after its first tool call).
         reward: ``get_reward()`` after the rollout's last call (None: the env cannot trust the rollout).
         untrusted: An infrastructure failure or a state mismatch touched the rollout.
+        why: What made it untrusted (the rollout's faults and state mismatches), empty when trusted.
     """
 
     rollout: str = ""
@@ -94,6 +92,7 @@ class ThemistoState(vf.State):
     scored: bool = False
     reward: float | None = None
     untrusted: bool = False
+    why: str = ""
 
 
 class ThemistoData(vf.TaskData):
@@ -115,9 +114,17 @@ class ThemistoTask(vf.Task[ThemistoData, ThemistoState]):
 
     @vf.reward
     async def themisto_reward(self, trace: vf.Trace) -> float:
-        """The env's one score of the rollout's last submission (0 when it cannot be trusted)."""
+        """The env's one score of the rollout's last submission.
+
+        Raises:
+            SandboxError: The rollout cannot be trusted (an infrastructure fault, a served state that differs
+                from the recording): verifiers records the error on the trace and gives it no reward, so that
+                the machinery's failure is never scored as the model's.
+        """
         state = await self._scored(trace)
-        return 0.0 if state.reward is None else float(state.reward)
+        if state.reward is None:
+            raise SandboxError(f"infrastructure fault, the rollout is not scored: {state.why or 'untrusted'}")
+        return float(state.reward)
 
     @vf.metric
     async def untrusted(self, trace: vf.Trace) -> float:
@@ -131,6 +138,7 @@ class ThemistoTask(vf.Task[ThemistoData, ThemistoState]):
             rollout = await asyncio.to_thread(_host_rollout, self.states, state.sample_id or self.data.sample_id)
             reward = await asyncio.to_thread(rollout.get_reward)
             state.reward, state.untrusted, state.scored = reward, bool(rollout.untrusted), True
+            state.why = "; ".join(rollout.untrusted)
         return state
 
 
@@ -141,11 +149,8 @@ class ThemistoTools(vf.Toolset[ThemistoToolsConfig, ThemistoState]):
     TOOL_PREFIX = None  # the tools keep their own names (list_variables, ..., submit)
 
     async def setup(self) -> None:
-        # verifiers points TMPDIR at the runtime's folder, deep under ~/.cache: too long a path for the
-        # kernels' IPC sockets (a Unix socket's path holds at most 107 bytes); take the system's again
-        if len(tempfile.gettempdir()) > SHORT_TMPDIR:
-            os.environ.pop("TMPDIR", None)
-            tempfile.tempdir = None
+        # verifiers points TMPDIR at the runtime's folder, deep under ~/.cache: the sandbox puts the kernels'
+        # IPC sockets in a short folder of its own then (themisto_env.sandbox.run_root)
         self._states = SharedStates(**self.config.states)
         self._rollouts: OrderedDict[str, ThemistoToolEnv] = OrderedDict()
         self._lock = threading.Lock()
@@ -181,11 +186,13 @@ class ThemistoTools(vf.Toolset[ThemistoToolsConfig, ThemistoState]):
     async def _call(self, tool: str, **args: Any) -> str:
         """Call ``tool`` on the calling rollout's env, then write its reward into the rollout's state."""
         state = self.state
-        answer, reward, untrusted = await asyncio.to_thread(self._run, state.rollout, state.sample_id, tool, args)
-        state.scored, state.reward, state.untrusted = True, reward, untrusted
+        answer, reward, why = await asyncio.to_thread(self._run, state.rollout, state.sample_id, tool, args)
+        state.scored, state.reward, state.untrusted, state.why = True, reward, bool(why), why
         return answer
 
-    def _run(self, rollout_id: str, sample_id: str, tool: str, args: dict[str, Any]) -> tuple[str, float | None, bool]:
+    def _run(self, rollout_id: str, sample_id: str, tool: str, args: dict[str, Any]) -> tuple[str, float | None, str]:
+        """The tool's answer on the rollout's env, the rollout's reward after it, and what makes the rollout
+        untrusted (empty: trusted)."""
         with self._lock:
             rollout = self._rollouts.get(rollout_id)
             if rollout is None:
@@ -195,7 +202,8 @@ class ThemistoTools(vf.Toolset[ThemistoToolsConfig, ThemistoState]):
                 while len(self._rollouts) > MAX_ROLLOUTS:
                     self._rollouts.popitem(last=False)
         answer = str(getattr(rollout, tool)(**args))
-        return answer, rollout.get_reward(), bool(rollout.untrusted)
+        reward = rollout.get_reward()
+        return answer, reward, "; ".join(rollout.untrusted)
 
 
 for _name in TOOL_NAMES:

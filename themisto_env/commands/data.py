@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -11,11 +12,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from themisto_env import tracing
 from themisto_env.commands.common import Backend, console
 from themisto_env.errors import ConfigError
 
 if TYPE_CHECKING:
     from themisto_env.replay.build import BuildReport
+    from themisto_env.sandbox.models import SandboxLimits
 
 data_app = typer.Typer(help="Build and inspect trajectory datasets.", no_args_is_help=True)
 """``themisto data``."""
@@ -29,17 +32,32 @@ def data_build(
     out: Annotated[Path, typer.Option("--out", "-o", help="Dataset folder to write (continued if it exists).")],
     backend: Backend = "local",
     snapshots: Annotated[bool, typer.Option(help="Snapshot the namespace after every step.")] = True,
-    timeout: Annotated[
+    min_cell_timeout: Annotated[
         float,
         typer.Option(
-            help="The least time a cell with a recorded duration gets (it gets 5x its recorded time if more), in s."
+            "--min-cell-timeout",
+            help="The least time a cell with a recorded duration gets (it gets 5x its recorded time if more), in s.",
         ),
     ] = 60.0,
+    helper_timeout: Annotated[
+        float,
+        typer.Option(
+            "--helper-timeout",
+            help="How long one call of the in-kernel helper (a snapshot, a state check) may take, in s.",
+        ),
+    ] = 60.0,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout",
+            help="Deprecated: sets both --min-cell-timeout and --helper-timeout, as it did before they were split.",
+        ),
+    ] = None,
     cell_timeout: Annotated[
         float | None,
         typer.Option(
             "--cell-timeout",
-            help="One limit for every cell, in seconds (default: 5x its recorded time, at least --timeout; "
+            help="One limit for every cell, in seconds (default: 5x its recorded time, at least --min-cell-timeout; "
             "600 s where no time was recorded, as in a saved notebook).",
         ),
     ] = None,
@@ -83,6 +101,15 @@ def data_build(
             "node. Needs themisto-env[ray].",
         ),
     ] = None,
+    trace: Annotated[
+        Path | None,
+        typer.Option(
+            "--trace",
+            metavar="FILE",
+            help="Write the build's OpenTelemetry spans (sessions, cells) to FILE, one JSON object a line. "
+            "Needs themisto-env[trace].",
+        ),
+    ] = None,
 ) -> None:
     """Replay sessions into trajectories with runtime state.
 
@@ -97,10 +124,21 @@ def data_build(
         raise ConfigError(f"--workers {workers}: give 1 or more (how many sessions to replay at once)")
     if installer not in ("pip", "uv"):
         raise ConfigError(f"--installer {installer}: give pip or uv")
+    if timeout is not None:  # the one option of old, for both limits: kept working, and said so
+        print(
+            "themisto data build: --timeout is deprecated; it sets both --min-cell-timeout and --helper-timeout "
+            f"({timeout:g} s): give those instead",
+            file=sys.stderr,
+        )
+        min_cell_timeout = helper_timeout = timeout
+    for name, value in (("--min-cell-timeout", min_cell_timeout), ("--helper-timeout", helper_timeout)):
+        if value <= 0:
+            raise ConfigError(f"{name} {value:g}: give a number of seconds above 0")
     if project_envs:
         if len(sources) != 1 or not sources[0].is_dir() or kernel_env is not None or requirements is not None:
             raise ConfigError("--project-envs takes one folder, and no --kernel-env or --requirements")
-        build_projects(sources[0], out, backend, snapshots, timeout, workdir_limit_mb, workers, ray, installer)
+        limits = SandboxLimits(timeout_s=helper_timeout, workdir_mb=workdir_limit_mb)
+        build_projects(sources[0], out, backend, snapshots, limits, min_cell_timeout, workers, ray, installer)
         return
     if requirements is not None:
         from themisto_env.replay import kernel_environments
@@ -109,19 +147,21 @@ def data_build(
         spec = make_spec(requirements)
         kernel_env = kernel_environments.create(None, spec, console=Console(stderr=True))[0].id
 
-    limits = SandboxLimits(timeout_s=timeout, workdir_mb=workdir_limit_mb)
-    report = build_dataset(
-        sources,
-        out,
-        backend=backend,
-        snapshots=snapshots,
-        limits=limits,
-        workdir=workdir,
-        environment=kernel_env,
-        workers=workers,
-        ray=ray,
-        cell_timeout=cell_timeout,
-    )
+    limits = SandboxLimits(timeout_s=helper_timeout, workdir_mb=workdir_limit_mb)
+    with tracing.configured(trace):  # and the OTEL_* variables
+        report = build_dataset(
+            sources,
+            out,
+            backend=backend,
+            snapshots=snapshots,
+            limits=limits,
+            workdir=workdir,
+            environment=kernel_env,
+            workers=workers,
+            ray=ray,
+            cell_timeout=cell_timeout,
+            min_cell_timeout=min_cell_timeout,
+        )
     console.print(
         f"built {len(report.built)}, skipped {len(report.skipped)} already built, "
         f"failed {len(report.failed)}; {report.steps} steps in {report.seconds:.1f} s -> {out}",
@@ -147,15 +187,14 @@ def build_projects(
     out: Path,
     backend: str,
     snapshots: bool,
-    timeout: float,
-    workdir_limit_mb: float,
+    limits: SandboxLimits,
+    min_cell_timeout: float,
     workers: int,
     ray: str | None,
     installer: str,
 ) -> None:
     """``themisto data build FOLDER --project-envs``: build, then a row per notebook."""
     from themisto_env.replay.folder_build import REPORT, build_folder
-    from themisto_env.sandbox.models import SandboxLimits
 
     def say(line: str) -> None:
         console.print(escape(line), soft_wrap=True)
@@ -165,7 +204,8 @@ def build_projects(
         out,
         backend=backend,
         snapshots=snapshots,
-        limits=SandboxLimits(timeout_s=timeout, workdir_mb=workdir_limit_mb),
+        limits=limits,
+        min_cell_timeout=min_cell_timeout,
         workers=workers,
         ray=ray,
         installer=installer,  # type: ignore[arg-type]

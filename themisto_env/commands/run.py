@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from themisto_env import tracing
 from themisto_env.commands.common import console
 from themisto_env.metrics import API_SEQUENCE_METRICS, METRICS
 from themisto_env.run.progress import nothing_scored
@@ -155,6 +156,16 @@ def run_command(
         ),
     ] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Run folder (resumed if it exists).")] = Path("runs/latest"),
+    trace: Annotated[
+        Path | None,
+        typer.Option(
+            "--trace",
+            metavar="FILE",
+            help="Write the run's OpenTelemetry spans to FILE, one JSON object a line (e.g. runs/latest/"
+            "trace.jsonl; appended). Needs themisto-env[trace]. OTEL_EXPORTER_OTLP_ENDPOINT sends them to a "
+            "collector too.",
+        ),
+    ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Start the run folder over (its results are removed).")
     ] = False,
@@ -188,7 +199,8 @@ def run_command(
     run_config = load_run_config(config, {k: v for k, v in overrides.items() if v is not None})
     if execution_score is not None:
         run_config = run_config.model_copy(update={"env": {**run_config.env, "execution_score": execution_score}})
-    summary = run(run_config, out, force=force)
+    with tracing.configured(trace):  # and the OTEL_* variables
+        summary = run(run_config, out, force=force)
     console.print(summary_table(summary))
     for note in (draws_note(summary), usage_note(summary)):
         if note:

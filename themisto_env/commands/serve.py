@@ -86,15 +86,19 @@ def serve_command(
         options["ray"] = ray
     console.print(
         f"themisto serve: http://{host}:{port} (OpenEnv; WebSocket sessions at /ws, up to {max_sessions}; "
+        "Prometheus metrics at /metrics; "
         f"{'token required' if token else 'no token'}{f'; kernels on Ray at {ray}' if ray else ''})",
         markup=False,
     )
-    serve(
-        options,
-        host=host,
-        port=port,
-        max_sessions=max_sessions,
-        idle_timeout_s=idle_timeout or None,
-        token=token,
-        log_level=log_level,
-    )
+    from themisto_env import tracing
+
+    with tracing.configured():  # the OTEL_* variables: traces of every session to any OTLP collector
+        serve(
+            options,
+            host=host,
+            port=port,
+            max_sessions=max_sessions,
+            idle_timeout_s=idle_timeout or None,
+            token=token,
+            log_level=log_level,
+        )

@@ -53,7 +53,11 @@ step an input came from, package versions); without it, fewer causes can be told
     The cell reads a name that an earlier step wrote, and that step disagreed (any kind but ``display``
     and ``warning``, which leave values as they were): the difference is carried forward. The detail
     names the step, its kind and the name: ``inputs from step 3 (missing-file) wrote 'df'``. E.g. a
-    ``NameError: name 'sns' is not defined`` after a failed ``import seaborn as sns``.
+    ``NameError: name 'sns' is not defined`` after a failed ``import seaborn as sns``. A library's module,
+    class or function an earlier step bound by an import that ran (no error in the replay or the recording)
+    carries nothing: it is today's library, and a cell that differs because of it (printing
+    ``np.__version__``, a repr numpy changed) differs on its own: its second replay tells ``environment``
+    from ``nondeterminism``. A value imported (``from settings import ROWS``) carries as any value does.
 ``error-vs-ok``
     One of the two raised and the other did not (any other error), or both raised different errors.
 ``display``
@@ -68,8 +72,9 @@ step an input came from, package versions); without it, fewer causes can be told
     Tolerated (:data:`TOLERATED`).
 ``nondeterminism``
     A second replay of the cell, from a copy of the state before it, shows other outputs than the
-    first: an unseeded random draw, a set's order, a clock. The detail shows the first line in which
-    the two replays differ.
+    first: an unseeded random draw (from the global generators, or from a numpy generator an earlier cell
+    made with no seed), a set's order, a clock. The detail shows the first line in which the two replays
+    differ.
 ``environment``
     A second replay shows the same outputs as the first, and both differ from the recording: today's
     machine computes otherwise (package versions, paths, host names). The detail names the packages
@@ -91,11 +96,11 @@ from typing import Any, Literal, get_args
 
 from themisto_env.sandbox.rendering import normalize_for_comparison, render_outputs
 
-NORMALIZATION_VERSION = 3
+NORMALIZATION_VERSION = 4
 """Version of the normalisation rules (1: :func:`~themisto_env.sandbox.rendering.normalize_for_comparison`
 alone; 2: cell file names and figure sizes too, and kinds; 3: the causes ``timeout``, ``upstream``,
-``warning``, ``timing``, ``environment``, and ``nondeterminism`` from a second replay). Datasets record the
-version they used."""
+``warning``, ``timing``, ``environment``, and ``nondeterminism`` from a second replay; 4: a name bound by an
+import that ran carries no ``upstream``, unless it bound a value). Datasets record the version they used."""
 
 AgreementKind = Literal[
     "ok",

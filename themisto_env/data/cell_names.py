@@ -65,4 +65,20 @@ def names_written(source: str, *, in_place: bool = True) -> frozenset[str]:
     return frozenset(written)
 
 
-__all__ = ["names_read", "names_written"]
+def names_imported(source: str, *, modules_only: bool = False) -> frozenset[str]:
+    """The names the cell binds by ``import`` statements (``import numpy as np`` binds ``np``); with
+    ``modules_only``, by ``import x`` only (a module), not ``from x import y`` (anything ``x`` holds)."""
+    tree = _parse(source)
+    if tree is None:
+        return frozenset()
+    kinds = (ast.Import,) if modules_only else (ast.Import, ast.ImportFrom)
+    return frozenset(
+        (a.asname or a.name).partition(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, kinds)
+        for a in node.names
+        if a.name != "*"
+    )
+
+
+__all__ = ["names_imported", "names_read", "names_written"]

@@ -30,7 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from themisto_env.data.agreement import NORMALIZATION_VERSION, UPSTREAM_SOURCES, ReplayContext, agreement
-from themisto_env.data.cell_names import names_read, names_written
+from themisto_env.data.cell_names import names_imported, names_read, names_written
 from themisto_env.data.writes import append_line, write_text_atomic
 from themisto_env.errors import DataError
 from themisto_env.sandbox.workdir import FileStore
@@ -320,7 +320,9 @@ def _source_of(step: Step, writers: dict[str, Step], carried: dict[int, Step]) -
     found = []
     for name in names_read(step.source):
         writer = writers.get(name)
-        if writer is not None and (_disagrees(writer) or writer.index in carried):
+        if writer is None or _imported(writer, name):
+            continue
+        if _disagrees(writer) or writer.index in carried:
             found.append((writer.index, name, writer))
     if not found:
         return None
@@ -328,6 +330,39 @@ def _source_of(step: Step, writers: dict[str, Step], carried: dict[int, Step]) -
     writer = next(w for i, _, w in found if i == index)
     root = writer if _disagrees(writer) else carried[writer.index]
     return root, sorted(name for i, name, _ in found if i == index), writer
+
+
+#: Fingerprint types of what an import binds from a library: modules, classes and functions, not values.
+_LIBRARY_TYPES = frozenset(
+    {
+        "module",
+        "type",
+        "abc.ABCMeta",
+        "function",
+        "builtin_function_or_method",
+        "method",
+        "functools.partial",
+        "numpy.ufunc",
+        "numpy._ArrayFunctionDispatcher",
+    }
+)
+
+
+def _imported(writer: Step, name: str) -> bool:
+    """Whether ``writer`` bound ``name`` to a library's module, class or function by an import that ran, in
+    the replay and in the recording (no error in either): the name holds the environment's library, not a
+    value a difference can be carried in. A later cell that differs because of that library differs on its
+    own (its second replay says how). An import that failed (``missing-module``) still carries, since the
+    name was never bound; so does a value imported (``from settings import ROWS``)."""
+    if name not in names_imported(writer.source) or writer.status != "ok":
+        return False
+    if any(output.get("output_type") == "error" for output in writer.recorded_outputs):
+        return False
+    entry = (writer.fingerprint or {}).get(name)
+    if entry is None:  # no fingerprint: only what ``import x`` binds is surely a module
+        return name in names_imported(writer.source, modules_only=True)
+    kind = entry.split("|", 1)[0]
+    return kind in _LIBRARY_TYPES or kind.endswith(("Meta", "Metaclass", "MetaClass"))
 
 
 def _phrase(root: Step, names: list[str], writer: Step) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from themisto_env import tracing
 from themisto_env.data.samples import Sample
 from themisto_env.data.trajectory import Trajectory
 from themisto_env.env.actions import Action, Prediction, parse_action, reset_options
@@ -89,6 +90,14 @@ class Episode:
         self._last_tool = ""  # the observation's tool_result
         self._runtime_text = ""  # the observation's runtime (full mode)
         self._rng: np.random.Generator | None = None
+        #: Where the episode's time goes: seconds of ``state``, ``tools`` and ``scoring`` (and ``model``, where
+        #: the caller times its agent on it under :meth:`traced`); its totals only grow.
+        self.clock = tracing.Stopwatch()
+        #: Where the last scored sample's time went, from its beginning to its last prediction's score:
+        #: seconds by kind (``state``, ``tools``, ``model``, ``scoring``; kinds with none left out).
+        self.scored_seconds: dict[str, float] = {}
+        self._sample_mark: dict[str, float] = {}
+        self._span: Any = tracing.NO_SPAN  # the episode's (from reset to its end)
 
     @classmethod
     def open(cls, **options: Any) -> Episode:
@@ -106,11 +115,39 @@ class Episode:
         that trajectory's samples, or a sample id, whose trajectory is then found); otherwise the
         trajectory is drawn with ``rng`` (default: the episode's own, unseeded).
 
+        Traced: a ``themisto.episode`` span from here to the episode's end (the last sample scored, the
+        next reset or :meth:`close`), the parent of this ``themisto.reset`` and of every step's spans.
+
         Raises:
             ConfigError: A bad option (nothing changed).
             SplitError: A trajectory or sample of the other side of the dataset's split.
             BackendUnavailableError: The backend is gone.
         """
+        tracing.end(self._span)
+        self._span = tracing.start("themisto.episode", {"themisto.task": self.config.task})
+        try:
+            with self.traced(), tracing.span("themisto.reset"):
+                obs, info = self._reset(options, rng)
+        except BaseException as exc:
+            tracing.fail(self._span, exc)
+            self._end_span()
+            raise
+        where = {"themisto.trajectory.id": info["trajectory_id"], "themisto.sample.id": info["sample_id"]}
+        tracing.record(self._span, where)
+        return obs, info
+
+    def traced(self) -> Any:
+        """A context in which spans are the episode's children and timed work counts on :attr:`clock` (the
+        runner asks its agent under it, timed as ``model``)."""
+        return tracing.within(self._span, self.clock)
+
+    def _end_span(self) -> None:
+        tracing.end(self._span, {"themisto.samples_left": len(self.record.queue)})
+        self._span = tracing.NO_SPAN
+
+    def _reset(
+        self, options: Mapping[str, Any] | None, rng: np.random.Generator | None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         self.server.raise_lost_backend()
         if isinstance(options, dict):  # a split's side refuses the other side's, by name (SplitError)
             asked_tid, asked_sample = options.get("trajectory"), options.get("sample")
@@ -139,6 +176,13 @@ class Episode:
             ConfigError: No episode was started.
             BackendUnavailableError: The backend is gone.
         """
+        with self.traced():
+            stepped = self._step(action)
+        if stepped[2]:  # terminated: the episode's span ends
+            self._end_span()
+        return stepped
+
+    def _step(self, action: Any) -> Step:
         if self.record.sample is None:
             raise ConfigError("call reset() before step()")
         self.server.raise_lost_backend()
@@ -163,6 +207,7 @@ class Episode:
         return self.observation(), reward, False, False, self.info(**extra)
 
     def _begin_sample(self) -> dict[str, Any]:
+        self._sample_mark = self.clock.mark()
         sample = self.record.begin_sample()
         assert self.record.trajectory is not None
         self._last_tool = ""
@@ -197,6 +242,7 @@ class Episode:
         sample, current = record.sample, record.current
         assert sample is not None
         scored = self.score_prediction(prediction.text)
+        self.scored_seconds = self.clock.since(self._sample_mark)  # its K-th draw's: the whole sample's
         value = (scored.reward if scored.reward is not None else 0.0) + current.tool_cost_paid
         extra.update(dict(scored))
         extra["tool_calls"] = list(current.tool_calls)
@@ -295,6 +341,7 @@ class Episode:
 
     def close(self) -> None:
         """Close the parts this episode made (a server or scorer given to it stays open)."""
+        self._end_span()
         owns_server, owns_scorer = self._owns
         if owns_server:
             self.server.close()

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from themisto_env import tracing
 from themisto_env.data.trajectory import Step, Trajectory
 from themisto_env.env.config import EnvConfig
 from themisto_env.env.observation import history_items, render_runtime
@@ -281,8 +282,9 @@ class StateServer:
         """
         trajectory, step = self._selected()
         try:
-            self._check_dataset()
-            self.report = self.kernel_owner.serve(trajectory, step)
+            with tracing.timed("state"):  # the first kernel's start too (checking the dataset)
+                self._check_dataset()
+                self.report = self.kernel_owner.serve(trajectory, step)
         except BackendUnavailableError:
             raise
         except InfrastructureError:
@@ -354,16 +356,21 @@ class StateServer:
             BackendUnavailableError: The backend is gone.
         """
         faults: list[str] = []
-        try:
-            faults += self.served_faults()  # a lost backend is tried once more by the recovery below
-            result = run_tool(call, self.tool_context(try_code))
-        except InfrastructureError as exc:
-            if call.tool == "try_cell" and not isinstance(exc, BackendUnavailableError):
-                faults.append(fault_text(exc))  # its disposable kernel: not ours
-            else:
-                faults += self.recover(exc)
-            return ToolOutcome(None, tuple(faults))
-        return ToolOutcome(result, tuple(faults))
+        with tracing.span("themisto.tool_call", {"themisto.tool.name": call.tool}, timed="tools") as span:
+            try:
+                faults += self.served_faults()  # a lost backend is tried once more by the recovery below
+                result = run_tool(call, self.tool_context(try_code))
+            except InfrastructureError as exc:
+                tracing.fail(span, exc)
+                if call.tool == "try_cell" and not isinstance(exc, BackendUnavailableError):
+                    faults.append(fault_text(exc))  # its disposable kernel: not ours
+                else:
+                    faults += self.recover(exc)
+                return ToolOutcome(None, tuple(faults))
+            tracing.record(span, {"themisto.tool.ok": result.ok, "themisto.tool.faults": len(faults)})
+            if faults:
+                tracing.fail(span, "; ".join(faults))
+            return ToolOutcome(result, tuple(faults))
 
     def runtime_text(self, max_chars: int) -> str:
         """The ``full`` observation's dump of the selected state's live namespace (with the recorded sizes

@@ -139,6 +139,7 @@ def build_dataset(
     workers: int = 1,
     ray: str | None = None,
     cell_timeout: float | None = None,
+    min_cell_timeout: float | None = None,
 ) -> BuildReport:
     """Replay every session of the sources into a trajectory dataset folder.
 
@@ -147,8 +148,8 @@ def build_dataset(
         out: The dataset folder (created; an existing one is continued).
         backend: Sandbox backend to replay on.
         snapshots: Whether to snapshot the namespace after every step.
-        limits: Sandbox limits (``timeout_s``: the least a recorded cell is given, see
-            :class:`~themisto_env.replay.session_replay.CellLimit`; ...).
+        limits: Sandbox limits (``timeout_s``: how long one call of the in-kernel helper, a snapshot or a
+            state check, may take; and the least a recorded cell is given when ``min_cell_timeout`` is None).
         snapshot_dir: The snapshot store; defaults to the user cache.
         progress: Show progress on stderr (a bar on a terminal, a line every few seconds when piped).
         environment: A kernel environment's name or id (``themisto kernel-env create``) to replay in; the
@@ -162,7 +163,9 @@ def build_dataset(
             must be at the same path on every node (a shared folder) for sessions with a working folder;
             snapshots a node keeps to itself are copied into this machine's store.
         cell_timeout: One limit for every cell, in seconds (default: a multiple of the cell's recorded
-            time, never below ``limits.timeout_s``; 10 minutes for a cell with no recorded time).
+            time, never below ``min_cell_timeout``; 10 minutes for a cell with no recorded time).
+        min_cell_timeout: The least a cell with a recorded time is given, in seconds (see
+            `themisto_env.replay.session_replay.CellLimit`; None: ``limits.timeout_s``).
 
     Raises:
         ConfigError: ``workers`` is below 1.
@@ -177,7 +180,10 @@ def build_dataset(
     limits = limits or SandboxLimits()
     if not limits.image_limit_bytes:  # figures past the output cap go to the dataset's files/, not away
         limits = limits.model_copy(update={"image_limit_bytes": BUILD_IMAGE_BYTES})
-    limit = CellLimit(floor_s=limits.timeout_s, fixed_s=cell_timeout)
+    if min_cell_timeout is not None and min_cell_timeout <= 0:
+        raise ConfigError(f"min_cell_timeout: {min_cell_timeout:g} is not a limit; give a number of seconds above 0")
+    floor = min_cell_timeout if min_cell_timeout is not None else limits.timeout_s
+    limit = CellLimit(floor_s=floor, fixed_s=cell_timeout)
     started = time.perf_counter()
     out = Path(out)
     report = BuildReport()

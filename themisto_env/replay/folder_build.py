@@ -118,6 +118,7 @@ def build_folder(
     backend: str = "local",
     snapshots: bool = True,
     limits: SandboxLimits | None = None,
+    min_cell_timeout: float | None = None,
     snapshot_dir: str | Path | None = None,
     workers: int = 1,
     ray: str | None = None,
@@ -132,7 +133,10 @@ def build_folder(
         out: Where the datasets go (``out/<environment>/``) and ``folder-build.json``.
         backend: The sandbox backend.
         snapshots: Snapshot the namespace after every step.
-        limits: Sandbox limits.
+        limits: Sandbox limits (``timeout_s``: the helper-call limit, as in
+            `themisto_env.replay.build.build_dataset`).
+        min_cell_timeout: The least a cell with a recorded time is given (as in
+            `themisto_env.replay.build.build_dataset`).
         snapshot_dir: The snapshot store (None: the cache's).
         workers: Notebooks replayed at once (per environment), each in its own kernel.
         ray: Replay on Ray actors (as ``themisto data build --ray``).
@@ -206,6 +210,7 @@ def build_folder(
             "backend": backend,
             "snapshots": snapshots,
             "limits": limits,
+            "min_cell_timeout": min_cell_timeout,
             "snapshot_dir": snapshot_dir,
             "progress": progress,
             "environment": env_id,

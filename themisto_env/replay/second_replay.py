@@ -1,14 +1,30 @@
 """Replaying a cell a second time from a copy of the state before it: how a build tells chance from cause.
 
 A step whose replay differs from the recording for no cause its outputs show (kind ``other`` after the
-first comparison) is replayed again by :class:`SecondReplays`: the state before it is put back (its
-snapshot, the working folder's files, and the global random generators as another run would have them:
-where an earlier cell of the session seeded them (``np.random.seed(0)``), their states before the step,
-kept by the in-kernel helper; else freshly seeded from the system's entropy, as in a new process), the
-cell runs again, and then the state after its first replay is put back, so the build goes on as if
-nothing happened. Outputs that differ the second time make it
-``nondeterminism``; the same outputs make it ``environment`` (today's machine computes otherwise) unless
-an input explains it.
+first comparison) is replayed again by :class:`SecondReplays`: the state before it is put back, the cell
+runs again, and then the state after its first replay is put back, so the build goes on as if nothing
+happened. Outputs that differ the second time make it ``nondeterminism``; the same outputs make it
+``environment`` (today's machine computes otherwise) unless an input explains it.
+
+The state before a step, as the first replay found it or as another run would have it:
+
+- its snapshot (the user namespace) and the working folder's files;
+- the process beyond the namespace, kept by the in-kernel helper before every step
+  (``keep_process_state``): the IPython extensions the cell loaded are no longer loaded (a cell that runs
+  ``%load_ext autoreload`` loads it again, rather than being told it is "already loaded"), the user's own
+  modules it imported first (Python files outside the Python installation) are imported anew, what either
+  registered (magics, event callbacks, input transformers) is gone, and the warning filters and the
+  current folder (``%cd``) are as they were. Installed packages are never imported twice, and what they
+  set up stays (pyplot's first import sets up the hook that shows a cell's figures);
+- the global random generators: where an earlier cell of the session seeded them (``np.random.seed(0)``),
+  their states before the step, kept by the helper; else freshly seeded from the system's entropy, as in a
+  new process;
+- numpy generators of the namespace made with no seed (``rng = np.random.default_rng()`` in an earlier
+  cell; ``RandomState()``; one level into containers and objects) are reseeded from the system's entropy,
+  as another run of the cell that made them would have them: a later cell drawing from them differs the
+  second time (the snapshot alone would carry the generator's state, and the same draw). A generator is
+  taken for one made with no seed when its ``SeedSequence`` holds at least 64 bits of entropy (numpy draws
+  128); seeds a person types are smaller.
 
 An input explains it when the cell reads a name whose last writer's *values* are not reproducible though
 its outputs agreed (``x = np.random.rand(3)`` shows nothing): each such writer (the latest of each name
@@ -16,9 +32,10 @@ read, only those that agreed) is replayed again too, and its namespace fingerpri
 one recorded after it; a difference sets the writer's ``replay_stable`` to False, and the comparison
 then calls the reading step ``upstream`` of it.
 
-Cost, bounded: nothing for steps that agree (most), beyond one helper call per step that keeps the
-random generators' states once the session seeded them; per disagreeing step two snapshot restores and
-one execution, plus the same per writer checked. At most :data:`MAX_SECOND_REPLAYS` second runs per
+Cost, bounded: for steps that agree (most), one helper call per step that keeps the process state (and
+the random generators' states once the session seeded them): about one ``1+1`` round trip; per
+disagreeing step two snapshot restores, three helper calls and one execution, plus the same per writer
+checked. At most :data:`MAX_SECOND_REPLAYS` second runs per
 trajectory, each of a cell whose first replay took under :data:`SECOND_REPLAY_MAX_S`; past that, the
 cause stays ``other`` (its detail says "not replayed twice").
 """
@@ -90,8 +107,7 @@ class SecondReplays:
         if self.budget <= 0 or snapshot is None:
             return
         self._before[execution.index] = _Before(snapshot, files, execution, seeded)
-        if seeded:
-            self.kernel.call("keep_random_state", key=str(execution.index))
+        self.kernel.call("keep_process_state", random_key=str(execution.index) if seeded else None)
 
     def after_step(self, step: Step) -> None:
         """Replay the step again if its cause is undecided, and the writers of its inputs; note its writes.
@@ -154,10 +170,13 @@ class SecondReplays:
             return None
         self.budget -= 1
         self._set_files(before.files, back_to.files)
+        if step is back_to:  # the process as the first run found it (kept before this step only)
+            kernel.call("put_back_process_state")
         if before.seeded:  # seeded: another run draws the same; else it draws anew
             kernel.call("put_back_random_state", key=str(step.index))
         else:
             kernel.call("shuffle_random_state")
+        kernel.call("reseed_generators")  # a generator made with no seed draws anew in another run too
         execution = before.execution
         result = run_recorded(
             kernel,

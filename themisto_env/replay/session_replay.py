@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from themisto_env import tracing
 from themisto_env.data.agreement import NORMALIZATION_VERSION, ReplayContext, agreement
 from themisto_env.data.recorded_packages import canonical_name, recorded_versions, version_drift
 from themisto_env.data.sessions import RecordedExecution, Session
@@ -122,7 +123,7 @@ class CellLimit:
     ``limits.timeout_s`` for code a model wrote.
 
     Attributes:
-        floor_s: The least a cell with a recorded time gets (``--timeout``).
+        floor_s: The least a cell with a recorded time gets (``--min-cell-timeout``).
         factor: The multiple of the recorded time.
         unrecorded_s: The limit of a cell with no recorded time.
         fixed_s: One limit for every cell, if set.
@@ -146,7 +147,23 @@ def replay_execution(
     kernel: KernelLike, execution: RecordedExecution, *, snapshots: bool, limit: CellLimit | None = None
 ) -> Step:
     """Run one recorded execution and record what the kernel did and holds afterwards: outputs, time,
-    memory, per-variable sizes, the namespace fingerprint and (optionally) a snapshot."""
+    memory, per-variable sizes, the namespace fingerprint and (optionally) a snapshot. Traced as a
+    ``themisto.build.cell`` span."""
+    where = {"themisto.step": execution.index, "themisto.cell.id": execution.cell_id}
+    with tracing.span("themisto.build.cell", where) as span:
+        step = _replay_execution(kernel, execution, snapshots=snapshots, limit=limit)
+        outcome = {
+            "themisto.cell.status": step.status,
+            "themisto.cell.agrees": step.agrees,
+            "themisto.cell.wedged": step.wedged,
+        }
+        tracing.record(span, {**outcome, "themisto.snapshot.digest": step.snapshot})
+        return step
+
+
+def _replay_execution(
+    kernel: KernelLike, execution: RecordedExecution, *, snapshots: bool, limit: CellLimit | None
+) -> Step:
     limit_s = (limit or CellLimit(floor_s=kernel.limits.timeout_s)).for_cell(execution.duration_s)
     result = run_recorded(
         kernel,
@@ -209,10 +226,32 @@ def replay_session(
     A kernel that dies midway ends the trajectory there: it is returned with ``complete=False`` and a
     ``failure`` that names the step and the reason, keeping the steps built so far.
 
+    Traced as a ``themisto.build.session`` span, the parent of its cells'.
+
     Raises:
         OSError: The snapshot store could not be written (no space, read-only, ...; see
             :data:`STORAGE_ERRNOS`): nothing the user can get from going on.
     """
+    where = {"themisto.trajectory.id": trajectory_id(session), "themisto.executions": len(session.executions)}
+    with tracing.span("themisto.build.session", where) as span:
+        trajectory = _replay_session(session, kernel, snapshots=snapshots, on_step=on_step, work=work, limit=limit)
+        tracing.record(
+            span, {"themisto.build.complete": trajectory.complete, "themisto.build.steps": len(trajectory.steps)}
+        )
+        if trajectory.failure:
+            tracing.fail(span, trajectory.failure)
+        return trajectory
+
+
+def _replay_session(
+    session: Session,
+    kernel: KernelLike,
+    *,
+    snapshots: bool,
+    on_step: ProgressHook | None,
+    work: WorkFolder | None,
+    limit: CellLimit | None,
+) -> Trajectory:
     trajectory = Trajectory(
         id=trajectory_id(session),
         session_key=session.key,

@@ -55,6 +55,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from themisto_env import tracing
 from themisto_env.data.trajectory import Step, Trajectory
 from themisto_env.errors import (
     BackendUnavailableError,
@@ -123,6 +124,7 @@ class TrajectoryKernel:
         #: Snapshots this kernel could not load (a missing package, ...): not tried again.
         self.unloadable: set[str] = set()
         self._report: StateReport | None = None  # of the serve under way
+        self._copied_by: str | None = None  # how the serve under way copied a snapshot in: fork or restore
 
     @property
     def kernel(self) -> KernelLike:
@@ -202,13 +204,33 @@ class TrajectoryKernel:
     # -- serving a state -------------------------------------------------------------------------------
 
     def serve(self, trajectory: Trajectory, step: int) -> StateReport:
-        """Bring the kernel to the state before ``step`` of ``trajectory`` and check it.
+        """Bring the kernel to the state before ``step`` of ``trajectory`` and check it (traced as a
+        ``themisto.state.serve`` span: its route, check and faults).
 
         Raises:
             BackendUnavailableError: The backend itself is gone (the Docker engine is not reachable).
             InfrastructureError: The state could not be reached even after restarting the kernel
                 (the message lists each failure).
         """
+        where = {"themisto.trajectory.id": trajectory.id, "themisto.step": step}
+        with tracing.span("themisto.state.serve", where, timed="state") as span:
+            self._copied_by = None
+            report = self._serve(trajectory, step)
+            route = report.route.split(" (")[0].split(" + ")[0]  # forward, in place, fresh, snapshot after step N
+            tracing.record(
+                span,
+                {
+                    "themisto.state.route": (self._copied_by or "restore") if route.startswith("snapshot") else route,
+                    "themisto.state.path": report.route,
+                    "themisto.state.check": report.check,
+                    "themisto.state.faults": len(report.faults),
+                },
+            )
+            if report.faults:  # met and recovered from: still faults to see
+                tracing.fail(span, "; ".join(report.faults))
+            return report
+
+    def _serve(self, trajectory: Trajectory, step: int) -> StateReport:
         report = self._report = StateReport(trajectory.id, step)
         why = self._forking_refused or self.not_forked
         report.served_by = "fork" if self._template() is not None else "restore" + (f" ({why})" if why else "")
@@ -402,13 +424,23 @@ class TrajectoryKernel:
         corrupt snapshot is set aside (renamed ``*.corrupt``), and either kind is not tried again by this
         owner. A failure of the kernel itself propagates (the route is retried on a fresh kernel)."""
         self._fresh = False
+        restore = tracing.span("themisto.state.restore", {"themisto.snapshot.digest": digest})
         try:
-            if not keep:  # a copy of the state template (names kept from the kernel need that kernel)
-                forked = self._fork_state(digest)
-                if forked is not None:
-                    return forked
-            kernel = self.kernel
-            return kernel.restore(digest, clean=True, keep=keep or ()).fingerprint
+            with restore as span:
+                if span.is_recording():  # the store as _usable found it
+                    store = (self._kernel or self._template() or self.kernel).store
+                    with contextlib.suppress(OSError):
+                        span.set_attribute("themisto.snapshot.bytes", store.path(digest).stat().st_size)
+                if not keep:  # a copy of the state template (names kept from the kernel need that kernel)
+                    forked = self._fork_state(digest)
+                    if forked is not None:
+                        self._copied_by = "fork"
+                        tracing.record(span, {"themisto.state.copied_by": "fork"})
+                        return forked
+                restored = self.kernel.restore(digest, clean=True, keep=keep or ()).fingerprint
+                self._copied_by = "restore"
+                tracing.record(span, {"themisto.state.copied_by": "restore"})
+                return restored
         except SnapshotCorruptError:
             self.unloadable.add(digest)
             path = self.kernel.store.path(digest)

@@ -23,6 +23,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
+from themisto_env import tracing
 from themisto_env.agents.base import checked_action
 from themisto_env.env.actions import Prediction
 from themisto_env.env.core import ThemistoEnv
@@ -137,7 +138,16 @@ class Episode:
         if sample.id in self.wanted:
             self.left.discard(sample.id)
             model_error = self.failed[0] if self.failed else None
-            row = make_row(self.config, self.options, sample, self.drawn, self.started, self.started_at, model_error)
+            row = make_row(
+                self.config,
+                self.options,
+                sample,
+                self.drawn,
+                self.started,
+                self.started_at,
+                model_error,
+                timing=self.env.episode.scored_seconds,
+            )
         self._begin_sample(info)
         return row, info
 
@@ -176,7 +186,9 @@ async def aepisode_rows(
             if forced or not episode.wants_answer():
                 action: Any = Prediction(text="")
             else:
-                action = checked_action(await act(obs, info), agent)  # ConfigError: not an action
+                with env.episode.traced(), tracing.span("themisto.act", timed="model"):  # the agent: model time
+                    decided = await act(obs, info)
+                action = checked_action(decided, agent)  # ConfigError: not an action
         except ModelError as exc:
             action = episode.model_failed(exc)
         obs, reward, terminated, truncated, info = await call(env.step, action)

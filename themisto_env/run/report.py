@@ -1,7 +1,9 @@
 """An HTML report of one or more runs (``themisto report RUN_DIR...``): tables and plots in one file.
 
 Plots (matplotlib, embedded as PNG so the file stands alone): each metric by run with its bootstrap
-interval; ROUGE-L along the trajectory (by position of the sample in its trajectory); tool usage by tool.
+interval; ROUGE-L along the trajectory (by position of the sample in its trajectory); tool usage by tool;
+where the samples' time went (a stacked bar per sample: state, tools, model, scoring) and a histogram of
+their wall time.
 With several runs, the first is compared with each other one as ``themisto compare`` does (paired
 differences with trajectory-bootstrap intervals, wins/ties/losses). Where the runs' dataset is still
 there, how the samples' steps replay against what the person saw: agree / tolerated / disagree, by cause.
@@ -20,7 +22,7 @@ from themisto_env.data.agreement import TOLERATED
 from themisto_env.errors import DataError
 from themisto_env.metrics import METRICS
 from themisto_env.run.compare import compare_runs, run_label, scored_rows
-from themisto_env.run.results import ResultRow
+from themisto_env.run.results import TIMING_KINDS, ResultRow
 from themisto_env.run.summary import summarize
 from themisto_env.run.view import step_agreements
 
@@ -98,6 +100,84 @@ def _plots(runs: list[tuple[str, list[ResultRow], dict[str, Any]]]) -> dict[str,
         plots["tools"] = _png(fig)
         plt.close(fig)
     return plots
+
+
+TIMING_COLOURS = {"state": "#0969da", "tools": "#1a7f37", "model": "#8250df", "scoring": "#9a6700"}
+"""The colour of each kind of a sample's time (as in ``themisto view``)."""
+TIMED_SAMPLES_SHOWN = 80
+"""At most this many samples per run in the per-sample timing plot (the first ones, in run order)."""
+
+
+def _timing_plots(runs: list[tuple[str, list[ResultRow], dict[str, Any]]]) -> dict[str, str]:
+    """Where the samples' time went: per sample a stacked bar (state, tools, model, scoring), a subplot per
+    run with timed rows; and the histogram of the samples' wall time by run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    plots: dict[str, str] = {}
+    timed = [(label, [r for r in rows if r.timing is not None][:TIMED_SAMPLES_SHOWN]) for label, rows, _ in runs]
+    timed = [(label, rows) for label, rows in timed if rows]
+    if timed:
+        fig, axes = plt.subplots(len(timed), 1, figsize=(8, 2.6 * len(timed)), squeeze=False)
+        for ax, (label, rows) in zip(axes[:, 0], timed, strict=True):
+            x, bottom = np.arange(len(rows)), np.zeros(len(rows))
+            for kind in TIMING_KINDS:
+                values = np.array([getattr(r.timing, kind) for r in rows])
+                ax.bar(x, values, 0.8, bottom=bottom, label=kind, color=TIMING_COLOURS[kind])
+                bottom += values
+            ax.set_title(label, fontsize=9)
+            ax.set_ylabel("seconds")
+            ax.set_xticks([])
+        axes[-1, 0].set_xlabel("samples, in run order")
+        axes[0, 0].legend(fontsize=8, ncols=4)
+        plots["timing"] = _png(fig)
+        plt.close(fig)
+    seconds = [(label, [r.seconds for r in rows]) for label, rows, _ in runs if rows]
+    if seconds:
+        fig, ax = plt.subplots(figsize=(8, 3.2))
+        top = max(max(values) for _, values in seconds)
+        bins = np.linspace(0, top if top > 0 else 1, 31)
+        for label, values in seconds:
+            ax.hist(values, bins=bins, histtype="step", linewidth=1.5, label=label)
+        ax.set_xlabel("wall time of a sample (s)")
+        ax.set_ylabel("samples")
+        ax.legend(fontsize=8)
+        plots["latency"] = _png(fig)
+        plt.close(fig)
+    return plots
+
+
+def _timing_section(runs: list[tuple[str, list[ResultRow], dict[str, Any]]]) -> str:
+    """Where each run's time went: mean seconds per sample by kind, the wall time's median and p90, and
+    the plots of :func:`_timing_plots` (rows of older runs have no timing: their kinds are left empty)."""
+    import numpy as np
+
+    lines = []
+    for label, rows, _ in runs:
+        timed = [r.timing for r in rows if r.timing is not None]
+        means = [sum(getattr(t, k) for t in timed) / len(timed) if timed else None for k in TIMING_KINDS]
+        walls = [r.seconds for r in rows]
+        p50, p90 = (np.percentile(walls, 50), np.percentile(walls, 90)) if walls else (0.0, 0.0)
+        cells = "".join(f'<td class="num">{m:.3f}</td>' if m is not None else '<td class="num"></td>' for m in means)
+        lines.append(
+            f'<tr><td>{html.escape(label)}</td><td class="num">{len(timed)}</td>{cells}'
+            f'<td class="num">{p50:.3f}</td><td class="num">{p90:.3f}</td></tr>'
+        )
+    plots = _timing_plots(runs)
+    head = "".join(f"<th>{k} (s)</th>" for k in TIMING_KINDS)
+    bars = _img(plots["timing"], "where each sample's time went") if "timing" in plots else ""
+    latency = _img(plots["latency"], "wall time of the samples") if "latency" in plots else ""
+    return (
+        '<h2>Where the time went</h2><p class="muted">Mean seconds per sample: serving its state (restores, '
+        "forks, replays), answering its tool calls, the agent (its model calls), scoring; each kind's own time "
+        "(a state served for a tool call counts as state). Then the median and 90th percentile of a sample's "
+        "wall time. <code>themisto run --trace FILE</code> records the spans behind these figures.</p>"
+        f"<table><tr><th>run</th><th>timed samples</th>{head}<th>wall p50 (s)</th><th>wall p90 (s)</th></tr>"
+        f"{''.join(lines)}</table>{bars}{latency}"
+    )
 
 
 def _img(data: str, alt: str) -> str:
@@ -235,6 +315,7 @@ def render_report(run_dirs: list[str | Path]) -> str:
 <h2>Metrics by run</h2>{_img(plots["metrics"], "metrics by run")}
 <h2>Score along the trajectory</h2>{_img(plots["trajectory"], "ROUGE-L along the trajectory")}
 {tools}
+{_timing_section(runs)}
 {agreement}
 <h2>Hardest samples for {html.escape(label)}</h2>
 <table><tr><th>sample</th><th>target</th><th>prediction</th><th>ROUGE-L</th></tr>{"".join(examples)}</table>

@@ -70,6 +70,36 @@ class Draw(BaseModel):
     transcript: list[dict[str, Any]] | None = None
 
 
+TIMING_KINDS = ("state", "tools", "model", "scoring")
+"""Where a sample's time goes (a row's ``timing``): serving its state, answering its tools, the agent (its
+model calls), scoring its predictions."""
+
+
+class Timing(BaseModel):
+    """Where a sample's time went, in seconds (a row's ``timing``): each kind's own time, a kind's work
+    inside another's counted once, for the inner kind.
+
+    Attributes:
+        state: Serving the sample's state (restores, forks, replays, checks), whenever it was served: as
+            the sample before it was scored, at its first tool call, for its execution score.
+        tools: Answering its tool calls (less serving the state they needed).
+        model: The agent deciding (its model calls, retries and waits among them).
+        scoring: Scoring its predictions (metrics, the execution score's run, less its state).
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    state: float = 0.0
+    tools: float = 0.0
+    model: float = 0.0
+    scoring: float = 0.0
+
+    @property
+    def total(self) -> float:
+        """The seconds of the four kinds together."""
+        return self.state + self.tools + self.model + self.scoring
+
+
 class ResultRow(BaseModel):
     """One sample of a run, as written to ``results.jsonl`` (fields unknown here are kept as they are).
 
@@ -90,6 +120,7 @@ class ResultRow(BaseModel):
         transcript: The conversation of the (first) prediction: ``{"role", "content", "tool_calls"?,
             "tool_call_id"?}`` messages (None for agents without one).
         seconds: Wall time of the sample.
+        timing: Where its time went (:class:`Timing`: state, tools, model, scoring); None in rows of older runs.
         started_at, finished_at: ISO-8601 UTC times of the sample's start and end.
         infrastructure_error, state_mismatch, recovered, state_check: What the env reports of the state.
         state_served_by: How copies of the sample's state were made (``fork``: forked from the state's
@@ -120,6 +151,7 @@ class ResultRow(BaseModel):
     usage: dict[str, Any] | None = None
     transcript: list[dict[str, Any]] | None = None
     seconds: float
+    timing: Timing | None = None
     started_at: str | None = None
     finished_at: str | None = None
     infrastructure_error: str | None = None
@@ -262,12 +294,25 @@ def run_identity(config: RunConfig) -> dict[str, Any]:
         "task": config.task,
         "observation": config.observation or agent_observation(config.agent) or "static",
         "backend": config.backend,
-        "data": config.data,
+        "data": recorded_data(config),
         "env": {k: v for k, v in config.env.items() if k not in OPERATIONAL_ENV},
     }
     if config.split is not None:  # only then: run folders from before splits keep their identity
         identity["split"] = config.split
     return redact(identity, secrets(config))
+
+
+def recorded_data(config: RunConfig) -> str:
+    """The data a run reads, as its config.json records it: ``config.data``, or for the bundled data (None or
+    ``bundled``) its resolved folder, whose name carries the bundled log's digest, the backend and the kernel
+    package set (the folder a resume must read again to continue the same run; ``themisto view`` reads it).
+    A config.json of an older version, with ``data: null``, compares equal to it."""
+    from themisto_env.replay.dataset import BUNDLED
+    from themisto_env.replay.resolve import bundled_dataset_dir
+
+    if config.data is None or config.data == BUNDLED:
+        return str(bundled_dataset_dir(config.backend))
+    return config.data
 
 
 def write_config(out: Path, config: RunConfig, *, force: bool = False) -> None:
@@ -283,7 +328,7 @@ def write_config(out: Path, config: RunConfig, *, force: bool = False) -> None:
             (out / name).unlink(missing_ok=True)
     elif (out / RESULTS).exists() and (out / RESULTS).stat().st_size:
         _check_same_run(out, config)
-    recorded = redact(config.model_dump(mode="json"), secrets(config))
+    recorded = redact({**config.model_dump(mode="json"), "data": recorded_data(config)}, secrets(config))
     write_text_atomic(path, json.dumps(recorded, indent=2) + "\n")
 
 
@@ -323,13 +368,16 @@ __all__ = [
     "CONFIG",
     "RESULTS",
     "SUMMARY",
+    "TIMING_KINDS",
     "Draw",
     "ResultRow",
+    "Timing",
     "append_row",
     "done_samples",
     "make_result_row",
     "model_label",
     "read_results",
+    "recorded_data",
     "run_identity",
     "secrets",
     "write_config",

@@ -89,6 +89,8 @@ def make_row(
     started: float,
     started_at: str,
     model_error: str | None = None,
+    *,
+    timing: dict[str, float] | None = None,
 ) -> ResultRow:
     """A sample's row: the first prediction's fields; with several predictions, also their ``draws``.
 
@@ -104,6 +106,7 @@ def make_row(
         started: ``time.perf_counter()`` when the sample began.
         started_at: :func:`now` when the sample began.
         model_error: Why the model calls of one of its predictions failed, if they did.
+        timing: Where its time went: seconds by kind (the env's ``Episode.scored_seconds``), if known.
 
     Raises:
         ConfigError: The agent's transcript or model record is of the wrong shape.
@@ -135,6 +138,7 @@ def make_row(
         "usage": usage.as_dict() if usage is not None else None,
         "transcript": record.transcript,
         "seconds": round(time.perf_counter() - started, 4),
+        **({"timing": {kind: round(value, 4) for kind, value in timing.items()}} if timing is not None else {}),
         "started_at": started_at,
         "finished_at": now(),
         "infrastructure_error": flag("infrastructure_error"),

@@ -12,7 +12,7 @@ from typing import Any
 
 from themisto_env.metrics import API_SEQUENCE_METRICS, METRICS, Score, aggregate, estimate_means
 from themisto_env.run.config import RunConfig
-from themisto_env.run.results import ResultRow
+from themisto_env.run.results import TIMING_KINDS, ResultRow
 from themisto_env.scoring.passk import summarize_draws
 
 USAGE_TOTALS = (
@@ -49,7 +49,8 @@ def summarize(rows: Sequence[ResultRow], config: RunConfig | None = None) -> dic
     reported no token counts (the totals are then lower bounds). When rows have ``draws`` (``samples=K``),
     :func:`themisto_env.scoring.passk.summarize_draws` adds ``draws`` (K), ``best_of_k`` and, with the
     execution score, ``pass_at_k`` (``{"1": {"mean", "ci_low", "ci_high"}, ..., "K": ...}``) and
-    ``pass_at_k_counts``."""
+    ``pass_at_k_counts``. ``timing`` sums where the scored samples' time went (:func:`timing_totals`; left
+    out for rows of older runs, which do not say)."""
     latest = {r.sample_id: r for r in rows}
     scored = [r for r in latest.values() if r.is_scored]
     first = scored[0] if scored else next(iter(latest.values()), None)
@@ -69,6 +70,9 @@ def summarize(rows: Sequence[ResultRow], config: RunConfig | None = None) -> dic
         "seconds": round(sum(r.seconds for r in scored), 2),
         "usage": usage_totals(rows),  # every attempt was paid for, the retried ones too
     }
+    timing = timing_totals(scored)
+    if timing is not None:
+        summary["timing"] = timing
     if scored:
         corpus = aggregate(
             [Score(**{m: r.scores[m] for m in METRICS}) for r in scored],
@@ -91,6 +95,17 @@ def summarize(rows: Sequence[ResultRow], config: RunConfig | None = None) -> dic
     return summary
 
 
+def timing_totals(rows: Iterable[ResultRow]) -> dict[str, Any] | None:
+    """Where the time of ``rows`` went: seconds per kind (:data:`~themisto_env.run.results.TIMING_KINDS`)
+    summed over the rows that say (``samples``: how many), or None when none does (rows of older runs)."""
+    timed = [r.timing for r in rows if r.timing is not None]
+    if not timed:
+        return None
+    totals: dict[str, Any] = {kind: round(sum(getattr(t, kind) for t in timed), 3) for kind in TIMING_KINDS}
+    totals["samples"] = len(timed)
+    return totals
+
+
 def usage_totals(rows: Iterable[ResultRow]) -> dict[str, Any] | None:
     """What the agent spent over ``rows`` (:data:`USAGE_TOTALS`), or None when no row says."""
     usages = [r.usage for r in rows if r.usage]
@@ -101,4 +116,4 @@ def usage_totals(rows: Iterable[ResultRow]) -> dict[str, Any] | None:
     return totals
 
 
-__all__ = ["USAGE_TOTALS", "summarize", "usage_totals"]
+__all__ = ["USAGE_TOTALS", "summarize", "timing_totals", "usage_totals"]

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from themisto_env import tracing
 from themisto_env.data.trajectory import Trajectory
 from themisto_env.errors import BackendUnavailableError, ConfigError, InfrastructureError
 from themisto_env.metrics import RewardWeights, api_sequence, api_sequence_score, reward, score
@@ -143,7 +144,32 @@ def score_sample(
         ConfigError: The execution score applies and no ``execution`` was given.
         BackendUnavailableError: The backend went away while running the prediction (the caller stops).
     """
-    rule = rule or ScoringRule()
+    with tracing.span("themisto.score", {"themisto.task": task}, timed="scoring") as span:
+        scored = _score_sample(
+            prediction, target, task, rule or ScoringRule(), tools_used, execution, faults, state_mismatch
+        )
+        tracing.record(
+            span,
+            {
+                **{f"themisto.score.{name}": value for name, value in scored.scores.items()},
+                "themisto.score.reward": scored.reward,
+                "themisto.score.execution_score": scored.execution_score,
+                "themisto.score.unscored": scored.reward is None,
+            },
+        )
+        return scored
+
+
+def _score_sample(
+    prediction: str,
+    target: str,
+    task: Literal["next-cell", "output"],
+    rule: ScoringRule,
+    tools_used: int,
+    execution: ExecutionRun | None,
+    faults: Sequence[str],
+    state_mismatch: str | None,
+) -> SampleScore:
     text = score(prediction, target)
     scores = text.as_dict()
     if task == "next-cell" and api_sequence(target):  # else an empty prediction would score 1.0
@@ -154,12 +180,18 @@ def score_sample(
     if rule.execution_score and task == "next-cell" and not faults and state_mismatch is None:
         if execution is None:
             raise ConfigError("the execution score is on but score_sample() was given no execution run")
-        try:
-            executed = execution(prediction)
-        except BackendUnavailableError:
-            raise
-        except InfrastructureError as exc:  # the machinery, not the prediction: unscored
-            faults.append(f"{type(exc).__name__}: {exc}")
+        with tracing.span("themisto.score.execution") as span:
+            try:
+                executed = execution(prediction)
+            except BackendUnavailableError:
+                raise
+            except InfrastructureError as exc:  # the machinery, not the prediction: unscored
+                tracing.fail(span, exc)
+                faults.append(f"{type(exc).__name__}: {exc}")
+            if executed is not None:
+                tracing.record(
+                    span, {"themisto.score.passed": executed.passed, "themisto.score.failure": executed.failure}
+                )
     value = metric_reward
     if executed is not None:
         w = rule.weights.execution

@@ -27,7 +27,9 @@ import numpy as np
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
 
+from themisto_env.bridges.openenv.metered import close_metered_episode, open_metered_episode
 from themisto_env.bridges.openenv.models import ThemistoAction, ThemistoObservation, ThemistoState
+from themisto_env.bridges.openenv.server_metrics import ServerMetrics
 from themisto_env.data.limits import echo
 from themisto_env.env.episode import Episode
 from themisto_env.errors import ConfigError
@@ -48,14 +50,17 @@ class ThemistoServedEnv(Environment[ThemistoAction, ThemistoObservation, Themist
     Args:
         options: The env's options (:class:`~themisto_env.env.config.EnvConfig`; ``dataset`` may be an open
             :class:`~themisto_env.replay.dataset.Dataset`), the server's defaults for every session.
+        metrics: The server's metrics: the session's episode then runs on metered parts
+            (`themisto_env.bridges.openenv.metered`).
     """
 
     #: Each session has its own episode and kernel: OpenEnv may run many at once.
     SUPPORTS_CONCURRENT_SESSIONS = True
 
-    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, options: Mapping[str, Any] | None = None, *, metrics: ServerMetrics | None = None) -> None:
         super().__init__()
         self._options: dict[str, Any] = dict(options or {})
+        self._metrics = metrics
         self._episode: Episode | None = None
         self._rng: np.random.Generator | None = None  # draws trajectories (seeded by a reset's seed)
         self._closed: str | None = None  # why, once closed
@@ -154,7 +159,7 @@ class ThemistoServedEnv(Environment[ThemistoAction, ThemistoObservation, Themist
             )
             episode, self._episode = self._episode, None
             if episode is not None:
-                episode.close()
+                self._close_episode(episode)
 
     # -- inside --------------------------------------------------------------------------------------
 
@@ -169,9 +174,19 @@ class ThemistoServedEnv(Environment[ThemistoAction, ThemistoObservation, Themist
             return episode
         if episode is not None:
             self._episode, self._rng = None, None
-            episode.close()
-        self._episode = Episode.open(**{**self._options, "task": task, "observation": observation})
+            self._close_episode(episode)
+        options = {**self._options, "task": task, "observation": observation}
+        if self._metrics is not None:
+            self._episode = open_metered_episode(options, self._metrics)
+        else:
+            self._episode = Episode.open(**options)
         return self._episode
+
+    def _close_episode(self, episode: Episode) -> None:
+        if self._metrics is not None:
+            close_metered_episode(episode)
+        else:
+            episode.close()
 
 
 def _task_of(sample_id: object) -> str:

@@ -58,7 +58,7 @@ TOKEN_VARIABLE = "THEMISTO_SERVE_TOKEN"
 #: Bump when the build changes in a way the Dockerfile's text does not show.
 RECIPE_VERSION = "1"
 #: What the server needs beyond the package's own dependencies (the ``serve`` extra).
-SERVER_PACKAGES = ("themisto-env", "openenv-core")
+SERVER_PACKAGES = ("themisto-env", "openenv-core", "prometheus-client")
 #: The image's label (``themisto-env.image=server``): how older server images are found and removed.
 IMAGE_LABEL = "server"
 _SKIP_DIRS = frozenset({"__pycache__"})

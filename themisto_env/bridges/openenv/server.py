@@ -5,6 +5,8 @@ client is :class:`~themisto_env.bridges.openenv.client.ThemistoEnvClient`), ``/h
 ``/metadata``, ``/state``, and the stateless ``/reset`` and ``/step`` (each request gets a fresh env,
 closed after it; an episode needs the WebSocket). What is ours:
 
+* ``/metrics``: the server's Prometheus metrics (`themisto_env.bridges.openenv.server_metrics`);
+
 * sessions run at once up to ``max_sessions`` (the env declares ``SUPPORTS_CONCURRENT_SESSIONS``); one
   more is answered ``CAPACITY_REACHED``; a session idle past ``idle_timeout_s`` is closed with its
   kernel (OpenEnv's reaper looks every ``max(timeout / 4, 5)`` seconds); a client that disconnects frees
@@ -32,13 +34,14 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from openenv.core.env_server.http_server import create_fastapi_app
+from openenv.core.env_server.http_server import HTTPEnvServer
 from openenv.core.env_server.types import ConcurrencyConfig
 from starlette.websockets import WebSocketDisconnect
 from uvicorn.protocols.utils import ClientDisconnected
 
 from themisto_env.bridges.openenv.environment import ThemistoServedEnv
 from themisto_env.bridges.openenv.models import ThemistoAction, ThemistoObservation
+from themisto_env.bridges.openenv.server_metrics import ServerMetrics, add_metrics_route
 from themisto_env.env.episode import Episode
 from themisto_env.errors import ConfigError, InfrastructureError, ThemistoError
 
@@ -136,20 +139,25 @@ def create_server_app(
     Episode.open(**options).close()  # bad options and data fail here, in one line, before anything listens
     sessions: weakref.WeakSet[ThemistoServedEnv] = weakref.WeakSet()
     lock = threading.Lock()
+    metrics = ServerMetrics(
+        max_sessions=max_sessions, sessions=lambda: env_server.active_sessions, ray=bool(options.get("ray"))
+    )
 
     def factory() -> ThemistoServedEnv:
-        env = ThemistoServedEnv(options)
+        env = ThemistoServedEnv(options, metrics=metrics)
         with lock:
             sessions.add(env)
         return env
 
-    app: FastAPI = create_fastapi_app(
+    env_server = HTTPEnvServer(  # OpenEnv's, as create_fastapi_app makes it: it counts the sessions open
         factory,  # OpenEnv makes (cheap: no episode yet) and closes one to read SUPPORTS_CONCURRENT_SESSIONS
         ThemistoAction,
         ThemistoObservation,
         concurrency_config=ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=idle_timeout_s),
     )
-    app.title = "themisto-env (OpenEnv)"
+    app = FastAPI(title="themisto-env (OpenEnv)")
+    env_server.register_routes(app)
+    add_metrics_route(app, metrics)
 
     @app.exception_handler(ThemistoError)
     async def _themisto_error(request: Request, exc: ThemistoError) -> JSONResponse:

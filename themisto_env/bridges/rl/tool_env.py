@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from themisto_env.data.samples import Sample
 from themisto_env.env.tools import ToolCall, ToolResult
-from themisto_env.errors import ConfigError
+from themisto_env.errors import ConfigError, InfrastructureError
 from themisto_env.scoring.score import SampleScore
 
 if TYPE_CHECKING:
@@ -340,7 +340,7 @@ class ThemistoToolEnv:
         """One tool call: refused once the record's budget is spent, else answered from the group's cache or
         the sample's state server, and written in the record as the gym env writes a tool step."""
         from themisto_env.env.record import SANDBOX_FAILED
-        from themisto_env.env.state_server import ToolOutcome, state_mismatch
+        from themisto_env.env.state_server import ToolOutcome, fault_text, state_mismatch
 
         if self.sample is None:
             raise ConfigError("call reset() before using tools")
@@ -355,11 +355,15 @@ class ThemistoToolEnv:
             if cached is not None:
                 outcome = ToolOutcome(cached)
             else:
-                if not states.share and self._own_server is None:
-                    self._own_server = states.new_server()
-                server = states.server_for(self.sample.id, own=None if states.share else self._own_server)
-                outcome = server.call_tool(call)
-                mismatch = state_mismatch(server.report)
+                try:
+                    if not states.share and self._own_server is None:
+                        self._own_server = states.new_server()
+                    server = states.server_for(self.sample.id, own=None if states.share else self._own_server)
+                    outcome = server.call_tool(call)
+                    mismatch = state_mismatch(server.report)
+                except InfrastructureError as exc:  # a lost backend, a state that cannot be selected: the
+                    # machinery's fault, never the tool's answer (TRL would show the model the error's text)
+                    outcome = ToolOutcome(None, (fault_text(exc),))
                 if states.cache_answers:
                     if outcome.faults:
                         states.answers.pop(self.sample.id, None)  # the kernel was replaced

@@ -9,6 +9,7 @@ import threading
 import traceback
 from typing import Any
 
+from themisto_env import tracing
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.errors import InfrastructureError, ThemistoError
 from themisto_env.run.config import RunConfig
@@ -24,41 +25,47 @@ def _worker(config_json: str, tasks: Any, queue: Any, number: int = 0) -> None:
     plans from ``tasks`` until a None and puts ``("row", row)`` on ``queue``, then ``("done", None)``; a
     known failure as ``("fatal", (is an infrastructure failure, message))``, any other as ``("error", traceback)``."""
     try:
-        config = RunConfig.model_validate_json(config_json)
-        slots = in_flight(config, number)
-        limit_threads(config.workers * slots)
-        if config.max_connections is not None:
-            lock = threading.Lock()
-            ended = False
-
-            def take() -> EpisodePlan | None:
-                nonlocal ended
-                with lock:
-                    if ended:
-                        return None
-                    plan = tasks.get()
-                    ended = plan is None
-                    return EpisodePlan(*plan) if plan is not None else None
-
-            try:
-                asyncio.run(concurrent_episodes(config, take, lambda row: queue.put(("row", row)), slots=slots))
-            except BaseExceptionGroup as group:
-                raise first_failure(group) from None
-        else:
-            agent = make_run_agent(config)
-            options = env_options(config, agent)
-            env = ThemistoEnv(**options)
-            try:
-                while (plan := tasks.get()) is not None:
-                    for row in episode_rows(config, env, agent, options, *plan):
-                        queue.put(("row", row))
-            finally:
-                env.close()
+        with tracing.configured():  # as the parent was told (--trace, OTEL_*)
+            _work(config_json, tasks, queue, number)
         queue.put(("done", None))
     except ThemistoError as exc:  # a known failure (no engine, bad data): one line in the parent
         queue.put(("fatal", (isinstance(exc, InfrastructureError), str(exc))))
     except BaseException:
         queue.put(("error", traceback.format_exc()))
+
+
+def _work(config_json: str, tasks: Any, queue: Any, number: int) -> None:
+    """The worker's work (see `_worker`)."""
+    config = RunConfig.model_validate_json(config_json)
+    slots = in_flight(config, number)
+    limit_threads(config.workers * slots)
+    if config.max_connections is not None:
+        lock = threading.Lock()
+        ended = False
+
+        def take() -> EpisodePlan | None:
+            nonlocal ended
+            with lock:
+                if ended:
+                    return None
+                plan = tasks.get()
+                ended = plan is None
+                return EpisodePlan(*plan) if plan is not None else None
+
+        try:
+            asyncio.run(concurrent_episodes(config, take, lambda row: queue.put(("row", row)), slots=slots))
+        except BaseExceptionGroup as group:
+            raise first_failure(group) from None
+    else:
+        agent = make_run_agent(config)
+        options = env_options(config, agent)
+        env = ThemistoEnv(**options)
+        try:
+            while (plan := tasks.get()) is not None:
+                for row in episode_rows(config, env, agent, options, *plan):
+                    queue.put(("row", row))
+        finally:
+            env.close()
 
 
 def process_rows(config: RunConfig, plans: list[EpisodePlan]) -> Rows:

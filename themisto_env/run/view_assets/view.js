@@ -179,6 +179,18 @@ function usageText(u) {
     (u.tokens_reported === false ? " (some calls reported none)" : "");
   return `${u.model_calls} model calls, ${tokens}, ${u.tool_calls} tool calls`;
 }
+const TIMING = ["state", "tools", "model", "scoring"];
+function timingNode(t) {
+  // where a sample's time went: a stacked bar (each kind's share) and the seconds of each kind
+  if (!t) return null;
+  const parts = TIMING.map((k) => [k, typeof t[k] === "number" ? t[k] : 0]);
+  const total = parts.reduce((sum, [, v]) => sum + v, 0);
+  const bar = el("div", { class: "timing-bar", title: "state / tools / model / scoring" },
+    parts.filter(([, v]) => v > 0).map(([k, v]) =>
+      el("span", { class: `timing-${k}`, style: `width: ${(100 * v / (total || 1)).toFixed(1)}%`, title: `${k} ${v.toFixed(3)} s` })));
+  return el("div", { class: "timing" }, bar,
+    el("span", { class: "meta" }, parts.map(([k, v]) => `${k} ${v.toFixed(3)}`).join(" · ") + " s"));
+}
 function modelText(m) {
   if (!m) return null;
   const params = m.params && Object.keys(m.params).length ? " " + JSON.stringify(m.params) : "";
@@ -221,6 +233,7 @@ function runCard(sample, i) {
       ["model", modelText(row.model)],
       ["agent", `${row.agent} (${row.observation})`],
       ["seconds", typeof row.seconds === "number" ? row.seconds.toFixed(2) : null],
+      ["time went to", timingNode(row.timing)],
       ["usage", usageText(row.usage)],
       ["started", row.started_at], ["finished", row.finished_at],
       ["state check", row.state_check], ["recovered", row.recovered ? text(row.recovered) : null],
