@@ -11,6 +11,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -271,3 +272,47 @@ def test_a_hostile_copy_leaves_its_group_scored_as_alone(env_dataset: dict[str, 
     for name, group in scores.items():
         assert group[3] == 0.0, (name, group)
         assert group[:3] + group[4:] == clean[:3] + clean[4:], (name, group, clean)
+
+
+OWNER = """import json, sys, time
+from themisto_env.sandbox.models import SandboxLimits
+from themisto_env.sandbox.template import KernelTemplate
+template = KernelTemplate('docker', store_access='copy', limits=SandboxLimits(memory_mb=512, pids=64)).start()
+copies = [template.kernel(), template.kernel()]
+copies[0].execute("import os, time\\nif os.fork() == 0:\\n    os.setsid()\\n    time.sleep(600)")
+uids = [k.launcher.identity.uid for k in copies]
+print(json.dumps({'container': template._process.container_name, 'uids': uids, 'run_dir': str(template.run_dir)}))
+sys.stdout.flush()
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_nothing_outlives_a_sigkilled_owner(docker_engine: None) -> None:
+    """The owner SIGKILLed with a template container and copies open (one with a daemon): its reaper removes
+    the container, and with it every copy's processes; the run directory goes too."""
+    import subprocess
+    import sys
+
+    import docker
+
+    owner = subprocess.Popen([sys.executable, "-c", OWNER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None
+        made = json.loads(owner.stdout.readline())
+        assert all(_tasks(uid) for uid in made["uids"]), made
+        owner.kill()
+        owner.wait(timeout=60)
+        client = docker.from_env()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (
+            client.containers.list(all=True, filters={"name": made["container"]}) or Path(made["run_dir"]).exists()
+        ):
+            time.sleep(0.2)
+        assert not client.containers.list(all=True, filters={"name": made["container"]}), "the container is left"
+        assert not any(_tasks(uid) for uid in made["uids"]), "a copy's process is left"
+        assert not Path(made["run_dir"]).exists(), "the template's run directory is left"
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
