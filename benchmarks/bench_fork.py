@@ -23,6 +23,9 @@ Each figure is a ratio of two things measured in this process, alternating, medi
   against no spare, with the kernel application built before the fork and after it (as before issue 38);
 * **idle forked kernels' memory** (``prebuild-memory``): PSS and private pages, the application built
   before the fork and after it.
+* **backends** (``--backend``, default local and docker): ExecutionReward per completion over a group of
+  8 on each backend, forked (docker: copies in one template container, a uid each) vs started, as ratios
+  to local forked; and an isolated backend's new env's first tool answer.
 
 Nothing is asserted; goals are printed as met or missed.
 """
@@ -351,6 +354,91 @@ def rollouts(count: int, choices: list[tuple[str, int]], fork: bool) -> tuple[li
         env.close()
 
 
+def backend_rewards(
+    backends: list[str], size: int, rounds: int, sample_id: str, completion: str
+) -> dict[tuple[str, bool], float]:
+    """Seconds per completion of a group of ``size`` on each backend, forked and started: the median of
+    ``rounds`` groups, the backends alternating group by group (each reward warmed first: its scorer,
+    template and state template)."""
+    per: dict[tuple[str, bool], float] = {}
+    for fork in (True, False):
+        rewards = {backend: ExecutionReward(parse=False, fork=fork, backend=backend) for backend in backends}
+        try:
+            times: dict[str, list[float]] = {backend: [] for backend in backends}
+            for reward in rewards.values():
+                reward(completions=[completion], sample_id=[sample_id])  # warm-up
+            for _ in range(rounds):
+                for backend, reward in rewards.items():
+                    group = [completion] * size
+
+                    def one(r: ExecutionReward = reward, g: list[str] = group) -> None:
+                        r(completions=g, sample_id=[sample_id] * len(g))
+
+                    times[backend].append(timed(one) / size)
+            for backend in backends:
+                per[(backend, fork)] = statistics.median(times[backend])
+        finally:
+            for reward in rewards.values():
+                reward.close()
+            close_shared_templates()
+    return per
+
+
+def backend_first_answers(backends: list[str], rounds: int, sample: tuple[str, int]) -> dict[str, list[float]]:
+    """A new env's first tool answer on each backend (its own kernel: forked where it is, else started)."""
+    times: dict[str, list[float]] = {backend: [] for backend in backends}
+    for _ in range(rounds):
+        for backend in backends:
+
+            def answer(b: str = backend) -> None:
+                env = ThemistoEnv(task="next-cell", observation="tools", backend=b)
+                try:
+                    env.reset(options={"trajectory": sample[0], "sample": sample[1]})
+                    env.step(ToolCall(tool="list_variables"))
+                finally:
+                    env.close()
+
+            times[backend].append(timed(answer))
+    return times
+
+
+def report_backends(
+    console: Console, args: argparse.Namespace, sample_id: str, completion: str, first: tuple[str, int]
+) -> list[tuple[str, str, bool]]:
+    """The backends section: its tables, and its goals (name, value, met)."""
+    backends = args.backend or ["local", "docker"]
+    per = backend_rewards(backends, 8, args.rounds, sample_id, completion)
+    local = per[("local", True)]
+    table = Table(
+        "ExecutionReward, group of 8", "forked s/completion", "started s/completion", "forked vs local forked"
+    )
+    for backend in backends:
+        table.add_row(
+            backend,
+            f"{per[(backend, True)]:.3f}",
+            f"{per[(backend, False)]:.3f}",
+            f"{per[(backend, True)] / local:.2f}x",
+        )
+    console.print(table)
+    goals = [
+        (
+            f"ExecutionReward on {b} <= 1.5x local's (group of 8)",
+            f"{per[(b, True)] / local:.2f}x",
+            per[(b, True)] <= 1.5 * local,
+        )
+        for b in backends
+        if b != "local"
+    ]
+    answers = backend_first_answers(backends, args.rounds, first)
+    table = Table("a new env's first tool answer", "median ms", "vs local")
+    base = statistics.median(answers["local"]) if "local" in answers else None
+    for backend, values in answers.items():
+        median = statistics.median(values)
+        table.add_row(backend, f"{median * 1000:.0f}", f"{median / base:.2f}x" if base else "-")
+    console.print(table)
+    return goals
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
@@ -361,8 +449,9 @@ def main() -> None:
         "--skip",
         action="append",
         default=[],
-        help="starts, copies, copy, prebuild-memory, first, reward, memory, rollouts",
+        help="starts, copies, copy, prebuild-memory, first, reward, memory, rollouts, backends",
     )
+    parser.add_argument("--backend", action="append", help="backends compared (default local and docker)")
     args = parser.parse_args()
     groups = args.group or [8, 32]
     console = Console()
@@ -514,6 +603,9 @@ def main() -> None:
             )
         console.print(table)
         goal("multi-turn rollout <= 5x a bare execute (mean)", f"{ratios[True]:.1f}x", ratios[True] <= 5)
+    if "backends" not in args.skip:
+        target = next(s for s in samples if dataset.episode_position(s.id) == middle)
+        goals += report_backends(console, args, target.id, target.target, choices[0])
     close_shared_templates()
     table = Table("goal", "measured", "met")
     for name, value, met in goals:

@@ -172,6 +172,11 @@ class DockerLauncher(KernelLauncher):
             "--HistoryManager.hist_file=:memory:",
         ]
 
+    def container_options(self, readonly: set[Path], workdir: Path) -> dict[str, Any]:
+        """The docker SDK's ``containers.run`` options of this kernel's container (see
+        :func:`~themisto_env.sandbox.docker_containers.kernel_container_options`)."""
+        return kernel_container_options(self.limits, self._targets, readonly=readonly, workdir=workdir)
+
     def start(self, connection_file: Path, workdir: Path) -> None:
         """Create and start the kernel's container; return once it runs (the kernel boots on its own).
 
@@ -206,7 +211,7 @@ class DockerLauncher(KernelLauncher):
                     self.command(connection_file),
                     name=name,
                     labels=labels,
-                    **kernel_container_options(self.limits, self._targets, readonly=readonly, workdir=workdir),
+                    **self.container_options(readonly, workdir),
                 )
         except docker.errors.ImageNotFound as exc:
             self._image_checked = False

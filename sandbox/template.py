@@ -25,7 +25,9 @@ Example:
 What a copy shares, by backend: ``local`` copies are processes of the host's user, like local kernels
 (no isolation at all); ``bwrap`` copies run inside their template's sandbox (the same isolation from the
 host as a bwrap kernel) but share its user, so one copy can signal another copy of the same template.
-Use ``docker`` kernels (started, not forked) where copies run code that must not reach each other.
+``docker`` copies (``store_access="copy"`` only: kernels for model-written code) run in their template's
+container, each under a uid of its own with its own rlimits and folders
+(:mod:`themisto_env.sandbox.copy_identity`), so one copy cannot reach another or the template.
 """
 
 from __future__ import annotations
@@ -56,10 +58,12 @@ from themisto_env.errors import (
 )
 from themisto_env.sandbox import lifetime
 from themisto_env.sandbox import run_root as run_roots
+from themisto_env.sandbox.copy_identity import CopyIdentity, can_give_identities, new_identity
+from themisto_env.sandbox.docker_template import DockerTemplateLauncher
 from themisto_env.sandbox.kernel_contract import KernelLike
 from themisto_env.sandbox.kernel_environments import environment_label
-from themisto_env.sandbox.kernel_process import release_thread_loop
-from themisto_env.sandbox.launcher import KERNEL_ENVIRONMENT, launcher_class
+from themisto_env.sandbox.kernel_process import SNAPSHOT_INBOX, SNAPSHOT_OUTBOX, release_thread_loop
+from themisto_env.sandbox.launcher import KERNEL_ENVIRONMENT, KernelLauncher, launcher_class
 from themisto_env.sandbox.leftovers import remove_run_dir
 from themisto_env.sandbox.local import BwrapLauncher, LocalLauncher
 from themisto_env.sandbox.models import SandboxLimits
@@ -81,8 +85,11 @@ __all__ = [
     "shared_template",
 ]
 
-#: Backends whose kernels can be forked from a template (docker kernels are started, each in its container).
-FORKING_BACKENDS = ("local", "bwrap")
+#: Backends whose kernels can be forked from a template.
+FORKING_BACKENDS = ("local", "bwrap", "docker")
+#: Backends whose copies each take a uid of their own after the fork (copies of one template are isolated
+#: from each other: model-written code may be forked there).
+ISOLATED_COPIES = ("docker",)
 #: The template's program, run by path with the kernel's Python.
 ZYGOTE = Path(__file__).with_name("zygote.py")
 HELPER = Path(__file__).with_name("kernel_helper.py")
@@ -109,14 +116,19 @@ class _BwrapTemplateLauncher(_TemplateProgram, BwrapLauncher):
     pass
 
 
-_TEMPLATE_LAUNCHERS: dict[str, type[LocalLauncher]] = {"local": _LocalTemplateLauncher, "bwrap": _BwrapTemplateLauncher}
+_TEMPLATE_LAUNCHERS: dict[str, type[KernelLauncher]] = {
+    "local": _LocalTemplateLauncher,
+    "bwrap": _BwrapTemplateLauncher,
+    "docker": DockerTemplateLauncher,
+}
 
 
 class KernelTemplate:
-    """A warm process that kernels are forked from, on the ``local`` or ``bwrap`` backend.
+    """A warm process that kernels are forked from, on the ``local``, ``bwrap`` or ``docker`` backend.
 
     Args:
-        backend: ``local`` or ``bwrap`` (see :data:`FORKING_BACKENDS`).
+        backend: ``local``, ``bwrap`` or ``docker`` (see :data:`FORKING_BACKENDS`; a docker template forks
+            kernels for model-written code only, ``store_access="copy"``, each taking a uid of its own).
         preload: Modules the template imports once (its kernels find them imported).
         limits: The kernels' limits (``start_timeout_s`` bounds the template's own start too).
         snapshot_dir: The snapshot store the kernels and the state templates read.
@@ -145,6 +157,10 @@ class KernelTemplate:
             raise KernelStartError(
                 f"kernels of the {backend} backend are not forked: use {' or '.join(FORKING_BACKENDS)}"
             )
+        if backend in ISOLATED_COPIES and store_access != "copy":
+            raise KernelStartError(
+                f"kernels of the {backend} backend are forked only for model-written code (store_access='copy')"
+            )
         self.backend = backend
         self.preload = tuple(preload)
         self.limits = limits or SandboxLimits()
@@ -166,7 +182,9 @@ class KernelTemplate:
         #: template found at its start (a state template: after loading its snapshot); empty when safe.
         self.hazards: list[str] = []
         self.socket_path: Path | None = None
-        self._process: LocalLauncher | None = None
+        self._process: Any = None  # the template's launcher (a local, bwrap or docker one)
+        #: The identities of the copies forked and not yet started (by connection file), where copies take one
+        self._identities: dict[str, CopyIdentity] | None = {} if backend in ISOLATED_COPIES else None
         self._pidfd: int | None = None  # a state template's (a child of the template, not of this process)
         self._run_dir: Path | None = None
         self._states: OrderedDict[str, KernelTemplate] = OrderedDict()
@@ -208,6 +226,8 @@ class KernelTemplate:
         with self._lock:
             if self._process is not None:
                 return self
+            if self._identities is not None and (refused := can_give_identities()) is not None:
+                raise KernelStartError(f"the {self.backend} kernel template cannot isolate its copies: {refused}")
             self._run_dir = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX, dir=run_roots.run_root()))
             os.chmod(self._run_dir, 0o1777)
             (self._run_dir / "kernels").mkdir(mode=0o1777)
@@ -354,19 +374,30 @@ class KernelTemplate:
             KernelStartError: The template cannot serve (a state template whose snapshot did not load).
         """
         environment = {"PYTHONUNBUFFERED": "1"}
-        answer = self.request(
-            {
-                "op": "fork",
-                "connection_file": str(connection_file),
-                "workdir": str(workdir),
-                "log": str(log),
-                "environment": environment,
-                "reseed": self.reseed,
-            }
-        )
+        request = {
+            "op": "fork",
+            "connection_file": str(connection_file),
+            "workdir": str(workdir),
+            "log": str(log),
+            "environment": environment,
+            "reseed": self.reseed,
+        }
+        identities = (self.base or self)._identities
+        if identities is not None:  # the copy takes a uid of its own, its folders given to it first
+            run_dir = connection_file.parent
+            identity = new_identity(self.limits, run_dir)
+            identity.give_folders(run_dir, workdir, (run_dir / SNAPSHOT_INBOX, run_dir / SNAPSHOT_OUTBOX))
+            request["identity"] = identity.request()
+            identities[str(connection_file)] = identity
+        answer = self.request(request)
         if "pidfd" not in answer:
             raise KernelStartError(f"the kernel template could not fork a kernel: {answer.get('error')}")
         return int(answer["pid"]), int(answer["pidfd"])
+
+    def identity_for(self, connection_file: Path) -> CopyIdentity | None:
+        """The identity the copy forked on ``connection_file`` took (None where copies take none)."""
+        identities = (self.base or self)._identities
+        return None if identities is None else identities.pop(str(connection_file), None)
 
     # -- kernels and states -------------------------------------------------------------------------------------
 
@@ -528,7 +559,7 @@ class KernelTemplate:
                 f"snapshot {digest[:12]} was written in kernel environment {', '.join(sorted(writers))}, not here"
             )
         folder = Path(tempfile.mkdtemp(prefix="state-", dir=self.run_dir))
-        os.chmod(folder, 0o1777)
+        os.chmod(folder, 0o1777 if self._identities is None else 0o700)  # copies of their own uid: none of theirs
         handed = folder / f"{digest}.dill"
         if self.store_access == "copy":
             shutil.copyfile(path, handed)

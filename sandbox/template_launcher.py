@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from themisto_env.errors import InfrastructureError, KernelStartError, TemplateGoneError
+from themisto_env.sandbox.copy_identity import CopyIdentity
 from themisto_env.sandbox.launcher import KernelLauncher, launcher_class
 from themisto_env.sandbox.owners import process_record
 
@@ -40,6 +41,9 @@ class ForkSource(Protocol):
 
     def is_alive(self) -> bool:
         """Whether the template process runs."""
+
+    def identity_for(self, connection_file: Path) -> CopyIdentity | None:
+        """The identity the kernel forked on this connection file took (None: its template's)."""
 
 
 def exited(pidfd: int, timeout_s: float = 0.0) -> bool:
@@ -90,6 +94,8 @@ class ForkLauncher(KernelLauncher):
         self._pid: int | None = None  # in the template's namespace
         self._host_pid: int | None = None
         self._started = 0
+        #: The copy's own uid and limits, where copies take one (docker); None: the template's identity.
+        self.identity: CopyIdentity | None = None
 
     def start(self, connection_file: Path, workdir: Path) -> None:
         template = self.template
@@ -101,6 +107,7 @@ class ForkLauncher(KernelLauncher):
         except TemplateGoneError as exc:
             raise KernelStartError(f"could not fork a kernel: {exc}") from exc
         self._host_pid = _host_pid(self._pidfd)
+        self.identity = template.identity_for(connection_file)
 
     def is_alive(self) -> bool:
         return self._pidfd is not None and not exited(self._pidfd)
@@ -154,9 +161,29 @@ class ForkLauncher(KernelLauncher):
             if self._host_pid is not None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(self._host_pid, signal.SIGKILL)
+            self._reap_identity()
             return path
         finally:
             os.close(pidfd)
+
+    def _reap_identity(self) -> None:
+        """Where the copy had a uid of its own: everything of that uid goes (daemons that left its session
+        included) and its files in the container's shared ``/tmp`` and ``/dev/shm``; the template does it
+        (under the copy's uid). A template that is gone took them along."""
+        if self.identity is None:
+            return
+        for template in (self.template, self.template.base):
+            if template is not None and template.is_alive():
+                with contextlib.suppress(InfrastructureError):
+                    template.request({"op": "reap", "uid": self.identity.uid}, timeout_s=10.0)
+                    return
+
+    def limit_events(self) -> dict[str, int]:
+        """Where the copy has a uid of its own: its limit hits, read from ``/proc`` (see
+        `CopyIdentity.limit_events`); the container's cgroup counts those of every copy together."""
+        if self.identity is None:
+            return {}
+        return self.identity.limit_events(self._host_pid)
 
 
 @functools.cache

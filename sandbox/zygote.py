@@ -144,6 +144,8 @@ class Template:
             self._fork(connection, request, become=_become_kernel)
         elif op == "derive":
             self._fork(connection, request, become=_become_state_template)
+        elif op == "reap":
+            _send(connection, _reap_identity(request))
         else:
             _send(connection, {"error": f"unknown request {op!r}"})
 
@@ -157,6 +159,7 @@ class Template:
             code = 1
             try:
                 _die_with(parent)
+                _take_identity(request.get("identity"), parent)  # a copy's own uid, limits, folders: first
                 random.setstate(generator)  # copies are identical, their random draws included (unless reseeded)
                 self.generator = generator  # set again once the kernel started (its start may draw)
                 connection.close()
@@ -188,6 +191,107 @@ def _die_with(parent: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     if os.getppid() != parent:
         os._exit(1)
+
+
+def _take_identity(identity: dict[str, Any] | None, parent: int) -> None:
+    """In a forked copy, before anything else runs in it: take the copy's own identity (None: keep the
+    template's, as on ``local`` and ``bwrap``). ``identity``: ``uid`` and ``gid`` (a slot the host chose and
+    gave the copy's folders to), ``nproc`` (its processes and threads: ``RLIMIT_NPROC`` counts per uid, so it
+    bounds this copy only), ``memory_bytes`` (what it may allocate beyond the template's pages:
+    ``RLIMIT_DATA``, and ``RLIMIT_AS`` as a backstop), ``tmp`` (its ``TMPDIR`` and ``HOME``).
+
+    The OOM killer takes a copy before its template (``oom_score_adj`` 1000); then the supplementary groups
+    go, the gid and the uid change (real, effective and saved: every capability goes with them, for good),
+    and files it makes are its own only (umask 077). The parent-death signal, which a change of uid clears,
+    is armed again. Any failure ends the copy before model code could run."""
+    if identity is None:
+        return
+    import ctypes
+    import resource
+
+    uid, gid = int(identity["uid"]), int(identity["gid"])
+    if uid <= 0 or gid <= 0:
+        raise ValueError(f"a copy's identity must not be root: {uid}:{gid}")
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000")
+    sizes = _vm_sizes()
+    memory = int(identity["memory_bytes"])
+    nproc = int(identity["nproc"])
+    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+    data = sizes.get("VmData", 0) + memory
+    resource.setrlimit(resource.RLIMIT_DATA, (data, data))
+    space = sizes.get("VmSize", 0) + memory + AS_SLACK
+    resource.setrlimit(resource.RLIMIT_AS, (space, space))
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.getresuid() != (uid, uid, uid) or os.getgroups():
+        raise PermissionError("the copy kept its template's identity")
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(4, 1)  # PR_SET_DUMPABLE: its /proc files are its own again (the uid change made them root's)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG, cleared by the change of uid
+    if os.getppid() != parent:
+        os._exit(1)
+    os.umask(0o077)
+    tmp = identity["tmp"]
+    os.environ.update({"TMPDIR": tmp, "HOME": tmp})
+    import tempfile
+
+    tempfile.tempdir = None  # chosen again from $TMPDIR
+
+
+#: Address space a copy may map beyond its template's size and its memory allowance (thread stacks and
+#: malloc arenas reserve address space they never fill); what it fills is bounded by ``RLIMIT_DATA``.
+AS_SLACK = 1 << 30
+
+
+def _vm_sizes() -> dict[str, int]:
+    """This process's ``VmSize`` and ``VmData`` in bytes (``/proc/self/status``)."""
+    sizes: dict[str, int] = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmSize", "VmData"):
+                sizes[key] = int(value.split()[0]) * 1024
+    return sizes
+
+
+def _reap_identity(request: dict[str, Any]) -> dict[str, Any]:
+    """End everything a copy left (``reap``: its uid's processes, daemons included, and its files in the
+    shared ``/tmp`` and ``/dev/shm``), from a child that takes the copy's uid for it: ``kill(-1)`` then
+    reaches that uid's processes only, and the template keeps no capability to signal others."""
+    uid = int(request["uid"])
+    if uid <= 0:
+        return {"error": "not a copy's uid"}
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            for _ in range(100):  # what forked between two passes is found by the next
+                try:
+                    os.kill(-1, signal.SIGKILL)
+                except ProcessLookupError:
+                    break
+            import shutil
+
+            for folder in ("/tmp", "/dev/shm"):
+                with contextlib.suppress(OSError):
+                    for entry in os.scandir(folder):
+                        with contextlib.suppress(OSError):
+                            if entry.stat(follow_symlinks=False).st_uid != uid:
+                                continue
+                            if entry.is_dir(follow_symlinks=False):
+                                shutil.rmtree(entry.path, ignore_errors=True)
+                            else:
+                                os.unlink(entry.path)
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return {"ok": os.waitstatus_to_exitcode(status) == 0}
 
 
 def _name_process(name: str) -> None:

@@ -105,3 +105,25 @@ def test_the_record_counts_pays_and_refunds_in_one_place() -> None:
     assert record.tool_cost_paid == pytest.approx(0.25 * (MAX_TOOL_REFUNDS + 2)), "every call paid"
     assert "Tool budget spent (2 calls" in record.refusal()
     assert record.score_args(None) == {"tools_used": 2, "faults": record.faults, "state_mismatch": None}
+
+
+@pytest.mark.parametrize(
+    ("backend", "fork", "own", "model_code"),
+    [
+        ("local", True, None, None),
+        ("bwrap", True, None, "share its user"),
+        ("docker", True, "only model-written code is forked", None),
+        ("docker", False, "fork=False", "fork=False"),
+    ],
+)
+def test_which_kernels_are_forked_and_why_not(
+    env_dataset: dict[str, str], backend: str, fork: bool, own: str | None, model_code: str | None
+) -> None:
+    """Model-written code is forked where copies are isolated from each other (docker) or nothing is
+    (local); the reason a kernel is started instead is what ``served_by`` shows."""
+    from themisto_env.env.state_server import not_forked
+
+    config, _ = env_config_and_dataset({**env_dataset, "backend": backend, "fork": fork})
+    for store_access, expected in (("read", own), ("copy", model_code)):
+        reason = not_forked(config, store_access)
+        assert (reason is None) == (expected is None) and (expected is None or expected in str(reason)), reason

@@ -1,5 +1,8 @@
 """Hostile predictions under the execution score, on docker: each is contained and scored as documented.
 
+Every case runs twice: on disposable kernels started one container each (``fork=False``), and on copies
+forked in one template container, each with a uid of its own (the default).
+
 Every case plays the same pattern on one docker env (two predictions per sample): at sample S the hostile
 prediction H, then the true target (another completion of S); at S+1 the true target and an empty
 prediction. The same pattern with the target in place of H is the clean reference. For each H:
@@ -37,6 +40,7 @@ from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.tools import ToolCall, run_tool
 from themisto_env.replay.disposable import FAILURES, CodeRun
 from themisto_env.replay.state_check import diff_fingerprints, expected_fingerprint
+from themisto_env.sandbox import template as templates
 from themisto_env.sandbox.rendering import render_outputs
 
 #: Small enough that the memory bomb and the fork bomb hit quickly; a 5 s limit per prediction.
@@ -289,11 +293,20 @@ class Outcome:
 class Harness:
     """A docker env with the execution score (two predictions per sample) that records each CodeRun."""
 
-    def __init__(self, env: ThemistoEnv) -> None:
+    def __init__(self, env: ThemistoEnv, *, forked: bool) -> None:
         self.env = env
+        self.forked = forked
         self.runs: list[CodeRun] = []
         kernels = env.disposable_kernels()
-        run = kernels.run
+        run, run_code = kernels.run, kernels._run_code
+        #: Each run's kernel: whether it was a copy with a uid of its own
+        self.own_uid: list[bool] = []
+
+        def noting(kernel: Any, *args: Any, **kwargs: Any) -> CodeRun:
+            self.own_uid.append(getattr(kernel.launcher, "identity", None) is not None)
+            return run_code(kernel, *args, **kwargs)
+
+        kernels._run_code = noting  # type: ignore[method-assign]
 
         def recording(*args: Any, **kwargs: Any) -> CodeRun:
             result = run(*args, **kwargs)
@@ -352,6 +365,7 @@ class Harness:
         next_target, _ = self._predict(following.target)
         next_empty, _ = self._predict("")
         self.assert_nothing_left()
+        assert self.own_uid[-3:] == [self.forked] * 3, "the code ran elsewhere than on the path under test"
         return Outcome(hostile, run, again, served, next_target, next_empty)
 
     def outcome(self, name: str, prefix: str, code: str) -> Outcome:
@@ -379,7 +393,8 @@ class Harness:
         for thread in [*kernels._closing, *kernels.pool._threads, *(warm._threads if warm else [])]:
             thread.join(timeout=60)
         kernels_held = [self.env.tool_context().kernel, *kernels.pool._ready, *(warm._ready if warm else [])]
-        return {getattr(kernel.launcher, "container_name", None) for kernel in kernels_held}
+        held = {getattr(kernel.launcher, "container_name", None) for kernel in kernels_held}
+        return held | _template_containers()
 
     def assert_nothing_left(self) -> None:
         held = self.held()
@@ -390,8 +405,17 @@ class Harness:
 BASELINE: set[str] = set()
 
 
-@pytest.fixture(scope="module")
-def harness(env_dataset: dict[str, str], docker_engine: None) -> Iterator[Harness]:
+def _template_containers() -> set[str]:
+    """The containers of the process's shared docker templates (the forked copies' only containers)."""
+    return {
+        str(t._process.container_name)
+        for t in templates._SHARED.values()
+        if t.backend == "docker" and t._process is not None
+    }
+
+
+@pytest.fixture(scope="module", params=["started", "forked"])
+def harness(request: pytest.FixtureRequest, env_dataset: dict[str, str], docker_engine: None) -> Iterator[Harness]:
     BASELINE.update(_containers())
     store, dataset = Path(env_dataset["snapshot_dir"]), Path(env_dataset["dataset"])
     listings = _listing(store), _listing(dataset)
@@ -404,11 +428,13 @@ def harness(env_dataset: dict[str, str], docker_engine: None) -> Iterator[Harnes
         samples=2,
         sample_rule=ALL_SAMPLES,
         limits=LIMITS,
+        fork=request.param == "forked",
     )
     try:
-        yield Harness(env)
+        yield Harness(env, forked=request.param == "forked")
     finally:
         env.close()
+        templates.close_shared_templates()
     assert _containers() - BASELINE == set(), "containers left after the env closed"
     assert not _sleepers()
     assert (_listing(store), _listing(dataset)) == listings, "the store or the dataset changed"
@@ -630,7 +656,8 @@ def test_writes_reach_only_the_kernels_own_scratch_space(harness: Harness, env_d
     assert not outside, f"wrote outside the container's scratch space: {outside}"
     assert all(p not in result["written"] for p in host_paths), result
     assert result["owner"] != "forged", "the kernel rewrote the owner record a root reaper trusts"
-    assert Path(run_dir).parent == Path(tempfile.gettempdir()) and not Path(run_dir).exists()
+    # a started kernel's run directory is in the temporary folder; a forked copy's in its template's
+    assert Path(run_dir).is_relative_to(tempfile.gettempdir()) and not Path(run_dir).exists()
     left = [
         str(p)
         for root in (store.parent, dataset.parent, Path(tempfile.gettempdir()))
@@ -659,9 +686,11 @@ def test_host_files_cannot_be_read(harness: Harness, env_dataset: dict[str, str]
 # -- the RL reward ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("fork", [False, True], ids=["started", "forked"])
 def test_execution_reward_over_a_batch_equals_each_completion_alone(
-    env_dataset: dict[str, str], docker_engine: None
+    env_dataset: dict[str, str], docker_engine: None, fork: bool
 ) -> None:
+    templates.close_shared_templates()  # a harness's (replaced when next used): this reward makes its own
     baseline = _containers()
     rows = export_samples("next-cell", "static", **env_dataset, sample_rule=ALL_SAMPLES)
     row = next(r for r in rows if r["target"].startswith(TARGET_6))
@@ -674,6 +703,7 @@ def test_execution_reward_over_a_batch_equals_each_completion_alone(
         "",
     ]
     options = {**env_dataset, "backend": "docker", "limits": LIMITS, "sample_rule": ALL_SAMPLES, "parse": False}
+    options["fork"] = fork
     # The execution score alone (the reward adds the text metrics, which a hack quoting the target earns)
     with ExecutionReward(value="execution_score", **options) as reward:
         batch = reward(completions=completions, sample_id=[row["sample_id"]] * len(completions))
@@ -688,5 +718,9 @@ def test_execution_reward_over_a_batch_equals_each_completion_alone(
     )
     assert batch[2] == 1.0 and batch[1] == 0.0
     assert max(batch[0], batch[3], batch[4]) < 1.0
-    assert _containers() - baseline == set(), "containers left after the rewards closed"
+    templates_made = _template_containers() - baseline  # a forked reward's template lives until closed
+    assert bool(templates_made) == fork, "the completions were not run on the path under test"
+    assert _containers() - baseline == templates_made, "containers left after the rewards closed"
+    templates.close_shared_templates()
+    assert _containers() - baseline == set(), "containers left after the templates closed"
     assert not _sleepers()

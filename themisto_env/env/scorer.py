@@ -17,6 +17,7 @@ from themisto_env.env.config import MODEL_CODE_TIMEOUT_S, EnvConfig, warn_unisol
 from themisto_env.env.state_server import (
     FROM_DATASET,
     EnvironmentChoice,
+    not_forked,
     resolve_environment,
     template_source,
 )
@@ -84,6 +85,7 @@ class Scorer:
                 preload=imported_modules(self.dataset.trajectories.values()),
                 ray=config.ray,
                 template=self._template,
+                not_forked=not_forked(config, "copy"),
             )
         return self._disposable
 

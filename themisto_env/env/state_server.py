@@ -49,6 +49,7 @@ __all__ = [
     "ToolOutcome",
     "forks",
     "kernel_environment",
+    "not_forked",
     "not_served",
     "state_mismatch",
     "template_source",
@@ -85,8 +86,8 @@ def resolve_environment(environment: EnvironmentChoice, config: EnvConfig, datas
 
 def forks(config: EnvConfig) -> bool:
     """Whether kernels and copies of states are forked from a template (``EnvConfig.fork``; local and bwrap
-    kernels on this machine)."""
-    return config.fork and config.ray is None and config.backend in FORKING_BACKENDS
+    kernels on this machine; on docker, only the kernels for model-written code: :func:`not_forked`)."""
+    return not_forked(config, "read") is None
 
 
 def template_source(
@@ -99,11 +100,13 @@ def template_source(
     """Gives the process's template for the kernels of ``config`` (shared with the other users of this
     kind, replaced when it dies), or None where kernels are not forked.
 
-    Kernels for model-written code (``store_access="copy"``) are forked on the local backend only: the
-    copies of one bwrap template share its sandbox and its user, so one copy could reach another; on
-    bwrap (and docker) each is started in a sandbox of its own.
+    Kernels for model-written code (``store_access="copy"``) are forked on ``local`` (no isolation anyway)
+    and on ``docker``, where each copy takes a uid of its own in its template's container; on ``bwrap`` the
+    copies of one template would share its sandbox and its user (one copy could reach another), so each is
+    started in a sandbox of its own. The env's own kernel is forked on ``local`` and ``bwrap``, started on
+    ``docker`` (see :func:`not_forked`).
     """
-    if not forks(config) or (store_access == "copy" and config.backend != "local"):
+    if not_forked(config, store_access) is not None:
         return None
     return functools.partial(
         shared_template,
@@ -114,6 +117,22 @@ def template_source(
         store_access=store_access,
         environment=environment,
     )
+
+
+def not_forked(config: EnvConfig, store_access: Literal["read", "copy"]) -> str | None:
+    """Why kernels of ``config`` for this use (``copy``: model-written code; ``read``: the env's own) are
+    started rather than forked, or None where they are forked."""
+    if not config.fork:
+        return "fork=False"
+    if config.ray is not None:
+        return "kernels run in Ray actors"
+    if config.backend not in FORKING_BACKENDS:
+        return f"the {config.backend} backend does not fork"
+    if store_access == "copy" and config.backend == "bwrap":
+        return "copies of one bwrap template would share its user: model-written code gets a sandbox each"
+    if store_access == "read" and config.backend == "docker":
+        return "the env's own docker kernel is started (only model-written code is forked on docker)"
+    return None
 
 
 def not_served() -> dict[str, object]:

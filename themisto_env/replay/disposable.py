@@ -198,6 +198,7 @@ class DisposableKernels:
         ray: Run the kernels in Ray actors placed so (None: on this machine).
         template: Gives the kernel template to fork the kernels from (each a copy of the state's template:
             no kernel start, no restore); None starts and restores them (from the pool).
+        not_forked: Why they are not forked (without ``template``), for the state report's ``served_by``.
     """
 
     def __init__(
@@ -211,9 +212,11 @@ class DisposableKernels:
         environment: str | None = None,
         ray: RayPlacement | None = None,
         template: Callable[[], KernelTemplate] | None = None,
+        not_forked: str | None = None,
     ) -> None:
         self.backend = backend
         self.template = template
+        self.not_forked = not_forked
         self.ray = ray
         self.limits = limits or SandboxLimits()
         self.snapshot_dir = snapshot_dir
@@ -244,6 +247,7 @@ class DisposableKernels:
         if not code.strip():  # an empty cell does nothing and prints nothing: no kernel needed
             return CodeRun("ok", [], changed={}, seconds=time.perf_counter() - started)
         served = TrajectoryKernel(self.pool.take, template=self.template)
+        served.not_forked = self.not_forked
         try:
             report = served.serve(trajectory, step)
             if report.check == "mismatch":

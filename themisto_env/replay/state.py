@@ -113,6 +113,8 @@ class TrajectoryKernel:
         #: None, or a template that cannot start or is not safe to fork: kernels are started and restored.
         self.template = template
         self._forking_refused: str | None = None  # why the template was given up (said once)
+        #: Why kernels are not forked here at all (said in the state report), where the caller knows.
+        self.not_forked: str | None = None
         self._kernel: KernelLike | None = None
         self._closing: list[threading.Thread] = []  # replaced kernels being closed in the background
         #: (trajectory id, step) the kernel is before, when known; None after anything unrecorded ran.
@@ -233,7 +235,8 @@ class TrajectoryKernel:
 
     def _serve(self, trajectory: Trajectory, step: int) -> StateReport:
         report = self._report = StateReport(trajectory.id, step)
-        report.served_by = "fork" if self._template() is not None else "restore"
+        why = self._forking_refused or self.not_forked
+        report.served_by = "fork" if self._template() is not None else "restore" + (f" ({why})" if why else "")
         expected = expected_fingerprint(trajectory, step)
         forward = self._forward_from(trajectory, step)
         self.position = None  # known again only once this state is reached

@@ -1,0 +1,318 @@
+"""Copies forked in one docker template container, each with a uid of its own: what one copy's code can do
+to its siblings and its template (nothing), and what is left once a copy or the template closes (nothing).
+
+Every test here forks real copies in a real container; the attacks run as model-written code would, as cells.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from themisto_env.bridges.rl import ExecutionReward, export_samples
+from themisto_env.errors import KernelDiedError
+from themisto_env.sandbox import template as templates
+from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.models import SandboxLimits
+from themisto_env.sandbox.template import KernelTemplate
+from themisto_env.sandbox.template_launcher import ForkLauncher
+
+LIMITS = SandboxLimits(memory_mb=512, pids=64, timeout_s=10)
+ALL_SAMPLES = {"max_length_quantile": None}
+
+
+@pytest.fixture(scope="module")
+def template(docker_engine: None) -> Iterator[KernelTemplate]:
+    with KernelTemplate("docker", store_access="copy", limits=LIMITS, spares=0) as template:
+        yield template
+
+
+def _value(kernel: Kernel, code: str) -> object:
+    """What a cell printed as its last line, decoded as JSON."""
+    result = kernel.execute(code, timeout_s=30)
+    assert result.status == "ok", result.outputs
+    return json.loads(result.text().strip().splitlines()[-1])
+
+
+def _pid(kernel: Kernel) -> int:
+    """The kernel's pid as the container sees it."""
+    return int(_value(kernel, "import os; print(os.getpid())"))  # type: ignore[call-overload]
+
+
+def _identity(kernel: Kernel) -> int:
+    launcher = kernel.launcher
+    assert isinstance(launcher, ForkLauncher) and launcher.identity is not None
+    return launcher.identity.uid
+
+
+def _alive_and_answering(kernel: Kernel) -> bool:
+    return kernel.is_alive() and kernel.execute("print(6 * 7)", timeout_s=30).text().strip() == "42"
+
+
+def test_each_copy_runs_as_a_uid_of_its_own_without_capabilities(template: KernelTemplate) -> None:
+    a, b = template.kernel(), template.kernel()
+    try:
+        probe = (
+            "import os, json, resource, tempfile\n"
+            "caps = [l.split()[1] for l in open('/proc/self/status') if l.startswith(('CapEff', 'CapPrm', 'CapBnd'))]\n"
+            "print(json.dumps([os.getresuid(), os.getresgid(), os.getgroups(), caps, tempfile.gettempdir(),\n"
+            "    resource.getrlimit(resource.RLIMIT_NPROC), open('/proc/self/oom_score_adj').read().strip()]))"
+        )
+        seen_a, seen_b = _value(a, probe), _value(b, probe)
+        uid_a, uid_b = _identity(a), _identity(b)
+        assert uid_a != uid_b
+        for seen, uid, kernel in ((seen_a, uid_a, a), (seen_b, uid_b, b)):
+            assert seen[0] == [uid] * 3 and seen[1] == [uid] * 3 and seen[2] == [], seen  # type: ignore[index]
+            effective, permitted = seen[3][0], seen[3][1]  # type: ignore[index]
+            assert int(effective, 16) == 0 and int(permitted, 16) == 0, seen
+            assert seen[4] == str(kernel.run_dir / "tmp") and seen[5] == [LIMITS.pids, LIMITS.pids], seen  # type: ignore[index]
+            assert seen[6] == "1000", "the OOM killer must take a copy before its template"  # type: ignore[index]
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_copy_cannot_signal_trace_or_read_its_siblings_or_its_template(template: KernelTemplate) -> None:
+    a, b = template.kernel(), template.kernel()
+    try:
+        b_pid = _pid(b)
+        write = "import os, json; open('secret', 'w').write('b'); print(json.dumps(os.path.abspath('secret')))"
+        b_file = _value(b, write)
+        attack = f"""import ctypes, json, os, signal, socket
+results = {{}}
+template = os.getppid()
+def attempt(name, action):
+    try:
+        action()
+        results[name] = 'done'
+    except OSError as e:
+        results[name] = type(e).__name__
+for target, pid in (('sibling', {b_pid}), ('template', template)):
+    attempt(f'signal {{target}}', lambda: os.kill(pid, 0))
+    attempt(f'memory {{target}}', lambda: open(f'/proc/{{pid}}/mem', 'rb').read(1))
+    attempt(f'environ {{target}}', lambda: open(f'/proc/{{pid}}/environ', 'rb').read(1))
+    libc = ctypes.CDLL(None, use_errno=True)
+    results[f'ptrace {{target}}'] = 'done' if libc.ptrace(16, pid, None, None) == 0 else os.strerror(ctypes.get_errno())
+attempt('read sibling file', lambda: open({json.dumps(b_file)}).read())
+attempt('list sibling run dir', lambda: os.listdir({json.dumps(str(b.run_dir))}))
+attempt('list template run dir', lambda: os.listdir({json.dumps(str(template.run_dir))}))
+def connect():
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect({json.dumps(str(template.socket_path))})
+attempt('connect to template', connect)
+print(json.dumps(results))"""
+        results = _value(a, attack)
+        assert isinstance(results, dict) and results
+        assert not [name for name, outcome in results.items() if outcome == "done"], results
+        assert _alive_and_answering(b)
+    finally:
+        a.close()
+        b.close()
+
+
+KILL_ALL = "import os, signal\nos.kill(-1, signal.SIGKILL)"
+KILL_EVERY_PID = """import os, signal
+for _p in os.listdir('/proc'):
+    if _p.isdigit() and int(_p) != os.getpid():
+        try:
+            os.kill(int(_p), signal.SIGKILL)
+        except OSError:
+            pass
+os.kill(os.getpid(), signal.SIGKILL)"""
+
+
+@pytest.mark.parametrize("attack", [KILL_ALL, KILL_EVERY_PID], ids=["kill -1", "every pid"])
+def test_killing_everything_visible_kills_only_the_copy(template: KernelTemplate, attack: str) -> None:
+    a, b = template.kernel(), template.kernel()
+    try:
+        with contextlib.suppress(KernelDiedError):  # kill(-1) spares the caller; the other ends it
+            a.execute(attack, timeout_s=10, interrupt=False)
+        assert _alive_and_answering(b)
+        c = template.kernel()  # the template lives and forks
+        assert _alive_and_answering(c)
+        c.close()
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_fork_bomb_is_bounded_by_the_copy_s_own_process_limit(template: KernelTemplate) -> None:
+    a, b = template.kernel(), template.kernel()
+    try:
+        code = "import os, time\nwhile True:\n    if os.fork() == 0:\n        time.sleep(600)\n        os._exit(0)"
+        result = a.execute(code, timeout_s=10, interrupt=False)
+        assert result.status == "error" and "BlockingIOError" in result.text(), result.outputs
+        assert a.launcher.limit_events().get("pids_max"), "the process limit hit is not seen from outside"
+        assert not b.launcher.limit_events(), "a sibling's limit hit was counted as this copy's"
+        assert _alive_and_answering(b)
+        children = b.execute("import os\npid = os.fork()\nif pid == 0: os._exit(0)\nos.waitpid(pid, 0); print('ok')")
+        assert children.text().strip() == "ok", "the sibling cannot start a process of its own"
+    finally:
+        uid = _identity(a)
+        a.close()
+        b.close()
+    assert _tasks(uid) == 0, "processes of a closed copy are left"
+
+
+def test_a_memory_bomb_is_the_copy_s_own_failure(template: KernelTemplate) -> None:
+    a, b = template.kernel(), template.kernel()
+    try:
+        result = a.execute("_hog = []\nwhile True:\n    _hog.append(b'x' * 2**24)", timeout_s=30, interrupt=False)
+        assert result.status == "error" and "MemoryError" in result.text(), result.outputs
+        assert a.launcher.limit_events().get("oom_kill"), "the memory limit hit is not seen from outside"
+        assert not b.launcher.limit_events()
+        assert _alive_and_answering(a) and _alive_and_answering(b)
+        assert template.is_alive()
+    finally:
+        a.close()
+        b.close()
+
+
+def _tasks(uid: int) -> int:
+    count = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if entry.stat().st_uid == uid:
+                    count += 1
+            except OSError:
+                continue
+    return count
+
+
+def test_nothing_of_a_copy_outlives_it(template: KernelTemplate) -> None:
+    """A daemon that left the copy's session, and its files in the container's shared /tmp, go with it."""
+    a = template.kernel()
+    daemon = (
+        "import os, time\n"
+        "open('/tmp/left-behind', 'w').write('x')\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        time.sleep(600)\n"
+        "    os._exit(0)\n"
+        "time.sleep(0.2)\nprint(1)"
+    )
+    assert _value(a, daemon) == 1
+    uid, run_dir = _identity(a), a.run_dir
+    assert _tasks(uid) >= 2
+    a.close()
+    assert _tasks(uid) == 0, "a process of the closed copy is left"
+    assert not run_dir.exists()
+    b = template.kernel()
+    try:
+        assert _value(b, "import os, json; print(json.dumps(os.path.exists('/tmp/left-behind')))") is False
+    finally:
+        b.close()
+
+
+def test_nothing_outlives_the_template(docker_engine: None) -> None:
+    import docker
+
+    template = KernelTemplate("docker", store_access="copy", limits=LIMITS).start()
+    name = template._process.container_name
+    run_dir = template.run_dir
+    copies = [template.kernel(), template.kernel()]
+    uids = [_identity(k) for k in copies]
+    template.close()
+    deadline = time.monotonic() + 10
+    while any(_tasks(uid) for uid in uids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_tasks(uid) for uid in uids)
+    assert not run_dir.exists()
+    assert not docker.from_env().containers.list(all=True, filters={"name": name})
+    for kernel in copies:
+        kernel.close()
+
+
+# -- a GRPO group: one hostile completion, the others scored as alone ---------------------------------------
+
+FORK_BOMB = "import os\nwhile True:\n    os.fork()"
+MEMORY_BOMB = "_hog = []\nwhile True:\n    _hog.append(b'x' * 2**24)"
+
+
+@pytest.mark.slow
+def test_a_hostile_copy_leaves_its_group_scored_as_alone(env_dataset: dict[str, str], docker_engine: None) -> None:
+    """A group of 8 completions of one sample, forked in one container: one completion kills every process
+    it can (``kill(-1)``, every visible pid), fork-bombs or memory-bombs; every other completion scores
+    exactly what it scores in a group without it."""
+    rows = export_samples("next-cell", "static", **env_dataset, sample_rule=ALL_SAMPLES)
+    row = next(r for r in rows if r["target"].startswith("by_region"))
+    target = row["target"]
+    honest = [
+        target,
+        "by_region = sales['units'].sum()",
+        "by_region = sales.groupby('region')['units'].sum()",
+        target + "\nprint('done')",
+        "x = 1",
+        "",
+        "sales.head()",
+    ]
+    limits = {"memory_mb": 512, "pids": 64, "timeout_s": 5}
+    options = {**env_dataset, "backend": "docker", "limits": limits, "sample_rule": ALL_SAMPLES, "parse": False}
+    groups = {"clean": "by_region = 0", "kill -1": KILL_ALL, "every pid": KILL_EVERY_PID}
+    groups |= {"fork bomb": FORK_BOMB, "memory bomb": MEMORY_BOMB}
+    scores = {}
+    try:
+        with ExecutionReward(value="execution_score", **options) as reward:
+            for name, hostile in groups.items():
+                completions = [*honest[:3], hostile, *honest[3:]]
+                scores[name] = reward(completions=completions, sample_id=[row["sample_id"]] * len(completions))
+            assert templates._SHARED, "the group was not forked"
+    finally:
+        templates.close_shared_templates()
+    clean = scores.pop("clean")
+    assert clean[0] == 1.0, clean
+    for name, group in scores.items():
+        assert group[3] == 0.0, (name, group)
+        assert group[:3] + group[4:] == clean[:3] + clean[4:], (name, group, clean)
+
+
+OWNER = """import json, sys, time
+from themisto_env.sandbox.models import SandboxLimits
+from themisto_env.sandbox.template import KernelTemplate
+template = KernelTemplate('docker', store_access='copy', limits=SandboxLimits(memory_mb=512, pids=64)).start()
+copies = [template.kernel(), template.kernel()]
+copies[0].execute("import os, time\\nif os.fork() == 0:\\n    os.setsid()\\n    time.sleep(600)")
+uids = [k.launcher.identity.uid for k in copies]
+print(json.dumps({'container': template._process.container_name, 'uids': uids, 'run_dir': str(template.run_dir)}))
+sys.stdout.flush()
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_nothing_outlives_a_sigkilled_owner(docker_engine: None) -> None:
+    """The owner SIGKILLed with a template container and copies open (one with a daemon): its reaper removes
+    the container, and with it every copy's processes; the run directory goes too."""
+    import subprocess
+    import sys
+
+    import docker
+
+    owner = subprocess.Popen([sys.executable, "-c", OWNER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None
+        made = json.loads(owner.stdout.readline())
+        assert all(_tasks(uid) for uid in made["uids"]), made
+        owner.kill()
+        owner.wait(timeout=60)
+        client = docker.from_env()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (
+            client.containers.list(all=True, filters={"name": made["container"]}) or Path(made["run_dir"]).exists()
+        ):
+            time.sleep(0.2)
+        assert not client.containers.list(all=True, filters={"name": made["container"]}), "the container is left"
+        assert not any(_tasks(uid) for uid in made["uids"]), "a copy's process is left"
+        assert not Path(made["run_dir"]).exists(), "the template's run directory is left"
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
