@@ -346,10 +346,12 @@ class StateServer:
 
         With ``keep_answers`` (this server's own tool calls) the context shares the kernel's answers given
         in this state so far (``ToolContext.answers``); otherwise it has none, and the answers kept are
-        forgotten (whoever holds the context may run code in the kernel)."""
+        forgotten (whoever holds the context may run code in the kernel). Answers are kept only while the
+        kernel lives (a local check, no round trip): a kernel that died is found by the tool's own call, and
+        recovered from, rather than answered for from memory."""
         trajectory, step = self._selected()
         sizes, memory = self.recorded_figures()
-        if not keep_answers:
+        if not keep_answers or (self._answers and not self.kernel_owner.kernel.is_alive()):
             self._answers = {}
         return ToolContext(
             kernel=self.kernel_owner.kernel,
