@@ -21,10 +21,14 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import signal
+import stat
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from themisto_env.errors import KernelStartError
 from themisto_env.sandbox.models import SandboxLimits
 
 __all__ = ["UID_BASE", "UID_SLOTS", "CopyIdentity", "can_give_identities", "new_identity"]
@@ -68,8 +72,40 @@ class CopyIdentity:
         os.chmod(run_dir, 0o1770)
         self.tmp.mkdir(exist_ok=True)
         for folder in (workdir, *boxes, self.tmp):
-            os.chown(folder, self.uid, self.uid)
+            # a copy that ran here before (a restart) may have put a link in a folder's place: never follow one
+            if not stat.S_ISDIR(os.lstat(folder).st_mode):
+                raise KernelStartError(f"a copy's folder {folder} is not a plain folder (a link left by a copy?)")
+            os.chown(folder, self.uid, self.uid, follow_symlinks=False)
             os.chmod(folder, 0o700)
+
+    def processes(self) -> list[int]:
+        """The pids (as this host sees them) of the processes of this uid."""
+        found = []
+        with contextlib.suppress(OSError):
+            for entry in os.scandir("/proc"):
+                if entry.name.isdigit():
+                    with contextlib.suppress(OSError):
+                        if entry.stat().st_uid == self.uid:
+                            found.append(int(entry.name))
+        return found
+
+    def end_processes(self, rounds: int = 20) -> bool:
+        """SIGKILL every process of this uid, in rounds (what forked meanwhile is found by the next), from the
+        host: whether none is left."""
+        for _ in range(rounds):
+            pids = self.processes()
+            if not pids:
+                return True
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    fd = os.pidfd_open(pid)
+                    try:
+                        if os.stat(f"/proc/{pid}").st_uid == self.uid:  # checked on the pidfd's process
+                            signal.pidfd_send_signal(fd, signal.SIGKILL)
+                    finally:
+                        os.close(fd)
+            time.sleep(0.01)
+        return not self.processes()
 
     def tasks(self) -> int:
         """How many processes and threads of this uid run (seen in ``/proc``: the container shares the

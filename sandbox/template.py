@@ -389,9 +389,15 @@ class KernelTemplate:
             identity.give_folders(run_dir, workdir, (run_dir / SNAPSHOT_INBOX, run_dir / SNAPSHOT_OUTBOX))
             request["identity"] = identity.request()
             identities[str(connection_file)] = identity
-        answer = self.request(request)
-        if "pidfd" not in answer:
-            raise KernelStartError(f"the kernel template could not fork a kernel: {answer.get('error')}")
+        try:
+            answer = self.request(request)
+            if "pidfd" not in answer:
+                raise KernelStartError(f"the kernel template could not fork a kernel: {answer.get('error')}")
+        except BaseException:
+            failed = identities.pop(str(connection_file), None) if identities is not None else None
+            if failed is not None:  # a copy the template may have forked anyway goes with its uid
+                failed.end_processes()
+            raise
         return int(answer["pid"]), int(answer["pidfd"])
 
     def identity_for(self, connection_file: Path) -> CopyIdentity | None:

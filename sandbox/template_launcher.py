@@ -176,7 +176,10 @@ class ForkLauncher(KernelLauncher):
             if template is not None and template.is_alive():
                 with contextlib.suppress(InfrastructureError):
                     template.request({"op": "reap", "uid": self.identity.uid}, timeout_s=10.0)
-                    return
+                    break
+        # and from the host, which sees the uid's processes: what the template's reap could not end (its
+        # reap child stopped by the copy's own processes, say) goes too
+        self.identity.end_processes()
 
     def limit_events(self) -> dict[str, int]:
         """Where the copy has a uid of its own: its limit hits, read from ``/proc`` (see

@@ -164,7 +164,11 @@ class Template:
                 self.generator = generator  # set again once the kernel started (its start may draw)
                 connection.close()
                 self.listener.close()
-                signal.set_wakeup_fd(-1)
+                write_end = signal.set_wakeup_fd(-1)  # the template's SIGCHLD pipe: no end of it stays in a copy
+                for end in (self.wakeup, write_end):
+                    if end >= 0:
+                        with contextlib.suppress(OSError):
+                            os.close(end)
                 for number in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
                     signal.signal(number, signal.SIG_DFL)
                 become(self, request)
@@ -225,7 +229,7 @@ def _take_identity(identity: dict[str, Any] | None, parent: int) -> None:
     os.setgroups([])
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
-    if os.getresuid() != (uid, uid, uid) or os.getgroups():
+    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid) or os.getgroups():
         raise PermissionError("the copy kept its template's identity")
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(4, 1)  # PR_SET_DUMPABLE: its /proc files are its own again (the uid change made them root's)
@@ -290,8 +294,22 @@ def _reap_identity(request: dict[str, Any]) -> dict[str, Any]:
             code = 0
         finally:
             os._exit(code)
+    # a bounded wait: the copy's own processes may signal (stop) this child once it has their uid, and the
+    # template's loop must never hang on it; what it did not end, the host ends (it sees the uid's processes)
+    pidfd = os.pidfd_open(pid)
+    try:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        if not poller.poll(REAP_WAIT_S * 1000):
+            return {"ok": False, "error": f"the reap did not end within {REAP_WAIT_S:g} s"}
+    finally:
+        os.close(pidfd)
     _, status = os.waitpid(pid, 0)
     return {"ok": os.waitstatus_to_exitcode(status) == 0}
+
+
+#: How long the template waits for a reap child (``reap``) before it answers anyway.
+REAP_WAIT_S = 5.0
 
 
 def _name_process(name: str) -> None:

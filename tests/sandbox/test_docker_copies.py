@@ -212,6 +212,49 @@ def test_nothing_of_a_copy_outlives_it(template: KernelTemplate) -> None:
         b.close()
 
 
+def test_a_daemon_that_stops_its_uid_s_processes_neither_outlives_its_copy_nor_hangs_the_template(
+    template: KernelTemplate,
+) -> None:
+    """A daemon that keeps sending SIGSTOP to every process of its uid (the template's reap child takes that uid
+    to end them): the copy's close still ends it, and the template goes on forking."""
+    a = template.kernel()
+    stopper = (
+        "import os, signal, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    while not os.path.exists('go'):\n"
+        "        time.sleep(0.01)\n"
+        "    while True:\n"
+        "        try:\n"
+        "            os.kill(-1, signal.SIGSTOP)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "print(1)"
+    )
+    assert _value(a, stopper) == 1
+    uid, kernel_pid = _identity(a), a.launcher.pid()
+    assert kernel_pid is not None
+    (a.workdir / "go").write_text("")
+    deadline = time.monotonic() + 30
+    while _state(kernel_pid) != "T" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _state(kernel_pid) == "T", "the daemon never stopped its kernel"
+    a.close()
+    assert _tasks(uid) == 0, "a process of the closed copy is left"
+    b = template.kernel()
+    try:
+        assert _alive_and_answering(b), "the template stopped forking"
+    finally:
+        b.close()
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"
+
+
 def test_nothing_outlives_the_template(docker_engine: None) -> None:
     import docker
 
