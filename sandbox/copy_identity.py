@@ -121,13 +121,15 @@ class CopyIdentity:
         return count
 
     def limit_events(self, pid: int | None) -> dict[str, int]:
-        """The copy's limit hits now (``pids_max``, ``oom_kill`` as a container's cgroup would name them),
-        from ``/proc``: its uid's tasks at ``RLIMIT_NPROC``; its kernel's data size at its ``RLIMIT_DATA``."""
+        """The copy's limit hits now, read from ``/proc``: ``pids_max`` (as a container's cgroup names it) when
+        its uid's tasks are at ``RLIMIT_NPROC``; ``data_limit`` when its kernel's data size is near its
+        ``RLIMIT_DATA``. The second is an inference (a large but legal allocation comes near too): it names
+        the failure of code that failed, never fails code that ran (see the disposable kernels' watch)."""
         events: dict[str, int] = {}
         if self.tasks() >= self.nproc - TASK_MARGIN:
             events["pids_max"] = 1
         if pid is not None and _data_near_limit(pid):
-            events["oom_kill"] = 1
+            events["data_limit"] = 1
         return events
 
 

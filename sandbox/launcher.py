@@ -97,7 +97,8 @@ class KernelLauncher(ABC):
     def limit_events(self) -> dict[str, int]:
         """How often the kernel hit its limits so far, read from outside the kernel where the backend
         can: ``oom_kill`` (processes killed at the memory limit), ``pids_max`` (forks refused at the
-        process limit). Empty where the backend enforces no limits."""
+        process limit); a forked copy with a uid of its own infers ``data_limit`` (its data near its
+        allowance). Empty where the backend enforces no limits."""
         return {}
 
     def memory_bytes(self) -> int | None:

@@ -165,13 +165,40 @@ def test_a_memory_bomb_is_the_copy_s_own_failure(template: KernelTemplate) -> No
     try:
         result = a.execute("_hog = []\nwhile True:\n    _hog.append(b'x' * 2**24)", timeout_s=30, interrupt=False)
         assert result.status == "error" and "MemoryError" in result.text(), result.outputs
-        assert a.launcher.limit_events().get("oom_kill"), "the memory limit hit is not seen from outside"
+        assert a.launcher.limit_events().get("data_limit"), "the memory limit hit is not seen from outside"
         assert not b.launcher.limit_events()
         assert _alive_and_answering(a) and _alive_and_answering(b)
         assert template.is_alive()
     finally:
         a.close()
         b.close()
+
+
+# an allocation that ends 32 MiB short of the copy's RLIMIT_DATA: legal, and within the inference's margin
+NEAR_THE_ALLOWANCE = (
+    "import re\n"
+    "_limit = int(re.search(r'Max data size\\s+(\\d+)', open('/proc/self/limits').read()).group(1))\n"
+    "_data = int(re.search(r'VmData:\\s+(\\d+)', open('/proc/self/status').read()).group(1)) * 1024\n"
+    "_big = bytearray(_limit - _data - 32 * 2**20)\n"
+    "print(len(_big) > 0)"
+)
+
+
+def test_a_large_but_legal_allocation_fails_nothing(template: KernelTemplate) -> None:
+    """Data near the copy's allowance is inferred as a memory hit: it names the failure of code that failed
+    (the memory bomb above), and never fails code that ran to its end."""
+    from themisto_env.replay.disposable import _LimitWatch
+
+    a = template.kernel()
+    try:
+        with _LimitWatch(a) as watch:
+            result = a.execute(NEAR_THE_ALLOWANCE, timeout_s=30, interrupt=False)
+        assert result.status == "ok", result.outputs
+        assert watch.seen.get("data_limit"), "the allocation did not come near the allowance: no test"
+        assert watch.hit(ran=True) is None, "a cell that ran to its end was failed for its memory"
+        assert watch.hit(ran=False) is not None and watch.hit(ran=False)[0] == "memory"
+    finally:
+        a.close()
 
 
 def _tasks(uid: int) -> int:

@@ -163,13 +163,17 @@ class _LimitWatch:
             for key, value in self.kernel.launcher.limit_events().items():
                 self.seen[key] = max(value - self.baseline.get(key, 0), self.seen.get(key, 0))
 
-    def hit(self) -> tuple[Failure, str] | None:
+    def hit(self, *, ran: bool = False) -> tuple[Failure, str] | None:
         """The limit the code hit, if any. A fork bomb also exhausts memory (each fork copies the
-        kernel's pages as it runs): the process limit, when hit, is named first."""
+        kernel's pages as it runs): the process limit, when hit, is named first. A forked copy's data
+        size near its allowance (``data_limit``, inferred) names a failure only where the code did not run
+        to its end (``ran``): a large but legal allocation comes near too."""
         if self.seen.get("pids_max"):
             return "processes", f"the process limit was hit {self.seen['pids_max']} time(s)"
         if self.seen.get("oom_kill"):
             return "memory", f"out of memory ({self.seen['oom_kill']} process(es) killed at the memory limit)"
+        if self.seen.get("data_limit") and not ran:
+            return "memory", "out of memory (its data reached the copy's memory allowance)"
         return None
 
     def failed(self, failure: Failure, detail: str, *, outputs: list[dict[str, Any]] | None = None) -> CodeRun:
@@ -287,7 +291,7 @@ class DisposableKernels:
         if result.status == "timeout":
             kernel.launcher.check_backend()
             return limits.failed("timeout", f"it ran past {timeout_s:g} s", outputs=result.outputs)
-        if (limit := limits.hit()) is not None:  # hit, though the cell survived it
+        if (limit := limits.hit(ran=result.status == "ok")) is not None:  # hit, though the cell survived it
             return CodeRun("failed", result.outputs, failure=limit[0], detail=limit[1])
         canary = _canary()
         try:
