@@ -366,8 +366,12 @@ class KernelTemplate:
                 os.close(fd)
         return answer
 
-    def fork(self, connection_file: Path, workdir: Path, log: Path) -> tuple[int, int]:
+    def fork(
+        self, connection_file: Path, workdir: Path, log: Path, *, identity: CopyIdentity | None = None
+    ) -> tuple[int, int]:
         """Fork a kernel on this connection file; return its pid (in the template's namespace) and a pidfd.
+        Where copies take a uid of their own, a restart passes the copy's ``identity`` again: the files it
+        made (its connection file, its log, its work) stay its own.
 
         Raises:
             TemplateGoneError: The template is gone.
@@ -385,7 +389,7 @@ class KernelTemplate:
         identities = (self.base or self)._identities
         if identities is not None:  # the copy takes a uid of its own, its folders given to it first
             run_dir = connection_file.parent
-            identity = new_identity(self.limits, run_dir)
+            identity = identity or new_identity(self.limits, run_dir)
             identity.give_folders(run_dir, workdir, (run_dir / SNAPSHOT_INBOX, run_dir / SNAPSHOT_OUTBOX))
             request["identity"] = identity.request()
             identities[str(connection_file)] = identity

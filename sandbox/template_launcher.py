@@ -33,7 +33,9 @@ class ForkSource(Protocol):
     def kernels_dir(self) -> Path:
         """Where the forked kernels' run directories go."""
 
-    def fork(self, connection_file: Path, workdir: Path, log: Path) -> tuple[int, int]:
+    def fork(
+        self, connection_file: Path, workdir: Path, log: Path, *, identity: CopyIdentity | None = None
+    ) -> tuple[int, int]:
         """Fork a kernel; its pid in the template's namespace and a pidfd of it."""
 
     def request(self, request: dict[str, Any], *, timeout_s: float = ...) -> dict[str, Any]:
@@ -103,7 +105,9 @@ class ForkLauncher(KernelLauncher):
             template = template.base
         self._started += 1
         try:
-            self._pid, self._pidfd = template.fork(connection_file, workdir, connection_file.parent / "kernel.log")
+            self._pid, self._pidfd = template.fork(  # a restart keeps the copy's uid: its files stay its own
+                connection_file, workdir, connection_file.parent / "kernel.log", identity=self.identity
+            )
         except TemplateGoneError as exc:
             raise KernelStartError(f"could not fork a kernel: {exc}") from exc
         self._host_pid = _host_pid(self._pidfd)

@@ -201,6 +201,21 @@ def test_a_large_but_legal_allocation_fails_nothing(template: KernelTemplate) ->
         a.close()
 
 
+def test_a_restarted_copy_keeps_its_uid_and_answers(template: KernelTemplate) -> None:
+    """A restart (a wedged cell, a dead kernel) forks an empty kernel in the copy's place, with the copy's uid:
+    the connection file, log and work it made stay readable to it."""
+    a = template.kernel()
+    try:
+        uid = _identity(a)
+        assert _value(a, "open('mine.txt', 'w').write('x'); print(1)") == 1
+        a.restart()
+        assert _identity(a) == uid
+        assert _value(a, "import json; print(json.dumps(open('mine.txt').read() == 'x'))") is True
+    finally:
+        a.close()
+    assert _tasks(uid) == 0
+
+
 def _tasks(uid: int) -> int:
     count = 0
     for entry in os.scandir("/proc"):
