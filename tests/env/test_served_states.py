@@ -222,6 +222,9 @@ def test_a_kill_during_an_advance_lands_on_the_next_sample(
 
     def kill_before_step_4(kernel: Any, step: Any, **options: Any) -> Any:
         if step.index == 4 and not killed:
+            # a container's kernel is found among its init's children through /proc: under load, not at once
+            # (a None pid here made the kill raise TypeError, read as "the state was not served")
+            assert wait_for(lambda: kernel.launcher.pid() is not None, 10), "the kernel's process is not visible"
             killed.append(kernel.launcher.pid())
             os.kill(killed[0], signal.SIGKILL)  # the kernel dies while the env moves to step 5
         return original(kernel, step, **options)
