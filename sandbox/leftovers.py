@@ -317,7 +317,7 @@ def owner_containers(owner: dict[str, Any]) -> list[str]:
     labels = [f"{LABEL_KERNEL}=1", f"{LABEL_HOST_PID}={owner.get('pid')}"]
     return [
         str(c.id)
-        for c in client.containers.list(all=True, filters={"label": labels})
+        for c in client.containers.list(all=True, filters={"label": labels}, ignore_removed=True)
         if (c.labels or {}).get(LABEL_HOST) == owner.get("host")
         and (c.labels or {}).get(LABEL_HOST_PID_START) in (owner.get("start"), None)
     ]

@@ -220,7 +220,7 @@ def nothing_left_running() -> Iterator[None]:
     except Exception:  # no engine here: no container can be left behind
         return
     mine = f"themisto-env.host-pid={os.getpid()}"  # other sessions on this machine have their own
-    containers = client.containers.list(all=True, filters={"label": ["themisto-env.kernel", mine]})
+    containers = client.containers.list(all=True, filters={"label": ["themisto-env.kernel", mine]}, ignore_removed=True)
     assert not containers, f"containers left behind: {[c.name for c in containers]}"
 
 

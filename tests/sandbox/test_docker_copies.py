@@ -311,7 +311,7 @@ def test_nothing_outlives_the_template(docker_engine: None) -> None:
         time.sleep(0.1)
     assert not any(_tasks(uid) for uid in uids)
     assert not run_dir.exists()
-    assert not docker.from_env().containers.list(all=True, filters={"name": name})
+    assert not docker.from_env().containers.list(all=True, filters={"name": name}, ignore_removed=True)
     for kernel in copies:
         kernel.close()
 
@@ -390,11 +390,13 @@ def test_nothing_outlives_a_sigkilled_owner(docker_engine: None) -> None:
         owner.wait(timeout=60)
         client = docker.from_env()
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and (
-            client.containers.list(all=True, filters={"name": made["container"]}) or Path(made["run_dir"]).exists()
-        ):
+
+        def container_left() -> bool:  # ignore_removed: a container removed between listing and reading
+            return bool(client.containers.list(all=True, filters={"name": made["container"]}, ignore_removed=True))
+
+        while time.monotonic() < deadline and (container_left() or Path(made["run_dir"]).exists()):
             time.sleep(0.2)
-        assert not client.containers.list(all=True, filters={"name": made["container"]}), "the container is left"
+        assert not container_left(), "the container is left"
         assert not any(_tasks(uid) for uid in made["uids"]), "a copy's process is left"
         assert not Path(made["run_dir"]).exists(), "the template's run directory is left"
     finally:

@@ -202,7 +202,7 @@ def test_episodes_read_variables_derived_from_files(dataset: Path, originals: di
         import docker
 
         labels = f"themisto-env.host-pid={os.getpid()}"
-        assert docker.from_env().containers.list(all=True, filters={"label": labels}) == []
+        assert docker.from_env().containers.list(all=True, filters={"label": labels}, ignore_removed=True) == []
 
 
 def test_sync_never_follows_a_link_the_kernel_planted(tmp_path: Path) -> None:
