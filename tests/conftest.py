@@ -245,3 +245,24 @@ def wait_for(check: Callable[[], Any], seconds: float = 30.0, *, every: float = 
             return True
         time.sleep(every)
     return bool(check())
+
+
+@pytest.fixture
+def spans() -> Iterator[Any]:
+    """Every span the test's code ends, in the order they end (OpenTelemetry's in-memory exporter, set as
+    the env's tracer provider for the test)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from themisto_env import tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.set_provider(provider)
+    try:
+        yield exporter
+    finally:
+        tracing.set_provider(None)
+        provider.shutdown()

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,18 +16,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from themisto_env import tracing
 from themisto_env.errors import ConfigError, InfrastructureError, KernelDiedError
-
-
-@pytest.fixture
-def memory() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.set_provider(provider)
-    try:
-        yield exporter
-    finally:
-        tracing.set_provider(None)
 
 
 def test_off_every_hook_is_the_one_no_op() -> None:
@@ -41,14 +28,14 @@ def test_off_every_hook_is_the_one_no_op() -> None:
     tracing.end(tracing.NO_SPAN, {"k": 1})
 
 
-def test_spans_nest_and_record_errors(memory: InMemorySpanExporter) -> None:
+def test_spans_nest_and_record_errors(spans: InMemorySpanExporter) -> None:
     with tracing.span("outer", {"a": 1, "gone": None}) as outer:
         with pytest.raises(KernelDiedError), tracing.span("died"):
             raise KernelDiedError("the local kernel died")
         with pytest.raises(KeyError), tracing.span("refused", errors=InfrastructureError):
             raise KeyError("x")
         tracing.record(outer, {"b": "two", "none": None})
-    died, refused, outer_span = memory.get_finished_spans()
+    died, refused, outer_span = spans.get_finished_spans()
     assert [died.name, refused.name, outer_span.name] == ["died", "refused", "outer"]
     assert died.parent.span_id == outer_span.context.span_id == refused.parent.span_id
     assert died.status.status_code.name == "ERROR" and "KernelDiedError" in died.status.description
@@ -57,23 +44,23 @@ def test_spans_nest_and_record_errors(memory: InMemorySpanExporter) -> None:
     assert dict(outer_span.attributes) == {"a": 1, "b": "two"}
 
 
-def test_untraced_work_makes_no_span_and_tracing_resumes_after(memory: InMemorySpanExporter) -> None:
+def test_untraced_work_makes_no_span_and_tracing_resumes_after(spans: InMemorySpanExporter) -> None:
     """Work done ahead for no episode (a spare kernel forked in the background) is not a trace of its own."""
     with tracing.untraced(), tracing.span("spare start"):
         pass
     with tracing.span("after"):
         pass
-    assert [s.name for s in memory.get_finished_spans()] == ["after"]
+    assert [s.name for s in spans.get_finished_spans()] == ["after"]
 
 
-def test_a_started_span_is_the_parent_within(memory: InMemorySpanExporter) -> None:
+def test_a_started_span_is_the_parent_within(spans: InMemorySpanExporter) -> None:
     episode = tracing.start("episode")
     with tracing.within(episode), tracing.span("turn"):
         pass
     with tracing.span("elsewhere"):
         pass
     tracing.end(episode, {"done": True})
-    turn, elsewhere, ended = memory.get_finished_spans()
+    turn, elsewhere, ended = spans.get_finished_spans()
     assert turn.parent.span_id == ended.context.span_id and elsewhere.parent is None
     assert ended.attributes["done"] is True
 

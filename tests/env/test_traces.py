@@ -9,8 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
@@ -20,20 +19,6 @@ from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.tools import ToolCall
 
 ROUTES = {"forward", "restore", "fork", "fresh", "in place"}
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    """Every span the test's code ends, in the order they end."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.set_provider(provider)
-    try:
-        yield exporter
-    finally:
-        tracing.set_provider(None)
-        provider.shutdown()
 
 
 @pytest.fixture

@@ -6,30 +6,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tests.env_fixtures import CELLS, write_notebook
-from themisto_env import tracing
 from themisto_env.data.trajectory import read_trajectories
 from themisto_env.replay.build import build_dataset
 
 
 @pytest.mark.slow
-def test_a_build_traces_its_session_and_each_cell(tmp_path: Path) -> None:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.set_provider(provider)
-    try:
-        notebook = write_notebook(tmp_path / "sales.ipynb")
-        report = build_dataset([notebook], tmp_path / "data", snapshot_dir=tmp_path / "snapshots", progress=False)
-    finally:
-        tracing.set_provider(None)
+def test_a_build_traces_its_session_and_each_cell(tmp_path: Path, spans: InMemorySpanExporter) -> None:
+    notebook = write_notebook(tmp_path / "sales.ipynb")
+    report = build_dataset([notebook], tmp_path / "data", snapshot_dir=tmp_path / "snapshots", progress=False)
     assert report.built and not report.failed
     (trajectory,) = read_trajectories(tmp_path / "data")
-    finished = exporter.get_finished_spans()
+    finished = spans.get_finished_spans()
     (session,) = [s for s in finished if s.name == "themisto.build.session"]
     assert session.attributes["themisto.trajectory.id"] == trajectory.id
     assert session.attributes["themisto.build.complete"] is True
