@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,35 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def start_server(
+    options: Sequence[str], *, stdout: int = subprocess.DEVNULL, timeout_s: float = 120.0
+) -> tuple[subprocess.Popen[str], str]:
+    """`themisto serve OPTIONS` on a free 127.0.0.1 port, once its /health answers: the process and its URL
+    (stderr is a pipe: what it said is in the SystemExit of a server that did not start)."""
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "themisto_env.cli", "serve", "--port", str(port), "--log-level", "warning"),
+            *options,
+        ],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return server, url
+        except httpx.HTTPError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
+                _, message = server.communicate()
+                raise SystemExit(f"the server did not start: {message}") from None
+            time.sleep(0.2)
 
 
 def _resources(pid: int) -> dict[str, Any]:
@@ -118,28 +148,8 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="also write the result here (JSON)")
     args = parser.parse_args()
 
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "themisto_env.cli", "serve", "--port", str(port), "--log-level", "warning"),
-            *("--max-sessions", str(args.sessions), "--observation", args.observation),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    server, url = start_server(["--max-sessions", str(args.sessions), "--observation", args.observation])
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    message = server.stderr.read() if server.stderr else ""
-                    raise SystemExit(f"the server did not start: {message}") from None
-                time.sleep(0.2)
         before = _resources(server.pid)
         times: dict[str, list[float]] = defaultdict(list)
         errors: list[str] = []

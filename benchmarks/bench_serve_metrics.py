@@ -19,15 +19,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
-import sys
 import threading
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import httpx
-from bench_serve import _free_port, _percentiles, _session
+from bench_serve import _percentiles, _session, start_server
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -54,17 +52,7 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="also write the result here (JSON)")
     args = parser.parse_args()
 
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "themisto_env.cli", "serve", "--port", str(port), "--log-level", "warning"),
-            *("--max-sessions", str(args.sessions)),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    server, url = start_server(["--max-sessions", str(args.sessions)])
     stop = threading.Event()
     scrape_times: list[float] = []
     scrape_errors: list[str] = []
@@ -91,16 +79,6 @@ def main() -> None:
                 stop.wait(args.interval)
 
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    message = server.stderr.read() if server.stderr else ""
-                    raise SystemExit(f"the server did not start: {message}") from None
-                time.sleep(0.2)
         times: dict[str, list[float]] = defaultdict(list)
         errors: list[str] = []
         scraper = threading.Thread(target=scrape, name="scraper")

@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,9 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench_serve import start_server
 
 from themisto_env.bridges.openenv.client import ThemistoEnvClient
 from themisto_env.bridges.openenv.models import ThemistoAction
@@ -43,12 +42,6 @@ LIST = ThemistoAction.call("list_variables")
 #: A call that reaches the kernel every time (an unknown name: the kernel's helper answers with the nearest
 #: names); ``list_variables`` is answered from the state's kept answers after a session's first call.
 KERNEL_PROBE = ThemistoAction.call("inspect_variable", name="_no_such_variable")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def descendants(root: int) -> list[int]:
@@ -207,28 +200,10 @@ async def measure(url: str, pid: int, sessions: int, calls: int, opening: int, p
 
 
 def one(sessions: int, calls: int, opening: int, probe: ThemistoAction) -> dict[str, Any]:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "themisto_env.cli", "serve", "--port", str(port), "--log-level", "warning"),
-            *("--max-sessions", str(sessions), "--idle-timeout", "0"),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    server, url = start_server(
+        ["--max-sessions", str(sessions), "--idle-timeout", "0"], stdout=subprocess.PIPE, timeout_s=180
     )
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    message = server.stderr.read() if server.stderr else ""
-                    raise SystemExit(f"the server did not start: {message}") from None
-                time.sleep(0.2)
         figures = asyncio.run(measure(url, server.pid, sessions, calls, opening, probe))
     finally:
         server.terminate()
