@@ -111,13 +111,9 @@ class CopyIdentity:
         """How many processes and threads of this uid run (seen in ``/proc``: the container shares the
         host's kernel)."""
         count = 0
-        with contextlib.suppress(OSError):
-            for entry in os.scandir("/proc"):
-                if not entry.name.isdigit():
-                    continue
-                with contextlib.suppress(OSError, ValueError):
-                    if entry.stat().st_uid == self.uid:
-                        count += len(os.listdir(f"/proc/{entry.name}/task"))
+        for pid in self.processes():
+            with contextlib.suppress(OSError):  # gone meanwhile
+                count += len(os.listdir(f"/proc/{pid}/task"))
         return count
 
     def limit_events(self, pid: int | None) -> dict[str, int]:
