@@ -195,9 +195,13 @@ PUBLIC: dict[str, list[str]] = {
         "ExecutionResult",
         "Kernel",
         "KernelLauncher",
+        "KernelLike",
+        "KernelTemplate",
+        "RemoteKernel",
         "SandboxLimits",
         "SnapshotInfo",
         "launcher_class",
+        "make_kernel",
     ],
 }
 
