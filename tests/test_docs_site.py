@@ -165,3 +165,15 @@ def test_the_built_site_shows_no_raw_role_and_its_cross_references_link(tmp_path
     env_page = (site / "reference" / "env" / "index.html").read_text()
     links = re.findall(r'<a class="autorefs autorefs-(?:internal|external)"[^>]*href="([^"]+)"', env_page)
     assert any(href.endswith("#themisto_env.env.EnvConfig") for href in links), "docstrings link other objects"
+
+
+def test_a_target_written_before_the_sandbox_moved_names_its_new_room() -> None:
+    assert roles.moved("themisto_env.sandbox.kernel_contract.KernelLike") == (
+        "themisto_env.sandbox.kernel.contract.KernelLike"
+    )
+    assert roles.moved("themisto_env.sandbox.image_spec") == "themisto_env.sandbox.image.spec"
+    assert (
+        roles.moved("themisto_env.sandbox.kernel.Kernel.execute") == "themisto_env.sandbox.kernel.core.Kernel.execute"
+    )
+    assert roles.moved("themisto_env.sandbox.models.SandboxLimits") == "themisto_env.sandbox.models.SandboxLimits"
+    assert roles.moved("themisto_env.env.core.ThemistoEnv") == "themisto_env.env.core.ThemistoEnv"
