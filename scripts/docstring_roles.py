@@ -9,8 +9,9 @@ class, function and attribute docstrings) and the comments of the ``.py`` and ``
   would: the enclosing classes, the module's namespace (its definitions and imports, through griffe, which
   mkdocstrings reads the source with), the file's imports (also those inside functions), the full path, then
   a path ending in the target that names one object only. The link names the object where the site shows it
-  (the package face: ``themisto_env.sandbox.Kernel``, not ``themisto_env.sandbox.kernel.Kernel``), so it
-  survives a module's move inside its package;
+  (the package face: ``themisto_env.sandbox.Kernel``, not ``themisto_env.sandbox.kernel.core.Kernel``), so it
+  survives a module's move inside its package (a target written before the sandbox's move is read through
+  `MOVED`);
 - to code, ``` `Name` ```, when the target is not on the site (a private module, an external library), and
   always in comments (a link there is noise).
 
@@ -18,7 +19,8 @@ The title is Sphinx's: an explicit ``Title <target>``, the last part of a ``~tar
 written. A line the rewrite makes longer than the line length (120) is wrapped at a space outside code and
 links. Other strings (messages, test data) are left alone and listed. Running it twice changes nothing.
 
-Usage (from the repository's root, in the docs venv: ``pip install -e '.[docs]'``)::
+It exits 1 when a file was left as it was or a line is still too long (both listed). Usage (from the
+repository's root, in the docs venv: ``pip install -e '.[docs]'``)::
 
     python3 scripts/docstring_roles.py            # rewrite the default folders, print a summary
     python3 scripts/docstring_roles.py --check    # change nothing; exit 1 if a role is left (lists them)
@@ -385,6 +387,8 @@ class Log:
     left: list[str] = field(default_factory=list)
     """``path:line: role`` of the roles left (in strings that are not docstrings)."""
     long: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    """Files not written: the rewrite would not parse, or changed code (a bug of this script)."""
 
 
 def docstring_starts(tree: ast.Module) -> set[tuple[int, int]]:
@@ -565,7 +569,11 @@ def main(argv: list[str] | None = None) -> int:
     log = Log()
     for path in paths:
         source = path.read_text()
-        new = rewrite_source(source, path, site, log)
+        try:
+            new = rewrite_source(source, path, site, log)
+        except (RuntimeError, SyntaxError) as exc:
+            log.failed.append(f"{path.relative_to(REPO)}: {exc}")
+            continue
         if new != source:
             path.write_text(new)
             log.files += 1
@@ -578,7 +586,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(log.unresolved)} targets name no object griffe knows (shown as code):")
         for target, count in log.unresolved.most_common():
             print(f"  {count:3}  {target}")
-    return 0
+    if log.failed:
+        print(f"{len(log.failed)} files left as they were:", *log.failed, sep="\n  ")
+    return 1 if log.failed or log.long else 0
 
 
 if __name__ == "__main__":
