@@ -71,16 +71,22 @@ def test_no_docstring_or_comment_holds_a_sphinx_role() -> None:
     assert not left, "Sphinx roles render raw; run python3 scripts/docstring_roles.py:\n" + "\n".join(left)
 
 
-def test_the_converter_links_what_the_site_shows_and_leaves_the_rest_as_code() -> None:
-    """Run over a sample module of themisto_env.env: links to shown objects, code for the rest, code unchanged."""
+@pytest.fixture(scope="module")
+def collection() -> object:
+    """The package as mkdocstrings reads it (griffe: the docs extra)."""
     pytest.importorskip("griffe")
+    return roles.load_collection()
+
+
+def test_the_converter_links_what_the_site_shows_and_leaves_the_rest_as_code(collection: object) -> None:
+    """Run over a sample module of themisto_env.env: links to shown objects, code for the rest, code unchanged."""
     shown = {
         "themisto_env.env.ThemistoEnv": "themisto_env.env.ThemistoEnv",
         "themisto_env.env.core.ThemistoEnv": "themisto_env.env.ThemistoEnv",  # an alias: where it is defined
         "themisto_env.ThemistoEnv": "themisto_env.ThemistoEnv",
         "themisto_env.scoring.score_sample": "themisto_env.scoring.score_sample",
     }
-    site = roles.Site(roles.load_collection(), shown)
+    site = roles.Site(collection, shown)
     log = roles.Log()
     path = REPO / "themisto_env" / "env" / "probe.py"  # named, never written
     new = roles.rewrite_source(SAMPLE, path, site, log)
@@ -94,9 +100,8 @@ def test_the_converter_links_what_the_site_shows_and_leaves_the_rest_as_code() -
     assert roles.rewrite_source(new, path, site, roles.Log()) == new, "a second run changes nothing"
 
 
-def test_a_rewritten_line_is_wrapped_inside_its_docstring() -> None:
-    pytest.importorskip("griffe")
-    site = roles.Site(roles.load_collection(), {"themisto_env.env.ThemistoEnv": "themisto_env.env.ThemistoEnv"})
+def test_a_rewritten_line_is_wrapped_inside_its_docstring(collection: object) -> None:
+    site = roles.Site(collection, {"themisto_env.env.ThemistoEnv": "themisto_env.env.ThemistoEnv"})
     words = " ".join(["word"] * 18)
     source = (
         f'def f() -> None:\n    """Summary {words} :class:`~themisto_env.env.ThemistoEnv` x.\n\n'
