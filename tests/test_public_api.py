@@ -97,7 +97,11 @@ PUBLIC: dict[str, list[str]] = {
     "themisto_env.env": [
         "Action",
         "EnvConfig",
+        "Episode",
+        "EpisodeRecord",
         "Prediction",
+        "Scorer",
+        "StateServer",
         "ThemistoEnv",
         "ToolCall",
         "encode_action",
