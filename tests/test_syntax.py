@@ -12,7 +12,12 @@ from pathlib import Path
 from themisto_env.syntax import parse
 
 ROOT = Path(__file__).resolve().parents[1]
-IN_KERNEL = {"sandbox/kernel/helper.py", "sandbox/template/zygote.py", "themisto_env/syntax.py"}
+#: The in-kernel programs' parts (their packages' ``__init__`` is host code) and the one home of parse.
+IN_KERNEL = {
+    *(str(p.relative_to(ROOT)) for p in (ROOT / "sandbox/kernel/helper").glob("[!_]*.py")),
+    *(str(p.relative_to(ROOT)) for p in (ROOT / "sandbox/template/zygote").glob("[!_]*.py")),
+    "themisto_env/syntax.py",
+}
 
 
 def _ast_parse_calls(path: Path) -> list[int]:

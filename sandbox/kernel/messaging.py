@@ -20,7 +20,6 @@ import queue
 import resource
 import threading
 import time
-from importlib import resources
 from typing import Any
 
 import zmq
@@ -36,6 +35,7 @@ from themisto_env.errors import (
     KernelTimeoutError,
     UnknownNameError,
 )
+from themisto_env.sandbox.kernel.helper import helper_source
 from themisto_env.sandbox.kernel.process import KernelProcess, bind_thread_loop
 from themisto_env.sandbox.models import ExecutionResult
 from themisto_env.sandbox.outputs import OutputCollector
@@ -46,7 +46,8 @@ HELPER_MODULE = "_themisto_helper"
 
 
 def helper_expression(function: str, kwargs: dict[str, Any]) -> str:
-    """The user expression that calls a helper function (see :func:`kernel_helper.call`)."""
+    """The user expression that calls a helper function (see
+    :func:`themisto_env.sandbox.kernel.helper.calls.call`)."""
     return f"__import__('sys').modules[{HELPER_MODULE!r}].call({function!r}, {json.dumps(kwargs)!r})"
 
 
@@ -110,11 +111,6 @@ def _fingerprint_value(value: dict[str, Any] | None) -> dict[str, str] | None:
         return None
 
 
-def _helper_source() -> str:
-    """The in-kernel helper's source, as shipped."""
-    return resources.files("themisto_env.sandbox.kernel").joinpath("helper.py").read_text()
-
-
 class KernelMessaging:
     """A kernel's messaging: the Jupyter protocol spoken to the process of a :class:`KernelProcess`.
 
@@ -165,7 +161,7 @@ class KernelMessaging:
         self._drain_iopub()
         if getattr(process.launcher, "helper_installed", False):  # a forked kernel: its template installed it
             return
-        source = _helper_source()
+        source = helper_source()
         module = (
             f"__import__('sys').modules.setdefault({HELPER_MODULE!r}, "
             f"__import__('types').ModuleType({HELPER_MODULE!r}))"
