@@ -9,13 +9,15 @@ import ast
 import threading
 from pathlib import Path
 
+from themisto_env.sandbox.kernel.helper import PARTS as HELPER_PARTS
+from themisto_env.sandbox.template.zygote import PARTS as PROGRAM_PARTS
 from themisto_env.syntax import parse
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The in-kernel programs' parts (their packages' ``__init__`` is host code) and the one home of parse.
+#: The in-kernel programs' parts (their packages' other modules are host code) and the one home of parse.
 IN_KERNEL = {
-    *(str(p.relative_to(ROOT)) for p in (ROOT / "sandbox/kernel/helper").glob("[!_]*.py")),
-    *(str(p.relative_to(ROOT)) for p in (ROOT / "sandbox/template/zygote").glob("[!_]*.py")),
+    *(f"sandbox/kernel/helper/{part}.py" for part in HELPER_PARTS),
+    *(f"sandbox/template/zygote/{part}.py" for part in PROGRAM_PARTS),
     "themisto_env/syntax.py",
 }
 

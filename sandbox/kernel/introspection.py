@@ -182,7 +182,7 @@ class KernelIntrospection:
     def fingerprint(self) -> dict[str, str]:
         """The user namespace's fingerprint: per name ``type|shape-or-length|content-hash`` (the hash
         where cheap). Equal in two kernels in the same state, in any process; see
-        :func:`themisto_env.sandbox.kernel.helper.fingerprint.namespace_fingerprint`.
+        :func:`themisto_env.sandbox.kernel.helper.namespace_fingerprint`.
 
         Raises:
             InfrastructureError: The kernel could not answer.

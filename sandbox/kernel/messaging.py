@@ -46,8 +46,7 @@ HELPER_MODULE = "_themisto_helper"
 
 
 def helper_expression(function: str, kwargs: dict[str, Any]) -> str:
-    """The user expression that calls a helper function (see
-    :func:`themisto_env.sandbox.kernel.helper.calls.call`)."""
+    """The user expression that calls a helper function (see :func:`kernel_helper.call`)."""
     return f"__import__('sys').modules[{HELPER_MODULE!r}].call({function!r}, {json.dumps(kwargs)!r})"
 
 

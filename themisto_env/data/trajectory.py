@@ -131,7 +131,7 @@ class Trajectory(BaseModel):
         complete: Whether every execution was replayed.
         failure: Where and why the replay stopped, when it did not complete.
         fingerprint_version: Version of the namespace fingerprints of its steps (0: none recorded); see
-            :data:`themisto_env.sandbox.kernel.helper.fingerprint.FINGERPRINT_VERSION`.
+            :data:`themisto_env.sandbox.kernel.helper.FINGERPRINT_VERSION`.
         normalization: Version of the output normalisation its steps' agreement was measured with
             (:data:`themisto_env.data.agreement.NORMALIZATION_VERSION`; 0: before versions). Trajectories
             of another version are compared again when read (their outputs are all stored).

@@ -60,7 +60,7 @@ from themisto_env.replay.session_replay import (
     work_folder,
 )
 from themisto_env.sandbox.kernel.core import Kernel
-from themisto_env.sandbox.kernel.helper.fingerprint import FINGERPRINT_VERSION
+from themisto_env.sandbox.kernel.helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.store.snapshots import SnapshotStore
 from themisto_env.sandbox.store.workdir import FileStore

@@ -45,7 +45,7 @@ from themisto_env.errors import (
 from themisto_env.replay.state import TrajectoryKernel
 from themisto_env.replay.state_check import diff_fingerprints, expected_fingerprint
 from themisto_env.sandbox.kernel.contract import KernelLike
-from themisto_env.sandbox.kernel.helper.fingerprint import value_fingerprint
+from themisto_env.sandbox.kernel.helper import value_fingerprint
 from themisto_env.sandbox.kernel.pool import KernelPool
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.ray.kernel import make_kernel

@@ -28,7 +28,7 @@ from themisto_env.replay.figures import keep_figures
 from themisto_env.replay.recorded_cells import run_recorded
 from themisto_env.replay.second_replay import MAX_SECOND_REPLAYS, SecondReplays
 from themisto_env.sandbox.kernel.contract import KernelLike
-from themisto_env.sandbox.kernel.helper.fingerprint import FINGERPRINT_VERSION
+from themisto_env.sandbox.kernel.helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.store.workdir import EMPTY_TREE, FileStore, FileTree, scan
 

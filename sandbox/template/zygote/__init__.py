@@ -4,8 +4,8 @@ This program runs *inside* the template process, started by path (``python zygot
 kernel's Python (the tool's own, a kernel environment's venv, or a container's), so it imports nothing
 of ``themisto_env``: only the standard library, ipykernel and dill. The host side is
 :mod:`themisto_env.sandbox.template.core`, which writes the program (`write_program`: its parts, `PARTS`,
-joined into one file) and the in-kernel helper into the template's run directory, where every backend's
-template sees them (a bwrap template's bind, a docker template's mount).
+a private module each, joined into one file) and the in-kernel helper into the template's run directory,
+where every backend's template sees them (a bwrap template's bind, a docker template's mount).
 
 A template holds no thread, no zmq context and no event loop of its own (forking a *running* kernel
 breaks its ioloop, its zmq contexts and its threads: ipykernel PRs #410 and #1261). It imports the
@@ -40,7 +40,7 @@ from themisto_env.sandbox.kernel.sources import assemble
 __all__ = ["HELPER_FILE", "PARTS", "PROGRAM_FILE", "program_source", "write_program"]
 
 #: The program's parts, each after the parts it imports from: the order of its one file.
-PARTS = ("channel", "identity", "app", "children", "server", "main")
+PARTS = ("_channel", "_identity", "_app", "_children", "_server", "_main")
 #: The program's file name in a template's run directory (the command line ends in it: ``... zygote.py``).
 PROGRAM_FILE = "zygote.py"
 #: The in-kernel helper's file name in a template's run directory (the program installs it before forking).

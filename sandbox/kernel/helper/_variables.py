@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Any
 
-from themisto_env.sandbox.kernel.helper.namespace import (
+from themisto_env.sandbox.kernel.helper._namespace import (
     Refused,
     _attribute,
     _bounded_repr,

@@ -10,9 +10,9 @@ import json
 import types
 from typing import Any
 
-from themisto_env.sandbox.kernel.helper.fingerprint import namespace_fingerprint
-from themisto_env.sandbox.kernel.helper.namespace import Refused, _shell, state_fingerprint, user_names
-from themisto_env.sandbox.kernel.helper.process import (
+from themisto_env.sandbox.kernel.helper._fingerprint import namespace_fingerprint
+from themisto_env.sandbox.kernel.helper._namespace import Refused, _shell, state_fingerprint, user_names
+from themisto_env.sandbox.kernel.helper._process import (
     install,
     keep_process_state,
     loaded_distributions,
@@ -20,14 +20,14 @@ from themisto_env.sandbox.kernel.helper.process import (
     preload,
     put_back_process_state,
 )
-from themisto_env.sandbox.kernel.helper.randomness import (
+from themisto_env.sandbox.kernel.helper._randomness import (
     keep_random_state,
     put_back_random_state,
     reseed_generators,
     shuffle_random_state,
 )
-from themisto_env.sandbox.kernel.helper.snapshots import restore, snapshot
-from themisto_env.sandbox.kernel.helper.variables import (
+from themisto_env.sandbox.kernel.helper._snapshots import restore, snapshot
+from themisto_env.sandbox.kernel.helper._variables import (
     dataframe,
     inspect_variable,
     kernel_memory,

@@ -17,9 +17,9 @@ import sys
 import types
 from typing import Any
 
-from themisto_env.sandbox.template.zygote.app import HELPER_MODULE, KERNEL_ARGS, _prebuild
-from themisto_env.sandbox.template.zygote.channel import _name_process, _redirect_output
-from themisto_env.sandbox.template.zygote.server import Template
+from themisto_env.sandbox.template.zygote._app import HELPER_MODULE, KERNEL_ARGS, _prebuild
+from themisto_env.sandbox.template.zygote._channel import _name_process, _redirect_output
+from themisto_env.sandbox.template.zygote._server import Template
 
 
 def _kernel_imports(folder: str) -> dict[str, list[Any]]:

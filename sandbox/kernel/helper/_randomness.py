@@ -10,7 +10,7 @@ import contextlib
 import sys
 from typing import Any
 
-from themisto_env.sandbox.kernel.helper.namespace import _user_ns, user_names
+from themisto_env.sandbox.kernel.helper._namespace import _user_ns, user_names
 
 #: The global random generators' states kept by :func:`keep_random_state`, by key (in this module, not
 #: the user's namespace; a restart forgets them).

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any
 
-from themisto_env.sandbox.template.zygote.app import (
+from themisto_env.sandbox.template.zygote._app import (
     HELPER_MODULE,
     KERNEL_ARGS,
     _adopt_main_module,
@@ -23,7 +23,7 @@ from themisto_env.sandbox.template.zygote.app import (
     _prebuild,
     _reseed,
 )
-from themisto_env.sandbox.template.zygote.channel import _arm_wakeup, _listen, _name_process, _redirect_output
+from themisto_env.sandbox.template.zygote._channel import _arm_wakeup, _listen, _name_process, _redirect_output
 
 
 def _become_kernel(template: Any, request: dict[str, Any]) -> None:

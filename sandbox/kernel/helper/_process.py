@@ -12,8 +12,8 @@ import os
 import sys
 from typing import Any
 
-from themisto_env.sandbox.kernel.helper.namespace import _shell
-from themisto_env.sandbox.kernel.helper.randomness import keep_random_state
+from themisto_env.sandbox.kernel.helper._namespace import _shell
+from themisto_env.sandbox.kernel.helper._randomness import keep_random_state
 
 
 def package_versions(names: list[str]) -> dict[str, str]:

@@ -11,8 +11,8 @@ import sys
 import types
 from typing import Any
 
-from themisto_env.sandbox.kernel.helper.display import OPTIONS_KEY, _display_options
-from themisto_env.sandbox.kernel.helper.namespace import _shape, _type_name, _user_ns, user_names
+from themisto_env.sandbox.kernel.helper._display import OPTIONS_KEY, _display_options
+from themisto_env.sandbox.kernel.helper._namespace import _shape, _type_name, _user_ns, user_names
 
 #: Changes whenever the fingerprint of some value would change: recorded fingerprints of another version
 #: are not compared (the dataset must be rebuilt to be checked).

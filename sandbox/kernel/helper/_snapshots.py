@@ -12,9 +12,9 @@ import os
 import sys
 from typing import Any
 
-from themisto_env.sandbox.kernel.helper.display import OPTIONS_KEY, _display_options, set_display_options
-from themisto_env.sandbox.kernel.helper.fingerprint import namespace_fingerprint
-from themisto_env.sandbox.kernel.helper.namespace import _user_ns, user_names
+from themisto_env.sandbox.kernel.helper._display import OPTIONS_KEY, _display_options, set_display_options
+from themisto_env.sandbox.kernel.helper._fingerprint import namespace_fingerprint
+from themisto_env.sandbox.kernel.helper._namespace import _user_ns, user_names
 
 
 def _stable_dumps(obj: Any) -> bytes:
