@@ -72,10 +72,21 @@ def _install_helper(path: str) -> None:
     sys.modules[HELPER_MODULE] = module
 
 
+def _leave_own_folder() -> None:
+    """Take this program's folder (the run directory, which Python puts first on ``sys.path`` for a program
+    run by path) off ``sys.path``: a forked kernel's imports then resolve as a started kernel's do
+    (ipykernel's launcher takes its own first entry off), and ``import helper`` in a cell finds no file of
+    the template's."""
+    own = os.path.dirname(os.path.realpath(__file__))
+    if sys.path and os.path.realpath(sys.path[0] or os.curdir) == own:
+        del sys.path[0]
+
+
 def main() -> None:
     """``python zygote.py CONFIG_JSON``: import, freeze, serve. CONFIG: ``socket``, ``preload`` (module
     names), ``helper`` (the helper's source file), ``environment`` (variables to set)."""
     config = json.loads(sys.argv[1])
+    _leave_own_folder()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ.update(config.get("environment", {}))
     import dill  # noqa: F401 - snapshots load in the template (derive)
