@@ -9,10 +9,17 @@ import ast
 import threading
 from pathlib import Path
 
+from themisto_env.sandbox.kernel.helper import PARTS as HELPER_PARTS
+from themisto_env.sandbox.template.zygote import PARTS as PROGRAM_PARTS
 from themisto_env.syntax import parse
 
 ROOT = Path(__file__).resolve().parents[1]
-IN_KERNEL = {"sandbox/kernel/helper.py", "sandbox/template/zygote.py", "themisto_env/syntax.py"}
+#: The in-kernel programs' parts (their packages' other modules are host code) and the one home of parse.
+IN_KERNEL = {
+    *(f"sandbox/kernel/helper/{part}.py" for part in HELPER_PARTS),
+    *(f"sandbox/template/zygote/{part}.py" for part in PROGRAM_PARTS),
+    "themisto_env/syntax.py",
+}
 
 
 def _ast_parse_calls(path: Path) -> list[int]:

@@ -20,7 +20,6 @@ import queue
 import resource
 import threading
 import time
-from importlib import resources
 from typing import Any
 
 import zmq
@@ -36,6 +35,7 @@ from themisto_env.errors import (
     KernelTimeoutError,
     UnknownNameError,
 )
+from themisto_env.sandbox.kernel.helper import helper_source
 from themisto_env.sandbox.kernel.process import KernelProcess, bind_thread_loop
 from themisto_env.sandbox.models import ExecutionResult
 from themisto_env.sandbox.outputs import OutputCollector
@@ -110,11 +110,6 @@ def _fingerprint_value(value: dict[str, Any] | None) -> dict[str, str] | None:
         return None
 
 
-def _helper_source() -> str:
-    """The in-kernel helper's source, as shipped."""
-    return resources.files("themisto_env.sandbox.kernel").joinpath("helper.py").read_text()
-
-
 class KernelMessaging:
     """A kernel's messaging: the Jupyter protocol spoken to the process of a :class:`KernelProcess`.
 
@@ -165,7 +160,7 @@ class KernelMessaging:
         self._drain_iopub()
         if getattr(process.launcher, "helper_installed", False):  # a forked kernel: its template installed it
             return
-        source = _helper_source()
+        source = helper_source()
         module = (
             f"__import__('sys').modules.setdefault({HELPER_MODULE!r}, "
             f"__import__('types').ModuleType({HELPER_MODULE!r}))"

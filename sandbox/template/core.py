@@ -70,6 +70,7 @@ from themisto_env.sandbox.lifetime.owners import RUN_DIR_PREFIX, write_owner
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.store.snapshots import SnapshotStore
 from themisto_env.sandbox.template.docker import DockerTemplateLauncher
+from themisto_env.sandbox.template.zygote import HELPER_FILE, PROGRAM_FILE, write_program
 
 if TYPE_CHECKING:
     from themisto_env.sandbox.kernel.core import Kernel
@@ -90,9 +91,6 @@ FORKING_BACKENDS = ("local", "bwrap", "docker")
 #: Backends whose copies each take a uid of their own after the fork (copies of one template are isolated
 #: from each other: model-written code may be forked there).
 ISOLATED_COPIES = ("docker",)
-#: The template's program, run by path with the kernel's Python.
-ZYGOTE = Path(__file__).with_name("zygote.py")
-HELPER = Path(__file__).parent.parent / "kernel" / "helper.py"
 #: How many state templates a template keeps (least recently used go first); each holds a loaded state.
 STATE_TEMPLATES = 8
 #: How long a request to a template may take (a fork answers in milliseconds; a derive loads a snapshot).
@@ -105,7 +103,8 @@ class _TemplateProgram:
     config: dict[str, Any]
 
     def program(self, connection_file: Path) -> list[str]:
-        return [str(ZYGOTE), json.dumps(self.config)]
+        # the program, run by path with the kernel's Python, as written into the run directory (write_program)
+        return [str(connection_file.parent / PROGRAM_FILE), json.dumps(self.config)]
 
 
 class _LocalTemplateLauncher(_TemplateProgram, LocalLauncher):
@@ -243,10 +242,11 @@ class KernelTemplate:
             )
             if self.store_access == "copy":
                 process.hidden_dirs = (self.store.root,)
+            write_program(self._run_dir)  # the program and the helper, whole, where every backend sees them
             process.config = {
                 "socket": str(self.socket_path),
                 "preload": list(self.preload),
-                "helper": str(HELPER),
+                "helper": str(self._run_dir / HELPER_FILE),
                 # one IPython directory for the template and its kernels: made once (by the template's probe)
                 "environment": {**KERNEL_ENVIRONMENT, "IPYTHONDIR": str(self._run_dir / "ipython")},
             }

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 from themisto_env.sandbox.backends.docker import DockerLauncher
+from themisto_env.sandbox.template.zygote import PROGRAM_FILE
 
 __all__ = ["CONTAINER_SHARE", "TEMPLATE_CAPABILITIES", "DockerTemplateLauncher"]
 
@@ -36,17 +36,14 @@ TEMPLATE_CAPABILITIES = ("SETUID", "SETGID")
 class DockerTemplateLauncher(DockerLauncher):
     """Starts the template's program in a container (see the module's docstring).
 
-    ``config`` (set before ``start``) is the template's configuration; its ``helper`` is copied into the run
-    directory with the program, as the container sees no host file outside its mounts.
+    ``config`` (set before ``start``) is the template's configuration; the program and its ``helper`` are in
+    the run directory (the template writes them there), as the container sees no host file outside its mounts.
     """
 
     config: dict[str, Any]
 
     def start(self, connection_file: Path, workdir: Path) -> None:
         run_dir = connection_file.parent
-        for source in (Path(__file__).with_name("zygote.py"), Path(self.config["helper"])):
-            shutil.copyfile(source, run_dir / source.name)
-        self.config = {**self.config, "helper": str(run_dir / Path(self.config["helper"]).name)}
         super().start(connection_file, workdir)
         # copies pass through the run directory to their own, and see nothing else of it
         for folder in (run_dir, run_dir / "kernels"):
@@ -54,7 +51,7 @@ class DockerTemplateLauncher(DockerLauncher):
 
     def command(self, connection_file: Path) -> list[str]:
         # the connection file's path ends the command line: that is how the host finds the container's init
-        return ["python", str(connection_file.parent / "zygote.py"), json.dumps(self.config), str(connection_file)]
+        return ["python", str(connection_file.parent / PROGRAM_FILE), json.dumps(self.config), str(connection_file)]
 
     def container_options(self, readonly: set[Path], workdir: Path) -> dict[str, Any]:
         options = super().container_options(readonly, workdir)

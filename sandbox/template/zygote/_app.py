@@ -1,0 +1,136 @@
+"""The kernel application: built once in the template before any fork (what holds no thread, socket or
+loop), finished in each forked child; the random generators and dill's ``__main__`` in a copy.
+
+A part of the template's program (see `themisto_env.sandbox.template.zygote`): sent whole with the other
+parts, it imports only the standard library, ipykernel and dill, and names of the parts before it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+#: The in-kernel helper's module name (as in kernel_messaging.HELPER_MODULE).
+HELPER_MODULE = "_themisto_helper"
+#: The kernel application's arguments (a child adds its connection file).
+KERNEL_ARGS = ["--HistoryManager.hist_file=:memory:"]
+
+
+def _prebuild_app(namespace: dict[str, Any] | None) -> Any:
+    """Build, before any fork, the parts of a kernel application that hold no thread, socket or loop: its
+    traitlets configuration (command line, config files, profile folder) and its IPython shell (magics,
+    completer, prefilter, display machinery, an in-memory history) over ``namespace``. Returns the
+    application; each forked child finishes it (:func:`_finish_app`), so its pages stay shared.
+
+    ipykernel builds the shell inside its kernel object, after the sockets; the shell is a singleton, so the
+    kernel object a child makes takes this one (``shell_class.instance``) and the child only points it at
+    that kernel."""
+    from ipykernel.ipkernel import IPythonKernel
+    from ipykernel.kernelapp import IPKernelApp
+    from IPython.core.application import BaseIPythonApplication
+
+    app = IPKernelApp.instance(user_ns=namespace)
+    BaseIPythonApplication.initialize(app, list(KERNEL_ARGS))  # IPKernelApp.initialize's first step
+    kernel_class = app.kernel_class
+    if not issubclass(kernel_class, IPythonKernel):
+        raise TypeError(f"a kernel class of its own ({kernel_class.__name__}): built after the fork")
+    traits = kernel_class.class_traits()
+    shell_class, compiler_class = traits["shell_class"].default_value, traits["compiler_class"].default_value
+    if isinstance(shell_class, str) or isinstance(compiler_class, str):  # traitlets gives names for some Types
+        from traitlets.utils.importstring import import_item
+
+        shell_class = import_item(shell_class) if isinstance(shell_class, str) else shell_class
+        compiler_class = import_item(compiler_class) if isinstance(compiler_class, str) else compiler_class
+    shell_class.instance(  # as IPythonKernel.__init__ asks for it, but the kernel, which the child makes
+        parent=app,
+        profile_dir=app.profile_dir,
+        user_module=None,
+        user_ns=namespace,
+        kernel=None,
+        compiler_class=compiler_class,
+    )
+    return app
+
+
+def _prebuild(namespace: dict[str, Any] | None) -> Any:
+    """:func:`_prebuild_app`, or None (said in the template's log) where it fails: each child then builds
+    its whole application after the fork, as ipykernel does."""
+    if os.environ.get("THEMISTO_FORK_PREBUILD", "1") == "0":  # a benchmark's "before" (bench_fork.py)
+        return None
+    try:
+        return _prebuild_app(namespace)
+    except Exception as exc:
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"themisto template: kernels build their application after the fork ({exc})\n")
+        with contextlib.suppress(Exception):
+            _drop_app()
+        return None
+
+
+def _drop_app() -> None:
+    """Forget a prebuilt application and its shell (the singletons), so that another can be built."""
+    from ipykernel.kernelapp import IPKernelApp
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell._instance
+    if shell is not None:
+        type(shell).clear_instance()  # its class's singleton and its bases' (ZMQInteractiveShell, InteractiveShell)
+    IPKernelApp.clear_instance()
+    del shell
+    gc.collect()
+
+
+def _finish_app(app: Any, connection_file: str) -> Any:
+    """In a forked child: the rest of ``IPKernelApp.initialize`` on a prebuilt application (its sockets,
+    heartbeat, output streams, signals, kernel object, extensions and startup code), in ipykernel's own
+    order: its ``initialize`` runs with the first step, already done in the template, skipped."""
+    from IPython.core.application import BaseIPythonApplication
+
+    app.connection_file = connection_file
+    configured = BaseIPythonApplication.initialize
+    BaseIPythonApplication.initialize = lambda self, argv=None: None  # this child's copy of the class only
+    try:
+        app.initialize([])
+    finally:
+        BaseIPythonApplication.initialize = configured
+    shell = app.shell
+    shell.kernel = app.kernel  # made by the kernel object in ipykernel's own order; ours predates it
+    shell.parent = app.kernel
+    cwd = os.getcwd()  # the shell was built in the template's folder: this kernel's own is the start
+    shell.starting_dir = cwd
+    shell.history_manager.dir_hist[:] = [Path(cwd)]
+    return app
+
+
+def _keep_generator(shell: Any, generator: Any) -> None:
+    """Give the random module the template's state again at the copy's first cell: an idle kernel's own
+    machinery may draw from it meanwhile (a spare waits a while), so copies would differ by when they ran."""
+    import random
+
+    def first_cell(*_: Any) -> None:
+        random.setstate(generator)
+        shell.events.unregister("pre_run_cell", first_cell)
+
+    random.setstate(generator)
+    shell.events.register("pre_run_cell", first_cell)
+
+
+def _reseed() -> None:
+    """Fresh seeds for the global generators a copy inherited (``random``; numpy's, where imported)."""
+    import random
+
+    random.seed()
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(int.from_bytes(os.urandom(4), "little"))
+
+
+def _adopt_main_module() -> None:
+    """dill binds ``__main__`` when it is first imported: point it at the current one (the user module)."""
+    dill_module = sys.modules.get("dill._dill")
+    if dill_module is not None:
+        dill_module._main_module = sys.modules["__main__"]
