@@ -35,11 +35,13 @@ def parameters(tool: ToolSpec) -> list[inspect.Parameter]:
     for name, info in tool.args_model.model_fields.items():
         annotation = Annotated[info.annotation, Field(description=argument_description(info))]  # type: ignore[name-defined]
         default = inspect.Parameter.empty if info.is_required() else info.default
-        found.append(inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=annotation))
+        found.append(
+            inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=annotation)
+        )
     return found
 
 
-def docstring(tool: ToolSpec) -> str:
+def tool_docstring(tool: ToolSpec) -> str:
     """The tool's Google docstring: its description, an `Args:` line per argument, and `Returns:`."""
     fields = tool.args_model.model_fields
     lines = [tool.description, ""]
@@ -84,7 +86,7 @@ def tool_function(tool: ToolSpec, call: AsyncCall) -> Callable[..., Awaitable[st
 
 def _named(function: Any, tool: ToolSpec, signature: inspect.Signature) -> Any:
     function.__name__ = function.__qualname__ = tool.name
-    function.__doc__ = docstring(tool)
+    function.__doc__ = tool_docstring(tool)
     function.__signature__ = signature
     function.__annotations__ = {
         **{p.name: p.annotation for p in signature.parameters.values() if p.annotation is not inspect.Parameter.empty},
