@@ -330,9 +330,9 @@ for _tool in ROLLOUT_TOOLS:  # the model's tools: methods made from the table (n
 
 
 def tool_methods(rollout: Any) -> list[Callable[..., str]]:
-    """A rollout's tool methods, bound, in `ROLLOUT_TOOLS` order: what TRL offers the model (for a chat
-    template's ``tools``, as TRL renders them). ``rollout`` is any object with a method per tool."""
-    return [getattr(rollout, tool.name) for tool in ROLLOUT_TOOLS]
+    """A rollout's tool methods, bound, as TRL offers them to the model (in the order it lists them: by
+    name), for a chat template's ``tools``. ``rollout`` is any object with a method per `ROLLOUT_TOOLS` tool."""
+    return [getattr(rollout, name) for name in sorted(tool.name for tool in ROLLOUT_TOOLS)]
 
 
 def tool_dataset(task: str = "next-cell", *, limit: int | None = None, **env_options: Any) -> Any:
