@@ -33,7 +33,7 @@ def parameters(tool: ToolSpec) -> list[inspect.Parameter]:
     and (through `Annotated[..., Field(description=...)]`) its description; optional ones with their default."""
     found = []
     for name, info in tool.args_model.model_fields.items():
-        annotation = Annotated[info.annotation, Field(description=argument_description(info))]  # type: ignore[name-defined]
+        annotation = Annotated[info.annotation, Field(description=argument_description(info))]  # type: ignore[valid-type]
         default = inspect.Parameter.empty if info.is_required() else info.default
         found.append(
             inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=annotation)
