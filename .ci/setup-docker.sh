@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Docker for themisto-env on a Debian machine, as root (or with sudo): the engine, a running dockerd,
-# and the kernel image, built with no registry (debootstrap + docker import; see sandbox/image.py).
+# and the kernel image, built with no registry (debootstrap + docker import; see sandbox/image/__init__.py).
 #
 #   bash .ci/setup-docker.sh
 #

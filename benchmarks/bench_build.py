@@ -28,7 +28,7 @@ from rich.table import Table
 from themisto_env.data.bundled import bundled_log_path
 from themisto_env.replay.build_sources import load_sessions
 from themisto_env.replay.session_replay import replay_session
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel.core import Kernel
 
 
 def main() -> None:

@@ -45,7 +45,7 @@ from rich.table import Table
 from themisto_env.data.bundled import bundled_log_path
 from themisto_env.data.trajectory import TRAJECTORIES
 from themisto_env.replay.build import build_dataset
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel.core import Kernel
 
 GOAL = 1.7
 MEASURED = ("duration_s", "memory_bytes")

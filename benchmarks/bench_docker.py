@@ -29,9 +29,9 @@ from pathlib import Path
 from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
-from themisto_env.sandbox.docker import DockerLauncher
-from themisto_env.sandbox.image_spec import default_image
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.backends.docker import DockerLauncher
+from themisto_env.sandbox.image.spec import default_image
+from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.models import SandboxLimits
 
 

@@ -33,7 +33,7 @@ from rich.table import Table
 
 from themisto_env.env.actions import Prediction
 from themisto_env.env.core import ThemistoEnv
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel.core import Kernel
 
 BARE_PER_ROUND = 20
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from themisto_env.run.config import RunConfig
 from themisto_env.run.runner import run
-from themisto_env.sandbox.pool import KernelPool
+from themisto_env.sandbox.kernel.pool import KernelPool
 
 _TAKES: list[tuple[int, float, float]] = []  # (thread id, seconds in take, when it returned) of the run measured
 _TAKES_LOCK = threading.Lock()

@@ -55,9 +55,9 @@ from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.tools import ToolCall
 from themisto_env.replay.dataset import Dataset
 from themisto_env.replay.disposable import imported_modules
-from themisto_env.sandbox.kernel import Kernel
-from themisto_env.sandbox.snapshots import SnapshotStore
-from themisto_env.sandbox.template import KernelTemplate, close_shared_templates
+from themisto_env.sandbox.kernel.core import Kernel
+from themisto_env.sandbox.store.snapshots import SnapshotStore
+from themisto_env.sandbox.template.core import KernelTemplate, close_shared_templates
 
 
 def timed(run: Callable[[], Any]) -> float:

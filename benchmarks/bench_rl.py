@@ -50,7 +50,7 @@ from themisto_env.bridges.rl.tool_env import SharedStates
 from themisto_env.env.actions import Prediction
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.tools import ToolCall
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel.core import Kernel
 
 EAGER: dict[str, Any] = {"lazy_state": False, "warm_kernels": 0}
 

@@ -44,8 +44,9 @@ from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.tools import ToolCall, _observations
 from themisto_env.replay import state
 from themisto_env.replay.dataset import Dataset
-from themisto_env.sandbox import kernel_messaging, kernel_snapshots
-from themisto_env.sandbox.template import close_shared_templates
+from themisto_env.sandbox.kernel import messaging as kernel_messaging
+from themisto_env.sandbox.kernel import snapshots as kernel_snapshots
+from themisto_env.sandbox.template.core import close_shared_templates
 
 
 class Timers:

@@ -1,4 +1,4 @@
-"""Latencies of the sandbox kernel (``themisto_env.sandbox.kernel.Kernel``) on one or more backends.
+"""Latencies of the sandbox kernel (``themisto_env.sandbox.kernel.core.Kernel``) on one or more backends.
 
 Run from the repository root::
 
@@ -31,7 +31,7 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.table import Table
 
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel.core import Kernel
 
 GROUPBY_SETUP = """
 import numpy as np, pandas as pd

@@ -47,7 +47,7 @@ from themisto_env.data.trajectory import read_trajectories
 from themisto_env.run.config import RunConfig
 from themisto_env.run.episode import make_run_agent
 from themisto_env.run.runner import run
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel.core import Kernel
 
 GOAL = 1.7
 
@@ -115,7 +115,7 @@ def instrumented(profiler: Profiler) -> Iterator[None]:
 def warm_snapshots(data: str | None) -> tuple[int, int]:
     """Read every snapshot of the dataset once (page cache); return (files, bytes)."""
     from themisto_env.replay.resolve import resolve_dataset
-    from themisto_env.sandbox.snapshots import SnapshotStore
+    from themisto_env.sandbox.store.snapshots import SnapshotStore
 
     folder = resolve_dataset(data)
     store = SnapshotStore()
@@ -178,7 +178,7 @@ def main() -> None:
             console.print(f"local {workers}: {result['samples']} samples in {result['seconds']:.1f} s")
         ray_start = None
         if not args.no_ray:
-            from themisto_env.sandbox.ray_cluster import connect, import_ray
+            from themisto_env.sandbox.ray.cluster import connect, import_ray
 
             started = time.perf_counter()
             connect("local", num_cpus=max(args.workers))

@@ -31,7 +31,7 @@ import nbformat
 
 from themisto_env.replay import second_replay
 from themisto_env.replay.build import build_dataset
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel.core import Kernel
 
 
 def _median_ms(run: Callable[[], Any], n: int = 100) -> float:

@@ -1,9 +1,18 @@
 """Where code runs: Jupyter kernels on interchangeable backends (``local``, ``bwrap``, ``docker``).
 
-Owns the kernel (:class:`Kernel`; like every name here, imported on first use), which drives a backend's
-:class:`KernelLauncher` and speaks the Jupyter protocol; limits and results (``models``); Jupyter outputs
-and their text (``outputs``, ``rendering``); snapshots, working folders, warm pools, the kernel image and
-the in-kernel helper. The bottom layer: it imports no other part of themisto_env but the leaves (errors).
+The face lists the parts a caller uses (:class:`Kernel`, :class:`KernelLike`, :func:`make_kernel`,
+:class:`KernelTemplate`, limits and results; each imported on first use). The rooms:
+
+- ``kernel/``: a kernel and its parts (process, messaging, snapshots, introspection, the in-kernel helper),
+  the contract, launchers, forked kernels, warm pools and the conformance suite;
+- ``template/``: kernel templates, the zygote that forks their copies, and the docker backend's template;
+- ``backends/``: the ``local``, ``bwrap`` and ``docker`` launchers and the kernel containers;
+- ``image/``: the kernel container image (package set, build, Debian base); ``engine``: the Docker engine;
+- ``ray/``: kernels on Ray; ``store/``: snapshot files and working folders; ``lifetime/``: owners and the
+  reaper;
+- ``models``, ``outputs``, ``rendering``, ``environments``: what crosses the boundary.
+
+The bottom layer: it imports no other part of themisto_env but the leaves (errors).
 """
 
 from __future__ import annotations

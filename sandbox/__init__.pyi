@@ -1,9 +1,13 @@
 """The public names of :mod:`themisto_env.sandbox`, a line each (``__init__.py`` imports each on first use)."""
 
-from .kernel import Kernel as Kernel
-from .launcher import BACKENDS as BACKENDS
-from .launcher import KernelLauncher as KernelLauncher
-from .launcher import launcher_class as launcher_class
+from .kernel.contract import KernelLike as KernelLike
+from .kernel.core import Kernel as Kernel
+from .kernel.launcher import BACKENDS as BACKENDS
+from .kernel.launcher import KernelLauncher as KernelLauncher
+from .kernel.launcher import launcher_class as launcher_class
 from .models import ExecutionResult as ExecutionResult
 from .models import SandboxLimits as SandboxLimits
 from .models import SnapshotInfo as SnapshotInfo
+from .ray.kernel import RemoteKernel as RemoteKernel
+from .ray.kernel import make_kernel as make_kernel
+from .template.core import KernelTemplate as KernelTemplate

@@ -34,8 +34,8 @@ from typing import Any, TypeVar
 import pytest
 
 from themisto_env.errors import BackendUnavailableError
-from themisto_env.sandbox.kernel import Kernel
-from themisto_env.sandbox.template import close_shared_templates
+from themisto_env.sandbox.kernel.core import Kernel
+from themisto_env.sandbox.template.core import close_shared_templates
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 #: Backends whose tests must run here: where one cannot, they fail instead of skipping (docker in CI;

@@ -39,8 +39,8 @@ from themisto_env.env.actions import Prediction
 from themisto_env.env.record import SANDBOX_FAILED
 from themisto_env.env.state_server import StateServer
 from themisto_env.env.tools import ToolCall
-from themisto_env.sandbox import run_root as run_roots
-from themisto_env.sandbox import template as templates
+from themisto_env.sandbox.lifetime import run_root as run_roots
+from themisto_env.sandbox.template import core as templates
 
 pytestmark = pytest.mark.slow  # every case starts (or fails to start) kernels on a whole path
 

@@ -180,7 +180,9 @@ def test_the_checker_reads_homes_and_faces() -> None:
     """The checker finds the modules, what they define and the faces' names (a wrong folder would make the
     tests above pass with nothing checked)."""
     known = modules()
-    assert {"themisto_env.agents.base", "themisto_env.sandbox.kernel", "themisto_env.data.trajectory"} <= set(known)
+    assert {"themisto_env.agents.base", "themisto_env.sandbox.kernel.core", "themisto_env.data.trajectory"} <= set(
+        known
+    )
     assert "Trajectory" in known["themisto_env.data.trajectory"].defined
     assert "Trajectory" not in known["themisto_env.data"].defined
     assert {"Trajectory", "agreement"} <= set(known["themisto_env.data"].exported or ())

@@ -97,7 +97,11 @@ PUBLIC: dict[str, list[str]] = {
     "themisto_env.env": [
         "Action",
         "EnvConfig",
+        "Episode",
+        "EpisodeRecord",
         "Prediction",
+        "Scorer",
+        "StateServer",
         "ThemistoEnv",
         "ToolCall",
         "encode_action",
@@ -203,9 +207,13 @@ PUBLIC: dict[str, list[str]] = {
         "ExecutionResult",
         "Kernel",
         "KernelLauncher",
+        "KernelLike",
+        "KernelTemplate",
+        "RemoteKernel",
         "SandboxLimits",
         "SnapshotInfo",
         "launcher_class",
+        "make_kernel",
     ],
 }
 

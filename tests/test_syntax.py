@@ -12,7 +12,7 @@ from pathlib import Path
 from themisto_env.syntax import parse
 
 ROOT = Path(__file__).resolve().parents[1]
-IN_KERNEL = {"sandbox/kernel_helper.py", "sandbox/zygote.py", "themisto_env/syntax.py"}
+IN_KERNEL = {"sandbox/kernel/helper.py", "sandbox/template/zygote.py", "themisto_env/syntax.py"}
 
 
 def _ast_parse_calls(path: Path) -> list[int]:

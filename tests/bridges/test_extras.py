@@ -32,9 +32,9 @@ EXTRA_BRIDGES = {
     "inspect": ["themisto_env.bridges.inspect_sandbox", "themisto_env.bridges.inspect_task"],
     "serve": ["themisto_env.bridges.openenv"],
     "ray": [
-        "themisto_env.sandbox.ray_kernel",
-        "themisto_env.sandbox.ray_cluster",
-        "themisto_env.sandbox.ray_placement",
+        "themisto_env.sandbox.ray.kernel",
+        "themisto_env.sandbox.ray.cluster",
+        "themisto_env.sandbox.ray.placement",
     ],
 }
 #: Calls that load a module by name (their first argument, a string).

@@ -8,7 +8,7 @@ from pathlib import Path
 from themisto_env.data.sessions import RecordedExecution, Session
 from themisto_env.data.trajectory import Manifest, append_trajectory, write_manifest
 from themisto_env.replay.session_replay import replay_session
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel.core import Kernel
 
 #: Steps of the "faults" trajectory (index: source); ``{flag}`` is a file that, once it exists, makes
 #: steps 6 and 10 sleep (they were fast when built).

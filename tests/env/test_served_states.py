@@ -31,7 +31,7 @@ from themisto_env.replay.dataset import Dataset
 from themisto_env.replay.disposable import imported_modules
 from themisto_env.replay.recorded_cells import replay_step
 from themisto_env.replay.state_check import diff_fingerprints, expected_fingerprint
-from themisto_env.sandbox.template import KernelTemplate
+from themisto_env.sandbox.template.core import KernelTemplate
 
 ALL_SAMPLES = SampleRule(max_length_quantile=None).model_dump()
 

@@ -29,7 +29,7 @@ from themisto_env.env.tools import (
 )
 from themisto_env.env.tools._history import find_definition
 from themisto_env.errors import ActionError, InfrastructureError, KernelDiedError
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel.core import Kernel
 
 CELLS = (
     "import numpy as np\nimport pandas as pd\nfrom sklearn.linear_model import LinearRegression",

@@ -24,7 +24,7 @@ from themisto_env.env.tools._try import NOT_AVAILABLE
 from themisto_env.errors import InfrastructureError
 from themisto_env.replay.disposable import CodeRun, DisposableKernels
 from themisto_env.replay.state_check import expected_fingerprint
-from themisto_env.sandbox.kernel_helper import OPTIONS_KEY
+from themisto_env.sandbox.kernel.helper import OPTIONS_KEY
 from themisto_env.sandbox.rendering import render_outputs
 
 TRAJECTORY = "diabetes-regression-b2738d8c"  # bundled: X (DataFrame), y (array), diabetes (Bunch) early on

@@ -30,8 +30,8 @@ from themisto_env.replay import (
     kernel_environment_venv,
     kernel_environments,
 )
-from themisto_env.sandbox.kernel import Kernel
-from themisto_env.sandbox.kernel_environments import environment_dir, environment_image
+from themisto_env.sandbox.environments import environment_dir, environment_image
+from themisto_env.sandbox.kernel.core import Kernel
 
 DATA = Path(__file__).parents[1] / "fixtures"
 REQUIREMENTS = DATA / "environments" / "requirements.txt"

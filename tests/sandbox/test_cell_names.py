@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from themisto_env.sandbox.kernel import Kernel
-from themisto_env.sandbox.kernel_helper import CELL_FOLDER
+from themisto_env.sandbox.kernel.core import Kernel
+from themisto_env.sandbox.kernel.helper import CELL_FOLDER
 from themisto_env.sandbox.rendering import render_outputs
 
 CELLS = [

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import BACKENDS, require_backend
-from themisto_env.sandbox.conformance import CHECKS, checks_for, run_check
-from themisto_env.sandbox.launcher import launcher_class
+from themisto_env.sandbox.kernel.conformance import CHECKS, checks_for, run_check
+from themisto_env.sandbox.kernel.launcher import launcher_class
 
 # Isolation and limit checks are generated only for backends that claim them.
 CASES = [(backend, check) for backend in BACKENDS for check in checks_for(backend)]

@@ -22,11 +22,11 @@ import pytest
 
 from tests.conftest import needs
 from themisto_env.errors import BackendUnavailableError, KernelDiedError
-from themisto_env.sandbox.debootstrap import debian_mirror
-from themisto_env.sandbox.docker import DockerLauncher
-from themisto_env.sandbox.image_spec import ImageSpec, default_image, default_spec, write_context
-from themisto_env.sandbox.kernel import Kernel
-from themisto_env.sandbox.leftovers import LABEL_HOST, LABEL_HOST_PID, LABEL_HOST_PID_START, LABEL_KERNEL
+from themisto_env.sandbox.backends.docker import DockerLauncher
+from themisto_env.sandbox.image.debootstrap import debian_mirror
+from themisto_env.sandbox.image.spec import ImageSpec, default_image, default_spec, write_context
+from themisto_env.sandbox.kernel.core import Kernel
+from themisto_env.sandbox.lifetime.leftovers import LABEL_HOST, LABEL_HOST_PID, LABEL_HOST_PID_START, LABEL_KERNEL
 from themisto_env.sandbox.models import SandboxLimits
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -79,7 +79,7 @@ def test_mounts_share_nested_dirs_once(tmp_path: Path) -> None:
 
 
 def test_import_has_no_side_effects() -> None:
-    code = "import sys, themisto_env.sandbox.docker; print('docker' in sys.modules)"
+    code = "import sys, themisto_env.sandbox.backends.docker; print('docker' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -90,7 +90,7 @@ def test_import_has_no_side_effects() -> None:
 @functools.cache
 def _docker_unavailable() -> str | None:
     """Why the docker backend cannot run here (no engine, no image), or None."""
-    from themisto_env.sandbox.docker_engine import docker_client, image_exists
+    from themisto_env.sandbox.engine import docker_client, image_exists
 
     try:
         client = docker_client()

@@ -17,11 +17,11 @@ import pytest
 
 from themisto_env.bridges.rl import ExecutionReward, export_samples
 from themisto_env.errors import KernelDiedError
-from themisto_env.sandbox import template as templates
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel.core import Kernel
+from themisto_env.sandbox.kernel.forked import ForkLauncher
 from themisto_env.sandbox.models import SandboxLimits
-from themisto_env.sandbox.template import KernelTemplate
-from themisto_env.sandbox.template_launcher import ForkLauncher
+from themisto_env.sandbox.template import core as templates
+from themisto_env.sandbox.template.core import KernelTemplate
 
 LIMITS = SandboxLimits(memory_mb=512, pids=64, timeout_s=10)
 ALL_SAMPLES = {"max_length_quantile": None}
@@ -361,7 +361,7 @@ def test_a_hostile_copy_leaves_its_group_scored_as_alone(env_dataset: dict[str, 
 
 OWNER = """import json, sys, time
 from themisto_env.sandbox.models import SandboxLimits
-from themisto_env.sandbox.template import KernelTemplate
+from themisto_env.sandbox.template.core import KernelTemplate
 template = KernelTemplate('docker', store_access='copy', limits=SandboxLimits(memory_mb=512, pids=64)).start()
 copies = [template.kernel(), template.kernel()]
 copies[0].execute("import os, time\\nif os.fork() == 0:\\n    os.setsid()\\n    time.sleep(600)")

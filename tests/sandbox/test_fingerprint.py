@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel.core import Kernel
 
 SETUP = """
 import numpy as np, pandas as pd

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name
 
-from themisto_env.sandbox.image_build import unpinned_wheels
-from themisto_env.sandbox.image_spec import ImageSpec, default_image, default_spec
+from themisto_env.sandbox.image.build import unpinned_wheels
+from themisto_env.sandbox.image.spec import ImageSpec, default_image, default_spec
 
 #: Installed dependencies of the kernel's packages that a tag once missed (the served kernel then "lacked" them).
 REPORTED = ("asttokens", "executing", "pure-eval", "pyparsing")
@@ -37,7 +37,7 @@ def test_the_kernel_tag_pins_every_installed_dependency_at_this_pythons_version(
 PROBE = """
 import json
 from themisto_env.replay.resolve import bundled_dataset_dir
-from themisto_env.sandbox.image_spec import default_image, default_spec
+from themisto_env.sandbox.image.spec import default_image, default_spec
 spec = default_spec()
 print(json.dumps({"image": default_image(), "pins": sorted(spec.constraints), "data": bundled_dataset_dir().name}))
 """

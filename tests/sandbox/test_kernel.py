@@ -20,7 +20,7 @@ from themisto_env.errors import (
     SnapshotError,
     UnknownNameError,
 )
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.models import SandboxLimits
 
 
@@ -127,7 +127,7 @@ def test_bwrap_kernel_starts_from_a_venv_under_tmp(tmp_path: Path, bwrap_backend
     # (one line, run by exec in site.addpackage: a comprehension there would not see `site`)
     Path(purelib.stdout.strip(), "outer.pth").write_text(f"import site; list(map(site.addsitedir, {outer!r}))\n")
     code = (
-        "from themisto_env.sandbox.kernel import Kernel\n"
+        "from themisto_env.sandbox.kernel.core import Kernel\n"
         "with Kernel('bwrap') as k:\n"
         "    print(k.execute('21 * 2').outputs[0]['data']['text/plain'])"
     )

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 from tests.conftest import needs
-from themisto_env.sandbox.kernel import Kernel
-from themisto_env.sandbox.kernel_contract import KernelLike, LauncherReadings
-from themisto_env.sandbox.ray_kernel import RemoteKernel, make_kernel
-from themisto_env.sandbox.ray_placement import RayPlacement
-from themisto_env.sandbox.template import KernelTemplate
+from themisto_env.sandbox.kernel.contract import KernelLike, LauncherReadings
+from themisto_env.sandbox.kernel.core import Kernel
+from themisto_env.sandbox.ray.kernel import RemoteKernel, make_kernel
+from themisto_env.sandbox.ray.placement import RayPlacement
+from themisto_env.sandbox.template.core import KernelTemplate
 
 #: Makes one started kernel of a kind, on a snapshot store shared by the kernels of a test.
 StartKernel = Callable[[], KernelLike]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.rendering import render_outputs
 
 ALREADY = "The autoreload extension is already loaded"

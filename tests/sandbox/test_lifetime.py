@@ -25,15 +25,15 @@ import pytest
 
 from tests.sandbox.conftest import wait_ended
 from themisto_env.errors import BackendUnavailableError, KernelDiedError
-from themisto_env.sandbox.kernel import Kernel
-from themisto_env.sandbox.leftovers import UNOWNED_GRACE_S
-from themisto_env.sandbox.owners import RUN_DIR_PREFIX, identity, process_record, process_start
+from themisto_env.sandbox.kernel.core import Kernel
+from themisto_env.sandbox.lifetime.leftovers import UNOWNED_GRACE_S
+from themisto_env.sandbox.lifetime.owners import RUN_DIR_PREFIX, identity, process_record, process_start
 
 # An owner program: starts a kernel, prints what it made (one JSON line), then exits or waits to be killed.
 OWNER = """
 import json, sys, time
-from themisto_env.sandbox import lifetime
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.lifetime import reaper as lifetime
+from themisto_env.sandbox.kernel.core import Kernel
 
 backend, mode = sys.argv[1], sys.argv[2]
 kernel = Kernel(backend).start()
@@ -161,7 +161,7 @@ def test_normal_exit_without_close_ends_the_kernel(owners: list[Owner]) -> None:
 
 def test_import_starts_nothing() -> None:
     code = (
-        "import threading, themisto_env.sandbox.kernel as k, themisto_env.sandbox.lifetime as l;"
+        "import threading, themisto_env.sandbox.kernel.core as k, themisto_env.sandbox.lifetime.reaper as l;"
         "print(l._atexit_registered, l._reapers, threading.active_count())"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

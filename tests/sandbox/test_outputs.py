@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from themisto_env.data.june import read_sessions
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.outputs import DROPPED_KEY, OutputCollector, collect_outputs
 

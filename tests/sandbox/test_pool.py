@@ -17,8 +17,8 @@ from themisto_env.errors import (
     SnapshotCorruptError,
     SnapshotError,
 )
-from themisto_env.sandbox.kernel import Kernel
-from themisto_env.sandbox.pool import KernelPool, shared_pool
+from themisto_env.sandbox.kernel.core import Kernel
+from themisto_env.sandbox.kernel.pool import KernelPool, shared_pool
 
 
 def test_a_pooled_kernel_is_started_warm_and_empty(snapshot_dir: Path) -> None:

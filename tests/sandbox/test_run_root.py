@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from themisto_env.errors import KernelStartError
-from themisto_env.sandbox import owners
-from themisto_env.sandbox.kernel import Kernel
-from themisto_env.sandbox.run_root import MAX_SOCKET_PATH, run_root, short_root
-from themisto_env.sandbox.template import KernelTemplate
+from themisto_env.sandbox.kernel.core import Kernel
+from themisto_env.sandbox.lifetime import owners
+from themisto_env.sandbox.lifetime.run_root import MAX_SOCKET_PATH, run_root, short_root
+from themisto_env.sandbox.template.core import KernelTemplate
 
 
 @pytest.fixture
@@ -64,9 +64,9 @@ def test_a_short_folder_that_is_not_private_is_passed_over(
     os.chmod(taken / f"themisto-{os.getuid()}", 0o755)
     (link_base / f"themisto-{os.getuid()}").symlink_to(free)  # a link: never followed
     monkeypatch.setattr(owners, "SHORT_ROOTS", (taken, link_base, free))
-    monkeypatch.setattr("themisto_env.sandbox.run_root.SHORT_ROOTS", (taken, link_base, free))
+    monkeypatch.setattr("themisto_env.sandbox.lifetime.run_root.SHORT_ROOTS", (taken, link_base, free))
     assert short_root() == free / f"themisto-{os.getuid()}"
     assert private_folder_of_mine(short_root())
-    monkeypatch.setattr("themisto_env.sandbox.run_root.SHORT_ROOTS", (taken, link_base))
+    monkeypatch.setattr("themisto_env.sandbox.lifetime.run_root.SHORT_ROOTS", (taken, link_base))
     with pytest.raises(KernelStartError, match="set TMPDIR to a short folder"):
         run_root()

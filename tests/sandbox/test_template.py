@@ -20,9 +20,9 @@ import pytest
 from tests.conftest import wait_for
 from tests.sandbox.conftest import wait_ended
 from themisto_env.errors import KernelDiedError, SnapshotCorruptError, TemplateGoneError
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.models import SandboxLimits
-from themisto_env.sandbox.template import STATE_TEMPLATES, KernelTemplate, shared_template
+from themisto_env.sandbox.template.core import STATE_TEMPLATES, KernelTemplate, shared_template
 
 STATE = """
 import random
@@ -230,8 +230,8 @@ def test_a_killed_template_takes_its_kernels_and_is_replaced(tmp_path: Path) -> 
 
 OWNER = """
 import json, sys
-from themisto_env.sandbox import lifetime
-from themisto_env.sandbox.template import KernelTemplate
+from themisto_env.sandbox.lifetime import reaper as lifetime
+from themisto_env.sandbox.template.core import KernelTemplate
 template = KernelTemplate("local", snapshot_dir=sys.argv[1]).start()
 kernel = template.kernel()
 kernel.execute("x = 1")

@@ -157,7 +157,7 @@ class ThemistoTools(vf.Toolset[ThemistoToolsConfig, ThemistoState]):
 
     async def setup(self) -> None:
         # verifiers points TMPDIR at the runtime's folder, deep under ~/.cache: the sandbox puts the kernels'
-        # IPC sockets in a short folder of its own then (themisto_env.sandbox.run_root)
+        # IPC sockets in a short folder of its own then (themisto_env.sandbox.lifetime.run_root)
         self._states = SharedStates(**self.config.states)
         self._rollouts: OrderedDict[str, ThemistoToolEnv] = OrderedDict()
         self._lock = threading.Lock()

@@ -49,7 +49,7 @@ def sandbox_build_image(
             soft_wrap=True,
         )
         return
-    from themisto_env.sandbox.image_build import build_image
+    from themisto_env.sandbox.image.build import build_image
 
     name = build_image(force=force)
     console.print(f"kernel image: [bold]{escape(name)}[/]")
@@ -64,8 +64,8 @@ def sandbox_check(backend: Backend = "local") -> None:
     `runuser -u themisto-bwrap -- /opt/themisto-bwrap/venv/bin/themisto sandbox check --backend bwrap`.
     """
     from themisto_env.errors import BackendUnavailableError
-    from themisto_env.sandbox.conformance import checks_for, run_check
-    from themisto_env.sandbox.launcher import launcher_class
+    from themisto_env.sandbox.kernel.conformance import checks_for, run_check
+    from themisto_env.sandbox.kernel.launcher import launcher_class
 
     cleaned = launcher_class(backend).cleanup_stale()
     if cleaned:
@@ -102,8 +102,8 @@ def sandbox_gc(
     Kernels, run directories and containers of live processes are never touched.
     """
     from themisto_env.errors import BackendUnavailableError
-    from themisto_env.sandbox.docker_containers import remove_stale_containers
-    from themisto_env.sandbox.leftovers import collect
+    from themisto_env.sandbox.backends.containers import remove_stale_containers
+    from themisto_env.sandbox.lifetime.leftovers import collect
 
     lines = collect(roots or None, dry_run=dry_run, containers=False)  # containers: all labelled ones, below
     docker_note = None

@@ -82,7 +82,7 @@ def serve_command(
     if execution_score:
         options["execution_score"] = True
     if ray:
-        from themisto_env.sandbox.ray_cluster import connect
+        from themisto_env.sandbox.ray.cluster import connect
 
         connect(ray)  # here, in the main thread, before any session makes an env
         options["ray"] = ray

@@ -15,7 +15,7 @@ Normalisation (version :data:`NORMALIZATION_VERSION`), in this order:
    of every line and blank lines at both ends removed.
 2. Cell file names, old and new: IPython 7's ``<ipython-input-12-3f2a9c0b1d4e>``, ipykernel 6's
    ``/tmp/ipykernel_4711/2519893127.py`` (a recording's), the process-free ``/tmp/ipykernel/2519893127.py``
-   this package's kernels use (:func:`themisto_env.sandbox.kernel_helper.stable_cell_names`), or bare
+   this package's kernels use (:func:`themisto_env.sandbox.kernel.helper.stable_cell_names`), or bare
    ``2519893127.py`` (as in ``invalid syntax
    (2519893127.py, line 1)``) -> ``<CELL>``.
 3. Figure sizes: ``<Figure size 432x288 with 1 Axes>`` (the old inline backend's default) and

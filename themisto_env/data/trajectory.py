@@ -10,7 +10,7 @@ On disk (format ``themisto-trajectories``, version :data:`FORMAT_VERSION`), a da
     DIR/trajectories.jsonl   one Trajectory per line (JSON; the schema is the pydantic model below)
     DIR/files/               the kernels' working folders, content-addressed: the folder each replay
                              started in and what it held after every step (see
-                             :mod:`themisto_env.sandbox.workdir`), so that a served state has its files;
+                             :mod:`themisto_env.sandbox.store.workdir`), so that a served state has its files;
                              and the figures the output cap would have dropped
 
 Snapshots are not in the folder: they are content-addressed dill files in the snapshot store
@@ -33,7 +33,7 @@ from themisto_env.data.agreement import NORMALIZATION_VERSION, UPSTREAM_SOURCES,
 from themisto_env.data.cell_names import names_imported, names_read, names_written
 from themisto_env.data.writes import append_line, write_text_atomic
 from themisto_env.errors import DataError
-from themisto_env.sandbox.workdir import FileStore
+from themisto_env.sandbox.store.workdir import FileStore
 
 FORMAT_NAME = "themisto-trajectories"
 FORMAT_VERSION = 4
@@ -131,7 +131,7 @@ class Trajectory(BaseModel):
         complete: Whether every execution was replayed.
         failure: Where and why the replay stopped, when it did not complete.
         fingerprint_version: Version of the namespace fingerprints of its steps (0: none recorded); see
-            :data:`themisto_env.sandbox.kernel_helper.FINGERPRINT_VERSION`.
+            :data:`themisto_env.sandbox.kernel.helper.FINGERPRINT_VERSION`.
         normalization: Version of the output normalisation its steps' agreement was measured with
             (:data:`themisto_env.data.agreement.NORMALIZATION_VERSION`; 0: before versions). Trajectories
             of another version are compared again when read (their outputs are all stored).
@@ -142,7 +142,7 @@ class Trajectory(BaseModel):
         workdir: The folder whose copy the replay ran in (the notebook's, or ``--workdir``), as given;
             None: an empty folder.
         workdir_digest: Content digest of the files the replay started with (see
-            :func:`themisto_env.sandbox.workdir.tree_digest`); None in datasets built before working
+            :func:`themisto_env.sandbox.store.workdir.tree_digest`); None in datasets built before working
             folders were recorded (their kernels run in an empty folder, unchecked).
         package_drift: Packages whose version in the replay's kernel differs from the one the source
             recorded (a notebook's metadata, a requirements file beside it): name -> [recorded, replayed]

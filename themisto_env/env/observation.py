@@ -20,7 +20,7 @@ from themisto_env.env.config import EnvConfig
 from themisto_env.env.spaces import fit_text
 from themisto_env.env.tools import HistoryItem
 from themisto_env.errors import HelperError
-from themisto_env.sandbox.kernel_contract import KernelLike
+from themisto_env.sandbox.kernel.contract import KernelLike
 from themisto_env.sandbox.rendering import render_outputs
 
 

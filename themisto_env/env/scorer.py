@@ -23,7 +23,7 @@ from themisto_env.env.state_server import (
 )
 from themisto_env.replay.dataset import Dataset
 from themisto_env.replay.disposable import CodeRun, DisposableKernels, imported_modules
-from themisto_env.sandbox.template import hold_shared_templates, release_shared_templates
+from themisto_env.sandbox.template.core import hold_shared_templates, release_shared_templates
 from themisto_env.scoring.score import ExecutionRun, SampleScore, ScoringRule, execution_run, score_sample
 
 __all__ = ["Scorer"]

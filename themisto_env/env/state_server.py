@@ -30,12 +30,12 @@ from themisto_env.replay.disposable import CodeRun, imported_modules
 from themisto_env.replay.kernel_environments import dataset_kernel_environment
 from themisto_env.replay.state import TrajectoryKernel
 from themisto_env.replay.state_check import StateReport, expected_fingerprint, fresh_before
-from themisto_env.sandbox.kernel_contract import KernelLike
-from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
-from themisto_env.sandbox.pool import KernelPool, shared_pool
-from themisto_env.sandbox.ray_cluster import connect
-from themisto_env.sandbox.ray_kernel import make_kernel
-from themisto_env.sandbox.template import (
+from themisto_env.sandbox.kernel.contract import KernelLike
+from themisto_env.sandbox.kernel.helper import FINGERPRINT_VERSION
+from themisto_env.sandbox.kernel.pool import KernelPool, shared_pool
+from themisto_env.sandbox.ray.cluster import connect
+from themisto_env.sandbox.ray.kernel import make_kernel
+from themisto_env.sandbox.template.core import (
     FORKING_BACKENDS,
     KernelTemplate,
     hold_shared_templates,

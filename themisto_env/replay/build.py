@@ -59,11 +59,11 @@ from themisto_env.replay.session_replay import (
     trajectory_id,
     work_folder,
 )
-from themisto_env.sandbox.kernel import Kernel
-from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
+from themisto_env.sandbox.kernel.core import Kernel
+from themisto_env.sandbox.kernel.helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.models import SandboxLimits
-from themisto_env.sandbox.snapshots import SnapshotStore
-from themisto_env.sandbox.workdir import FileStore
+from themisto_env.sandbox.store.snapshots import SnapshotStore
+from themisto_env.sandbox.store.workdir import FileStore
 
 PACKAGES = ("ipykernel", "dill", "numpy", "pandas", "scikit-learn", "matplotlib")
 

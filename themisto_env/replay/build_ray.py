@@ -3,7 +3,7 @@
 Each actor (:class:`SessionReplayer`, one CPU) owns one kernel on its node and replays the sessions it is
 handed, whole, returning each :class:`~themisto_env.data.trajectory.Trajectory`; sessions are handed out
 longest first to whichever actor is free. ``ADDRESS`` has the meaning it has in ``themisto run --ray``
-(:mod:`themisto_env.sandbox.ray_cluster`): ``local`` starts a private Ray instance (shut down after the
+(:mod:`themisto_env.sandbox.ray.cluster`): ``local`` starts a private Ray instance (shut down after the
 build), ``auto`` or ``HOST:6379`` or ``ray://HOST:10001`` joins a cluster.
 
 What every node needs:
@@ -39,17 +39,17 @@ from typing import TYPE_CHECKING, Any
 from themisto_env.data.trajectory import Trajectory
 from themisto_env.errors import DataError, InfrastructureError, ThemistoError
 from themisto_env.replay.session_replay import CellLimit, replay_session
-from themisto_env.sandbox.kernel import Kernel
+from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.models import SandboxLimits
-from themisto_env.sandbox.ray_cluster import (
+from themisto_env.sandbox.ray.cluster import (
     adopt_owner_variables,
     connect,
     import_ray,
     interruptible_children,
     owner_variables,
 )
-from themisto_env.sandbox.snapshots import SnapshotStore
-from themisto_env.sandbox.workdir import EMPTY_TREE, FileStore, FileTree
+from themisto_env.sandbox.store.snapshots import SnapshotStore
+from themisto_env.sandbox.store.workdir import EMPTY_TREE, FileStore, FileTree
 
 if TYPE_CHECKING:
     from themisto_env.replay.build_workers import ReplayJob, ReplaySink
@@ -72,7 +72,7 @@ class SessionReplayer:
         environment: The kernel environment's id (None: the tool's own Python).
         snapshots: Whether to snapshot after every step.
         driver_variables: The driver's values of
-            :data:`~themisto_env.sandbox.ray_cluster.OWNER_VARIABLES` (None: unset), for the kernels.
+            :data:`~themisto_env.sandbox.ray.cluster.OWNER_VARIABLES` (None: unset), for the kernels.
         limit: Each cell's limit (default: :class:`CellLimit` with ``limits.timeout_s`` as the floor).
     """
 
@@ -169,7 +169,7 @@ def replay_on_ray(
     Args:
         jobs: The sessions, in the order to hand them out (longest first balances best).
         workers: How many actors (no more than there are jobs, at least one).
-        address: ``local``, ``auto`` or a cluster address (see :mod:`themisto_env.sandbox.ray_cluster`).
+        address: ``local``, ``auto`` or a cluster address (see :mod:`themisto_env.sandbox.ray.cluster`).
         backend: The kernel backend on every node.
         limits: The kernels' limits.
         snapshot_dir: The snapshot store, at this path on every node (None: each node's cache); the

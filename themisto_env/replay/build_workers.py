@@ -22,7 +22,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from themisto_env.sandbox.kernel_contract import KernelLike
+from themisto_env.sandbox.kernel.contract import KernelLike
 
 if TYPE_CHECKING:
     from themisto_env.data.sessions import Session

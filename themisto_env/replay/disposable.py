@@ -3,7 +3,7 @@
 The env's own kernel only ever runs recorded cells and the read-only tools. A prediction scored by
 execution, or a cell the agent tries (the ``try_cell`` tool), runs instead in a kernel of its own:
 
-1. a started kernel is taken from a :class:`~themisto_env.sandbox.pool.KernelPool` (started ahead of
+1. a started kernel is taken from a :class:`~themisto_env.sandbox.kernel.pool.KernelPool` (started ahead of
    time, the dataset's libraries already imported), which does not see the snapshot store: each snapshot
    it restores is copied in and removed once loaded, so the code cannot read the states of later steps;
 2. it is brought to the state before the sample's step and checked against the recorded fingerprint,
@@ -44,16 +44,16 @@ from themisto_env.errors import (
 )
 from themisto_env.replay.state import TrajectoryKernel
 from themisto_env.replay.state_check import diff_fingerprints, expected_fingerprint
-from themisto_env.sandbox.kernel_contract import KernelLike
-from themisto_env.sandbox.kernel_helper import value_fingerprint
+from themisto_env.sandbox.kernel.contract import KernelLike
+from themisto_env.sandbox.kernel.helper import value_fingerprint
+from themisto_env.sandbox.kernel.pool import KernelPool
 from themisto_env.sandbox.models import SandboxLimits
-from themisto_env.sandbox.pool import KernelPool
-from themisto_env.sandbox.ray_kernel import make_kernel
-from themisto_env.sandbox.ray_placement import RayPlacement
+from themisto_env.sandbox.ray.kernel import make_kernel
+from themisto_env.sandbox.ray.placement import RayPlacement
 from themisto_env.syntax import parse as parse_python
 
 if TYPE_CHECKING:
-    from themisto_env.sandbox.template import KernelTemplate
+    from themisto_env.sandbox.template.core import KernelTemplate
 
 #: Why a piece of model-written code failed, when it was its own doing.
 Failure = Literal["exit", "memory", "processes", "timeout", "unreadable", "tampered"]

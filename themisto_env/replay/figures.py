@@ -20,7 +20,7 @@ from typing import Any
 from themisto_env.data.trajectory import FIGURE_FILES_KEY
 from themisto_env.errors import DataError
 from themisto_env.sandbox.outputs import OVER_CAP_KEY
-from themisto_env.sandbox.workdir import FileStore
+from themisto_env.sandbox.store.workdir import FileStore
 
 FILES_KEY = FIGURE_FILES_KEY
 """The metadata key of an output naming its images kept in the file store: mime type -> sha256."""

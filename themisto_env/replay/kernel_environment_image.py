@@ -16,7 +16,7 @@ from themisto_env.errors import BackendUnavailableError, ConfigError
 from themisto_env.replay.kernel_environment_registry import locked, write_record
 from themisto_env.replay.kernel_environment_spec import KernelEnvironmentRecord
 from themisto_env.replay.kernel_environment_venv import run_step
-from themisto_env.sandbox.kernel_environments import environment_image, environments_dir
+from themisto_env.sandbox.environments import environment_image, environments_dir
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -37,10 +37,10 @@ def build_image(record: KernelEnvironmentRecord, console: Console | None = None)
     """
     from rich.console import Console
 
-    from themisto_env.sandbox.debootstrap import DEBOOTSTRAP_INCLUDE
-    from themisto_env.sandbox.docker_engine import docker_client, image_exists
-    from themisto_env.sandbox.image_build import build_from_wheels, build_lock
-    from themisto_env.sandbox.image_spec import DEBIAN_PYTHON, DEBIAN_SUITE, IMAGE_REPOSITORY, ImageSpec, cache_dir
+    from themisto_env.sandbox.engine import docker_client, image_exists
+    from themisto_env.sandbox.image.build import build_from_wheels, build_lock
+    from themisto_env.sandbox.image.debootstrap import DEBOOTSTRAP_INCLUDE
+    from themisto_env.sandbox.image.spec import DEBIAN_PYTHON, DEBIAN_SUITE, IMAGE_REPOSITORY, ImageSpec, cache_dir
 
     name = environment_image(record.id)
     if record.spec.python != DEBIAN_PYTHON:
@@ -103,7 +103,7 @@ def ready(record: KernelEnvironmentRecord, backend: str, console: Console | None
 
 
 def image_present(name: str) -> bool:
-    from themisto_env.sandbox.docker_engine import docker_client, image_exists
+    from themisto_env.sandbox.engine import docker_client, image_exists
 
     return image_exists(docker_client(), name)
 

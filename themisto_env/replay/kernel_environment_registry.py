@@ -23,7 +23,7 @@ from themisto_env.replay.kernel_environment_spec import (
     REGISTRY,
     KernelEnvironmentRecord,
 )
-from themisto_env.sandbox.kernel_environments import environment_dir, environments_dir
+from themisto_env.sandbox.environments import environment_dir, environments_dir
 
 
 def read_registry() -> dict[str, str]:

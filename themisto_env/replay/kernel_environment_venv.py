@@ -26,7 +26,7 @@ from themisto_env.replay.kernel_environment_spec import (
     KernelEnvironmentSpec,
     find_python,
 )
-from themisto_env.sandbox.kernel_environments import environment_dir
+from themisto_env.sandbox.environments import environment_dir
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -54,7 +54,7 @@ from themisto_env.replay.kernel_environment_spec import (
     check_name,
 )
 from themisto_env.replay.kernel_environment_venv import Installer, make_venv
-from themisto_env.sandbox.kernel_environments import DEFAULT_ENVIRONMENT
+from themisto_env.sandbox.environments import DEFAULT_ENVIRONMENT
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -128,7 +128,7 @@ def remove(name: str, *, force: bool = False) -> KernelEnvironmentRecord:
         with locked(record.id):
             if record.image is not None:
                 with contextlib.suppress(Exception):
-                    from themisto_env.sandbox.docker_engine import docker_client
+                    from themisto_env.sandbox.engine import docker_client
 
                     docker_client().images.remove(record.image)
             shutil.rmtree(record.folder, ignore_errors=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from themisto_env.data.trajectory import Step
 from themisto_env.errors import ReplayDivergedError
-from themisto_env.sandbox.kernel_contract import KernelLike
+from themisto_env.sandbox.kernel.contract import KernelLike
 from themisto_env.sandbox.models import ExecutionResult
 
 

@@ -11,14 +11,14 @@ from pathlib import Path
 from themisto_env.data.bundled import bundled_log_path
 from themisto_env.data.trajectory import MANIFEST, read_manifest
 from themisto_env.errors import DataError
-from themisto_env.sandbox.snapshots import default_cache_dir
+from themisto_env.sandbox.store.snapshots import default_cache_dir
 
 
 def bundled_dataset_dir(backend: str = "local") -> Path:
     """The cache folder of the bundled dataset built on a backend (content-addressed by the log, and by the
     kernel's package set: its snapshots load only under the versions that wrote them, so another Python on
     the machine, with other versions, gets a folder of its own)."""
-    from themisto_env.sandbox.image_spec import package_set_digest
+    from themisto_env.sandbox.image.spec import package_set_digest
 
     digest = hashlib.sha256(bundled_log_path().read_bytes()).hexdigest()[:12]
     return default_cache_dir() / "datasets" / f"bundled-{digest}-{backend}-{package_set_digest()}"
@@ -111,7 +111,7 @@ def _complete(folder: Path, backend: str) -> bool:
     from themisto_env.replay.build import is_built
     from themisto_env.replay.build_sources import load_sessions
     from themisto_env.replay.session_replay import trajectory_id
-    from themisto_env.sandbox.snapshots import SnapshotStore
+    from themisto_env.sandbox.store.snapshots import SnapshotStore
 
     built = {t.id: t for t in iter_trajectories(folder)}
     store = SnapshotStore()

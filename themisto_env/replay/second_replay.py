@@ -52,9 +52,9 @@ from themisto_env.data.trajectory import Step, written_names
 from themisto_env.errors import InfrastructureError, SnapshotError
 from themisto_env.replay.figures import without_over_cap
 from themisto_env.replay.recorded_cells import run_recorded
-from themisto_env.sandbox.kernel_contract import KernelLike
+from themisto_env.sandbox.kernel.contract import KernelLike
 from themisto_env.sandbox.models import ExecutionResult
-from themisto_env.sandbox.workdir import FileStore
+from themisto_env.sandbox.store.workdir import FileStore
 
 MAX_SECOND_REPLAYS = 40
 """At most this many cells of a trajectory are replayed a second time."""

@@ -27,10 +27,10 @@ from themisto_env.errors import DataError, InfrastructureError, SnapshotError
 from themisto_env.replay.figures import keep_figures
 from themisto_env.replay.recorded_cells import run_recorded
 from themisto_env.replay.second_replay import MAX_SECOND_REPLAYS, SecondReplays
-from themisto_env.sandbox.kernel_contract import KernelLike
-from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
+from themisto_env.sandbox.kernel.contract import KernelLike
+from themisto_env.sandbox.kernel.helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.models import SandboxLimits
-from themisto_env.sandbox.workdir import EMPTY_TREE, FileStore, FileTree, scan
+from themisto_env.sandbox.store.workdir import EMPTY_TREE, FileStore, FileTree, scan
 
 ProgressHook = Callable[[str, int], None]
 

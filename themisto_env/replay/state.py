@@ -38,7 +38,7 @@ Code that is not a recorded cell (a model's prediction) taints the kernel: :meth
 makes the next :meth:`serve` start from a fresh kernel, since such code may have changed anything,
 the in-kernel helper included.
 
-With a :class:`~themisto_env.sandbox.pool.KernelPool`, kernels come from the pool (started ahead of time,
+With a :class:`~themisto_env.sandbox.kernel.pool.KernelPool`, kernels come from the pool (started ahead of time,
 the dataset's libraries imported) and "a fresh kernel" is the next pooled one rather than a restart of
 the current one (which costs a kernel start and the imports again): the old kernel is closed in the
 background. A pooled kernel's namespace is as empty as a restarted one's (preloading binds no name).
@@ -73,13 +73,13 @@ from themisto_env.replay.state_check import (
     files_before,
     fresh_before,
 )
-from themisto_env.sandbox.kernel_contract import KernelLike
-from themisto_env.sandbox.kernel_environments import environment_label
-from themisto_env.sandbox.pool import KernelPool
-from themisto_env.sandbox.workdir import FolderTooLargeError, diff_trees, tree_digest
+from themisto_env.sandbox.environments import environment_label
+from themisto_env.sandbox.kernel.contract import KernelLike
+from themisto_env.sandbox.kernel.pool import KernelPool
+from themisto_env.sandbox.store.workdir import FolderTooLargeError, diff_trees, tree_digest
 
 if TYPE_CHECKING:
-    from themisto_env.sandbox.template import KernelTemplate
+    from themisto_env.sandbox.template.core import KernelTemplate
 
 log = logging.getLogger("themisto_env")
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from themisto_env.data.trajectory import Trajectory
-from themisto_env.sandbox.kernel_helper import FINGERPRINT_VERSION
+from themisto_env.sandbox.kernel.helper import FINGERPRINT_VERSION
 
 StateCheck = Literal["verified", "mismatch", "unchecked"]
 """How a served state was checked: ``verified``, ``mismatch`` or ``unchecked``."""

@@ -38,7 +38,7 @@ from themisto_env.replay.resolve import bundled_dataset_dir
 from themisto_env.run.compare import run_label
 from themisto_env.run.results import CONFIG, ResultRow, read_results
 from themisto_env.run.view_page import render_page
-from themisto_env.sandbox.workdir import FileStore
+from themisto_env.sandbox.store.workdir import FileStore
 
 FIGURES_PER_SAMPLE = 4
 """At most this many figures of a sample's step are embedded in the page."""

@@ -25,7 +25,7 @@ from themisto_env.bridges.openenv.client import ThemistoEnvClient
 from themisto_env.bridges.openenv.image import CONTAINER_PORT, TOKEN_VARIABLE, build_server_image
 from themisto_env.bridges.openenv.models import ThemistoAction
 from themisto_env.env.core import ThemistoEnv
-from themisto_env.sandbox.docker_engine import docker_client, image_id
+from themisto_env.sandbox.engine import docker_client, image_id
 
 TOKEN = "s3cret-token-for-the-image-test"
 LABEL = {"themisto-env.test": "openenv-image"}

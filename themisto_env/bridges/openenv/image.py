@@ -164,7 +164,7 @@ def _server_pins(kernel_names: set[str], snapshot_packages: list[str]) -> tuple[
     from packaging.utils import canonicalize_name
 
     from themisto_env.bridges.openenv.deps import require_openenv
-    from themisto_env.sandbox.image_spec import ImageSpec
+    from themisto_env.sandbox.image.spec import ImageSpec
 
     require_openenv()
     spec = ImageSpec.from_host([*SERVER_PACKAGES, *(n for n in snapshot_packages if n not in kernel_names)])
@@ -179,7 +179,7 @@ def _bundled_data(progress: bool) -> tuple[Path, tuple[Path, ...], str]:
     its snapshot files, and a hash of both."""
     from themisto_env.data.trajectory import iter_trajectories
     from themisto_env.replay.resolve import resolve_dataset
-    from themisto_env.sandbox.snapshots import SnapshotStore
+    from themisto_env.sandbox.store.snapshots import SnapshotStore
 
     folder = resolve_dataset(None, backend="local", progress=progress).resolve()
     store = SnapshotStore()
@@ -206,7 +206,7 @@ def server_image_inputs(kernel_image: str, *, progress: bool = True) -> ServerIm
         BackendUnavailableError: Not a checkout, or openenv-core or a dependency is not installed here.
     """
     from themisto_env.data.trajectory import read_manifest
-    from themisto_env.sandbox.image_spec import default_spec
+    from themisto_env.sandbox.image.spec import default_spec
 
     root = source_root()
     kernel = default_spec()
@@ -229,7 +229,7 @@ def build_server_image(*, force: bool = False, console: Console | None = None) -
 
     Args:
         force: Rebuild the server image even if it exists, every layer (cached wheels and data are still
-            reused; the kernel image is rebuilt by :func:`~themisto_env.sandbox.image_build.build_image`).
+            reused; the kernel image is rebuilt by :func:`~themisto_env.sandbox.image.build.build_image`).
         console: Where progress goes (default: a rich console on stderr).
 
     Returns:
@@ -241,9 +241,9 @@ def build_server_image(*, force: bool = False, console: Console | None = None) -
     """
     from rich.console import Console
 
-    from themisto_env.sandbox.docker_engine import docker_client, image_exists, image_id
-    from themisto_env.sandbox.image_build import build_image, build_lock, docker_build
-    from themisto_env.sandbox.image_spec import ImageSpec, cache_dir
+    from themisto_env.sandbox.engine import docker_client, image_exists, image_id
+    from themisto_env.sandbox.image.build import build_image, build_lock, docker_build
+    from themisto_env.sandbox.image.spec import ImageSpec, cache_dir
 
     console = console or Console(stderr=True)
     kernel_image = build_image(console=console)
@@ -326,7 +326,7 @@ def _collect_wheels(pins: tuple[str, ...], dest: Path, cache: Path, console: Con
     """Wheels of ``pins`` (no dependencies: the pins are the whole set) in ``dest``, from the image cache's
     wheels when it has them all, else from the index (source distributions built here); new ones are
     added to the cache."""
-    from themisto_env.sandbox.debootstrap import run_step
+    from themisto_env.sandbox.image.debootstrap import run_step
 
     store = cache / "wheels"
     store.mkdir(parents=True, exist_ok=True)
@@ -378,7 +378,7 @@ def _cached_wheels(pins: tuple[str, ...], store: Path) -> list[Path] | None:
 def _build_wheel(root: Path, dest: Path, cache: Path, console: Console) -> None:
     """A wheel of the checkout at ``root`` in ``dest``, built from a copy of its source files (the checkout
     gets no ``build/`` folder) with the installed setuptools (no network)."""
-    from themisto_env.sandbox.debootstrap import run_step
+    from themisto_env.sandbox.image.debootstrap import run_step
 
     with tempfile.TemporaryDirectory(prefix="serve-source-", dir=cache) as tmp:
         copy = Path(tmp)

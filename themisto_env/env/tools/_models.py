@@ -12,7 +12,7 @@ from themisto_env.errors import ActionError
 
 if TYPE_CHECKING:
     from themisto_env.replay.disposable import CodeRun
-    from themisto_env.sandbox.kernel_contract import KernelLike
+    from themisto_env.sandbox.kernel.contract import KernelLike
 
 #: Runs a candidate cell in a disposable kernel brought to the current state (never the env's own kernel)
 #: and reports what it did; raises :class:`~themisto_env.errors.InfrastructureError` when that kernel

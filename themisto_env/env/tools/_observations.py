@@ -19,7 +19,7 @@ from themisto_env.env.tools._models import ObservationTool, ToolContext, ToolErr
 from themisto_env.env.tools._text import clip, human_size, shape_or_length, table
 from themisto_env.env.tools._try import TryCellArgs, try_cell
 from themisto_env.errors import HelperError, IntrospectionRefused
-from themisto_env.sandbox.introspection import FrameViewName, MemoryReport, MemoryRow, VariableDetail, VariableListing
+from themisto_env.sandbox.kernel.answers import FrameViewName, MemoryReport, MemoryRow, VariableDetail, VariableListing
 
 _NAME_DESCRIPTION = "The variable's name in the kernel, as list_variables shows it."
 

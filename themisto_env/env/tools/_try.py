@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from themisto_env.env.tools._models import ToolContext, ToolError
 from themisto_env.env.tools._text import clip, table
 from themisto_env.replay.disposable import DELETED
-from themisto_env.sandbox.kernel_helper import OPTIONS_KEY
+from themisto_env.sandbox.kernel.helper import OPTIONS_KEY
 from themisto_env.sandbox.rendering import render_outputs
 
 #: The one-line refusal where candidates may not run (the output task: the cell's run is the answer).

@@ -24,7 +24,7 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from themisto_env.sandbox.ray_cluster import LOCAL, connect, import_ray, interruptible_children
+from themisto_env.sandbox.ray.cluster import LOCAL, connect, import_ray, interruptible_children
 
 if TYPE_CHECKING:
     from themisto_env.run.config import RunConfig

@@ -1,0 +1,168 @@
+"""What the in-kernel helper answers about the user's state: one model per introspection call.
+
+:class:`~themisto_env.sandbox.kernel.core.Kernel` validates each answer of
+:mod:`~themisto_env.sandbox.kernel.helper` into these models (``Kernel.list_variables``,
+``Kernel.inspect_variable``, ...), so callers read fields, never dict keys. Sizes are approximate deep
+sizes in bytes (numpy ``nbytes``, pandas deep memory usage, containers recursively).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+#: The views of a DataFrame or Series that :meth:`Kernel.dataframe` can show.
+FrameViewName = Literal["head", "info", "describe"]
+
+
+class _Answer(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class VariableRow(_Answer):
+    """One user variable in a listing.
+
+    Attributes:
+        name: The variable's name.
+        type: Its type, qualified by module unless builtin or ``__main__`` (``pandas.DataFrame``, ``int``).
+        size_bytes: Approximate deep size (0 where the object's own methods raise).
+        shape: The shape of arrays and frames.
+        length: ``len()`` of containers (None where it has none or it raises).
+    """
+
+    name: str
+    type: str
+    size_bytes: int
+    shape: tuple[int, ...] | None = None
+    length: int | None = None
+
+
+class VariableListing(_Answer):
+    """The user's variables (imported modules left out), sorted by name.
+
+    Attributes:
+        variables: The first rows by name, at most the ``limit`` asked for.
+        total: How many user variables there are in all.
+    """
+
+    variables: tuple[VariableRow, ...]
+    total: int
+
+    @property
+    def shown(self) -> int:
+        """How many rows the listing holds (fewer than ``total`` when it was cut)."""
+        return len(self.variables)
+
+
+class VariableDetail(_Answer):
+    """One variable in detail.
+
+    Attributes:
+        name: The variable's name.
+        type: Its type, as in :class:`VariableRow`.
+        shape: The shape of arrays and frames.
+        length: ``len()`` of containers.
+        size_bytes: Approximate deep size.
+        dtype: The ``dtype`` of arrays and Series.
+        dtypes: Column name -> dtype of a DataFrame (the first 50 columns).
+        repr: The value as the notebook shows it, cut to the ``max_chars`` asked for (a marker says how
+            much was cut); ``<repr failed: ...>`` when the object's ``__repr__`` raises.
+    """
+
+    name: str
+    type: str
+    shape: tuple[int, ...] | None = None
+    length: int | None = None
+    size_bytes: int
+    dtype: str | None = None
+    dtypes: dict[str, str] | None = None
+    repr: str
+
+
+class FrameView(_Answer):
+    """A view of a pandas DataFrame or Series as text.
+
+    Attributes:
+        name: The variable's name.
+        view: ``head`` (the first rows), ``info`` (``df.info()``) or ``describe`` (``df.describe()``).
+        text: The view as pandas prints it, cut to the ``max_chars`` asked for.
+    """
+
+    name: str
+    view: FrameViewName
+    text: str
+
+
+class MemoryRow(_Answer):
+    """One variable in a memory report.
+
+    Attributes:
+        name: The variable's name.
+        type: Its type, as in :class:`VariableRow`.
+        size_bytes: Approximate deep size.
+    """
+
+    name: str
+    type: str
+    size_bytes: int
+
+
+class MemoryReport(_Answer):
+    """The kernel's memory and where it goes.
+
+    Attributes:
+        kernel_rss_bytes: Resident memory of the kernel process, as it reads it (None where it cannot).
+        variables_total_bytes: The sizes of all user variables added up (modules left out).
+        variables: The largest variables, largest first, at most the ``top`` asked for.
+    """
+
+    kernel_rss_bytes: int | None
+    variables_total_bytes: int
+    variables: tuple[MemoryRow, ...]
+
+
+class SourceText(_Answer):
+    """The source of a function or class (for another object, of its class).
+
+    Attributes:
+        name: The variable's name.
+        source: The source, cut to the ``max_chars`` asked for.
+    """
+
+    name: str
+    source: str
+
+
+class NamespaceState(_Answer):
+    """What introspection must never change: two equal states mean nothing was touched.
+
+    Object ids make it meaningful only within one kernel process (for a state comparable across
+    processes, see ``Kernel.fingerprint``).
+
+    Attributes:
+        names: Every user name (modules included) -> ``(id, type)`` of its value.
+        underscore: ``id`` of the value of ``_`` (the last result).
+        out_keys: The execution counts in ``Out``.
+        execution_count: The kernel's execution counter.
+        history_length: The length of ``In`` (the input history).
+    """
+
+    names: dict[str, tuple[int, str]]
+    underscore: int
+    out_keys: tuple[int, ...]
+    execution_count: int
+    history_length: int
+
+
+__all__ = [
+    "FrameView",
+    "FrameViewName",
+    "MemoryReport",
+    "MemoryRow",
+    "NamespaceState",
+    "SourceText",
+    "VariableDetail",
+    "VariableListing",
+    "VariableRow",
+]

@@ -1,0 +1,233 @@
+"""The kernel contract: what every kernel offers its callers, whatever runs it and wherever.
+
+:class:`KernelLike` lists what the code that drives kernels uses (the state server, the disposable
+kernels, the pool, the replays, the tools): start and close (also as a context manager), liveness,
+interrupt and restart, execute, the helper call, snapshot and restore, the working folder, the
+introspection calls, and the attributes read (backend, environment, limits, the snapshot store, the
+restart count, the launcher's readings). Three implementations satisfy it:
+
+- :class:`~themisto_env.sandbox.kernel.core.Kernel`, a kernel started on this machine by a backend's
+  :class:`~themisto_env.sandbox.kernel.launcher.KernelLauncher` (``local``, ``bwrap``, ``docker``);
+- the same :class:`~themisto_env.sandbox.kernel.core.Kernel` forked from a warm process
+  (:class:`~themisto_env.sandbox.template.core.KernelTemplate`: ``Kernel(..., template=...)``, made by
+  ``KernelTemplate.kernel()`` and ``KernelTemplate.copies()``), which differs only by its launcher
+  (:class:`~themisto_env.sandbox.kernel.forked.ForkLauncher`);
+- :class:`~themisto_env.sandbox.ray.kernel.RemoteKernel`, a kernel in a Ray actor on another node, which
+  answers the same calls with the same typed answers and exceptions.
+
+Factories (:func:`~themisto_env.sandbox.ray.kernel.make_kernel`, a
+:class:`~themisto_env.sandbox.kernel.pool.KernelPool`, a template) are typed with it: code written against the
+contract cannot tell the three apart. Kernel-specific extras (``run_dir``, ``isolated``, the full
+launcher) are each implementation's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+from themisto_env.sandbox.kernel.answers import (
+    FrameView,
+    FrameViewName,
+    MemoryReport,
+    NamespaceState,
+    SourceText,
+    VariableDetail,
+    VariableListing,
+)
+from themisto_env.sandbox.models import ExecutionResult, RestoreResult, SandboxLimits, SnapshotInfo
+from themisto_env.sandbox.store.snapshots import SnapshotStore
+from themisto_env.sandbox.store.workdir import FileStore, FileTree
+
+__all__ = ["MEASURE_TIMEOUT_S", "KernelLike", "LauncherReadings"]
+
+#: How long a sealed measurement after model-written code may take (seconds).
+MEASURE_TIMEOUT_S = 10.0
+
+
+class LauncherReadings(Protocol):
+    """What callers read of a kernel's launcher: its limits and the backend's health, taken from outside the
+    kernel (a :class:`~themisto_env.sandbox.kernel.launcher.KernelLauncher`, or a remote kernel's view of one)."""
+
+    @property
+    def enforces_limits(self) -> bool:
+        """Whether memory, CPU and process limits are enforced (else there are no limit hits to read)."""
+        ...
+
+    def pid(self) -> int | None:
+        """The kernel's process id as seen from the kernel's host, if it can be read."""
+        ...
+
+    def limit_events(self) -> dict[str, int]:
+        """How often the kernel hit its limits so far (``oom_kill``, ``pids_max``)."""
+        ...
+
+    def out_of_memory(self) -> bool:
+        """Whether the backend saw the kernel killed at its memory limit."""
+        ...
+
+    def check_backend(self) -> None:
+        """Raise :class:`~themisto_env.errors.BackendUnavailableError` when the backend itself is gone."""
+        ...
+
+
+class KernelLike(Protocol):
+    """A Jupyter kernel as its callers use it (see the module docstring for the implementations).
+
+    Every implementation answers with the same models and raises the same exceptions
+    (:mod:`themisto_env.errors`) for the same causes; the method docs are
+    :class:`~themisto_env.sandbox.kernel.core.Kernel`'s.
+    """
+
+    @property
+    def backend(self) -> str:
+        """The backend that runs the kernel (``local``, ``bwrap``, ``docker``)."""
+        ...
+
+    @property
+    def environment(self) -> str | None:
+        """The kernel environment's id (None: the tool's own Python or the default image)."""
+        ...
+
+    @property
+    def limits(self) -> SandboxLimits:
+        """The kernel's limits."""
+        ...
+
+    @property
+    def store(self) -> SnapshotStore:
+        """The snapshot store its snapshots go to and are restored from (the owner's)."""
+        ...
+
+    @property
+    def restarts(self) -> int:
+        """How often the kernel process was restarted (by :meth:`restart`, or after a wedged cell)."""
+        ...
+
+    @property
+    def launcher(self) -> LauncherReadings:
+        """The launcher's readings (limits enforced, limit events, the backend's health, the pid)."""
+        ...
+
+    @property
+    def workdir(self) -> Path:
+        """The kernel's working folder (its current directory), on the kernel's host."""
+        ...
+
+    # -- lifetime ----------------------------------------------------------------------------------------
+
+    def start(self) -> Self:
+        """Start the kernel and wait until it answers (a no-op once started). Returns ``self``."""
+        ...
+
+    def close(self, *, graceful: bool = True) -> None:
+        """Stop the kernel and remove what it holds. Idempotent."""
+        ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+
+    def is_alive(self) -> bool:
+        """Whether the kernel process is running."""
+        ...
+
+    def interrupt(self) -> None:
+        """Send an interrupt (SIGINT) to the kernel."""
+        ...
+
+    def restart(self) -> None:
+        """Kill the kernel process and start a fresh one (the user's state is gone)."""
+        ...
+
+    # -- execution ---------------------------------------------------------------------------------------
+
+    def execute(
+        self, code: str, *, timeout_s: float | None = None, fingerprint: bool = False, interrupt: bool = True
+    ) -> ExecutionResult:
+        """Run a cell as a user would and return what it produced."""
+        ...
+
+    def call(self, function: str, *, timeout_s: float | None = None, **kwargs: Any) -> Any:
+        """Run a function of the in-kernel helper without touching the user's state; return its value."""
+        ...
+
+    # -- snapshots ---------------------------------------------------------------------------------------
+
+    def snapshot(self) -> SnapshotInfo:
+        """Save the user namespace to the snapshot store."""
+        ...
+
+    def restore(self, snapshot: SnapshotInfo | str, *, clean: bool = True, keep: Sequence[str] = ()) -> RestoreResult:
+        """Load a snapshot (or digest) of the store into the user namespace."""
+        ...
+
+    # -- the working folder ------------------------------------------------------------------------------
+
+    def files(self) -> FileTree:
+        """The working folder's files: relative path -> sha256."""
+        ...
+
+    def set_files(self, tree: FileTree, store: FileStore) -> None:
+        """Make the working folder hold exactly ``tree``'s files, taken from ``store``."""
+        ...
+
+    # -- introspection: none of it changes the user namespace -------------------------------------------
+
+    def list_variables(self, *, limit: int = 100, known: Mapping[str, int] | None = None) -> VariableListing:
+        """The user's variables sorted by name."""
+        ...
+
+    def inspect_variable(self, name: str, *, max_chars: int = 2000) -> VariableDetail:
+        """One variable: type, shape, size and repr."""
+        ...
+
+    def dataframe(self, name: str, view: FrameViewName = "head", *, n: int = 5, max_chars: int = 4000) -> FrameView:
+        """``head(n)``, ``info()`` or ``describe()`` of a DataFrame or Series, as text."""
+        ...
+
+    def memory(self, *, top: int = 20, known: Mapping[str, int] | None = None) -> MemoryReport:
+        """The kernel's memory and its largest variables."""
+        ...
+
+    def variable_sizes(self) -> dict[str, int]:
+        """Approximate deep size in bytes of every user variable."""
+        ...
+
+    def source(self, name: str, *, max_chars: int = 4000) -> SourceText:
+        """The source of a function or class."""
+        ...
+
+    def namespace_state(self) -> NamespaceState:
+        """What introspection must never change (names and ids, ``_``, ``Out``, counter, history)."""
+        ...
+
+    def fingerprint(self) -> dict[str, str]:
+        """The user namespace's fingerprint (equal in two kernels in the same state)."""
+        ...
+
+    def package_versions(self, names: Sequence[str]) -> dict[str, str]:
+        """The versions of these distributions where the kernel runs (``absent`` if not installed)."""
+        ...
+
+    def loaded_distributions(self) -> dict[str, str]:
+        """Installed distributions whose modules the kernel has imported so far."""
+        ...
+
+    def preload(self, modules: Sequence[str]) -> None:
+        """Import these modules without binding any user name."""
+        ...
+
+    def seal(self) -> str:
+        """Seal the measuring side before model-written code runs; return its token."""
+        ...
+
+    def sealed_fingerprint(
+        self, token: str, canary: dict[str, object], *, timeout_s: float = MEASURE_TIMEOUT_S
+    ) -> dict[str, str]:
+        """Plant ``canary`` names and take the fingerprint with the sealed helper, in one request."""
+        ...

@@ -1,0 +1,401 @@
+"""A Jupyter kernel on any backend: start, execute, introspect, snapshot, restore, restart, close.
+
+:class:`Kernel` holds one part per job, each a plain class in its own module, and delegates each public
+method to one of them (it inherits from none: ``Kernel.__mro__`` is ``(Kernel, object)``):
+
+- :class:`~themisto_env.sandbox.kernel.process.KernelProcess`: the run directory and the backend's
+  :class:`~themisto_env.sandbox.kernel.launcher.KernelLauncher` (start, restart, interrupt, liveness, close);
+- :class:`~themisto_env.sandbox.kernel.messaging.KernelMessaging`: the Jupyter messaging protocol
+  (execute, replies, output collection, timeouts, helper calls; a kernel that dies while a reply is
+  awaited raises :class:`~themisto_env.errors.KernelDiedError` within a second instead of hanging);
+- :class:`~themisto_env.sandbox.kernel.snapshots.KernelSnapshots`: snapshot and restore through the
+  content-addressed store;
+- :class:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection`: typed helper calls (variables,
+  memory, fingerprints) and the working folder's files.
+
+The parts hold each other as members: messaging holds the process part; snapshots and introspection hold
+the messaging part. :class:`Kernel` satisfies :class:`~themisto_env.sandbox.kernel.contract.KernelLike`,
+the contract its callers are typed with; a kernel forked from a template (``template=``) is the same
+class with another launcher.
+
+Example:
+    >>> with Kernel("local") as kernel:
+    ...     kernel.execute("x = 41 + 1").status
+    ...     kernel.inspect_variable("x").repr
+    'ok'
+    '42'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Self
+
+import zmq
+
+from themisto_env import tracing
+from themisto_env.errors import KernelStartError
+from themisto_env.sandbox.kernel.answers import (
+    FrameView,
+    FrameViewName,
+    MemoryReport,
+    NamespaceState,
+    SourceText,
+    VariableDetail,
+    VariableListing,
+)
+from themisto_env.sandbox.kernel.contract import MEASURE_TIMEOUT_S
+from themisto_env.sandbox.kernel.forked import ForkSource, fork_launcher_class
+from themisto_env.sandbox.kernel.introspection import KernelIntrospection
+from themisto_env.sandbox.kernel.launcher import KernelLauncher, launcher_class
+from themisto_env.sandbox.kernel.messaging import KernelMessaging
+from themisto_env.sandbox.kernel.process import KernelProcess, release_thread_loop
+from themisto_env.sandbox.kernel.snapshots import KernelSnapshots
+from themisto_env.sandbox.lifetime import reaper as lifetime
+from themisto_env.sandbox.models import ExecutionResult, RestoreResult, SandboxLimits, SnapshotInfo
+from themisto_env.sandbox.store.snapshots import SnapshotStore
+from themisto_env.sandbox.store.workdir import FileStore, FileTree
+
+__all__ = ["Kernel"]
+
+
+class Kernel:
+    """A Jupyter kernel on a named backend.
+
+    Args:
+        backend: ``local`` (default, not isolated), ``bwrap`` or ``docker``.
+        limits: Per-execution and per-kernel limits.
+        snapshot_dir: Where snapshots are stored (content-addressed); defaults to the user cache.
+        store_access: How the kernel sees the snapshot store. ``read``: mounted read-only (the kernel
+            can read every snapshot); ``copy``: not mounted at all, each snapshot to restore is copied
+            into the kernel's run directory and removed once loaded (for kernels that run
+            model-written code, which must not read the states of later steps). Either way a kernel
+            never writes the store: :meth:`snapshot` writes into the run directory and the host checks
+            the file's hash before moving it into the store.
+        launcher_options: Extra keyword arguments for the backend's launcher (e.g. ``image`` for docker).
+        environment: A kernel environment's id (``themisto kernel-env create``): the kernel runs its venv's
+            Python (local, bwrap) or its image (docker); None runs the tool's own Python (or the default
+            image). Snapshots record the environment that wrote them, and a kernel restores only those
+            of its own environment.
+        template: A :class:`~themisto_env.sandbox.template.core.KernelTemplate` to fork the kernel from instead of
+            starting one (usually through :meth:`KernelTemplate.kernel` or :meth:`KernelTemplate.copies`).
+
+    Each method delegates to one part; what it raises, and when, is said on the part's method.
+    """
+
+    def __init__(
+        self,
+        backend: str = "local",
+        *,
+        limits: SandboxLimits | None = None,
+        snapshot_dir: str | Path | None = None,
+        store_access: Literal["read", "copy"] = "read",
+        launcher_options: dict[str, Any] | None = None,
+        environment: str | None = None,
+        template: ForkSource | None = None,
+    ) -> None:
+        options = dict(launcher_options or {})
+        if environment is not None:
+            options["environment"] = environment
+        if template is not None:  # forked from a template's process instead of started
+            options["template"] = template
+        self._process = KernelProcess(
+            backend,
+            launcher_class(backend) if template is None else fork_launcher_class(backend),
+            limits=limits or SandboxLimits(),
+            store=SnapshotStore(snapshot_dir),
+            store_access=store_access,
+            launcher_options=options,
+            run_root=None if template is None else template.kernels_dir,
+        )
+        self._messaging = KernelMessaging(self._process)
+        self._snapshots = KernelSnapshots(self._messaging, environment)
+        self._introspection = KernelIntrospection(self._messaging)
+        self._close_lock = threading.Lock()  # one close at a time: a discard thread and the exit hook may race
+
+    # -- what the kernel is (fixed when it is made) ----------------------------------------------------------
+
+    @property
+    def backend(self) -> str:
+        """The backend that runs the kernel (``local``, ``bwrap``, ``docker``)."""
+        return self._process.backend
+
+    @property
+    def environment(self) -> str | None:
+        """The kernel environment's id (None: the tool's own Python, or the default image)."""
+        return self._snapshots.environment
+
+    @property
+    def limits(self) -> SandboxLimits:
+        """The kernel's limits."""
+        return self._process.limits
+
+    @property
+    def store(self) -> SnapshotStore:
+        """The snapshot store its snapshots go to and are restored from."""
+        return self._process.store
+
+    @property
+    def store_access(self) -> Literal["read", "copy"]:
+        """How the kernel sees the snapshot store (see the class's arguments)."""
+        return self._process.store_access
+
+    # -- the process ---------------------------------------------------------------------------------------
+
+    @property
+    def restarts(self) -> int:
+        """How often the kernel process was restarted (by :meth:`restart`, or after a wedged cell)."""
+        return self._process.restarts
+
+    @property
+    def isolated(self) -> bool:
+        """Whether the backend isolates the kernel from the host."""
+        return self._process.isolated
+
+    @property
+    def run_dir(self) -> Path:
+        """The kernel's private directory (connection file, sockets, working directory)."""
+        return self._process.run_dir
+
+    @property
+    def launcher(self) -> KernelLauncher:
+        """The backend's launcher that owns the kernel process."""
+        return self._process.launcher
+
+    def start(self) -> Self:
+        """Start the kernel and wait until it answers (a no-op once started). Returns ``self``.
+
+        Raises:
+            KernelStartError: It did not answer in time, died meanwhile, the helper could not be installed, or
+                the host refused what a start needs (its run directory, its IPC sockets: an ``OSError`` or a
+                ``ZMQError``, named in the message).
+
+        See :meth:`~themisto_env.sandbox.kernel.process.KernelProcess.open`.
+        """
+        if self._process.started:
+            return self
+        forked = self._process.run_root is not None
+        with tracing.span(
+            "themisto.kernel.start", {"themisto.kernel.backend": self.backend, "themisto.kernel.forked": forked}
+        ):
+            try:
+                run_dir = self._process.open()
+                # a forked kernel's run directory is in its template's, which the template's reaper watches; the
+                # kernel itself ends with its template (it watches its parent)
+                lifetime.track(self, run_dir, reaper=self._process.run_root is None)
+                self._process.launch()
+                self._messaging.connect()
+            except (OSError, zmq.ZMQError) as exc:  # the machinery's, never the caller's: one kind of start failure
+                self.close()
+                raise KernelStartError(
+                    f"the {self.backend} kernel could not start: {type(exc).__name__}: {exc}"
+                ) from exc
+            except BaseException:
+                self.close()
+                raise
+        return self
+
+    def close(self, *, graceful: bool = True) -> None:
+        """Stop the kernel, remove its process or container and its run directory. Idempotent.
+
+        Args:
+            graceful: Ask the process to end first (SIGTERM); else kill it outright (a kernel about to
+                be discarded, which may be busy with code that ignores signals).
+
+        See :meth:`~themisto_env.sandbox.kernel.messaging.KernelMessaging.disconnect`.
+        """
+        with self._close_lock:
+            lifetime.untrack(self)
+            self._messaging.disconnect()
+            self._process.close(graceful=graceful)
+        release_thread_loop()  # a worker thread's loop goes with its kernel (made again if needed)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # last resort: never leave a process or container behind
+        process = getattr(self, "_process", None)  # None on a kernel whose __init__ failed
+        if process is not None and process.started:
+            with contextlib.suppress(Exception):
+                self.close()
+
+    def is_alive(self) -> bool:
+        """Whether the kernel process is running.
+
+        See :meth:`~themisto_env.sandbox.kernel.process.KernelProcess.is_alive`.
+        """
+        return self._process.is_alive()
+
+    def interrupt(self) -> None:
+        """Send an interrupt (SIGINT) to the kernel.
+
+        See :meth:`~themisto_env.sandbox.kernel.process.KernelProcess.interrupt`.
+        """
+        self._process.interrupt()
+
+    def restart(self) -> None:
+        """Kill the kernel process and start a fresh one (the user's state is gone).
+
+        See :meth:`~themisto_env.sandbox.kernel.messaging.KernelMessaging.restart`.
+        """
+        self._messaging.restart()
+
+    # -- execution -----------------------------------------------------------------------------------------
+
+    def execute(
+        self, code: str, *, timeout_s: float | None = None, fingerprint: bool = False, interrupt: bool = True
+    ) -> ExecutionResult:
+        """Run a cell as a user would (stored in history, counted) and return what it produced; see
+        :meth:`KernelMessaging.execute <themisto_env.sandbox.kernel.messaging.KernelMessaging.execute>`.
+
+        Raises:
+            KernelDiedError: The kernel process died while running the cell.
+        """
+        return self._messaging.execute(code, timeout_s=timeout_s, fingerprint=fingerprint, interrupt=interrupt)
+
+    def call(self, function: str, *, timeout_s: float | None = None, **kwargs: Any) -> Any:
+        """Run a function of the in-kernel helper without touching the user's state; return its value (see
+        :meth:`KernelMessaging.call <themisto_env.sandbox.kernel.messaging.KernelMessaging.call>`)."""
+        return self._messaging.call(function, timeout_s=timeout_s, **kwargs)
+
+    # -- snapshots -----------------------------------------------------------------------------------------
+
+    def snapshot(self) -> SnapshotInfo:
+        """Save the user namespace to the snapshot store (see
+        :meth:`KernelSnapshots.snapshot <themisto_env.sandbox.kernel.snapshots.KernelSnapshots.snapshot>`)."""
+        return self._snapshots.snapshot()
+
+    def restore(self, snapshot: SnapshotInfo | str, *, clean: bool = True, keep: Sequence[str] = ()) -> RestoreResult:
+        """Load a snapshot (or digest) into the user namespace; with ``clean`` other user names go, but those
+        in ``keep``.
+
+        See :meth:`~themisto_env.sandbox.kernel.snapshots.KernelSnapshots.restore`.
+        """
+        return self._snapshots.restore(snapshot, clean=clean, keep=keep)
+
+    # -- the working folder --------------------------------------------------------------------------------
+
+    @property
+    def workdir(self) -> Path:
+        """The kernel's working folder (``RUN_DIR/work``, its current directory on every backend)."""
+        return self._introspection.workdir
+
+    def files(self) -> FileTree:
+        """The working folder's files: relative path -> sha256 (see
+        :meth:`KernelIntrospection.files <themisto_env.sandbox.kernel.introspection.KernelIntrospection.files>`)."""
+        return self._introspection.files()
+
+    def set_files(self, tree: FileTree, store: FileStore) -> None:
+        """Make the working folder hold exactly ``tree``'s files, taken from ``store``.
+
+        See :meth:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection.set_files`.
+        """
+        self._introspection.set_files(tree, store)
+
+    # -- introspection: none of it changes the user namespace, ``_``, ``Out``, the counter or the history ---
+
+    def memory_bytes(self) -> int | None:
+        """Resident memory of the kernel process.
+
+        See :meth:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection.memory_bytes`.
+        """
+        return self._introspection.memory_bytes()
+
+    def list_variables(self, *, limit: int = 100, known: Mapping[str, int] | None = None) -> VariableListing:
+        """The user's variables sorted by name, with type, size, and shape or length.
+
+        See :meth:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection.list_variables`.
+        """
+        return self._introspection.list_variables(limit=limit, known=known)
+
+    def inspect_variable(self, name: str, *, max_chars: int = 2000) -> VariableDetail:
+        """One variable: type, shape, length, size, dtype(s) and its repr cut to ``max_chars``.
+
+        See :meth:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection.inspect_variable`.
+        """
+        return self._introspection.inspect_variable(name, max_chars=max_chars)
+
+    def dataframe(self, name: str, view: FrameViewName = "head", *, n: int = 5, max_chars: int = 4000) -> FrameView:
+        """``head(n)``, ``info()`` or ``describe()`` of a pandas DataFrame or Series, as text.
+
+        See :meth:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection.dataframe`.
+        """
+        return self._introspection.dataframe(name, view, n=n, max_chars=max_chars)
+
+    def memory(self, *, top: int = 20, known: Mapping[str, int] | None = None) -> MemoryReport:
+        """The kernel's resident memory, the user variables' total size and the ``top`` largest ones.
+
+        See :meth:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection.memory`.
+        """
+        return self._introspection.memory(top=top, known=known)
+
+    def variable_sizes(self) -> dict[str, int]:
+        """Approximate deep size in bytes of every user variable (modules left out).
+
+        See :meth:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection.variable_sizes`.
+        """
+        return self._introspection.variable_sizes()
+
+    def source(self, name: str, *, max_chars: int = 4000) -> SourceText:
+        """The source of a function or class (see
+        :meth:`KernelIntrospection.source <themisto_env.sandbox.kernel.introspection.KernelIntrospection.source>`)."""
+        return self._introspection.source(name, max_chars=max_chars)
+
+    def namespace_state(self) -> NamespaceState:
+        """What introspection must never change: user names with object ids and types, ``_``, ``Out``'s keys,
+        the execution counter and the history's length.
+
+        See :meth:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection.namespace_state`.
+        """
+        return self._introspection.namespace_state()
+
+    def fingerprint(self) -> dict[str, str]:
+        """The user namespace's fingerprint: per name ``type|shape-or-length|content-hash`` (equal in two
+        kernels in the same state, in any process).
+
+        See :meth:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection.fingerprint`.
+        """
+        return self._introspection.fingerprint()
+
+    def package_versions(self, names: Sequence[str]) -> dict[str, str]:
+        """The versions of these distributions installed where the kernel runs (``absent`` if not).
+
+        See :meth:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection.package_versions`.
+        """
+        return self._introspection.package_versions(names)
+
+    def loaded_distributions(self) -> dict[str, str]:
+        """Installed distributions (name: version) whose modules the kernel has imported so far.
+
+        See :meth:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection.loaded_distributions`.
+        """
+        return self._introspection.loaded_distributions()
+
+    def preload(self, modules: Sequence[str]) -> None:
+        """Import these modules (those installed) without binding any user name.
+
+        See :meth:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection.preload`.
+        """
+        self._introspection.preload(modules)
+
+    def seal(self) -> str:
+        """Seal the measuring side before model-written code runs; return the token it is kept under (see
+        :meth:`KernelIntrospection.seal <themisto_env.sandbox.kernel.introspection.KernelIntrospection.seal>`)."""
+        return self._introspection.seal()
+
+    def sealed_fingerprint(
+        self, token: str, canary: dict[str, object], *, timeout_s: float = MEASURE_TIMEOUT_S
+    ) -> dict[str, str]:
+        """Plant ``canary`` names and take the namespace fingerprint with the helper sealed under ``token``, in
+        one request (see :meth:`KernelIntrospection.sealed_fingerprint
+        <themisto_env.sandbox.kernel.introspection.KernelIntrospection.sealed_fingerprint>`)."""
+        return self._introspection.sealed_fingerprint(token, canary, timeout_s=timeout_s)

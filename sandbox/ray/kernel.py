@@ -1,0 +1,525 @@
+"""Kernels in Ray actors: the kernel runs on a cluster's CPU node, its owner (an env, a trainer) stays put.
+
+A :class:`RemoteKernel` is a kernel (a :class:`~themisto_env.sandbox.kernel.contract.KernelLike`, as a
+:class:`~themisto_env.sandbox.kernel.core.Kernel` is) whose process lives on another node: a Ray actor
+(:class:`~themisto_env.sandbox.ray.host.KernelHost`) owns a real Kernel there, and every call (execute,
+restore, the introspection calls, the launcher's limit readings) is an explicit method that goes to it and
+comes back as the same typed answer or the same exception. Code that drives kernels (the state server, the
+disposable kernels, the tools) cannot tell the two apart; :func:`make_kernel` makes one or the other from a
+:class:`~themisto_env.sandbox.ray.placement.RayPlacement`.
+
+What travels, and what does not:
+
+- **Snapshots** stay in the owner's store (the truth about which exist). A snapshot the actor's node lacks
+  is sent with the restore that needs it (once per node: it is kept in the node's store), and one a
+  remote kernel writes is fetched into the owner's store. On one machine, or with the store on a shared
+  folder, both stores are the same folder and nothing is copied.
+- **Working folder files** are sent the same way, blob by blob, into a store in the node's cache
+  (copied there from the owner's folder when the node sees it).
+- **Failures**: a kernel that dies is a :class:`~themisto_env.errors.KernelDiedError`, as on this machine;
+  so is an actor that is lost (its node removed, its process killed) or does not answer in time. An actor
+  that cannot be placed (no node offers the resources asked for) is a
+  :class:`~themisto_env.errors.KernelStartError` naming them.
+
+Lifetime: an actor lives as long as its RemoteKernel (closing it or collecting it kills the actor). Ray
+ends an owner's actors when the owner's process ends, and with them their process trees (the kernels);
+what such a kernel leaves on disk (its run directory) is removed by the next kernel started on that node,
+as any first kernel start of a process removes a dead owner's leftovers (see
+:mod:`~themisto_env.sandbox.lifetime.reaper`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Self
+
+from themisto_env.errors import (
+    InfrastructureError,
+    KernelDiedError,
+    KernelStartError,
+    SnapshotCorruptError,
+    SnapshotError,
+)
+from themisto_env.sandbox.environments import environment_label
+from themisto_env.sandbox.kernel.answers import (
+    FrameView,
+    FrameViewName,
+    MemoryReport,
+    NamespaceState,
+    SourceText,
+    VariableDetail,
+    VariableListing,
+)
+from themisto_env.sandbox.kernel.contract import MEASURE_TIMEOUT_S, KernelLike
+from themisto_env.sandbox.models import ExecutionResult, RestoreResult, SandboxLimits, SnapshotInfo
+from themisto_env.sandbox.ray.cluster import connect, import_ray, owner_variables
+from themisto_env.sandbox.ray.host import KernelHost
+from themisto_env.sandbox.ray.placement import RayPlacement
+from themisto_env.sandbox.store.snapshots import SnapshotStore
+from themisto_env.sandbox.store.workdir import FileStore, FileTree
+
+__all__ = ["RemoteKernel", "live_remote_kernels", "make_kernel", "remote_kernel_memory"]
+
+#: Seconds an answer may take beyond the kernel's own limits before the actor is taken for lost.
+ANSWER_GRACE_S = 120.0
+
+_started: weakref.WeakSet[RemoteKernel] = weakref.WeakSet()  # this process's, placed and not closed yet
+_started_lock = threading.Lock()
+
+
+def make_kernel(
+    backend: str = "local",
+    *,
+    ray: RayPlacement | None = None,
+    limits: SandboxLimits | None = None,
+    snapshot_dir: str | Path | None = None,
+    store_access: Literal["read", "copy"] = "read",
+    launcher_options: dict[str, Any] | None = None,
+    environment: str | None = None,
+) -> KernelLike:
+    """A :class:`~themisto_env.sandbox.kernel.core.Kernel` on this machine, or a :class:`RemoteKernel` placed on
+    Ray by ``ray`` (same arguments, same behaviour; neither is started)."""
+    options: dict[str, Any] = {
+        "limits": limits,
+        "snapshot_dir": snapshot_dir,
+        "store_access": store_access,
+        "launcher_options": launcher_options,
+        "environment": environment,
+    }
+    if ray is None:
+        from themisto_env.sandbox.kernel.core import Kernel
+
+        return Kernel(backend, **options)
+    return RemoteKernel(backend, placement=ray, **options)
+
+
+class _LauncherView:
+    """The remote kernel's launcher readings (:class:`~themisto_env.sandbox.kernel.contract.LauncherReadings`),
+    answered by the launcher on the kernel's node."""
+
+    def __init__(self, kernel: RemoteKernel) -> None:
+        self._kernel = kernel
+        self.enforces_limits = bool(kernel._read("launcher.enforces_limits"))
+
+    def pid(self) -> int | None:
+        """The kernel's process id on its node."""
+        pid: int | None = self._kernel._invoke("launcher.pid")
+        return pid
+
+    def memory_bytes(self) -> int | None:
+        """Resident memory of the kernel process."""
+        memory: int | None = self._kernel._invoke("launcher.memory_bytes")
+        return memory
+
+    def limit_events(self) -> dict[str, int]:
+        """How often the kernel hit its limits so far."""
+        return dict(self._kernel._invoke("launcher.limit_events"))
+
+    def out_of_memory(self) -> bool:
+        """Whether the backend saw the kernel killed at its memory limit."""
+        return bool(self._kernel._invoke("launcher.out_of_memory"))
+
+    def check_backend(self) -> None:
+        """Raise :class:`~themisto_env.errors.BackendUnavailableError` when the node's backend is gone."""
+        self._kernel._invoke("launcher.check_backend")
+
+
+class RemoteKernel:
+    """A kernel in a Ray actor (see the module docstring). Same arguments and methods as
+    :class:`~themisto_env.sandbox.kernel.core.Kernel`, plus ``placement``.
+
+    Args:
+        backend: The backend on the kernel's node (``local``, ``bwrap``, ``docker``).
+        placement: Where and how the actor runs.
+        limits: Per-execution and per-kernel limits.
+        snapshot_dir: The owner's snapshot store (the node's is ``placement.snapshot_dir``, or this path).
+        store_access: As for Kernel.
+        launcher_options: As for Kernel.
+        environment: As for Kernel (the kernel environment must exist on the node).
+    """
+
+    def __init__(
+        self,
+        backend: str = "local",
+        *,
+        placement: RayPlacement | None = None,
+        limits: SandboxLimits | None = None,
+        snapshot_dir: str | Path | None = None,
+        store_access: Literal["read", "copy"] = "read",
+        launcher_options: dict[str, Any] | None = None,
+        environment: str | None = None,
+    ) -> None:
+        self.backend = backend
+        self.environment = environment
+        self.placement = placement or RayPlacement()
+        self.limits = limits or SandboxLimits()
+        self.store = SnapshotStore(snapshot_dir)
+        self.store_access = store_access
+        self.restarts = 0
+        self.node = ""  # host:pid of the actor, once started
+        self.node_id = ""  # the Ray node it runs on, once started
+        self._options: dict[str, Any] = {
+            "limits": self.limits,
+            "snapshot_dir": self.placement.snapshot_dir or str(self.store.root.resolve()),
+            "store_access": store_access,
+            "launcher_options": launcher_options,
+            "environment": environment,
+        }
+        self._actor: Any = None
+        self._launcher: _LauncherView | None = None
+        self._lock = threading.Lock()
+        self._isolated: bool | None = None
+
+    # -- the actor -------------------------------------------------------------------------------------
+
+    def start(self) -> Self:
+        """Place the actor, start the kernel on its node and wait until it answers. Returns ``self``.
+
+        Raises:
+            KernelStartError: No node took the actor in time, or the kernel did not start there.
+            ConfigError: The kernel's options are wrong (as for a local kernel).
+        """
+        with self._lock:
+            if self._actor is not None:
+                return self
+            ray = import_ray()
+            connect(self.placement.address)
+            options: dict[str, Any] = {
+                "num_cpus": self.placement.num_cpus,
+                "max_restarts": 0,
+                "max_concurrency": 4,  # a close or an interrupt is not queued behind a long execute
+                "scheduling_strategy": self.placement.scheduling,
+            }
+            if self.placement.resources:
+                options["resources"] = dict(self.placement.resources)
+            if self.placement.memory_mb:
+                options["memory"] = self.placement.memory_mb * 2**20
+            actor = ray.remote(KernelHost).options(**options)
+            self._actor = actor.remote(self.backend, self._options, None, owner_variables())
+        try:
+            self.node, self.node_id = self._call("ready", wait_s=self.placement.start_timeout_s, during="start")
+        except InfrastructureError as exc:
+            self._kill()
+            asked = {"CPU": self.placement.num_cpus, **self.placement.resources}
+            wanted = ", ".join(f"{k}={v:g}" for k, v in asked.items())
+            raise KernelStartError(f"no Ray node took the kernel's actor ({wanted}): {exc}") from None
+        try:
+            self._call("start", wait_s=self.limits.start_timeout_s + ANSWER_GRACE_S, during="start")
+        except KernelDiedError as exc:
+            self._kill()
+            raise KernelStartError(str(exc)) from None
+        except BaseException:
+            self._kill()
+            raise
+        with _started_lock:
+            _started.add(self)
+        return self
+
+    def _call(self, method: str, *args: Any, wait_s: float | None = None, during: str = "") -> Any:
+        """Call a :class:`KernelHost` method and return its value, or raise what it raised there.
+
+        Raises:
+            KernelDiedError: The actor is lost (its process, its node, Ray itself) or silent for ``wait_s``
+                (it is then ended): the kernel is gone, as when a local kernel dies.
+            InfrastructureError: Ray could not carry the call (an object store full, ...).
+        """
+        ray = import_ray()
+        during, wait_s = during or method, wait_s or self._wait()
+        where = f"the {self.backend} kernel on Ray ({self.node or 'not placed'})"
+        try:
+            ref = getattr(self._host, method).remote(*args)
+            ok, value = ray.get(ref, timeout=wait_s)
+        except ray.exceptions.GetTimeoutError:
+            self._kill()
+            raise KernelDiedError(
+                f"{where} did not answer within {wait_s or self._wait():g} s during {during}: taken for lost"
+            ) from None
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+            self._kill()
+            raise KernelDiedError(f"{where} was lost during {during}: {_first_line(exc)}") from None
+        except ray.exceptions.RayError as exc:  # the call itself failed (a value too large, ...): not the kernel
+            raise InfrastructureError(f"{where}: Ray could not carry {during}: {_first_line(exc)}") from None
+        if not ok:
+            raise value
+        return value
+
+    @property
+    def _host(self) -> Any:
+        if self._actor is None:
+            raise InfrastructureError("the kernel is not started (or was closed)")
+        return self._actor
+
+    def _wait(self, timeout_s: float | None = None) -> float:
+        """How long to wait for an answer: the kernel's own limit for the call and what may follow it (an
+        interrupt's grace, a restart), and a margin."""
+        limits = self.limits
+        return (timeout_s or limits.timeout_s) + limits.interrupt_grace_s + limits.start_timeout_s + ANSWER_GRACE_S
+
+    def _invoke(self, path: str, *args: Any, **kwargs: Any) -> Any:
+        """Call ``kernel.<path>(*args, **kwargs)`` in the actor (a ``timeout_s`` goes with the call and sets
+        the wait) and return its value, or raise its exception."""
+        return self._call("invoke", path, args, kwargs, wait_s=self._wait(kwargs.get("timeout_s")), during=path)
+
+    def _read(self, path: str) -> Any:
+        return self._call("read", path, during=path)
+
+    def _kill(self) -> None:
+        actor, self._actor = self._actor, None
+        if actor is not None:
+            with contextlib.suppress(Exception):
+                import_ray().kill(actor)
+
+    def close(self, *, graceful: bool = True) -> None:
+        """Close the kernel on its node and end the actor. Idempotent."""
+        actor = self._actor
+        if actor is None:
+            return
+        with contextlib.suppress(Exception):  # an actor already lost has nothing left to close
+            import_ray().get(actor.close.remote(graceful), timeout=self.limits.start_timeout_s + 30)
+        self._kill()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # last resort: never leave an actor behind
+        if getattr(self, "_actor", None) is not None:
+            with contextlib.suppress(Exception):
+                self._kill()
+
+    # -- the kernel's process ---------------------------------------------------------------------------
+
+    @property
+    def isolated(self) -> bool:
+        """Whether the backend isolates the kernel from its node."""
+        if self._isolated is None:
+            self._isolated = bool(self._read("isolated"))
+        return self._isolated
+
+    @property
+    def launcher(self) -> _LauncherView:
+        """The remote launcher's readings (limits enforced, limit events, memory, the backend's health)."""
+        if self._launcher is None:
+            self._launcher = _LauncherView(self)
+        return self._launcher
+
+    @property
+    def workdir(self) -> Path:
+        """The kernel's working folder, on its node."""
+        return Path(self._read("workdir"))
+
+    @property
+    def run_dir(self) -> Path:
+        """The kernel's run directory, on its node."""
+        return Path(self._read("run_dir"))
+
+    def is_alive(self) -> bool:
+        """Whether the actor and its kernel process are running."""
+        if self._actor is None:
+            return False
+        try:
+            return bool(self._invoke("is_alive"))
+        except InfrastructureError:
+            return False
+
+    def restart(self) -> None:
+        """Kill the kernel process and start a fresh one (on the same node)."""
+        self._invoke("restart")
+        self.restarts += 1
+
+    def interrupt(self) -> None:
+        """Send an interrupt to the kernel."""
+        self._invoke("interrupt")
+
+    # -- execution and introspection: the kernel's answers, as they are ----------------------------------
+
+    def execute(
+        self, code: str, *, timeout_s: float | None = None, fingerprint: bool = False, interrupt: bool = True
+    ) -> ExecutionResult:
+        """As :meth:`Kernel.execute <themisto_env.sandbox.kernel.core.Kernel.execute>` (the limit travels with
+        the call)."""
+        result: ExecutionResult = self._invoke(
+            "execute", code, timeout_s=timeout_s, fingerprint=fingerprint, interrupt=interrupt
+        )
+        return result
+
+    def call(self, function: str, *, timeout_s: float | None = None, **kwargs: Any) -> Any:
+        """As :meth:`Kernel.call <themisto_env.sandbox.kernel.core.Kernel.call>`."""
+        return self._invoke("call", function, timeout_s=timeout_s, **kwargs)
+
+    def files(self) -> FileTree:
+        """The working folder's files on the kernel's node: relative path -> sha256."""
+        return dict(self._invoke("files"))
+
+    def memory_bytes(self) -> int | None:
+        """Resident memory of the kernel process."""
+        memory: int | None = self._invoke("memory_bytes")
+        return memory
+
+    def list_variables(self, *, limit: int = 100, known: Mapping[str, int] | None = None) -> VariableListing:
+        """As :meth:`Kernel.list_variables <themisto_env.sandbox.kernel.core.Kernel.list_variables>`."""
+        listing: VariableListing = self._invoke("list_variables", limit=limit, known=known)
+        return listing
+
+    def inspect_variable(self, name: str, *, max_chars: int = 2000) -> VariableDetail:
+        """As :meth:`Kernel.inspect_variable <themisto_env.sandbox.kernel.core.Kernel.inspect_variable>`."""
+        detail: VariableDetail = self._invoke("inspect_variable", name, max_chars=max_chars)
+        return detail
+
+    def dataframe(self, name: str, view: FrameViewName = "head", *, n: int = 5, max_chars: int = 4000) -> FrameView:
+        """As :meth:`Kernel.dataframe <themisto_env.sandbox.kernel.core.Kernel.dataframe>`."""
+        frame: FrameView = self._invoke("dataframe", name, view, n=n, max_chars=max_chars)
+        return frame
+
+    def memory(self, *, top: int = 20, known: Mapping[str, int] | None = None) -> MemoryReport:
+        """As :meth:`Kernel.memory <themisto_env.sandbox.kernel.core.Kernel.memory>`."""
+        report: MemoryReport = self._invoke("memory", top=top, known=known)
+        return report
+
+    def variable_sizes(self) -> dict[str, int]:
+        """As :meth:`Kernel.variable_sizes <themisto_env.sandbox.kernel.core.Kernel.variable_sizes>`."""
+        return dict(self._invoke("variable_sizes"))
+
+    def source(self, name: str, *, max_chars: int = 4000) -> SourceText:
+        """As :meth:`Kernel.source <themisto_env.sandbox.kernel.core.Kernel.source>`."""
+        text: SourceText = self._invoke("source", name, max_chars=max_chars)
+        return text
+
+    def namespace_state(self) -> NamespaceState:
+        """As :meth:`Kernel.namespace_state <themisto_env.sandbox.kernel.core.Kernel.namespace_state>`."""
+        state: NamespaceState = self._invoke("namespace_state")
+        return state
+
+    def fingerprint(self) -> dict[str, str]:
+        """As :meth:`Kernel.fingerprint <themisto_env.sandbox.kernel.core.Kernel.fingerprint>`."""
+        return dict(self._invoke("fingerprint"))
+
+    def package_versions(self, names: Sequence[str]) -> dict[str, str]:
+        """As :meth:`Kernel.package_versions <themisto_env.sandbox.kernel.core.Kernel.package_versions>`."""
+        return dict(self._invoke("package_versions", names))
+
+    def loaded_distributions(self) -> dict[str, str]:
+        """As :meth:`Kernel.loaded_distributions <themisto_env.sandbox.kernel.core.Kernel.loaded_distributions>`."""
+        return dict(self._invoke("loaded_distributions"))
+
+    def preload(self, modules: Sequence[str]) -> None:
+        """As :meth:`Kernel.preload <themisto_env.sandbox.kernel.core.Kernel.preload>`."""
+        self._invoke("preload", modules)
+
+    def seal(self) -> str:
+        """As :meth:`Kernel.seal <themisto_env.sandbox.kernel.core.Kernel.seal>`."""
+        return str(self._invoke("seal"))
+
+    def sealed_fingerprint(
+        self, token: str, canary: dict[str, object], *, timeout_s: float = MEASURE_TIMEOUT_S
+    ) -> dict[str, str]:
+        """As :meth:`Kernel.sealed_fingerprint <themisto_env.sandbox.kernel.core.Kernel.sealed_fingerprint>` (the
+        limit travels with the call)."""
+        return dict(self._invoke("sealed_fingerprint", token, canary, timeout_s=timeout_s))
+
+    # -- what travels -------------------------------------------------------------------------------------
+
+    def snapshot(self) -> SnapshotInfo:
+        """Save the namespace to the node's store, and bring the snapshot to the owner's store (recording,
+        as a local kernel does, that this kernel's environment wrote it)."""
+        info: SnapshotInfo = self._invoke("snapshot")
+        if info.digest not in self.store:
+            found = self._call("get_snapshot", info.digest, during="snapshot")
+            if found is not None:
+                self.store.add(info.digest, found[0])
+        try:
+            self.store.note_environment(info.digest, environment_label(self.environment))
+        except OSError as exc:
+            raise SnapshotError(f"could not record the environment of snapshot {info.digest[:12]}: {exc}") from exc
+        return info
+
+    def restore(self, snapshot: SnapshotInfo | str, *, clean: bool = True, keep: Sequence[str] = ()) -> RestoreResult:
+        """Restore a snapshot of the owner's store, sent to the node first if it lacks it.
+
+        Raises:
+            SnapshotCorruptError: The owner's copy does not hash to its digest (set it aside, as for a local
+                kernel). A node's copy found damaged is replaced by the owner's and the restore tried again.
+            SnapshotError: And the rest of what `Kernel.restore` raises.
+        """
+        digest = snapshot.digest if isinstance(snapshot, SnapshotInfo) else snapshot
+        if self._call("missing_snapshots", [digest], during="restore"):
+            self._send_snapshot(digest)
+        try:
+            restored: RestoreResult = self._invoke("restore", digest, clean=clean, keep=keep)
+        except SnapshotCorruptError:
+            if self._send_snapshot(digest) is not None:
+                raise
+            restored = self._invoke("restore", digest, clean=clean, keep=keep)  # the node's copy was damaged
+        return restored
+
+    def _send_snapshot(self, digest: str) -> str | None:
+        """Send the owner's copy of a snapshot to the node; None, or why it was not sent (the owner lacks
+        it: the restore then says so). A copy that does not hash to its digest is the owner's damage.
+
+        Raises:
+            SnapshotCorruptError: The owner's copy is damaged.
+        """
+        if digest not in self.store:
+            return "missing"
+        try:
+            data = self.store.path(digest).read_bytes()
+        except OSError:
+            return "unreadable"
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise SnapshotCorruptError(f"snapshot {self.store.path(digest)}: its content does not hash to its name")
+        self._call("put_snapshot", digest, data, sorted(self.store.environments(digest)), during="restore")
+        return None
+
+    def set_files(self, tree: FileTree, store: FileStore) -> None:
+        """Make the working folder hold ``tree``'s files, sending the node the contents it lacks (files the
+        kernel writes stay on its node: their digests are compared, as for a local kernel)."""
+        owner_root = str(Path(store.root).resolve())
+        missing = self._call("missing_blobs", sorted(tree.values()), owner_root, during="set_files")
+        if missing:
+            names = {sha: path for path, sha in tree.items()}
+            self._call("put_blobs", {sha: store.read(sha, name=names[sha]) for sha in missing}, during="set_files")
+        self._call("set_files", tree, during="set_files")
+
+
+def live_remote_kernels() -> list[RemoteKernel]:
+    """This process's remote kernels whose actor is placed and was not closed or lost (no call to Ray)."""
+    with _started_lock:
+        kernels = list(_started)
+    return [kernel for kernel in kernels if kernel._actor is not None]
+
+
+def remote_kernel_memory(timeout_s: float = 2.0) -> tuple[int, int]:
+    """Resident memory of this process's remote kernels, asked of every actor at once: the bytes summed over
+    the kernels that answered within ``timeout_s``, and how many answered (a kernel's process only: not its
+    actor's, whose memory Ray holds)."""
+    kernels = live_remote_kernels()
+    if not kernels:
+        return 0, 0
+    ray = import_ray()
+    refs = []
+    for kernel in kernels:
+        with contextlib.suppress(Exception):  # closed meanwhile
+            refs.append(kernel._host.invoke.remote("launcher.memory_bytes", (), {}))
+    ready, _late = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    total = answered = 0
+    for ref in ready:
+        with contextlib.suppress(Exception):  # a lost actor answers its error
+            ok, value = ray.get(ref, timeout=0)
+            if ok and value is not None:
+                total, answered = total + int(value), answered + 1
+    return total, answered
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,1 @@
+"""Where state is kept: content-addressed snapshot files and working-folder trees."""

@@ -1,0 +1,732 @@
+"""Kernel templates: kernels forked from a warm process, and copies of a state without a restore.
+
+A :class:`KernelTemplate` is one process per (backend, kernel environment, snapshot store, preloaded
+modules) with the imports done and no thread, zmq socket or event loop of its own
+(:mod:`themisto_env.sandbox.template.zygote` is its program). A new kernel is ``fork()``\\ ed from it and builds its
+own ipykernel application after the fork, so it answers in milliseconds instead of the second (or two, with
+numpy, pandas and scikit-learn preloaded) a cold start costs, and it shares the template's pages until it
+writes them.
+
+:meth:`KernelTemplate.state` makes the *state template* of a snapshot: a child of the template that loaded
+the snapshot once (its bytes checked against the digest). :meth:`KernelTemplate.copies` forks kernels from it:
+each starts in that state, loads nothing, and costs the same whatever the snapshot's size. Copies are
+identical, random generators included (a GRPO group must see one state); ``reseed=True`` draws a fresh
+seed in each copy.
+
+Example:
+    >>> with KernelTemplate("local", preload=("pandas",)) as template:
+    ...     kernel = template.kernel()                 # a fresh kernel, forked
+    ...     kernel.execute("import pandas as pd; df = pd.DataFrame({'a': [1, 2]})")
+    ...     digest = kernel.snapshot().digest
+    ...     a, b = template.copies(digest, 2)          # two kernels in that state, nothing loaded
+    ...     a.execute("df['a'].sum()").text
+    '3'
+
+What a copy shares, by backend: ``local`` copies are processes of the host's user, like local kernels
+(no isolation at all); ``bwrap`` copies run inside their template's sandbox (the same isolation from the
+host as a bwrap kernel) but share its user, so one copy can signal another copy of the same template.
+``docker`` copies (``store_access="copy"`` only: kernels for model-written code) run in their template's
+container, each under a uid of its own with its own rlimits and folders
+(:mod:`themisto_env.sandbox.kernel.identity`), so one copy cannot reach another or the template.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, Self
+
+from themisto_env import tracing
+from themisto_env.errors import (
+    KernelStartError,
+    SnapshotCorruptError,
+    SnapshotError,
+    TemplateGoneError,
+)
+from themisto_env.sandbox.backends.local import BwrapLauncher, LocalLauncher
+from themisto_env.sandbox.environments import environment_label
+from themisto_env.sandbox.kernel.contract import KernelLike
+from themisto_env.sandbox.kernel.forked import exited
+from themisto_env.sandbox.kernel.identity import CopyIdentity, can_give_identities, new_identity
+from themisto_env.sandbox.kernel.launcher import KERNEL_ENVIRONMENT, KernelLauncher, launcher_class
+from themisto_env.sandbox.kernel.process import SNAPSHOT_INBOX, SNAPSHOT_OUTBOX, release_thread_loop
+from themisto_env.sandbox.lifetime import reaper as lifetime
+from themisto_env.sandbox.lifetime import run_root as run_roots
+from themisto_env.sandbox.lifetime.leftovers import remove_run_dir
+from themisto_env.sandbox.lifetime.owners import RUN_DIR_PREFIX, write_owner
+from themisto_env.sandbox.models import SandboxLimits
+from themisto_env.sandbox.store.snapshots import SnapshotStore
+from themisto_env.sandbox.template.docker import DockerTemplateLauncher
+
+if TYPE_CHECKING:
+    from themisto_env.sandbox.kernel.core import Kernel
+
+__all__ = [
+    "FORKING_BACKENDS",
+    "STATE_TEMPLATES",
+    "KernelTemplate",
+    "close_shared_templates",
+    "hold_shared_templates",
+    "live_shared_templates",
+    "release_shared_templates",
+    "shared_template",
+]
+
+#: Backends whose kernels can be forked from a template.
+FORKING_BACKENDS = ("local", "bwrap", "docker")
+#: Backends whose copies each take a uid of their own after the fork (copies of one template are isolated
+#: from each other: model-written code may be forked there).
+ISOLATED_COPIES = ("docker",)
+#: The template's program, run by path with the kernel's Python.
+ZYGOTE = Path(__file__).with_name("zygote.py")
+HELPER = Path(__file__).parent.parent / "kernel" / "helper.py"
+#: How many state templates a template keeps (least recently used go first); each holds a loaded state.
+STATE_TEMPLATES = 8
+#: How long a request to a template may take (a fork answers in milliseconds; a derive loads a snapshot).
+REQUEST_TIMEOUT_S = 30.0
+
+
+class _TemplateProgram:
+    """A launcher whose process runs the template's program instead of ipykernel."""
+
+    config: dict[str, Any]
+
+    def program(self, connection_file: Path) -> list[str]:
+        return [str(ZYGOTE), json.dumps(self.config)]
+
+
+class _LocalTemplateLauncher(_TemplateProgram, LocalLauncher):
+    pass
+
+
+class _BwrapTemplateLauncher(_TemplateProgram, BwrapLauncher):
+    pass
+
+
+_TEMPLATE_LAUNCHERS: dict[str, type[KernelLauncher]] = {
+    "local": _LocalTemplateLauncher,
+    "bwrap": _BwrapTemplateLauncher,
+    "docker": DockerTemplateLauncher,
+}
+
+
+class KernelTemplate:
+    """A warm process that kernels are forked from, on the ``local``, ``bwrap`` or ``docker`` backend.
+
+    Args:
+        backend: ``local``, ``bwrap`` or ``docker`` (see :data:`FORKING_BACKENDS`; a docker template forks
+            kernels for model-written code only, ``store_access="copy"``, each taking a uid of its own).
+        preload: Modules the template imports once (its kernels find them imported).
+        limits: The kernels' limits (``start_timeout_s`` bounds the template's own start too).
+        snapshot_dir: The snapshot store the kernels and the state templates read.
+        store_access: As for :class:`~themisto_env.sandbox.kernel.core.Kernel`: ``copy`` hides the store from the
+            template and its kernels (snapshots are handed in).
+        environment: A kernel environment's id: the template runs its venv's Python.
+        reseed: Draw fresh random seeds in each copy (``random``, numpy's global generator) instead of
+            keeping the state's own: copies then differ where the code draws random numbers.
+        spares: Kernels to keep forked ahead of time, by this template and by each of its state templates.
+    """
+
+    def __init__(
+        self,
+        backend: str = "local",
+        *,
+        preload: Sequence[str] = (),
+        limits: SandboxLimits | None = None,
+        snapshot_dir: str | Path | None = None,
+        store_access: Literal["read", "copy"] = "read",
+        environment: str | None = None,
+        reseed: bool = False,
+        spares: int = 1,
+    ) -> None:
+        if backend not in FORKING_BACKENDS:
+            launcher_class(backend)  # an unknown name gets its one-line error with a suggestion
+            raise KernelStartError(
+                f"kernels of the {backend} backend are not forked: use {' or '.join(FORKING_BACKENDS)}"
+            )
+        if backend in ISOLATED_COPIES and store_access != "copy":
+            raise KernelStartError(
+                f"kernels of the {backend} backend are forked only for model-written code (store_access='copy')"
+            )
+        self.backend = backend
+        self.preload = tuple(preload)
+        self.limits = limits or SandboxLimits()
+        self.store = SnapshotStore(snapshot_dir)
+        self.store_access = store_access
+        self.environment = environment
+        self.reseed = reseed
+        #: Kernels forked ahead of time and kept ready (a state template's too: copies of a state are
+        #: usually asked for in groups)
+        self.spares = spares
+        self._spares: list[Kernel] = []
+        self._filling: threading.Thread | None = None
+        self._keep_spares = True  # off once trimmed, until a kernel is asked for again
+        self.digest: str | None = None  # a state template's snapshot
+        #: The namespace fingerprint a kernel forked from this template starts with (copies are identical),
+        #: taken from the first copy; None until then.
+        self.fingerprint: dict[str, str] | None = None
+        #: Why forking this template is unsafe (Python threads, open sockets or files, a CUDA context), as the
+        #: template found at its start (a state template: after loading its snapshot); empty when safe.
+        self.hazards: list[str] = []
+        self.socket_path: Path | None = None
+        self._process: Any = None  # the template's launcher (a local, bwrap or docker one)
+        #: The identities of the copies forked and not yet started (by connection file), where copies take one
+        self._identities: dict[str, CopyIdentity] | None = {} if backend in ISOLATED_COPIES else None
+        self._pidfd: int | None = None  # a state template's (a child of the template, not of this process)
+        self._run_dir: Path | None = None
+        self._states: OrderedDict[str, KernelTemplate] = OrderedDict()
+        self._retired: list[KernelTemplate] = []  # state templates out of the cache, kept while copies run
+        self._forked: weakref.WeakSet[Kernel] = weakref.WeakSet()  # kernels forked from this template
+        self._copies = 0  # how many were forked, ever
+        self._claims = 0  # callers forking copies of this state template now (see claim())
+        self._lock = threading.RLock()
+        #: The template a state template was made from (None for a template itself).
+        self.base: KernelTemplate | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------
+
+    @property
+    def kernels_dir(self) -> Path:
+        """Where the run directories of the kernels forked from this template (or its state templates) go."""
+        return (self.base or self).run_dir / "kernels"
+
+    @property
+    def run_dir(self) -> Path:
+        """The template's directory: its socket, its log, and its kernels' run directories (``kernels/``)."""
+        if self._run_dir is None:
+            raise TemplateGoneError("the kernel template is not started")
+        return self._run_dir
+
+    def start(self) -> Self:
+        """Start the template process and wait until it answers. Returns ``self``.
+
+        Raises:
+            KernelStartError: It ended or did not answer in time, or the host refused what it needs (its
+                folder, its socket: an ``OSError``, named in the message).
+        """
+        try:
+            return self._start()
+        except OSError as exc:  # the machinery's: one kind of start failure for the callers
+            raise KernelStartError(f"the {self.backend} kernel template could not start: {exc}") from exc
+
+    def _start(self) -> Self:
+        with self._lock:
+            if self._process is not None:
+                return self
+            if self._identities is not None and (refused := can_give_identities()) is not None:
+                raise KernelStartError(f"the {self.backend} kernel template cannot isolate its copies: {refused}")
+            self._run_dir = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX, dir=run_roots.run_root()))
+            os.chmod(self._run_dir, 0o1777)
+            (self._run_dir / "kernels").mkdir(mode=0o1777)
+            os.chmod(self._run_dir / "kernels", 0o1777)
+            self.socket_path = self._run_dir / "template.sock"
+            write_owner(self._run_dir, self.backend)
+            lifetime.track(self, self._run_dir)
+            process = _TEMPLATE_LAUNCHERS[self.backend](
+                self.limits,
+                shared_dirs=(self._run_dir,),
+                readonly_dirs=(self.store.root,) if self.store_access == "read" else (),
+                **({"environment": self.environment} if self.environment is not None else {}),
+            )
+            if self.store_access == "copy":
+                process.hidden_dirs = (self.store.root,)
+            process.config = {
+                "socket": str(self.socket_path),
+                "preload": list(self.preload),
+                "helper": str(HELPER),
+                # one IPython directory for the template and its kernels: made once (by the template's probe)
+                "environment": {**KERNEL_ENVIRONMENT, "IPYTHONDIR": str(self._run_dir / "ipython")},
+            }
+            self._process = process
+            try:
+                process.start(self._run_dir / "template.json", self._run_dir)
+                write_owner(self._run_dir, self.backend, **process.owner_record())
+                self._wait_ready()
+            except BaseException:
+                self.close()
+                raise
+            return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.limits.start_timeout_s + 30.0 * bool(self.preload)
+        while True:
+            if not self.is_alive():
+                raise KernelStartError(
+                    f"the {self.backend} kernel template ended while starting: {self._exit_reason()}"
+                )
+            try:
+                answer = self.request({"op": "status"}, timeout_s=2.0)
+                if not answer.get("ok"):
+                    raise KernelStartError(f"the kernel template cannot serve: {answer.get('error')}")
+                self.hazards = list(answer.get("hazards") or [])
+                return
+            except TemplateGoneError:
+                if time.monotonic() > deadline:
+                    raise KernelStartError(f"the {self.backend} kernel template did not answer in time") from None
+                time.sleep(0.02)
+
+    def _exit_reason(self) -> str:
+        if self._process is not None:
+            return self._process.exit_reason()
+        return "its template ended"
+
+    def is_alive(self) -> bool:
+        """Whether the template process runs."""
+        if self._process is not None:
+            return self._process.is_alive()
+        return self._pidfd is not None and not exited(self._pidfd)
+
+    def close(self) -> None:
+        """End the template, its state templates and (as each watches its parent) the kernels forked from
+        them; remove its directory. Idempotent."""
+        with self._lock:
+            spares, self._spares = self._spares, []
+            for spare in spares:
+                spare.close(graceful=False)
+            for state in [*self._states.values(), *self._retired]:
+                state.close()
+            self._states.clear()
+            self._retired.clear()
+            lifetime.untrack(self)
+            if self._process is not None:
+                self._process.stop(graceful=False)
+                self._process = None
+            if self._pidfd is not None:
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+                os.close(self._pidfd)
+                self._pidfd = None
+            if self._run_dir is not None and self.base is None:  # its kernels and what they started go first
+                remove_run_dir(self._run_dir)
+            self._run_dir = None
+            filling, self._filling = self._filling, None
+        if filling is not None and filling is not threading.current_thread():
+            filling.join(timeout=30)  # a fork under way fails now that the template is gone
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_process", None) is not None or getattr(self, "_pidfd", None) is not None:
+            with contextlib.suppress(Exception):
+                self.close()
+
+    # -- requests -----------------------------------------------------------------------------------------------
+
+    def request(self, request: dict[str, Any], *, timeout_s: float = REQUEST_TIMEOUT_S) -> dict[str, Any]:
+        """Send one request to the template; return its answer (a pidfd it sent is under ``"pidfd"``).
+
+        Raises:
+            TemplateGoneError: The template does not answer (it is gone, or not started).
+        """
+        if self.socket_path is None:
+            raise TemplateGoneError("the kernel template is not started")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.settimeout(timeout_s)
+            try:
+                connection.connect(str(self.socket_path))
+                connection.sendall((json.dumps(request) + "\n").encode())
+                data, fds = b"", []
+                while not data.endswith(b"\n"):
+                    chunk, ancillary, _, _ = connection.recvmsg(1 << 16, socket.CMSG_SPACE(4))
+                    if not chunk:
+                        break
+                    data += chunk
+                    for level, kind, payload in ancillary:
+                        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                            fds.extend(array.array("i", payload[: len(payload) - len(payload) % 4]))
+            except OSError as exc:
+                raise TemplateGoneError(f"the kernel template does not answer: {exc}") from None
+        if not data:
+            for fd in fds:
+                os.close(fd)
+            raise TemplateGoneError("the kernel template closed the connection without an answer")
+        answer: dict[str, Any] = json.loads(data)
+        if fds:
+            answer["pidfd"] = fds[0]
+            for fd in fds[1:]:
+                os.close(fd)
+        return answer
+
+    def fork(
+        self, connection_file: Path, workdir: Path, log: Path, *, identity: CopyIdentity | None = None
+    ) -> tuple[int, int]:
+        """Fork a kernel on this connection file; return its pid (in the template's namespace) and a pidfd.
+        Where copies take a uid of their own, a restart passes the copy's ``identity`` again: the files it
+        made (its connection file, its log, its work) stay its own.
+
+        Raises:
+            TemplateGoneError: The template is gone.
+            KernelStartError: The template cannot serve (a state template whose snapshot did not load).
+        """
+        environment = {"PYTHONUNBUFFERED": "1"}
+        request = {
+            "op": "fork",
+            "connection_file": str(connection_file),
+            "workdir": str(workdir),
+            "log": str(log),
+            "environment": environment,
+            "reseed": self.reseed,
+        }
+        identities = (self.base or self)._identities
+        if identities is not None:  # the copy takes a uid of its own, its folders given to it first
+            run_dir = connection_file.parent
+            identity = identity or new_identity(self.limits, run_dir)
+            identity.give_folders(run_dir, workdir, (run_dir / SNAPSHOT_INBOX, run_dir / SNAPSHOT_OUTBOX))
+            request["identity"] = identity.request()
+            identities[str(connection_file)] = identity
+        try:
+            answer = self.request(request)
+            if "pidfd" not in answer:
+                raise KernelStartError(f"the kernel template could not fork a kernel: {answer.get('error')}")
+        except BaseException:
+            failed = identities.pop(str(connection_file), None) if identities is not None else None
+            if failed is not None:  # a copy the template may have forked anyway goes with its uid
+                failed.end_processes()
+            raise
+        return int(answer["pid"]), int(answer["pidfd"])
+
+    def identity_for(self, connection_file: Path) -> CopyIdentity | None:
+        """The identity the copy forked on ``connection_file`` took (None where copies take none)."""
+        identities = (self.base or self)._identities
+        return None if identities is None else identities.pop(str(connection_file), None)
+
+    # -- kernels and states -------------------------------------------------------------------------------------
+
+    def kernel(self, *, limits: SandboxLimits | None = None) -> KernelLike:
+        """A started kernel forked from this template (in this template's state: empty, or a snapshot's): a
+        :class:`~themisto_env.sandbox.kernel.core.Kernel` whose launcher forks instead of starting.
+
+        A spare kernel forked ahead of time is handed out first (see ``spares``) and another is forked in
+        the background, so the caller rarely waits for a kernel's own start.
+        """
+        if limits is None or limits == self.limits:
+            with self._lock:
+                self._keep_spares = True
+                spare = self._spares.pop() if self._spares else None
+            if spare is not None and spare.is_alive():
+                self._refill()
+                return spare
+            if spare is not None:
+                spare.close(graceful=False)
+        kernel = self._fork_kernel(limits)
+        self._refill()  # after the fork: a state template's first spare follows its second copy
+        return kernel
+
+    def _fork_kernel(self, limits: SandboxLimits | None = None) -> Kernel:
+        from themisto_env.sandbox.kernel.core import Kernel
+
+        kernel = Kernel(
+            self.backend,
+            limits=limits or self.limits,
+            snapshot_dir=self.store.root,
+            store_access=self.store_access,
+            environment=self.environment,
+            template=self,
+        )
+        self._forked.add(kernel)
+        self._copies += 1
+        return kernel.start()
+
+    def _refill(self) -> None:
+        """Fork spare kernels in the background until :attr:`spares` are ready (one thread at a time); a state
+        template only once a second copy of it was asked for (a state used once needs no spare)."""
+        with self._lock:
+            if not self._keep_spares or (self.base is not None and self._copies < 2):
+                return
+            if self.spares <= len(self._spares) or (self._filling is not None and self._filling.is_alive()):
+                return
+            self._filling = threading.Thread(target=self._fill, name=lifetime.BACKGROUND_THREADS[0], daemon=True)
+            self._filling.start()
+
+    def _fill(self) -> None:
+        try:
+            with tracing.untraced():  # a spare belongs to no episode yet: no trace of its own
+                self._fill_spares()
+        finally:
+            release_thread_loop()
+
+    def _fill_spares(self) -> None:
+        while True:
+            with self._lock:
+                if len(self._spares) >= self.spares or self._run_dir is None:
+                    return
+            try:
+                kernel = self._fork_kernel()
+            except Exception:  # the template is gone or failing: the next kernel() says why, in its thread
+                return
+            with self._lock:
+                unwanted = self._run_dir is None or not self._keep_spares  # closed or trimmed meanwhile
+                if not unwanted:
+                    self._spares.append(kernel)
+            if unwanted:
+                kernel.close(graceful=False)
+                return
+
+    def state(self, digest: str) -> KernelTemplate:
+        """The state template of a snapshot: a child of this template that loaded it once (kept, the least
+        recently used of :data:`STATE_TEMPLATES` going first).
+
+        Raises:
+            SnapshotError: No such snapshot, or one of another kernel environment.
+            SnapshotCorruptError: Its bytes do not hash to its digest, or it did not load.
+            TemplateGoneError: This template is gone.
+        """
+        with self._lock:
+            state = self._states.get(digest)
+            if state is not None and state.is_alive():
+                self._states.move_to_end(digest)
+                return state
+            if state is not None:
+                state.close()
+            state = self._derive(digest)
+            self._states[digest] = state
+            while len(self._states) > STATE_TEMPLATES:
+                _, oldest = self._states.popitem(last=False)
+                self._retired.append(oldest)
+            # a state template goes once no copy of it is in use (its copies die with it)
+            for retired in [t for t in self._retired if not t.in_use()]:
+                self._retired.remove(retired)
+                retired.close()
+            return state
+
+    def trim(self) -> None:
+        """Close the spare kernels and the state templates no open copy needs; keep the template itself (the
+        next :meth:`kernel` forks spares again)."""
+        with self._lock:
+            self._keep_spares = False
+            filling = self._filling
+        if filling is not None and filling is not threading.current_thread():
+            filling.join(timeout=30)  # a spare being forked now is closed, not kept
+        with self._lock:
+            spares, self._spares = self._spares, []
+            states = [state for state in self._states.values() if not state.in_use()]
+            for state in states:
+                self._states.pop(str(state.digest), None)
+        for kernel in spares:
+            kernel.close(graceful=False)
+        for state in states:
+            state.close()
+
+    def worth_forking(self, digest: str) -> bool:
+        """Whether a copy of ``digest``'s state is better forked than restored into a kernel at hand: only
+        where its state template exists already (loading one costs what a restore costs, and a fork adds the
+        kernel's own start; a state copied by several kernels at once, a GRPO group's, has its template made
+        by the first of them, which has no kernel at hand)."""
+        with self._lock:
+            state = self._states.get(digest)
+            return state is not None and state.is_alive()
+
+    @contextlib.contextmanager
+    def claim(self, digest: str) -> Iterator[KernelTemplate]:
+        """The state template of ``digest`` (see :meth:`state`), counted in use until the block ends, so the
+        copies the caller forks in the block are not lost with it: without the claim, another thread's
+        :meth:`state` could push it out of the cache and close it (taking its copies along) between its
+        creation and the first copy's start, when no copy of it is open yet."""
+        with self._lock:
+            state = self.state(digest)
+            state._claims += 1
+        try:
+            yield state
+        finally:
+            with self._lock:
+                state._claims -= 1
+
+    def in_use(self) -> bool:
+        """Whether a kernel forked from this template, other than its spares, is still open (or a caller is
+        forking one: see :meth:`claim`)."""
+        with self._lock:
+            if self._claims:
+                return True
+            spares = {id(kernel) for kernel in self._spares}
+            return any(kernel.is_alive() for kernel in list(self._forked) if id(kernel) not in spares)
+
+    def _derive(self, digest: str) -> KernelTemplate:
+        path = self.store.path(digest)
+        if not path.exists():
+            raise SnapshotError(f"no snapshot {digest[:12]} in {self.store.root}")
+        mine, writers = environment_label(self.environment), self.store.environments(digest)
+        if mine not in writers:
+            raise SnapshotError(
+                f"snapshot {digest[:12]} was written in kernel environment {', '.join(sorted(writers))}, not here"
+            )
+        folder = Path(tempfile.mkdtemp(prefix="state-", dir=self.run_dir))
+        os.chmod(folder, 0o1777 if self._identities is None else 0o700)  # copies of their own uid: none of theirs
+        handed = folder / f"{digest}.dill"
+        if self.store_access == "copy":
+            shutil.copyfile(path, handed)
+        state = KernelTemplate(
+            self.backend,
+            preload=self.preload,
+            limits=self.limits,
+            snapshot_dir=self.store.root,
+            store_access=self.store_access,
+            environment=self.environment,
+            reseed=self.reseed,
+            spares=self.spares,
+        )
+        state.digest, state.base, state._run_dir = digest, self, folder
+        state.socket_path = folder / "template.sock"
+        answer = self.request(
+            {
+                "op": "derive",
+                "snapshot": str(handed if self.store_access == "copy" else path),
+                "digest": digest,
+                "socket": str(state.socket_path),
+                "log": str(folder / "template.log"),
+            }
+        )
+        if "pidfd" not in answer:
+            raise SnapshotError(f"the kernel template could not load snapshot {digest[:12]}: {answer.get('error')}")
+        state._pidfd = answer["pidfd"]
+        try:
+            state._wait_loaded()
+        except BaseException:
+            state.close()
+            raise
+        finally:
+            handed.unlink(missing_ok=True)
+        return state
+
+    def _wait_loaded(self) -> None:
+        deadline = time.monotonic() + REQUEST_TIMEOUT_S
+        while True:
+            try:
+                answer = self.request({"op": "status"}, timeout_s=REQUEST_TIMEOUT_S)
+                break
+            except TemplateGoneError:
+                if not self.is_alive() or time.monotonic() > deadline:
+                    raise SnapshotError(
+                        f"the state template of {str(self.digest)[:12]} ended while loading it"
+                    ) from None
+                time.sleep(0.005)
+        if not answer.get("ok"):
+            error = str(answer.get("error"))
+            kind = SnapshotCorruptError if "does not match" in error or "not a namespace" in error else SnapshotError
+            raise kind(f"snapshot {str(self.digest)[:12]} did not load in the kernel template: {error}")
+        self.hazards = list(answer.get("hazards") or [])
+
+    def copies(self, digest: str | None, n: int, *, limits: SandboxLimits | None = None) -> list[KernelLike]:
+        """``n`` started kernels in the state of snapshot ``digest`` (or empty, with None), forked.
+
+        Each copy is a kernel of its own (its process, its run directory; closing one leaves the others);
+        the snapshot is loaded once, into the state template, whatever ``n``. The copies' namespaces are
+        equal to a restore's: same names, same values, same fingerprint.
+        """
+        kernels: list[KernelLike] = []
+        with contextlib.ExitStack() as stack:
+            source = self if digest is None else stack.enter_context(self.claim(digest))
+            try:
+                for _ in range(n):
+                    kernels.append(source.kernel(limits=limits))
+            except BaseException:
+                for kernel in kernels:
+                    kernel.close(graceful=False)
+                raise
+        return kernels
+
+
+_SHARED: dict[tuple[Any, ...], KernelTemplate] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_template(
+    backend: str,
+    *,
+    preload: Sequence[str] = (),
+    limits: SandboxLimits | None = None,
+    snapshot_dir: str | Path | None = None,
+    store_access: Literal["read", "copy"] = "read",
+    environment: str | None = None,
+) -> KernelTemplate:
+    """The process's template for this kind of kernel, started on first use and replaced when it is gone
+    (killed, crashed); closed at exit. Envs, disposable kernels and servers of one kind share it.
+
+    Raises:
+        KernelStartError: It could not be started (the caller starts its kernels instead).
+    """
+    limits = limits or SandboxLimits()
+    key = (backend, tuple(preload), limits.model_dump_json(), str(snapshot_dir), store_access, environment)
+    with _SHARED_LOCK:
+        template = _SHARED.get(key)
+        if template is not None and template.is_alive():
+            return template
+        if template is not None:
+            template.close()
+        template = KernelTemplate(
+            backend,
+            preload=preload,
+            limits=limits,
+            snapshot_dir=snapshot_dir,
+            store_access=store_access,
+            environment=environment,
+        )
+        # started under the lock: another thread must not take a template still starting for a dead one
+        template.start()
+        _SHARED[key] = template
+    return template
+
+
+_USERS = 0  # open envs (or other holders) that fork from the shared templates
+
+
+def hold_shared_templates() -> None:
+    """Say that one more holder (an env) forks from the process's shared templates."""
+    global _USERS
+    with _SHARED_LOCK:
+        _USERS += 1
+
+
+def release_shared_templates() -> None:
+    """Say that a holder is done. When none is left, the shared templates drop their spare kernels and their
+    state templates (an idle process keeps only the warm templates themselves, which run no kernel)."""
+    global _USERS
+    with _SHARED_LOCK:
+        _USERS = max(0, _USERS - 1)
+        idle = list(_SHARED.values()) if _USERS == 0 else []
+    for template in idle:
+        template.trim()
+
+
+def live_shared_templates() -> tuple[int, int]:
+    """How many of the process's shared templates run, and how many state templates (a snapshot loaded,
+    copies forked from it) run under them."""
+    with _SHARED_LOCK:
+        templates = list(_SHARED.values())
+    kernels = states = 0
+    for template in templates:
+        if not template.is_alive():
+            continue
+        kernels += 1
+        with template._lock:
+            held = [*template._states.values(), *template._retired]
+        states += sum(1 for state in held if state.is_alive())
+    return kernels, states
+
+
+def close_shared_templates() -> None:
+    """Close the process's shared templates now (they are closed at exit anyway); the next
+    :func:`shared_template` starts a new one."""
+    with _SHARED_LOCK:
+        templates = list(_SHARED.values())
+        _SHARED.clear()
+    for template in templates:
+        template.close()
