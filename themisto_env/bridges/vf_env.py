@@ -5,7 +5,7 @@ The package is a verifiers environment: ``vf-eval themisto-env`` loads the tasks
 package's name, in ``__all__``). Its tasks are
 the samples of a task, each prompt the one of ``tool_dataset`` (the history and the tool invitation; no
 target) with the sample id beside it; the model calls the same tools as in the TRL tool env
-(:mod:`themisto_env.bridges.rl.tool_env`'s `ROLLOUT_TOOLS`, made from the tool table), observation tools and
+(`ROLLOUT_TOOLS` of `themisto_env.bridges.rl.tool_env`, made from the tool table), observation tools and
 ``submit``, and each rollout is a
 :class:`~themisto_env.bridges.rl.tool_env.ThemistoToolEnv` on its sample (the rollouts of a sample share one
 kernel in its state). The task's one reward is that rollout's ``get_reward()``, i.e.

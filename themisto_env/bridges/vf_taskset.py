@@ -151,7 +151,7 @@ class ThemistoTask(vf.Task[ThemistoData, ThemistoState]):
 class ThemistoTools(vf.Toolset[ThemistoToolsConfig, ThemistoState]):
     """The rollout's tools (`ROLLOUT_TOOLS`: the observation tools and ``submit``, made from the tool table,
     so their names, arguments and descriptions are the table's), each call on the calling rollout's own
-    :class:`ThemistoToolEnv`."""
+    `ThemistoToolEnv`."""
 
     TOOL_PREFIX = None  # the tools keep their own names (the table's)
 

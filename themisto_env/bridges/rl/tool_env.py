@@ -23,7 +23,7 @@ docs/reward.md: metrics, execution score when on, minus ``tool_cost`` per tool c
 leaves it out) when the rollout cannot be trusted: an infrastructure failure during its tool calls, or a
 state that differs from the recording.
 
-Each rollout keeps the env's record of a sample (:class:`~themisto_env.env.record.SampleRecord`) and takes
+Each rollout keeps the env's record of a sample ([`SampleRecord`][themisto_env.env.record.SampleRecord]) and takes
 each tool call as the gym env does, through the record's `tool_turn`: refused past ``tool_budget`` with the
 env's refusal (nothing runs, it costs nothing), else counted, run, recorded, and answered `SANDBOX_FAILED`
 where the sandbox failed it (given back, up to the env's cap).
