@@ -25,6 +25,7 @@ The tiny model, tokenizer and warm start are those of ``train_grpo_tools.py``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -36,18 +37,23 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # train_grpo_tools, beside this file
 
-from train_grpo_tools import TEMPLATE_SPECIALS, _call, warm_start
+from train_grpo_tools import TEMPLATE_SPECIALS, demonstration, warm_start
 
 from themisto_env.bridges.openenv.client import ThemistoEnvClient
 from themisto_env.bridges.openenv.models import ThemistoAction
 from themisto_env.bridges.rl.tiny_model import parameter_count, reward_curve, tiny_causal_lm, train_tokenizer
-from themisto_env.bridges.rl.tool_env import SUBMIT_INSTRUCTION, tool_dataset
+from themisto_env.bridges.rl.tool_env import ROLLOUT_TOOLS, SUBMIT_INSTRUCTION, tool_dataset, tool_methods
+from themisto_env.env.tools import SUBMIT, tool_method
 
 __all__ = ["RemoteRollout", "train"]
 
 
 class RemoteRollout:
     """One rollout for ``GRPOTrainer(environment_factory=...)`` over a themisto OpenEnv server session.
+
+    Its tools are the in-process rollout's (`ROLLOUT_TOOLS`, methods made from the env's tool table), each
+    call a tool step of the session: the server's env counts it, refuses it past the budget, and answers.
+    It ends the session through ``with`` (TRL offers every public method to the model, so ``close`` is not one).
 
     Args:
         url: The server (``http://HOST:PORT``).
@@ -59,7 +65,6 @@ class RemoteRollout:
         self._session.connect()
         self.answer: str | None = None
         self.task = "next-cell"
-        self.tools_left = 0
         self.last_info: dict[str, Any] = {}
 
     # -- TRL's contract ----------------------------------------------------------------------------------
@@ -68,7 +73,6 @@ class RemoteRollout:
         """Start the session's episode at the row's sample (tools mode). Returns the submit instruction."""
         result = self._session.reset(sample_id=row["sample_id"], observation="tools")
         self.task = str(result.observation.info["task"])
-        self.tools_left = result.observation.tools_left
         self.answer, self.last_info = None, {}
         return SUBMIT_INSTRUCTION
 
@@ -82,66 +86,25 @@ class RemoteRollout:
         self.last_info = result.observation.info
         return self.last_info.get("reward")
 
-    # -- tools (the model sees their names, arguments and docstrings) ---------------------------------------
-
-    def list_variables(self) -> str:
-        """List the user variables in the notebook's kernel: name, type, shape or length, size in memory.
-
-        Returns:
-            A table of the variables, or a note that there are none.
-        """
-        return self._tool("list_variables")
-
-    def inspect_variable(self, name: str) -> str:
-        """Inspect one variable in the kernel: type, shape, dtype, length, size and its value (repr).
-
-        Args:
-            name: The variable's name.
-
-        Returns:
-            What the variable is and holds, cut to a bounded length.
-        """
-        return self._tool("inspect_variable", name=name)
-
-    def dataframe_head(self, name: str, n: int = 5) -> str:
-        """Show the first n rows of a pandas DataFrame or Series in the kernel.
-
-        Args:
-            name: The name of a DataFrame or Series.
-            n: How many first rows to show (1 to 50).
-
-        Returns:
-            The rows as text.
-        """
-        return self._tool("dataframe_head", name=name, n=n)
-
-    def submit(self, prediction: str) -> str:
-        """Submit your prediction (the next cell's source, or the cell's output). The last one counts.
-
-        Args:
-            prediction: The predicted text.
-
-        Returns:
-            A confirmation.
-        """
-        self.answer = str(prediction)
-        return "Prediction recorded."
-
     # -- inside ---------------------------------------------------------------------------------------------
 
-    def _tool(self, tool: str, **args: Any) -> str:
-        if self.tools_left <= 0:  # the server would submit an empty prediction: say so instead
-            return "The tool budget is spent: submit your prediction."
-        result = self._session.step(ThemistoAction.call(tool, **args))
-        self.tools_left = result.observation.tools_left
-        return result.observation.tool_result
+    def _call(self, tool: str, args: dict[str, Any]) -> str:
+        """A tool method's answer: the submission is kept for ``get_reward``; any other tool is a step."""
+        if tool == SUBMIT.name:
+            self.answer = str(SUBMIT.args_model.model_validate(args).prediction)  # type: ignore[attr-defined]
+            return "Prediction recorded."
+        return self._session.step(ThemistoAction.call(tool, **args)).observation.tool_result
 
-    def close(self) -> None:
+    def __enter__(self) -> RemoteRollout:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         """End the session (the server closes its kernel)."""
         self._session.close()
 
 
-TOOLS = ("list_variables", "inspect_variable", "dataframe_head", "submit")
+for _tool in ROLLOUT_TOOLS:  # the model's tools: methods made from the env's tool table
+    setattr(RemoteRollout, _tool.name, tool_method(_tool, RemoteRollout._call))
 
 
 def train(
@@ -175,29 +138,17 @@ def train(
     out.mkdir(parents=True, exist_ok=True)
     dataset = tool_dataset(task, limit=samples, history_length=1, tool_budget=tool_budget, split=split)
     local = Dataset.open(split=split)
+    sessions = contextlib.ExitStack()
     rollouts: list[RemoteRollout] = []
 
     def factory() -> RemoteRollout:
-        rollouts.append(RemoteRollout(url, token))
+        rollouts.append(sessions.enter_context(RemoteRollout(url, token)))
         return rollouts[-1]
 
-    try:
+    with sessions:
         probe = factory()
-        conversations = []
-        for row in dataset:  # demonstrations: a real tool answer from the server, then the recorded target
-            probe.reset(**row)
-            answer = probe.list_variables()
-            target = local.sample(row["sample_id"]).target
-            conversations.append(
-                [
-                    *row["prompt"],
-                    _call("list_variables", {}),
-                    {"role": "tool", "name": "list_variables", "content": answer},
-                    _call("submit", {"prediction": target}),
-                    {"role": "tool", "name": "submit", "content": "Prediction recorded."},
-                    {"role": "assistant", "content": "Done."},
-                ]
-            )
+        # demonstrations: a real tool answer from the server, then the recorded target
+        conversations = [demonstration(probe, row, local.sample(row["sample_id"]).target) for row in dataset]
         tokenizer = train_tokenizer(
             [json.dumps(c) for c in conversations],
             vocab_size=1024,
@@ -206,7 +157,7 @@ def train(
             eos="<|im_end|>",
         )
         model = tiny_causal_lm(tokenizer, seed=seed)
-        tools = [getattr(probe, name) for name in TOOLS]
+        tools = tool_methods(probe)  # what TRL offers the model
         losses = warm_start(model, tokenizer, conversations, tools, steps=warm_start_steps, learning_rate=1e-2)
         config = GRPOConfig(
             output_dir=str(out / "trainer"),
@@ -233,9 +184,6 @@ def train(
         started = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - started
-    finally:
-        for rollout in rollouts:
-            rollout.close()
     history = trainer.state.log_history
     curve = reward_curve(history)
     (out / "log_history.json").write_text(json.dumps(history, indent=2, default=str) + "\n")

@@ -44,32 +44,36 @@ from themisto_env.bridges.rl.tiny_model import (
     tiny_causal_lm,
     train_tokenizer,
 )
-from themisto_env.bridges.rl.tool_env import SharedStates, ThemistoToolEnv, tool_dataset
+from themisto_env.bridges.rl.tool_env import SharedStates, ThemistoToolEnv, tool_dataset, tool_methods
+from themisto_env.env.tools import SUBMIT, TOOLS
 
 #: Special tokens of the Qwen2.5 chat template (the end-of-turn marker ends a completion).
 TEMPLATE_SPECIALS = ("<|im_start|>", "<|im_end|>")
+#: The tool the demonstrations call before they submit (it takes no arguments and answers in every state).
+LISTING = TOOLS["list_variables"]
 
 
 def demonstrations(states: SharedStates, rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """Conversations that call ``list_variables`` (its real answer, from the kernel) and then ``submit``
-    the recorded cell: what the warm start teaches."""
-    conversations = []
+    """Conversations that call `LISTING` (its real answer, from the kernel) and then submit the recorded
+    cell: what the warm start teaches."""
     rollout = ThemistoToolEnv(states)
-    for row in rows:
-        rollout.reset(**row)
-        answer = rollout.list_variables()
-        target = states.samples[row["sample_id"]].target
-        conversations.append(
-            [
-                *row["prompt"],
-                _call("list_variables", {}),
-                {"role": "tool", "name": "list_variables", "content": answer},
-                _call("submit", {"prediction": target}),
-                {"role": "tool", "name": "submit", "content": "Prediction recorded."},
-                {"role": "assistant", "content": "Done."},
-            ]
-        )
-    return conversations
+    return [demonstration(rollout, row, states.samples[row["sample_id"]].target) for row in rows]
+
+
+def demonstration(rollout: Any, row: dict[str, Any], target: str) -> list[dict[str, Any]]:
+    """One conversation on ``rollout`` (reset to ``row``): `LISTING` with its real answer, then `SUBMIT` with
+    ``target``, each answered as the rollout answers it."""
+    rollout.reset(**row)
+    answer = getattr(rollout, LISTING.name)()
+    submitted = getattr(rollout, SUBMIT.name)(target)
+    return [
+        *row["prompt"],
+        _call(LISTING.name, {}),
+        {"role": "tool", "name": LISTING.name, "content": answer},
+        _call(SUBMIT.name, {next(iter(SUBMIT.args_model.model_fields)): target}),
+        {"role": "tool", "name": SUBMIT.name, "content": submitted},
+        {"role": "assistant", "content": "Done."},
+    ]
 
 
 def _call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -216,7 +220,7 @@ def train(
         )
         model = tiny_causal_lm(tokenizer, seed=seed)
         probe = ThemistoToolEnv(states)
-        tools = [getattr(probe, name) for name in sorted(vars(ThemistoToolEnv)) if _is_tool(name)]
+        tools = tool_methods(probe)  # what TRL offers the model
         started = time.perf_counter()
         losses = warm_start(model, tokenizer, conversations, tools, steps=warm_start_steps, learning_rate=warm_start_lr)
         warm_seconds = time.perf_counter() - started
@@ -296,14 +300,6 @@ def train(
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
-
-
-def _is_tool(name: str) -> bool:
-    return (
-        not name.startswith("_")
-        and name not in ("reset", "get_reward", "close")
-        and callable(getattr(ThemistoToolEnv, name))
-    )
 
 
 def main() -> None:

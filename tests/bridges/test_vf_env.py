@@ -30,8 +30,8 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
-from themisto_env.bridges.rl.tool_env import SUBMIT_INSTRUCTION, SharedStates, ThemistoToolEnv
-from themisto_env.bridges.vf_env import TASKSET_ID, TOOL_NAMES
+from themisto_env.bridges.rl.tool_env import ROLLOUT_TOOLS, SUBMIT_INSTRUCTION, SharedStates, ThemistoToolEnv
+from themisto_env.bridges.vf_env import TASKSET_ID
 
 PREDICTION = "print(df.head())"
 
@@ -140,10 +140,10 @@ def test_vf_eval_scores_rollouts_with_the_one_score(
     options = {**env_dataset, "tool_budget": 2}
     traces = _vf_eval(model_url, tmp_path, "--env.taskset.options", json.dumps(options))
     assert len(traces) == 2 and all(t["ok"] and not t["errors"] for t in traces), traces
-    names = sorted(tool["name"] for tool in traces[0]["tools"])  # the tools as the model was offered them
-    assert names == sorted(TOOL_NAMES)
-    schema = next(tool for tool in traces[0]["tools"] if tool["name"] == "inspect_variable")
-    assert list(schema["parameters"]["properties"]) == ["name"]  # the model sees the tool's own arguments
+    offered = {tool["name"]: tool for tool in traces[0]["tools"]}  # the tools as the model was offered them
+    assert sorted(offered) == sorted(tool.name for tool in ROLLOUT_TOOLS)
+    for tool in ROLLOUT_TOOLS:  # the model sees the table's arguments
+        assert list(offered[tool.name]["parameters"]["properties"]) == list(tool.args_model.model_fields)
     for trace in traces:
         sample_id = trace["task"]["data"]["sample_id"]
         answer, reward = _same_calls_in_process("next-cell", sample_id, **options)

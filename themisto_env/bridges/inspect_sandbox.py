@@ -40,7 +40,7 @@ from pydantic import ConfigDict
 from themisto_env.env.config import EnvConfig
 from themisto_env.env.episode import Episode
 from themisto_env.env.info import StepInfo
-from themisto_env.env.tools import ToolCall
+from themisto_env.env.tools import TRY_CELL, ToolCall
 from themisto_env.errors import ConfigError, InfrastructureError
 from themisto_env.scoring.execution import ExecutionScore, execution_score
 from themisto_env.scoring.score import SampleScore
@@ -180,13 +180,10 @@ class ThemistoSandbox(SandboxEnvironment):
             obs, _, _, _, info = await anyio.to_thread.run_sync(self.episode.step, ToolCall(tool=tool, args=args))
             self.observation, self.tools_left = obs, int(obs["tools_left"])
         step = StepInfo.model_validate(info)
-        if step.tool_refused:
-            budget = self.episode.config.tool_budget
-            return ToolAnswer(tool, False, f"Error: the tool budget of this sample ({budget} calls) is spent; answer.")
         if step.infrastructure_error is not None:
             self.infrastructure_errors.append(step.infrastructure_error)
         result = step.tool_result
-        if result is None:  # the call was not run (bad action, tools off, machinery failed)
+        if result is None:  # not run: refused (the env's refusal), a bad action, tools off, the machinery failed
             return ToolAnswer(tool, False, str(obs["tool_result"]))
         return ToolAnswer(tool, bool(result["ok"]), str(result["text"]))
 
@@ -242,7 +239,7 @@ class ThemistoSandbox(SandboxEnvironment):
                 "runs, as a cell tried in a copy of the kernel in the sample's state\n"
             )
             return ExecResult(success=False, returncode=127, stdout="", stderr=message)
-        answer = await self.call_tool("try_cell", {"code": code})
+        answer = await self.call_tool(TRY_CELL.name, {"code": code})
         if answer.ok:
             return ExecResult(success=True, returncode=0, stdout=answer.text, stderr="")
         return ExecResult(success=False, returncode=1, stdout="", stderr=answer.text)

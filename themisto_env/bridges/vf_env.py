@@ -5,7 +5,8 @@ The package is a verifiers environment: ``vf-eval themisto-env`` loads the tasks
 package's name, in ``__all__``). Its tasks are
 the samples of a task, each prompt the one of ``tool_dataset`` (the history and the tool invitation; no
 target) with the sample id beside it; the model calls the same tools as in the TRL tool env
-(:mod:`themisto_env.bridges.rl.tool_env`), observation tools and ``submit``, and each rollout is a
+(`ROLLOUT_TOOLS` of `themisto_env.bridges.rl.tool_env`, made from the tool table), observation tools and
+``submit``, and each rollout is a
 :class:`~themisto_env.bridges.rl.tool_env.ThemistoToolEnv` on its sample (the rollouts of a sample share one
 kernel in its state). The task's one reward is that rollout's ``get_reward()``, i.e.
 :func:`~themisto_env.scoring.score.score_sample` (0 for a rollout the env cannot trust, with the metric
@@ -27,21 +28,10 @@ from typing import Any
 
 from themisto_env.errors import ProviderError
 
-__all__ = ["TASKSET_ID", "TOOL_NAMES", "load_environment"]
+__all__ = ["TASKSET_ID", "load_environment"]
 
 #: The id verifiers loads the taskset by (``vf-eval themisto-env``, ``--env.taskset.id themisto-env``).
 TASKSET_ID = "themisto-env"
-
-TOOL_NAMES = (
-    "list_variables",
-    "inspect_variable",
-    "dataframe_head",
-    "dataframe_info",
-    "memory_usage",
-    "get_source",
-    "submit",
-)
-"""The model's tools: :class:`ThemistoToolEnv`'s methods, with their signatures and docstrings."""
 
 
 def load_environment(

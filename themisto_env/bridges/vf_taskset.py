@@ -11,8 +11,8 @@ exactly as in TRL. After each call the server writes the rollout's
 verifiers carries back to :class:`ThemistoTask`'s reward. A rollout that called no tool at all is scored
 here the same way (a rollout over the same states, nothing submitted).
 
-This module is written without ``from __future__ import annotations``: the MCP server builds each tool's
-schema from the annotations of its signature, which must be types, not strings.
+The MCP server builds each tool's schema from its function's signature: `tool_function` makes those from
+the tool table (types, defaults and descriptions as objects, never strings).
 """
 
 import asyncio
@@ -30,8 +30,14 @@ from verifiers.v1.errors import SandboxError
 from verifiers.v1.harnesses.null import NullHarness
 from verifiers.v1.harnesses.utils.launch import CHAT_PROGRAM_SOURCE, launch_chat_program
 
-from themisto_env.bridges.rl.tool_env import SUBMIT_INSTRUCTION, SharedStates, ThemistoToolEnv, tool_dataset
-from themisto_env.bridges.vf_env import TOOL_NAMES
+from themisto_env.bridges.rl.tool_env import (
+    ROLLOUT_TOOLS,
+    SUBMIT_INSTRUCTION,
+    SharedStates,
+    ThemistoToolEnv,
+    tool_dataset,
+)
+from themisto_env.env.tools import tool_function
 
 __all__ = [
     "ThemistoData",
@@ -143,10 +149,11 @@ class ThemistoTask(vf.Task[ThemistoData, ThemistoState]):
 
 
 class ThemistoTools(vf.Toolset[ThemistoToolsConfig, ThemistoState]):
-    """The observation tools and ``submit``: :class:`ThemistoToolEnv`'s methods (their docstrings are what
-    the model reads), each call on the calling rollout's own :class:`ThemistoToolEnv`."""
+    """The rollout's tools (`ROLLOUT_TOOLS`: the observation tools and ``submit``, made from the tool table,
+    so their names, arguments and descriptions are the table's), each call on the calling rollout's own
+    `ThemistoToolEnv`."""
 
-    TOOL_PREFIX = None  # the tools keep their own names (list_variables, ..., submit)
+    TOOL_PREFIX = None  # the tools keep their own names (the table's)
 
     async def setup(self) -> None:
         # verifiers points TMPDIR at the runtime's folder, deep under ~/.cache: the sandbox puts the kernels'
@@ -155,35 +162,15 @@ class ThemistoTools(vf.Toolset[ThemistoToolsConfig, ThemistoState]):
         self._rollouts: OrderedDict[str, ThemistoToolEnv] = OrderedDict()
         self._lock = threading.Lock()
 
-    @vf.tool
-    async def list_variables(self) -> str:
-        return await self._call("list_variables")
+    def register(self, mcp: Any) -> None:
+        """Add each tool of `ROLLOUT_TOOLS` to the MCP server (in place of verifiers' ``@vf.tool`` methods): a
+        function whose signature (types, defaults, `Annotated` descriptions) and description are the table's."""
+        for tool in ROLLOUT_TOOLS:
+            mcp.add_tool(
+                self._with_state(tool_function(tool, self._call)), name=tool.name, description=tool.description
+            )
 
-    @vf.tool
-    async def inspect_variable(self, name: str) -> str:
-        return await self._call("inspect_variable", name=name)
-
-    @vf.tool
-    async def dataframe_head(self, name: str, n: int = 5) -> str:
-        return await self._call("dataframe_head", name=name, n=n)
-
-    @vf.tool
-    async def dataframe_info(self, name: str) -> str:
-        return await self._call("dataframe_info", name=name)
-
-    @vf.tool
-    async def memory_usage(self) -> str:
-        return await self._call("memory_usage")
-
-    @vf.tool
-    async def get_source(self, name: str) -> str:
-        return await self._call("get_source", name=name)
-
-    @vf.tool
-    async def submit(self, prediction: str) -> str:
-        return await self._call("submit", prediction=prediction)
-
-    async def _call(self, tool: str, **args: Any) -> str:
+    async def _call(self, tool: str, args: dict[str, Any]) -> str:
         """Call ``tool`` on the calling rollout's env, then write its reward into the rollout's state."""
         state = self.state
         answer, reward, why = await asyncio.to_thread(self._run, state.rollout, state.sample_id, tool, args)
@@ -204,10 +191,6 @@ class ThemistoTools(vf.Toolset[ThemistoToolsConfig, ThemistoState]):
         answer = str(getattr(rollout, tool)(**args))
         reward = rollout.get_reward()
         return answer, reward, "; ".join(rollout.untrusted)
-
-
-for _name in TOOL_NAMES:
-    getattr(ThemistoTools, _name).__doc__ = getattr(ThemistoToolEnv, _name).__doc__  # what the model reads
 
 
 class ThemistoTaskset(vf.Taskset[ThemistoTask, ThemistoTasksetConfig]):

@@ -25,10 +25,17 @@ from themisto_env.env.actions import Action, Prediction, parse_action, reset_opt
 from themisto_env.env.config import EnvConfig, env_config_and_dataset, warn_unisolated
 from themisto_env.env.info import StepInfo
 from themisto_env.env.observation import sample_observation
-from themisto_env.env.record import SANDBOX_FAILED, EpisodeRecord
+from themisto_env.env.record import EpisodeRecord
 from themisto_env.env.scorer import Scorer
-from themisto_env.env.state_server import FROM_DATASET, EnvironmentChoice, StateServer, not_served, resolve_environment
-from themisto_env.env.tools import TOOL_NAMES, ToolCall, ToolContext
+from themisto_env.env.state_server import (
+    FROM_DATASET,
+    EnvironmentChoice,
+    StateServer,
+    ToolOutcome,
+    not_served,
+    resolve_environment,
+)
+from themisto_env.env.tools import ToolCall, ToolContext, task_tools
 from themisto_env.errors import ActionError, BackendUnavailableError, ConfigError, InfrastructureError
 from themisto_env.replay.dataset import Dataset
 from themisto_env.replay.state_check import StateReport
@@ -79,8 +86,8 @@ class Episode:
         self.episode_ids = sorted(self.episode_samples)
         if not self.episode_ids:
             raise ConfigError(f"no {config.task} samples in {dataset.path} under {config.sample_rule}")
-        #: The tools an agent is offered (try_cell would reveal the output in the output task).
-        self.tool_names = tuple(n for n in TOOL_NAMES if n != "try_cell" or config.task == "next-cell")
+        #: The tools an agent is offered (those that run code would reveal the output in the output task).
+        self.tool_names = tuple(tool.name for tool in task_tools(config.task))
         self._owns = (server is None, scorer is None)
         self.server = server if server is not None else StateServer(config, dataset, environment=self.environment)
         self.scorer = scorer if scorer is not None else Scorer(config, dataset, environment=self.environment)
@@ -194,17 +201,23 @@ class Episode:
         if isinstance(parsed, Prediction):
             return self._submit(parsed, extra)
         current = self.record.current
-        if current.budget_spent:  # refused: the sample waits for its prediction
-            extra["tool_refused"] = True
-            self._last_tool = current.refusal()
-            return self.observation(), 0.0, False, False, self.info(**extra)
-        current.count_call()
+        tools_off = f"tools are off in the {self.config.observation!r} observation mode"
         if parsed is None:
-            self._last_tool = f"Invalid action: {extra['action_error']}"
+            turn = current.invalid_turn(extra["action_error"])
+        elif self.config.observation != "tools":
+            turn = current.invalid_turn(tools_off)
+            if not turn.refused:
+                extra["action_error"] = tools_off
         else:
-            self._last_tool = self._call_tool(parsed, extra)
-        reward = current.pay_call()
-        return self.observation(), reward, False, False, self.info(**extra)
+            turn = current.tool_turn(parsed, self._run_tool)
+        if turn.refused:  # the sample waits for its prediction
+            extra["tool_refused"] = True
+        elif turn.outcome is not None and turn.outcome.result is None:
+            extra["infrastructure_error"] = turn.outcome.error
+        elif turn.outcome is not None and turn.outcome.result is not None:
+            extra["tool_result"] = asdict(turn.outcome.result)
+        self._last_tool = turn.text
+        return self.observation(), turn.reward, False, False, self.info(**extra)
 
     def _begin_sample(self) -> dict[str, Any]:
         self._sample_mark = self.clock.mark()
@@ -222,18 +235,9 @@ class Episode:
                 self.record.current.add_faults(self.server.recover(exc))
         return self.observation()
 
-    def _call_tool(self, call: ToolCall, extra: dict[str, Any]) -> str:
-        if self.config.observation != "tools":
-            extra["action_error"] = f"tools are off in the {self.config.observation!r} observation mode"
-            return f"Invalid action: {extra['action_error']}"
+    def _run_tool(self, call: ToolCall) -> ToolOutcome:
         assert self.record.sample is not None
-        outcome = self.server.call_tool(call, self.scorer.try_code(self.record.sample))
-        self.record.current.took(call, outcome)
-        if outcome.result is None:
-            extra["infrastructure_error"] = outcome.error
-            return SANDBOX_FAILED
-        extra["tool_result"] = asdict(outcome.result)
-        return outcome.result.text
+        return self.server.call_tool(call, self.scorer.try_code(self.record.sample))
 
     def _submit(self, prediction: Prediction, extra: dict[str, Any]) -> Step:
         """Score the prediction (the step pays the sample's reward less what its tool steps already paid:

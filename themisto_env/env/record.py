@@ -8,7 +8,8 @@ episode's samples and the current sample's record.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from themisto_env.data.samples import Sample
@@ -19,7 +20,7 @@ from themisto_env.env.tools import ToolCall
 from themisto_env.replay.state_check import StateReport
 from themisto_env.scoring.score import SampleScore
 
-__all__ = ["MAX_TOOL_REFUNDS", "SANDBOX_FAILED", "EpisodeRecord", "SampleRecord"]
+__all__ = ["MAX_TOOL_REFUNDS", "SANDBOX_FAILED", "EpisodeRecord", "SampleRecord", "ToolTurn"]
 
 MAX_TOOL_REFUNDS = 3
 """How many tool calls per sample are given back when the sandbox, not the agent, failed them (a
@@ -28,6 +29,24 @@ endless free calls from code that keeps breaking its kernel's start."""
 
 SANDBOX_FAILED = "The tool could not run because the sandbox failed; it was recovered: try again."
 """What a tool call the machinery failed is answered (the call did not run)."""
+
+
+@dataclass(frozen=True)
+class ToolTurn:
+    """One tool turn as the record took it (`SampleRecord.tool_turn`).
+
+    Attributes:
+        text: What the agent reads: the tool's answer, the refusal past the budget, `SANDBOX_FAILED`, or
+            why the action was invalid.
+        reward: The turn's reward: `-tool_cost` for a counted turn, 0 for a refused one.
+        refused: The budget was spent: nothing ran, nothing was counted or paid.
+        outcome: What the call came to; None when it was refused or nothing could run.
+    """
+
+    text: str
+    reward: float = 0.0
+    refused: bool = False
+    outcome: ToolOutcome | None = None
 
 
 class SampleRecord:
@@ -70,11 +89,39 @@ class SampleRecord:
         return self.tools_used >= self.tool_budget
 
     def refusal(self) -> str:
-        """What a call past the budget is answered."""
+        """What a call past the budget is answered (the one refusal text of every bridge)."""
         return (
             f"Tool budget spent ({self.tool_budget} calls for this sample): nothing was run. "
-            "Submit the prediction now (kind=1, Prediction(text=...))."
+            "Submit your prediction now (a Prediction action, or the submit tool where there is one)."
         )
+
+    def tool_turn(self, call: ToolCall, run: Callable[[ToolCall], ToolOutcome]) -> ToolTurn:
+        """One tool turn, as the gym env and every bridge take it: refused past the budget (nothing runs, it
+        costs nothing); else counted, run, recorded (a call the machinery failed is answered
+        `SANDBOX_FAILED` and given back, see `took`) and paid.
+
+        Args:
+            call: The tool call.
+            run: Runs it on the sample's state (a state server's `call_tool`, or a shared answer).
+
+        Returns:
+            What the agent reads, the turn's reward, and the call's outcome.
+        """
+        if self.budget_spent:
+            return ToolTurn(self.refusal(), refused=True)
+        self.count_call()
+        outcome = run(call)
+        self.took(call, outcome)
+        text = SANDBOX_FAILED if outcome.result is None else outcome.result.text
+        return ToolTurn(text, self.pay_call(), outcome=outcome)
+
+    def invalid_turn(self, error: str) -> ToolTurn:
+        """A turn whose action cannot run (malformed, or tools off): refused past the budget as any turn,
+        else counted and paid, and answered `Invalid action: ...`."""
+        if self.budget_spent:
+            return ToolTurn(self.refusal(), refused=True)
+        self.count_call()
+        return ToolTurn(f"Invalid action: {error}", self.pay_call())
 
     def count_call(self) -> None:
         """A tool call is taken (counted against the budget; paid by :meth:`pay_call`)."""

@@ -23,7 +23,7 @@ from themisto_env import tracing
 from themisto_env.data.trajectory import Step, Trajectory
 from themisto_env.env.config import EnvConfig
 from themisto_env.env.observation import history_items, render_runtime
-from themisto_env.env.tools import ToolCall, ToolContext, ToolResult, run_tool
+from themisto_env.env.tools import TOOLS, ToolCall, ToolContext, ToolResult, run_tool
 from themisto_env.errors import BackendUnavailableError, ConfigError, InfrastructureError
 from themisto_env.replay.dataset import Dataset
 from themisto_env.replay.disposable import CodeRun, imported_modules
@@ -379,8 +379,9 @@ class StateServer:
                 result = run_tool(call, self.tool_context(try_code, keep_answers=True))
             except InfrastructureError as exc:
                 tracing.fail(span, exc)
-                if call.tool == "try_cell" and not isinstance(exc, BackendUnavailableError):
-                    faults.append(fault_text(exc))  # its disposable kernel: not ours
+                tool = TOOLS.get(call.tool)
+                if tool is not None and not tool.read_only and not isinstance(exc, BackendUnavailableError):
+                    faults.append(fault_text(exc))  # a tool that runs code runs it in a disposable kernel: not ours
                 else:
                     faults += self.recover(exc)
                 return ToolOutcome(None, tuple(faults))

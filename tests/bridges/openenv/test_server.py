@@ -369,15 +369,12 @@ def test_the_trl_example_rollout_earns_the_in_process_reward(server: Server) -> 
         *_, info = local.step(Prediction(text="print(df.head())"))
     finally:
         local.close()
-    rollout = RemoteRollout(server.url, token=TOKEN)
-    try:
+    with RemoteRollout(server.url, token=TOKEN) as rollout:
         assert "submit" in rollout.reset(sample_id=sample_id, prompt=[])
         assert rollout.list_variables()
         rollout.submit("```python\nprint(df.head())\n```")  # read as the agents read a reply
         assert rollout.get_reward() == info["reward"]
         assert rollout.last_info["scored_sample_id"] == sample_id
-    finally:
-        rollout.close()
 
 
 def _position(env: ThemistoEnv, sample_id: str) -> dict[str, object]:

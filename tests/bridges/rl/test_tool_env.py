@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from themisto_env.bridges.rl.tool_env import SharedStates, ThemistoToolEnv, tool_dataset
+from themisto_env.bridges.rl.tool_env import ROLLOUT_TOOLS, SharedStates, ThemistoToolEnv, tool_dataset
 from themisto_env.env.actions import Prediction
 from themisto_env.env.core import ThemistoEnv
+from themisto_env.env.record import SANDBOX_FAILED
 from themisto_env.env.tools import ToolCall
 from themisto_env.metrics import reward, score
 
@@ -145,16 +146,8 @@ def test_trl_reads_the_tools_schemas(env_dataset: dict[str, str]) -> None:
     with SharedStates(task="next-cell", **env_dataset) as states:
         rollout = states.factory()()
         names = {}
-        for name in (
-            "list_variables",
-            "inspect_variable",
-            "dataframe_head",
-            "dataframe_info",
-            "memory_usage",
-            "get_source",
-            "submit",
-        ):
-            schema = get_json_schema(getattr(rollout, name))["function"]
+        for tool in ROLLOUT_TOOLS:
+            schema = get_json_schema(getattr(rollout, tool.name))["function"]
             names[schema["name"]] = set(schema["parameters"].get("properties", {}))
         assert names["dataframe_head"] == {"name", "n"} and names["submit"] == {"prediction"}
         assert names["list_variables"] == set()
@@ -230,3 +223,50 @@ def test_a_call_the_sandbox_failed_is_given_back_as_in_the_gym_env(
         assert "sales" in rollout.inspect_variable("sales"), "the state was served again"
         assert "budget" in rollout.get_source("total"), "two calls counted: the budget is spent"
         assert rollout.get_reward() is None and rollout.untrusted == rollout.faults
+
+
+def _counts(record: Any) -> tuple[int, float, list[dict[str, Any]], int]:
+    return record.tools_used, round(record.tool_cost_paid, 9), record.tool_calls, len(record.faults)
+
+
+@pytest.mark.slow  # two kernels killed and recovered
+def test_the_rollouts_turns_are_the_envs_turns(env_dataset: dict[str, str], late_sample: str) -> None:
+    """The same calls, a kill of the kernel between them, and a call past the budget: the TRL rollout reads
+    the gym env's texts (its refusal, its sandbox-failed answer, the tools' answers) and its record counts,
+    pays and gives back what the gym env's record does."""
+    calls = [
+        ("list_variables", {}),
+        "kill",
+        ("memory_usage", {}),
+        ("inspect_variable", {"name": "sales"}),
+        ("get_source", {"name": "total"}),
+    ]
+    env = ThemistoEnv(task="next-cell", tool_budget=2, tool_cost=0.05, **env_dataset)
+    try:
+        env.reset(options={"sample": late_sample})
+        gym = []
+        for call in calls:
+            if call == "kill":
+                os.kill(env.tool_context().kernel.launcher.pid(), signal.SIGKILL)
+                continue
+            obs, reward, *_ = env.step(ToolCall(tool=call[0], args=call[1]))
+            gym.append((obs["tool_result"], reward))
+        gym_record = _counts(env.record.current)
+    finally:
+        env.close()
+    with SharedStates(task="next-cell", tool_budget=2, tool_cost=0.05, cache_answers=False, **env_dataset) as states:
+        rollout = ThemistoToolEnv(states)
+        rollout.reset(sample_id=late_sample)
+        answers = []
+        for call in calls:
+            if call == "kill":
+                os.kill(states.server_for(late_sample).tool_context().kernel.launcher.pid(), signal.SIGKILL)
+                continue
+            answers.append(getattr(rollout, call[0])(**call[1]))
+        rollout_record = _counts(rollout.record)
+    texts = [text for text, _ in gym]
+    assert texts[1] == SANDBOX_FAILED and texts[3] == rollout.record.refusal(), texts
+    assert answers == texts, "the rollout reads the gym env's texts"
+    assert [reward for _, reward in gym] == [-0.05, -0.05, -0.05, 0.0]
+    assert rollout_record == gym_record, "counted, paid and given back alike"
+    assert rollout_record[0] == 2 and rollout_record[3] == 1  # two counted calls; the failed one given back

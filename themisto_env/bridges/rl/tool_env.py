@@ -15,16 +15,18 @@ instance for themisto-env::
     )
 
 A rollout: ``reset(sample_id=...)`` serves nothing yet (the state is lazy); the model calls the
-observation tools (``list_variables``, ``inspect_variable``, ``dataframe_head``, ...), each answered
-from the live kernel in the sample's state; it gives its prediction with ``submit``; ``get_reward()``
+observation tools (`ROLLOUT_TOOLS`: the env's read-only tools, methods made from the tool table
+`themisto_env.env.tools.TOOLS`, so their names, arguments and docstrings are the table's), each answered
+from the live kernel in the sample's state; it gives its prediction with the table's `SUBMIT` tool; ``get_reward()``
 scores the last submitted prediction with the env's :class:`~themisto_env.env.scorer.Scorer` (the one rule,
 docs/reward.md: metrics, execution score when on, minus ``tool_cost`` per tool call) and returns None (TRL
 leaves it out) when the rollout cannot be trusted: an infrastructure failure during its tool calls, or a
 state that differs from the recording.
 
-Each rollout keeps the env's record of a sample (:class:`~themisto_env.env.record.SampleRecord`): its tool
-calls against ``tool_budget`` (a call past it is refused: nothing runs, it costs nothing), and the faults
-that touch it (a call the sandbox failed is given back, up to the env's cap), exactly as in the gym env.
+Each rollout keeps the env's record of a sample ([`SampleRecord`][themisto_env.env.record.SampleRecord]) and takes
+each tool call as the gym env does, through the record's `tool_turn`: refused past ``tool_budget`` with the
+env's refusal (nothing runs, it costs nothing), else counted, run, recorded, and answered `SANDBOX_FAILED`
+where the sandbox failed it (given back, up to the env's cap).
 
 **Group sharing.** Tools are read-only, so the rollouts of one sample (a GRPO group) can share one kernel
 in that state: :class:`SharedStates` keeps one :class:`~themisto_env.env.state_server.StateServer` (one
@@ -43,16 +45,21 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from themisto_env.data.samples import Sample
-from themisto_env.env.tools import ToolCall, ToolResult
+from themisto_env.env.tools import SUBMIT, TOOLS, ToolCall, ToolResult, ToolSpec, tool_method
 from themisto_env.errors import ConfigError, InfrastructureError
 from themisto_env.scoring.score import SampleScore
 
 if TYPE_CHECKING:
     from themisto_env.env.record import SampleRecord
     from themisto_env.env.scorer import Scorer
-    from themisto_env.env.state_server import StateServer
+    from themisto_env.env.state_server import StateServer, ToolOutcome
 
-__all__ = ["SUBMIT_INSTRUCTION", "SharedStates", "ThemistoToolEnv", "tool_dataset"]
+__all__ = ["ROLLOUT_TOOLS", "SUBMIT_INSTRUCTION", "SharedStates", "ThemistoToolEnv", "tool_dataset", "tool_methods"]
+
+#: The model's tools in a rollout, in the table's order: the env's read-only observation tools, then
+#: `SUBMIT`. A tool that runs code (`try_cell`) is left out: TRL reads the tools off the environment's class,
+#: which is the same in both tasks, and the output task does not offer it.
+ROLLOUT_TOOLS: tuple[ToolSpec, ...] = (*(tool for tool in TOOLS.values() if tool.read_only), SUBMIT)
 
 #: Appended to each rollout's prompt (``reset``'s return value): how the prediction is given.
 SUBMIT_INSTRUCTION = "\n\nGive your prediction by calling the submit tool with it; the last submission is scored."
@@ -183,21 +190,28 @@ class ThemistoToolEnv:
     """One rollout for ``GRPOTrainer(environment_factory=...)``: the observation tools of one sample's
     live state, a ``submit`` tool for the prediction, and its reward.
 
+    Its public methods are TRL's: ``reset``, ``get_reward``, and one method per tool of `ROLLOUT_TOOLS`
+    (made from the tool table: see `tool_methods`); TRL offers every other public method to the model, so
+    there is none. It closes what it made through ``with`` (or ``states.close()``).
+
     Args:
         states: The shared states (see :class:`SharedStates`); a new one over ``env_options`` if None.
         **env_options: Env options when ``states`` is None.
+
+    Attributes:
+        states: The shared states its tools are answered from.
     """
 
     def __init__(self, states: SharedStates | None = None, **env_options: Any) -> None:
         from themisto_env.env.record import SampleRecord
 
-        self._states = states if states is not None else SharedStates(**env_options)
+        self.states = states if states is not None else SharedStates(**env_options)
         self._own_states = states is None
         self._own_server: StateServer | None = None  # without sharing: this rollout's own server
         self.sample: Sample | None = None
         self.answer: str | None = None
         #: The rollout's record: its tool calls against the budget and the faults that touch it.
-        self.record: SampleRecord = SampleRecord.of(self._states.config)
+        self.record: SampleRecord = SampleRecord.of(self.states.config)
         self.mismatches: list[str] = []  # how the served state differed from the recording
         self.last_score: SampleScore | None = None  # what get_reward() last computed
 
@@ -218,12 +232,12 @@ class ThemistoToolEnv:
         Returns the instruction TRL appends to the prompt: predictions are given with ``submit``."""
         sample_id = row.get("sample_id")
         if isinstance(sample_id, str):  # a split's side refuses the other side's samples (SplitError)
-            self._states.dataset.check_served(sample_id=sample_id)
-        if sample_id not in self._states.samples:
+            self.states.dataset.check_served(sample_id=sample_id)
+        if sample_id not in self.states.samples:
             raise ConfigError(f"row has no known sample_id (got {sample_id!r}); build rows with tool_dataset()")
-        self.sample = self._states.samples[sample_id]
+        self.sample = self.states.samples[sample_id]
         self.answer = None
-        self.record = self.record.of(self._states.config)  # a new record under the same budget and cost
+        self.record = self.record.of(self.states.config)  # a new record under the same budget and cost
         self.mismatches, self.last_score = [], None
         return SUBMIT_INSTRUCTION
 
@@ -236,7 +250,7 @@ class ThemistoToolEnv:
         :attr:`last_score`."""
         if self.sample is None:
             raise ConfigError("call reset() before get_reward()")
-        self.last_score = self._states.scorer().score(
+        self.last_score = self.states.scorer().score(
             self.sample,
             self._prediction(),
             tools_used=self.record.tools_used,
@@ -250,81 +264,6 @@ class ThemistoToolEnv:
         """Why this rollout's reward cannot be trusted (infrastructure faults, state mismatches)."""
         return [*self.faults, *(f"state mismatch: {m}" for m in self.mismatches)]
 
-    # -- tools (the model sees their names, arguments and docstrings) ---------------------------------------
-
-    def list_variables(self) -> str:
-        """List the user variables in the notebook's kernel: name, type, shape or length, size in memory.
-
-        Returns:
-            A table of the variables, or a note that there are none.
-        """
-        return self._tool("list_variables")
-
-    def inspect_variable(self, name: str) -> str:
-        """Inspect one variable in the kernel: type, shape, dtype, length, size and its value (repr).
-
-        Args:
-            name: The variable's name.
-
-        Returns:
-            What the variable is and holds, cut to a bounded length.
-        """
-        return self._tool("inspect_variable", name=name)
-
-    def dataframe_head(self, name: str, n: int = 5) -> str:
-        """Show the first n rows of a pandas DataFrame or Series in the kernel.
-
-        Args:
-            name: The name of a DataFrame or Series.
-            n: How many first rows to show (1 to 50).
-
-        Returns:
-            The rows as text.
-        """
-        return self._tool("dataframe_head", name=name, n=n)
-
-    def dataframe_info(self, name: str) -> str:
-        """Show df.info() of a pandas DataFrame or Series: index, columns, non-null counts, dtypes.
-
-        Args:
-            name: The name of a DataFrame or Series.
-
-        Returns:
-            The info text.
-        """
-        return self._tool("dataframe_info", name=name)
-
-    def memory_usage(self) -> str:
-        """Show the kernel's memory and the largest variables with their sizes.
-
-        Returns:
-            The kernel total and the largest variables.
-        """
-        return self._tool("memory_usage")
-
-    def get_source(self, name: str) -> str:
-        """Show the source code of a function or class defined in the notebook.
-
-        Args:
-            name: The function's or class's name.
-
-        Returns:
-            Its source.
-        """
-        return self._tool("get_source", name=name)
-
-    def submit(self, prediction: str) -> str:
-        """Submit your prediction (the next cell's source, or the cell's output). The last one counts.
-
-        Args:
-            prediction: The predicted text.
-
-        Returns:
-            A confirmation.
-        """
-        self.answer = str(prediction)
-        return "Prediction recorded."
-
     # -- internals ------------------------------------------------------------------------------------------
 
     def _prediction(self) -> str:
@@ -336,51 +275,64 @@ class ThemistoToolEnv:
         assert self.sample is not None
         return extract_prediction(self.answer, self.sample.task)  # type: ignore[arg-type]
 
-    def _tool(self, tool: str, **args: Any) -> str:
-        """One tool call: refused once the record's budget is spent, else answered from the group's cache or
-        the sample's state server, and written in the record as the gym env writes a tool step."""
-        from themisto_env.env.record import SANDBOX_FAILED
-        from themisto_env.env.state_server import ToolOutcome, fault_text, state_mismatch
-
+    def _call(self, tool: str, args: dict[str, Any]) -> str:
+        """What a tool method answers: `submit` keeps the prediction; an observation tool is one turn of the
+        env's record (`SampleRecord.tool_turn`), run by `_run`."""
+        if tool == SUBMIT.name:
+            self.answer = str(SUBMIT.args_model.model_validate(args).prediction)  # type: ignore[attr-defined]
+            return "Prediction recorded."
         if self.sample is None:
             raise ConfigError("call reset() before using tools")
-        record = self.record
-        if record.budget_spent:  # refused: nothing runs, it costs nothing
-            return f"The tool budget ({record.tool_budget} calls) is spent: submit your prediction."
-        states, call = self._states, ToolCall(tool=tool, args=args)
-        key = (tool, json.dumps(args, sort_keys=True))
+        return self.record.tool_turn(ToolCall(tool=tool, args=args), self._run).text
+
+    def _run(self, call: ToolCall) -> ToolOutcome:
+        """Answer a call from the group's cache or the sample's state server (the outcome the record takes)."""
+        from themisto_env.env.state_server import ToolOutcome, fault_text, state_mismatch
+
+        states, sample = self.states, self.sample
+        assert sample is not None
+        shared = states.cache_answers and TOOLS[call.tool].read_only
+        key = (call.tool, json.dumps(call.args, sort_keys=True))
         mismatch = None
         with states.lock():
-            cached = states.answers.get(self.sample.id, {}).get(key) if states.cache_answers else None
+            cached = states.answers.get(sample.id, {}).get(key) if shared else None
             if cached is not None:
-                outcome = ToolOutcome(cached)
-            else:
-                try:
-                    if not states.share and self._own_server is None:
-                        self._own_server = states.new_server()
-                    server = states.server_for(self.sample.id, own=None if states.share else self._own_server)
-                    outcome = server.call_tool(call)
-                    mismatch = state_mismatch(server.report)
-                except InfrastructureError as exc:  # a lost backend, a state that cannot be selected: the
-                    # machinery's fault, never the tool's answer (TRL would show the model the error's text)
-                    outcome = ToolOutcome(None, (fault_text(exc),))
-                if states.cache_answers:
-                    if outcome.faults:
-                        states.answers.pop(self.sample.id, None)  # the kernel was replaced
-                    elif outcome.result is not None and mismatch is None:
-                        states.answers.setdefault(self.sample.id, {})[key] = outcome.result
-        record.count_call()
-        record.took(call, outcome)  # a call the machinery failed is given back (up to the env's cap)
-        if outcome.result is None:
-            return SANDBOX_FAILED
-        if mismatch is not None:
+                return ToolOutcome(cached)
+            try:
+                if not states.share and self._own_server is None:
+                    self._own_server = states.new_server()
+                server = states.server_for(sample.id, own=None if states.share else self._own_server)
+                outcome = server.call_tool(call)
+                mismatch = state_mismatch(server.report)
+            except InfrastructureError as exc:  # a lost backend, a state that cannot be selected: the
+                # machinery's fault, never the tool's answer (TRL would show the model the error's text)
+                outcome = ToolOutcome(None, (fault_text(exc),))
+            if states.cache_answers:
+                if outcome.faults:
+                    states.answers.pop(sample.id, None)  # the kernel was replaced
+                elif shared and outcome.result is not None and mismatch is None:
+                    states.answers.setdefault(sample.id, {})[key] = outcome.result
+        if mismatch is not None and outcome.result is not None:
             self.mismatches.append(mismatch)
-        return outcome.result.text
+        return outcome
 
-    def close(self) -> None:
-        """Close what this instance owns (its own states, when it made them). Idempotent."""
+    def __enter__(self) -> ThemistoToolEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Close what this instance made (its own states, when it was given none)."""
         if self._own_states:
-            self._states.close()
+            self.states.close()
+
+
+for _tool in ROLLOUT_TOOLS:  # the model's tools: methods made from the table (name, signature, docstring)
+    setattr(ThemistoToolEnv, _tool.name, tool_method(_tool, ThemistoToolEnv._call))
+
+
+def tool_methods(rollout: Any) -> list[Callable[..., str]]:
+    """A rollout's tool methods, bound, as TRL offers them to the model (in the order it lists them: by
+    name), for a chat template's ``tools``. ``rollout`` is any object with a method per `ROLLOUT_TOOLS` tool."""
+    return [getattr(rollout, name) for name in sorted(tool.name for tool in ROLLOUT_TOOLS)]
 
 
 def tool_dataset(task: str = "next-cell", *, limit: int | None = None, **env_options: Any) -> Any:

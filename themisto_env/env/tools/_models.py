@@ -123,21 +123,39 @@ class ToolContext:
 
 
 @dataclass(frozen=True)
-class ObservationTool:
-    """One observation tool: what a model reads about it, its arguments, and what it does.
+class ToolSpec:
+    """A tool as a model reads it, whoever answers it: its name, what it does, and its arguments.
+
+    The one definition every bridge derives its tools from (the gym env's actions, langchain, inspect,
+    TRL, verifiers, OpenEnv): see `themisto_env.env.tools.TOOLS` and `SUBMIT`.
 
     Attributes:
-        name: The tool's name (an env action's ``tool``, a langchain tool's name).
+        name: The tool's name (an env action's `tool`, a framework's tool name).
         description: What the tool answers, written for a model.
-        args_model: The pydantic model of the arguments; its fields (types, bounds, descriptions) are the
-            schema a model sees. ``extra="forbid"``.
-        function: ``(context, validated_args) -> text``; raises :class:`ToolError` for answers the agent
-            should read as an error.
+        args_model: The pydantic model of the arguments; its fields (types, defaults, bounds, descriptions)
+            are the schema a model sees. `extra="forbid"`.
+        read_only: The tool only reads the env's kernel and history. False for a tool that runs code (in a
+            disposable kernel, never the env's): offered in the next-cell task only, where running code
+            reveals nothing the agent is asked to predict, and its answers are never shared between calls.
+        returns: What the answer is, for frameworks that read a function's `Returns:` section.
     """
 
     name: str
     description: str
     args_model: type[BaseModel]
+    read_only: bool = field(default=True, kw_only=True)
+    returns: str = field(default="The answer as text; an error says what went wrong.", kw_only=True)
+
+
+@dataclass(frozen=True)
+class ObservationTool(ToolSpec):
+    """One observation tool: a `ToolSpec` and what it does.
+
+    Attributes:
+        function: `(context, validated_args) -> text`; raises `ToolError` for answers the agent should read
+            as an error.
+    """
+
     function: Callable[[ToolContext, Any], str] = field(repr=False)
 
 

@@ -15,7 +15,7 @@ from typing import ParamSpec, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from themisto_env.env.tools._history import find_definition
-from themisto_env.env.tools._models import ObservationTool, ToolContext, ToolError
+from themisto_env.env.tools._models import ObservationTool, ToolContext, ToolError, ToolSpec
 from themisto_env.env.tools._text import clip, human_size, shape_or_length, table
 from themisto_env.env.tools._try import TryCellArgs, try_cell
 from themisto_env.errors import HelperError, IntrospectionRefused
@@ -266,6 +266,18 @@ def _share(source: str, output: str, budget: int) -> tuple[str, str]:
     return clip(source, source_room), clip(output, output_room, keep="middle")
 
 
+#: The tool that runs code: a candidate next cell, in a disposable kernel at the current state.
+TRY_CELL = ObservationTool(
+    "try_cell",
+    "Try a candidate for the next cell (next-cell task only): run code in a disposable copy of the kernel "
+    "in the current state (before the cell you predict) and see its outputs, whether it raised, and which "
+    "variables it created, changed or deleted. The copy is thrown away after: the notebook's kernel is not "
+    "changed. Use it to check and revise a prediction; it never shows the real next cell.",
+    TryCellArgs,
+    try_cell,
+    read_only=False,
+)
+
 _TOOLS = (
     ObservationTool(
         "list_variables",
@@ -320,19 +332,35 @@ _TOOLS = (
         RecentExecutionsArgs,
         recent_executions,
     ),
-    ObservationTool(
-        "try_cell",
-        "Try a candidate for the next cell (next-cell task only): run code in a disposable copy of the kernel "
-        "in the current state (before the cell you predict) and see its outputs, whether it raised, and which "
-        "variables it created, changed or deleted. The copy is thrown away after: the notebook's kernel is not "
-        "changed. Use it to check and revise a prediction; it never shows the real next cell.",
-        TryCellArgs,
-        try_cell,
-    ),
+    TRY_CELL,
 )
 
-#: The observation tools by name, in the fixed order of :data:`TOOL_NAMES`.
+#: The observation tools by name, in the fixed order of `TOOL_NAMES`: the one table every bridge's tools
+#: come from (names, arguments, descriptions, read-only flag).
 TOOLS: dict[str, ObservationTool] = {tool.name: tool for tool in _TOOLS}
 
-#: The tool names in a fixed order: the env maps a ``Discrete`` action index to a name through it.
+#: The tool names in a fixed order: the env maps a `Discrete` action index to a name through it.
 TOOL_NAMES: tuple[str, ...] = tuple(TOOLS)
+
+
+def task_tools(task: str) -> tuple[ObservationTool, ...]:
+    """The tools offered in a task, in `TOOL_NAMES` order: the read-only ones everywhere, those that run code
+    in the next-cell task only (in the output task the cell is given, and running code would reveal the
+    output the agent is asked to predict)."""
+    return tuple(tool for tool in _TOOLS if tool.read_only or task == "next-cell")
+
+
+class SubmitArgs(_Args):
+    """Arguments of the submit tool."""
+
+    prediction: str = Field(description="The predicted text: the next cell's source, or the cell's output.")
+
+
+#: The prediction as a tool, for the bridges whose agents answer by calling a tool (TRL, verifiers): it
+#: keeps the text, and the rollout's last one is scored. The gym env takes a `Prediction` action instead.
+SUBMIT = ToolSpec(
+    "submit",
+    "Submit your prediction (the next cell's source, or the cell's output). The last one counts.",
+    SubmitArgs,
+    returns="A confirmation.",
+)

@@ -122,10 +122,13 @@ def _parameter(name: str, info: Any) -> str:
     return f"{name}: {kind}" if info.is_required() else f"{name}: {kind} = {info.default!r}"
 
 
-def _bounds(info: Any) -> str:
+def argument_description(info: Any) -> str:
+    """An argument's description as a model reads it in text: the field's description with its bounds, e.g.
+    `How many first rows to show (1 to 50).` (`info`: a pydantic `FieldInfo` of a tool's args model)."""
     low = next((m.ge for m in info.metadata if getattr(m, "ge", None) is not None), None)
     high = next((m.le for m in info.metadata if getattr(m, "le", None) is not None), None)
-    return f" ({low} to {high})" if low is not None and high is not None else ""
+    bounds = f" ({low} to {high})" if low is not None and high is not None else ""
+    return f"{info.description.rstrip('.')}{bounds}."
 
 
 def describe_tools() -> str:
@@ -139,6 +142,6 @@ def describe_tools() -> str:
     for tool in TOOLS.values():
         lines = [f"- {signature(tool)}: {tool.description}"]
         fields: dict[str, Any] = dict(tool.args_model.model_fields)
-        lines += [f"    {name}: {info.description.rstrip('.')}{_bounds(info)}." for name, info in fields.items()]
+        lines += [f"    {name}: {argument_description(info)}" for name, info in fields.items()]
         entries.append("\n".join(lines))
     return "\n".join(entries)
