@@ -409,6 +409,12 @@ class KernelTemplate:
         identities = (self.base or self)._identities
         return None if identities is None else identities.pop(str(connection_file), None)
 
+    def limit_events(self) -> dict[str, int]:
+        """The limit hits of the template's own process (a docker template's: its container's cgroup, which
+        every copy shares); empty where it has none."""
+        process = (self.base or self)._process
+        return process.limit_events() if process is not None else {}
+
     # -- kernels and states -------------------------------------------------------------------------------------
 
     def kernel(self, *, limits: SandboxLimits | None = None) -> KernelLike:
