@@ -410,9 +410,11 @@ def test_nothing_outlives_a_sigkilled_owner(docker_engine: None) -> None:
 
 
 @pytest.fixture(scope="module")
-def crowded(docker_engine: None) -> Iterator[KernelTemplate]:
-    """A template container of its own for the tests that fill it (its cgroup's counters rise for good)."""
-    with KernelTemplate("docker", store_access="copy", limits=LIMITS, spares=0) as template:
+def crowded(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelTemplate]:
+    """A template container of its own for the tests that fill it (its cgroup's counters rise for good) or
+    hand it a hostile snapshot (its own snapshot store)."""
+    store = tmp_path_factory.mktemp("hostile-store")
+    with KernelTemplate("docker", store_access="copy", limits=LIMITS, spares=0, snapshot_dir=store) as template:
         yield template
 
 
@@ -534,3 +536,81 @@ def test_a_copy_beyond_its_own_limit_is_its_own_failure_in_a_shared_container(
     finally:
         kernel.close()
         sibling.close()
+
+
+# -- a hostile snapshot: unpickling is the dataset's code, and it runs with no more than a copy's rights -------
+
+SNAPSHOT_ATTACK = """import json, os, signal
+results = {'uid': os.getresuid()}
+def attempt(name, action):
+    try:
+        action()
+        results[name] = 'done'
+    except OSError as e:
+        results[name] = type(e).__name__
+attempt('become root', lambda: os.setresuid(0, 0, 0))
+attempt('become the sibling', lambda: os.setresuid(SIBLING_UID, SIBLING_UID, SIBLING_UID))
+attempt('read the sibling file', lambda: open(SIBLING_FILE).read())
+attempt('signal the sibling', lambda: os.kill(SIBLING_PID, signal.SIGKILL))
+attempt('write the template folder', lambda: open(os.path.join(TEMPLATE_DIR, 'pwned'), 'w').write('x'))
+attempt('replace the owner record', lambda: os.replace(os.path.join(os.getcwd(), 'attack.json'), OWNER_RECORD))
+attempt('signal the template', lambda: os.kill(os.getppid(), 0))
+with open('attack.json', 'w') as f:
+    json.dump(results, f)
+"""
+
+
+class _Unpickled:
+    """Runs ``source`` when unpickled (what any snapshot may do: its bytes are the dataset's code)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def __reduce__(self) -> tuple[object, tuple[str, dict[str, object]]]:
+        return exec, (self.source, {})
+
+
+def test_a_hostile_snapshot_runs_with_a_copy_s_rights_only(crowded: KernelTemplate) -> None:
+    """A snapshot whose unpickling tries what only root or ``CAP_SETUID`` could do: become root or a sibling's
+    uid, read or kill a sibling, write the template's folder or replace its owner record (which the reaper
+    trusts). Its copies load it themselves, under their own uid: every attempt fails, and the sibling and the
+    template go on."""
+    import hashlib
+    import pickle
+
+    from themisto_env.sandbox.lifetime.owners import OWNER_FILE
+
+    sibling = crowded.kernel()
+    copy = None
+    try:
+        secret = _value(
+            sibling, "import json, os; open('secret', 'w').write('b'); print(json.dumps(os.path.abspath('secret')))"
+        )
+        source = SNAPSHOT_ATTACK
+        for name, value in {
+            "SIBLING_UID": _identity(sibling),
+            "SIBLING_FILE": json.dumps(secret),
+            "SIBLING_PID": _pid(sibling),
+            "TEMPLATE_DIR": json.dumps(str(crowded.run_dir)),
+            "OWNER_RECORD": json.dumps(str(crowded.run_dir / OWNER_FILE)),
+        }.items():
+            source = source.replace(name, str(value))
+        data = pickle.dumps({"attack": _Unpickled(source), "x": 41})
+        digest = hashlib.sha256(data).hexdigest()
+        crowded.store.add(digest, data)
+        owner_before = (crowded.run_dir / OWNER_FILE).read_bytes()
+        [copy] = crowded.copies(digest, 1)
+        assert _value(copy, "print(x + 1)") == 42, "the state did not load"
+        results = json.loads((copy.workdir / "attack.json").read_text())
+        uid = _identity(copy)
+        assert results.pop("uid") == [uid] * 3, "the snapshot was not loaded by the copy, under its own uid"
+        assert results and not [name for name, outcome in results.items() if outcome == "done"], results
+        assert not (crowded.run_dir / "pwned").exists()
+        assert (crowded.run_dir / OWNER_FILE).read_bytes() == owner_before
+        assert _alive_and_answering(sibling)
+        assert _value(sibling, "import json; print(json.dumps(open('secret').read() == 'b'))") is True
+        assert crowded.is_alive()
+    finally:
+        sibling.close()
+        if copy is not None:
+            copy.close()
