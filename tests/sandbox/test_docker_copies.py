@@ -614,3 +614,44 @@ def test_a_hostile_snapshot_runs_with_a_copy_s_rights_only(crowded: KernelTempla
         sibling.close()
         if copy is not None:
             copy.close()
+
+
+# -- a copy's memory allowance: what it may allocate beyond its size at its first cell -----------------------
+
+#: How far short of its allowance a copy's allocation may fall and still have to succeed (measured: a 512 MiB
+#: copy allocates 508 MiB in its first cell; the cell's own objects take the rest).
+MARGIN_MB = 16
+
+
+@pytest.mark.parametrize(
+    ("megabytes", "fits"), [(LIMITS.memory_mb - MARGIN_MB, True), (LIMITS.memory_mb + MARGIN_MB, False)]
+)
+def test_a_copy_allocates_its_memory_allowance_less_a_small_margin(
+    template: KernelTemplate, megabytes: int, fits: bool
+) -> None:
+    """``memory_mb`` is what a copy's code may allocate, counted from its size at its first cell (its kernel
+    started, its state restored): its own kernel's threads and heap are not taken from it. Just below it
+    succeeds; just above it is the copy's own memory failure, scored as the model's."""
+    kernel = template.kernel()
+    try:
+        run = _run_code(kernel, f"_mine = bytearray({megabytes} * 2**20)\nprint(len(_mine) >> 20)")
+        text = json.dumps(run.outputs)
+        if fits:
+            assert run.status == "ok", run
+            assert "".join(o.get("text", "") for o in run.outputs).strip() == str(megabytes)
+        else:  # refused outright (a MemoryError the code raised), or named a memory failure: the model's either way
+            assert (run.status == "error" and "MemoryError" in text) or run.failure == "memory", run
+            assert _alive_and_answering(kernel), "a copy refused its allocation was killed, not refused"
+    finally:
+        kernel.close()
+
+
+def test_a_copy_cannot_raise_its_memory_allowance(template: KernelTemplate) -> None:
+    """The allowance is a hard limit once the first cell starts: code cannot lift it."""
+    kernel = template.kernel()
+    try:
+        code = "import resource\nresource.setrlimit(resource.RLIMIT_DATA, (2**40, 2**40))"
+        result = kernel.execute(code, timeout_s=30)
+        assert result.status == "error" and "not allowed to raise maximum limit" in result.text(), result.outputs
+    finally:
+        kernel.close()
