@@ -22,9 +22,13 @@ class SandboxLimits(BaseModel):
             marker says how much.
         image_limit_bytes: Images past that cap kept anyway, up to this much per execution (0: dropped);
             a build sets it and moves them into its dataset's file store.
-        memory_mb: Container memory limit (docker backend); swap is not allowed beyond it.
+        memory_mb: Container memory limit (docker backend); swap is not allowed beyond it. A docker copy
+            forked from a template: what its code may allocate beyond its size at its first cell (its kernel
+            started, its state restored), as ``RLIMIT_DATA`` (measured: 508 of 512 MiB in one allocation);
+            its template's container holds 4 copies' worth.
         cpus: Container CPU quota (docker backend).
-        pids: Container process limit (docker backend).
+        pids: Container process limit (docker backend); a docker copy's own ``RLIMIT_NPROC`` (its processes
+            and threads), its template's container holding 4 copies' worth.
         start_timeout_s: How long a kernel has to become ready.
         workdir_mb: The most a kernel's working folder may hold (the folder copied in, and what its cells
             leave there when it is recorded).

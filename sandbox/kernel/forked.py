@@ -19,7 +19,7 @@ from themisto_env.sandbox.kernel.identity import CopyIdentity
 from themisto_env.sandbox.kernel.launcher import KernelLauncher, launcher_class
 from themisto_env.sandbox.lifetime.owners import process_record
 
-__all__ = ["ForkLauncher", "ForkSource", "exited", "fork_launcher_class"]
+__all__ = ["SHARED", "ForkLauncher", "ForkSource", "exited", "fork_launcher_class", "shared_fault"]
 
 
 class ForkSource(Protocol):
@@ -46,6 +46,10 @@ class ForkSource(Protocol):
 
     def identity_for(self, connection_file: Path) -> CopyIdentity | None:
         """The identity the kernel forked on this connection file took (None: its template's)."""
+
+    def limit_events(self) -> dict[str, int]:
+        """The limit hits of the template's own sandbox, shared by every copy in it (a docker template's
+        container cgroup: ``oom_kill``, ``pids_max``); empty where there is none."""
 
 
 def exited(pidfd: int, timeout_s: float = 0.0) -> bool:
@@ -186,11 +190,42 @@ class ForkLauncher(KernelLauncher):
         self.identity.end_processes()
 
     def limit_events(self) -> dict[str, int]:
-        """Where the copy has a uid of its own: its limit hits, read from ``/proc`` (see
-        `CopyIdentity.limit_events`); the container's cgroup counts those of every copy together."""
+        """Where the copy has a uid of its own: its own limit hits, read from ``/proc`` (see
+        `CopyIdentity.limit_events`), and the hits of the container it shares with its template and
+        siblings, as ``shared_oom_kill`` and ``shared_pids_max`` (its cgroup counts those of every copy
+        together: a rise while the copy's code ran, without a hit of its own, means the container ran out,
+        not the copy: an infrastructure fault, see `shared_fault`)."""
         if self.identity is None:
             return {}
-        return self.identity.limit_events(self._host_pid)
+        events = self.identity.limit_events(self._host_pid)
+        with contextlib.suppress(Exception):  # the container may be gone
+            events.update({f"{SHARED}{key}": value for key, value in self.template.limit_events().items()})
+        return events
+
+
+#: The prefix of the limit events of the container a copy shares (``shared_oom_kill``, ``shared_pids_max``).
+SHARED = "shared_"
+
+
+def shared_fault(seen: dict[str, int]) -> str | None:
+    """Why a forked copy's run is not its code's to answer for, from the limit hits seen while it ran (what
+    `ForkLauncher.limit_events` counted beyond its value before): the container it shares ran out of memory
+    (a process killed by the container's OOM killer) or of processes (a fork or thread refused at the
+    container's ``pids.max``), while the copy stayed within its own process limit. None otherwise: a copy
+    at its own ``RLIMIT_NPROC`` (``pids_max``) failed by its own doing, whatever the container did meanwhile.
+
+    A copy's own memory allowance (``RLIMIT_DATA``) fails its code with a ``MemoryError``, never with a
+    kill: a copy killed while the container's OOM killer ran was killed for the container's sake."""
+    if seen.get("pids_max"):
+        return None
+    causes = []
+    if seen.get(f"{SHARED}oom_kill"):
+        causes.append(f"out of memory ({seen[SHARED + 'oom_kill']} process(es) killed by its OOM killer)")
+    if seen.get(f"{SHARED}pids_max"):
+        causes.append(f"out of processes ({seen[SHARED + 'pids_max']} fork(s) refused at its pids limit)")
+    if not causes:
+        return None
+    return f"the container this copy shares with others ran {' and '.join(causes)} while its code ran"
 
 
 @functools.cache

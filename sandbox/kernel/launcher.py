@@ -98,7 +98,8 @@ class KernelLauncher(ABC):
         """How often the kernel hit its limits so far, read from outside the kernel where the backend
         can: ``oom_kill`` (processes killed at the memory limit), ``pids_max`` (forks refused at the
         process limit); a forked copy with a uid of its own infers ``data_limit`` (its data near its
-        allowance). Empty where the backend enforces no limits."""
+        allowance) and adds its template container's as ``shared_oom_kill`` and ``shared_pids_max``. Empty
+        where the backend enforces no limits."""
         return {}
 
     def memory_bytes(self) -> int | None:

@@ -27,7 +27,8 @@ What a copy shares, by backend: ``local`` copies are processes of the host's use
 host as a bwrap kernel) but share its user, so one copy can signal another copy of the same template.
 ``docker`` copies (``store_access="copy"`` only: kernels for model-written code) run in their template's
 container, each under a uid of its own with its own rlimits and folders
-(:mod:`themisto_env.sandbox.kernel.identity`), so one copy cannot reach another or the template.
+(:mod:`themisto_env.sandbox.kernel.identity`), so one copy cannot reach another or the template; they have
+no state templates (see `NO_STATE_TEMPLATES`): each copy restores a state itself.
 """
 
 from __future__ import annotations
@@ -93,6 +94,14 @@ FORKING_BACKENDS = ("local", "bwrap", "docker")
 ISOLATED_COPIES = ("docker",)
 #: How many state templates a template keeps (least recently used go first); each holds a loaded state.
 STATE_TEMPLATES = 8
+#: Why a template whose copies take uids of their own (docker) makes no state template: a snapshot is the
+#: dataset's code (unpickling runs it), and a state template loads it in a process that keeps the capabilities
+#: (``CAP_SETUID``, ``CAP_SETGID``) that give each copy its uid, which the loaded code could use to become any
+#: copy, or root (the owner of the template's files). Each copy restores a state itself, under its own uid.
+NO_STATE_TEMPLATES = (
+    "copies that take uids of their own restore a state themselves (a state template would load the dataset's "
+    "code with the capabilities that give copies their uids)"
+)
 #: How long a request to a template may take (a fork answers in milliseconds; a derive loads a snapshot).
 REQUEST_TIMEOUT_S = 30.0
 
@@ -409,6 +418,12 @@ class KernelTemplate:
         identities = (self.base or self)._identities
         return None if identities is None else identities.pop(str(connection_file), None)
 
+    def limit_events(self) -> dict[str, int]:
+        """The limit hits of the template's own process (a docker template's: its container's cgroup, which
+        every copy shares); empty where it has none."""
+        process = (self.base or self)._process
+        return process.limit_events() if process is not None else {}
+
     # -- kernels and states -------------------------------------------------------------------------------------
 
     def kernel(self, *, limits: SandboxLimits | None = None) -> KernelLike:
@@ -531,6 +546,8 @@ class KernelTemplate:
         where its state template exists already (loading one costs what a restore costs, and a fork adds the
         kernel's own start; a state copied by several kernels at once, a GRPO group's, has its template made
         by the first of them, which has no kernel at hand)."""
+        if self._identities is not None:  # no state templates (NO_STATE_TEMPLATES): the copy at hand restores
+            return False
         with self._lock:
             state = self._states.get(digest)
             return state is not None and state.is_alive()
@@ -560,6 +577,8 @@ class KernelTemplate:
             return any(kernel.is_alive() for kernel in list(self._forked) if id(kernel) not in spares)
 
     def _derive(self, digest: str) -> KernelTemplate:
+        if self._identities is not None:
+            raise KernelStartError(NO_STATE_TEMPLATES)
         path = self.store.path(digest)
         if not path.exists():
             raise SnapshotError(f"no snapshot {digest[:12]} in {self.store.root}")
@@ -632,11 +651,14 @@ class KernelTemplate:
         equal to a restore's: same names, same values, same fingerprint.
         """
         kernels: list[KernelLike] = []
+        restored = digest is not None and self._identities is not None  # each copy loads it (NO_STATE_TEMPLATES)
         with contextlib.ExitStack() as stack:
-            source = self if digest is None else stack.enter_context(self.claim(digest))
+            source = self if digest is None or restored else stack.enter_context(self.claim(digest))
             try:
                 for _ in range(n):
                     kernels.append(source.kernel(limits=limits))
+                    if restored:
+                        kernels[-1].restore(str(digest))
             except BaseException:
                 for kernel in kernels:
                     kernel.close(graceful=False)

@@ -9,6 +9,10 @@ processes (one kernel, no user namespace): it gives each copy's folders to its u
 (:mod:`themisto_env.sandbox.kernel.identity`) and watches and signals copies through the pidfds the template
 sends.
 
+The template never loads a snapshot (unpickling runs the dataset's code, which must not run with the
+capabilities): each copy restores its state itself, under its own uid (see
+`themisto_env.sandbox.template.core.NO_STATE_TEMPLATES`).
+
 The container's memory, process and CPU limits are a share for all the copies it holds
 (:data:`CONTAINER_SHARE` kernels' worth); each copy's own bounds are rlimits (a cgroup per copy would need
 delegation, which a container does not get): ``RLIMIT_NPROC`` by uid, ``RLIMIT_DATA`` and ``RLIMIT_AS``.

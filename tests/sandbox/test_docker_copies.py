@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from themisto_env.bridges.rl import ExecutionReward, export_samples
-from themisto_env.errors import KernelDiedError
+from themisto_env.errors import InfrastructureError, KernelDiedError
+from themisto_env.replay.disposable import CodeRun, DisposableKernels
 from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.kernel.forked import ForkLauncher
 from themisto_env.sandbox.models import SandboxLimits
@@ -403,3 +404,254 @@ def test_nothing_outlives_a_sigkilled_owner(docker_engine: None) -> None:
         if owner.poll() is None:
             owner.kill()
             owner.wait()
+
+
+# -- the container's shared totals: a copy killed for the container's sake is not its code's failure --------
+
+
+@pytest.fixture(scope="module")
+def crowded(docker_engine: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelTemplate]:
+    """A template container of its own for the tests that fill it (its cgroup's counters rise for good) or
+    hand it a hostile snapshot (its own snapshot store)."""
+    store = tmp_path_factory.mktemp("hostile-store")
+    with KernelTemplate("docker", store_access="copy", limits=LIMITS, spares=0, snapshot_dir=store) as template:
+        yield template
+
+
+def _run_code(kernel: Kernel, code: str) -> CodeRun:
+    """Run ``code`` in a copy as model-written code is run (sealed, watched, judged: the disposable kernels'
+    own path from the code on)."""
+    disposable = DisposableKernels("docker", limits=LIMITS, pool_size=0)
+    try:
+        token, before = kernel.seal(), kernel.fingerprint()
+        return disposable._run_code(kernel, code, token, before, timeout_s=60)
+    finally:
+        disposable.close()
+
+
+def _cgroup(template: KernelTemplate, controller: str, name: str) -> int:
+    """A counter of the template container's cgroup (v1, cgroupfs: this machine's engine)."""
+    container_id = template._process._container.id
+    for folder in (
+        Path(f"/sys/fs/cgroup/{controller}/docker", container_id),
+        Path("/sys/fs/cgroup/docker", container_id),
+    ):
+        if (folder / name).exists():
+            return int((folder / name).read_text().split()[0])
+    pytest.skip(f"no {controller} cgroup of the container found on this host")
+
+
+HOLDER = """import os, sys, threading, time
+amount, kind, ready, release = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+held = []
+if kind == 'memory':
+    held.append(b'x' * amount)
+else:
+    for _ in range(amount):
+        try:
+            t = threading.Thread(target=time.sleep, args=(600,), daemon=True)
+            t.start()
+        except RuntimeError:
+            break
+        held.append(t)
+open(ready, 'w').write(str(len(held)))
+while not os.path.exists(release):
+    time.sleep(0.05)
+os._exit(0)
+"""
+
+
+@contextlib.contextmanager
+def _holding(template: KernelTemplate, kind: str, amount: int) -> Iterator[None]:
+    """A process of the container (not a copy: as the template or a spare would) holding ``amount`` bytes of
+    memory or ``amount`` threads, until the block ends."""
+    ready, release = template.run_dir / f"held-{kind}", template.run_dir / f"release-{kind}"
+    ready.unlink(missing_ok=True)
+    release.unlink(missing_ok=True)
+    command = ["python", "-c", HOLDER, str(amount), kind, str(ready), str(release)]
+    template._process._container.exec_run(command, user="0:0", detach=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists(), "the holder never held"
+        yield
+    finally:
+        release.write_text("")
+        time.sleep(0.5)
+
+
+def test_a_copy_killed_when_the_container_s_memory_runs_out_is_an_infrastructure_fault(
+    crowded: KernelTemplate,
+) -> None:
+    """The container's memory is a share of all it holds: filled by another of its processes, the OOM killer
+    takes a copy whose allocation is well within its own allowance. That run is unscored, never the code's."""
+    innocent = crowded.kernel()
+    try:
+        free = _cgroup(crowded, "memory", "memory.limit_in_bytes") - _cgroup(crowded, "memory", "memory.usage_in_bytes")
+        held = _holding(crowded, "memory", free - (256 << 20))
+        fault = pytest.raises(InfrastructureError, match="container this copy shares with others ran out of memory")
+        with held, fault:
+            _run_code(innocent, "_mine = b'x' * (400 * 2**20)\nprint(len(_mine))")
+        assert not innocent.is_alive(), "the copy was not killed: no test"
+    finally:
+        innocent.close()
+
+
+def test_a_copy_refused_a_thread_when_the_container_s_processes_run_out_is_an_infrastructure_fault(
+    crowded: KernelTemplate,
+) -> None:
+    """The container's process limit is a share too: filled by another of its processes, a copy far below
+    its own limit is refused a thread. That run is unscored, never the code's error."""
+    innocent = crowded.kernel()
+    try:
+        free = _cgroup(crowded, "pids", "pids.max") - _cgroup(crowded, "pids", "pids.current")
+        code = "import threading, time\nfor _ in range(16):\n    threading.Thread(target=time.sleep, args=(5,)).start()"
+        held = _holding(crowded, "pids", free - 4)
+        fault = pytest.raises(InfrastructureError, match="container this copy shares with others ran out of processes")
+        with held, fault:
+            _run_code(innocent, code)
+    finally:
+        innocent.close()
+
+
+@pytest.mark.parametrize(
+    ("bomb", "failure"),
+    [
+        (MEMORY_BOMB, "memory"),
+        ("import os, time\nwhile True:\n    if os.fork() == 0:\n        time.sleep(600)", "processes"),
+    ],
+    ids=["memory bomb", "fork bomb"],
+)
+def test_a_copy_beyond_its_own_limit_is_its_own_failure_in_a_shared_container(
+    crowded: KernelTemplate, bomb: str, failure: str
+) -> None:
+    """In the container the tests above filled (its counters high for good), a copy that goes beyond its own
+    allowance fails by its own doing: scored as the model's, not excused as the container's."""
+    kernel, sibling = crowded.kernel(), crowded.kernel()
+    try:
+        run = _run_code(kernel, bomb)
+        assert run.status == "failed" and run.failure == failure, run
+        assert _alive_and_answering(sibling)
+    finally:
+        kernel.close()
+        sibling.close()
+
+
+# -- a hostile snapshot: unpickling is the dataset's code, and it runs with no more than a copy's rights -------
+
+SNAPSHOT_ATTACK = """import json, os, signal
+results = {'uid': os.getresuid()}
+def attempt(name, action):
+    try:
+        action()
+        results[name] = 'done'
+    except OSError as e:
+        results[name] = type(e).__name__
+attempt('become root', lambda: os.setresuid(0, 0, 0))
+attempt('become the sibling', lambda: os.setresuid(SIBLING_UID, SIBLING_UID, SIBLING_UID))
+attempt('read the sibling file', lambda: open(SIBLING_FILE).read())
+attempt('signal the sibling', lambda: os.kill(SIBLING_PID, signal.SIGKILL))
+attempt('write the template folder', lambda: open(os.path.join(TEMPLATE_DIR, 'pwned'), 'w').write('x'))
+attempt('replace the owner record', lambda: os.replace(os.path.join(os.getcwd(), 'attack.json'), OWNER_RECORD))
+attempt('signal the template', lambda: os.kill(os.getppid(), 0))
+with open('attack.json', 'w') as f:
+    json.dump(results, f)
+"""
+
+
+class _Unpickled:
+    """Runs ``source`` when unpickled (what any snapshot may do: its bytes are the dataset's code)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def __reduce__(self) -> tuple[object, tuple[str, dict[str, object]]]:
+        return exec, (self.source, {})
+
+
+def test_a_hostile_snapshot_runs_with_a_copy_s_rights_only(crowded: KernelTemplate) -> None:
+    """A snapshot whose unpickling tries what only root or ``CAP_SETUID`` could do: become root or a sibling's
+    uid, read or kill a sibling, write the template's folder or replace its owner record (which the reaper
+    trusts). Its copies load it themselves, under their own uid: every attempt fails, and the sibling and the
+    template go on."""
+    import hashlib
+    import pickle
+
+    from themisto_env.sandbox.lifetime.owners import OWNER_FILE
+
+    sibling = crowded.kernel()
+    copy = None
+    try:
+        secret = _value(
+            sibling, "import json, os; open('secret', 'w').write('b'); print(json.dumps(os.path.abspath('secret')))"
+        )
+        source = SNAPSHOT_ATTACK
+        for name, value in {
+            "SIBLING_UID": _identity(sibling),
+            "SIBLING_FILE": json.dumps(secret),
+            "SIBLING_PID": _pid(sibling),
+            "TEMPLATE_DIR": json.dumps(str(crowded.run_dir)),
+            "OWNER_RECORD": json.dumps(str(crowded.run_dir / OWNER_FILE)),
+        }.items():
+            source = source.replace(name, str(value))
+        data = pickle.dumps({"attack": _Unpickled(source), "x": 41})
+        digest = hashlib.sha256(data).hexdigest()
+        crowded.store.add(digest, data)
+        owner_before = (crowded.run_dir / OWNER_FILE).read_bytes()
+        [copy] = crowded.copies(digest, 1)
+        assert _value(copy, "print(x + 1)") == 42, "the state did not load"
+        results = json.loads((copy.workdir / "attack.json").read_text())
+        uid = _identity(copy)
+        assert results.pop("uid") == [uid] * 3, "the snapshot was not loaded by the copy, under its own uid"
+        assert results and not [name for name, outcome in results.items() if outcome == "done"], results
+        assert not (crowded.run_dir / "pwned").exists()
+        assert (crowded.run_dir / OWNER_FILE).read_bytes() == owner_before
+        assert _alive_and_answering(sibling)
+        assert _value(sibling, "import json; print(json.dumps(open('secret').read() == 'b'))") is True
+        assert crowded.is_alive()
+    finally:
+        sibling.close()
+        if copy is not None:
+            copy.close()
+
+
+# -- a copy's memory allowance: what it may allocate beyond its size at its first cell -----------------------
+
+#: How far short of its allowance a copy's allocation may fall and still have to succeed (measured: a 512 MiB
+#: copy allocates 508 MiB in its first cell; the cell's own objects take the rest).
+MARGIN_MB = 16
+
+
+@pytest.mark.parametrize(
+    ("megabytes", "fits"), [(LIMITS.memory_mb - MARGIN_MB, True), (LIMITS.memory_mb + MARGIN_MB, False)]
+)
+def test_a_copy_allocates_its_memory_allowance_less_a_small_margin(
+    template: KernelTemplate, megabytes: int, fits: bool
+) -> None:
+    """``memory_mb`` is what a copy's code may allocate, counted from its size at its first cell (its kernel
+    started, its state restored): its own kernel's threads and heap are not taken from it. Just below it
+    succeeds; just above it is the copy's own memory failure, scored as the model's."""
+    kernel = template.kernel()
+    try:
+        run = _run_code(kernel, f"_mine = bytearray({megabytes} * 2**20)\nprint(len(_mine) >> 20)")
+        text = json.dumps(run.outputs)
+        if fits:
+            assert run.status == "ok", run
+            assert "".join(o.get("text", "") for o in run.outputs).strip() == str(megabytes)
+        else:  # refused outright (a MemoryError the code raised), or named a memory failure: the model's either way
+            assert (run.status == "error" and "MemoryError" in text) or run.failure == "memory", run
+            assert _alive_and_answering(kernel), "a copy refused its allocation was killed, not refused"
+    finally:
+        kernel.close()
+
+
+def test_a_copy_cannot_raise_its_memory_allowance(template: KernelTemplate) -> None:
+    """The allowance is a hard limit once the first cell starts: code cannot lift it."""
+    kernel = template.kernel()
+    try:
+        code = "import resource\nresource.setrlimit(resource.RLIMIT_DATA, (2**40, 2**40))"
+        result = kernel.execute(code, timeout_s=30)
+        assert result.status == "error" and "not allowed to raise maximum limit" in result.text(), result.outputs
+    finally:
+        kernel.close()

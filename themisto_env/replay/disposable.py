@@ -45,6 +45,7 @@ from themisto_env.errors import (
 from themisto_env.replay.state import TrajectoryKernel
 from themisto_env.replay.state_check import diff_fingerprints, expected_fingerprint
 from themisto_env.sandbox.kernel.contract import KernelLike
+from themisto_env.sandbox.kernel.forked import shared_fault
 from themisto_env.sandbox.kernel.helper import value_fingerprint
 from themisto_env.sandbox.kernel.pool import KernelPool
 from themisto_env.sandbox.models import SandboxLimits
@@ -167,7 +168,16 @@ class _LimitWatch:
         """The limit the code hit, if any. A fork bomb also exhausts memory (each fork copies the
         kernel's pages as it runs): the process limit, when hit, is named first. A forked copy's data
         size near its allowance (``data_limit``, inferred) names a failure only where the code did not run
-        to its end (``ran``): a large but legal allocation comes near too."""
+        to its end (``ran``): a large but legal allocation comes near too.
+
+        Raises:
+            InfrastructureError: The container a forked copy shares with others ran out meanwhile, not the
+                copy (`shared_fault`): the run is not the code's to answer for.
+        """
+        if self._thread.is_alive():
+            self._read()  # the latest counts: the kernel may be seen dead before the next poll
+        if (fault := shared_fault(self.seen)) is not None:
+            raise InfrastructureError(fault)
         if self.seen.get("pids_max"):
             return "processes", f"the process limit was hit {self.seen['pids_max']} time(s)"
         if self.seen.get("oom_kill"):
@@ -245,7 +255,8 @@ class DisposableKernels:
 
         Raises:
             BackendUnavailableError: The backend is gone.
-            InfrastructureError: The kernel could not be brought to the state (nothing model-written ran).
+            InfrastructureError: The kernel could not be brought to the state (nothing model-written ran), or
+                the container a forked copy shares with others ran out while the code ran.
         """
         started = time.perf_counter()
         if not code.strip():  # an empty cell does nothing and prints nothing: no kernel needed

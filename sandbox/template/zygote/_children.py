@@ -24,6 +24,7 @@ from themisto_env.sandbox.template.zygote._app import (
     _reseed,
 )
 from themisto_env.sandbox.template.zygote._channel import _arm_wakeup, _listen, _name_process, _redirect_output
+from themisto_env.sandbox.template.zygote._identity import _settle_memory
 
 
 def _become_kernel(template: Any, request: dict[str, Any]) -> None:
@@ -58,6 +59,8 @@ def _become_kernel(template: Any, request: dict[str, Any]) -> None:
         _reseed()
     else:
         _keep_generator(app.shell, template.generator)
+    if request.get("identity"):
+        _settle_memory(app.shell, int(request["identity"]["memory_bytes"]))
     app.start()
 
 

@@ -29,8 +29,9 @@ def _take_identity(identity: dict[str, Any] | None, parent: int) -> None:
     """In a forked copy, before anything else runs in it: take the copy's own identity (None: keep the
     template's, as on ``local`` and ``bwrap``). ``identity``: ``uid`` and ``gid`` (a slot the host chose and
     gave the copy's folders to), ``nproc`` (its processes and threads: ``RLIMIT_NPROC`` counts per uid, so it
-    bounds this copy only), ``memory_bytes`` (what it may allocate beyond the template's pages:
-    ``RLIMIT_DATA``, and ``RLIMIT_AS`` as a backstop), ``tmp`` (its ``TMPDIR`` and ``HOME``).
+    bounds this copy only), ``memory_bytes`` (what it may allocate beyond its size at its first
+    cell, see `_settle_memory`: ``RLIMIT_DATA``, and ``RLIMIT_AS`` as a backstop), ``tmp`` (its ``TMPDIR``
+    and ``HOME``).
 
     The OOM killer takes a copy before its template (``oom_score_adj`` 1000); then the supplementary groups
     go, the gid and the uid change (real, effective and saved: every capability goes with them, for good),
@@ -50,9 +51,10 @@ def _take_identity(identity: dict[str, Any] | None, parent: int) -> None:
     memory = int(identity["memory_bytes"])
     nproc = int(identity["nproc"])
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-    data = sizes.get("VmData", 0) + memory
+    # until its first cell, twice the allowance (its kernel's start, a state it restores); then settled
+    data = sizes.get("VmData", 0) + 2 * memory
     resource.setrlimit(resource.RLIMIT_DATA, (data, data))
-    space = sizes.get("VmSize", 0) + memory + AS_SLACK
+    space = sizes.get("VmSize", 0) + 2 * memory + AS_SLACK
     resource.setrlimit(resource.RLIMIT_AS, (space, space))
     os.setgroups([])
     os.setresgid(gid, gid, gid)
@@ -75,6 +77,27 @@ def _take_identity(identity: dict[str, Any] | None, parent: int) -> None:
 #: Address space a copy may map beyond its template's size and its memory allowance (thread stacks and
 #: malloc arenas reserve address space they never fill); what it fills is bounded by ``RLIMIT_DATA``.
 AS_SLACK = 1 << 30
+
+
+def _settle_memory(shell: Any, memory: int) -> None:
+    """At a copy's first cell, before its code runs: its memory allowance counts from its size now (its kernel
+    started: thread stacks, sockets, heap, about 80 MiB with ipykernel 7; its state restored), not from its
+    size at the fork, when its limits were twice the allowance (`_take_identity`). ``RLIMIT_DATA`` and
+    ``RLIMIT_AS`` (soft and hard: the copy cannot raise them again) become its size now plus ``memory``
+    (``RLIMIT_AS``: plus `AS_SLACK`), never above what they were."""
+    import resource
+
+    def first_cell(*_: Any) -> None:
+        shell.events.unregister("pre_run_cell", first_cell)
+        sizes = _vm_sizes()
+        for limit, size in (
+            (resource.RLIMIT_DATA, sizes["VmData"] + memory),
+            (resource.RLIMIT_AS, sizes["VmSize"] + memory + AS_SLACK),
+        ):
+            size = min(size, resource.getrlimit(limit)[1])
+            resource.setrlimit(limit, (size, size))
+
+    shell.events.register("pre_run_cell", first_cell)
 
 
 def _vm_sizes() -> dict[str, int]:
