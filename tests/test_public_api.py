@@ -196,6 +196,7 @@ PUBLIC: dict[str, list[str]] = {
         "Kernel",
         "KernelLauncher",
         "KernelLike",
+        "KernelSpec",
         "KernelTemplate",
         "RemoteKernel",
         "SandboxLimits",
