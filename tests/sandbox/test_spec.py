@@ -88,12 +88,13 @@ def test_equal_specs_share_one_template_and_different_specs_do_not(tmp_path: Pat
 
 
 def test_a_template_takes_its_spec_and_forks_kernels_of_it(tmp_path: Path) -> None:
-    spec = KernelSpec("local", snapshot_dir=tmp_path / "snapshots", preload=("json",))
+    spec = KernelSpec("local", snapshot_dir=tmp_path / "snapshots", preload=("colorsys",))
     with KernelTemplate(spec, spares=0) as template:
-        assert template.spec == spec and template.preload == ("json",)
+        assert template.spec == spec and template.preload == ("colorsys",)
         with template.kernel() as kernel:
             assert kernel.spec == spec  # type: ignore[attr-defined]
-            assert kernel.execute("import sys; 'json' in sys.modules").text == "True"
+            found = kernel.execute("import sys; 'colorsys' in sys.modules").outputs
+            assert found[0]["data"]["text/plain"] == "True"  # the spec's preload, imported by the template
 
 
 def test_equal_specs_share_one_pool_and_different_specs_do_not(tmp_path: Path) -> None:
