@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from themisto_env.env import kernel_spec
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.episode import Episode
+from themisto_env.replay.kernel_environments import dataset_kernel_environment
 
 
 @pytest.fixture
@@ -17,13 +17,12 @@ def resolutions(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
     `kernel_spec.kernel_environment`; before the spec, the state server, the scorer and the episode each
     made their own)."""
     calls: list[tuple[Any, ...]] = []
-    real = kernel_spec.dataset_kernel_environment
 
     def counted(*args: Any, **kwargs: Any) -> str | None:
         calls.append(args)
-        return real(*args, **kwargs)
+        return dataset_kernel_environment(*args, **kwargs)
 
-    monkeypatch.setattr(kernel_spec, "dataset_kernel_environment", counted)
+    monkeypatch.setattr("themisto_env.env.kernel_spec.dataset_kernel_environment", counted)
     return calls
 
 
