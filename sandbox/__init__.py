@@ -1,10 +1,11 @@
 """Where code runs: Jupyter kernels on interchangeable backends (``local``, ``bwrap``, ``docker``).
 
 The face lists the parts a caller uses (:class:`Kernel`, :class:`KernelLike`, :func:`make_kernel`,
-:class:`KernelTemplate`, limits and results; each imported on first use). The rooms:
+:class:`KernelTemplate`, `KernelSpec` (what kind of kernel: every factory takes one), limits and results;
+each imported on first use). The rooms:
 
 - ``kernel/``: a kernel and its parts (process, messaging, snapshots, introspection, the in-kernel helper),
-  the contract, launchers, forked kernels, warm pools and the conformance suite;
+  the contract, the kernel spec, launchers, forked kernels, warm pools and the conformance suite;
 - ``template/``: kernel templates, the zygote that forks their copies, and the docker backend's template;
 - ``backends/``: the ``local``, ``bwrap`` and ``docker`` launchers and the kernel containers;
 - ``image/``: the kernel container image (package set, build, Debian base); ``engine``: the Docker engine;

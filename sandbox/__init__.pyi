@@ -5,6 +5,7 @@ from .kernel.core import Kernel as Kernel
 from .kernel.launcher import BACKENDS as BACKENDS
 from .kernel.launcher import KernelLauncher as KernelLauncher
 from .kernel.launcher import launcher_class as launcher_class
+from .kernel.spec import KernelSpec as KernelSpec
 from .models import ExecutionResult as ExecutionResult
 from .models import SandboxLimits as SandboxLimits
 from .models import SnapshotInfo as SnapshotInfo

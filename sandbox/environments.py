@@ -17,8 +17,6 @@ from themisto_env.sandbox.store.snapshots import default_cache_dir
 
 #: Repository part of an environment's kernel image (the tag is the environment's id).
 ENV_IMAGE_REPOSITORY = "themisto-kernel-env"
-#: What snapshots written by a kernel of the tool's own Python (no environment) are recorded under.
-DEFAULT_ENVIRONMENT = "default"
 _ID = re.compile(r"^[0-9a-f]{12}$")
 
 
@@ -53,8 +51,3 @@ def environment_image(env_id: str) -> str:
     """The docker image of the environment: ``themisto-kernel-env:<id>``."""
     environment_dir(env_id)  # checks the id
     return f"{ENV_IMAGE_REPOSITORY}:{env_id}"
-
-
-def environment_label(env_id: str | None) -> str:
-    """How snapshots record the environment that wrote them: its id, or ``default``."""
-    return env_id or DEFAULT_ENVIRONMENT

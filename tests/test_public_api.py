@@ -208,6 +208,7 @@ PUBLIC: dict[str, list[str]] = {
         "Kernel",
         "KernelLauncher",
         "KernelLike",
+        "KernelSpec",
         "KernelTemplate",
         "RemoteKernel",
         "SandboxLimits",

@@ -33,7 +33,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, Unpack
 
 import zmq
 
@@ -55,6 +55,7 @@ from themisto_env.sandbox.kernel.launcher import KernelLauncher, launcher_class
 from themisto_env.sandbox.kernel.messaging import KernelMessaging
 from themisto_env.sandbox.kernel.process import KernelProcess, release_thread_loop
 from themisto_env.sandbox.kernel.snapshots import KernelSnapshots
+from themisto_env.sandbox.kernel.spec import KernelFields, KernelSpec
 from themisto_env.sandbox.lifetime import reaper as lifetime
 from themisto_env.sandbox.models import ExecutionResult, RestoreResult, SandboxLimits, SnapshotInfo
 from themisto_env.sandbox.store.snapshots import SnapshotStore
@@ -67,53 +68,45 @@ class Kernel:
     """A Jupyter kernel on a named backend.
 
     Args:
-        backend: ``local`` (default, not isolated), ``bwrap`` or ``docker``.
-        limits: Per-execution and per-kernel limits.
-        snapshot_dir: Where snapshots are stored (content-addressed); defaults to the user cache.
-        store_access: How the kernel sees the snapshot store. ``read``: mounted read-only (the kernel
-            can read every snapshot); ``copy``: not mounted at all, each snapshot to restore is copied
-            into the kernel's run directory and removed once loaded (for kernels that run
-            model-written code, which must not read the states of later steps). Either way a kernel
-            never writes the store: :meth:`snapshot` writes into the run directory and the host checks
-            the file's hash before moving it into the store.
-        launcher_options: Extra keyword arguments for the backend's launcher (e.g. ``image`` for docker).
-        environment: A kernel environment's id (``themisto kernel-env create``): the kernel runs its venv's
-            Python (local, bwrap) or its image (docker); None runs the tool's own Python (or the default
-            image). Snapshots record the environment that wrote them, and a kernel restores only those
-            of its own environment.
+        spec: What kind of kernel (a `KernelSpec`), or the backend's name: ``local`` (default, not
+            isolated), ``bwrap`` or ``docker``. Its ``ray`` and ``fork`` are its makers' business
+            (`make_kernel`, the state server): a `Kernel` runs on this machine, started or forked as told.
         template: A :class:`~themisto_env.sandbox.template.core.KernelTemplate` to fork the kernel from instead of
             starting one (usually through :meth:`KernelTemplate.kernel` or :meth:`KernelTemplate.copies`).
+        **fields: The spec's fields to set or replace (`KernelFields`): ``limits``, ``snapshot_dir``,
+            ``store_access`` (``read``: the store mounted read-only; ``copy``: not mounted, each snapshot to
+            restore copied into the run directory; either way a kernel never writes the store: :meth:`snapshot`
+            writes into the run directory and the host checks the file's hash before moving it into the
+            store), ``environment`` (a kernel environment's id: its venv's Python or its image; the store
+            restores only snapshots written in it), ``launcher_options`` (e.g. ``image`` for docker), ...
 
     Each method delegates to one part; what it raises, and when, is said on the part's method.
     """
 
     def __init__(
         self,
-        backend: str = "local",
+        spec: KernelSpec | str = "local",
         *,
-        limits: SandboxLimits | None = None,
-        snapshot_dir: str | Path | None = None,
-        store_access: Literal["read", "copy"] = "read",
-        launcher_options: dict[str, Any] | None = None,
-        environment: str | None = None,
         template: ForkSource | None = None,
+        **fields: Unpack[KernelFields],
     ) -> None:
-        options = dict(launcher_options or {})
-        if environment is not None:
-            options["environment"] = environment
+        spec = self.spec = KernelSpec.of(spec, **fields)
+        options = spec.options
+        if spec.environment is not None:
+            options["environment"] = spec.environment
         if template is not None:  # forked from a template's process instead of started
             options["template"] = template
         self._process = KernelProcess(
-            backend,
-            launcher_class(backend) if template is None else fork_launcher_class(backend),
-            limits=limits or SandboxLimits(),
-            store=SnapshotStore(snapshot_dir),
-            store_access=store_access,
+            spec.backend,
+            launcher_class(spec.backend) if template is None else fork_launcher_class(spec.backend),
+            limits=spec.limits,
+            store=SnapshotStore(spec.snapshot_dir),
+            store_access=spec.store_access,
             launcher_options=options,
             run_root=None if template is None else template.kernels_dir,
         )
         self._messaging = KernelMessaging(self._process)
-        self._snapshots = KernelSnapshots(self._messaging, environment)
+        self._snapshots = KernelSnapshots(self._messaging, spec.environment)
         self._introspection = KernelIntrospection(self._messaging)
         self._close_lock = threading.Lock()  # one close at a time: a discard thread and the exit hook may race
 

@@ -21,10 +21,8 @@ from themisto_env.errors import (
     InfrastructureError,
     KernelDiedError,
     SnapshotCorruptError,
-    SnapshotEnvironmentError,
     SnapshotError,
 )
-from themisto_env.sandbox.environments import environment_label
 from themisto_env.sandbox.kernel.messaging import KernelMessaging
 from themisto_env.sandbox.kernel.process import SNAPSHOT_INBOX, SNAPSHOT_OUTBOX
 from themisto_env.sandbox.models import RestoreResult, SnapshotInfo
@@ -64,7 +62,7 @@ class KernelSnapshots:
             raise SnapshotError(f"the kernel's snapshot answer is malformed: {exc}") from exc
         self._take_in(outbox / snapshot.digest[:2] / f"{snapshot.digest}.dill", snapshot.digest)
         try:
-            self.process.store.note_environment(snapshot.digest, environment_label(self.environment))
+            self.process.store.note_environment(snapshot.digest, self.environment)
         except OSError as exc:
             raise SnapshotError(f"could not record the environment of snapshot {snapshot.digest[:12]}: {exc}") from exc
         return snapshot
@@ -116,12 +114,7 @@ class KernelSnapshots:
         path = self.process.store.path(digest)
         if not path.exists():
             raise SnapshotError(f"no snapshot {digest[:12]} in {self.process.store.root}")
-        mine, writers = environment_label(self.environment), self.process.store.environments(digest)
-        if mine not in writers:
-            raise SnapshotEnvironmentError(
-                f"snapshot {digest[:12]} was written in kernel environment {', '.join(sorted(writers))}, "
-                f"not in this kernel's ({mine}): not restored"
-            )
+        self.process.store.check_environment(digest, self.environment)
         handed = self.process.run_dir / SNAPSHOT_INBOX / f"{digest}.dill"
         try:
             if self.process.store_access == "copy":

@@ -6,7 +6,7 @@ A :class:`RemoteKernel` is a kernel (a :class:`~themisto_env.sandbox.kernel.cont
 restore, the introspection calls, the launcher's limit readings) is an explicit method that goes to it and
 comes back as the same typed answer or the same exception. Code that drives kernels (the state server, the
 disposable kernels, the tools) cannot tell the two apart; :func:`make_kernel` makes one or the other from a
-:class:`~themisto_env.sandbox.ray.placement.RayPlacement`.
+:class:`~themisto_env.sandbox.kernel.spec.RayPlacement`.
 
 What travels, and what does not:
 
@@ -37,7 +37,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Self, Unpack
 
 from themisto_env.errors import (
     InfrastructureError,
@@ -46,7 +46,6 @@ from themisto_env.errors import (
     SnapshotCorruptError,
     SnapshotError,
 )
-from themisto_env.sandbox.environments import environment_label
 from themisto_env.sandbox.kernel.answers import (
     FrameView,
     FrameViewName,
@@ -57,10 +56,10 @@ from themisto_env.sandbox.kernel.answers import (
     VariableListing,
 )
 from themisto_env.sandbox.kernel.contract import MEASURE_TIMEOUT_S, KernelLike
-from themisto_env.sandbox.models import ExecutionResult, RestoreResult, SandboxLimits, SnapshotInfo
+from themisto_env.sandbox.kernel.spec import KernelFields, KernelSpec, RayPlacement
+from themisto_env.sandbox.models import ExecutionResult, RestoreResult, SnapshotInfo
 from themisto_env.sandbox.ray.cluster import connect, import_ray, owner_variables
 from themisto_env.sandbox.ray.host import KernelHost
-from themisto_env.sandbox.ray.placement import RayPlacement
 from themisto_env.sandbox.store.snapshots import SnapshotStore
 from themisto_env.sandbox.store.workdir import FileStore, FileTree
 
@@ -73,30 +72,16 @@ _started: weakref.WeakSet[RemoteKernel] = weakref.WeakSet()  # this process's, p
 _started_lock = threading.Lock()
 
 
-def make_kernel(
-    backend: str = "local",
-    *,
-    ray: RayPlacement | None = None,
-    limits: SandboxLimits | None = None,
-    snapshot_dir: str | Path | None = None,
-    store_access: Literal["read", "copy"] = "read",
-    launcher_options: dict[str, Any] | None = None,
-    environment: str | None = None,
-) -> KernelLike:
-    """A :class:`~themisto_env.sandbox.kernel.core.Kernel` on this machine, or a :class:`RemoteKernel` placed on
-    Ray by ``ray`` (same arguments, same behaviour; neither is started)."""
-    options: dict[str, Any] = {
-        "limits": limits,
-        "snapshot_dir": snapshot_dir,
-        "store_access": store_access,
-        "launcher_options": launcher_options,
-        "environment": environment,
-    }
-    if ray is None:
+def make_kernel(spec: KernelSpec | str = "local", /, **fields: Unpack[KernelFields]) -> KernelLike:
+    """A kernel of ``spec`` (a `KernelSpec`, or a backend's name with ``fields`` as in `KernelSpec.of`): a
+    :class:`~themisto_env.sandbox.kernel.core.Kernel` on this machine, or a :class:`RemoteKernel` placed on
+    Ray by the spec's ``ray`` (same behaviour; neither is started)."""
+    spec = KernelSpec.of(spec, **fields)
+    if spec.ray is None:
         from themisto_env.sandbox.kernel.core import Kernel
 
-        return Kernel(backend, **options)
-    return RemoteKernel(backend, placement=ray, **options)
+        return Kernel(spec)
+    return RemoteKernel(spec)
 
 
 class _LauncherView:
@@ -135,41 +120,38 @@ class RemoteKernel:
     :class:`~themisto_env.sandbox.kernel.core.Kernel`, plus ``placement``.
 
     Args:
-        backend: The backend on the kernel's node (``local``, ``bwrap``, ``docker``).
-        placement: Where and how the actor runs.
-        limits: Per-execution and per-kernel limits.
-        snapshot_dir: The owner's snapshot store (the node's is ``placement.snapshot_dir``, or this path).
-        store_access: As for Kernel.
-        launcher_options: As for Kernel.
-        environment: As for Kernel (the kernel environment must exist on the node).
+        spec: What kind of kernel (a `KernelSpec`, or the backend on the kernel's node: ``local``,
+            ``bwrap``, ``docker``). Its ``snapshot_dir`` is the owner's store (the node's is
+            ``placement.snapshot_dir``, or this path); its ``environment`` must exist on the node.
+        placement: Where and how the actor runs (default: the spec's ``ray``, else Ray's defaults).
+        **fields: The spec's fields to set or replace, as for Kernel.
     """
 
     def __init__(
         self,
-        backend: str = "local",
+        spec: KernelSpec | str = "local",
         *,
         placement: RayPlacement | None = None,
-        limits: SandboxLimits | None = None,
-        snapshot_dir: str | Path | None = None,
-        store_access: Literal["read", "copy"] = "read",
-        launcher_options: dict[str, Any] | None = None,
-        environment: str | None = None,
+        **fields: Unpack[KernelFields],
     ) -> None:
-        self.backend = backend
-        self.environment = environment
-        self.placement = placement or RayPlacement()
-        self.limits = limits or SandboxLimits()
-        self.store = SnapshotStore(snapshot_dir)
-        self.store_access = store_access
+        spec = KernelSpec.of(spec, **fields)
+        self.placement = placement or spec.ray or RayPlacement()
+        self.spec = KernelSpec.of(spec, ray=self.placement)
+        self.backend = spec.backend
+        self.environment = spec.environment
+        self.limits = spec.limits
+        self.store = SnapshotStore(spec.snapshot_dir)
+        self.store_access = spec.store_access
+        launcher_options = spec.options or None
         self.restarts = 0
         self.node = ""  # host:pid of the actor, once started
         self.node_id = ""  # the Ray node it runs on, once started
         self._options: dict[str, Any] = {
             "limits": self.limits,
             "snapshot_dir": self.placement.snapshot_dir or str(self.store.root.resolve()),
-            "store_access": store_access,
+            "store_access": spec.store_access,
             "launcher_options": launcher_options,
-            "environment": environment,
+            "environment": spec.environment,
         }
         self._actor: Any = None
         self._launcher: _LauncherView | None = None
@@ -438,7 +420,7 @@ class RemoteKernel:
             if found is not None:
                 self.store.add(info.digest, found[0])
         try:
-            self.store.note_environment(info.digest, environment_label(self.environment))
+            self.store.note_environment(info.digest, self.environment)
         except OSError as exc:
             raise SnapshotError(f"could not record the environment of snapshot {info.digest[:12]}: {exc}") from exc
         return info

@@ -8,6 +8,8 @@ digest, so building a trajectory twice stores each distinct state once.
 
 Beside each snapshot, ``<digest>.env`` names the kernel environments that wrote it (see
 :mod:`themisto_env.sandbox.environments`): a kernel restores only snapshots written in its own environment.
+That rule lives here, once (`SnapshotStore.refusal`, `SnapshotStore.check_environment`): the kernel's
+restore, the template's state and the state server's choice of a route all ask the store.
 """
 
 from __future__ import annotations
@@ -17,6 +19,18 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+from themisto_env.errors import SnapshotEnvironmentError
+
+__all__ = ["DEFAULT_ENVIRONMENT", "SnapshotStore", "default_cache_dir", "environment_label", "write_atomic"]
+
+#: What snapshots written by a kernel of the tool's own Python (no environment) are recorded under.
+DEFAULT_ENVIRONMENT = "default"
+
+
+def environment_label(env_id: str | None) -> str:
+    """How snapshots record the environment that wrote them: its id, or ``default``."""
+    return env_id or DEFAULT_ENVIRONMENT
 
 
 def default_cache_dir() -> Path:
@@ -77,17 +91,41 @@ class SnapshotStore:
         """The kernel environments that wrote this snapshot (ids, or ``default`` for the tool's own Python),
         from ``<digest>.env`` beside it; a snapshot without that record was written by the default one."""
         try:
-            return set(self.path(digest).with_suffix(".env").read_text().split()) or {"default"}
+            return set(self.path(digest).with_suffix(".env").read_text().split()) or {DEFAULT_ENVIRONMENT}
         except FileNotFoundError:
-            return {"default"}
+            return {DEFAULT_ENVIRONMENT}
 
-    def note_environment(self, digest: str, environment: str) -> None:
-        """Record that a kernel of ``environment`` wrote this snapshot (the same bytes may come from two)."""
+    def note_environment(self, digest: str, environment: str | None) -> None:
+        """Record that a kernel of ``environment`` (an id; None: the tool's own Python) wrote this snapshot
+        (the same bytes may come from two)."""
+        label = environment_label(environment)
         path = self.path(digest).with_suffix(".env")
         have = set(path.read_text().split()) if path.exists() else set()
-        if environment in have:
+        if label in have:
             return
-        write_atomic(path, "".join(f"{e}\n" for e in sorted(have | {environment})).encode())
+        write_atomic(path, "".join(f"{e}\n" for e in sorted(have | {label})).encode())
+
+    def refusal(self, digest: str, environment: str | None) -> str | None:
+        """Why a kernel of ``environment`` (an id; None: the tool's own Python) must not restore this
+        snapshot, in one line, or None when it may: a snapshot restores only in the kernel environment that
+        wrote it (other packages, other versions: dill would load another state, or fail half-way)."""
+        mine, writers = environment_label(environment), self.environments(digest)
+        if mine in writers:
+            return None
+        return (
+            f"snapshot {digest[:12]} was written in kernel environment {', '.join(sorted(writers))}, "
+            f"not in this kernel's ({mine}): not restored"
+        )
+
+    def check_environment(self, digest: str, environment: str | None) -> None:
+        """Raise unless a kernel of ``environment`` may restore this snapshot (see `refusal`).
+
+        Raises:
+            SnapshotEnvironmentError: Another kernel environment wrote it.
+        """
+        refused = self.refusal(digest, environment)
+        if refused is not None:
+            raise SnapshotEnvironmentError(refused)
 
     def __contains__(self, digest: object) -> bool:
         return isinstance(digest, str) and self.path(digest).exists()

@@ -1,7 +1,7 @@
 """Kernel templates: kernels forked from a warm process, and copies of a state without a restore.
 
-A :class:`KernelTemplate` is one process per (backend, kernel environment, snapshot store, preloaded
-modules) with the imports done and no thread, zmq socket or event loop of its own
+A :class:`KernelTemplate` is one process per kind of kernel (a `KernelSpec`: backend, kernel environment,
+snapshot store, preloaded modules, ...) with the imports done and no thread, zmq socket or event loop of its own
 (:mod:`themisto_env.sandbox.template.zygote` is its program). A new kernel is ``fork()``\\ ed from it and builds its
 own ipykernel application after the fork, so it answers in milliseconds instead of the second (or two, with
 numpy, pandas and scikit-learn preloaded) a cold start costs, and it shares the template's pages until it
@@ -14,7 +14,7 @@ identical, random generators included (a GRPO group must see one state); ``resee
 seed in each copy.
 
 Example:
-    >>> with KernelTemplate("local", preload=("pandas",)) as template:
+    >>> with KernelTemplate(KernelSpec("local", preload=("pandas",))) as template:
     ...     kernel = template.kernel()                 # a fresh kernel, forked
     ...     kernel.execute("import pandas as pd; df = pd.DataFrame({'a': [1, 2]})")
     ...     digest = kernel.snapshot().digest
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -45,10 +46,10 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Self, Unpack
 
 from themisto_env import tracing
 from themisto_env.errors import (
@@ -58,12 +59,12 @@ from themisto_env.errors import (
     TemplateGoneError,
 )
 from themisto_env.sandbox.backends.local import BwrapLauncher, LocalLauncher
-from themisto_env.sandbox.environments import environment_label
 from themisto_env.sandbox.kernel.contract import KernelLike
 from themisto_env.sandbox.kernel.forked import exited
 from themisto_env.sandbox.kernel.identity import CopyIdentity, can_give_identities, new_identity
 from themisto_env.sandbox.kernel.launcher import KERNEL_ENVIRONMENT, KernelLauncher, launcher_class
 from themisto_env.sandbox.kernel.process import SNAPSHOT_INBOX, SNAPSHOT_OUTBOX, release_thread_loop
+from themisto_env.sandbox.kernel.spec import FORKING_BACKENDS, KernelFields, KernelSpec
 from themisto_env.sandbox.lifetime import reaper as lifetime
 from themisto_env.sandbox.lifetime import run_root as run_roots
 from themisto_env.sandbox.lifetime.leftovers import remove_run_dir
@@ -77,7 +78,6 @@ if TYPE_CHECKING:
     from themisto_env.sandbox.kernel.core import Kernel
 
 __all__ = [
-    "FORKING_BACKENDS",
     "STATE_TEMPLATES",
     "KernelTemplate",
     "close_shared_templates",
@@ -85,10 +85,9 @@ __all__ = [
     "live_shared_templates",
     "release_shared_templates",
     "shared_template",
+    "template_source",
 ]
 
-#: Backends whose kernels can be forked from a template.
-FORKING_BACKENDS = ("local", "bwrap", "docker")
 #: Backends whose copies each take a uid of their own after the fork (copies of one template are isolated
 #: from each other: model-written code may be forked there).
 ISOLATED_COPIES = ("docker",)
@@ -135,31 +134,29 @@ class KernelTemplate:
     """A warm process that kernels are forked from, on the ``local``, ``bwrap`` or ``docker`` backend.
 
     Args:
-        backend: ``local``, ``bwrap`` or ``docker`` (see :data:`FORKING_BACKENDS`; a docker template forks
-            kernels for model-written code only, ``store_access="copy"``, each taking a uid of its own).
-        preload: Modules the template imports once (its kernels find them imported).
-        limits: The kernels' limits (``start_timeout_s`` bounds the template's own start too).
-        snapshot_dir: The snapshot store the kernels and the state templates read.
-        store_access: As for :class:`~themisto_env.sandbox.kernel.core.Kernel`: ``copy`` hides the store from the
-            template and its kernels (snapshots are handed in).
-        environment: A kernel environment's id: the template runs its venv's Python.
+        spec: The kind of its kernels (a `KernelSpec`, or a backend's name): its backend is ``local``,
+            ``bwrap`` or ``docker`` (a docker template forks kernels for model-written code only,
+            ``store_access="copy"``, each taking a uid of its own); the template imports its ``preload``
+            once (its kernels find them imported); its limits are the kernels' (``start_timeout_s`` bounds the
+            template's own start too); ``store_access="copy"`` hides the store from the template and its
+            kernels (snapshots are handed in); its ``environment``'s venv runs the template.
         reseed: Draw fresh random seeds in each copy (``random``, numpy's global generator) instead of
             keeping the state's own: copies then differ where the code draws random numbers.
         spares: Kernels to keep forked ahead of time, by this template and by each of its state templates.
+        **fields: The spec's fields to set or replace (`KernelFields`: ``preload``, ``limits``,
+            ``snapshot_dir``, ``store_access``, ``environment``, ...).
     """
 
     def __init__(
         self,
-        backend: str = "local",
+        spec: KernelSpec | str = "local",
         *,
-        preload: Sequence[str] = (),
-        limits: SandboxLimits | None = None,
-        snapshot_dir: str | Path | None = None,
-        store_access: Literal["read", "copy"] = "read",
-        environment: str | None = None,
         reseed: bool = False,
         spares: int = 1,
+        **fields: Unpack[KernelFields],
     ) -> None:
+        spec = self.spec = KernelSpec.of(spec, **fields)
+        backend, store_access = spec.backend, spec.store_access
         if backend not in FORKING_BACKENDS:
             launcher_class(backend)  # an unknown name gets its one-line error with a suggestion
             raise KernelStartError(
@@ -170,11 +167,11 @@ class KernelTemplate:
                 f"kernels of the {backend} backend are forked only for model-written code (store_access='copy')"
             )
         self.backend = backend
-        self.preload = tuple(preload)
-        self.limits = limits or SandboxLimits()
-        self.store = SnapshotStore(snapshot_dir)
+        self.preload = spec.preload
+        self.limits = spec.limits
+        self.store = SnapshotStore(spec.snapshot_dir)
         self.store_access = store_access
-        self.environment = environment
+        self.environment = spec.environment
         self.reseed = reseed
         #: Kernels forked ahead of time and kept ready (a state template's too: copies of a state are
         #: usually asked for in groups)
@@ -449,14 +446,7 @@ class KernelTemplate:
     def _fork_kernel(self, limits: SandboxLimits | None = None) -> Kernel:
         from themisto_env.sandbox.kernel.core import Kernel
 
-        kernel = Kernel(
-            self.backend,
-            limits=limits or self.limits,
-            snapshot_dir=self.store.root,
-            store_access=self.store_access,
-            environment=self.environment,
-            template=self,
-        )
+        kernel = Kernel(self.spec, limits=limits or self.limits, template=self)
         self._forked.add(kernel)
         self._copies += 1
         return kernel.start()
@@ -582,26 +572,13 @@ class KernelTemplate:
         path = self.store.path(digest)
         if not path.exists():
             raise SnapshotError(f"no snapshot {digest[:12]} in {self.store.root}")
-        mine, writers = environment_label(self.environment), self.store.environments(digest)
-        if mine not in writers:
-            raise SnapshotError(
-                f"snapshot {digest[:12]} was written in kernel environment {', '.join(sorted(writers))}, not here"
-            )
+        self.store.check_environment(digest, self.environment)
         folder = Path(tempfile.mkdtemp(prefix="state-", dir=self.run_dir))
         os.chmod(folder, 0o1777 if self._identities is None else 0o700)  # copies of their own uid: none of theirs
         handed = folder / f"{digest}.dill"
         if self.store_access == "copy":
             shutil.copyfile(path, handed)
-        state = KernelTemplate(
-            self.backend,
-            preload=self.preload,
-            limits=self.limits,
-            snapshot_dir=self.store.root,
-            store_access=self.store_access,
-            environment=self.environment,
-            reseed=self.reseed,
-            spares=self.spares,
-        )
+        state = KernelTemplate(self.spec, reseed=self.reseed, spares=self.spares)
         state.digest, state.base, state._run_dir = digest, self, folder
         state.socket_path = folder / "template.sock"
         answer = self.request(
@@ -666,45 +643,36 @@ class KernelTemplate:
         return kernels
 
 
-_SHARED: dict[tuple[Any, ...], KernelTemplate] = {}
+_SHARED: dict[KernelSpec, KernelTemplate] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def shared_template(
-    backend: str,
-    *,
-    preload: Sequence[str] = (),
-    limits: SandboxLimits | None = None,
-    snapshot_dir: str | Path | None = None,
-    store_access: Literal["read", "copy"] = "read",
-    environment: str | None = None,
-) -> KernelTemplate:
-    """The process's template for this kind of kernel, started on first use and replaced when it is gone
-    (killed, crashed); closed at exit. Envs, disposable kernels and servers of one kind share it.
+def shared_template(spec: KernelSpec | str, /, **fields: Unpack[KernelFields]) -> KernelTemplate:
+    """The process's template for this kind of kernel (a `KernelSpec`, or a backend's name with ``fields``),
+    started on first use and replaced when it is gone (killed, crashed); closed at exit. Envs, disposable
+    kernels and servers of one spec share it: equal specs, one template.
 
     Raises:
         KernelStartError: It could not be started (the caller starts its kernels instead).
     """
-    limits = limits or SandboxLimits()
-    key = (backend, tuple(preload), limits.model_dump_json(), str(snapshot_dir), store_access, environment)
+    spec = KernelSpec.of(spec, **fields)
     with _SHARED_LOCK:
-        template = _SHARED.get(key)
+        template = _SHARED.get(spec)
         if template is not None and template.is_alive():
             return template
         if template is not None:
             template.close()
-        template = KernelTemplate(
-            backend,
-            preload=preload,
-            limits=limits,
-            snapshot_dir=snapshot_dir,
-            store_access=store_access,
-            environment=environment,
-        )
+        template = KernelTemplate(spec)
         # started under the lock: another thread must not take a template still starting for a dead one
         template.start()
-        _SHARED[key] = template
+        _SHARED[spec] = template
     return template
+
+
+def template_source(spec: KernelSpec) -> Callable[[], KernelTemplate] | None:
+    """Gives the process's shared template of ``spec`` (`shared_template`), or None where kernels of that
+    spec are not forked (`KernelSpec.not_forked` says why)."""
+    return None if spec.not_forked is not None else functools.partial(shared_template, spec)
 
 
 _USERS = 0  # open envs (or other holders) that fork from the shared templates

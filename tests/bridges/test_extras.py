@@ -34,7 +34,7 @@ EXTRA_BRIDGES = {
     "ray": [
         "themisto_env.sandbox.ray.kernel",
         "themisto_env.sandbox.ray.cluster",
-        "themisto_env.sandbox.ray.placement",
+        "themisto_env.sandbox.kernel.spec",
     ],
 }
 #: Calls that load a module by name (their first argument, a string).

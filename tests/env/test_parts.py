@@ -12,9 +12,10 @@ from themisto_env.env.actions import Prediction
 from themisto_env.env.config import env_config_and_dataset
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.episode import Episode
+from themisto_env.env.outcomes import ToolOutcome
 from themisto_env.env.record import MAX_TOOL_REFUNDS, SampleRecord
 from themisto_env.env.scorer import Scorer
-from themisto_env.env.state_server import StateServer, ToolOutcome
+from themisto_env.env.state_server import StateServer
 from themisto_env.env.tools import ToolCall
 
 
@@ -121,9 +122,10 @@ def test_which_kernels_are_forked_and_why_not(
 ) -> None:
     """Model-written code is forked where copies are isolated from each other (docker) or nothing is
     (local); the reason a kernel is started instead is what ``served_by`` shows."""
-    from themisto_env.env.state_server import not_forked
+    from themisto_env.env.kernel_spec import env_kernel_spec
 
-    config, _ = env_config_and_dataset({**env_dataset, "backend": backend, "fork": fork})
+    config, dataset = env_config_and_dataset({**env_dataset, "backend": backend, "fork": fork})
+    spec = env_kernel_spec(config, dataset)
     for store_access, expected in (("read", own), ("copy", model_code)):
-        reason = not_forked(config, store_access)
+        reason = spec.with_access(store_access).not_forked
         assert (reason is None) == (expected is None) and (expected is None or expected in str(reason)), reason

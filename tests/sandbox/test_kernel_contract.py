@@ -20,8 +20,8 @@ import pytest
 from tests.conftest import needs
 from themisto_env.sandbox.kernel.contract import KernelLike, LauncherReadings
 from themisto_env.sandbox.kernel.core import Kernel
+from themisto_env.sandbox.kernel.spec import RayPlacement
 from themisto_env.sandbox.ray.kernel import RemoteKernel, make_kernel
-from themisto_env.sandbox.ray.placement import RayPlacement
 from themisto_env.sandbox.template.core import KernelTemplate
 
 #: Makes one started kernel of a kind, on a snapshot store shared by the kernels of a test.

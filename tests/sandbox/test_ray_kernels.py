@@ -22,8 +22,8 @@ from tests.env.test_served_states import fault_data as fault_data
 from themisto_env.env.tools import ToolCall
 from themisto_env.errors import HelperError, KernelDiedError, KernelStartError, UnknownNameError
 from themisto_env.sandbox.kernel.core import Kernel
+from themisto_env.sandbox.kernel.spec import RayPlacement
 from themisto_env.sandbox.ray.kernel import RemoteKernel
-from themisto_env.sandbox.ray.placement import RayPlacement
 from themisto_env.sandbox.store.workdir import FileStore, scan
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed: pip install 'themisto-env[ray]'")

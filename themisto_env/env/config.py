@@ -15,8 +15,8 @@ from themisto_env.errors import ConfigError
 from themisto_env.metrics import RewardWeights
 from themisto_env.replay.dataset import Dataset
 from themisto_env.sandbox.kernel.launcher import launcher_class
+from themisto_env.sandbox.kernel.spec import RayPlacement
 from themisto_env.sandbox.models import SandboxLimits
-from themisto_env.sandbox.ray.placement import RayPlacement
 from themisto_env.scoring.score import ScoringRule
 
 __all__ = ["MODEL_CODE_TIMEOUT_S", "EnvConfig", "ObservationMode", "env_config_and_dataset", "warn_unisolated"]
@@ -96,7 +96,7 @@ class EnvConfig(BaseModel):
         max_text_chars: Cap of each text field of the observation.
         ray: Run the env's kernels in Ray actors on a cluster's CPU nodes, not in this process's machine:
             an address (``local``, ``auto``, ``HOST:6379``, ``ray://HOST:10001``, as ``themisto run --ray``)
-            or a :class:`~themisto_env.sandbox.ray.placement.RayPlacement` (resources, spreading, the nodes'
+            or a :class:`~themisto_env.sandbox.kernel.spec.RayPlacement` (resources, spreading, the nodes'
             snapshot store). The env, its API and its rewards stay here; a kernel or node lost mid-episode
             is an infrastructure fault (the sample is unscored), as a local kernel's death is.
     """

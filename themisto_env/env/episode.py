@@ -24,21 +24,17 @@ from themisto_env.data.trajectory import Trajectory
 from themisto_env.env.actions import Action, Prediction, parse_action, reset_options
 from themisto_env.env.config import EnvConfig, env_config_and_dataset, warn_unisolated
 from themisto_env.env.info import StepInfo
+from themisto_env.env.kernel_spec import env_kernel_spec
 from themisto_env.env.observation import sample_observation
+from themisto_env.env.outcomes import ToolOutcome, not_served
 from themisto_env.env.record import EpisodeRecord
 from themisto_env.env.scorer import Scorer
-from themisto_env.env.state_server import (
-    FROM_DATASET,
-    EnvironmentChoice,
-    StateServer,
-    ToolOutcome,
-    not_served,
-    resolve_environment,
-)
+from themisto_env.env.state_server import StateServer
 from themisto_env.env.tools import ToolCall, ToolContext, task_tools
 from themisto_env.errors import ActionError, BackendUnavailableError, ConfigError, InfrastructureError
 from themisto_env.replay.dataset import Dataset
 from themisto_env.replay.state_check import StateReport
+from themisto_env.sandbox.kernel.spec import KernelSpec
 from themisto_env.scoring.score import ExecutionRun, SampleScore
 
 __all__ = ["Episode", "Step"]
@@ -53,7 +49,9 @@ class Episode:
     Args:
         config: The options.
         dataset: The open dataset (its samples of ``config.task`` under ``config.sample_rule``).
-        environment: The kernel environment id; by default the one of the config and dataset.
+        spec: The kind of kernel (`KernelSpec`) of the episode's parts; by default the server's or the
+            scorer's when one is given, else built once here (`themisto_env.env.kernel_spec.env_kernel_spec`:
+            the config's and dataset's) and handed to both.
         server: The state server to serve the samples' states on (default: a new one, closed with the
             episode).
         scorer: The scorer of the predictions (default: a new one, closed with the episode).
@@ -67,18 +65,18 @@ class Episode:
         config: EnvConfig,
         dataset: Dataset,
         *,
-        environment: EnvironmentChoice = FROM_DATASET,
+        spec: KernelSpec | None = None,
         server: StateServer | None = None,
         scorer: Scorer | None = None,
     ) -> None:
         self.config = config
         self.dataset = dataset
-        if server is not None:
-            environment = server.environment
-        elif scorer is not None:
-            environment = scorer.environment
+        if spec is None:
+            spec = server.spec if server is not None else scorer.spec if scorer is not None else None
+        #: The kind of the episode's kernels, built once for its parts.
+        self.spec = spec if spec is not None else env_kernel_spec(config, dataset)
         #: The kernel environment's id (None: the tool's own Python).
-        self.environment = resolve_environment(environment, config, dataset)
+        self.environment = self.spec.environment
         self.trajectories: dict[str, Trajectory] = dict(dataset.trajectories)
         self.samples = dataset.samples(config.task, config.sample_rule)
         #: Each trajectory's samples in step order (the episodes).
@@ -89,8 +87,8 @@ class Episode:
         #: The tools an agent is offered (those that run code would reveal the output in the output task).
         self.tool_names = tuple(tool.name for tool in task_tools(config.task))
         self._owns = (server is None, scorer is None)
-        self.server = server if server is not None else StateServer(config, dataset, environment=self.environment)
-        self.scorer = scorer if scorer is not None else Scorer(config, dataset, environment=self.environment)
+        self.server = server if server is not None else StateServer(config, dataset, spec=self.spec)
+        self.scorer = scorer if scorer is not None else Scorer(config, dataset, spec=self.spec)
         if config.execution_score and config.task == "next-cell":
             warn_unisolated(config.backend, "the execution score")
         self.record = EpisodeRecord(config)

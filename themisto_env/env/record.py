@@ -15,7 +15,7 @@ from typing import Any
 from themisto_env.data.samples import Sample
 from themisto_env.data.trajectory import Trajectory
 from themisto_env.env.config import EnvConfig
-from themisto_env.env.state_server import ToolOutcome, state_mismatch
+from themisto_env.env.outcomes import ToolOutcome, state_mismatch
 from themisto_env.env.tools import ToolCall
 from themisto_env.replay.state_check import StateReport
 from themisto_env.scoring.score import SampleScore

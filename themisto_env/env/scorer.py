@@ -14,15 +14,10 @@ from collections.abc import Callable, Sequence
 
 from themisto_env.data.samples import Sample
 from themisto_env.env.config import MODEL_CODE_TIMEOUT_S, EnvConfig, warn_unisolated
-from themisto_env.env.state_server import (
-    FROM_DATASET,
-    EnvironmentChoice,
-    not_forked,
-    resolve_environment,
-    template_source,
-)
+from themisto_env.env.kernel_spec import env_kernel_spec
 from themisto_env.replay.dataset import Dataset
-from themisto_env.replay.disposable import CodeRun, DisposableKernels, imported_modules
+from themisto_env.replay.disposable import CodeRun, DisposableKernels
+from themisto_env.sandbox.kernel.spec import KernelSpec
 from themisto_env.sandbox.template.core import hold_shared_templates, release_shared_templates
 from themisto_env.scoring.score import ExecutionRun, SampleScore, ScoringRule, execution_run, score_sample
 
@@ -36,24 +31,22 @@ class Scorer:
         config: The options (the reward's weights, tool cost and execution score; the kernels' backend,
             limits, snapshot store, forking, Ray placement).
         dataset: The dataset the scored samples come from.
-        environment: The kernel environment id (None: the tool's own Python); by default the one of the
-            config and dataset (:func:`~themisto_env.env.state_server.kernel_environment`).
+        spec: The kind of kernel (`KernelSpec`) the env built once for its parts; its kernels get copies of
+            the snapshots (``store_access="copy"``). By default the config's and dataset's
+            (`themisto_env.env.kernel_spec.env_kernel_spec`).
 
     No kernel starts until code has to run. Usable as a context manager (closed on exit).
     """
 
-    def __init__(self, config: EnvConfig, dataset: Dataset, *, environment: EnvironmentChoice = FROM_DATASET) -> None:
+    def __init__(self, config: EnvConfig, dataset: Dataset, *, spec: KernelSpec | None = None) -> None:
         self.config = config
         self.dataset = dataset
+        #: The kind of the disposable kernels (the store hidden, snapshots copied in).
+        self.spec = (spec or env_kernel_spec(config, dataset)).with_access("copy")
         #: The kernel environment's id (None: the tool's own Python).
-        self.environment = resolve_environment(environment, config, dataset)
+        self.environment = self.spec.environment
         self._disposable: DisposableKernels | None = None
-        trajectories = dataset.trajectories.values()
-        self._preload = tuple(imported_modules(trajectories, submodules=True))  # the template's
-        self._template = template_source(
-            config, preload=self._preload, environment=self.environment, store_access="copy"
-        )
-        self._holds_templates = self._template is not None
+        self._holds_templates = self.spec.forks
         if self._holds_templates:  # the shared templates keep spares and states while a scorer forks from them
             hold_shared_templates()
 
@@ -73,20 +66,10 @@ class Scorer:
         return self._disposable
 
     def disposable_kernels(self) -> DisposableKernels:
-        """The kernels model-written code runs in (a pool of disposable kernels, started on first use,
-        preloading the libraries the dataset's cells import)."""
+        """The kernels model-written code runs in (disposable kernels of :attr:`spec`, started on first use,
+        preloading the modules the dataset's cells import)."""
         if self._disposable is None:
-            config = self.config
-            self._disposable = DisposableKernels(
-                config.backend,
-                limits=config.limits,
-                snapshot_dir=config.snapshot_dir,
-                environment=self.environment,
-                preload=imported_modules(self.dataset.trajectories.values()),
-                ray=config.ray,
-                template=self._template,
-                not_forked=not_forked(config, "copy"),
-            )
+            self._disposable = DisposableKernels(self.spec)
         return self._disposable
 
     def execution_run(self, sample: Sample) -> ExecutionRun | None:

@@ -12,163 +12,38 @@ faults met) for the caller's record. Model-written code never runs here (see
 
 from __future__ import annotations
 
-import enum
 import functools
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal
 
 from themisto_env import tracing
 from themisto_env.data.trajectory import Step, Trajectory
 from themisto_env.env.config import EnvConfig
+from themisto_env.env.kernel_spec import env_kernel_spec
 from themisto_env.env.observation import history_items, render_runtime
-from themisto_env.env.tools import TOOLS, ToolCall, ToolContext, ToolResult, run_tool
+from themisto_env.env.outcomes import ToolOutcome, fault_text
+from themisto_env.env.tools import TOOLS, ToolCall, ToolContext, run_tool
 from themisto_env.errors import BackendUnavailableError, ConfigError, InfrastructureError
 from themisto_env.replay.dataset import Dataset
-from themisto_env.replay.disposable import CodeRun, imported_modules
-from themisto_env.replay.kernel_environments import dataset_kernel_environment
+from themisto_env.replay.disposable import CodeRun
 from themisto_env.replay.state import TrajectoryKernel
 from themisto_env.replay.state_check import StateReport, expected_fingerprint, fresh_before
 from themisto_env.sandbox.kernel.contract import KernelLike
 from themisto_env.sandbox.kernel.helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.kernel.pool import KernelPool, shared_pool
+from themisto_env.sandbox.kernel.spec import KernelSpec
 from themisto_env.sandbox.ray.cluster import connect
 from themisto_env.sandbox.ray.kernel import make_kernel
 from themisto_env.sandbox.template.core import (
-    FORKING_BACKENDS,
     KernelTemplate,
     hold_shared_templates,
     release_shared_templates,
-    shared_template,
+    template_source,
 )
 
-__all__ = [
-    "FROM_DATASET",
-    "StateServer",
-    "ToolOutcome",
-    "forks",
-    "kernel_environment",
-    "not_forked",
-    "not_served",
-    "state_mismatch",
-    "template_source",
-]
+__all__ = ["StateServer"]
 
 log = logging.getLogger("themisto_env")
-
-
-class _FromDataset(enum.Enum):
-    FROM_DATASET = "the dataset's kernel environment"
-
-
-#: The default of the parts' ``environment``: the kernel environment the dataset and config name
-#: (:func:`kernel_environment`).
-FROM_DATASET = _FromDataset.FROM_DATASET
-EnvironmentChoice = str | None | _FromDataset
-
-
-def kernel_environment(config: EnvConfig, dataset: Dataset) -> str | None:
-    """The kernel environment id the kernels of ``config`` over ``dataset`` run in (None: the tool's own
-    Python): ``config.environment``, else the one the dataset was built in.
-
-    Raises:
-        BackendUnavailableError: The dataset's environment is not on this machine.
-        ConfigError: ``config.environment`` names no environment here.
-    """
-    return dataset_kernel_environment(dataset.path, config.environment, backend=config.backend)
-
-
-def resolve_environment(environment: EnvironmentChoice, config: EnvConfig, dataset: Dataset) -> str | None:
-    """``environment`` itself, or the dataset's (:func:`kernel_environment`) for :data:`FROM_DATASET`."""
-    return kernel_environment(config, dataset) if isinstance(environment, _FromDataset) else environment
-
-
-def forks(config: EnvConfig) -> bool:
-    """Whether kernels and copies of states are forked from a template (``EnvConfig.fork``; local and bwrap
-    kernels on this machine; on docker, only the kernels for model-written code: :func:`not_forked`)."""
-    return not_forked(config, "read") is None
-
-
-def template_source(
-    config: EnvConfig,
-    *,
-    preload: tuple[str, ...],
-    environment: str | None,
-    store_access: Literal["read", "copy"],
-) -> Callable[[], KernelTemplate] | None:
-    """Gives the process's template for the kernels of ``config`` (shared with the other users of this
-    kind, replaced when it dies), or None where kernels are not forked.
-
-    Kernels for model-written code (``store_access="copy"``) are forked on ``local`` (no isolation anyway)
-    and on ``docker``, where each copy takes a uid of its own in its template's container; on ``bwrap`` the
-    copies of one template would share its sandbox and its user (one copy could reach another), so each is
-    started in a sandbox of its own. The env's own kernel is forked on ``local`` and ``bwrap``, started on
-    ``docker`` (see :func:`not_forked`).
-    """
-    if not_forked(config, store_access) is not None:
-        return None
-    return functools.partial(
-        shared_template,
-        config.backend,
-        preload=preload,
-        limits=config.limits,
-        snapshot_dir=config.snapshot_dir,
-        store_access=store_access,
-        environment=environment,
-    )
-
-
-def not_forked(config: EnvConfig, store_access: Literal["read", "copy"]) -> str | None:
-    """Why kernels of ``config`` for this use (``copy``: model-written code; ``read``: the env's own) are
-    started rather than forked, or None where they are forked."""
-    if not config.fork:
-        return "fork=False"
-    if config.ray is not None:
-        return "kernels run in Ray actors"
-    if config.backend not in FORKING_BACKENDS:
-        return f"the {config.backend} backend does not fork"
-    if store_access == "copy" and config.backend == "bwrap":
-        return "copies of one bwrap template would share its user: model-written code gets a sandbox each"
-    if store_access == "read" and config.backend == "docker":
-        return "the env's own docker kernel is started (only model-written code is forked on docker)"
-    return None
-
-
-def not_served() -> dict[str, object]:
-    """``info["state"]`` of a sample whose state is not served yet (nothing live was shown, nothing checked)."""
-    return {"check": "not served", "faults": [], "differences": []}
-
-
-def state_mismatch(report: StateReport | None) -> str | None:
-    """How a served state differs from the recording (the ``state_mismatch`` a score takes), or None."""
-    if report is None or report.check != "mismatch":
-        return None
-    return "; ".join(report.differences[:10]) or "the state differs"
-
-
-def fault_text(error: Exception) -> str:
-    """An infrastructure failure as a sample's fault: ``TypeName: message``."""
-    return f"{type(error).__name__}: {error}"
-
-
-@dataclass(frozen=True)
-class ToolOutcome:
-    """What one tool call on a served state came to.
-
-    Attributes:
-        result: The tool's result; None when the machinery failed and the call did not run.
-        faults: The infrastructure failures met on the way, in order (serving the state, the call, the
-            recovery after it): the sample's faults.
-    """
-
-    result: ToolResult | None
-    faults: tuple[str, ...] = ()
-
-    @property
-    def error(self) -> str | None:
-        """Why the call did not run (the step's ``infrastructure_error``), or None when it ran."""
-        return self.faults[-1] if self.result is None and self.faults else None
 
 
 class StateServer:
@@ -178,28 +53,30 @@ class StateServer:
         config: The options (backend, limits, snapshots, warm kernels, forking, Ray, ...).
         dataset: The dataset whose trajectories are served (its manifest says which packages the snapshots
             need).
-        environment: The kernel environment id (None: the tool's own Python); by default the one of the
-            config and dataset (:func:`kernel_environment`).
+        spec: The kind of kernel (`KernelSpec`; its store is read) the env built once for its parts; by
+            default the config's and dataset's (`themisto_env.env.kernel_spec.env_kernel_spec`).
 
     Nothing starts until a state is needed: :meth:`select` names the state, :meth:`serve` (or a tool call)
     brings the kernel there. Kernels come from the process's warm pool (after :meth:`warm_up`), or are
     forked from its shared template (:attr:`forking`).
     """
 
-    def __init__(self, config: EnvConfig, dataset: Dataset, *, environment: EnvironmentChoice = FROM_DATASET) -> None:
+    def __init__(self, config: EnvConfig, dataset: Dataset, *, spec: KernelSpec | None = None) -> None:
         self.config = config
         self.dataset = dataset
+        #: The kind of this server's kernels (their store read-only).
+        self.spec = (spec or env_kernel_spec(config, dataset)).with_access("read")
         #: The kernel environment's id (None: the tool's own Python).
-        self.environment = resolve_environment(environment, config, dataset)
+        self.environment = self.spec.environment
         self.trajectories: dict[str, Trajectory] = dict(dataset.trajectories)
-        if config.ray is not None:  # connected here, in the caller's thread, not in a pool's
-            connect(config.ray.address)
+        if self.spec.ray is not None:  # connected here, in the caller's thread, not in a pool's
+            connect(self.spec.ray.address)
         #: The modules the dataset's cells import (preloaded in warm kernels and templates).
-        self.preload = tuple(imported_modules(self.trajectories.values(), submodules=True))
+        self.preload = self.spec.preload
         #: Warm kernels for the served state, taken at :meth:`warm_up`.
         self.pool: KernelPool | None = None
         #: The kernel and where it is (:attr:`TrajectoryKernel.started` says whether one runs).
-        self.kernel_owner = TrajectoryKernel(self._new_kernel, template=self.template_source("read"))
+        self.kernel_owner = TrajectoryKernel(self._new_kernel, template=self.template_source())
         self._holds_templates = self.forking
         if self._holds_templates:  # the shared templates keep spares and states while a server forks from them
             hold_shared_templates()
@@ -216,38 +93,28 @@ class StateServer:
 
     @property
     def forking(self) -> bool:
-        """Whether kernels and copies of states are forked from a template (see :func:`forks`)."""
-        return forks(self.config)
+        """Whether kernels and copies of states are forked from a template (`KernelSpec.forks`; local and
+        bwrap kernels on this machine; on docker, only the kernels for model-written code)."""
+        return self.spec.forks
 
-    def template_source(self, store_access: Literal["read", "copy"]) -> Callable[[], KernelTemplate] | None:
-        """Gives the process's template for this server's kind of kernel (see :func:`template_source`)."""
-        return template_source(
-            self.config, preload=self.preload, environment=self.environment, store_access=store_access
-        )
+    def template_source(self) -> Callable[[], KernelTemplate] | None:
+        """Gives the process's template for this server's kind of kernel, or None where it is not forked
+        (see `themisto_env.sandbox.template.core.template_source`)."""
+        return template_source(self.spec)
 
     def kernel_factory(self) -> Callable[[], KernelLike]:
         """Makes a new kernel of this server's kind: on this machine, or in a Ray actor (``config.ray``)."""
-        config = self.config
-        return functools.partial(
-            make_kernel,
-            config.backend,
-            ray=config.ray,
-            limits=config.limits,
-            snapshot_dir=config.snapshot_dir,
-            environment=self.environment,
-        )
+        return functools.partial(make_kernel, self.spec)
 
     def _new_kernel(self) -> KernelLike:
         return self.kernel_factory()()
 
     def _shared_pool(self) -> KernelPool:
-        """The process's pool of warm kernels of this kind (backend, limits, snapshot store, preloaded
-        modules), shared with the other open servers of that kind."""
-        config = self.config
-        key = (config.backend, config.limits.model_dump_json(), config.snapshot_dir, self.preload, config.warm_kernels)
-        key += (self.environment, config.ray.model_dump_json() if config.ray else None)
+        """The process's pool of warm kernels of this spec and size, shared with the other open servers of
+        that kind."""
+        size = self.config.warm_kernels
         # the factory, not a bound method: the process's pool must not hold this server
-        return shared_pool(key, self.kernel_factory(), size=config.warm_kernels, preload=self.preload)
+        return shared_pool((self.spec, size), self.kernel_factory(), size=size, preload=self.spec.preload)
 
     def warm_up(self) -> None:
         """Have a kernel on its way before the first state is needed (when states are served at all)."""

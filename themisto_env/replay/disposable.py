@@ -31,9 +31,9 @@ import functools
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import Any, Literal, Unpack, get_args
 
 from themisto_env.data.trajectory import Trajectory
 from themisto_env.errors import (
@@ -48,13 +48,10 @@ from themisto_env.sandbox.kernel.contract import KernelLike
 from themisto_env.sandbox.kernel.forked import shared_fault
 from themisto_env.sandbox.kernel.helper import value_fingerprint
 from themisto_env.sandbox.kernel.pool import KernelPool
-from themisto_env.sandbox.models import SandboxLimits
+from themisto_env.sandbox.kernel.spec import KernelFields, KernelSpec
 from themisto_env.sandbox.ray.kernel import make_kernel
-from themisto_env.sandbox.ray.placement import RayPlacement
+from themisto_env.sandbox.template.core import template_source
 from themisto_env.syntax import parse as parse_python
-
-if TYPE_CHECKING:
-    from themisto_env.sandbox.template.core import KernelTemplate
 
 #: Why a piece of model-written code failed, when it was its own doing.
 Failure = Literal["exit", "memory", "processes", "timeout", "unreadable", "tampered"]
@@ -203,52 +200,30 @@ class DisposableKernels:
     """Runs model-written code in throw-away kernels in a trajectory's states.
 
     Args:
-        backend: The kernel backend (use ``docker`` for code you do not trust).
-        limits: Limits of each kernel (the code's timeout is passed to :meth:`run`).
-        snapshot_dir: The snapshot store the states are restored from (copied in, never mounted).
-        preload: Modules each pooled kernel imports ahead of time.
-        pool_size: How many kernels to keep started ahead of time.
-        environment: The kernel environment's id (``themisto kernel-env``); None: the tool's own Python.
-        ray: Run the kernels in Ray actors placed so (None: on this machine).
-        template: Gives the kernel template to fork the kernels from (each a copy of the state's template:
-            no kernel start, no restore); None starts and restores them (from the pool).
-        not_forked: Why they are not forked (without ``template``), for the state report's ``served_by``.
+        spec: The kind of kernel (a `KernelSpec`, or a backend's name; use ``docker`` for code you do not
+            trust), always with ``store_access="copy"`` (the states are copied in, the store never
+            mounted): its limits are each kernel's (the code's timeout is passed to :meth:`run`), its
+            preloads are imported ahead of time, its Ray placement says where the kernels run, and its fork
+            policy (`KernelSpec.not_forked`) whether each is a copy of the state's template (no kernel
+            start, no restore: the process's shared template of the spec) or is started and restored.
+        pool_size: How many kernels to keep started ahead of time (where they are not forked).
+        **fields: The spec's fields to set or replace (`KernelFields`).
     """
 
-    def __init__(
-        self,
-        backend: str,
-        *,
-        limits: SandboxLimits | None = None,
-        snapshot_dir: str | None = None,
-        preload: Iterable[str] = (),
-        pool_size: int = 1,
-        environment: str | None = None,
-        ray: RayPlacement | None = None,
-        template: Callable[[], KernelTemplate] | None = None,
-        not_forked: str | None = None,
-    ) -> None:
-        self.backend = backend
-        self.template = template
-        self.not_forked = not_forked
-        self.ray = ray
-        self.limits = limits or SandboxLimits()
-        self.snapshot_dir = snapshot_dir
-        self.environment = environment
-        self.pool = KernelPool(self._new_kernel, size=pool_size, preload=tuple(preload))
+    def __init__(self, spec: KernelSpec | str, *, pool_size: int = 1, **fields: Unpack[KernelFields]) -> None:
+        self.spec = KernelSpec.of(spec, **fields).with_access("copy")
+        self.backend = self.spec.backend
+        self.template = template_source(self.spec)
+        self.not_forked = self.spec.not_forked
+        self.limits = self.spec.limits
+        self.environment = self.spec.environment
+        self.pool = KernelPool(self._new_kernel, size=pool_size, preload=self.spec.preload)
         self._closing: list[threading.Thread] = []
         #: The kernel running model-written code right now (for tests and monitors), else None.
         self.running: KernelLike | None = None
 
     def _new_kernel(self) -> KernelLike:
-        return make_kernel(
-            self.backend,
-            ray=self.ray,
-            limits=self.limits,
-            snapshot_dir=self.snapshot_dir,
-            store_access="copy",
-            environment=self.environment,
-        )
+        return make_kernel(self.spec)
 
     def run(self, trajectory: Trajectory, step: int, code: str, *, timeout_s: float) -> CodeRun:
         """Run ``code`` as a cell in a fresh kernel in the state before ``step``; measure what it did.

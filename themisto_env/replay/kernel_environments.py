@@ -54,7 +54,7 @@ from themisto_env.replay.kernel_environment_spec import (
     check_name,
 )
 from themisto_env.replay.kernel_environment_venv import Installer, make_venv
-from themisto_env.sandbox.environments import DEFAULT_ENVIRONMENT
+from themisto_env.sandbox.store.snapshots import DEFAULT_ENVIRONMENT
 
 if TYPE_CHECKING:
     from rich.console import Console

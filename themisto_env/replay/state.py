@@ -73,7 +73,6 @@ from themisto_env.replay.state_check import (
     files_before,
     fresh_before,
 )
-from themisto_env.sandbox.environments import environment_label
 from themisto_env.sandbox.kernel.contract import KernelLike
 from themisto_env.sandbox.kernel.pool import KernelPool
 from themisto_env.sandbox.store.workdir import FolderTooLargeError, diff_trees, tree_digest
@@ -414,9 +413,9 @@ class TrajectoryKernel:
         store = source.store
         if digest not in store:
             return False
-        if environment_label(source.environment) not in store.environments(digest):
+        if store.refusal(digest, source.environment) is not None:
             # Written by a kernel of another environment (other packages): never restored here; the
-            # kernel would refuse it too (SnapshotEnvironmentError). The state is replayed instead.
+            # kernel would refuse it too (the store's SnapshotEnvironmentError). The state is replayed instead.
             if self._report is not None and digest not in self._report.refused_snapshots:
                 self._report.refused_snapshots.append(digest)
             return False

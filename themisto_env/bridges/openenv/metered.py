@@ -22,13 +22,16 @@ from themisto_env.bridges.openenv.server_metrics import ServerMetrics, route_of
 from themisto_env.data.samples import Sample
 from themisto_env.env.config import EnvConfig, env_config_and_dataset
 from themisto_env.env.episode import Episode
+from themisto_env.env.kernel_spec import env_kernel_spec
+from themisto_env.env.outcomes import ToolOutcome
 from themisto_env.env.scorer import Scorer
-from themisto_env.env.state_server import FROM_DATASET, EnvironmentChoice, StateServer, ToolOutcome, resolve_environment
+from themisto_env.env.state_server import StateServer
 from themisto_env.env.tools import ToolCall
 from themisto_env.errors import InfrastructureError
 from themisto_env.replay.dataset import Dataset
 from themisto_env.replay.disposable import CodeRun
 from themisto_env.replay.state_check import StateReport
+from themisto_env.sandbox.kernel.spec import KernelSpec
 from themisto_env.scoring.score import ExecutionRun
 
 __all__ = ["MeteredScorer", "MeteredStateServer", "close_metered_episode", "open_metered_episode"]
@@ -44,9 +47,9 @@ class MeteredStateServer(StateServer):
         config: EnvConfig,
         dataset: Dataset,
         *,
-        environment: EnvironmentChoice = FROM_DATASET,
+        spec: KernelSpec | None = None,
     ) -> None:
-        super().__init__(config, dataset, environment=environment)
+        super().__init__(config, dataset, spec=spec)
         self.metrics = metrics
         self._serving_s = 0.0  # time spent serving states, so far (a tool call's own time leaves it out)
         self._recovered = False  # whether a recovery ran during the tool call under way
@@ -98,9 +101,9 @@ class MeteredScorer(Scorer):
         config: EnvConfig,
         dataset: Dataset,
         *,
-        environment: EnvironmentChoice = FROM_DATASET,
+        spec: KernelSpec | None = None,
     ) -> None:
-        super().__init__(config, dataset, environment=environment)
+        super().__init__(config, dataset, spec=spec)
         self.metrics = metrics
 
     def execution_run(self, sample: Sample) -> ExecutionRun | None:
@@ -130,10 +133,10 @@ def open_metered_episode(options: Mapping[str, Any], metrics: ServerMetrics) -> 
         ConfigError: Bad options (nothing is left open).
     """
     config, dataset = env_config_and_dataset(dict(options))
-    environment = resolve_environment(FROM_DATASET, config, dataset)
-    server = MeteredStateServer(metrics, config, dataset, environment=environment)
+    spec = env_kernel_spec(config, dataset)  # once, for both parts
+    server = MeteredStateServer(metrics, config, dataset, spec=spec)
     try:
-        scorer = MeteredScorer(metrics, config, dataset, environment=environment)
+        scorer = MeteredScorer(metrics, config, dataset, spec=spec)
     except BaseException:
         server.close()
         raise

@@ -50,9 +50,10 @@ from themisto_env.errors import ConfigError, InfrastructureError
 from themisto_env.scoring.score import SampleScore
 
 if TYPE_CHECKING:
+    from themisto_env.env.outcomes import ToolOutcome
     from themisto_env.env.record import SampleRecord
     from themisto_env.env.scorer import Scorer
-    from themisto_env.env.state_server import StateServer, ToolOutcome
+    from themisto_env.env.state_server import StateServer
 
 __all__ = ["ROLLOUT_TOOLS", "SUBMIT_INSTRUCTION", "SharedStates", "ThemistoToolEnv", "tool_dataset", "tool_methods"]
 
@@ -89,7 +90,7 @@ class SharedStates:
         self, *, share: bool = True, max_kernels: int = 4, cache_answers: bool = True, **env_options: Any
     ) -> None:
         from themisto_env.env.config import env_config_and_dataset
-        from themisto_env.env.state_server import kernel_environment
+        from themisto_env.env.kernel_spec import env_kernel_spec
 
         if max_kernels < 1:
             raise ConfigError(f"max_kernels must be at least 1, got {max_kernels}")
@@ -99,7 +100,9 @@ class SharedStates:
         #: Answers given for each live sample: (tool, arguments as JSON) -> the shared kernel's result.
         self.answers: dict[str, dict[tuple[str, str], ToolResult]] = {}
         self.config, self.dataset = env_config_and_dataset({**env_options, "observation": "tools"})
-        self.environment = kernel_environment(self.config, self.dataset)
+        #: The kind of kernel of every server and the scorer made here (built once).
+        self.spec = env_kernel_spec(self.config, self.dataset)
+        self.environment = self.spec.environment
         listed = self.dataset.samples(self.config.task, self.config.sample_rule)
         self.samples: dict[str, Sample] = {s.id: s for s in listed}
         self._scorer: Scorer | None = None  # runs submitted predictions (execution score); on first use
@@ -121,7 +124,7 @@ class SharedStates:
             if self._closed:
                 raise ConfigError("the shared states are closed")
             if self._scorer is None:
-                self._scorer = Scorer(self.config, self.dataset, environment=self.environment)
+                self._scorer = Scorer(self.config, self.dataset, spec=self.spec)
             return self._scorer
 
     def new_server(self) -> StateServer:
@@ -130,7 +133,7 @@ class SharedStates:
 
         if self._closed:
             raise ConfigError("the shared states are closed")
-        server = StateServer(self.config, self.dataset, environment=self.environment)
+        server = StateServer(self.config, self.dataset, spec=self.spec)
         self._owned.append(server)
         return server
 
@@ -287,7 +290,7 @@ class ThemistoToolEnv:
 
     def _run(self, call: ToolCall) -> ToolOutcome:
         """Answer a call from the group's cache or the sample's state server (the outcome the record takes)."""
-        from themisto_env.env.state_server import ToolOutcome, fault_text, state_mismatch
+        from themisto_env.env.outcomes import ToolOutcome, fault_text, state_mismatch
 
         states, sample = self.states, self.sample
         assert sample is not None

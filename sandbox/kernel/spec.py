@@ -1,0 +1,178 @@
+"""What kind of kernel to make: `KernelSpec`, one frozen value that every factory, pool and template takes
+and is keyed by, and `RayPlacement`, where kernels run on Ray.
+
+A spec names the backend, the limits, the snapshot store and how the kernel sees it, the kernel
+environment, the Ray placement (None: on this machine), the modules to preload, the backend's launcher
+options and whether kernels of this kind may be forked from a template. It is built once by its owner (the
+env builds one from its config and dataset) and handed down: `make_kernel`, `Kernel`, `RemoteKernel`,
+`KernelTemplate`, `shared_template`, `shared_pool` and the disposable kernels all take it, and two equal
+specs share one template and one pool. The fork policy (`KernelSpec.not_forked`) lives here too, so that
+every user of a spec forks, or does not, for the same reason.
+
+Example:
+    >>> spec = KernelSpec("local", preload=("pandas",))
+    >>> spec.with_access("copy") == KernelSpec("local", preload=("pandas",), store_access="copy")
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypedDict
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from themisto_env.sandbox.models import SandboxLimits
+
+__all__ = ["FORKING_BACKENDS", "KernelFields", "KernelSpec", "RayPlacement", "StoreAccess"]
+
+#: Backends whose kernels can be forked from a template.
+FORKING_BACKENDS = ("local", "bwrap", "docker")
+
+#: How a kernel sees the snapshot store: ``read`` (mounted read-only) or ``copy`` (not at all: each
+#: snapshot to restore is copied in).
+StoreAccess = Literal["read", "copy"]
+
+
+class RayPlacement(BaseModel):
+    """Where an env's kernels run on Ray (the env option ``ray``; a bare address string means the defaults).
+
+    Attributes:
+        address: ``local`` (a Ray instance on this machine), ``auto`` (the cluster this machine joined),
+            ``HOST:6379`` or ``ray://HOST:10001``: the same addresses as ``themisto run --ray``.
+        num_cpus: CPUs each kernel's actor reserves in Ray's accounting (default a quarter: a kernel mostly
+            waits between cells, and an env holds two or three: its own, a warm one, a disposable one).
+        memory_mb: Memory each kernel's actor reserves (None: none reserved; the kernel's own limits
+            still apply on isolating backends).
+        resources: Custom Ray resources each kernel's actor needs, e.g. ``{"kernels": 1}`` with CPU nodes
+            started by ``ray start --resources '{"kernels": 16}'``: kernels then go only there, never to
+            the trainer's GPU node.
+        scheduling: ``SPREAD`` spreads kernels over the nodes; ``DEFAULT`` lets Ray pack them.
+        snapshot_dir: The snapshot store on the kernels' nodes (None: the same path as the owner's store,
+            which on one machine or a shared folder is the same store).
+        start_timeout_s: How long to wait for a node to take a new kernel's actor.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    address: str = "local"
+    num_cpus: float = Field(0.25, ge=0)
+    memory_mb: int | None = Field(None, ge=1)
+    resources: dict[str, float] = Field(default_factory=dict)
+    scheduling: Literal["SPREAD", "DEFAULT"] = "SPREAD"
+    snapshot_dir: str | None = None
+    start_timeout_s: float = Field(120.0, gt=0)
+
+    def __hash__(self) -> int:
+        return hash(self.model_dump_json())
+
+
+class KernelFields(TypedDict, total=False):
+    """The fields of a `KernelSpec` but its backend, as keyword arguments: what the public constructors
+    (`Kernel("docker", limits=...)`, `make_kernel`, `KernelTemplate`, ...) accept beside a backend's name
+    or over a spec (see `KernelSpec.of`)."""
+
+    limits: SandboxLimits | None
+    snapshot_dir: str | Path | None
+    store_access: StoreAccess
+    environment: str | None
+    ray: RayPlacement | None
+    preload: Sequence[str]
+    launcher_options: Mapping[str, Any] | None
+    fork: bool
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """What kind of kernel to make (frozen and hashable: pools and templates are keyed by it).
+
+    Attributes:
+        backend: ``local`` (not isolated), ``bwrap`` or ``docker``.
+        limits: Per-execution and per-kernel limits.
+        snapshot_dir: The snapshot store (content-addressed); None: the user cache's.
+        store_access: How the kernel sees the store. ``read``: mounted read-only; ``copy``: not mounted,
+            each snapshot to restore is copied into the kernel's run directory and removed once loaded (for
+            kernels that run model-written code, which must not read the states of later steps).
+        environment: A kernel environment's id (``themisto kernel-env create``); None: the tool's own
+            Python (or the default image). The store restores only snapshots written in it.
+        ray: Where the kernels run on Ray; None: on this machine.
+        preload: Modules imported once a kernel (or a template) starts; missing ones are skipped.
+        launcher_options: Extra keyword arguments for the backend's launcher (e.g. ``image`` for docker),
+            as sorted ``(name, value)`` pairs (a mapping given is sorted so).
+        fork: Whether kernels of this kind may be forked from a template (see `not_forked` for where
+            they are not, fork or no fork).
+    """
+
+    backend: str = "local"
+    limits: SandboxLimits = dataclasses.field(default_factory=SandboxLimits)
+    snapshot_dir: str | None = None
+    store_access: StoreAccess = "read"
+    environment: str | None = None
+    ray: RayPlacement | None = None
+    preload: tuple[str, ...] = ()
+    launcher_options: tuple[tuple[str, Any], ...] = ()
+    fork: bool = False
+
+    def __post_init__(self) -> None:
+        # normalized, so that equal kernels make equal specs (and one key)
+        set_ = object.__setattr__
+        if self.limits is None:
+            set_(self, "limits", SandboxLimits())
+        if self.snapshot_dir is not None and not isinstance(self.snapshot_dir, str):
+            set_(self, "snapshot_dir", str(self.snapshot_dir))
+        if not isinstance(self.preload, tuple):
+            set_(self, "preload", tuple(self.preload))
+        options: Any = self.launcher_options
+        if options is None:
+            set_(self, "launcher_options", ())
+        elif isinstance(options, Mapping):
+            set_(self, "launcher_options", tuple(sorted(options.items())))
+
+    @classmethod
+    def of(cls, spec: KernelSpec | str = "local", /, **fields: Any) -> KernelSpec:
+        """``spec`` itself, a spec of the backend named ``spec``, either with ``fields`` replaced
+        (`KernelFields`: the keyword arguments of the public constructors)."""
+        if isinstance(spec, str):
+            return cls(spec, **fields)
+        return dataclasses.replace(spec, **fields) if fields else spec
+
+    def with_access(self, store_access: StoreAccess) -> KernelSpec:
+        """The same spec with another store access (the env's kernels read the store; the kernels of
+        model-written code get copies)."""
+        return self if store_access == self.store_access else dataclasses.replace(self, store_access=store_access)
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The launcher options as a dict."""
+        return dict(self.launcher_options)
+
+    @property
+    def not_forked(self) -> str | None:
+        """Why kernels of this spec are started rather than forked from a template, or None where they are
+        forked.
+
+        Kernels for model-written code (``store_access="copy"``) are forked on ``local`` (no isolation
+        anyway) and on ``docker``, where each copy takes a uid of its own in its template's container; on
+        ``bwrap`` the copies of one template would share its sandbox and its user (one copy could reach
+        another), so each is started in a sandbox of its own. The env's own kernel (``read``) is forked on
+        ``local`` and ``bwrap``, started on ``docker``.
+        """
+        if not self.fork:
+            return "fork=False"
+        if self.ray is not None:
+            return "kernels run in Ray actors"
+        if self.backend not in FORKING_BACKENDS:
+            return f"the {self.backend} backend does not fork"
+        if self.store_access == "copy" and self.backend == "bwrap":
+            return "copies of one bwrap template would share its user: model-written code gets a sandbox each"
+        if self.store_access == "read" and self.backend == "docker":
+            return "the env's own docker kernel is started (only model-written code is forked on docker)"
+        return None
+
+    @property
+    def forks(self) -> bool:
+        """Whether kernels of this spec are forked from a template (`not_forked` is None)."""
+        return self.not_forked is None
