@@ -166,17 +166,17 @@ def _check_snapshot(new: KernelFactory) -> str:
     )
     with new() as k:
         assert k.execute(build).status == "ok"
-        info = k.snapshot()
+        info = k.snapshots.save()
         assert "gen" in info.skipped and "df" in info.names and "fh" in info.names, info
         assert k.store.path(info.digest).exists()
-        again = k.snapshot()
+        again = k.snapshots.save()
         assert again.digest == info.digest, "the same state must give the same digest"
         k.execute("df = None; extra = 1")
-        k.restore(info)
+        k.snapshots.restore(info)
         same = k.execute("(df['b'].sum(), box.v, 'extra' in dir())").outputs[0]["data"]["text/plain"]
         assert same == "(np.float64(249750.0), 42, False)" or same == "(249750.0, 42, False)", same
         with new() as fresh:
-            fresh.restore(info)
+            fresh.snapshots.restore(info)
             check = "(int(df['a'].sum()), double(4), box.v, fh.read())"
             restored = fresh.execute(check).outputs[0]["data"]["text/plain"]
             assert restored == "(499500, 8, 42, 'world')", restored
@@ -186,17 +186,17 @@ def _check_snapshot(new: KernelFactory) -> str:
 def _check_readonly_introspection(new: KernelFactory) -> str:
     with new() as k:
         k.execute("import pandas as pd\nframe = pd.DataFrame({'x': [1, 2]})\nfn = lambda v: v\nframe")
-        before = k.namespace_state()
-        k.list_variables()
-        k.inspect_variable("frame")
-        k.dataframe("frame", "describe")
-        k.memory()
-        k.variable_sizes()
-        k.source("fn")
+        before = k.introspect.namespace_state()
+        k.introspect.list_variables()
+        k.introspect.inspect_variable("frame")
+        k.introspect.dataframe("frame", "describe")
+        k.introspect.memory()
+        k.introspect.variable_sizes()
+        k.introspect.source("fn")
         with suppress(UnknownNameError):
-            k.inspect_variable("nope")
-        k.snapshot()
-        after = k.namespace_state()
+            k.introspect.inspect_variable("nope")
+        k.snapshots.save()
+        after = k.introspect.namespace_state()
         assert before == after, (before, after)
     return "namespace, _, Out, counter and history unchanged"
 
@@ -215,10 +215,10 @@ def _check_helper_errors(new: KernelFactory) -> str:
     )
     with new() as k:
         assert k.execute(build).status == "ok"
-        pid, before = k.launcher.pid(), k.namespace_state()
+        pid, before = k.launcher.pid(), k.introspect.namespace_state()
         failures = (
-            (lambda: k.inspect_variable("endless"), "no len for you"),
-            (lambda: k.dataframe("sulky", "describe"), "no stats for you"),
+            (lambda: k.introspect.inspect_variable("endless"), "no len for you"),
+            (lambda: k.introspect.dataframe("sulky", "describe"), "no stats for you"),
         )
         for ask, detail in failures:
             try:
@@ -229,24 +229,24 @@ def _check_helper_errors(new: KernelFactory) -> str:
                 assert not isinstance(exc, IntrospectionRefused) and detail in exc.detail, repr(exc)
             else:
                 raise AssertionError(f"no HelperError ({detail})")
-        assert k.inspect_variable("loud").repr.startswith("<repr failed: RuntimeError: no repr for you")
-        assert k.inspect_variable("lookup").shape is None, "a __getattr__ that raises is no failure"
-        listed = {row.name for row in k.list_variables().variables}
+        assert k.introspect.inspect_variable("loud").repr.startswith("<repr failed: RuntimeError: no repr for you")
+        assert k.introspect.inspect_variable("lookup").shape is None, "a __getattr__ that raises is no failure"
+        listed = {row.name for row in k.introspect.list_variables().variables}
         assert {"loud", "endless", "sulky", "lookup", "frame"} <= listed, listed
         try:
-            k.inspect_variable("fram")
+            k.introspect.inspect_variable("fram")
         except UnknownNameError as exc:
             assert "Did you mean frame" in str(exc) and exc.suggestions[0] == "frame", repr(exc)
         else:
             raise AssertionError("an unknown name was answered")
         try:
-            k.dataframe("loud")
+            k.introspect.dataframe("loud")
         except IntrospectionRefused as exc:
             assert not isinstance(exc, UnknownNameError) and "not a pandas DataFrame" in str(exc), repr(exc)
         else:
             raise AssertionError("a DataFrame view of a non-frame was answered")
         assert k.is_alive() and k.restarts == 0 and k.launcher.pid() == pid, "the kernel was restarted"
-        assert k.namespace_state() == before, "the namespace changed"
+        assert k.introspect.namespace_state() == before, "the namespace changed"
         assert k.execute("len(frame)").outputs[0]["data"]["text/plain"] == "2"
     return "HelperError, the same kernel process, the namespace intact; unknown names with the nearest"
 
@@ -286,14 +286,14 @@ def _check_store_protected(new: KernelFactory) -> str:
     )
     with new() as k:
         k.execute("x = 1")
-        digest = k.snapshot().digest
+        digest = k.snapshots.save().digest
         store = k.launcher.kernel_path(k.store.root)
         k.execute(probe)
         outcome = k.execute(f"attempt({store!r}), sorted(os.listdir({store!r}))[:3]").outputs[0]["data"]["text/plain"]
         assert "writable" not in outcome, f"the kernel can write the snapshot store: {outcome}"
         assert not (k.store.root / "themisto-probe").exists()
     with new(store_access="copy") as k:
-        k.restore(digest)  # handed in by copy, removed once loaded
+        k.snapshots.restore(digest)  # handed in by copy, removed once loaded
         k.execute(probe)
         seen = k.execute(f"os.path.exists({store!r}), sorted(os.listdir({str(k.run_dir)!r}))").outputs[0]
         text = seen["data"]["text/plain"]
@@ -310,7 +310,7 @@ def _check_workdir(new: KernelFactory) -> str:
         tree = scan(source, limit_bytes=2**20)
         store = FileStore(Path(tmp) / "files")
         store.add(source, tree)
-        k.set_files(tree, store)
+        k.snapshots.set_files(tree, store)
         code = (
             "import os\nrows = open('data/x.csv').read().split()\n"
             "open('written.txt', 'w').write('new')\nos.remove('data/x.csv')\n"
@@ -319,10 +319,10 @@ def _check_workdir(new: KernelFactory) -> str:
         result = k.execute(code)
         assert result.status == "ok", result.outputs
         assert result.outputs[-1]["data"]["text/plain"] == "(['a,b', '1,2'], True)", result.outputs
-        assert sorted(k.files()) == ["written.txt"], k.files()
+        assert sorted(k.snapshots.files()) == ["written.txt"], k.snapshots.files()
         assert scan(source, limit_bytes=2**20) == tree, "the kernel changed the original folder"
-        k.set_files(tree, store)
-        assert k.files() == tree and k.execute("open('data/x.csv').read()").status == "ok"
+        k.snapshots.set_files(tree, store)
+        assert k.snapshots.files() == tree and k.execute("open('data/x.csv').read()").status == "ok"
     return "reads relative files; writes stay in the copy; the copy is reset to a recorded tree"
 
 

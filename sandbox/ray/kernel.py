@@ -3,8 +3,9 @@
 A :class:`RemoteKernel` is a kernel (a :class:`~themisto_env.sandbox.kernel.contract.KernelLike`, as a
 :class:`~themisto_env.sandbox.kernel.core.Kernel` is) whose process lives on another node: a Ray actor
 (:class:`~themisto_env.sandbox.ray.host.KernelHost`) owns a real Kernel there, and every call (execute,
-restore, the introspection calls, the launcher's limit readings) is an explicit method that goes to it and
-comes back as the same typed answer or the same exception. Code that drives kernels (the state server, the
+the parts' calls: ``kernel.snapshots.restore``, ``kernel.introspect.list_variables``, ..., the launcher's
+limit readings) is an explicit method that goes to it and comes back as the same typed answer or the same
+exception. Code that drives kernels (the state server, the
 disposable kernels, the tools) cannot tell the two apart; :func:`make_kernel` makes one or the other from a
 :class:`~themisto_env.sandbox.ray.placement.RayPlacement`.
 
@@ -173,6 +174,8 @@ class RemoteKernel:
         }
         self._actor: Any = None
         self._launcher: _LauncherView | None = None
+        self._snapshots: _RemoteSnapshots | None = None
+        self._introspect: _RemoteIntrospection | None = None
         self._lock = threading.Lock()
         self._isolated: bool | None = None
 
@@ -314,11 +317,6 @@ class RemoteKernel:
         return self._launcher
 
     @property
-    def workdir(self) -> Path:
-        """The kernel's working folder, on its node."""
-        return Path(self._read("workdir"))
-
-    @property
     def run_dir(self) -> Path:
         """The kernel's run directory, on its node."""
         return Path(self._read("run_dir"))
@@ -341,7 +339,7 @@ class RemoteKernel:
         """Send an interrupt to the kernel."""
         self._invoke("interrupt")
 
-    # -- execution and introspection: the kernel's answers, as they are ----------------------------------
+    # -- execution: the kernel's answers, as they are ----------------------------------------------------
 
     def execute(
         self, code: str, *, timeout_s: float | None = None, fingerprint: bool = False, interrupt: bool = True
@@ -357,88 +355,53 @@ class RemoteKernel:
         """As :meth:`Kernel.call <themisto_env.sandbox.kernel.core.Kernel.call>`."""
         return self._invoke("call", function, timeout_s=timeout_s, **kwargs)
 
+    # -- the parts: forwarded over the actor ---------------------------------------------------------------
+
+    @property
+    def snapshots(self) -> _RemoteSnapshots:
+        """The kernel's snapshots and working folder; what travels is said on `_RemoteSnapshots`."""
+        if self._snapshots is None:
+            self._snapshots = _RemoteSnapshots(self)
+        return self._snapshots
+
+    @property
+    def introspect(self) -> _RemoteIntrospection:
+        """The kernel's introspection, asked of the kernel on its node (the same answers and exceptions)."""
+        if self._introspect is None:
+            self._introspect = _RemoteIntrospection(self)
+        return self._introspect
+
+
+class _RemoteSnapshots:
+    """A remote kernel's snapshots (`SnapshotsLike`): the owner's store holds the truth, the node's a copy.
+
+    A snapshot the node lacks is sent with the restore that needs it; one the kernel writes is fetched into
+    the owner's store. Working-folder contents are sent blob by blob the same way.
+    """
+
+    def __init__(self, kernel: RemoteKernel) -> None:
+        self._kernel = kernel
+
+    @property
+    def workdir(self) -> Path:
+        """The kernel's working folder, on its node."""
+        return Path(self._kernel._read("snapshots.workdir"))
+
     def files(self) -> FileTree:
         """The working folder's files on the kernel's node: relative path -> sha256."""
-        return dict(self._invoke("files"))
+        return dict(self._kernel._invoke("snapshots.files"))
 
-    def memory_bytes(self) -> int | None:
-        """Resident memory of the kernel process."""
-        memory: int | None = self._invoke("memory_bytes")
-        return memory
-
-    def list_variables(self, *, limit: int = 100, known: Mapping[str, int] | None = None) -> VariableListing:
-        """As :meth:`Kernel.list_variables <themisto_env.sandbox.kernel.core.Kernel.list_variables>`."""
-        listing: VariableListing = self._invoke("list_variables", limit=limit, known=known)
-        return listing
-
-    def inspect_variable(self, name: str, *, max_chars: int = 2000) -> VariableDetail:
-        """As :meth:`Kernel.inspect_variable <themisto_env.sandbox.kernel.core.Kernel.inspect_variable>`."""
-        detail: VariableDetail = self._invoke("inspect_variable", name, max_chars=max_chars)
-        return detail
-
-    def dataframe(self, name: str, view: FrameViewName = "head", *, n: int = 5, max_chars: int = 4000) -> FrameView:
-        """As :meth:`Kernel.dataframe <themisto_env.sandbox.kernel.core.Kernel.dataframe>`."""
-        frame: FrameView = self._invoke("dataframe", name, view, n=n, max_chars=max_chars)
-        return frame
-
-    def memory(self, *, top: int = 20, known: Mapping[str, int] | None = None) -> MemoryReport:
-        """As :meth:`Kernel.memory <themisto_env.sandbox.kernel.core.Kernel.memory>`."""
-        report: MemoryReport = self._invoke("memory", top=top, known=known)
-        return report
-
-    def variable_sizes(self) -> dict[str, int]:
-        """As :meth:`Kernel.variable_sizes <themisto_env.sandbox.kernel.core.Kernel.variable_sizes>`."""
-        return dict(self._invoke("variable_sizes"))
-
-    def source(self, name: str, *, max_chars: int = 4000) -> SourceText:
-        """As :meth:`Kernel.source <themisto_env.sandbox.kernel.core.Kernel.source>`."""
-        text: SourceText = self._invoke("source", name, max_chars=max_chars)
-        return text
-
-    def namespace_state(self) -> NamespaceState:
-        """As :meth:`Kernel.namespace_state <themisto_env.sandbox.kernel.core.Kernel.namespace_state>`."""
-        state: NamespaceState = self._invoke("namespace_state")
-        return state
-
-    def fingerprint(self) -> dict[str, str]:
-        """As :meth:`Kernel.fingerprint <themisto_env.sandbox.kernel.core.Kernel.fingerprint>`."""
-        return dict(self._invoke("fingerprint"))
-
-    def package_versions(self, names: Sequence[str]) -> dict[str, str]:
-        """As :meth:`Kernel.package_versions <themisto_env.sandbox.kernel.core.Kernel.package_versions>`."""
-        return dict(self._invoke("package_versions", names))
-
-    def loaded_distributions(self) -> dict[str, str]:
-        """As :meth:`Kernel.loaded_distributions <themisto_env.sandbox.kernel.core.Kernel.loaded_distributions>`."""
-        return dict(self._invoke("loaded_distributions"))
-
-    def preload(self, modules: Sequence[str]) -> None:
-        """As :meth:`Kernel.preload <themisto_env.sandbox.kernel.core.Kernel.preload>`."""
-        self._invoke("preload", modules)
-
-    def seal(self) -> str:
-        """As :meth:`Kernel.seal <themisto_env.sandbox.kernel.core.Kernel.seal>`."""
-        return str(self._invoke("seal"))
-
-    def sealed_fingerprint(
-        self, token: str, canary: dict[str, object], *, timeout_s: float = MEASURE_TIMEOUT_S
-    ) -> dict[str, str]:
-        """As :meth:`Kernel.sealed_fingerprint <themisto_env.sandbox.kernel.core.Kernel.sealed_fingerprint>` (the
-        limit travels with the call)."""
-        return dict(self._invoke("sealed_fingerprint", token, canary, timeout_s=timeout_s))
-
-    # -- what travels -------------------------------------------------------------------------------------
-
-    def snapshot(self) -> SnapshotInfo:
+    def save(self) -> SnapshotInfo:
         """Save the namespace to the node's store, and bring the snapshot to the owner's store (recording,
         as a local kernel does, that this kernel's environment wrote it)."""
-        info: SnapshotInfo = self._invoke("snapshot")
-        if info.digest not in self.store:
-            found = self._call("get_snapshot", info.digest, during="snapshot")
+        store = self._kernel.store
+        info: SnapshotInfo = self._kernel._invoke("snapshots.save")
+        if info.digest not in store:
+            found = self._kernel._call("get_snapshot", info.digest, during="snapshot")
             if found is not None:
-                self.store.add(info.digest, found[0])
+                store.add(info.digest, found[0])
         try:
-            self.store.note_environment(info.digest, environment_label(self.environment))
+            store.note_environment(info.digest, environment_label(self._kernel.environment))
         except OSError as exc:
             raise SnapshotError(f"could not record the environment of snapshot {info.digest[:12]}: {exc}") from exc
         return info
@@ -449,46 +412,109 @@ class RemoteKernel:
         Raises:
             SnapshotCorruptError: The owner's copy does not hash to its digest (set it aside, as for a local
                 kernel). A node's copy found damaged is replaced by the owner's and the restore tried again.
-            SnapshotError: And the rest of what `Kernel.restore` raises.
+            SnapshotError: And the rest of what `KernelSnapshots.restore` raises.
         """
         digest = snapshot.digest if isinstance(snapshot, SnapshotInfo) else snapshot
-        if self._call("missing_snapshots", [digest], during="restore"):
-            self._send_snapshot(digest)
+        if self._kernel._call("missing_snapshots", [digest], during="restore"):
+            self._send(digest)
         try:
-            restored: RestoreResult = self._invoke("restore", digest, clean=clean, keep=keep)
+            restored: RestoreResult = self._kernel._invoke("snapshots.restore", digest, clean=clean, keep=keep)
         except SnapshotCorruptError:
-            if self._send_snapshot(digest) is not None:
+            if self._send(digest) is not None:
                 raise
-            restored = self._invoke("restore", digest, clean=clean, keep=keep)  # the node's copy was damaged
+            # the node's copy was damaged: replaced by the owner's
+            restored = self._kernel._invoke("snapshots.restore", digest, clean=clean, keep=keep)
         return restored
 
-    def _send_snapshot(self, digest: str) -> str | None:
+    def _send(self, digest: str) -> str | None:
         """Send the owner's copy of a snapshot to the node; None, or why it was not sent (the owner lacks
         it: the restore then says so). A copy that does not hash to its digest is the owner's damage.
 
         Raises:
             SnapshotCorruptError: The owner's copy is damaged.
         """
-        if digest not in self.store:
+        store = self._kernel.store
+        if digest not in store:
             return "missing"
         try:
-            data = self.store.path(digest).read_bytes()
+            data = store.path(digest).read_bytes()
         except OSError:
             return "unreadable"
         if hashlib.sha256(data).hexdigest() != digest:
-            raise SnapshotCorruptError(f"snapshot {self.store.path(digest)}: its content does not hash to its name")
-        self._call("put_snapshot", digest, data, sorted(self.store.environments(digest)), during="restore")
+            raise SnapshotCorruptError(f"snapshot {store.path(digest)}: its content does not hash to its name")
+        self._kernel._call("put_snapshot", digest, data, sorted(store.environments(digest)), during="restore")
         return None
 
     def set_files(self, tree: FileTree, store: FileStore) -> None:
         """Make the working folder hold ``tree``'s files, sending the node the contents it lacks (files the
         kernel writes stay on its node: their digests are compared, as for a local kernel)."""
         owner_root = str(Path(store.root).resolve())
-        missing = self._call("missing_blobs", sorted(tree.values()), owner_root, during="set_files")
+        missing = self._kernel._call("missing_blobs", sorted(tree.values()), owner_root, during="set_files")
         if missing:
             names = {sha: path for path, sha in tree.items()}
-            self._call("put_blobs", {sha: store.read(sha, name=names[sha]) for sha in missing}, during="set_files")
-        self._call("set_files", tree, during="set_files")
+            self._kernel._call(
+                "put_blobs", {sha: store.read(sha, name=names[sha]) for sha in missing}, during="set_files"
+            )
+        self._kernel._call("set_files", tree, during="set_files")
+
+
+class _RemoteIntrospection:
+    """A remote kernel's introspection (`IntrospectionLike`): each question goes to the kernel's
+    ``introspect`` part on its node and its answer (or exception) comes back as it is; a ``timeout_s``
+    travels with the call."""
+
+    def __init__(self, kernel: RemoteKernel) -> None:
+        self._kernel = kernel
+
+    def _ask(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return self._kernel._invoke(f"introspect.{name}", *args, **kwargs)
+
+    def list_variables(self, *, limit: int = 100, known: Mapping[str, int] | None = None) -> VariableListing:
+        listing: VariableListing = self._ask("list_variables", limit=limit, known=known)
+        return listing
+
+    def inspect_variable(self, name: str, *, max_chars: int = 2000) -> VariableDetail:
+        detail: VariableDetail = self._ask("inspect_variable", name, max_chars=max_chars)
+        return detail
+
+    def dataframe(self, name: str, view: FrameViewName = "head", *, n: int = 5, max_chars: int = 4000) -> FrameView:
+        frame: FrameView = self._ask("dataframe", name, view, n=n, max_chars=max_chars)
+        return frame
+
+    def memory(self, *, top: int = 20, known: Mapping[str, int] | None = None) -> MemoryReport:
+        report: MemoryReport = self._ask("memory", top=top, known=known)
+        return report
+
+    def variable_sizes(self) -> dict[str, int]:
+        return dict(self._ask("variable_sizes"))
+
+    def source(self, name: str, *, max_chars: int = 4000) -> SourceText:
+        text: SourceText = self._ask("source", name, max_chars=max_chars)
+        return text
+
+    def namespace_state(self) -> NamespaceState:
+        state: NamespaceState = self._ask("namespace_state")
+        return state
+
+    def fingerprint(self) -> dict[str, str]:
+        return dict(self._ask("fingerprint"))
+
+    def package_versions(self, names: Sequence[str]) -> dict[str, str]:
+        return dict(self._ask("package_versions", names))
+
+    def loaded_distributions(self) -> dict[str, str]:
+        return dict(self._ask("loaded_distributions"))
+
+    def preload(self, modules: Sequence[str]) -> None:
+        self._ask("preload", modules)
+
+    def seal(self) -> str:
+        return str(self._ask("seal"))
+
+    def sealed_fingerprint(
+        self, token: str, canary: dict[str, object], *, timeout_s: float = MEASURE_TIMEOUT_S
+    ) -> dict[str, str]:
+        return dict(self._ask("sealed_fingerprint", token, canary, timeout_s=timeout_s))
 
 
 def live_remote_kernels() -> list[RemoteKernel]:

@@ -17,7 +17,7 @@ Example:
     >>> with KernelTemplate("local", preload=("pandas",)) as template:
     ...     kernel = template.kernel()                 # a fresh kernel, forked
     ...     kernel.execute("import pandas as pd; df = pd.DataFrame({'a': [1, 2]})")
-    ...     digest = kernel.snapshot().digest
+    ...     digest = kernel.snapshots.save().digest
     ...     a, b = template.copies(digest, 2)          # two kernels in that state, nothing loaded
     ...     a.execute("df['a'].sum()").text
     '3'

@@ -135,13 +135,17 @@ def run_script(start: StartKernel) -> dict[str, Any]:
     answers: dict[str, Any] = {}
     result = kernel.execute("x = [1, 2, 3]\nprint(sum(x))", timeout_s=30)
     answers["execute"] = (result.status, result.outputs, result.kernel_restarted)
-    answers["inspect"] = kernel.inspect_variable("x").repr
-    answers["variables"] = [(row.name, row.type) for row in kernel.list_variables().variables]
-    fingerprint = kernel.fingerprint()
-    info = kernel.snapshot()
+    answers["inspect"] = kernel.introspect.inspect_variable("x").repr
+    answers["variables"] = [(row.name, row.type) for row in kernel.introspect.list_variables().variables]
+    fingerprint = kernel.introspect.fingerprint()
+    info = kernel.snapshots.save()
     answers["snapshot"] = (info.names, info.digest in kernel.store)
-    restored = other.restore(info)
-    answers["restore"] = (restored.names, other.inspect_variable("x").repr, other.fingerprint() == fingerprint)
+    restored = other.snapshots.restore(info)
+    answers["restore"] = (
+        restored.names,
+        other.introspect.inspect_variable("x").repr,
+        other.introspect.fingerprint() == fingerprint,
+    )
     answers["error"] = kernel.execute("1 / 0").status
 
     interrupted: dict[str, Any] = {}
@@ -154,10 +158,10 @@ def run_script(start: StartKernel) -> dict[str, Any]:
     cell.join(timeout=30)
     stopped = interrupted["result"]
     answers["interrupt"] = (stopped.status, [o.get("ename") for o in stopped.outputs], kernel.restarts)
-    answers["after interrupt"] = kernel.inspect_variable("x").repr
+    answers["after interrupt"] = kernel.introspect.inspect_variable("x").repr
 
     kernel.restart()
-    answers["restart"] = (kernel.restarts, kernel.is_alive(), kernel.list_variables().total)
+    answers["restart"] = (kernel.restarts, kernel.is_alive(), kernel.introspect.list_variables().total)
     answers["launcher"] = (kernel.launcher.pid() is not None, isinstance(kernel.launcher.enforces_limits, bool))
 
     kernel.close()
