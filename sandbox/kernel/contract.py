@@ -32,6 +32,7 @@ contract cannot tell the three apart, and one conformance suite
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -50,7 +51,15 @@ from themisto_env.sandbox.models import ExecutionResult, RestoreResult, SandboxL
 from themisto_env.sandbox.store.snapshots import SnapshotStore
 from themisto_env.sandbox.store.workdir import FileStore, FileTree
 
-__all__ = ["MEASURE_TIMEOUT_S", "IntrospectionLike", "KernelLike", "LauncherReadings", "SnapshotsLike"]
+__all__ = [
+    "MEASURE_TIMEOUT_S",
+    "IntrospectionLike",
+    "KernelLike",
+    "LauncherReadings",
+    "SnapshotsLike",
+    "broken_members",
+    "contract_members",
+]
 
 #: How long a sealed measurement after model-written code may take (seconds).
 MEASURE_TIMEOUT_S = 10.0
@@ -254,3 +263,42 @@ class IntrospectionLike(Protocol):
     ) -> dict[str, str]:
         """Plant ``canary`` names and take the fingerprint with the sealed helper, in one request."""
         ...
+
+
+def contract_members(protocol: type) -> dict[str, Any]:
+    """The members a protocol of this module declares: its methods and properties, ``__enter__`` and
+    ``__exit__`` included (what an implementation must offer)."""
+    skip = {"__init__", "__subclasshook__", "__protocol_attrs__", "__non_callable_proto_members__"}
+    return {
+        name: value
+        for name, value in vars(protocol).items()
+        if (not name.startswith("_") or name in ("__enter__", "__exit__"))
+        and name not in skip
+        and (callable(value) or isinstance(value, property))
+    }
+
+
+def broken_members(implementation: object, protocol: type) -> list[str]:
+    """Which members of ``protocol`` the object lacks, or offers with another signature (parameter names,
+    kinds, defaults and annotations; ``self`` aside); empty when it offers them all. A property may be a
+    plain attribute. Nothing is called: the object's class is read, not its state."""
+    broken = []
+    for name, declared in contract_members(protocol).items():
+        try:
+            offered = inspect.getattr_static(implementation, name)
+        except AttributeError:
+            broken.append(f"{name}: missing")
+            continue
+        if isinstance(declared, property):
+            if callable(offered) and not isinstance(offered, property):
+                broken.append(f"{name}: a method, not an attribute")
+            continue
+        if not callable(offered):
+            broken.append(f"{name}: not a method")
+            continue
+        wanted, got = inspect.signature(declared), inspect.signature(offered)
+        wanted_params = [(p.name, p.kind, p.default, p.annotation) for p in wanted.parameters.values()][1:]
+        got_params = [(p.name, p.kind, p.default, p.annotation) for p in got.parameters.values()][1:]
+        if wanted_params != got_params or wanted.return_annotation not in (got.return_annotation, "Self"):
+            broken.append(f"{name}: {got} is not {wanted}")
+    return broken

@@ -367,11 +367,18 @@ class KernelTemplate:
         return answer
 
     def fork(
-        self, connection_file: Path, workdir: Path, log: Path, *, identity: CopyIdentity | None = None
+        self,
+        connection_file: Path,
+        workdir: Path,
+        log: Path,
+        *,
+        identity: CopyIdentity | None = None,
+        limits: SandboxLimits | None = None,
     ) -> tuple[int, int]:
         """Fork a kernel on this connection file; return its pid (in the template's namespace) and a pidfd.
         Where copies take a uid of their own, a restart passes the copy's ``identity`` again: the files it
-        made (its connection file, its log, its work) stay its own.
+        made (its connection file, its log, its work) stay its own; a new copy's identity holds the kernel's
+        own ``limits`` (default: the template's).
 
         Raises:
             TemplateGoneError: The template is gone.
@@ -389,7 +396,7 @@ class KernelTemplate:
         identities = (self.base or self)._identities
         if identities is not None:  # the copy takes a uid of its own, its folders given to it first
             run_dir = connection_file.parent
-            identity = identity or new_identity(self.limits, run_dir)
+            identity = identity or new_identity(limits or self.limits, run_dir)
             identity.give_folders(run_dir, workdir, (run_dir / SNAPSHOT_INBOX, run_dir / SNAPSHOT_OUTBOX))
             request["identity"] = identity.request()
             identities[str(connection_file)] = identity
