@@ -10,7 +10,8 @@ The face lists the parts a caller uses (:class:`Kernel`, :class:`KernelLike`, :f
 - ``image/``: the kernel container image (package set, build, Debian base); ``engine``: the Docker engine;
 - ``ray/``: kernels on Ray; ``store/``: snapshot files and working folders; ``lifetime/``: owners and the
   reaper;
-- ``models``, ``outputs``, ``rendering``, ``environments``: what crosses the boundary.
+- ``models``, ``outputs``, ``rendering``, ``environments``: what crosses the boundary; ``kinds``: every kind
+  of kernel (started, forked, on Ray) as a factory the conformance suite runs on.
 
 The bottom layer: it imports no other part of themisto_env but the leaves (errors).
 """

@@ -2,7 +2,7 @@
 
 A kind is named ``BACKEND`` (a kernel started by the backend's launcher: ``local``, ``bwrap``, ``docker``),
 ``BACKEND-forked`` (forked from a kernel template of that backend) or ``BACKEND-ray`` (in a Ray actor).
-`open_kind` gives the `~themisto_env.sandbox.kernel.conformance.KernelKind` and holds what its kernels
+`open_kind` gives the `KernelKind` (`themisto_env.sandbox.kernel.conformance`) and holds what its kernels
 need meanwhile (a template per store access, a Ray connection), closed when the block ends:
 
     >>> with open_kind("local-forked") as kind:

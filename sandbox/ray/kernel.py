@@ -5,7 +5,7 @@ A :class:`RemoteKernel` is a kernel (a :class:`~themisto_env.sandbox.kernel.cont
 (:class:`~themisto_env.sandbox.ray.host.KernelHost`) owns a real Kernel there, and every call (execute,
 the parts' calls: ``kernel.snapshots.restore``, ``kernel.introspect.list_variables``, ..., the launcher's
 limit readings) is an explicit method that goes to it and comes back as the same typed answer or the same
-exception. Code that drives kernels (the state server, the
+exception (the parts are :mod:`~themisto_env.sandbox.ray.parts`). Code that drives kernels (the state server, the
 disposable kernels, the tools) cannot tell the two apart; :func:`make_kernel` makes one or the other from a
 :class:`~themisto_env.sandbox.ray.placement.RayPlacement`.
 
@@ -32,10 +32,8 @@ as any first kernel start of a process removes a dead owner's leftovers (see
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import threading
 import weakref
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -44,26 +42,14 @@ from themisto_env.errors import (
     InfrastructureError,
     KernelDiedError,
     KernelStartError,
-    SnapshotCorruptError,
-    SnapshotError,
 )
-from themisto_env.sandbox.environments import environment_label
-from themisto_env.sandbox.kernel.answers import (
-    FrameView,
-    FrameViewName,
-    MemoryReport,
-    NamespaceState,
-    SourceText,
-    VariableDetail,
-    VariableListing,
-)
-from themisto_env.sandbox.kernel.contract import MEASURE_TIMEOUT_S, KernelLike
-from themisto_env.sandbox.models import ExecutionResult, RestoreResult, SandboxLimits, SnapshotInfo
+from themisto_env.sandbox.kernel.contract import KernelLike
+from themisto_env.sandbox.models import ExecutionResult, SandboxLimits
 from themisto_env.sandbox.ray.cluster import connect, import_ray, owner_variables
 from themisto_env.sandbox.ray.host import KernelHost
+from themisto_env.sandbox.ray.parts import RemoteIntrospection, RemoteSnapshots
 from themisto_env.sandbox.ray.placement import RayPlacement
 from themisto_env.sandbox.store.snapshots import SnapshotStore
-from themisto_env.sandbox.store.workdir import FileStore, FileTree
 
 __all__ = ["RemoteKernel", "live_remote_kernels", "make_kernel", "remote_kernel_memory"]
 
@@ -174,8 +160,8 @@ class RemoteKernel:
         }
         self._actor: Any = None
         self._launcher: _LauncherView | None = None
-        self._snapshots: _RemoteSnapshots | None = None
-        self._introspect: _RemoteIntrospection | None = None
+        self._snapshots: RemoteSnapshots | None = None
+        self._introspect: RemoteIntrospection | None = None
         self._lock = threading.Lock()
         self._isolated: bool | None = None
 
@@ -358,163 +344,18 @@ class RemoteKernel:
     # -- the parts: forwarded over the actor ---------------------------------------------------------------
 
     @property
-    def snapshots(self) -> _RemoteSnapshots:
-        """The kernel's snapshots and working folder; what travels is said on `_RemoteSnapshots`."""
+    def snapshots(self) -> RemoteSnapshots:
+        """The kernel's snapshots and working folder; what travels is said on `RemoteSnapshots`."""
         if self._snapshots is None:
-            self._snapshots = _RemoteSnapshots(self)
+            self._snapshots = RemoteSnapshots(self)
         return self._snapshots
 
     @property
-    def introspect(self) -> _RemoteIntrospection:
+    def introspect(self) -> RemoteIntrospection:
         """The kernel's introspection, asked of the kernel on its node (the same answers and exceptions)."""
         if self._introspect is None:
-            self._introspect = _RemoteIntrospection(self)
+            self._introspect = RemoteIntrospection(self)
         return self._introspect
-
-
-class _RemoteSnapshots:
-    """A remote kernel's snapshots (`SnapshotsLike`): the owner's store holds the truth, the node's a copy.
-
-    A snapshot the node lacks is sent with the restore that needs it; one the kernel writes is fetched into
-    the owner's store. Working-folder contents are sent blob by blob the same way.
-    """
-
-    def __init__(self, kernel: RemoteKernel) -> None:
-        self._kernel = kernel
-
-    @property
-    def workdir(self) -> Path:
-        """The kernel's working folder, on its node."""
-        return Path(self._kernel._read("snapshots.workdir"))
-
-    def files(self) -> FileTree:
-        """The working folder's files on the kernel's node: relative path -> sha256."""
-        return dict(self._kernel._invoke("snapshots.files"))
-
-    def save(self) -> SnapshotInfo:
-        """Save the namespace to the node's store, and bring the snapshot to the owner's store (recording,
-        as a local kernel does, that this kernel's environment wrote it)."""
-        store = self._kernel.store
-        info: SnapshotInfo = self._kernel._invoke("snapshots.save")
-        if info.digest not in store:
-            found = self._kernel._call("get_snapshot", info.digest, during="snapshot")
-            if found is not None:
-                store.add(info.digest, found[0])
-        try:
-            store.note_environment(info.digest, environment_label(self._kernel.environment))
-        except OSError as exc:
-            raise SnapshotError(f"could not record the environment of snapshot {info.digest[:12]}: {exc}") from exc
-        return info
-
-    def restore(self, snapshot: SnapshotInfo | str, *, clean: bool = True, keep: Sequence[str] = ()) -> RestoreResult:
-        """Restore a snapshot of the owner's store, sent to the node first if it lacks it.
-
-        Raises:
-            SnapshotCorruptError: The owner's copy does not hash to its digest (set it aside, as for a local
-                kernel). A node's copy found damaged is replaced by the owner's and the restore tried again.
-            SnapshotError: And the rest of what `KernelSnapshots.restore` raises.
-        """
-        digest = snapshot.digest if isinstance(snapshot, SnapshotInfo) else snapshot
-        if self._kernel._call("missing_snapshots", [digest], during="restore"):
-            self._send(digest)
-        try:
-            restored: RestoreResult = self._kernel._invoke("snapshots.restore", digest, clean=clean, keep=keep)
-        except SnapshotCorruptError:
-            if self._send(digest) is not None:
-                raise
-            # the node's copy was damaged: replaced by the owner's
-            restored = self._kernel._invoke("snapshots.restore", digest, clean=clean, keep=keep)
-        return restored
-
-    def _send(self, digest: str) -> str | None:
-        """Send the owner's copy of a snapshot to the node; None, or why it was not sent (the owner lacks
-        it: the restore then says so). A copy that does not hash to its digest is the owner's damage.
-
-        Raises:
-            SnapshotCorruptError: The owner's copy is damaged.
-        """
-        store = self._kernel.store
-        if digest not in store:
-            return "missing"
-        try:
-            data = store.path(digest).read_bytes()
-        except OSError:
-            return "unreadable"
-        if hashlib.sha256(data).hexdigest() != digest:
-            raise SnapshotCorruptError(f"snapshot {store.path(digest)}: its content does not hash to its name")
-        self._kernel._call("put_snapshot", digest, data, sorted(store.environments(digest)), during="restore")
-        return None
-
-    def set_files(self, tree: FileTree, store: FileStore) -> None:
-        """Make the working folder hold ``tree``'s files, sending the node the contents it lacks (files the
-        kernel writes stay on its node: their digests are compared, as for a local kernel)."""
-        owner_root = str(Path(store.root).resolve())
-        missing = self._kernel._call("missing_blobs", sorted(tree.values()), owner_root, during="set_files")
-        if missing:
-            names = {sha: path for path, sha in tree.items()}
-            self._kernel._call(
-                "put_blobs", {sha: store.read(sha, name=names[sha]) for sha in missing}, during="set_files"
-            )
-        self._kernel._call("set_files", tree, during="set_files")
-
-
-class _RemoteIntrospection:
-    """A remote kernel's introspection (`IntrospectionLike`): each question goes to the kernel's
-    ``introspect`` part on its node and its answer (or exception) comes back as it is; a ``timeout_s``
-    travels with the call."""
-
-    def __init__(self, kernel: RemoteKernel) -> None:
-        self._kernel = kernel
-
-    def _ask(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        return self._kernel._invoke(f"introspect.{name}", *args, **kwargs)
-
-    def list_variables(self, *, limit: int = 100, known: Mapping[str, int] | None = None) -> VariableListing:
-        listing: VariableListing = self._ask("list_variables", limit=limit, known=known)
-        return listing
-
-    def inspect_variable(self, name: str, *, max_chars: int = 2000) -> VariableDetail:
-        detail: VariableDetail = self._ask("inspect_variable", name, max_chars=max_chars)
-        return detail
-
-    def dataframe(self, name: str, view: FrameViewName = "head", *, n: int = 5, max_chars: int = 4000) -> FrameView:
-        frame: FrameView = self._ask("dataframe", name, view, n=n, max_chars=max_chars)
-        return frame
-
-    def memory(self, *, top: int = 20, known: Mapping[str, int] | None = None) -> MemoryReport:
-        report: MemoryReport = self._ask("memory", top=top, known=known)
-        return report
-
-    def variable_sizes(self) -> dict[str, int]:
-        return dict(self._ask("variable_sizes"))
-
-    def source(self, name: str, *, max_chars: int = 4000) -> SourceText:
-        text: SourceText = self._ask("source", name, max_chars=max_chars)
-        return text
-
-    def namespace_state(self) -> NamespaceState:
-        state: NamespaceState = self._ask("namespace_state")
-        return state
-
-    def fingerprint(self) -> dict[str, str]:
-        return dict(self._ask("fingerprint"))
-
-    def package_versions(self, names: Sequence[str]) -> dict[str, str]:
-        return dict(self._ask("package_versions", names))
-
-    def loaded_distributions(self) -> dict[str, str]:
-        return dict(self._ask("loaded_distributions"))
-
-    def preload(self, modules: Sequence[str]) -> None:
-        self._ask("preload", modules)
-
-    def seal(self) -> str:
-        return str(self._ask("seal"))
-
-    def sealed_fingerprint(
-        self, token: str, canary: dict[str, object], *, timeout_s: float = MEASURE_TIMEOUT_S
-    ) -> dict[str, str]:
-        return dict(self._ask("sealed_fingerprint", token, canary, timeout_s=timeout_s))
 
 
 def live_remote_kernels() -> list[RemoteKernel]:
