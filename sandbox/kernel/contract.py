@@ -26,7 +26,7 @@ not started or was closed), and one of a dead kernel a `KernelDiedError`. Three 
 Factories (:func:`~themisto_env.sandbox.ray.kernel.make_kernel`, a
 :class:`~themisto_env.sandbox.kernel.pool.KernelPool`, a template) are typed with it: code written against the
 contract cannot tell the three apart, and one conformance suite
-(:mod:`~themisto_env.sandbox.kernel.conformance`) runs on any of them. Kernel-specific extras (``run_dir``,
+(`themisto_env.sandbox.kernel.conformance`) runs on any of them. Kernel-specific extras (``run_dir``,
 ``isolated``, the full launcher) are each implementation's own.
 """
 

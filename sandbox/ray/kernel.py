@@ -5,7 +5,7 @@ A :class:`RemoteKernel` is a kernel (a :class:`~themisto_env.sandbox.kernel.cont
 (:class:`~themisto_env.sandbox.ray.host.KernelHost`) owns a real Kernel there, and every call (execute,
 the parts' calls: ``kernel.snapshots.restore``, ``kernel.introspect.list_variables``, ..., the launcher's
 limit readings) is an explicit method that goes to it and comes back as the same typed answer or the same
-exception (the parts are :mod:`~themisto_env.sandbox.ray.parts`). Code that drives kernels (the state server, the
+exception (its parts are in `themisto_env.sandbox.ray.parts`). Code that drives kernels (the state server, the
 disposable kernels, the tools) cannot tell the two apart; :func:`make_kernel` makes one or the other from a
 :class:`~themisto_env.sandbox.ray.placement.RayPlacement`.
 
