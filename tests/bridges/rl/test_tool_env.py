@@ -129,7 +129,7 @@ def test_a_rollout_the_machinery_failed_gets_no_reward_and_the_next_one_is_serve
         first, second = ThemistoToolEnv(states), ThemistoToolEnv(states)
         first.reset(sample_id=late_sample)
         second.reset(sample_id=late_sample)
-        first.introspect.list_variables()
+        first.list_variables()
         os.kill(states._owned[0].tool_context().kernel.launcher.pid(), signal.SIGKILL)
         assert "sandbox failed" in first.memory_usage()  # not asked before: it reaches the dead kernel
         first.submit(states.samples[late_sample].target)
@@ -173,7 +173,7 @@ def test_predictions_never_reach_the_shared_kernel(env_dataset: dict[str, str], 
         assert value is not None and value < 0.5
         other = ThemistoToolEnv(states)
         other.reset(sample_id=late_sample)
-        assert other.introspect.list_variables() == before and "hacked" not in before
+        assert other.list_variables() == before and "hacked" not in before
         assert "hacked" not in states._owned[0].tool_context().kernel.introspect.namespace_state().names
 
 
