@@ -75,7 +75,7 @@ def main() -> None:
             for _ in range(args.repeat):
                 kernel.restart()
                 started = time.perf_counter()
-                kernel.restore(digest)
+                kernel.snapshots.restore(digest)
                 restores.append(time.perf_counter() - started)
                 kernel.restart()
                 started = time.perf_counter()

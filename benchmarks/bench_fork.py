@@ -132,7 +132,7 @@ def kernel_starts(rounds: int, preload: tuple[str, ...], template: KernelTemplat
 
         def cold(kernel: Kernel = started_kernel) -> None:
             kernel.start()
-            kernel.preload(preload)
+            kernel.introspect.preload(preload)
             kernel.execute("1+1")
 
         times["started + preload"].append(timed(cold))
@@ -150,7 +150,7 @@ def state_copies(
     rows = []
     bare = KernelTemplate("local", preload=template.preload, snapshot_dir=template.store.root, spares=0).start()
     with Kernel("local", snapshot_dir=template.store.root).start() as warm:
-        warm.preload(template.preload)
+        warm.introspect.preload(template.preload)
         for label, digest in digests.items():
             derive = timed(lambda d=digest: template.state(d))
             bare.state(digest)
@@ -158,11 +158,11 @@ def state_copies(
             for _ in range(rounds):
                 forked.append(ready(template.state(digest).kernel))
                 unspared.append(ready(bare.state(digest).kernel))
-                restored.append(timed(lambda d=digest: warm.restore(d) and warm.execute("1+1")))
+                restored.append(timed(lambda d=digest: warm.snapshots.restore(d) and warm.execute("1+1")))
 
                 def start_restore(d: str = digest) -> None:
                     with Kernel("local", snapshot_dir=template.store.root) as fresh:
-                        fresh.restore(d)
+                        fresh.snapshots.restore(d)
                         fresh.execute("1+1")
 
                 started.append(timed(start_restore))
@@ -242,7 +242,7 @@ def prebuilt_memory(preload: tuple[str, ...], store_root: Path, kernels: int = 8
                 try:
                     for kernel in opened:
                         kernel.execute("1+1")
-                        kernel.list_variables()
+                        kernel.introspect.list_variables()
                     time.sleep(1.0)
                     rows = [smaps_rollup(kernel.launcher.pid() or 0) for kernel in opened]
                 finally:

@@ -8,7 +8,7 @@ For each backend, each figure is the median of ``--repeat`` timed runs after one
 
 * kernel start to ready (``Kernel(backend).start()``: process or container, kernel boot, first reply,
   helper installed);
-* the ``1+1`` round trip, a pandas groupby cell, and ``kernel.list_variables()`` on the same
+* the ``1+1`` round trip, a pandas groupby cell, and ``kernel.introspect.list_variables()`` on the same
   kernel, interleaved with ``1+1`` so both see the same machine load (goal: call within 1.5x of ``1+1``);
 * snapshot time and size of a heavy state (sklearn fits on generated data plus a large DataFrame);
 * restore of that snapshot into the same kernel and into a fresh kernel vs re-executing the cells that
@@ -97,13 +97,13 @@ def _bench_backend(backend: str, repeat: int, store: str) -> dict[str, float]:
         run_cells(kernel, [GROUPBY_SETUP])
         for _ in range(3):  # warm-up
             kernel.execute("1+1")
-            kernel.list_variables()
+            kernel.introspect.list_variables()
             kernel.execute(GROUPBY_CELL)
         rounds = max(20, 10 * repeat)
         plus, calls, groupby = [], [], []
         for _ in range(rounds):
             plus.append(timed(lambda: kernel.execute("1+1")))
-            calls.append(timed(lambda: kernel.list_variables()))
+            calls.append(timed(lambda: kernel.introspect.list_variables()))
         for _ in range(repeat):
             groupby.append(timed(lambda: kernel.execute(GROUPBY_CELL)))
         r["one_plus_one"] = med(plus)
@@ -116,23 +116,23 @@ def _bench_backend(backend: str, repeat: int, store: str) -> dict[str, float]:
         snaps, info = [], None
         for _ in range(repeat):
             t0 = time.perf_counter()
-            info = kernel.snapshot()
+            info = kernel.snapshots.save()
             snaps.append(time.perf_counter() - t0)
         assert info is not None
         r["snapshot"] = med(snaps)
         r["snapshot_mb"] = info.size_bytes / 1e6
         kernel.execute("1+1")  # warm-up restore path
-        kernel.restore(info)
+        kernel.snapshots.restore(info)
         same = []
         for _ in range(repeat):
             kernel.execute("del big; x = 1")
-            same.append(timed(lambda: kernel.restore(info)))
+            same.append(timed(lambda: kernel.snapshots.restore(info)))
         r["restore_same"] = med(same)
 
     fresh, reexec = [], []
     for i in range(repeat + 1):
         with Kernel(backend, snapshot_dir=store) as k1:
-            t_restore = timed(lambda: k1.restore(info))
+            t_restore = timed(lambda: k1.snapshots.restore(info))
         with Kernel(backend, snapshot_dir=store) as k2:
             t_exec = timed(lambda: run_cells(k2, HEAVY_CELLS))
         if i:  # first round is the warm-up (page cache, imports)

@@ -82,7 +82,7 @@ def main() -> None:
                     "_s.modules['_themisto_helper'].namespace_fingerprint()\nprint(_t.perf_counter() - _a)"
                 )
                 inside.append(float(result.text().strip()))
-                live = kernel.fingerprint()
+                live = kernel.introspect.fingerprint()
                 started = time.perf_counter()
                 diff_fingerprints(expected_fingerprint(trajectory, sample.step) or {}, live)
                 compare.append(time.perf_counter() - started)

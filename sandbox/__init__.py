@@ -11,7 +11,8 @@ each imported on first use). The rooms:
 - ``image/``: the kernel container image (package set, build, Debian base); ``engine``: the Docker engine;
 - ``ray/``: kernels on Ray; ``store/``: snapshot files and working folders; ``lifetime/``: owners and the
   reaper;
-- ``models``, ``outputs``, ``rendering``, ``environments``: what crosses the boundary.
+- ``models``, ``outputs``, ``rendering``, ``environments``: what crosses the boundary; ``kinds``: every kind
+  of kernel (started, forked, on Ray) as a factory the conformance suite runs on.
 
 The bottom layer: it imports no other part of themisto_env but the leaves (errors).
 """

@@ -1,8 +1,8 @@
 """What the in-kernel helper answers about the user's state: one model per introspection call.
 
 :class:`~themisto_env.sandbox.kernel.core.Kernel` validates each answer of
-:mod:`~themisto_env.sandbox.kernel.helper` into these models (``Kernel.list_variables``,
-``Kernel.inspect_variable``, ...), so callers read fields, never dict keys. Sizes are approximate deep
+:mod:`~themisto_env.sandbox.kernel.helper` into these models (``kernel.introspect.list_variables``,
+``kernel.introspect.inspect_variable``, ...), so callers read fields, never dict keys. Sizes are approximate deep
 sizes in bytes (numpy ``nbytes``, pandas deep memory usage, containers recursively).
 """
 
@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-#: The views of a DataFrame or Series that :meth:`Kernel.dataframe` can show.
+#: The views of a DataFrame or Series that ``kernel.introspect.dataframe`` can show.
 FrameViewName = Literal["head", "info", "describe"]
 
 
@@ -138,7 +138,7 @@ class NamespaceState(_Answer):
     """What introspection must never change: two equal states mean nothing was touched.
 
     Object ids make it meaningful only within one kernel process (for a state comparable across
-    processes, see ``Kernel.fingerprint``).
+    processes, see ``kernel.introspect.fingerprint``).
 
     Attributes:
         names: Every user name (modules included) -> ``(id, type)`` of its value.

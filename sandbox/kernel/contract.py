@@ -1,10 +1,18 @@
 """The kernel contract: what every kernel offers its callers, whatever runs it and wherever.
 
-:class:`KernelLike` lists what the code that drives kernels uses (the state server, the disposable
-kernels, the pool, the replays, the tools): start and close (also as a context manager), liveness,
-interrupt and restart, execute, the helper call, snapshot and restore, the working folder, the
-introspection calls, and the attributes read (backend, environment, limits, the snapshot store, the
-restart count, the launcher's readings). Three implementations satisfy it:
+`KernelLike` is narrow: the kernel's lifetime and facts, `execute` and `call`, and two named parts.
+Its members (15, and `__enter__`/`__exit__`; a test holds the set to this list):
+
+- facts: `backend`, `environment`, `limits`, `store`, `restarts`, `launcher` (the launcher's readings:
+  `pid()`, limit events, the backend's health);
+- lifetime: `start`, `close` (also as a context manager), `is_alive`, `interrupt`, `restart`;
+- execution: `execute` (a cell, as a user runs it) and `call` (a function of the in-kernel helper);
+- parts: `snapshots` (`SnapshotsLike`: save and restore the user namespace, the working folder's files)
+  and `introspect` (`IntrospectionLike`: the read-only questions about the user's state, the package
+  versions, preloading and the sealed measurement).
+
+A part of a closed kernel raises what the kernel's own calls raise (an `InfrastructureError` saying it is
+not started or was closed), and one of a dead kernel a `KernelDiedError`. Three implementations satisfy it:
 
 - :class:`~themisto_env.sandbox.kernel.core.Kernel`, a kernel started on this machine by a backend's
   :class:`~themisto_env.sandbox.kernel.launcher.KernelLauncher` (``local``, ``bwrap``, ``docker``);
@@ -13,16 +21,18 @@ restart count, the launcher's readings). Three implementations satisfy it:
   ``KernelTemplate.kernel()`` and ``KernelTemplate.copies()``), which differs only by its launcher
   (:class:`~themisto_env.sandbox.kernel.forked.ForkLauncher`);
 - :class:`~themisto_env.sandbox.ray.kernel.RemoteKernel`, a kernel in a Ray actor on another node, which
-  answers the same calls with the same typed answers and exceptions.
+  answers the same calls with the same typed answers and exceptions (its parts forward over the actor).
 
 Factories (:func:`~themisto_env.sandbox.ray.kernel.make_kernel`, a
 :class:`~themisto_env.sandbox.kernel.pool.KernelPool`, a template) are typed with it: code written against the
-contract cannot tell the three apart. Kernel-specific extras (``run_dir``, ``isolated``, the full
-launcher) are each implementation's own.
+contract cannot tell the three apart, and one conformance suite
+(`themisto_env.sandbox.kernel.conformance`) runs on any of them. Kernel-specific extras (``run_dir``,
+``isolated``, the full launcher) are each implementation's own.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -41,7 +51,15 @@ from themisto_env.sandbox.models import ExecutionResult, RestoreResult, SandboxL
 from themisto_env.sandbox.store.snapshots import SnapshotStore
 from themisto_env.sandbox.store.workdir import FileStore, FileTree
 
-__all__ = ["MEASURE_TIMEOUT_S", "KernelLike", "LauncherReadings"]
+__all__ = [
+    "MEASURE_TIMEOUT_S",
+    "IntrospectionLike",
+    "KernelLike",
+    "LauncherReadings",
+    "SnapshotsLike",
+    "broken_members",
+    "contract_members",
+]
 
 #: How long a sealed measurement after model-written code may take (seconds).
 MEASURE_TIMEOUT_S = 10.0
@@ -77,8 +95,8 @@ class KernelLike(Protocol):
     """A Jupyter kernel as its callers use it (see the module docstring for the implementations).
 
     Every implementation answers with the same models and raises the same exceptions
-    (:mod:`themisto_env.errors`) for the same causes; the method docs are
-    :class:`~themisto_env.sandbox.kernel.core.Kernel`'s.
+    (`themisto_env.errors`) for the same causes; the method docs are `Kernel`'s
+    (`themisto_env.sandbox.kernel.core`), its parts' on `KernelSnapshots` and `KernelIntrospection`.
     """
 
     @property
@@ -112,8 +130,13 @@ class KernelLike(Protocol):
         ...
 
     @property
-    def workdir(self) -> Path:
-        """The kernel's working folder (its current directory), on the kernel's host."""
+    def snapshots(self) -> SnapshotsLike:
+        """The kernel's snapshots and working folder (see `SnapshotsLike`)."""
+        ...
+
+    @property
+    def introspect(self) -> IntrospectionLike:
+        """The read-only questions about the kernel's state (see `IntrospectionLike`)."""
         ...
 
     # -- lifetime ----------------------------------------------------------------------------------------
@@ -156,9 +179,12 @@ class KernelLike(Protocol):
         """Run a function of the in-kernel helper without touching the user's state; return its value."""
         ...
 
-    # -- snapshots ---------------------------------------------------------------------------------------
 
-    def snapshot(self) -> SnapshotInfo:
+class SnapshotsLike(Protocol):
+    """A kernel's snapshots (``kernel.snapshots``): save the user namespace to the store and restore it,
+    and the working folder's files (what a served state holds besides the namespace)."""
+
+    def save(self) -> SnapshotInfo:
         """Save the user namespace to the snapshot store."""
         ...
 
@@ -166,7 +192,10 @@ class KernelLike(Protocol):
         """Load a snapshot (or digest) of the store into the user namespace."""
         ...
 
-    # -- the working folder ------------------------------------------------------------------------------
+    @property
+    def workdir(self) -> Path:
+        """The kernel's working folder (its current directory), on the kernel's host."""
+        ...
 
     def files(self) -> FileTree:
         """The working folder's files: relative path -> sha256."""
@@ -176,7 +205,10 @@ class KernelLike(Protocol):
         """Make the working folder hold exactly ``tree``'s files, taken from ``store``."""
         ...
 
-    # -- introspection: none of it changes the user namespace -------------------------------------------
+
+class IntrospectionLike(Protocol):
+    """A kernel's introspection (``kernel.introspect``): none of it changes the user namespace, ``_``,
+    ``Out``, the execution counter or the history."""
 
     def list_variables(self, *, limit: int = 100, known: Mapping[str, int] | None = None) -> VariableListing:
         """The user's variables sorted by name."""
@@ -231,3 +263,42 @@ class KernelLike(Protocol):
     ) -> dict[str, str]:
         """Plant ``canary`` names and take the fingerprint with the sealed helper, in one request."""
         ...
+
+
+def contract_members(protocol: type) -> dict[str, Any]:
+    """The members a protocol of this module declares: its methods and properties, ``__enter__`` and
+    ``__exit__`` included (what an implementation must offer)."""
+    skip = {"__init__", "__subclasshook__", "__protocol_attrs__", "__non_callable_proto_members__"}
+    return {
+        name: value
+        for name, value in vars(protocol).items()
+        if (not name.startswith("_") or name in ("__enter__", "__exit__"))
+        and name not in skip
+        and (callable(value) or isinstance(value, property))
+    }
+
+
+def broken_members(implementation: object, protocol: type) -> list[str]:
+    """Which members of ``protocol`` the object lacks, or offers with another signature (parameter names,
+    kinds, defaults and annotations; ``self`` aside); empty when it offers them all. A property may be a
+    plain attribute. Nothing is called: the object's class is read, not its state."""
+    broken = []
+    for name, declared in contract_members(protocol).items():
+        try:
+            offered = inspect.getattr_static(implementation, name)
+        except AttributeError:
+            broken.append(f"{name}: missing")
+            continue
+        if isinstance(declared, property):
+            if callable(offered) and not isinstance(offered, property):
+                broken.append(f"{name}: a method, not an attribute")
+            continue
+        if not callable(offered):
+            broken.append(f"{name}: not a method")
+            continue
+        wanted, got = inspect.signature(declared), inspect.signature(offered)
+        wanted_params = [(p.name, p.kind, p.default, p.annotation) for p in wanted.parameters.values()][1:]
+        got_params = [(p.name, p.kind, p.default, p.annotation) for p in got.parameters.values()][1:]
+        if wanted_params != got_params or wanted.return_annotation not in (got.return_annotation, "Self"):
+            broken.append(f"{name}: {got} is not {wanted}")
+    return broken

@@ -1,17 +1,19 @@
-"""A Jupyter kernel on any backend: start, execute, introspect, snapshot, restore, restart, close.
+"""A Jupyter kernel on any backend: start, execute, restart, close; its snapshots and introspection as parts.
 
-:class:`Kernel` holds one part per job, each a plain class in its own module, and delegates each public
-method to one of them (it inherits from none: ``Kernel.__mro__`` is ``(Kernel, object)``):
+:class:`Kernel` holds one part per job, each a plain class in its own module (it inherits from none:
+``Kernel.__mro__`` is ``(Kernel, object)``). Its lifetime and ``execute``/``call`` are its own methods; the
+snapshots and the introspection are named parts a caller reaches directly (``kernel.snapshots.save()``,
+``kernel.introspect.list_variables()``), not re-exposed one method at a time:
 
 - :class:`~themisto_env.sandbox.kernel.process.KernelProcess`: the run directory and the backend's
   :class:`~themisto_env.sandbox.kernel.launcher.KernelLauncher` (start, restart, interrupt, liveness, close);
 - :class:`~themisto_env.sandbox.kernel.messaging.KernelMessaging`: the Jupyter messaging protocol
   (execute, replies, output collection, timeouts, helper calls; a kernel that dies while a reply is
   awaited raises :class:`~themisto_env.errors.KernelDiedError` within a second instead of hanging);
-- :class:`~themisto_env.sandbox.kernel.snapshots.KernelSnapshots`: snapshot and restore through the
-  content-addressed store;
-- :class:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection`: typed helper calls (variables,
-  memory, fingerprints) and the working folder's files.
+- :class:`~themisto_env.sandbox.kernel.snapshots.KernelSnapshots` (``kernel.snapshots``): save and restore
+  through the content-addressed store, and the working folder's files;
+- :class:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection` (``kernel.introspect``): typed
+  helper calls (variables, memory, fingerprints).
 
 The parts hold each other as members: messaging holds the process part; snapshots and introspection hold
 the messaging part. :class:`Kernel` satisfies :class:`~themisto_env.sandbox.kernel.contract.KernelLike`,
@@ -21,7 +23,7 @@ class with another launcher.
 Example:
     >>> with Kernel("local") as kernel:
     ...     kernel.execute("x = 41 + 1").status
-    ...     kernel.inspect_variable("x").repr
+    ...     kernel.introspect.inspect_variable("x").repr
     'ok'
     '42'
 """
@@ -30,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self, Unpack
@@ -39,16 +40,6 @@ import zmq
 
 from themisto_env import tracing
 from themisto_env.errors import KernelStartError
-from themisto_env.sandbox.kernel.answers import (
-    FrameView,
-    FrameViewName,
-    MemoryReport,
-    NamespaceState,
-    SourceText,
-    VariableDetail,
-    VariableListing,
-)
-from themisto_env.sandbox.kernel.contract import MEASURE_TIMEOUT_S
 from themisto_env.sandbox.kernel.forked import ForkSource, fork_launcher_class
 from themisto_env.sandbox.kernel.introspection import KernelIntrospection
 from themisto_env.sandbox.kernel.launcher import KernelLauncher, launcher_class
@@ -57,9 +48,8 @@ from themisto_env.sandbox.kernel.process import KernelProcess, release_thread_lo
 from themisto_env.sandbox.kernel.snapshots import KernelSnapshots
 from themisto_env.sandbox.kernel.spec import KernelFields, KernelSpec
 from themisto_env.sandbox.lifetime import reaper as lifetime
-from themisto_env.sandbox.models import ExecutionResult, RestoreResult, SandboxLimits, SnapshotInfo
+from themisto_env.sandbox.models import ExecutionResult, SandboxLimits
 from themisto_env.sandbox.store.snapshots import SnapshotStore
-from themisto_env.sandbox.store.workdir import FileStore, FileTree
 
 __all__ = ["Kernel"]
 
@@ -75,12 +65,13 @@ class Kernel:
             starting one (usually through :meth:`KernelTemplate.kernel` or :meth:`KernelTemplate.copies`).
         **fields: The spec's fields to set or replace (`KernelFields`): ``limits``, ``snapshot_dir``,
             ``store_access`` (``read``: the store mounted read-only; ``copy``: not mounted, each snapshot to
-            restore copied into the run directory; either way a kernel never writes the store: :meth:`snapshot`
+            restore copied into the run directory; either way a kernel never writes the store: `snapshots.save()`
             writes into the run directory and the host checks the file's hash before moving it into the
             store), ``environment`` (a kernel environment's id: its venv's Python or its image; the store
             restores only snapshots written in it), ``launcher_options`` (e.g. ``image`` for docker), ...
 
-    Each method delegates to one part; what it raises, and when, is said on the part's method.
+    Its lifetime methods drive the process and messaging parts; what they raise, and when, is said on the
+    part's method.
     """
 
     def __init__(
@@ -260,135 +251,16 @@ class Kernel:
         :meth:`KernelMessaging.call <themisto_env.sandbox.kernel.messaging.KernelMessaging.call>`)."""
         return self._messaging.call(function, timeout_s=timeout_s, **kwargs)
 
-    # -- snapshots -----------------------------------------------------------------------------------------
-
-    def snapshot(self) -> SnapshotInfo:
-        """Save the user namespace to the snapshot store (see
-        :meth:`KernelSnapshots.snapshot <themisto_env.sandbox.kernel.snapshots.KernelSnapshots.snapshot>`)."""
-        return self._snapshots.snapshot()
-
-    def restore(self, snapshot: SnapshotInfo | str, *, clean: bool = True, keep: Sequence[str] = ()) -> RestoreResult:
-        """Load a snapshot (or digest) into the user namespace; with ``clean`` other user names go, but those
-        in ``keep``.
-
-        See :meth:`~themisto_env.sandbox.kernel.snapshots.KernelSnapshots.restore`.
-        """
-        return self._snapshots.restore(snapshot, clean=clean, keep=keep)
-
-    # -- the working folder --------------------------------------------------------------------------------
+    # -- the parts: snapshots and introspection ------------------------------------------------------------
 
     @property
-    def workdir(self) -> Path:
-        """The kernel's working folder (``RUN_DIR/work``, its current directory on every backend)."""
-        return self._introspection.workdir
+    def snapshots(self) -> KernelSnapshots:
+        """The kernel's snapshots and working folder: `save`, `restore`, `workdir`, `files`, `set_files` (see
+        `KernelSnapshots`)."""
+        return self._snapshots
 
-    def files(self) -> FileTree:
-        """The working folder's files: relative path -> sha256 (see
-        :meth:`KernelIntrospection.files <themisto_env.sandbox.kernel.introspection.KernelIntrospection.files>`)."""
-        return self._introspection.files()
-
-    def set_files(self, tree: FileTree, store: FileStore) -> None:
-        """Make the working folder hold exactly ``tree``'s files, taken from ``store``.
-
-        See :meth:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection.set_files`.
-        """
-        self._introspection.set_files(tree, store)
-
-    # -- introspection: none of it changes the user namespace, ``_``, ``Out``, the counter or the history ---
-
-    def memory_bytes(self) -> int | None:
-        """Resident memory of the kernel process.
-
-        See :meth:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection.memory_bytes`.
-        """
-        return self._introspection.memory_bytes()
-
-    def list_variables(self, *, limit: int = 100, known: Mapping[str, int] | None = None) -> VariableListing:
-        """The user's variables sorted by name, with type, size, and shape or length.
-
-        See :meth:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection.list_variables`.
-        """
-        return self._introspection.list_variables(limit=limit, known=known)
-
-    def inspect_variable(self, name: str, *, max_chars: int = 2000) -> VariableDetail:
-        """One variable: type, shape, length, size, dtype(s) and its repr cut to ``max_chars``.
-
-        See :meth:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection.inspect_variable`.
-        """
-        return self._introspection.inspect_variable(name, max_chars=max_chars)
-
-    def dataframe(self, name: str, view: FrameViewName = "head", *, n: int = 5, max_chars: int = 4000) -> FrameView:
-        """``head(n)``, ``info()`` or ``describe()`` of a pandas DataFrame or Series, as text.
-
-        See :meth:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection.dataframe`.
-        """
-        return self._introspection.dataframe(name, view, n=n, max_chars=max_chars)
-
-    def memory(self, *, top: int = 20, known: Mapping[str, int] | None = None) -> MemoryReport:
-        """The kernel's resident memory, the user variables' total size and the ``top`` largest ones.
-
-        See :meth:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection.memory`.
-        """
-        return self._introspection.memory(top=top, known=known)
-
-    def variable_sizes(self) -> dict[str, int]:
-        """Approximate deep size in bytes of every user variable (modules left out).
-
-        See :meth:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection.variable_sizes`.
-        """
-        return self._introspection.variable_sizes()
-
-    def source(self, name: str, *, max_chars: int = 4000) -> SourceText:
-        """The source of a function or class (see
-        :meth:`KernelIntrospection.source <themisto_env.sandbox.kernel.introspection.KernelIntrospection.source>`)."""
-        return self._introspection.source(name, max_chars=max_chars)
-
-    def namespace_state(self) -> NamespaceState:
-        """What introspection must never change: user names with object ids and types, ``_``, ``Out``'s keys,
-        the execution counter and the history's length.
-
-        See :meth:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection.namespace_state`.
-        """
-        return self._introspection.namespace_state()
-
-    def fingerprint(self) -> dict[str, str]:
-        """The user namespace's fingerprint: per name ``type|shape-or-length|content-hash`` (equal in two
-        kernels in the same state, in any process).
-
-        See :meth:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection.fingerprint`.
-        """
-        return self._introspection.fingerprint()
-
-    def package_versions(self, names: Sequence[str]) -> dict[str, str]:
-        """The versions of these distributions installed where the kernel runs (``absent`` if not).
-
-        See :meth:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection.package_versions`.
-        """
-        return self._introspection.package_versions(names)
-
-    def loaded_distributions(self) -> dict[str, str]:
-        """Installed distributions (name: version) whose modules the kernel has imported so far.
-
-        See :meth:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection.loaded_distributions`.
-        """
-        return self._introspection.loaded_distributions()
-
-    def preload(self, modules: Sequence[str]) -> None:
-        """Import these modules (those installed) without binding any user name.
-
-        See :meth:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection.preload`.
-        """
-        self._introspection.preload(modules)
-
-    def seal(self) -> str:
-        """Seal the measuring side before model-written code runs; return the token it is kept under (see
-        :meth:`KernelIntrospection.seal <themisto_env.sandbox.kernel.introspection.KernelIntrospection.seal>`)."""
-        return self._introspection.seal()
-
-    def sealed_fingerprint(
-        self, token: str, canary: dict[str, object], *, timeout_s: float = MEASURE_TIMEOUT_S
-    ) -> dict[str, str]:
-        """Plant ``canary`` names and take the namespace fingerprint with the helper sealed under ``token``, in
-        one request (see :meth:`KernelIntrospection.sealed_fingerprint
-        <themisto_env.sandbox.kernel.introspection.KernelIntrospection.sealed_fingerprint>`)."""
-        return self._introspection.sealed_fingerprint(token, canary, timeout_s=timeout_s)
+    @property
+    def introspect(self) -> KernelIntrospection:
+        """The read-only questions about the kernel's state: `list_variables`, `inspect_variable`, `dataframe`,
+        `memory`, `fingerprint`, ... (see `KernelIntrospection`)."""
+        return self._introspection

@@ -18,6 +18,7 @@ from themisto_env.errors import InfrastructureError, KernelStartError, TemplateG
 from themisto_env.sandbox.kernel.identity import CopyIdentity
 from themisto_env.sandbox.kernel.launcher import KernelLauncher, launcher_class
 from themisto_env.sandbox.lifetime.owners import process_record
+from themisto_env.sandbox.models import SandboxLimits
 
 __all__ = ["SHARED", "ForkLauncher", "ForkSource", "exited", "fork_launcher_class", "shared_fault"]
 
@@ -34,7 +35,13 @@ class ForkSource(Protocol):
         """Where the forked kernels' run directories go."""
 
     def fork(
-        self, connection_file: Path, workdir: Path, log: Path, *, identity: CopyIdentity | None = None
+        self,
+        connection_file: Path,
+        workdir: Path,
+        log: Path,
+        *,
+        identity: CopyIdentity | None = None,
+        limits: SandboxLimits | None = None,
     ) -> tuple[int, int]:
         """Fork a kernel; its pid in the template's namespace and a pidfd of it."""
 
@@ -109,8 +116,9 @@ class ForkLauncher(KernelLauncher):
             template = template.base
         self._started += 1
         try:
+            log = connection_file.parent / "kernel.log"
             self._pid, self._pidfd = template.fork(  # a restart keeps the copy's uid: its files stay its own
-                connection_file, workdir, connection_file.parent / "kernel.log", identity=self.identity
+                connection_file, workdir, log, identity=self.identity, limits=self.limits
             )
         except TemplateGoneError as exc:
             raise KernelStartError(f"could not fork a kernel: {exc}") from exc

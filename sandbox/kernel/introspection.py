@@ -1,18 +1,17 @@
-"""A kernel's introspection: typed calls of the in-kernel helper, and the kernel's working folder.
+"""A kernel's introspection: typed calls of the in-kernel helper (the kernel's ``introspect`` part).
 
 :class:`KernelIntrospection` asks the helper (:mod:`themisto_env.sandbox.kernel.helper`) about the user's
 state: variables, one variable, dataframe views, memory, sources, fingerprints, package versions; none of
 it changes the user namespace, ``_``, ``Out``, the execution counter or the history. Each answer is
-validated into a model of :mod:`themisto_env.sandbox.kernel.answers`. It also keeps the working folder
-(:attr:`KernelIntrospection.workdir`): what files it holds, and setting them from a file store.
+validated into a model of :mod:`themisto_env.sandbox.kernel.answers`. The working folder is the snapshots
+part's (`KernelSnapshots`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
-from themisto_env.errors import DataError, HelperError, InfrastructureError, KernelDiedError
+from themisto_env.errors import HelperError, InfrastructureError, KernelDiedError
 from themisto_env.sandbox.kernel.answers import (
     FrameView,
     FrameViewName,
@@ -24,8 +23,6 @@ from themisto_env.sandbox.kernel.answers import (
 )
 from themisto_env.sandbox.kernel.contract import MEASURE_TIMEOUT_S
 from themisto_env.sandbox.kernel.messaging import HELPER_MODULE, KernelMessaging, helper_value
-from themisto_env.sandbox.kernel.process import WORKDIR_NAME
-from themisto_env.sandbox.store.workdir import FileStore, FileTree, FolderTooLargeError, ScanCache, scan, sync
 
 #: Bounds of a measurement's answer after model-written code ran (it may be forged; the time bound is
 #: :data:`~themisto_env.sandbox.kernel.contract.MEASURE_TIMEOUT_S`).
@@ -33,7 +30,7 @@ MEASURE_MAX_NAMES, MEASURE_MAX_ENTRY = 100_000, 10_000
 
 
 class KernelIntrospection:
-    """A kernel's introspection calls and working folder, through its messaging part.
+    """A kernel's introspection calls (`kernel.introspect`), through its messaging part.
 
     Args:
         messaging: The kernel's messaging part (its process part holds the run directory, the launcher and
@@ -43,44 +40,6 @@ class KernelIntrospection:
     def __init__(self, messaging: KernelMessaging) -> None:
         self.messaging = messaging
         self.process = messaging.process
-        self._scan_cache: ScanCache = {}  # digests of the working folder's files, by size and times
-
-    # -- the working folder -------------------------------------------------------------------------------
-
-    @property
-    def workdir(self) -> Path:
-        """The kernel's working folder (``RUN_DIR/work``, its current directory on every backend): a private
-        copy of the files its cells read by relative path (see :meth:`set_files`). What cells write there
-        stays there, survives a restart (as on a person's disk) and goes with the kernel."""
-        return self.process.run_dir / WORKDIR_NAME
-
-    def files(self) -> FileTree:
-        """The working folder's files: relative path -> sha256 (see :mod:`themisto_env.sandbox.store.workdir`).
-
-        Raises:
-            FolderTooLargeError: They hold more than ``limits.workdir_mb``.
-            InfrastructureError: The folder could not be read (a file the kernel made unreadable, ...).
-        """
-        try:
-            return scan(self.workdir, limit_bytes=int(self.process.limits.workdir_mb * 2**20), cache=self._scan_cache)
-        except FolderTooLargeError:
-            raise
-        except DataError as exc:
-            raise InfrastructureError(f"could not read the kernel's working folder: {exc}") from exc
-
-    def set_files(self, tree: FileTree, store: FileStore) -> None:
-        """Make the working folder hold exactly ``tree``'s files, taken from ``store`` (each checked
-        against its digest); only what differs is touched. The kernel should be idle.
-
-        Raises:
-            DataError: A file is missing from the store or does not match its digest.
-            InfrastructureError: The folder could not be changed (what the kernel wrote there is not the
-                host's to remove, ...): a fresh kernel has a folder of its own.
-        """
-        try:
-            sync(self.workdir, tree, store, cache=self._scan_cache)
-        except OSError as exc:
-            raise InfrastructureError(f"could not set the kernel's working folder: {exc}") from exc
 
     # -- the user namespace: none of it changes it, ``_``, ``Out``, the counter or the history ----------
 

@@ -241,8 +241,8 @@ class KernelMessaging:
         The call is a silent execution with the work done in ``user_expressions``: it changes neither the
         user namespace, nor ``_``/``Out``, nor the execution counter or history.
 
-        This is the low-level escape hatch: the typed methods (:meth:`list_variables`,
-        :meth:`inspect_variable`, ...) call it and return models.
+        This is the low-level escape hatch: the typed methods of the kernel's parts
+        (``kernel.introspect.list_variables``, ``kernel.snapshots.save``, ...) call it and return models.
 
         Raises:
             UnknownNameError: The function was asked about a name the user did not define.

@@ -151,7 +151,7 @@ class KernelPool:
         too heavy for the limits): a kernel that works beats a warm one that does not."""
         kernel = self._new_kernel().start()
         try:
-            kernel.preload(self.preload)
+            kernel.introspect.preload(self.preload)
         except InfrastructureError:
             kernel.close(graceful=False)
             kernel = self._new_kernel().start()

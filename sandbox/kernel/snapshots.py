@@ -1,10 +1,12 @@
-"""A kernel's snapshots: save the user namespace into the store, and restore it from there.
+"""A kernel's snapshots (its ``snapshots`` part): save the user namespace into the store, restore it from
+there, and the working folder's files.
 
 :class:`KernelSnapshots` never lets a kernel write the store (:class:`~themisto_env.sandbox.store.snapshots.
 SnapshotStore`): the kernel writes a snapshot into its run directory's outbox, and the host moves it into
 the store once its bytes hash to its name. A restore hands the kernel the store's file (read-only mount)
 or a copy in its inbox (``store_access="copy"``), and the kernel loads it only if it hashes to its
-digest and was written in the kernel's own environment.
+digest and was written in the kernel's own environment. The working folder (`KernelSnapshots.workdir`) is
+the rest of a served state: what files it holds, and setting them from a file store.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from themisto_env.errors import (
+    DataError,
     HelperError,
     InfrastructureError,
     KernelDiedError,
@@ -24,12 +27,13 @@ from themisto_env.errors import (
     SnapshotError,
 )
 from themisto_env.sandbox.kernel.messaging import KernelMessaging
-from themisto_env.sandbox.kernel.process import SNAPSHOT_INBOX, SNAPSHOT_OUTBOX
+from themisto_env.sandbox.kernel.process import SNAPSHOT_INBOX, SNAPSHOT_OUTBOX, WORKDIR_NAME
 from themisto_env.sandbox.models import RestoreResult, SnapshotInfo
+from themisto_env.sandbox.store.workdir import FileStore, FileTree, FolderTooLargeError, ScanCache, scan, sync
 
 
 class KernelSnapshots:
-    """A kernel's snapshots, taken and restored through its messaging part.
+    """A kernel's snapshots and working folder (`kernel.snapshots`), through its messaging part.
 
     Args:
         messaging: The kernel's messaging part (its process part holds the run directory, the launcher,
@@ -41,8 +45,9 @@ class KernelSnapshots:
         self.messaging = messaging
         self.process = messaging.process
         self.environment = environment
+        self._scan_cache: ScanCache = {}  # digests of the working folder's files, by size and times
 
-    def snapshot(self) -> SnapshotInfo:
+    def save(self) -> SnapshotInfo:
         """Save the user namespace to the snapshot store (content-addressed); unpicklable names skipped.
 
         Raises:
@@ -136,3 +141,40 @@ class KernelSnapshots:
         if "corrupt" in answer:
             raise SnapshotCorruptError(f"snapshot {path}: {answer['corrupt']}")
         return RestoreResult(names=answer["names"], fingerprint=answer["fingerprint"])
+
+    # -- the working folder -------------------------------------------------------------------------------
+
+    @property
+    def workdir(self) -> Path:
+        """The kernel's working folder (``RUN_DIR/work``, its current directory on every backend): a private
+        copy of the files its cells read by relative path (see :meth:`set_files`). What cells write there
+        stays there, survives a restart (as on a person's disk) and goes with the kernel."""
+        return self.process.run_dir / WORKDIR_NAME
+
+    def files(self) -> FileTree:
+        """The working folder's files: relative path -> sha256 (see :mod:`themisto_env.sandbox.store.workdir`).
+
+        Raises:
+            FolderTooLargeError: They hold more than ``limits.workdir_mb``.
+            InfrastructureError: The folder could not be read (a file the kernel made unreadable, ...).
+        """
+        try:
+            return scan(self.workdir, limit_bytes=int(self.process.limits.workdir_mb * 2**20), cache=self._scan_cache)
+        except FolderTooLargeError:
+            raise
+        except DataError as exc:
+            raise InfrastructureError(f"could not read the kernel's working folder: {exc}") from exc
+
+    def set_files(self, tree: FileTree, store: FileStore) -> None:
+        """Make the working folder hold exactly ``tree``'s files, taken from ``store`` (each checked
+        against its digest); only what differs is touched. The kernel should be idle.
+
+        Raises:
+            DataError: A file is missing from the store or does not match its digest.
+            InfrastructureError: The folder could not be changed (what the kernel wrote there is not the
+                host's to remove, ...): a fresh kernel has a folder of its own.
+        """
+        try:
+            sync(self.workdir, tree, store, cache=self._scan_cache)
+        except OSError as exc:
+            raise InfrastructureError(f"could not set the kernel's working folder: {exc}") from exc

@@ -71,7 +71,8 @@ class KernelHost:
 
     @_answering
     def invoke(self, path: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Call ``kernel.<path>(*args, **kwargs)`` (``path`` may be dotted: ``launcher.limit_events``)."""
+        """Call ``kernel.<path>(*args, **kwargs)`` (``path`` may be dotted: ``introspect.list_variables``,
+        ``launcher.limit_events``)."""
         return operator.attrgetter(path)(self.kernel)(*args, **kwargs)
 
     @_answering
@@ -138,7 +139,7 @@ class KernelHost:
     @_answering
     def set_files(self, tree: FileTree) -> None:
         """Set the kernel's working folder from this node's file store."""
-        self.kernel.set_files(tree, self.files)
+        self.kernel.snapshots.set_files(tree, self.files)
 
     @_answering
     def close(self, graceful: bool) -> None:

@@ -3,8 +3,9 @@
 A :class:`RemoteKernel` is a kernel (a :class:`~themisto_env.sandbox.kernel.contract.KernelLike`, as a
 :class:`~themisto_env.sandbox.kernel.core.Kernel` is) whose process lives on another node: a Ray actor
 (:class:`~themisto_env.sandbox.ray.host.KernelHost`) owns a real Kernel there, and every call (execute,
-restore, the introspection calls, the launcher's limit readings) is an explicit method that goes to it and
-comes back as the same typed answer or the same exception. Code that drives kernels (the state server, the
+the parts' calls: ``kernel.snapshots.restore``, ``kernel.introspect.list_variables``, ..., the launcher's
+limit readings) is an explicit method that goes to it and comes back as the same typed answer or the same
+exception (its parts are in `themisto_env.sandbox.ray.parts`). Code that drives kernels (the state server, the
 disposable kernels, the tools) cannot tell the two apart; :func:`make_kernel` makes one or the other from a
 :class:`~themisto_env.sandbox.kernel.spec.RayPlacement`.
 
@@ -31,10 +32,8 @@ as any first kernel start of a process removes a dead owner's leftovers (see
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import threading
 import weakref
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, Unpack
@@ -43,25 +42,14 @@ from themisto_env.errors import (
     InfrastructureError,
     KernelDiedError,
     KernelStartError,
-    SnapshotCorruptError,
-    SnapshotError,
 )
-from themisto_env.sandbox.kernel.answers import (
-    FrameView,
-    FrameViewName,
-    MemoryReport,
-    NamespaceState,
-    SourceText,
-    VariableDetail,
-    VariableListing,
-)
-from themisto_env.sandbox.kernel.contract import MEASURE_TIMEOUT_S, KernelLike
+from themisto_env.sandbox.kernel.contract import KernelLike
 from themisto_env.sandbox.kernel.spec import KernelFields, KernelSpec, RayPlacement
-from themisto_env.sandbox.models import ExecutionResult, RestoreResult, SnapshotInfo
+from themisto_env.sandbox.models import ExecutionResult
 from themisto_env.sandbox.ray.cluster import connect, import_ray, owner_variables
 from themisto_env.sandbox.ray.host import KernelHost
+from themisto_env.sandbox.ray.parts import RemoteIntrospection, RemoteSnapshots
 from themisto_env.sandbox.store.snapshots import SnapshotStore
-from themisto_env.sandbox.store.workdir import FileStore, FileTree
 
 __all__ = ["RemoteKernel", "live_remote_kernels", "make_kernel", "remote_kernel_memory"]
 
@@ -155,6 +143,8 @@ class RemoteKernel:
         }
         self._actor: Any = None
         self._launcher: _LauncherView | None = None
+        self._snapshots: RemoteSnapshots | None = None
+        self._introspect: RemoteIntrospection | None = None
         self._lock = threading.Lock()
         self._isolated: bool | None = None
 
@@ -296,11 +286,6 @@ class RemoteKernel:
         return self._launcher
 
     @property
-    def workdir(self) -> Path:
-        """The kernel's working folder, on its node."""
-        return Path(self._read("workdir"))
-
-    @property
     def run_dir(self) -> Path:
         """The kernel's run directory, on its node."""
         return Path(self._read("run_dir"))
@@ -323,7 +308,7 @@ class RemoteKernel:
         """Send an interrupt to the kernel."""
         self._invoke("interrupt")
 
-    # -- execution and introspection: the kernel's answers, as they are ----------------------------------
+    # -- execution: the kernel's answers, as they are ----------------------------------------------------
 
     def execute(
         self, code: str, *, timeout_s: float | None = None, fingerprint: bool = False, interrupt: bool = True
@@ -339,138 +324,21 @@ class RemoteKernel:
         """As :meth:`Kernel.call <themisto_env.sandbox.kernel.core.Kernel.call>`."""
         return self._invoke("call", function, timeout_s=timeout_s, **kwargs)
 
-    def files(self) -> FileTree:
-        """The working folder's files on the kernel's node: relative path -> sha256."""
-        return dict(self._invoke("files"))
+    # -- the parts: forwarded over the actor ---------------------------------------------------------------
 
-    def memory_bytes(self) -> int | None:
-        """Resident memory of the kernel process."""
-        memory: int | None = self._invoke("memory_bytes")
-        return memory
+    @property
+    def snapshots(self) -> RemoteSnapshots:
+        """The kernel's snapshots and working folder; what travels is said on `RemoteSnapshots`."""
+        if self._snapshots is None:
+            self._snapshots = RemoteSnapshots(self)
+        return self._snapshots
 
-    def list_variables(self, *, limit: int = 100, known: Mapping[str, int] | None = None) -> VariableListing:
-        """As :meth:`Kernel.list_variables <themisto_env.sandbox.kernel.core.Kernel.list_variables>`."""
-        listing: VariableListing = self._invoke("list_variables", limit=limit, known=known)
-        return listing
-
-    def inspect_variable(self, name: str, *, max_chars: int = 2000) -> VariableDetail:
-        """As :meth:`Kernel.inspect_variable <themisto_env.sandbox.kernel.core.Kernel.inspect_variable>`."""
-        detail: VariableDetail = self._invoke("inspect_variable", name, max_chars=max_chars)
-        return detail
-
-    def dataframe(self, name: str, view: FrameViewName = "head", *, n: int = 5, max_chars: int = 4000) -> FrameView:
-        """As :meth:`Kernel.dataframe <themisto_env.sandbox.kernel.core.Kernel.dataframe>`."""
-        frame: FrameView = self._invoke("dataframe", name, view, n=n, max_chars=max_chars)
-        return frame
-
-    def memory(self, *, top: int = 20, known: Mapping[str, int] | None = None) -> MemoryReport:
-        """As :meth:`Kernel.memory <themisto_env.sandbox.kernel.core.Kernel.memory>`."""
-        report: MemoryReport = self._invoke("memory", top=top, known=known)
-        return report
-
-    def variable_sizes(self) -> dict[str, int]:
-        """As :meth:`Kernel.variable_sizes <themisto_env.sandbox.kernel.core.Kernel.variable_sizes>`."""
-        return dict(self._invoke("variable_sizes"))
-
-    def source(self, name: str, *, max_chars: int = 4000) -> SourceText:
-        """As :meth:`Kernel.source <themisto_env.sandbox.kernel.core.Kernel.source>`."""
-        text: SourceText = self._invoke("source", name, max_chars=max_chars)
-        return text
-
-    def namespace_state(self) -> NamespaceState:
-        """As :meth:`Kernel.namespace_state <themisto_env.sandbox.kernel.core.Kernel.namespace_state>`."""
-        state: NamespaceState = self._invoke("namespace_state")
-        return state
-
-    def fingerprint(self) -> dict[str, str]:
-        """As :meth:`Kernel.fingerprint <themisto_env.sandbox.kernel.core.Kernel.fingerprint>`."""
-        return dict(self._invoke("fingerprint"))
-
-    def package_versions(self, names: Sequence[str]) -> dict[str, str]:
-        """As :meth:`Kernel.package_versions <themisto_env.sandbox.kernel.core.Kernel.package_versions>`."""
-        return dict(self._invoke("package_versions", names))
-
-    def loaded_distributions(self) -> dict[str, str]:
-        """As :meth:`Kernel.loaded_distributions <themisto_env.sandbox.kernel.core.Kernel.loaded_distributions>`."""
-        return dict(self._invoke("loaded_distributions"))
-
-    def preload(self, modules: Sequence[str]) -> None:
-        """As :meth:`Kernel.preload <themisto_env.sandbox.kernel.core.Kernel.preload>`."""
-        self._invoke("preload", modules)
-
-    def seal(self) -> str:
-        """As :meth:`Kernel.seal <themisto_env.sandbox.kernel.core.Kernel.seal>`."""
-        return str(self._invoke("seal"))
-
-    def sealed_fingerprint(
-        self, token: str, canary: dict[str, object], *, timeout_s: float = MEASURE_TIMEOUT_S
-    ) -> dict[str, str]:
-        """As :meth:`Kernel.sealed_fingerprint <themisto_env.sandbox.kernel.core.Kernel.sealed_fingerprint>` (the
-        limit travels with the call)."""
-        return dict(self._invoke("sealed_fingerprint", token, canary, timeout_s=timeout_s))
-
-    # -- what travels -------------------------------------------------------------------------------------
-
-    def snapshot(self) -> SnapshotInfo:
-        """Save the namespace to the node's store, and bring the snapshot to the owner's store (recording,
-        as a local kernel does, that this kernel's environment wrote it)."""
-        info: SnapshotInfo = self._invoke("snapshot")
-        if info.digest not in self.store:
-            found = self._call("get_snapshot", info.digest, during="snapshot")
-            if found is not None:
-                self.store.add(info.digest, found[0])
-        try:
-            self.store.note_environment(info.digest, self.environment)
-        except OSError as exc:
-            raise SnapshotError(f"could not record the environment of snapshot {info.digest[:12]}: {exc}") from exc
-        return info
-
-    def restore(self, snapshot: SnapshotInfo | str, *, clean: bool = True, keep: Sequence[str] = ()) -> RestoreResult:
-        """Restore a snapshot of the owner's store, sent to the node first if it lacks it.
-
-        Raises:
-            SnapshotCorruptError: The owner's copy does not hash to its digest (set it aside, as for a local
-                kernel). A node's copy found damaged is replaced by the owner's and the restore tried again.
-            SnapshotError: And the rest of what `Kernel.restore` raises.
-        """
-        digest = snapshot.digest if isinstance(snapshot, SnapshotInfo) else snapshot
-        if self._call("missing_snapshots", [digest], during="restore"):
-            self._send_snapshot(digest)
-        try:
-            restored: RestoreResult = self._invoke("restore", digest, clean=clean, keep=keep)
-        except SnapshotCorruptError:
-            if self._send_snapshot(digest) is not None:
-                raise
-            restored = self._invoke("restore", digest, clean=clean, keep=keep)  # the node's copy was damaged
-        return restored
-
-    def _send_snapshot(self, digest: str) -> str | None:
-        """Send the owner's copy of a snapshot to the node; None, or why it was not sent (the owner lacks
-        it: the restore then says so). A copy that does not hash to its digest is the owner's damage.
-
-        Raises:
-            SnapshotCorruptError: The owner's copy is damaged.
-        """
-        if digest not in self.store:
-            return "missing"
-        try:
-            data = self.store.path(digest).read_bytes()
-        except OSError:
-            return "unreadable"
-        if hashlib.sha256(data).hexdigest() != digest:
-            raise SnapshotCorruptError(f"snapshot {self.store.path(digest)}: its content does not hash to its name")
-        self._call("put_snapshot", digest, data, sorted(self.store.environments(digest)), during="restore")
-        return None
-
-    def set_files(self, tree: FileTree, store: FileStore) -> None:
-        """Make the working folder hold ``tree``'s files, sending the node the contents it lacks (files the
-        kernel writes stay on its node: their digests are compared, as for a local kernel)."""
-        owner_root = str(Path(store.root).resolve())
-        missing = self._call("missing_blobs", sorted(tree.values()), owner_root, during="set_files")
-        if missing:
-            names = {sha: path for path, sha in tree.items()}
-            self._call("put_blobs", {sha: store.read(sha, name=names[sha]) for sha in missing}, during="set_files")
-        self._call("set_files", tree, during="set_files")
+    @property
+    def introspect(self) -> RemoteIntrospection:
+        """The kernel's introspection, asked of the kernel on its node (the same answers and exceptions)."""
+        if self._introspect is None:
+            self._introspect = RemoteIntrospection(self)
+        return self._introspect
 
 
 def live_remote_kernels() -> list[RemoteKernel]:

@@ -17,7 +17,7 @@ Example:
     >>> with KernelTemplate(KernelSpec("local", preload=("pandas",))) as template:
     ...     kernel = template.kernel()                 # a fresh kernel, forked
     ...     kernel.execute("import pandas as pd; df = pd.DataFrame({'a': [1, 2]})")
-    ...     digest = kernel.snapshot().digest
+    ...     digest = kernel.snapshots.save().digest
     ...     a, b = template.copies(digest, 2)          # two kernels in that state, nothing loaded
     ...     a.execute("df['a'].sum()").text
     '3'
@@ -373,11 +373,18 @@ class KernelTemplate:
         return answer
 
     def fork(
-        self, connection_file: Path, workdir: Path, log: Path, *, identity: CopyIdentity | None = None
+        self,
+        connection_file: Path,
+        workdir: Path,
+        log: Path,
+        *,
+        identity: CopyIdentity | None = None,
+        limits: SandboxLimits | None = None,
     ) -> tuple[int, int]:
         """Fork a kernel on this connection file; return its pid (in the template's namespace) and a pidfd.
         Where copies take a uid of their own, a restart passes the copy's ``identity`` again: the files it
-        made (its connection file, its log, its work) stay its own.
+        made (its connection file, its log, its work) stay its own; a new copy's identity holds the kernel's
+        own ``limits`` (default: the template's).
 
         Raises:
             TemplateGoneError: The template is gone.
@@ -395,7 +402,7 @@ class KernelTemplate:
         identities = (self.base or self)._identities
         if identities is not None:  # the copy takes a uid of its own, its folders given to it first
             run_dir = connection_file.parent
-            identity = identity or new_identity(self.limits, run_dir)
+            identity = identity or new_identity(limits or self.limits, run_dir)
             identity.give_folders(run_dir, workdir, (run_dir / SNAPSHOT_INBOX, run_dir / SNAPSHOT_OUTBOX))
             request["identity"] = identity.request()
             identities[str(connection_file)] = identity
@@ -635,7 +642,7 @@ class KernelTemplate:
                 for _ in range(n):
                     kernels.append(source.kernel(limits=limits))
                     if restored:
-                        kernels[-1].restore(str(digest))
+                        kernels[-1].snapshots.restore(str(digest))
             except BaseException:
                 for kernel in kernels:
                     kernel.close(graceful=False)

@@ -63,7 +63,7 @@ def write_dataset(folder: Path, sessions: list[Session], snapshot_dir: Path, *, 
     folder.mkdir(parents=True, exist_ok=True)
     with Kernel("local", snapshot_dir=snapshot_dir) as kernel:
         manifest = Manifest(backend="local", snapshots=snapshots, sources=[])
-        manifest.packages = kernel.package_versions(["ipykernel", "dill", "numpy"])
+        manifest.packages = kernel.introspect.package_versions(["ipykernel", "dill", "numpy"])
         for session in sessions:
             trajectory = replay_session(session, kernel, snapshots=snapshots)
             assert trajectory.complete, trajectory.failure

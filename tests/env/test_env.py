@@ -74,7 +74,7 @@ def test_reset_at_a_sample_restores_a_snapshot_instead_of_replaying(env_dataset:
     env = make(env_dataset, "themisto/NextCell-v0")
     obs, info = env.reset(options={"sample": 5})
     kernel = env.tool_context().kernel
-    state = kernel.namespace_state()
+    state = kernel.introspect.namespace_state()
     assert state.execution_count == 1, "no cell may be executed to reach a sample with a snapshot"
     assert {"sales", "total", "by_region"} <= set(state.names)
     assert info["step"] == env.current_sample.step
@@ -93,7 +93,7 @@ def test_nothing_reachable_reveals_the_target(env_dataset: dict[str, str]) -> No
             for source in later:
                 if source not in "".join(s.source for s in steps[: sample.step]):
                     assert source not in text, f"a future cell leaks at step {sample.step}"
-        names = env.tool_context().kernel.namespace_state().names
+        names = env.tool_context().kernel.introspect.namespace_state().names
         created_by_target = set(steps[sample.step].variables) - set(steps[sample.step - 1].variables)
         assert not created_by_target & set(names), "the kernel already holds what the target creates"
         obs, _, terminated, _, info = env.step(Prediction(text="x"))
@@ -106,7 +106,7 @@ def test_tools_are_read_only_and_bounded(env_dataset: dict[str, str]) -> None:
     env = make(env_dataset, tool_budget=len(TOOL_NAMES) + 1)
     env.reset(options={"sample": 4})
     kernel = env.tool_context().kernel
-    before = kernel.namespace_state()
+    before = kernel.introspect.namespace_state()
     calls = [
         ToolCall(tool="list_variables"),
         ToolCall(tool="inspect_variable", args={"name": "sales"}),
@@ -123,7 +123,7 @@ def test_tools_are_read_only_and_bounded(env_dataset: dict[str, str]) -> None:
         assert reward == pytest.approx(-env.config.tool_cost) and not terminated
         assert 0 < len(obs["tool_result"]) <= env.config.max_text_chars
     assert "region" in env.step(ToolCall(tool="dataframe_head", args={"name": "sales"}))[0]["tool_result"]
-    assert kernel.namespace_state() == before
+    assert kernel.introspect.namespace_state() == before
     env.close()
 
 
@@ -175,13 +175,13 @@ def test_execution_score_runs_the_prediction_and_rolls_back(env_dataset: dict[st
     env.reset(options={"sample": 5})
     target = env.current_sample.target
     kernel = env.tool_context().kernel
-    before = set(kernel.namespace_state().names)
+    before = set(kernel.introspect.namespace_state().names)
     _, _, _, _, right = env.step(Prediction(text=target))
     assert right["execution_score"] == pytest.approx(1.0)
     _, _, _, _, wrong = env.step(Prediction(text="oops = 1 / 0"))
     assert wrong["execution_score"] < 0.5
-    assert "oops" not in kernel.namespace_state().names, "the prediction was rolled back"
-    assert before <= set(kernel.namespace_state().names)
+    assert "oops" not in kernel.introspect.namespace_state().names, "the prediction was rolled back"
+    assert before <= set(kernel.introspect.namespace_state().names)
     env.close()
 
 

@@ -42,7 +42,7 @@ def live(env: ThemistoEnv) -> tuple[Any, ...]:
     listing = env.step(ToolCall(tool="list_variables"))[0]["tool_result"]
     memory = env.step(ToolCall(tool="memory_usage"))[0]["tool_result"].split("\n", 1)[1]
     kernel = env.tool_context().kernel
-    return listing, memory, sorted(kernel.namespace_state().names), kernel.fingerprint()
+    return listing, memory, sorted(kernel.introspect.namespace_state().names), kernel.introspect.fingerprint()
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +173,7 @@ def test_warm_kernels_are_handed_out_once_and_closed_with_the_env(data: dict[str
         env.step(Prediction(text=""))  # now at the sample after the restart
         assert env.current_sample.step == RESTART_STEP
         kernel = env.tool_context().kernel
-        assert kernel.fingerprint() == {} and kernel.restarts == 0, "a new pooled kernel, not a restart"
+        assert kernel.introspect.fingerprint() == {} and kernel.restarts == 0, "a new pooled kernel, not a restart"
         pids.append(kernel.launcher.pid())
         env.server.pool.fill()
         spare = env.server.pool.take()  # the spare the pool refilled: not one handed out before

@@ -99,7 +99,7 @@ def served_state(env: ThemistoEnv) -> dict[str, Any]:
     try:
         context = env.tool_context()
         return {
-            "fingerprint": context.kernel.fingerprint(),
+            "fingerprint": context.kernel.introspect.fingerprint(),
             "variables": run_tool(ToolCall(tool="list_variables"), context).text,
         }
     except Exception as exc:  # a kernel killed by the test: no state to read
@@ -142,7 +142,7 @@ def test_every_sample_is_served_in_its_recorded_state(env: ThemistoEnv, fault_da
     while True:
         sample = env.current_sample
         assert env.serve_state().check == "verified", env.state_report
-        live = env.tool_context().kernel.fingerprint()
+        live = env.tool_context().kernel.introspect.fingerprint()
         assert not diff_fingerprints(expected_fingerprint(trajectory, sample.step) or {}, live)
         *_, terminated, _, _ = env.step(Prediction(text=""))
         if terminated:
@@ -156,7 +156,7 @@ def test_reset_and_stepping_serve_the_same_state(env: ThemistoEnv) -> None:
     while True:
         sample = env.current_sample
         listing = env.step(ToolCall(tool="list_variables"))[0]["tool_result"]
-        stepped[sample.step] = (env.tool_context().kernel.fingerprint(), listing)
+        stepped[sample.step] = (env.tool_context().kernel.introspect.fingerprint(), listing)
         if env.step(Prediction(text=""))[2]:
             break
     for index, step in enumerate(sorted(stepped)):
@@ -164,7 +164,7 @@ def test_reset_and_stepping_serve_the_same_state(env: ThemistoEnv) -> None:
         assert info["state"]["check"] == "not served", "a reset touches no kernel"
         obs, *_, info = env.step(ToolCall(tool="list_variables"))
         assert info["state"]["check"] == "verified", info["state"]
-        assert (env.tool_context().kernel.fingerprint(), obs["tool_result"]) == stepped[step], f"step {step}"
+        assert (env.tool_context().kernel.introspect.fingerprint(), obs["tool_result"]) == stepped[step], f"step {step}"
 
 
 def test_a_sample_after_a_restart_starts_from_an_empty_namespace(env: ThemistoEnv) -> None:
@@ -172,10 +172,10 @@ def test_a_sample_after_a_restart_starts_from_an_empty_namespace(env: ThemistoEn
     env.reset(options={"trajectory": 0, "sample": index - 1})  # reached by stepping
     env.step(Prediction(text=""))
     assert env.current_sample.step == RESTART_STEP
-    assert env.tool_context().kernel.fingerprint() == {}
+    assert env.tool_context().kernel.introspect.fingerprint() == {}
     assert "No user variables" in env.step(ToolCall(tool="list_variables"))[0]["tool_result"]
     env.reset(options={"trajectory": 0, "sample": index})  # reached by reset
-    assert env.tool_context().kernel.fingerprint() == {}
+    assert env.tool_context().kernel.introspect.fingerprint() == {}
 
 
 def test_names_a_snapshot_cannot_hold_are_rebuilt_and_stepping_on_matches_the_recording(
@@ -414,7 +414,7 @@ def test_every_bundled_sample_has_the_same_state_by_reset_as_by_stepping() -> No
             while True:
                 obs, *_, info = env.step(ToolCall(tool="list_variables"))
                 assert info["state"]["check"] == "verified", (tid, env.current_sample.step, info["state"])
-                stepped.append((env.tool_context().kernel.fingerprint(), obs["tool_result"]))
+                stepped.append((env.tool_context().kernel.introspect.fingerprint(), obs["tool_result"]))
                 obs, _, terminated, _, info = env.step(Prediction(text=""))
                 if terminated:
                     break
@@ -422,7 +422,10 @@ def test_every_bundled_sample_has_the_same_state_by_reset_as_by_stepping() -> No
                 env.reset(options={"trajectory": tid, "sample": index})
                 obs, *_, info = env.step(ToolCall(tool="list_variables"))
                 assert info["state"]["check"] == "verified", (tid, index, info["state"])
-                assert (env.tool_context().kernel.fingerprint(), obs["tool_result"]) == stepped[index], (tid, index)
+                assert (env.tool_context().kernel.introspect.fingerprint(), obs["tool_result"]) == stepped[index], (
+                    tid,
+                    index,
+                )
     finally:
         env.close()
 
@@ -442,7 +445,7 @@ def test_every_bundled_snapshot_forked_holds_the_recorded_state() -> None:
                     continue
                 [copy] = template.copies(step.snapshot, 1)
                 with copy:
-                    assert copy.fingerprint() == step.fingerprint, (trajectory.id, step.index)
+                    assert copy.introspect.fingerprint() == step.fingerprint, (trajectory.id, step.index)
                 checked += 1
         assert checked > 100, checked
 

@@ -239,22 +239,33 @@ def test_memory_usage(ctx: ToolContext) -> None:
 
 
 class CountingKernel:
-    """The module's kernel, counting the introspection requests the tools make."""
+    """The module's kernel, counting the introspection requests the tools make (of its ``introspect`` part)."""
 
     def __init__(self, kernel: Kernel) -> None:
         self.kernel, self.asked = kernel, []
+        self.introspect = CountingIntrospection(kernel, self.asked)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.kernel, name)
+
+
+class CountingIntrospection:
+    """A kernel's introspection part, noting each ``list_variables`` and ``memory`` asked of it."""
+
+    def __init__(self, kernel: Kernel, asked: list[str]) -> None:
+        self.part, self.asked = kernel.introspect, asked
 
     def __getattr__(self, name: str) -> Any:
         if name in ("list_variables", "memory"):
             self.asked.append(name)
-        return getattr(self.kernel, name)
+        return getattr(self.part, name)
 
 
 def test_memory_usage_from_a_listing_kept_in_the_state_is_the_kernels_own_answer(ctx: ToolContext) -> None:
     """With the state's answers kept, recorded sizes for every variable and the recorded memory shown,
     memory_usage after list_variables asks the kernel nothing and says exactly what the kernel would."""
     kernel = ctx.kernel
-    sizes = {row.name: row.size_bytes + 7 for row in kernel.list_variables(limit=1000).variables}
+    sizes = {row.name: row.size_bytes + 7 for row in kernel.introspect.list_variables(limit=1000).variables}
     recorded = {"recorded_sizes": sizes, "recorded_memory": 123_456_789, "history": ctx.history}
     asked_each_time = answer(ToolContext(kernel=kernel, **recorded), "memory_usage")
     counting = CountingKernel(kernel)  # type: ignore[arg-type]
@@ -315,9 +326,9 @@ def test_get_source_after_a_restore_in_a_fresh_kernel_comes_from_the_history(loc
     ctx = ToolContext(kernel=local_kernel, history=items)
     assert answer(ctx, "get_source", name="area").startswith("# source of area, from the kernel:")
 
-    snapshot = local_kernel.snapshot()
+    snapshot = local_kernel.snapshots.save()
     local_kernel.restart()
-    assert "area" in local_kernel.restore(snapshot).names
+    assert "area" in local_kernel.snapshots.restore(snapshot).names
     text = answer(ctx, "get_source", name="area")
     assert "The kernel cannot show the source of 'area'" in text
     assert text.endswith("in execution [1]:\ndef area(r):\n    return 3.14 * r * r")
@@ -499,7 +510,7 @@ def test_user_objects_that_break_the_helper_are_answered_and_the_kernel_kept(loc
         "loud, endless, sulky = Loud(), Endless([1, 2]), Sulky({'x': [1, 2]})"
     )
     ctx = ToolContext(kernel=local_kernel)
-    pid, before = local_kernel.launcher.pid(), local_kernel.namespace_state()
+    pid, before = local_kernel.launcher.pid(), local_kernel.introspect.namespace_state()
     endless = call(ctx, "inspect_variable", name="endless")
     assert not endless.ok and endless.error == "the kernel could not compute this: RuntimeError: no len for you"
     sulky = call(ctx, "dataframe_describe", name="sulky")
@@ -509,7 +520,7 @@ def test_user_objects_that_break_the_helper_are_answered_and_the_kernel_kept(loc
     assert all(name in listing for name in ("loud", "endless", "sulky"))
     assert "sulky" in answer(ctx, "memory_usage") and "x" in answer(ctx, "dataframe_head", name="sulky")
     assert local_kernel.launcher.pid() == pid and local_kernel.restarts == 0
-    assert local_kernel.namespace_state() == before
+    assert local_kernel.introspect.namespace_state() == before
 
 
 @pytest.mark.parametrize(
@@ -543,11 +554,11 @@ def every_call() -> list[tuple[str, dict[str, Any]]]:
 
 def test_tools_are_read_only(ctx: ToolContext) -> None:
     kernel = ctx.kernel
-    before = kernel.namespace_state()
+    before = kernel.introspect.namespace_state()
     results = [call(ctx, tool, **args) for tool, args in every_call()]
     tools = {tool.name: tool for tool in langchain_tools(lambda: ctx)}
     results_lc = [tools[name].invoke(dict(args)) for name, args in every_call() if name in tools]
-    after = kernel.namespace_state()
+    after = kernel.introspect.namespace_state()
     assert after == before
     assert before.execution_count == len(CELLS) + 1
     assert any(r.ok for r in results) and any(not r.ok for r in results) and results_lc

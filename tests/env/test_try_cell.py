@@ -57,7 +57,7 @@ def env_state(env: ThemistoEnv) -> tuple[Any, ...]:
     """What a candidate must never change: the env kernel's namespace (ids, ``_``, ``Out``, counter), its
     fingerprint (display options included), its process and its restarts."""
     kernel = env.tool_context().kernel
-    return kernel.namespace_state(), kernel.fingerprint(), kernel.launcher.pid(), kernel.restarts
+    return kernel.introspect.namespace_state(), kernel.introspect.fingerprint(), kernel.launcher.pid(), kernel.restarts
 
 
 def table_rows(text: str) -> dict[str, str]:
@@ -175,7 +175,7 @@ def score_samples(env: ThemistoEnv, trajectory: Any, n: int) -> list[dict[str, A
     rows = []
     for _ in range(n):
         step = env.current_sample.step
-        assert env.tool_context().kernel.fingerprint() == expected_fingerprint(trajectory, step)
+        assert env.tool_context().kernel.introspect.fingerprint() == expected_fingerprint(trajectory, step)
         _, _, _, _, info = env.step(Prediction(text=trajectory.steps[step].source))
         rows.append(
             {

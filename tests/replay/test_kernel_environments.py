@@ -156,15 +156,16 @@ def test_a_kernel_in_the_environment_has_its_packages(
         assert Path(prefix) == old_env.folder / "venv"
         # The in-kernel helper works under the old packages: every view the tools use.
         kernel.execute("df = pandas.DataFrame({'a': [1, 2, 3], 'b': ['x', 'y', 'z']})\nimport numpy as np")
-        assert {v.name for v in kernel.list_variables().variables} >= {"df"}
-        assert tuple(kernel.inspect_variable("df").shape or ()) == (3, 2)
-        assert "a" in kernel.dataframe("df", view="describe").text
-        assert kernel.memory().variables_total_bytes > 0
+        assert {v.name for v in kernel.introspect.list_variables().variables} >= {"df"}
+        assert tuple(kernel.introspect.inspect_variable("df").shape or ()) == (3, 2)
+        assert "a" in kernel.introspect.dataframe("df", view="describe").text
+        assert kernel.introspect.memory().variables_total_bytes > 0
         assert (
-            "x" in kernel.dataframe("df", view="info").text or "RangeIndex" in kernel.dataframe("df", view="info").text
+            "x" in kernel.introspect.dataframe("df", view="info").text
+            or "RangeIndex" in kernel.introspect.dataframe("df", view="info").text
         )
-        assert kernel.package_versions(["pandas"]) == {"pandas": "1.5.3"}
-        assert kernel.fingerprint()["df"].startswith("pandas.core.frame.DataFrame|3x2|")
+        assert kernel.introspect.package_versions(["pandas"]) == {"pandas": "1.5.3"}
+        assert kernel.introspect.fingerprint()["df"].startswith("pandas.core.frame.DataFrame|3x2|")
 
 
 def test_a_missing_environment_says_how_to_make_it(snapshots: Path) -> None:
@@ -182,18 +183,18 @@ def test_snapshots_are_restored_only_in_the_environment_that_wrote_them(
 ) -> None:
     with Kernel("local", environment=old_env.id, snapshot_dir=snapshots) as old:
         old.execute("import pandas as pd\ndf = pd.DataFrame({'a': [1, 2]})")
-        written_old = old.snapshot().digest
+        written_old = old.snapshots.save().digest
     with Kernel("local", snapshot_dir=snapshots) as default:
         default.execute("x = 41 + 1")
-        written_default = default.snapshot().digest
+        written_default = default.snapshots.save().digest
         with pytest.raises(SnapshotEnvironmentError, match=f"written in kernel environment {old_env.id}"):
-            default.restore(written_old)
-        assert "df" not in default.fingerprint()  # nothing was loaded
-        assert default.restore(written_default).names == ["x"]
+            default.snapshots.restore(written_old)
+        assert "df" not in default.introspect.fingerprint()  # nothing was loaded
+        assert default.snapshots.restore(written_default).names == ["x"]
     with Kernel("local", environment=old_env.id, snapshot_dir=snapshots) as old:
         with pytest.raises(SnapshotEnvironmentError, match="written in kernel environment default"):
-            old.restore(written_default)
-        assert "df" in old.restore(written_old).names
+            old.snapshots.restore(written_default)
+        assert "df" in old.snapshots.restore(written_old).names
 
 
 # -- datasets built in an environment -------------------------------------------------------------------
@@ -392,6 +393,6 @@ def test_a_docker_kernel_runs_the_environments_image(
         result = kernel.execute("import pandas, numpy\nprint(pandas.__version__, numpy.__version__)")
         assert result.outputs[0]["text"].split() == ["1.5.3", "1.26.4"]
         kernel.execute("df = pandas.DataFrame({'a': [1, 2]})")
-        digest = kernel.snapshot().digest
+        digest = kernel.snapshots.save().digest
     with Kernel("local", environment=old_env.id, snapshot_dir=snapshots) as local:  # same environment, same versions
-        assert local.restore(digest).names == ["df", "numpy", "pandas"]
+        assert local.snapshots.restore(digest).names == ["df", "numpy", "pandas"]

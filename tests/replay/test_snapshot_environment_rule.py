@@ -51,7 +51,7 @@ def test_a_snapshot_of_another_environment_is_refused_with_one_reason_everywhere
         assert f"written in kernel environment {OTHER}, not in this kernel's (default)" in reason
         kernel = env.tool_context().kernel
         with pytest.raises(SnapshotEnvironmentError) as restored:
-            kernel.restore(digest)
+            kernel.snapshots.restore(digest)
         assert str(restored.value) == reason
     finally:
         env.close()

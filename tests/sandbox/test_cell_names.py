@@ -25,7 +25,7 @@ def _run(snapshots: Path) -> tuple[list[str], list[dict], str, int]:
             result = kernel.execute(cell)
             outputs.extend(result.outputs)
             texts.append(render_outputs(result.outputs))
-        digest = kernel.snapshot().digest
+        digest = kernel.snapshots.save().digest
         pid = int(render_outputs(kernel.execute("print(__import__('os').getpid())").outputs))
         return texts, outputs, digest, pid
 

@@ -1,26 +1,71 @@
-"""The conformance suite (the same one `themisto sandbox check` runs) against every backend."""
+"""The one conformance suite (the same one `themisto sandbox check` runs) on every kind of kernel: started on
+each backend, forked from a template (local, bwrap, docker), and in a Ray actor.
+
+Each kind is opened once per test process (its template or Ray instance held until the session ends); the
+cases of a forked or Ray kind run in one worker, so that is done once.
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
-from pathlib import Path
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from typing import Any
 
 import pytest
 
 from tests.conftest import BACKENDS, require_backend
-from themisto_env.sandbox.kernel.conformance import CHECKS, checks_for, run_check
-from themisto_env.sandbox.kernel.launcher import launcher_class
+from themisto_env.sandbox.kernel.conformance import CHECKS, Check, KernelKind, checks_for, run_check
+from themisto_env.sandbox.kinds import kind_name, open_kind
 
-# Isolation and limit checks are generated only for backends that claim them.
-CASES = [(backend, check) for backend in BACKENDS for check in checks_for(backend)]
+#: (backend, how) of every kind the suite runs on; bwrap's skip as root (its refusal), Ray's without the extra.
+KINDS = [
+    *((backend, "started") for backend in BACKENDS),
+    *((backend, "forked") for backend in BACKENDS),
+    ("local", "ray"),
+]
 
 
-@pytest.mark.parametrize(("backend_name", "check"), CASES, ids=[f"{b}-{c.name}" for b, c in CASES])
-def test_conformance(backend_name: str, check, snapshot_dir: Path) -> None:
+def _checks(backend: str) -> list[Check]:
+    """The checks of a backend's kinds: what its launcher claims (opening a started kind starts nothing)."""
+    with open_kind(backend) as kind:
+        return checks_for(kind)
+
+
+def _case(backend: str, how: str, check: Check) -> Any:
+    marks = [pytest.mark.xdist_group(f"conformance-{backend}-{how}")] if how != "started" else []
+    if how == "ray":
+        marks.append(pytest.mark.slow)
+    return pytest.param(backend, how, check, marks=marks, id=f"{kind_name(backend, how)}-{check.name}")
+
+
+CASES = [_case(backend, how, check) for backend, how in KINDS for check in _checks(backend)]
+
+
+@pytest.fixture(scope="session")
+def kinds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str, str], KernelKind]]:
+    """Opens a kind the first time a test asks for it, on a snapshot store of its own; all close at the end."""
+    held, opened = ExitStack(), dict[str, KernelKind]()
+
+    def kind(backend: str, how: str) -> KernelKind:
+        name = kind_name(backend, how)
+        if name not in opened:
+            store = tmp_path_factory.mktemp(f"store-{name}")
+            opened[name] = held.enter_context(open_kind(name, snapshot_dir=store))
+        return opened[name]
+
+    with held:
+        yield kind
+
+
+@pytest.mark.parametrize(("backend_name", "how", "check"), CASES)
+def test_conformance(backend_name: str, how: str, check: Check, kinds: Callable[[str, str], KernelKind]) -> None:
     require_backend(backend_name)
-    result = run_check(check, backend_name, snapshot_dir)
+    if how == "ray":
+        pytest.importorskip("ray", reason="the ray extra is not installed: pip install 'themisto-env[ray]'")
+    result = run_check(check, kinds(backend_name, how))
     assert result.passed, result.detail
 
 
@@ -28,16 +73,29 @@ def test_bwrap_hides_the_default_store_outside_tmp_from_a_copy_mode_kernel(bwrap
     """As ``themisto sandbox check --backend bwrap`` runs it: the user's store (in the cache, not under the
     private /tmp that hides the tests' own stores) is read-only to a kernel, and absent in copy mode."""
     (check,) = [c for c in CHECKS if c.name == "store-protected"]
-    result = run_check(check, "bwrap")
+    with open_kind("bwrap") as kind:
+        result = run_check(check, kind)
     assert result.passed, result.detail
 
 
-def test_each_backend_gets_the_checks_it_claims() -> None:
-    assert [c.name for c in checks_for("local")] == [c.name for c in CHECKS if not (c.isolation or c.limits)]
-    assert "no-network" in [c.name for c in checks_for("bwrap")]
-    assert "memory-limit" not in [c.name for c in checks_for("bwrap")], "bwrap has no limits of its own"
-    assert {"no-network", "read-only-root", "memory-limit", "pids-limit"} <= {c.name for c in checks_for("docker")}
-    assert not launcher_class("local").isolated
+def test_each_kind_gets_the_checks_it_claims() -> None:
+    def names(name: str) -> list[str]:
+        with open_kind(name) as kind:
+            return [c.name for c in checks_for(kind)]
+
+    assert names("local") == [c.name for c in CHECKS if not (c.isolation or c.limits)]
+    assert names("local-forked") == names("local"), "a forked kernel is held to what a started one is"
+    assert "no-network" in names("bwrap") and "no-network" in names("bwrap-forked")
+    assert "memory-limit" not in names("bwrap"), "bwrap has no limits of its own"
+    assert {"no-network", "read-only-root", "memory-limit", "pids-limit"} <= set(names("docker-forked"))
+    assert {"contract", "interrupt", "restart", "dead-and-closed"} <= set(names("local")), "the contract's checks"
+
+
+def test_a_name_that_is_no_kind_is_one_clear_error() -> None:
+    from themisto_env.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="BACKEND-forked or BACKEND-ray"), open_kind("local-cloned"):
+        pass
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("bwrap") is None, reason="root's refusal, where bwrap exists")

@@ -294,9 +294,9 @@ def test_snapshot_moves_between_container_and_host(docker_client: Any, tmp_path:
     store = tmp_path / "snapshots"
     with Kernel("docker", snapshot_dir=store) as kernel:
         _run(kernel, "import numpy as np, pandas as pd\ndf = pd.DataFrame({'a': np.arange(5)})")
-        info = kernel.snapshot()
+        info = kernel.snapshots.save()
     with Kernel("local", snapshot_dir=store) as local:
-        local.restore(info)
+        local.snapshots.restore(info)
         assert _run(local, "print(int(df['a'].sum()))") == "10"
 
 

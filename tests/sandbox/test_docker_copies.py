@@ -277,7 +277,7 @@ def test_a_daemon_that_stops_its_uid_s_processes_neither_outlives_its_copy_nor_h
     assert _value(a, stopper) == 1
     uid, kernel_pid = _identity(a), a.launcher.pid()
     assert kernel_pid is not None
-    (a.workdir / "go").write_text("")
+    (a.snapshots.workdir / "go").write_text("")
     deadline = time.monotonic() + 30
     while _state(kernel_pid) != "T" and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -423,7 +423,7 @@ def _run_code(kernel: Kernel, code: str) -> CodeRun:
     own path from the code on)."""
     disposable = DisposableKernels("docker", limits=LIMITS, pool_size=0)
     try:
-        token, before = kernel.seal(), kernel.fingerprint()
+        token, before = kernel.introspect.seal(), kernel.introspect.fingerprint()
         return disposable._run_code(kernel, code, token, before, timeout_s=60)
     finally:
         disposable.close()

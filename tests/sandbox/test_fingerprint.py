@@ -41,7 +41,7 @@ def test_the_same_state_gives_the_same_fingerprint_in_two_kernels(kernels: tuple
     a, b = kernels
     for kernel in kernels:
         assert kernel.execute(SETUP).status == "ok"
-    first, second = a.fingerprint(), b.fingerprint()
+    first, second = a.introspect.fingerprint(), b.introspect.fingerprint()
     assert first == second
     for name in ("frame", "series", "tags", "stamps", "big", "wide", "times3", "nested"):
         assert first[name].rsplit("|", 1)[1], f"{name} has a content hash"
@@ -52,11 +52,11 @@ def test_a_restored_state_has_the_fingerprint_of_the_replayed_one(kernels: tuple
     a, b = kernels
     a.execute(SETUP)
     b.execute(SETUP)
-    snapshot = a.snapshot()
+    snapshot = a.snapshots.save()
     b.restart()
-    assert b.restore(snapshot).fingerprint == a.fingerprint()
+    assert b.snapshots.restore(snapshot).fingerprint == a.introspect.fingerprint()
     b.execute("frame = frame.copy()")  # another block layout, the same values
-    assert b.fingerprint()["frame"] == a.fingerprint()["frame"]
+    assert b.introspect.fingerprint()["frame"] == a.introspect.fingerprint()["frame"]
 
 
 @pytest.mark.parametrize(
@@ -75,9 +75,9 @@ def test_a_restored_state_has_the_fingerprint_of_the_replayed_one(kernels: tuple
 def test_a_changed_value_changes_the_fingerprint(kernels: tuple[Kernel, Kernel], change: str) -> None:
     a, _ = kernels
     a.execute(SETUP)
-    before = a.fingerprint()
+    before = a.introspect.fingerprint()
     assert a.execute(change).status == "ok"
-    after = a.fingerprint()
+    after = a.introspect.fingerprint()
     assert {n for n in before if before[n] != after[n]}, change
 
 
@@ -91,7 +91,7 @@ def test_the_fingerprint_runs_no_user_code(kernels: tuple[Kernel, Kernel]) -> No
         "    def __str__(self):\n        calls.append('str'); return 'Lazy'\n"
         "lazy = Lazy()\nitems = [Lazy()]\n"
     )
-    a.fingerprint()
+    a.introspect.fingerprint()
     assert a.execute("print(calls)").outputs[0]["text"].strip() == "[]"
 
 
@@ -116,8 +116,8 @@ def test_fitted_models_and_figures_are_fingerprinted_by_content(kernels: tuple[K
     a, b = kernels
     for kernel in kernels:
         assert kernel.execute(MODELS).status == "ok"
-    first = a.fingerprint()
-    assert first == b.fingerprint(), "the same fits and plots give the same fingerprint"
+    first = a.introspect.fingerprint()
+    assert first == b.introspect.fingerprint(), "the same fits and plots give the same fingerprint"
     for name in ("model", "fig", "ax", "bars"):
         assert first[name].rsplit("|", 1)[1], f"{name} has a content hash"
     changes = {
@@ -128,6 +128,6 @@ def test_fitted_models_and_figures_are_fingerprinted_by_content(kernels: tuple[K
     }
     for name, change in changes.items():
         assert b.execute(change).status == "ok"
-        after = b.fingerprint()
+        after = b.introspect.fingerprint()
         assert after[name] != first[name], f"{name}: {change!r} changes its fingerprint"
         first = after

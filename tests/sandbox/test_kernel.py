@@ -43,7 +43,7 @@ def test_close_is_idempotent_and_removes_the_run_directory(snapshot_dir: Path) -
 
 def test_restore_of_an_unknown_digest_names_it(local_kernel: Kernel) -> None:
     with pytest.raises(SnapshotError, match="no snapshot 0123456789ab"):
-        local_kernel.restore("0123456789abcdef" * 4)
+        local_kernel.snapshots.restore("0123456789abcdef" * 4)
 
 
 def test_error_result_carries_name_value_and_counter(local_kernel: Kernel) -> None:
@@ -61,58 +61,58 @@ def test_introspection_reports_variables(local_kernel: Kernel) -> None:
         "frame = pd.DataFrame({'city': ['a', 'b', 'c'], 'n': [1, 2, 3]})\n"
         "def area(r):\n    '''Area of a circle.'''\n    return 3.14159 * r * r\n"
     )
-    listing = local_kernel.list_variables()
+    listing = local_kernel.introspect.list_variables()
     by_name = {row.name: row for row in listing.variables}
     assert set(by_name) == {"arr", "frame", "area"}, "modules are not variables"
     assert listing.total == listing.shown == 3
     assert by_name["arr"].shape == (100, 10) and by_name["arr"].size_bytes >= 8000
     assert by_name["frame"].type == "pandas.DataFrame" and by_name["frame"].length == 3
-    assert local_kernel.list_variables(limit=1).variables == listing.variables[:1]
+    assert local_kernel.introspect.list_variables(limit=1).variables == listing.variables[:1]
 
-    detail = local_kernel.inspect_variable("arr")
+    detail = local_kernel.introspect.inspect_variable("arr")
     assert detail.dtype == "float64" and detail.shape == (100, 10)
-    assert set(local_kernel.inspect_variable("frame").dtypes or {}) == {"city", "n"}
-    head = local_kernel.dataframe("frame", "head", n=2).text
+    assert set(local_kernel.introspect.inspect_variable("frame").dtypes or {}) == {"city", "n"}
+    head = local_kernel.introspect.dataframe("frame", "head", n=2).text
     assert "city" in head and "b" in head and "c" not in head.split("\n", 3)[-1]
-    assert "non-null" in local_kernel.dataframe("frame", "info").text
-    assert "Area of a circle" in local_kernel.source("area").source
-    memory = local_kernel.memory()
+    assert "non-null" in local_kernel.introspect.dataframe("frame", "info").text
+    assert "Area of a circle" in local_kernel.introspect.source("area").source
+    memory = local_kernel.introspect.memory()
     assert memory.kernel_rss_bytes is not None and memory.kernel_rss_bytes > 10_000_000
     assert memory.variables[0].name == "arr"
-    assert set(local_kernel.variable_sizes()) == {"arr", "frame", "area"}
+    assert set(local_kernel.introspect.variable_sizes()) == {"arr", "frame", "area"}
 
 
 def test_introspection_refusals_are_typed(local_kernel: Kernel) -> None:
     local_kernel.execute("import numpy as np\narr = np.zeros(3)\nframe = arr.tolist()\nclass Cell:\n    pass")
     with pytest.raises(UnknownNameError, match=r"^no variable named 'fram' in the kernel\. Did you mean frame") as err:
-        local_kernel.inspect_variable("fram")
+        local_kernel.introspect.inspect_variable("fram")
     assert err.value.name == "fram" and err.value.suggestions[0] == "frame" and err.value.function == "inspect_variable"
     with pytest.raises(UnknownNameError) as err:
-        local_kernel.source("zzz")
+        local_kernel.introspect.source("zzz")
     assert err.value.suggestions == () and "Did you mean" not in str(err.value)
     with pytest.raises(IntrospectionRefused, match=r"'arr' is a numpy\.ndarray, not a pandas DataFrame") as refused:
-        local_kernel.dataframe("arr")
+        local_kernel.introspect.dataframe("arr")
     assert not isinstance(refused.value, UnknownNameError) and refused.value.name == "arr"
     with pytest.raises(IntrospectionRefused, match="no source available for 'Cell'"):
-        local_kernel.source("Cell")
+        local_kernel.introspect.source("Cell")
     assert local_kernel.is_alive() and local_kernel.restarts == 0
 
 
 def test_a_helper_that_runs_past_the_limit_is_interrupted_not_restarted(snapshot_dir: Path) -> None:
     with Kernel("local", limits=SandboxLimits(timeout_s=1), snapshot_dir=snapshot_dir) as kernel:
         kernel.execute("import time\nclass Slow:\n    def __repr__(self):\n        time.sleep(30)\nslow = Slow()")
-        pid, before = kernel.launcher.pid(), kernel.namespace_state()
+        pid, before = kernel.launcher.pid(), kernel.introspect.namespace_state()
         with pytest.raises(HelperError, match="TimeoutError: it ran past 1 s and was interrupted") as err:
-            kernel.inspect_variable("slow")
+            kernel.introspect.inspect_variable("slow")
         assert not isinstance(err.value, InfrastructureError)
         assert kernel.launcher.pid() == pid and kernel.restarts == 0
-        assert kernel.namespace_state() == before
+        assert kernel.introspect.namespace_state() == before
 
 
 def test_long_repr_is_bounded(local_kernel: Kernel) -> None:
     local_kernel.execute("big = list(range(100_000))\ntext = 'x' * 50_000")
-    assert len(local_kernel.inspect_variable("big", max_chars=500).repr) < 600
-    assert len(local_kernel.inspect_variable("text", max_chars=500).repr) < 600
+    assert len(local_kernel.introspect.inspect_variable("big", max_chars=500).repr) < 600
+    assert len(local_kernel.introspect.inspect_variable("text", max_chars=500).repr) < 600
 
 
 def test_bwrap_kernel_starts_from_a_venv_under_tmp(tmp_path: Path, bwrap_backend: None) -> None:
@@ -157,12 +157,12 @@ def test_known_sizes_are_reported_as_given_and_not_measured(local_kernel: Kernel
         "        raise RuntimeError('measured')\n"
         "u = Unmeasurable()\nbig = list(range(10_000))"
     )
-    measured = {v.name: v.size_bytes for v in local_kernel.list_variables().variables}
+    measured = {v.name: v.size_bytes for v in local_kernel.introspect.list_variables().variables}
     assert measured["u"] == 0 and measured["big"] > 10_000, "a deep size that raises is 0, one that works is real"
     known = {"u": 123, "big": 7}
-    listed = {v.name: v.size_bytes for v in local_kernel.list_variables(known=known).variables}
+    listed = {v.name: v.size_bytes for v in local_kernel.introspect.list_variables(known=known).variables}
     assert listed["u"] == 123 and listed["big"] == 7
-    report = local_kernel.memory(top=10, known=known)
+    report = local_kernel.introspect.memory(top=10, known=known)
     sizes = {v.name: v.size_bytes for v in report.variables}
     assert sizes["big"] == 7 and sizes["u"] == 123
     assert report.variables_total_bytes == sum(sizes.values())

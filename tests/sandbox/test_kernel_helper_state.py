@@ -19,8 +19,8 @@ def _text(kernel: Kernel, code: str) -> str:
 
 @pytest.fixture
 def project(local_kernel: Kernel) -> Kernel:
-    (local_kernel.workdir / "loud.py").write_text("print('loud imported')\n")
-    (local_kernel.workdir / "stamp.py").write_text(
+    (local_kernel.snapshots.workdir / "loud.py").write_text("print('loud imported')\n")
+    (local_kernel.snapshots.workdir / "stamp.py").write_text(
         "def load_ipython_extension(ipython):\n"
         "    ipython.register_magic_function(lambda line: print('stamped', line), 'line', 'stamp')\n"
         "    ipython.events.register('post_run_cell', lambda result: None)\n"
@@ -35,7 +35,7 @@ def test_put_back_undoes_what_a_cell_loaded_and_keeps_what_was_there(project: Ke
     callbacks = _text(kernel, "print(len(get_ipython().events.callbacks['post_run_cell']))")
     filters = _text(kernel, "import warnings\nprint(warnings.filters)")
     assert kernel.call("keep_process_state") is True
-    (kernel.workdir / "data").mkdir()
+    (kernel.snapshots.workdir / "data").mkdir()
     cell = "%load_ext stamp\nimport loud, json, warnings\nwarnings.simplefilter('ignore')\n%cd -q data\n%stamp once"
     assert _text(kernel, cell) == "stamp loaded\nloud imported\nstamped once"
     undone = kernel.call("put_back_process_state")
@@ -43,7 +43,7 @@ def test_put_back_undoes_what_a_cell_loaded_and_keeps_what_was_there(project: Ke
     assert "UsageError" in render_outputs(kernel.execute("%stamp twice").outputs)
     assert _text(kernel, "print(len(get_ipython().events.callbacks['post_run_cell']))") == callbacks
     assert _text(kernel, "print(warnings.filters)") == filters
-    assert _text(kernel, "import os\nprint(os.getcwd())") == str(kernel.workdir)
+    assert _text(kernel, "import os\nprint(os.getcwd())") == str(kernel.snapshots.workdir)
     # the cell run again shows what its first run showed; what was loaded before it still is
     assert _text(kernel, cell) == "stamp loaded\nloud imported\nstamped once"
     assert _text(kernel, "%load_ext autoreload").startswith(ALREADY)

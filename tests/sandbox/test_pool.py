@@ -34,7 +34,7 @@ def test_a_pooled_kernel_is_started_warm_and_empty(snapshot_dir: Path) -> None:
             assert first.is_alive()
             assert first.execute("import sys\n'json' in sys.modules").outputs[0]["data"]["text/plain"] == "True"
             first.execute("del sys")
-            assert first.list_variables().total == 0, "preloading bound a user name"
+            assert first.introspect.list_variables().total == 0, "preloading bound a user name"
             second = pool.take()  # the refill, started in the background
             assert second is not first and second.is_alive()
             second.close()
@@ -328,5 +328,5 @@ def test_a_snapshot_answer_that_names_a_path_is_refused(snapshot_dir: Path) -> N
         forged = f"{{'digest': {str(victim / 'x')!r}, 'size_bytes': 1, 'names': [], 'skipped': {{}}}}"
         kernel.execute(f"import sys\nsys.modules['_themisto_helper'].FUNCTIONS['snapshot'] = lambda store: {forged}")
         with pytest.raises(SnapshotError, match="malformed"):
-            kernel.snapshot()
+            kernel.snapshots.save()
         assert (victim / "keep.txt").exists()

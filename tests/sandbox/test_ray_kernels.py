@@ -58,7 +58,10 @@ def test_a_remote_kernel_answers_and_fails_as_a_local_one(ray_address: str, tmp_
         with kernel:
             result = kernel.execute(code)
             failures = []
-            for call in (lambda k: k.inspect_variable("missing"), lambda k: k.dataframe("missing")):
+            for call in (
+                lambda k: k.introspect.inspect_variable("missing"),
+                lambda k: k.introspect.dataframe("missing"),
+            ):
                 with pytest.raises(HelperError) as raised:
                     call(kernel)
                 failures.append((type(raised.value), str(raised.value)))
@@ -66,9 +69,9 @@ def test_a_remote_kernel_answers_and_fails_as_a_local_one(ray_address: str, tmp_
                 (
                     result.status,
                     result.outputs,
-                    kernel.list_variables(),
-                    kernel.dataframe("df").text,
-                    kernel.fingerprint(),
+                    kernel.introspect.list_variables(),
+                    kernel.introspect.dataframe("df").text,
+                    kernel.introspect.fingerprint(),
                     failures,
                     kernel.execute("1/0").status,
                 )
@@ -97,10 +100,10 @@ def test_working_folder_files_are_sent_to_the_kernels_node(ray_address: str, tmp
     store.add(folder, tree)
     placement = RayPlacement(address=ray_address)
     with RemoteKernel("local", placement=placement) as kernel:
-        kernel.set_files(tree, store)
+        kernel.snapshots.set_files(tree, store)
         result = kernel.execute("print(open('data.csv').read().split()[1])")
         assert result.outputs[0]["text"] == "1,2\n"
-        assert kernel.files() == tree
+        assert kernel.snapshots.files() == tree
 
 
 def test_a_snapshot_written_remotely_reaches_the_owners_store_and_travels_to_another_node_store(
@@ -111,11 +114,11 @@ def test_a_snapshot_written_remotely_reaches_the_owners_store_and_travels_to_ano
     second = RayPlacement(address=ray_address, snapshot_dir=str(tmp_path / "node-b"))
     with RemoteKernel("local", placement=first, snapshot_dir=owner) as kernel:
         kernel.execute("x = [1, 2, 3]")
-        info = kernel.snapshot()
+        info = kernel.snapshots.save()
     assert (owner / info.digest[:2] / f"{info.digest}.dill").exists()
     with RemoteKernel("local", placement=second, snapshot_dir=owner) as kernel:
-        assert kernel.restore(info.digest).names == ["x"]
-        assert kernel.inspect_variable("x").repr == "[1, 2, 3]"
+        assert kernel.snapshots.restore(info.digest).names == ["x"]
+        assert kernel.introspect.inspect_variable("x").repr == "[1, 2, 3]"
     assert (tmp_path / "node-b" / info.digest[:2] / f"{info.digest}.dill").exists()
 
 

@@ -52,7 +52,7 @@ def state(template: KernelTemplate) -> tuple[str, dict[str, str]]:
     """A snapshot of STATE (written by a started kernel) and that kernel's fingerprint of it."""
     with Kernel("local", snapshot_dir=template.store.root) as kernel:
         assert kernel.execute(STATE).status == "ok"
-        return kernel.snapshot().digest, kernel.fingerprint()
+        return kernel.snapshots.save().digest, kernel.introspect.fingerprint()
 
 
 def alive(pid: int) -> bool:
@@ -68,7 +68,7 @@ def test_a_forked_kernel_runs_cells_as_a_started_one(template: KernelTemplate) -
         for code in ("x = 40 + 2", "print(x)", "x / 0", "import pandas as pd; pd.DataFrame({'a': [1]})"):
             mine, theirs = forked.execute(code), started.execute(code)
             assert (mine.status, mine.text()) == (theirs.status, theirs.text()), code
-        assert forked.inspect_variable("x").repr == "42"
+        assert forked.introspect.inspect_variable("x").repr == "42"
         pid = forked.launcher.pid()
         assert pid is not None and pid not in (os.getpid(), template._process.pid())  # type: ignore[union-attr]
         assert Path(forked.run_dir).parent == template.kernels_dir
@@ -86,9 +86,9 @@ def test_restarting_a_copy_gives_an_empty_kernel(template: KernelTemplate, state
     digest, _ = state
     [copy] = template.copies(digest, 1)
     with copy:
-        assert "frame" in copy.fingerprint()
+        assert "frame" in copy.introspect.fingerprint()
         copy.restart()
-        assert copy.fingerprint() == {}
+        assert copy.introspect.fingerprint() == {}
         assert copy.execute("1 + 1").text() == "2"
 
 
@@ -98,10 +98,10 @@ def test_copies_hold_the_snapshot_state_as_a_restore_does(
     digest, written = state
     copies = template.copies(digest, 3)
     with Kernel("local", snapshot_dir=template.store.root) as restored:
-        restored.restore(digest)
+        restored.snapshots.restore(digest)
         try:
             for copy in copies:
-                assert copy.fingerprint() == written == restored.fingerprint()
+                assert copy.introspect.fingerprint() == written == restored.introspect.fingerprint()
                 # functions see the namespace they live in, as in the kernel that defined them
                 assert copy.execute("above([5, 15])").text() == restored.execute("above([5, 15])").text() == "[15]"
             copies[0].execute("threshold = 0")
@@ -185,7 +185,7 @@ def test_a_corrupt_snapshot_is_refused_and_nothing_is_loaded(template: KernelTem
         KernelTemplate("local", snapshot_dir=tmp_path / "store") as own,
     ):
         kernel.execute("secret = 'kept'")
-        digest = kernel.snapshot().digest
+        digest = kernel.snapshots.save().digest
         path = own.store.path(digest)
         data = bytearray(path.read_bytes())
         data[len(data) // 2] ^= 0xFF
@@ -194,7 +194,7 @@ def test_a_corrupt_snapshot_is_refused_and_nothing_is_loaded(template: KernelTem
             own.state(digest)
         assert own.is_alive()  # the template itself is untouched and forks as before
         with own.kernel() as fresh:
-            assert fresh.fingerprint() == {}
+            assert fresh.introspect.fingerprint() == {}
 
 
 def test_a_state_holding_an_open_file_is_not_forked(tmp_path: Path) -> None:
@@ -203,7 +203,7 @@ def test_a_state_holding_an_open_file_is_not_forked(tmp_path: Path) -> None:
         KernelTemplate("local", snapshot_dir=tmp_path / "store") as template,
     ):
         kernel.execute(f"log = open({str(tmp_path / 'log.txt')!r}, 'w'); log.write('a')")
-        state = template.state(kernel.snapshot().digest)
+        state = template.state(kernel.snapshots.save().digest)
         assert any("open file" in hazard for hazard in state.hazards), state.hazards
         assert template.hazards == []  # the template itself holds no file: kernels still fork
 
@@ -235,7 +235,7 @@ from themisto_env.sandbox.template.core import KernelTemplate
 template = KernelTemplate("local", snapshot_dir=sys.argv[1]).start()
 kernel = template.kernel()
 kernel.execute("x = 1")
-digest = kernel.snapshot().digest
+digest = kernel.snapshots.save().digest
 copies = template.copies(digest, 2)
 state = template.state(digest)
 # a cell's worker process (in the kernel's process group), writing into the kernel's folder without pause
@@ -337,7 +337,7 @@ def test_a_copy_outlives_its_state_leaving_the_cache(tmp_path: Path) -> None:
         digests = []
         for i in range(STATE_TEMPLATES + 2):
             kernel.execute(f"x = {i}")
-            digests.append(kernel.snapshot().digest)
+            digests.append(kernel.snapshots.save().digest)
         [first] = template.copies(digests[0], 1)
         first_state = template.state(digests[0])
         for digest in digests[1:]:
@@ -357,10 +357,10 @@ def test_a_bwrap_template_forks_kernels_as_isolated_as_started_ones(bwrap_backen
     store = tmp_path / "store"
     with KernelTemplate("bwrap", snapshot_dir=store) as template, Kernel("bwrap", snapshot_dir=store) as started:
         started.execute(STATE)
-        digest = started.snapshot().digest
+        digest = started.snapshots.save().digest
         [copy] = template.copies(digest, 1)
         with copy:
-            assert copy.fingerprint() == started.fingerprint()
+            assert copy.introspect.fingerprint() == started.introspect.fingerprint()
             assert copy.execute("above([5, 15])").text() == "[15]"
             home = Path.home() / "themisto-template-probe"  # the host's file system, outside the private /tmp
             probes = {

@@ -153,7 +153,7 @@ def test_served_states_have_the_files_of_their_step(
             assert report.check == "verified", report.differences
             kernel = owner.kernel
             seen.add(kernel.run_dir.name)
-            work = kernel.workdir
+            work = kernel.snapshots.workdir
             assert (work / "notes.txt").exists() == (step >= 4)
             assert (work / "data" / "measurements.csv").exists() == (step <= 6)
             if step >= 6:  # the append ran once, however the state was reached
@@ -215,15 +215,15 @@ def test_sync_never_follows_a_link_the_kernel_planted(tmp_path: Path) -> None:
     tree = scan(source, limit_bytes=LIMIT)
     store.add(source, tree)
     with Kernel("local", snapshot_dir=tmp_path / "snapshots") as kernel:
-        kernel.set_files(tree, store)
+        kernel.snapshots.set_files(tree, store)
         kernel.execute(
             f"import os, shutil\nshutil.rmtree('data')\nos.symlink({str(tmp_path)!r}, 'data')\n"
             f"os.symlink({str(victim)!r}, 'other.csv')"
         )
-        assert "data/x.csv" not in kernel.files() and "other.csv" not in kernel.files()
-        kernel.set_files(tree, store)
-        assert kernel.files() == tree and not (kernel.workdir / "data").is_symlink()
-        assert not (kernel.workdir / "other.csv").exists()
+        assert "data/x.csv" not in kernel.snapshots.files() and "other.csv" not in kernel.snapshots.files()
+        kernel.snapshots.set_files(tree, store)
+        assert kernel.snapshots.files() == tree and not (kernel.snapshots.workdir / "data").is_symlink()
+        assert not (kernel.snapshots.workdir / "other.csv").exists()
     assert victim.read_text() == "host file\n" and not (tmp_path / "x.csv").exists()
 
 
@@ -236,7 +236,7 @@ def test_dataset_moved_elsewhere_still_serves_its_files(dataset: Path, tmp_path:
     owner = TrajectoryKernel(lambda: Kernel("local", snapshot_dir=dataset.parent / "snapshots"))
     try:
         assert owner.serve(writeback, 7).check == "verified"
-        assert sorted(owner.kernel.files()) == [
+        assert sorted(owner.kernel.snapshots.files()) == [
             "notes.txt",
             "out/summary.csv",
             "writeback.ipynb",
@@ -337,7 +337,7 @@ def test_june_log_files_survive_a_recorded_restart_in_pooled_kernels(tmp_path: P
                 assert report.check == "verified", (step, report.route, report.differences)
                 assert not report.faults, report.faults
                 routes.append(report.route)
-                state = owner.kernel.workdir / "state.txt"
+                state = owner.kernel.snapshots.workdir / "state.txt"
                 assert (state.read_text() if state.exists() else None) == {5: "42!", 3: "42", 1: None}[step]
         finally:
             owner.close()

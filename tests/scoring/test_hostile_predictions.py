@@ -333,7 +333,7 @@ class Harness:
         sample, env = self.env.current_sample, self.env
         assert sample is not None
         context = env.tool_context()
-        live = context.kernel.fingerprint()
+        live = context.kernel.introspect.fingerprint()
         recorded = expected_fingerprint(env.trajectories[sample.trajectory_id], sample.step)
         assert recorded is not None
         names = sorted(n for n, fp in live.items() if not fp.startswith("module|") and not n.startswith("<"))

@@ -117,12 +117,12 @@ def render_runtime(
     """
     sizes = recorded_sizes if recorded_sizes is not None else {}
     try:
-        listing = kernel.list_variables(limit=500)
+        listing = kernel.introspect.list_variables(limit=500)
         if recorded_sizes is not None:
             rss = recorded_memory
             held = sum(sizes.get(row.name, row.size_bytes) for row in listing.variables)
         else:
-            memory = kernel.memory(top=0)
+            memory = kernel.introspect.memory(top=0)
             rss, held = memory.kernel_rss_bytes or 0, memory.variables_total_bytes
     except HelperError as exc:
         return _cut(f"The kernel's variables could not be listed: {exc.detail}", max_chars)
@@ -130,7 +130,7 @@ def render_runtime(
     lines = [f"Kernel memory: {memory_text}; variables: {held:,} bytes"]
     for row in listing.variables:
         try:
-            text = kernel.inspect_variable(row.name, max_chars=per_variable_chars).repr
+            text = kernel.introspect.inspect_variable(row.name, max_chars=per_variable_chars).repr
         except HelperError as exc:
             text = f"<not shown: {exc.detail}>"
         shape = f" shape={row.shape}" if row.shape else ""

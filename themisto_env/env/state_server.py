@@ -304,7 +304,7 @@ class StateServer:
         manifest = self.dataset.manifest
         if not manifest.snapshots or not manifest.packages:
             return
-        live = self.kernel_owner.kernel.package_versions(sorted(manifest.packages))
+        live = self.kernel_owner.kernel.introspect.package_versions(sorted(manifest.packages))
         differ = [
             f"{name} {want} (kernel: {live.get(name)})"
             for name, want in sorted(manifest.packages.items())

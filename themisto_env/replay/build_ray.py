@@ -96,7 +96,7 @@ class SessionReplayer:
         try:
             with interruptible_children():
                 self.kernel.start()
-            return {"packages": self.kernel.package_versions(packages)}
+            return {"packages": self.kernel.introspect.package_versions(packages)}
         except (ThemistoError, OSError) as exc:
             return {"error": exc}
 

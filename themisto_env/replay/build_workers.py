@@ -95,7 +95,7 @@ def replay_here(
         packages: The distributions whose versions each kernel reports when it is ready.
     """
     with start_kernel() as kernel:
-        sink.started(kernel.package_versions(packages))
+        sink.started(kernel.introspect.package_versions(packages))
         for job in jobs:
             sink.finished(job, replay(kernel, job, lambda job=job: sink.step(job)))
 
@@ -138,7 +138,7 @@ def replay_on_threads(
     def work() -> None:
         try:
             with start_kernel() as kernel:
-                versions = kernel.package_versions(packages)
+                versions = kernel.introspect.package_versions(packages)
                 with lock:
                     sink.started(versions)
                 while not stop.is_set():

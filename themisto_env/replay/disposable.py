@@ -248,8 +248,8 @@ class DisposableKernels:
             kernel = served.kernel
             before = expected_fingerprint(trajectory, step)
             if before is None:
-                before = kernel.fingerprint()
-            token = kernel.seal()  # a failure here is the machinery's: nothing model-written ran yet
+                before = kernel.introspect.fingerprint()
+            token = kernel.introspect.seal()  # a failure here is the machinery's: nothing model-written ran yet
             self.running = kernel
             run = self._run_code(kernel, code, token, before, timeout_s=timeout_s)
         finally:
@@ -281,7 +281,7 @@ class DisposableKernels:
             return CodeRun("failed", result.outputs, failure=limit[0], detail=limit[1])
         canary = _canary()
         try:
-            measured = kernel.sealed_fingerprint(token, canary)
+            measured = kernel.introspect.sealed_fingerprint(token, canary)
         except BackendUnavailableError:
             raise
         except KernelDiedError as exc:

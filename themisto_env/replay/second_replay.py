@@ -165,7 +165,7 @@ class SecondReplays:
             return None
         kernel = self.kernel
         try:
-            kernel.restore(before.snapshot, keep=list(step.snapshot_skipped))
+            kernel.snapshots.restore(before.snapshot, keep=list(step.snapshot_skipped))
         except SnapshotError:
             return None
         self.budget -= 1
@@ -187,7 +187,7 @@ class SecondReplays:
             limit_s=step.limit_s,
         )
         try:
-            kernel.restore(back_to.snapshot, keep=list(back_to.snapshot_skipped))
+            kernel.snapshots.restore(back_to.snapshot, keep=list(back_to.snapshot_skipped))
         except SnapshotError as exc:
             raise InfrastructureError(f"could not return to the state after step {back_to.index}: {exc}") from exc
         self._set_files(back_to.files, None)  # the cell may have written files
@@ -196,7 +196,7 @@ class SecondReplays:
     def _set_files(self, wanted: str | None, now: str | None) -> None:
         """Make the working folder hold ``wanted``'s files (it held ``now``'s; None: it may hold anything)."""
         if self.store is not None and wanted is not None and wanted != now:
-            self.kernel.set_files(self.store.tree(wanted), self.store)
+            self.kernel.snapshots.set_files(self.store.tree(wanted), self.store)
 
 
 __all__ = ["MAX_SECOND_REPLAYS", "SECOND_REPLAY_MAX_S", "SecondReplays"]

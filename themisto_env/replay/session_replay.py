@@ -89,7 +89,7 @@ def record_files(kernel: KernelLike, store: FileStore) -> str | None:
     """Keep the kernel's working folder as it is now; return its digest (None when it holds more than the
     limit, or a file cannot be read: the state after this step then has no recorded files)."""
     try:
-        return store.add(kernel.workdir, kernel.files())
+        return store.add(kernel.snapshots.workdir, kernel.snapshots.files())
     except (DataError, InfrastructureError):
         return None
 
@@ -173,7 +173,7 @@ def _replay_execution(
         fingerprint=True,
         limit_s=limit_s,
     )
-    snapshot = kernel.snapshot() if snapshots and not result.kernel_restarted else None
+    snapshot = kernel.snapshots.save() if snapshots and not result.kernel_restarted else None
     recorded = None if execution.status == "unknown" else execution.recorded_outputs
     context = ReplayContext(status=result.status, interrupted=execution.interrupted, limit_s=limit_s)
     verdict = agreement(recorded, result.outputs, context=context)
@@ -190,10 +190,10 @@ def _replay_execution(
         outputs=result.outputs,
         duration_s=round(result.duration_s, 6),
         memory_bytes=result.memory_bytes,
-        variables=kernel.variable_sizes(),
+        variables=kernel.introspect.variable_sizes(),
         snapshot=snapshot.digest if snapshot else None,
         snapshot_skipped=snapshot.skipped if snapshot else {},
-        fingerprint=result.fingerprint if result.fingerprint is not None else kernel.fingerprint(),
+        fingerprint=result.fingerprint if result.fingerprint is not None else kernel.introspect.fingerprint(),
         agrees=verdict.agrees,
         agreement_kind=verdict.kind,
         agreement_detail=verdict.detail or None,
@@ -267,9 +267,9 @@ def _replay_session(
     )
     kernel.restart()
     if work is not None:
-        kernel.set_files(work.tree, work.store)
+        kernel.snapshots.set_files(work.tree, work.store)
         trajectory.workdir, trajectory.workdir_digest = work.folder, work.digest
-    baseline = kernel.loaded_distributions()  # the kernel's own machinery, loaded before any cell
+    baseline = kernel.introspect.loaded_distributions()  # the kernel's own machinery, loaded before any cell
     used: dict[str, str] = {}
     recorded = recorded_versions(session.source_path, work.folder if work is not None else None)
     if recorded:
@@ -281,7 +281,7 @@ def _replay_session(
 
     def note_packages() -> None:  # what the cells imported, before a restart forgets it
         with contextlib.suppress(InfrastructureError):
-            used.update((d, v) for d, v in kernel.loaded_distributions().items() if d not in baseline)
+            used.update((d, v) for d, v in kernel.introspect.loaded_distributions().items() if d not in baseline)
 
     for execution in session.executions:
         try:
@@ -321,7 +321,7 @@ def _empty_state(kernel: KernelLike) -> str | None:
     """A snapshot of the (empty) namespace of a kernel just (re)started: the state before its first step,
     for a second replay of that step; None where it cannot be taken (that step is then not replayed twice)."""
     try:
-        return kernel.snapshot().digest
+        return kernel.snapshots.save().digest
     except SnapshotError:
         return None
 
@@ -329,7 +329,7 @@ def _empty_state(kernel: KernelLike) -> str | None:
 def _installed(kernel: KernelLike, recorded: dict[str, str]) -> dict[str, str]:
     """The kernel's versions of the packages a source recorded (``absent`` where it has none)."""
     try:
-        return {canonical_name(k): v for k, v in kernel.package_versions(list(recorded)).items()}
+        return {canonical_name(k): v for k, v in kernel.introspect.package_versions(list(recorded)).items()}
     except InfrastructureError:
         return {}
 

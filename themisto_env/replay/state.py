@@ -180,7 +180,7 @@ class TrajectoryKernel:
         if old is not None:
             self._discard(old)
         if state.fingerprint is None:  # every copy starts in the same state: the first one's holds for all
-            state.fingerprint = copy.fingerprint()
+            state.fingerprint = copy.introspect.fingerprint()
         return dict(state.fingerprint)
 
     @property
@@ -261,7 +261,7 @@ class TrajectoryKernel:
                     report.check = "unchecked"
                     return report
                 if live is None:  # the route did not end with a fingerprinted request
-                    live = self.kernel.fingerprint()
+                    live = self.kernel.introspect.fingerprint()
                 report.differences = diff_fingerprints(expected, live) + self._file_differences(trajectory, step)
             except BackendUnavailableError:  # no engine: nothing to retry here; the caller stops
                 self.position = None
@@ -294,7 +294,7 @@ class TrajectoryKernel:
         """
         digest, store = files_before(trajectory, step), trajectory.files_store
         if digest is not None and store is not None:
-            self.kernel.set_files(store.tree(digest), store)
+            self.kernel.snapshots.set_files(store.tree(digest), store)
 
     def _file_differences(self, trajectory: Trajectory, step: int) -> list[str]:
         """Where the kernel's working folder differs from the one ``step`` started in when built."""
@@ -306,7 +306,7 @@ class TrajectoryKernel:
         if store is None:
             return ["files: unknown (the trajectory was not read from a dataset folder)"]
         try:
-            live = self.kernel.files()
+            live = self.kernel.snapshots.files()
         except FolderTooLargeError as exc:
             return [f"files: {exc}"]
         return [] if tree_digest(live) == digest else diff_trees(store.tree(digest), live)
@@ -439,7 +439,7 @@ class TrajectoryKernel:
                         self._copied_by = "fork"
                         tracing.record(span, {"themisto.state.copied_by": "fork"})
                         return forked
-                restored = self.kernel.restore(digest, clean=True, keep=keep or ()).fingerprint
+                restored = self.kernel.snapshots.restore(digest, clean=True, keep=keep or ()).fingerprint
                 self._copied_by = "restore"
                 tracing.record(span, {"themisto.state.copied_by": "restore"})
                 return restored

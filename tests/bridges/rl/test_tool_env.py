@@ -39,7 +39,7 @@ def eager_answers(env_dataset: dict[str, str], sample_id: str) -> tuple[list[str
         env.reset(options={"trajectory": index[0], "sample": index[1]})
         answers = [env.step(ToolCall(tool=tool, args=args))[0]["tool_result"] for tool, args in CALLS]
         kernel = env.tool_context().kernel
-        return answers, (sorted(kernel.namespace_state().names), kernel.fingerprint())
+        return answers, (sorted(kernel.introspect.namespace_state().names), kernel.introspect.fingerprint())
     finally:
         env.close()
 
@@ -60,12 +60,14 @@ def test_a_group_shares_one_kernel_that_no_rollout_alters(env_dataset: dict[str,
             assert rollout.reset(sample_id=late_sample) is not None  # the submit instruction
         answers = [call_all(group[0])]
         kernel = states._owned[0].tool_context().kernel
-        before = kernel.namespace_state()
+        before = kernel.introspect.namespace_state()
         answers += [call_all(rollout) for rollout in group[1:]]  # one after the other, each every tool
         assert all(a == expected for a in answers), "a rollout saw another state than the recording's"
         assert len(states._owned) == 1, "one kernel for the group"
-        assert kernel.namespace_state() == before, "names, values' ids, _ and the execution counter untouched"
-        assert (sorted(before.names), kernel.fingerprint()) == expected_state
+        assert kernel.introspect.namespace_state() == before, (
+            "names, values' ids, _ and the execution counter untouched"
+        )
+        assert (sorted(before.names), kernel.introspect.fingerprint()) == expected_state
 
 
 @pytest.mark.slow
@@ -165,7 +167,7 @@ def test_predictions_never_reach_the_shared_kernel(env_dataset: dict[str, str], 
         other = ThemistoToolEnv(states)
         other.reset(sample_id=late_sample)
         assert other.list_variables() == before and "hacked" not in before
-        assert "hacked" not in states._owned[0].tool_context().kernel.namespace_state().names
+        assert "hacked" not in states._owned[0].tool_context().kernel.introspect.namespace_state().names
 
 
 def test_a_groups_repeated_calls_are_answered_once_and_the_same(env_dataset: dict[str, str], late_sample: str) -> None:

@@ -1,6 +1,6 @@
 """The observation tools: their argument models, what each does, and the registry in its fixed order.
 
-Every tool is read-only: the kernel is asked through its introspection methods (:meth:`Kernel.list_variables`,
+Every tool is read-only: the kernel is asked through its introspection part (`kernel.introspect.list_variables`,
 ...: silent executions that leave the user namespace, ``_``, ``Out`` and the execution counter alone), and
 the history is the env's own. ``try_cell`` (:mod:`themisto_env.env.tools._try`) runs the agent's candidate in a
 disposable kernel of its own and never touches this kernel either.
@@ -87,7 +87,7 @@ def _listing(ctx: ToolContext) -> VariableListing:
     key = f"list_variables/{ctx.max_rows}"
     if ctx.answers is not None and key in ctx.answers:
         return ctx.answers[key]  # type: ignore[no-any-return]
-    answer = _ask(ctx.kernel.list_variables, limit=ctx.max_rows, known=ctx.recorded_sizes)
+    answer = _ask(ctx.kernel.introspect.list_variables, limit=ctx.max_rows, known=ctx.recorded_sizes)
     if ctx.answers is not None:
         ctx.answers[key] = answer
     return answer
@@ -113,7 +113,7 @@ def list_variables(ctx: ToolContext, args: NoArgs) -> str:
 def inspect_variable(ctx: ToolContext, args: InspectVariableArgs) -> str:
     """One variable: type, shape, dtype, length, size, column dtypes, and a bounded repr."""
     limit = max(50, min(args.max_chars, ctx.max_chars - 400))
-    info = _ask(ctx.kernel.inspect_variable, args.name, max_chars=limit)
+    info = _ask(ctx.kernel.introspect.inspect_variable, args.name, max_chars=limit)
     facts = [f"size {human_size(ctx.size_of(info.name, info.size_bytes))}"]
     if info.shape is not None:
         facts.insert(0, f"shape {shape_or_length(info.shape, None)}")
@@ -145,7 +145,7 @@ def _shortened(info: VariableDetail) -> bool:
 
 
 def _dataframe_view(ctx: ToolContext, name: str, view: FrameViewName, n: int = 5) -> str:
-    return _ask(ctx.kernel.dataframe, name, view, n=n, max_chars=ctx.max_chars).text
+    return _ask(ctx.kernel.introspect.dataframe, name, view, n=n, max_chars=ctx.max_chars).text
 
 
 def dataframe_head(ctx: ToolContext, args: DataFrameHeadArgs) -> str:
@@ -182,7 +182,7 @@ def _memory_from_listing(ctx: ToolContext) -> MemoryReport | None:
 
 def memory_usage(ctx: ToolContext, args: NoArgs) -> str:
     """The kernel's resident memory and the largest user variables."""
-    answer = _memory_from_listing(ctx) or _ask(ctx.kernel.memory, top=10_000, known=ctx.recorded_sizes)
+    answer = _memory_from_listing(ctx) or _ask(ctx.kernel.introspect.memory, top=10_000, known=ctx.recorded_sizes)
     sized = sorted(((ctx.size_of(r.name, r.size_bytes), r) for r in answer.variables), key=lambda p: (-p[0], p[1].name))
     total = sum(size for size, _ in sized)
     rss = ctx.recorded_memory if ctx.recorded_memory is not None else answer.kernel_rss_bytes
@@ -211,7 +211,7 @@ def get_source(ctx: ToolContext, args: SourceArgs) -> str:
     """
     name = args.name
     try:
-        source = _ask(ctx.kernel.source, name, max_chars=ctx.max_chars).source
+        source = _ask(ctx.kernel.introspect.source, name, max_chars=ctx.max_chars).source
     except ToolError as exc:
         found, what = find_definition(name, ctx.history), f"of {name!r}"
         if found is None and (cls := _class_name(ctx, name)) not in (None, name):
@@ -235,7 +235,7 @@ _DEFINITION_LINE = re.compile(r"^\s*(?P<kind>class|def|async\s+def)\s+(?P<name>\
 def _class_name(ctx: ToolContext, name: str) -> str | None:
     """The unqualified class name of a variable, or None when the kernel does not define it."""
     try:
-        info = _ask(ctx.kernel.inspect_variable, name, max_chars=50)
+        info = _ask(ctx.kernel.introspect.inspect_variable, name, max_chars=50)
     except ToolError:
         return None
     return info.type.rsplit(".", 1)[-1]
