@@ -57,7 +57,8 @@ from themisto_env.replay.dataset import Dataset
 from themisto_env.replay.disposable import imported_modules
 from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.store.snapshots import SnapshotStore
-from themisto_env.sandbox.template.core import KernelTemplate, close_shared_templates
+from themisto_env.sandbox.template.core import KernelTemplate
+from themisto_env.sandbox.template.shared import close_shared_templates
 
 
 def timed(run: Callable[[], Any]) -> float:

@@ -46,7 +46,7 @@ from themisto_env.replay import state
 from themisto_env.replay.dataset import Dataset
 from themisto_env.sandbox.kernel import messaging as kernel_messaging
 from themisto_env.sandbox.kernel import snapshots as kernel_snapshots
-from themisto_env.sandbox.template.core import close_shared_templates
+from themisto_env.sandbox.template.shared import close_shared_templates
 
 
 class Timers:

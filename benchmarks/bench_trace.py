@@ -49,7 +49,7 @@ from themisto_env.env.actions import Prediction
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.tools import ToolCall
 from themisto_env.replay.dataset import Dataset
-from themisto_env.sandbox.template.core import close_shared_templates
+from themisto_env.sandbox.template.shared import close_shared_templates
 
 
 class DroppingExporter:

@@ -72,7 +72,8 @@ def _started(backend: str, snapshot_dir: str | Path | None) -> KernelFactory:
 def _forked(backend: str, snapshot_dir: str | Path | None, held: ExitStack) -> KernelFactory:
     """Kernels forked from a template per store access, started at the first kernel asked for (docker copies
     are for model-written code only: copy-mode kernels whatever is asked)."""
-    from themisto_env.sandbox.template.core import ISOLATED_COPIES, KernelTemplate
+    from themisto_env.sandbox.template.core import KernelTemplate
+    from themisto_env.sandbox.template.launchers import ISOLATED_COPIES
 
     templates: dict[StoreAccess, KernelTemplate] = {}
 

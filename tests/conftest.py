@@ -35,7 +35,7 @@ import pytest
 
 from themisto_env.errors import BackendUnavailableError
 from themisto_env.sandbox.kernel.core import Kernel
-from themisto_env.sandbox.template.core import close_shared_templates
+from themisto_env.sandbox.template.shared import close_shared_templates
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 #: Backends whose tests must run here: where one cannot, they fail instead of skipping (docker in CI;

@@ -40,7 +40,7 @@ from themisto_env.env.record import SANDBOX_FAILED
 from themisto_env.env.state_server import StateServer
 from themisto_env.env.tools import ToolCall
 from themisto_env.sandbox.lifetime import run_root as run_roots
-from themisto_env.sandbox.template import core as templates
+from themisto_env.sandbox.template import shared as templates
 
 pytestmark = pytest.mark.slow  # every case starts (or fails to start) kernels on a whole path
 

@@ -35,10 +35,8 @@ from __future__ import annotations
 
 import array
 import contextlib
-import functools
 import json
 import os
-import shutil
 import signal
 import socket
 import tempfile
@@ -46,7 +44,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, Unpack
@@ -54,15 +52,12 @@ from typing import TYPE_CHECKING, Any, Self, Unpack
 from themisto_env import tracing
 from themisto_env.errors import (
     KernelStartError,
-    SnapshotCorruptError,
-    SnapshotError,
     TemplateGoneError,
 )
-from themisto_env.sandbox.backends.local import BwrapLauncher, LocalLauncher
 from themisto_env.sandbox.kernel.contract import KernelLike
 from themisto_env.sandbox.kernel.forked import exited
 from themisto_env.sandbox.kernel.identity import CopyIdentity, can_give_identities, new_identity
-from themisto_env.sandbox.kernel.launcher import KERNEL_ENVIRONMENT, KernelLauncher, launcher_class
+from themisto_env.sandbox.kernel.launcher import KERNEL_ENVIRONMENT, launcher_class
 from themisto_env.sandbox.kernel.process import SNAPSHOT_INBOX, SNAPSHOT_OUTBOX, release_thread_loop
 from themisto_env.sandbox.kernel.spec import FORKING_BACKENDS, KernelFields, KernelSpec
 from themisto_env.sandbox.lifetime import reaper as lifetime
@@ -71,66 +66,17 @@ from themisto_env.sandbox.lifetime.leftovers import remove_run_dir
 from themisto_env.sandbox.lifetime.owners import RUN_DIR_PREFIX, write_owner
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.store.snapshots import SnapshotStore
-from themisto_env.sandbox.template.docker import DockerTemplateLauncher
-from themisto_env.sandbox.template.zygote import HELPER_FILE, PROGRAM_FILE, write_program
+from themisto_env.sandbox.template.launchers import ISOLATED_COPIES, REQUEST_TIMEOUT_S, TEMPLATE_LAUNCHERS
+from themisto_env.sandbox.template.states import StateTemplates
+from themisto_env.sandbox.template.zygote import HELPER_FILE, write_program
 
 if TYPE_CHECKING:
     from themisto_env.sandbox.kernel.core import Kernel
 
-__all__ = [
-    "STATE_TEMPLATES",
-    "KernelTemplate",
-    "close_shared_templates",
-    "hold_shared_templates",
-    "live_shared_templates",
-    "release_shared_templates",
-    "shared_template",
-    "template_source",
-]
-
-#: Backends whose copies each take a uid of their own after the fork (copies of one template are isolated
-#: from each other: model-written code may be forked there).
-ISOLATED_COPIES = ("docker",)
-#: How many state templates a template keeps (least recently used go first); each holds a loaded state.
-STATE_TEMPLATES = 8
-#: Why a template whose copies take uids of their own (docker) makes no state template: a snapshot is the
-#: dataset's code (unpickling runs it), and a state template loads it in a process that keeps the capabilities
-#: (``CAP_SETUID``, ``CAP_SETGID``) that give each copy its uid, which the loaded code could use to become any
-#: copy, or root (the owner of the template's files). Each copy restores a state itself, under its own uid.
-NO_STATE_TEMPLATES = (
-    "copies that take uids of their own restore a state themselves (a state template would load the dataset's "
-    "code with the capabilities that give copies their uids)"
-)
-#: How long a request to a template may take (a fork answers in milliseconds; a derive loads a snapshot).
-REQUEST_TIMEOUT_S = 30.0
+__all__ = ["KernelTemplate"]
 
 
-class _TemplateProgram:
-    """A launcher whose process runs the template's program instead of ipykernel."""
-
-    config: dict[str, Any]
-
-    def program(self, connection_file: Path) -> list[str]:
-        # the program, run by path with the kernel's Python, as written into the run directory (write_program)
-        return [str(connection_file.parent / PROGRAM_FILE), json.dumps(self.config)]
-
-
-class _LocalTemplateLauncher(_TemplateProgram, LocalLauncher):
-    pass
-
-
-class _BwrapTemplateLauncher(_TemplateProgram, BwrapLauncher):
-    pass
-
-
-_TEMPLATE_LAUNCHERS: dict[str, type[KernelLauncher]] = {
-    "local": _LocalTemplateLauncher,
-    "bwrap": _BwrapTemplateLauncher,
-    "docker": DockerTemplateLauncher,
-}
-
-
-class KernelTemplate:
+class KernelTemplate(StateTemplates):
     """A warm process that kernels are forked from, on the ``local``, ``bwrap`` or ``docker`` backend.
 
     Args:
@@ -240,7 +186,7 @@ class KernelTemplate:
             self.socket_path = self._run_dir / "template.sock"
             write_owner(self._run_dir, self.backend)
             lifetime.track(self, self._run_dir)
-            process = _TEMPLATE_LAUNCHERS[self.backend](
+            process = TEMPLATE_LAUNCHERS[self.backend](
                 self.limits,
                 shared_dirs=(self._run_dir,),
                 readonly_dirs=(self.store.root,) if self.store_access == "read" else (),
@@ -493,33 +439,6 @@ class KernelTemplate:
                 kernel.close(graceful=False)
                 return
 
-    def state(self, digest: str) -> KernelTemplate:
-        """The state template of a snapshot: a child of this template that loaded it once (kept, the least
-        recently used of :data:`STATE_TEMPLATES` going first).
-
-        Raises:
-            SnapshotError: No such snapshot, or one of another kernel environment.
-            SnapshotCorruptError: Its bytes do not hash to its digest, or it did not load.
-            TemplateGoneError: This template is gone.
-        """
-        with self._lock:
-            state = self._states.get(digest)
-            if state is not None and state.is_alive():
-                self._states.move_to_end(digest)
-                return state
-            if state is not None:
-                state.close()
-            state = self._derive(digest)
-            self._states[digest] = state
-            while len(self._states) > STATE_TEMPLATES:
-                _, oldest = self._states.popitem(last=False)
-                self._retired.append(oldest)
-            # a state template goes once no copy of it is in use (its copies die with it)
-            for retired in [t for t in self._retired if not t.in_use()]:
-                self._retired.remove(retired)
-                retired.close()
-            return state
-
     def trim(self) -> None:
         """Close the spare kernels and the state templates no open copy needs; keep the template itself (the
         next :meth:`kernel` forks spares again)."""
@@ -538,18 +457,6 @@ class KernelTemplate:
         for state in states:
             state.close()
 
-    def worth_forking(self, digest: str) -> bool:
-        """Whether a copy of ``digest``'s state is better forked than restored into a kernel at hand: only
-        where its state template exists already (loading one costs what a restore costs, and a fork adds the
-        kernel's own start; a state copied by several kernels at once, a GRPO group's, has its template made
-        by the first of them, which has no kernel at hand)."""
-        if self._identities is not None:  # no state templates (NO_STATE_TEMPLATES): the copy at hand restores
-            return False
-        with self._lock:
-            state = self._states.get(digest)
-            return state is not None and state.is_alive()
-
-    @contextlib.contextmanager
     def claim(self, digest: str) -> Iterator[KernelTemplate]:
         """The state template of ``digest`` (see :meth:`state`), counted in use until the block ends, so the
         copies the caller forks in the block are not lost with it: without the claim, another thread's
@@ -563,167 +470,3 @@ class KernelTemplate:
         finally:
             with self._lock:
                 state._claims -= 1
-
-    def in_use(self) -> bool:
-        """Whether a kernel forked from this template, other than its spares, is still open (or a caller is
-        forking one: see :meth:`claim`)."""
-        with self._lock:
-            if self._claims:
-                return True
-            spares = {id(kernel) for kernel in self._spares}
-            return any(kernel.is_alive() for kernel in list(self._forked) if id(kernel) not in spares)
-
-    def _derive(self, digest: str) -> KernelTemplate:
-        if self._identities is not None:
-            raise KernelStartError(NO_STATE_TEMPLATES)
-        path = self.store.path(digest)
-        if not path.exists():
-            raise SnapshotError(f"no snapshot {digest[:12]} in {self.store.root}")
-        self.store.check_environment(digest, self.environment)
-        folder = Path(tempfile.mkdtemp(prefix="state-", dir=self.run_dir))
-        os.chmod(folder, 0o1777 if self._identities is None else 0o700)  # copies of their own uid: none of theirs
-        handed = folder / f"{digest}.dill"
-        if self.store_access == "copy":
-            shutil.copyfile(path, handed)
-        state = KernelTemplate(self.spec, reseed=self.reseed, spares=self.spares)
-        state.digest, state.base, state._run_dir = digest, self, folder
-        state.socket_path = folder / "template.sock"
-        answer = self.request(
-            {
-                "op": "derive",
-                "snapshot": str(handed if self.store_access == "copy" else path),
-                "digest": digest,
-                "socket": str(state.socket_path),
-                "log": str(folder / "template.log"),
-            }
-        )
-        if "pidfd" not in answer:
-            raise SnapshotError(f"the kernel template could not load snapshot {digest[:12]}: {answer.get('error')}")
-        state._pidfd = answer["pidfd"]
-        try:
-            state._wait_loaded()
-        except BaseException:
-            state.close()
-            raise
-        finally:
-            handed.unlink(missing_ok=True)
-        return state
-
-    def _wait_loaded(self) -> None:
-        deadline = time.monotonic() + REQUEST_TIMEOUT_S
-        while True:
-            try:
-                answer = self.request({"op": "status"}, timeout_s=REQUEST_TIMEOUT_S)
-                break
-            except TemplateGoneError:
-                if not self.is_alive() or time.monotonic() > deadline:
-                    raise SnapshotError(
-                        f"the state template of {str(self.digest)[:12]} ended while loading it"
-                    ) from None
-                time.sleep(0.005)
-        if not answer.get("ok"):
-            error = str(answer.get("error"))
-            kind = SnapshotCorruptError if "does not match" in error or "not a namespace" in error else SnapshotError
-            raise kind(f"snapshot {str(self.digest)[:12]} did not load in the kernel template: {error}")
-        self.hazards = list(answer.get("hazards") or [])
-
-    def copies(self, digest: str | None, n: int, *, limits: SandboxLimits | None = None) -> list[KernelLike]:
-        """``n`` started kernels in the state of snapshot ``digest`` (or empty, with None), forked.
-
-        Each copy is a kernel of its own (its process, its run directory; closing one leaves the others);
-        the snapshot is loaded once, into the state template, whatever ``n``. The copies' namespaces are
-        equal to a restore's: same names, same values, same fingerprint.
-        """
-        kernels: list[KernelLike] = []
-        restored = digest is not None and self._identities is not None  # each copy loads it (NO_STATE_TEMPLATES)
-        with contextlib.ExitStack() as stack:
-            source = self if digest is None or restored else stack.enter_context(self.claim(digest))
-            try:
-                for _ in range(n):
-                    kernels.append(source.kernel(limits=limits))
-                    if restored:
-                        kernels[-1].snapshots.restore(str(digest))
-            except BaseException:
-                for kernel in kernels:
-                    kernel.close(graceful=False)
-                raise
-        return kernels
-
-
-_SHARED: dict[KernelSpec, KernelTemplate] = {}
-_SHARED_LOCK = threading.Lock()
-
-
-def shared_template(spec: KernelSpec | str, /, **fields: Unpack[KernelFields]) -> KernelTemplate:
-    """The process's template for this kind of kernel (a `KernelSpec`, or a backend's name with ``fields``),
-    started on first use and replaced when it is gone (killed, crashed); closed at exit. Envs, disposable
-    kernels and servers of one spec share it: equal specs, one template.
-
-    Raises:
-        KernelStartError: It could not be started (the caller starts its kernels instead).
-    """
-    spec = KernelSpec.of(spec, **fields)
-    with _SHARED_LOCK:
-        template = _SHARED.get(spec)
-        if template is not None and template.is_alive():
-            return template
-        if template is not None:
-            template.close()
-        template = KernelTemplate(spec)
-        # started under the lock: another thread must not take a template still starting for a dead one
-        template.start()
-        _SHARED[spec] = template
-    return template
-
-
-def template_source(spec: KernelSpec) -> Callable[[], KernelTemplate] | None:
-    """Gives the process's shared template of ``spec`` (`shared_template`), or None where kernels of that
-    spec are not forked (`KernelSpec.not_forked` says why)."""
-    return None if spec.not_forked is not None else functools.partial(shared_template, spec)
-
-
-_USERS = 0  # open envs (or other holders) that fork from the shared templates
-
-
-def hold_shared_templates() -> None:
-    """Say that one more holder (an env) forks from the process's shared templates."""
-    global _USERS
-    with _SHARED_LOCK:
-        _USERS += 1
-
-
-def release_shared_templates() -> None:
-    """Say that a holder is done. When none is left, the shared templates drop their spare kernels and their
-    state templates (an idle process keeps only the warm templates themselves, which run no kernel)."""
-    global _USERS
-    with _SHARED_LOCK:
-        _USERS = max(0, _USERS - 1)
-        idle = list(_SHARED.values()) if _USERS == 0 else []
-    for template in idle:
-        template.trim()
-
-
-def live_shared_templates() -> tuple[int, int]:
-    """How many of the process's shared templates run, and how many state templates (a snapshot loaded,
-    copies forked from it) run under them."""
-    with _SHARED_LOCK:
-        templates = list(_SHARED.values())
-    kernels = states = 0
-    for template in templates:
-        if not template.is_alive():
-            continue
-        kernels += 1
-        with template._lock:
-            held = [*template._states.values(), *template._retired]
-        states += sum(1 for state in held if state.is_alive())
-    return kernels, states
-
-
-def close_shared_templates() -> None:
-    """Close the process's shared templates now (they are closed at exit anyway); the next
-    :func:`shared_template` starts a new one."""
-    with _SHARED_LOCK:
-        templates = list(_SHARED.values())
-        _SHARED.clear()
-    for template in templates:
-        template.close()

@@ -104,7 +104,7 @@ def test_the_process_exits_cleanly(env_dataset: dict[str, str], tmp_path: Path, 
 
 LOAD = """
 import psutil
-from themisto_env.sandbox.template.core import close_shared_templates
+from themisto_env.sandbox.template.shared import close_shared_templates
 
 FORK = os.environ["THEMISTO_TEST_FORK"] == "1"
 

@@ -21,7 +21,7 @@ from themisto_env.replay.disposable import CodeRun, DisposableKernels
 from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.kernel.forked import ForkLauncher
 from themisto_env.sandbox.models import SandboxLimits
-from themisto_env.sandbox.template import core as templates
+from themisto_env.sandbox.template import shared as templates
 from themisto_env.sandbox.template.core import KernelTemplate
 
 LIMITS = SandboxLimits(memory_mb=512, pids=64, timeout_s=10)
@@ -601,7 +601,7 @@ def test_a_hostile_snapshot_runs_with_a_copy_s_rights_only(crowded: KernelTempla
         owner_before = (crowded.run_dir / OWNER_FILE).read_bytes()
         [copy] = crowded.copies(digest, 1)
         assert _value(copy, "print(x + 1)") == 42, "the state did not load"
-        results = json.loads((copy.workdir / "attack.json").read_text())
+        results = json.loads((copy.snapshots.workdir / "attack.json").read_text())
         uid = _identity(copy)
         assert results.pop("uid") == [uid] * 3, "the snapshot was not loaded by the copy, under its own uid"
         assert results and not [name for name, outcome in results.items() if outcome == "done"], results

@@ -14,7 +14,8 @@ from themisto_env.sandbox.kernel.pool import shared_pool
 from themisto_env.sandbox.kernel.spec import KernelSpec, RayPlacement
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.ray.kernel import make_kernel
-from themisto_env.sandbox.template.core import KernelTemplate, shared_template, template_source
+from themisto_env.sandbox.template.core import KernelTemplate
+from themisto_env.sandbox.template.shared import shared_template, template_source
 
 
 def test_a_spec_is_frozen_and_hashable() -> None:

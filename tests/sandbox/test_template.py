@@ -22,7 +22,9 @@ from tests.sandbox.conftest import wait_ended
 from themisto_env.errors import KernelDiedError, SnapshotCorruptError, TemplateGoneError
 from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.models import SandboxLimits
-from themisto_env.sandbox.template.core import STATE_TEMPLATES, KernelTemplate, shared_template
+from themisto_env.sandbox.template.core import KernelTemplate
+from themisto_env.sandbox.template.shared import shared_template
+from themisto_env.sandbox.template.states import STATE_TEMPLATES
 
 STATE = """
 import random

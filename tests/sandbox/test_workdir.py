@@ -27,7 +27,7 @@ from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.kernel.pool import KernelPool
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.store.workdir import FileStore, FolderTooLargeError, scan, tree_digest
-from themisto_env.sandbox.template.core import close_shared_templates
+from themisto_env.sandbox.template.shared import close_shared_templates
 
 NOTEBOOKS = Path(__file__).parents[1] / "fixtures" / "notebooks"
 WORKDIR_NOTEBOOKS = ("sales", "writeback")  # need only this project's packages

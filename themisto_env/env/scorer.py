@@ -18,7 +18,7 @@ from themisto_env.env.kernel_spec import env_kernel_spec
 from themisto_env.replay.dataset import Dataset
 from themisto_env.replay.disposable import CodeRun, DisposableKernels
 from themisto_env.sandbox.kernel.spec import KernelSpec
-from themisto_env.sandbox.template.core import hold_shared_templates, release_shared_templates
+from themisto_env.sandbox.template.shared import hold_shared_templates, release_shared_templates
 from themisto_env.scoring.score import ExecutionRun, SampleScore, ScoringRule, execution_run, score_sample
 
 __all__ = ["Scorer"]

@@ -34,12 +34,8 @@ from themisto_env.sandbox.kernel.pool import KernelPool, shared_pool
 from themisto_env.sandbox.kernel.spec import KernelSpec
 from themisto_env.sandbox.ray.cluster import connect
 from themisto_env.sandbox.ray.kernel import make_kernel
-from themisto_env.sandbox.template.core import (
-    KernelTemplate,
-    hold_shared_templates,
-    release_shared_templates,
-    template_source,
-)
+from themisto_env.sandbox.template.core import KernelTemplate
+from themisto_env.sandbox.template.shared import hold_shared_templates, release_shared_templates, template_source
 
 __all__ = ["StateServer"]
 

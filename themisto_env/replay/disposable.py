@@ -50,7 +50,7 @@ from themisto_env.sandbox.kernel.helper import value_fingerprint
 from themisto_env.sandbox.kernel.pool import KernelPool
 from themisto_env.sandbox.kernel.spec import KernelFields, KernelSpec
 from themisto_env.sandbox.ray.kernel import make_kernel
-from themisto_env.sandbox.template.core import template_source
+from themisto_env.sandbox.template.shared import template_source
 from themisto_env.syntax import parse as parse_python
 
 #: Why a piece of model-written code failed, when it was its own doing.

@@ -33,7 +33,7 @@ from themisto_env.replay.state_check import StateReport
 from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.lifetime.reaper import tracked
 from themisto_env.sandbox.ray.kernel import live_remote_kernels, remote_kernel_memory
-from themisto_env.sandbox.template.core import live_shared_templates
+from themisto_env.sandbox.template.shared import live_shared_templates
 
 __all__ = [
     "FAULT_KINDS",
