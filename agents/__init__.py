@@ -2,20 +2,22 @@
 
 Modules:
 
-- ``base``: the :class:`Agent` protocol, :class:`BaseAgent` (a new agent in a dozen lines),
-  :class:`AgentUsage`.
-- ``registry``: :data:`AGENTS`, :func:`make_agent`, :func:`register_agent`.
+- ``base``: the [`Agent`][themisto_env.agents.Agent] protocol, [`BaseAgent`][themisto_env.agents.BaseAgent] (a new agent
+in a dozen lines),
+  [`AgentUsage`][themisto_env.agents.AgentUsage].
+- ``registry``: `AGENTS`, [`make_agent`][themisto_env.agents.make_agent],
+[`register_agent`][themisto_env.agents.register_agent].
 - ``baselines``: ``repeat-previous`` and ``retrieval`` (history only).
 - ``runtime_rules``: ``runtime-rules``, which answers from the kernel through the observation tools
   (helped by ``cell_names``: what a cell reads; ``displayed``: what it ends by displaying;
   ``tool_answers``: the tools' text read back; ``frame_text``: a notebook's DataFrame layout).
 - ``llm`` and ``llm_tools``: ``llm-static``, ``llm-full``, ``llm-tools`` on any langchain-core chat model;
   ``prompting`` (templates in ``prompts/default.yaml``), ``parsing`` (reading replies), ``providers``
-  (:func:`~themisto_env.agents.providers.make_chat_model`), ``fake_chat`` (a scripted model).
+  (`make_chat_model`), ``fake_chat`` (a scripted model).
 - ``history``: the observation's history text read back into cells.
 
 Importing this package imports no LLM provider and not langchain: agents are made by name with
-:func:`make_agent`, which imports the agent's module then.
+[`make_agent`][themisto_env.agents.make_agent], which imports the agent's module then.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The public names of :mod:`themisto_env.agents`, a line each (``__init__.py`` imports each on first use)."""
+"""The public names of [`themisto_env.agents`][themisto_env.agents], a line each (``__init__.py`` imports each on first
+use)."""
 
 from .base import Action as Action
 from .base import Agent as Agent

@@ -12,9 +12,9 @@ A runner drives an agent through an episode like this::
         if terminated or truncated:
             break
 
-:class:`Agent` is the contract (a :class:`typing.Protocol`: any object with these members is an agent).
-:class:`BaseAgent` implements it for the common case: subclass it, set ``name``, write ``decide``.
-A whole new agent takes a dozen lines::
+[`Agent`][themisto_env.agents.Agent] is the contract (a `typing.Protocol`: any object with these members is an agent).
+[`BaseAgent`][themisto_env.agents.BaseAgent] implements it for the common case: subclass it, set ``name``, write
+``decide``. A whole new agent takes a dozen lines::
 
     from themisto_env.env.actions import Prediction
 from themisto_env.errors import ConfigError
@@ -36,10 +36,11 @@ Register it to make it available by name (``themisto run --agent last-source``):
 
     register_agent("last-source", "my_package.my_module:LastSourceAgent")
 
-:class:`AgentUsage` is what an agent spent on one sample (model calls, tokens where the model reports
-them, tool calls); ``agent.usage`` holds it for the current sample, and a new one starts when the
+[`AgentUsage`][themisto_env.agents.AgentUsage] is what an agent spent on one sample (model calls, tokens where the model
+reports them, tool calls); ``agent.usage`` holds it for the current sample, and a new one starts when the
 agent sees a new ``info["sample_id"]``, or a new ``info["draw"]`` of the same sample (each of the K
-predictions of pass@k starts afresh, :meth:`BaseAgent.start_sample` included), or on ``reset``.
+predictions of pass@k starts afresh, [`BaseAgent.start_sample`][themisto_env.agents.BaseAgent.start_sample] included),
+or on ``reset``.
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ class Agent(Protocol):
     Attributes:
         name: The agent's registered name (results are labelled with it).
         usage: What the agent spent on the current sample so far; after ``act`` returns a
-            :class:`Prediction`, the usage of the sample just predicted.
+            [`Prediction`][themisto_env.env.Prediction], the usage of the sample just predicted.
     """
 
     name: str
@@ -148,8 +149,10 @@ class Agent(Protocol):
 class BaseAgent:
     """Bookkeeping for agents: per-sample usage, sample changes, and an async ``aact``.
 
-    Subclasses set :attr:`name` and implement :meth:`decide` (and, for real async work,
-    :meth:`adecide`); they may override :meth:`start_episode` and :meth:`start_sample`.
+    Subclasses set `name` and implement [`decide`][themisto_env.agents.BaseAgent.decide] (and, for real async work,
+    [`adecide`][themisto_env.agents.BaseAgent.adecide]); they may override
+    [`start_episode`][themisto_env.agents.BaseAgent.start_episode] and
+    [`start_sample`][themisto_env.agents.BaseAgent.start_sample].
 
     Attributes:
         name: The agent's name.
@@ -157,7 +160,7 @@ class BaseAgent:
             or None when any mode works. A runner should create the env in this mode.
         usage: What the agent spent on the current sample.
         transcript: The conversation of the current prediction (``{"role", "content", ...}`` messages, see
-            :func:`~themisto_env.agents.transcript.message_record`), kept in the run's results; None for
+            `message_record`), kept in the run's results; None for
             agents without one.
     """
 
@@ -172,7 +175,8 @@ class BaseAgent:
     # -- the protocol ------------------------------------------------------------------------------
 
     def reset(self, info: Info) -> None:
-        """Start an episode: forget the previous sample and call :meth:`start_episode`.
+        """Start an episode: forget the previous sample and call
+        [`start_episode`][themisto_env.agents.BaseAgent.start_episode].
 
         Warns when the env's observation mode is not the one the agent is written for.
         """
@@ -188,12 +192,14 @@ class BaseAgent:
         self.start_episode(info)
 
     def act(self, observation: Observation, info: Info) -> Action:
-        """Choose the next action (see :meth:`decide`), counting tool calls in :attr:`usage`."""
+        """Choose the next action (see [`decide`][themisto_env.agents.BaseAgent.decide]), counting tool calls in
+        `usage`."""
         self._enter(observation, info)
         return self._count(self.decide(observation, info))
 
     async def aact(self, observation: Observation, info: Info) -> Action:
-        """The async form of :meth:`act` (see :meth:`adecide`)."""
+        """The async form of [`act`][themisto_env.agents.BaseAgent.act] (see
+        [`adecide`][themisto_env.agents.BaseAgent.adecide])."""
         self._enter(observation, info)
         return self._count(await self.adecide(observation, info))
 
@@ -208,20 +214,22 @@ class BaseAgent:
             info: The env's info (``sample_id``, ``task``, ``observation_mode``, ``tool_names``, ...).
 
         Returns:
-            A :class:`ToolCall` (only when ``observation["tools_left"] > 0`` and the env is in
-            ``tools`` mode) or a :class:`Prediction`.
+            A [`ToolCall`][themisto_env.env.ToolCall] (only when ``observation["tools_left"] > 0`` and the env is in
+            ``tools`` mode) or a [`Prediction`][themisto_env.env.Prediction].
         """
         raise NotImplementedError
 
     async def adecide(self, observation: Observation, info: Info) -> Action:
-        """Async :meth:`decide`; by default it calls :meth:`decide`."""
+        """Async [`decide`][themisto_env.agents.BaseAgent.decide]; by default it calls
+        [`decide`][themisto_env.agents.BaseAgent.decide]."""
         return self.decide(observation, info)
 
     def start_episode(self, info: Info) -> None:
-        """Called by :meth:`reset`; does nothing by default."""
+        """Called by [`reset`][themisto_env.agents.BaseAgent.reset]; does nothing by default."""
 
     def start_sample(self, observation: Observation, info: Info) -> None:
-        """Called before the first :meth:`decide` of each sample; does nothing by default."""
+        """Called before the first [`decide`][themisto_env.agents.BaseAgent.decide] of each sample; does nothing by
+        default."""
 
     # -- internals ---------------------------------------------------------------------------------
 
@@ -242,8 +250,8 @@ class BaseAgent:
 
 
 def checked_action(action: object, agent: object) -> Action | Mapping[str, Any]:
-    """What an agent returned, if it is an action: a :class:`Prediction`, a :class:`ToolCall`, or the env's
-    raw form of one (a mapping with ``kind``).
+    """What an agent returned, if it is an action: a [`Prediction`][themisto_env.env.Prediction], a
+    [`ToolCall`][themisto_env.env.ToolCall], or the env's raw form of one (a mapping with ``kind``).
 
     The env answers a malformed action in ``tool_result`` (a policy being trained must not crash it), but
     an agent that returns something else altogether (a string, None) is a bug in the agent, not an answer:

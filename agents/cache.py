@@ -7,14 +7,14 @@ the reply. A second run of the same experiment over the same file makes no model
 same predictions, whatever the temperature.
 
 The key
-    The SHA-256 of a canonical JSON of everything that changes the answer (:func:`request_key`):
+    The SHA-256 of a canonical JSON of everything that changes the answer (`request_key`):
 
     - the provider, as the chat model's ``_llm_type`` (``openai-chat``, ``anthropic-chat``, ...: the same
       for ``provider="openai"`` and a ``ChatOpenAI`` passed in, and stable across package versions);
     - the model's invocation parameters (``_get_invocation_params``: model name, temperature,
       max_tokens, top_p, seed, stop, ``model_kwargs``, ...), without what only says where or how to ask:
       API keys and any secret value, base URLs, organisation and project, headers, clients, timeouts and
-      retries, streaming (:data:`NOT_THE_ANSWER`). A rerun with another key, through another proxy, or
+      retries, streaming (`NOT_THE_ANSWER`). A rerun with another key, through another proxy, or
       with another ``--max-retries`` hits; a different endpoint serving the same model name also hits,
       so use one cache file per deployment if the name is ambiguous;
     - what is bound to the model (``bind_tools``: the tools' schemas, ``tool_choice``, ...);
@@ -36,11 +36,11 @@ Why not langchain-core's ``BaseCache`` (``ChatOpenAI(cache=...)``)
     messages' ``dumps``, with random message and tool-call ids, so a tool conversation whose first reply
     was fresh never hits again. A hit happens inside the model, where the agent cannot tell it from a call
     to count it as free, and it only works for models made with ``cache=`` (not for one passed in ready
-    made). Caching at :meth:`~themisto_env.agents.llm.LLMAgent.call_model`, the one place every model call
+    made). Caching at `call_model`, the one place every model call
     goes through, avoids all four.
 
 Usage
-    A reply from the cache counts in :class:`~themisto_env.agents.base.AgentUsage` as a ``cached_calls``,
+    A reply from the cache counts in [`AgentUsage`][themisto_env.agents.AgentUsage] as a ``cached_calls``,
     with the tokens its original call used in ``cached_input_tokens`` / ``cached_output_tokens``;
     ``model_calls``, ``input_tokens`` and ``output_tokens`` count only what this run spent (0 on a fully
     cached rerun). What the run would have cost without the cache is the sum of both.
@@ -51,7 +51,7 @@ The file
     workers ask the same thing at once, the first stored answer stays and both replay it from then on).
     A writer killed mid-run leaves the file consistent (SQLite's journal rolls the half-written
     transaction back). A file that is not a readable response cache raises a one-line
-    :class:`~themisto_env.errors.DataError` naming it.
+    [`DataError`][themisto_env.errors.DataError] naming it.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ KEY_VERSION = 1
 """Part of every key: bumping it retires every stored entry at once (when the key material changes)."""
 
 CACHED = "themisto_cached"
-"""The ``response_metadata`` flag of a reply replayed from the cache (see :func:`is_cached`)."""
+"""The ``response_metadata`` flag of a reply replayed from the cache (see `is_cached`)."""
 
 NOT_THE_ANSWER = re.compile(
     r"key|secret|password|credential|auth|token$|url|api_base|endpoint|host|organi[sz]ation|project|header"
@@ -108,7 +108,7 @@ CREATE TABLE IF NOT EXISTS replies (
 
 
 def is_cached(message: Any) -> bool:
-    """Whether a reply was replayed from a :class:`ResponseCache` (rather than made by the model)."""
+    """Whether a reply was replayed from a `ResponseCache` (rather than made by the model)."""
     metadata = getattr(message, "response_metadata", None)
     return isinstance(metadata, Mapping) and bool(metadata.get(CACHED))
 
@@ -196,7 +196,7 @@ def _message(message: BaseMessage, ids: dict[str, str]) -> dict[str, Any]:
 
 
 def request_material(model: Any, messages: Sequence[BaseMessage], *, draw: int = 0) -> dict[str, Any]:
-    """The canonical description of a model call that :func:`request_key` hashes (see the module doc)."""
+    """The canonical description of a model call that `request_key` hashes (see the module doc)."""
     ids: dict[str, str] = {}
     return {
         "key_version": KEY_VERSION,
@@ -207,7 +207,7 @@ def request_material(model: Any, messages: Sequence[BaseMessage], *, draw: int =
 
 
 def request_key(model: Any, messages: Sequence[BaseMessage], *, draw: int = 0) -> str:
-    """The cache key of a model call: the SHA-256 (hex) of :func:`request_material` as canonical JSON.
+    """The cache key of a model call: the SHA-256 (hex) of `request_material` as canonical JSON.
 
     Args:
         model: The chat model (or binding) about to be called.
@@ -308,7 +308,7 @@ class ResponseCache:
     # -- reading and writing ---------------------------------------------------------------------------
 
     def get(self, key: str) -> BaseMessage | None:
-        """The stored reply for a key (flagged by :func:`is_cached`), or None."""
+        """The stored reply for a key (flagged by `is_cached`), or None."""
         from langchain_core.messages import messages_from_dict
 
         try:
@@ -328,7 +328,7 @@ class ResponseCache:
         """Store a reply under a key (the first reply stored for a key stays).
 
         Args:
-            key: From :func:`request_key`.
+            key: From `request_key`.
             message: The model's reply.
             provider: The provider, for people reading the file (not part of the key here).
             model: The model name, likewise.
@@ -345,11 +345,11 @@ class ResponseCache:
             raise self._error(exc) from None
 
     async def aget(self, key: str) -> BaseMessage | None:
-        """:meth:`get` in a thread (a busy file never blocks the event loop)."""
+        """`get` in a thread (a busy file never blocks the event loop)."""
         return await asyncio.to_thread(self.get, key)
 
     async def aput(self, key: str, message: BaseMessage, *, provider: str = "", model: str = "") -> None:
-        """:meth:`put` in a thread."""
+        """`put` in a thread."""
         await asyncio.to_thread(self.put, key, message, provider=provider, model=model)
 
     def __len__(self) -> int:
@@ -368,7 +368,7 @@ class ResponseCache:
 
 
 def open_cache(cache: str | Path | ResponseCache | None) -> ResponseCache | None:
-    """A :class:`ResponseCache` from a path (or one already open), or None for no cache."""
+    """A `ResponseCache` from a path (or one already open), or None for no cache."""
     if cache is None or isinstance(cache, ResponseCache):
         return cache
     return ResponseCache(cache)

@@ -1,6 +1,6 @@
 """Which names a cell needs from the kernel, and which DataFrame columns it looks up, before running it.
 
-:func:`needed_names` lists, in the order Python evaluates them, the names a cell reads before (or
+`needed_names` lists, in the order Python evaluates them, the names a cell reads before (or
 without) binding them itself: if the kernel lacks one, the cell stops with ``NameError``. Bodies of
 functions, lambdas and classes are not evaluated when the cell runs and are skipped; names bound by
 assignments, imports, ``for``/``with``/``except`` targets, walrus, comprehensions and ``def``/``class``
@@ -8,7 +8,7 @@ count as bound from that point on. Builtins (and IPython's ``display``, ``get_ip
 names starting with ``_``, and words of IPython magic lines are never needed. A cell with a star import
 a ``try`` or a ``match`` is not analysed (it may bind or catch anything): it needs nothing.
 
-:func:`column_lookups` lists ``x['col']`` reads and ``x.pop('col')`` calls on variables the cell has not
+`column_lookups` lists ``x['col']`` reads and ``x.pop('col')`` calls on variables the cell has not
 touched before them: if the kernel's ``x`` is a DataFrame without that column, the cell stops with
 ``KeyError: 'col'``.
 """

@@ -1,6 +1,6 @@
 """What a cell ends by displaying, in a form an observation tool can answer (``runtime-rules``' table).
 
-:func:`displayed_expression` recognises ``x``, ``x.shape``, ``len(x)``, ``type(x)``, ``x.head(n)``,
+`displayed_expression` recognises ``x``, ``x.shape``, ``len(x)``, ``type(x)``, ``x.head(n)``,
 ``x.describe()``, ``x.info()``, ``x.dtypes`` and tuples of the first four, of a variable the cell does not
 mention earlier (so the kernel's value is the one displayed).
 """

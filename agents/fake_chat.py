@@ -1,7 +1,7 @@
 """A scripted chat model that supports ``bind_tools``: for tests and offline demos of the LLM agents.
 
 langchain-core's ``GenericFakeChatModel`` replays the messages it is given, including ``AIMessage``\\ s
-with real ``tool_calls``, but has no ``bind_tools``. :class:`ScriptedChatModel` adds it (binding records
+with real ``tool_calls``, but has no ``bind_tools``. `ScriptedChatModel` adds it (binding records
 the tools' names and returns the model itself, as langchain's own tests do) and keeps what it was asked.
 """
 

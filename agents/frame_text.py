@@ -4,7 +4,7 @@ The observation tools show frames as ``to_string()``: every column on one line. 
 ``repr(frame)``, which pandas lays out for ``display.width`` (80) and ``display.max_columns`` (20):
 more than 20 columns keep the first and last 10 around a ``...`` column (and a ``[R rows x C columns]``
 footer is added), and columns that do not fit in 80 characters wrap into blocks separated by a blank
-line, each line but the last block's ending in `` \\`` on the header. :func:`notebook_frame_text` redoes
+line, each line but the last block's ending in `` \\`` on the header. `notebook_frame_text` redoes
 that layout from the ``to_string()`` text alone.
 
 The columns are found from the text: the index is left-justified from column 0, every other column is

@@ -1,13 +1,13 @@
 """Reading the observation's ``history`` text back into cells.
 
-The env renders the recent executions as (see :mod:`themisto_env.env.observation`)::
+The env renders the recent executions as (see `themisto_env.env.observation`)::
 
     # In [7]:
     <source>
     # Out [7]:
     <output, possibly cut with a "... [N more characters]" marker>
 
-:func:`parse_history` inverts that: a header line ``# In [n]:`` starts a cell, and a line
+[`parse_history`][themisto_env.agents.parse_history] inverts that: a header line ``# In [n]:`` starts a cell, and a line
 ``# Out [n]:`` with the *same* ``n`` separates its source from its output (a source line that merely
 looks like a header of another number stays source).
 """

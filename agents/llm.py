@@ -1,26 +1,26 @@
 """LLM agents on any langchain-core ``BaseChatModel``, one per kind of context.
 
-``llm-static`` (:class:`StaticContextAgent`)
+``llm-static`` (`StaticContextAgent`)
     The history only (Themisto's setting without runtime information).
-``llm-full`` (:class:`FullRuntimeAgent`)
+``llm-full`` (`FullRuntimeAgent`)
     The history and the env's runtime dump: every variable and the memory (the env's ``full`` mode;
     Themisto's "with runtime information" setting).
-``llm-tools`` (:class:`~themisto_env.agents.llm_tools.ToolUsingAgent`)
+``llm-tools`` (`ToolUsingAgent`)
     The history, and the observation tools bound to the model: it queries the kernel, then answers.
 
 Each is made from a chat model, or from a provider and a model name (see
-:func:`~themisto_env.agents.providers.make_chat_model`)::
+`make_chat_model`)::
 
     agent = StaticContextAgent(provider="openai", model="gpt-4o-mini", temperature=0)
     agent = make_agent("llm-full", chat_model=my_chat_model)
 
-A reply is read with :func:`~themisto_env.agents.parsing.extract_prediction`; the tokens each call
+A reply is read with `extract_prediction`; the tokens each call
 used are taken from ``AIMessage.usage_metadata`` when the model reports them. Every model call goes through
-:func:`~themisto_env.agents.retry.call_with_retries` (rate limits, 5xx, timeouts retried with backoff;
+`call_with_retries` (rate limits, 5xx, timeouts retried with backoff;
 ``max_retries=`` and ``retry_delay=`` set the policy); one that still fails raises
-:class:`~themisto_env.errors.ModelError`. With ``cache="replies.sqlite"`` every call is looked up in a
-:class:`~themisto_env.agents.cache.ResponseCache` first: a hit is replayed without a request and counted
-as ``usage.cached_calls`` (see :mod:`themisto_env.agents.cache`).
+[`ModelError`][themisto_env.errors.ModelError]. With ``cache="replies.sqlite"`` every call is looked up in a
+`ResponseCache` first: a hit is replayed without a request and counted
+as ``usage.cached_calls`` (see `themisto_env.agents.cache`).
 """
 
 from __future__ import annotations
@@ -56,12 +56,12 @@ class LLMAgent(BaseAgent):
 
     Args:
         chat_model: The model; or give ``provider`` and ``model`` instead.
-        provider: A provider of :func:`~themisto_env.agents.providers.make_chat_model`.
+        provider: A provider of `make_chat_model`.
         model: The provider's model name.
         prompts: A prompt-templates YAML file (default: the bundled ``prompts/default.yaml``).
         max_retries: Retries of a failed model call (rate limit, 5xx, timeout, lost connection).
-        retry_delay: The backoff's base delay in seconds (see :class:`~themisto_env.agents.retry.RetryPolicy`).
-        cache: A response-cache file (or an open :class:`~themisto_env.agents.cache.ResponseCache`): replies
+        retry_delay: The backoff's base delay in seconds (see `RetryPolicy`).
+        cache: A response-cache file (or an open `ResponseCache`): replies
             are replayed from it when the same call was made before, and stored in it otherwise. None: no
             cache.
         **model_options: Passed to the provider's model class (``temperature``, ``base_url``, ...).
@@ -152,14 +152,14 @@ class LLMAgent(BaseAgent):
             self.usage.add_model_call(usage.get("input_tokens"), usage.get("output_tokens"))
 
     def retried(self, error: BaseException, wait: float) -> None:
-        """Count a retry of a model call in :attr:`usage` (shown in the run's usage line)."""
+        """Count a retry of a model call in `usage` (shown in the run's usage line)."""
         self.usage.retries += 1
         self.usage.rate_limited += status_of(error) == 429
 
     def model_span(self) -> Any:
         """A span over one model call, named and described by OpenTelemetry's GenAI conventions (``chat
         MODEL``; ``gen_ai.system``, ``gen_ai.request.model``; the tokens and retries are added by
-        :meth:`traced_reply`)."""
+        `traced_reply`)."""
         name = self._model_given or self._model_name() or type(self.chat_model).__name__
         attributes = {
             "gen_ai.operation.name": "chat",
@@ -170,7 +170,7 @@ class LLMAgent(BaseAgent):
         return tracing.span(f"chat {name}", attributes)
 
     def traced_reply(self, span: Any, reply: Any, retries_before: int) -> Any:
-        """Add a reply's tokens, its retries (:attr:`usage`'s retries less ``retries_before``) and whether it
+        """Add a reply's tokens, its retries (`usage`'s retries less ``retries_before``) and whether it
         came from the cache to its model call's span; return the reply."""
         if span.is_recording():
             usage = getattr(reply, "usage_metadata", None) or {}
@@ -187,8 +187,8 @@ class LLMAgent(BaseAgent):
         return reply
 
     def call_model(self, model: Any, messages: list[BaseMessage]) -> Any:
-        """``model.invoke(messages)``, retried under :attr:`retry`; replayed from :attr:`cache` if stored.
-        Traced as one span (:meth:`model_span`).
+        """``model.invoke(messages)``, retried under `retry`; replayed from `cache` if stored.
+        Traced as one span (`model_span`).
 
         Raises:
             ModelError: The call still failed after its retries, or cannot succeed (400, 401, ...).
@@ -213,7 +213,7 @@ class LLMAgent(BaseAgent):
         return reply
 
     async def acall_model(self, model: Any, messages: list[BaseMessage]) -> Any:
-        """The async form of :meth:`call_model` (``model.ainvoke``), holding :attr:`limiter` while it calls."""
+        """The async form of `call_model` (``model.ainvoke``), holding `limiter` while it calls."""
         retries = self.usage.retries
         with self.model_span() as span:
             return self.traced_reply(span, await self._acall_model(model, messages), retries)
@@ -235,7 +235,7 @@ class LLMAgent(BaseAgent):
             )
 
     def cache_key(self, model: Any, messages: list[BaseMessage]) -> str:
-        """The response-cache key of a call (:func:`~themisto_env.agents.cache.request_key`), for the
+        """The response-cache key of a call (`request_key`), for the
         current draw of the current sample (pass@k's draws are independent, so each has its own entries)."""
         current = self._sample_id
         draw = current[1] if isinstance(current, tuple) and isinstance(current[1], int) else 0
@@ -254,7 +254,7 @@ class LLMAgent(BaseAgent):
         return Prediction(text=extract_prediction(message_text(reply), task))  # type: ignore[arg-type]
 
     async def adecide(self, observation: Observation, info: Info) -> Action:
-        """Async :meth:`decide` (the model's ``ainvoke``)."""
+        """Async `decide` (the model's ``ainvoke``)."""
         task = str(info["task"])
         messages = self.messages(observation, task)
         reply = await self.acall_model(self.chat_model, messages)

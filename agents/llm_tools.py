@@ -1,7 +1,7 @@
 """``llm-tools``: a chat model with the observation tools bound, every tool call an env step.
 
 The observation tools are bound to the model with ``bind_tools`` (their names, descriptions and argument
-schemas; see :func:`themisto_env.env.tools.langchain_tools`), but they are never run by langchain: each tool
+schemas; see `themisto_env.env.tools.langchain_tools`), but they are never run by langchain: each tool
 call the model makes becomes the agent's action ``ToolCall(tool, args)``, the env runs it (counting it
 against the sample's budget and cost), and the resulting observation's ``tool_result`` becomes the
 ``ToolMessage`` the model reads. One sample goes::
@@ -58,7 +58,7 @@ class ToolUsingAgent(LLMAgent):
     Args:
         chat_model: A model that supports ``bind_tools``; or give ``provider`` and ``model``.
         max_model_calls: Model calls allowed per sample (default: the tool budget plus 2).
-        **options: As for :class:`~themisto_env.agents.llm.LLMAgent`.
+        **options: As for `LLMAgent`.
     """
 
     name = "llm-tools"
@@ -95,7 +95,7 @@ class ToolUsingAgent(LLMAgent):
         return step
 
     async def adecide(self, observation: Observation, info: Info) -> Action:
-        """Async :meth:`decide` (the model's ``ainvoke``)."""
+        """Async `decide` (the model's ``ainvoke``)."""
         step = self._advance(observation, info)
         while isinstance(step, _ModelTurn):
             reply = await self.acall_model(self._model(step, info), step.messages)

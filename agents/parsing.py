@@ -2,7 +2,7 @@
 
 Models are asked for the answer alone in one fenced block, and often write more: a lead-in ("Here is
 the next cell:"), an explanation after the block, several blocks, an unclosed block (cut by the token
-limit), a reasoning section, or no fence at all. :func:`extract_prediction` applies these rules, in
+limit), a reasoning section, or no fence at all. `extract_prediction` applies these rules, in
 order, to the reply text:
 
 1. Reasoning is removed: ``<think>...</think>`` / ``<thinking>...</thinking>`` sections (and an unclosed
@@ -17,7 +17,7 @@ order, to the reply text:
    text before it says "next", "answer", "predict...", "final", "output" or "will", and not "previous",
    "earlier", "last", "before" or "already"), else the first one. A fence opened and never closed
    runs to the end of the reply.
-4. Without a fence: leading lead-in lines are dropped (:data:`LEAD_INS`: an interjection such as
+4. Without a fence: leading lead-in lines are dropped (`LEAD_INS`: an interjection such as
    "Sure!" or "Okay, here it is.", or a prose phrase ending in a colon that starts like "Here is...",
    "The next cell is...", "Based on...", "Output...", optionally in ``**bold**``). A lead-in sharing the
    line with the answer ("Output: 42", "Next cell: df.info()") is cut off, unless the line is valid

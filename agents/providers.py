@@ -9,13 +9,13 @@ provider                  needs                       made as
                           ``ANTHROPIC_API_KEY``
 ``ollama``                ``themisto-env[ollama]``,   ``langchain_ollama.ChatOllama(model=..., **kw)``
                           a running Ollama server
-``fake``                  nothing                     :class:`~themisto_env.agents.fake_chat.ScriptedChatModel`
+``fake``                  nothing                     `ScriptedChatModel`
                                                       replaying ``responses=[...]`` (tests, demos)
 ``package.module:Class``  that package                ``Class(model=..., **kw)``, any ``BaseChatModel``
 ========================  ==========================  ==================================================
 
 Provider packages are imported when a model is made, never at import. A missing package or key raises
-:class:`~themisto_env.errors.ProviderError` whose message is the one line that fixes it. An API key may
+[`ProviderError`][themisto_env.errors.ProviderError] whose message is the one line that fixes it. An API key may
 also be passed as ``api_key=...``.
 """
 

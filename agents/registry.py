@@ -2,7 +2,7 @@
 
 An agent is found, in this order, as:
 
-- a name of :data:`AGENTS` (the built-in agents, and those added with :func:`register_agent`);
+- a name of `AGENTS` (the built-in agents, and those added with [`register_agent`][themisto_env.agents.register_agent]);
 - a name of the ``themisto_env.agents`` entry-point group, so an installed package offers its agents
   without code here (in its ``pyproject.toml``: ``[project.entry-points."themisto_env.agents"]``
   ``my-agent = "my_package.agents:MyAgent"``);
@@ -30,7 +30,7 @@ from typing import Any
 from themisto_env.agents.base import Agent
 from themisto_env.errors import ConfigError
 
-#: Registered agents: name -> ``"module:factory"`` (a class or a function returning an :class:`Agent`).
+#: Registered agents: name -> ``"module:factory"`` (a class or a function returning an `Agent`).
 AGENTS: dict[str, str] = {
     "repeat-previous": "themisto_env.agents.baselines:RepeatPreviousAgent",
     "retrieval": "themisto_env.agents.baselines:RetrievalAgent",
@@ -46,7 +46,8 @@ def register_agent(name: str, target: str, *, replace: bool = False) -> None:
 
     Args:
         name: The name (e.g. ``my-agent``).
-        target: ``"package.module:factory"``; the factory is called with the options of :func:`make_agent`.
+        target: ``"package.module:factory"``; the factory is called with the options of
+            [`make_agent`][themisto_env.agents.make_agent].
         replace: Allow replacing an existing name.
 
     Raises:
@@ -69,7 +70,7 @@ def installed_agents() -> dict[str, str]:
 
 
 def agent_targets() -> dict[str, str]:
-    """Every agent by name: :data:`AGENTS` and the entry-point group (a registered name wins)."""
+    """Every agent by name: `AGENTS` and the entry-point group (a registered name wins)."""
     return {**installed_agents(), **AGENTS}
 
 
@@ -173,7 +174,7 @@ def make_agent(name: str, **options: Any) -> Agent:
     """Make a registered agent.
 
     Args:
-        name: A key of :data:`AGENTS`, an entry point of the ``themisto_env.agents`` group,
+        name: A key of `AGENTS`, an entry point of the ``themisto_env.agents`` group,
             ``package.module:Factory`` or ``path/to/file.py:Factory``.
         **options: Passed to the agent's factory (e.g. ``provider="openai", model="gpt-4o-mini"`` for the
             LLM agents).

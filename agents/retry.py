@@ -6,7 +6,7 @@ backoff with full jitter (a random wait between 0 and ``base_delay * 2**attempt`
 ``max_delay``), unless the provider said how long to wait: a ``Retry-After`` header (seconds or an HTTP
 date; also ``retry-after-ms``) is honoured, up to ``max_retry_after``. Other failures (400, 401, 404, a
 reply that is not JSON) are not retried. A call that still fails raises
-:class:`~themisto_env.errors.ModelError` with one line: the provider, the status, the provider's message
+[`ModelError`][themisto_env.errors.ModelError] with one line: the provider, the status, the provider's message
 and the number of attempts.
 
 The LLM agents switch off the openai and anthropic clients' own retries (``max_retries=0``) when they
@@ -194,7 +194,7 @@ async def acall_with_retries(
     provider: str | None = None,
     on_retry: RetryHook | None = None,
 ) -> T:
-    """The async form of :func:`call_with_retries`."""
+    """The async form of `call_with_retries`."""
     attempt = 0
     while True:
         attempt += 1

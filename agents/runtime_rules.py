@@ -2,7 +2,7 @@
 
 Output prediction
     First, whether the cell fails: when it reads a name (in evaluation order, see
-    :func:`~themisto_env.agents.cell_names.needed_names`) that the kernel does not define
+    `needed_names`) that the kernel does not define
     (``list_variables``, then ``inspect_variable`` for names that are neither listed nor imported in the
     visible history, such as modules), it predicts ``NameError: name 'x' is not defined``; when it reads
     ``df['col']`` or calls ``df.pop('col')`` on a kernel DataFrame without that column
@@ -39,8 +39,8 @@ Next-cell prediction
 The static baseline is ``retrieval`` for output prediction and ``repeat-previous`` for next-cell
 prediction by default (``fallback=...`` chooses one for both).
 
-What a cell displays is read by :mod:`~themisto_env.agents.displayed`, the tools' answers by
-:mod:`~themisto_env.agents.tool_answers`; this module holds the rules and the agent.
+What a cell displays is read by `displayed`, the tools' answers by
+`tool_answers`; this module holds the rules and the agent.
 """
 
 from __future__ import annotations

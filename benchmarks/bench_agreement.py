@@ -3,21 +3,22 @@ as often as nbclient executing the same notebook in the same pinned environment?
 
 For each notebook (with an optional requirements file), in one run:
 
-(a) themisto: :func:`themisto_env.replay.build.build_dataset` replays it (in a private copy of its folder, in the
+(a) themisto: [`themisto_env.replay.build.build_dataset`][themisto_env.replay.build_dataset] replays it (in a private
+copy of its folder, in the
     kernel environment made from its requirements when it has some, else this Python); the per-step
     agreement is read back from the dataset;
 (b) nbclient: ``NotebookClient`` executes a copy of it, with a copy of its folder as working directory, in
     a kernel whose kernelspec runs the same Python (the environment's venv, or this interpreter), with
     ``allow_errors=True``; each code cell themisto compares (the cells with an execution count, or every
     code cell of a notebook saved without counts) is compared to its saved outputs with the same
-    :func:`themisto_env.data.agreement.agreement`, normalised and ``raw=True``.
+    `themisto_env.data.agreement.agreement`, normalised and ``raw=True``.
 
 Notebooks: by default the three test notebooks (``tests/fixtures/notebooks``: sales, writeback, legacy with its
 ``requirements.txt``); ``--notebook PATH[::REQUIREMENTS]`` adds one; ``--pypi
 PKG==VER:PATH_IN_SDIST[:EXTRA,EXTRA]`` downloads the package's source distribution into ``--cache`` (pip
 download, nothing vendored here), unpacks it and adds the notebook at that path, with ``PKG==VER`` and the
 extra requirements as its pinned environment. Environments are made with
-:func:`themisto_env.replay.kernel_environments.create` (anonymous: known by their content id; cached).
+`themisto_env.replay.kernel_environments.create` (anonymous: known by their content id; cached).
 
     python benchmarks/bench_agreement.py [--no-defaults] [--notebook PATH[::REQS]]... [--pypi SPEC]...
         [--timeout 120] [--cache DIR] [--json FILE] [--details]

@@ -5,7 +5,7 @@ Run from the repository root::
     python benchmarks/bench_build.py [--backend local] [--sessions 1] [--repeat 1] [--ks 5,15,30]
 
 On the bundled JuNE log (``themisto_env.data.bundled.bundled_log_path()``), limited to its first
-``--sessions`` sessions, one kernel replays each session with :func:`themisto_env.replay.build.replay_session`
+``--sessions`` sessions, one kernel replays each session with `themisto_env.replay.build.replay_session`
 with and without snapshots (alternating, after an untimed warm-up replay of its first 5 cells) and
 reports executions per
 second (median over ``--repeat``), and the snapshot size per step (median, max). Then, on the first

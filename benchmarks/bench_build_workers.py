@@ -7,13 +7,13 @@ Run from the repository root::
 
 The source is the bundled JuNE log (6 sessions, 321 executions) repeated ``--copies`` times (each copy's
 kernel and session ids prefixed, so that every copy is a session of its own; 5 copies are the issue's
-1,605 executions). Each configuration is one :func:`themisto_env.replay.build.build_dataset` into a fresh
-dataset folder and a fresh snapshot store, timed end to end (kernel starts included), after an untimed
-warm-up (a kernel that imports the packages the sessions use, so that every configuration finds them in
-the page cache). ``--ray`` adds a build on a private local Ray instance with the largest worker count
-(its start-up is inside the timing). With ``--rounds R`` every configuration is built R times, the order
-reversed every other round (so that a change of the machine's load weighs on each alike), and the median
-is reported.
+1,605 executions). Each configuration is one
+[`themisto_env.replay.build.build_dataset`][themisto_env.replay.build_dataset] into a fresh dataset folder and a fresh
+snapshot store, timed end to end (kernel starts included), after an untimed warm-up (a kernel that imports the packages
+the sessions use, so that every configuration finds them in the page cache). ``--ray`` adds a build on a private local
+Ray instance with the largest worker count (its start-up is inside the timing). With ``--rounds R`` every configuration
+is built R times, the order reversed every other round (so that a change of the machine's load weighs on each alike),
+and the median is reported.
 
 Printed per configuration: seconds, executions per second, the speed-up over one worker (else the first
 configuration), and the cores used (CPU time of this process and of its kernels, over the wall time;

@@ -1,9 +1,9 @@
 """Time to the first scored sample of a run with 1 connection vs ``--connections`` (8), side by side.
 
-Each run is a real ``themisto run`` (:func:`themisto_env.run.runner.run`) of an offline agent over the
+Each run is a real ``themisto run`` ([`themisto_env.run.runner.run`][themisto_env.run.run]) of an offline agent over the
 bundled samples, into a fresh folder: env start, dataset load, kernels, tools, scoring. The clock starts
 when ``run`` is called and stops when ``results.jsonl`` holds its first row.
-Beside it, every :meth:`KernelPool.take` of the run is timed: how long each slot waited for its first
+Beside it, every `KernelPool.take` of the run is timed: how long each slot waited for its first
 kernel, and when the last slot had its first. The runs alternate (1, 8, 1, 8, ...) and the medians are
 compared. The issue's goal: the first sample with 8 connections within 1.5x of the time with 1::
 

@@ -24,7 +24,7 @@ restarted in place), the way the env worked before:
   cells straight through in a new kernel. Goal: within 10%.
 
 * **GRPO step** (the env's side of one step of multi-turn GRPO through TRL's ``environment_factory``,
-  :mod:`themisto_env.bridges.rl.tool_env`, no model): ``--prompts`` random samples x ``--generations`` rollouts,
+  `themisto_env.bridges.rl.tool_env`, no model): ``--prompts`` random samples x ``--generations`` rollouts,
   in TRL's order (every rollout reset; then each calls ``list_variables``; then each ``memory_usage``;
   then ``submit`` and ``get_reward``), with the group's rollouts sharing one kernel and with a kernel per
   rollout (instances reused across steps, as TRL does). The first step (kernels start) and the median

@@ -14,7 +14,8 @@ machine fall on every mode alike), each after an untimed reset and tool call at 
 * **off**: no tracer provider (the hooks are the shared no-op; the episode's stopwatch still runs);
 * **no-op exporter**: opentelemetry-sdk's ``TracerProvider`` with a ``BatchSpanProcessor`` whose exporter drops
   the spans (the cost of making and ending the spans);
-* **file**: the same with :class:`~themisto_env.tracing.JsonLinesSpanExporter` (``themisto run --trace FILE``).
+* **file**: the same with [`JsonLinesSpanExporter`][themisto_env.tracing.JsonLinesSpanExporter] (``themisto run --trace
+FILE``).
 
 Printed: per mode the mean, p90 and median in ms, the spans per rollout, each mode's figures over off's, the
 mean CPU time of this process per rollout (``time.process_time``: the work tracing adds is this process's; a

@@ -15,7 +15,7 @@ written), so the figure it reports is on trajectories it never saw (``--split NA
     python examples/train_grpo.py --out runs/grpo                 # the bundled data, next-cell task
     python examples/train_grpo.py --data DIR --task output --steps 20
 
-With a real model, swap :func:`tiny_causal_lm` for ``AutoModelForCausalLM.from_pretrained(...)`` and
+With a real model, swap `tiny_causal_lm` for ``AutoModelForCausalLM.from_pretrained(...)`` and
 the trained tokenizer for its own; the dataset and the reward stay the same.
 """
 

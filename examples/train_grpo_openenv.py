@@ -1,7 +1,7 @@
 """Multi-turn GRPO against a running ``themisto serve``: the trainer imports no kernel, only a client.
 
 The in-process version is ``examples/train_grpo_tools.py``; here each TRL rollout is a
-:class:`RemoteRollout`, one WebSocket session of a themisto OpenEnv server (its own episode and kernel on the
+`RemoteRollout`, one WebSocket session of a themisto OpenEnv server (its own episode and kernel on the
 server): ``reset(**row)`` starts the session at the row's sample, the model's tool calls are steps of
 that session answered from the server's live kernel, ``submit`` keeps the prediction, and ``get_reward()``
 submits it as the session's prediction step and returns the reward the server's env pays

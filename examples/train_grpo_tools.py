@@ -1,9 +1,9 @@
 """Multi-turn GRPO with tools (TRL's ``environment_factory``): a tiny model queries the live kernel state.
 
-Each rollout is a :class:`themisto_env.bridges.rl.tool_env.ThemistoToolEnv`: the model sees a sample's history,
-may call the observation tools (``list_variables``, ``inspect_variable``, ``dataframe_head``, ...),
-answered from a real kernel in the sample's recorded state, gives its prediction with ``submit``, and
-``get_reward()`` scores it with the env's metrics. The rollouts of one sample (a GRPO group) share one
+Each rollout is a [`themisto_env.bridges.rl.tool_env.ThemistoToolEnv`][themisto_env.bridges.rl.ThemistoToolEnv]: the
+model sees a sample's history, may call the observation tools (``list_variables``, ``inspect_variable``,
+``dataframe_head``, ...), answered from a real kernel in the sample's recorded state, gives its prediction with
+``submit``, and ``get_reward()`` scores it with the env's metrics. The rollouts of one sample (a GRPO group) share one
 kernel in that state (``--no-share``: a kernel per rollout).
 
 It proves the plumbing, not the model: a byte-level BPE tokenizer with TRL's Qwen2.5 tool-calling chat
@@ -150,7 +150,8 @@ def train(
     ray: str | None = None,
     split: str | None = "default",
 ) -> dict[str, Any]:
-    """Run a few multi-turn GRPO steps on a tiny model through :class:`ThemistoToolEnv`.
+    """Run a few multi-turn GRPO steps on a tiny model through
+    [`ThemistoToolEnv`][themisto_env.bridges.rl.ThemistoToolEnv].
 
     Args:
         out: Folder for ``reward_curve.png``, ``log_history.json`` and ``summary.json``.

@@ -1,8 +1,9 @@
 """Where code runs: Jupyter kernels on interchangeable backends (``local``, ``bwrap``, ``docker``).
 
-The face lists the parts a caller uses (:class:`Kernel`, :class:`KernelLike`, :func:`make_kernel`,
-:class:`KernelTemplate`, `KernelSpec` (what kind of kernel: every factory takes one), limits and results;
-each imported on first use). The rooms:
+The face lists the parts a caller uses ([`Kernel`][themisto_env.sandbox.Kernel],
+[`KernelLike`][themisto_env.sandbox.KernelLike], [`make_kernel`][themisto_env.sandbox.make_kernel],
+[`KernelTemplate`][themisto_env.sandbox.KernelTemplate], `KernelSpec` (what kind of kernel: every factory takes one),
+limits and results; each imported on first use). The rooms:
 
 - ``kernel/``: a kernel and its parts (process, messaging, snapshots, introspection, the in-kernel helper),
   the contract, the kernel spec, launchers, forked kernels, warm pools and the conformance suite;

@@ -1,4 +1,5 @@
-"""The public names of :mod:`themisto_env.sandbox`, a line each (``__init__.py`` imports each on first use)."""
+"""The public names of [`themisto_env.sandbox`][themisto_env.sandbox], a line each (``__init__.py`` imports each on
+first use)."""
 
 from .kernel.contract import KernelLike as KernelLike
 from .kernel.core import Kernel as Kernel

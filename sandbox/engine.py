@@ -1,9 +1,9 @@
 """The Docker engine: a client, whether it answers, one-line errors when it does not, and its images.
 
-Every docker SDK call of the sandbox goes through :func:`docker_client` (a client whose engine answered a
-ping) and, around calls that may fail on the way to the engine, :func:`engine`: an unreachable engine
-becomes :class:`~themisto_env.errors.BackendUnavailableError` with one line that says how to start one,
-while the engine's own answers (``NotFound``, ``APIError``) pass through.
+Every docker SDK call of the sandbox goes through `docker_client` (a client whose engine answered a
+ping) and, around calls that may fail on the way to the engine, `engine`: an unreachable engine
+becomes [`BackendUnavailableError`][themisto_env.errors.BackendUnavailableError] with one line that says how to start
+one, while the engine's own answers (``NotFound``, ``APIError``) pass through.
 
 The docker SDK is imported only inside the functions; importing this module has no side effects.
 """
@@ -64,8 +64,9 @@ def unreachable(exc: BaseException, client: Any = None) -> BackendUnavailableErr
 
 @contextlib.contextmanager
 def engine(client: Any = None) -> Iterator[None]:
-    """Around docker SDK calls: an unreachable engine becomes :class:`BackendUnavailableError` (one line);
-    the engine's own answers (``NotFound``, ``APIError``) pass through."""
+    """Around docker SDK calls: an unreachable engine becomes
+    [`BackendUnavailableError`][themisto_env.errors.BackendUnavailableError] (one line); the engine's own answers
+    (``NotFound``, ``APIError``) pass through."""
     try:
         yield
     except Exception as exc:

@@ -1,7 +1,7 @@
 """Where a kernel environment lives, by its id: the sandbox side of ``themisto kernel-env``.
 
 A kernel environment (made by ``themisto kernel-env create``, see
-:mod:`themisto_env.replay.kernel_environments`) is named by a content id (a hash of its Python version,
+`themisto_env.replay.kernel_environments`) is named by a content id (a hash of its Python version,
 requirements and Debian packages). From the id alone the launchers find it: a venv at
 ``<cache>/environments/<id>/venv`` for the ``local`` and ``bwrap`` backends, an image
 ``themisto-kernel-env:<id>`` for ``docker``. Nothing here builds anything.
@@ -21,7 +21,7 @@ _ID = re.compile(r"^[0-9a-f]{12}$")
 
 
 def environments_dir() -> Path:
-    """``<cache>/environments`` (see :func:`~themisto_env.sandbox.store.snapshots.default_cache_dir`)."""
+    """``<cache>/environments`` (see `default_cache_dir`)."""
     return default_cache_dir() / "environments"
 
 

@@ -81,7 +81,7 @@ class ExecutionResult(BaseModel):
         return next((o for o in self.outputs if o.get("output_type") == "error"), None)
 
     def text(self) -> str:
-        """The text a person sees, rendered by :func:`themisto_env.sandbox.rendering.render_outputs`."""
+        """The text a person sees, rendered by `themisto_env.sandbox.rendering.render_outputs`."""
         return render_outputs(self.outputs)
 
 

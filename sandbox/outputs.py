@@ -21,8 +21,8 @@ The output cap (``limit``, in characters of stream text and of the JSON of displ
 fits, in order. A stream is cut at the cap. A display output or result that does not fit keeps its
 ``text/plain`` alone, if that fits, and names what it dropped in its metadata
 (``{"themisto_dropped": ["image/png (1.2 MB)"]}``); otherwise it is dropped whole. Stream text cut and
-outputs dropped whole are counted in :attr:`OutputCollector.omitted` and noted at the end by
-:meth:`OutputCollector.finish` (``[output truncated: N more bytes not shown]`` on stderr). With an image
+outputs dropped whole are counted in `OutputCollector.omitted` and noted at the end by
+`OutputCollector.finish` (``[output truncated: N more bytes not shown]`` on stderr). With an image
 budget (``images_limit``, in characters; a build's, so that it can keep figures in its dataset's file
 store), images (``image/*``) that the cap would drop from a display output that keeps its ``text/plain``
 are kept instead while they fit in the budget, named in its metadata (``{"themisto_over_cap":

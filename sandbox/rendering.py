@@ -1,6 +1,6 @@
 """The text a person sees for a cell's outputs: the target of the output-prediction task.
 
-:func:`render_outputs` turns a list of nbformat v4 output dicts into one string, one rule per kind:
+`render_outputs` turns a list of nbformat v4 output dicts into one string, one rule per kind:
 
 ``stream`` (stdout, stderr)
     Its ``text`` (a string, or a list of strings as nbformat stores it on disk). Adjacent stream outputs
@@ -29,7 +29,7 @@ The rendered parts are joined in order with one newline; a part's own final newl
 one) is dropped first so that it does not become an empty line, and parts that render empty are skipped.
 The result has no trailing newline.
 
-:func:`normalize_for_comparison` is for measuring *replay agreement*: whether an output recorded in the
+`normalize_for_comparison` is for measuring *replay agreement*: whether an output recorded in the
 log and the output of replaying the same cell are the same up to what legitimately differs between two
 runs. It is not applied to prediction targets. The rules, applied in this order:
 
@@ -221,7 +221,7 @@ def normalize_for_comparison(text: str) -> str:
     normalised forms are equal.
 
     Args:
-        text: Rendered output text (see :func:`render_outputs`).
+        text: Rendered output text (see `render_outputs`).
 
     Returns:
         The normalised text.

@@ -1,7 +1,7 @@
 """Shared fixtures: backend gating, a kernel per test, and a check that nothing is left running.
 
 What a test needs is said by the fixtures it uses, and the markers follow from them at collection
-(:func:`pytest_collection_modifyitems`), so that no test can forget one:
+(`pytest_collection_modifyitems`), so that no test can forget one:
 
 - ``docker``: it uses the Docker engine: a fixture decorated ``@needs("docker")`` (e.g. ``docker_engine``),
   or a ``docker`` parameter of a parametrized backend (``backend``, ``backend_name``);
@@ -10,7 +10,7 @@ What a test needs is said by the fixtures it uses, and the markers follow from t
 - ``training``: it runs a TRL training (``@needs``, the ``rl`` extra);
 - ``slow``: said where the test is defined: ``@pytest.mark.slow``, a module's ``pytestmark``, or the
   ``marks`` of a ``pytest.param`` case (one case of a parametrized test), for a test whose call takes more
-  than :data:`FAST_SECONDS`.
+  than `FAST_SECONDS`.
 
 Fixtures shared by several test folders live here; those of one folder live in its ``conftest.py``
 (``tests/sandbox``: the ``backend`` cases, bwrap; ``tests/replay``: pinned environments; ``tests/agents``,
@@ -121,7 +121,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 _RUNNING: list[pytest.Item] = []
-"""The test being set up or run (one at a time per process), for :func:`require_backend`'s check."""
+"""The test being set up or run (one at a time per process), for `require_backend`'s check."""
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -2,10 +2,10 @@
 
 Importing the package registers the gymnasium ids ``themisto/NextCell-v0`` and
 ``themisto/OutputPrediction-v0`` (registration only: nothing is started at import). It re-exports,
-lazily (each imported from its module on first use), the exception tree (:mod:`themisto_env.errors`) and
-the names most code starts from: the env, its actions and options, the dataset, samples and trajectories;
+lazily (each imported from its module on first use), the exception tree ([`themisto_env.errors`][themisto_env.errors])
+and the names most code starts from: the env, its actions and options, the dataset, samples and trajectories;
 and the verifiers taskset and harness (``ThemistoTaskset``, ``ThemistoHarness``: the package is a
-verifiers 0.4 environment, ``vf-eval themisto-env``; see :mod:`themisto_env.bridges.vf_env`). Each
+verifiers 0.4 environment, ``vf-eval themisto-env``; see `themisto_env.bridges.vf_env`). Each
 subpackage owns one job (``data``, ``replay``, ``scoring``, ``env``, ``run``, ``bridges``, ``agents``,
 ``sandbox``, ``metrics``; see docs/architecture.md). A package's face is its ``__init__.pyi``: a line per
 public name, from the module that defines it; ``lazy_loader.attach_stub`` makes ``__all__`` from it and

@@ -1,4 +1,4 @@
-"""The public names of :mod:`themisto_env`, a line each (``__init__.py`` imports each on first use)."""
+"""The public names of [`themisto_env`][themisto_env], a line each (``__init__.py`` imports each on first use)."""
 
 from ._version import __version__ as __version__
 from .bridges.vf_taskset import ThemistoHarness as ThemistoHarness

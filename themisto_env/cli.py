@@ -1,6 +1,6 @@
 """The ``themisto`` command line: the console entry point (``themisto_env.cli:main``) and the app it runs.
 
-Each group and command lives in :mod:`themisto_env.commands` (``sandbox``, ``kernel-env``, ``data``, ``run``,
+Each group and command lives in `themisto_env.commands` (``sandbox``, ``kernel-env``, ``data``, ``run``,
 ``agents``, ``compare``, ``report``, ``view``); this module assembles them into one Typer app.
 """
 
@@ -54,7 +54,7 @@ def main() -> None:
 
 
 def widen_help() -> None:
-    """``--help`` piped or captured (no terminal, no ``TERMINAL_WIDTH``) is :data:`HELP_WIDTH` wide; on a
+    """``--help`` piped or captured (no terminal, no ``TERMINAL_WIDTH``) is `HELP_WIDTH` wide; on a
     terminal it takes the terminal's width."""
     import typer.rich_utils
 

@@ -1,6 +1,7 @@
 """Progress of long work (a build, a run): a bar on a terminal, a line now and then when piped.
 
-:class:`ProgressLine` writes to stderr (stdout stays for what a command prints: ``themisto data info
+[`ProgressLine`][themisto_env.progress.ProgressLine] writes to stderr (stdout stays for what a command prints:
+``themisto data info
 --json | jq`` works while the bundled data is built). On a terminal it is rich's live bar; otherwise
 (piped, redirected, a CI log) it writes one plain line when it starts, then one every ``every`` seconds
 as work advances, and one at the end, so that a log shows the work moving without a bar's control codes.

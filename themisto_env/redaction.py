@@ -1,15 +1,16 @@
 """Secrets never written: which option names and values are secrets, and their removal from records.
 
-A value is a secret when it sits under a secret-like name (:func:`is_secret_name`: ``api_key``, ``api-key``,
-``x-api-key``, ``key``, ``token``, ``secret``, ``password``, ``authorization``, ``credentials``, ... at any
-depth, e.g. in ``default_headers``), when it is the password of a URL (``http://user:PASSWORD@host``) or a
-key-like query parameter of one (``?api-key=...``), or when it is the value of an environment variable
-with such a name (``OPENAI_API_KEY``, ``AWS_SECRET_ACCESS_KEY``, ``HF_TOKEN``).
+A value is a secret when it sits under a secret-like name ([`is_secret_name`][themisto_env.redaction.is_secret_name]:
+``api_key``, ``api-key``, ``x-api-key``, ``key``, ``token``, ``secret``, ``password``, ``authorization``,
+``credentials``, ... at any depth, e.g. in ``default_headers``), when it is the password of a URL
+(``http://user:PASSWORD@host``) or a key-like query parameter of one (``?api-key=...``), or when it is the value of an
+environment variable with such a name (``OPENAI_API_KEY``, ``AWS_SECRET_ACCESS_KEY``, ``HF_TOKEN``).
 
-:func:`redact` replaces them with ``[REDACTED]``: the whole value under a secret-like name, and, for values
-long enough to be real keys (:data:`MIN_SECRET_CHARS`), every occurrence in any string (a key echoed by a
-server into a reply, or quoted in an error). Short placeholders (``EMPTY``, ``ollama``, ``x``: what local
-servers take as a key) are removed only where they are named, never as substrings of code or text.
+[`redact`][themisto_env.redaction.redact] replaces them with ``[REDACTED]``: the whole value under a secret-like name,
+and, for values long enough to be real keys ([`MIN_SECRET_CHARS`][themisto_env.redaction.MIN_SECRET_CHARS]), every
+occurrence in any string (a key echoed by a server into a reply, or quoted in an error). Short placeholders (``EMPTY``,
+``ollama``, ``x``: what local servers take as a key) are removed only where they are named, never as substrings of code
+or text.
 """
 
 from __future__ import annotations
@@ -93,8 +94,9 @@ def without_secrets(options: Any) -> Any:
 
 def redact(value: Any, secrets: Iterable[str]) -> Any:
     """``value`` with secrets replaced by ``[REDACTED]``: the whole value under a secret-like name, at any
-    depth; and every occurrence, in any string, of the secrets at least :data:`MIN_SECRET_CHARS` long and
-    of URL passwords (see the module docstring)."""
+    depth; and every occurrence, in any string, of the secrets at least
+    [`MIN_SECRET_CHARS`][themisto_env.redaction.MIN_SECRET_CHARS] long and of URL passwords (see the module
+    docstring)."""
     secrets = set(secrets)
     long = sorted((s for s in secrets if len(s) >= MIN_SECRET_CHARS), key=len, reverse=True)
 

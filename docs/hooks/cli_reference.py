@@ -1,7 +1,7 @@
 """mkdocs hook: the CLI reference page, written from the ``themisto`` command line's own definitions.
 
-At build time it walks the Typer app of :mod:`themisto_env.cli` (its groups and commands, as ``--help``
-shows them) and puts, where ``docs/cli.md`` holds :data:`MARKER`, one section per command: its help, its
+At build time it walks the Typer app of `themisto_env.cli` (its groups and commands, as ``--help``
+shows them) and puts, where ``docs/cli.md`` holds `MARKER`, one section per command: its help, its
 usage line and a table of its arguments and options. Nothing is kept by hand: a new option is in the next build.
 """
 

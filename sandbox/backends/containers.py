@@ -1,10 +1,10 @@
 """Kernel containers as the host keeps track of them: labels, owners, stale ones, and what the host sees.
 
-Each kernel container gets a unique name (``themisto-kernel-<hex>``) and labels (:func:`container_labels`)
-that let :func:`remove_stale_containers` find containers whose host process died:
+Each kernel container gets a unique name (``themisto-kernel-<hex>``) and labels (`container_labels`)
+that let `remove_stale_containers` find containers whose host process died:
 ``themisto-env.kernel=1``, ``themisto-env.host`` (host name), ``themisto-env.host-pid``,
 ``themisto-env.host-pid-start`` (the process's start time, so a reused pid is not mistaken for the
-owner) and ``themisto-env.created``. The label names are defined in :mod:`themisto_env.sandbox.lifetime.leftovers`
+owner) and ``themisto-env.created``. The label names are defined in `themisto_env.sandbox.lifetime.leftovers`
 (the reaper, which must not import the docker backend, reads them too).
 
 What the host can see of a running container without asking the engine is here as well: its processes

@@ -13,14 +13,14 @@ when the kernel may see it at all, is mounted read-only under ``/mnt``: a kernel
 kernel writes goes to the ``/tmp`` tmpfs (which counts against the memory limit).
 
 Permissions: the kernel runs as uid 1000, so every writable mount must be writable by that uid. The
-:class:`~themisto_env.sandbox.kernel.core.Kernel` already makes its run directory mode 0777; for any writable
+[`Kernel`][themisto_env.sandbox.Kernel] already makes its run directory mode 0777; for any writable
 mount that is still not writable by uid 1000 the launcher adds the ``o+rwx`` bits itself (never
 recursively, never removing bits). The connection file must be readable by uid 1000; the kernel rewrites
 it as its own user with mode 0600, so the host keeps its content in memory.
 
-The engine's client and errors are :mod:`themisto_env.sandbox.engine`'s; what a kernel container
+The engine's client and errors are `themisto_env.sandbox.engine`'s; what a kernel container
 is (name, labels, run options) and the bookkeeping of containers (stale ones, what the host sees of them)
-are :mod:`themisto_env.sandbox.backends.containers`' (both re-exported here where callers used them).
+are `themisto_env.sandbox.backends.containers`' (both re-exported here where callers used them).
 The docker SDK is imported only when a launcher is used; importing this module has no side effects.
 """
 
@@ -77,7 +77,7 @@ class DockerLauncher(KernelLauncher):
             limits.
         shared_dirs: Host directories bind-mounted read-write (the run dir, at the same path).
         readonly_dirs: Host directories bind-mounted read-only (the snapshot store, under /mnt).
-        image: The kernel image; default :func:`default_image` (``themisto-kernel:<tag>`` of the host's
+        image: The kernel image; default `default_image` (``themisto-kernel:<tag>`` of the host's
             package set).
         environment: A kernel environment's id (``themisto kernel-env create --docker``): its image
             (``themisto-kernel-env:<id>``) unless ``image`` is given.
@@ -174,7 +174,7 @@ class DockerLauncher(KernelLauncher):
 
     def container_options(self, readonly: set[Path], workdir: Path) -> dict[str, Any]:
         """The docker SDK's ``containers.run`` options of this kernel's container (see
-        :func:`~themisto_env.sandbox.backends.containers.kernel_container_options`)."""
+        `kernel_container_options`)."""
         return kernel_container_options(self.limits, self._targets, readonly=readonly, workdir=workdir)
 
     def start(self, connection_file: Path, workdir: Path) -> None:
@@ -238,7 +238,7 @@ class DockerLauncher(KernelLauncher):
     def _find_init(self) -> None:
         """Learn the host pid of the container's init, if it is really visible here (same pid namespace as
         dockerd): its command line is docker-init's, ending with this kernel's connection file. Under load
-        the engine may answer before the container has a pid: :meth:`pid` asks again later."""
+        the engine may answer before the container has a pid: `pid` asks again later."""
         if self._container is None:
             return
         pid = int(self._container.attrs.get("State", {}).get("Pid") or 0)
@@ -277,7 +277,8 @@ class DockerLauncher(KernelLauncher):
         return bool(self._reload().get("Running"))
 
     def check_backend(self) -> None:
-        """Ping the engine: an unreachable one raises :class:`BackendUnavailableError` (one line)."""
+        """Ping the engine: an unreachable one raises
+        [`BackendUnavailableError`][themisto_env.errors.BackendUnavailableError] (one line)."""
         client = self._docker()
         with engine(client):
             client.ping()

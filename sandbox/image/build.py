@@ -1,11 +1,11 @@
 """Building kernel images: the default image from the host's package set, and any image from wheels.
 
-:func:`build_image` builds ``themisto-kernel:<tag>`` (see :mod:`themisto_env.sandbox.image.spec`) unless it
+`build_image` builds ``themisto-kernel:<tag>`` (see `themisto_env.sandbox.image.spec`) unless it
 exists, with no registry (the default: wheels downloaded on the host, the base from
-:mod:`themisto_env.sandbox.image.debootstrap`, ``pip install --no-index`` in a build with no network) or from
-``python:3.11-slim-bookworm`` where a registry is reachable. :func:`build_from_wheels` is the no-registry
+`themisto_env.sandbox.image.debootstrap`, ``pip install --no-index`` in a build with no network) or from
+``python:3.11-slim-bookworm`` where a registry is reachable. `build_from_wheels` is the no-registry
 build for wheels already at hand (the kernel environments' images use it, with their own Debian
-packages). Builds sharing the cache take turns (:func:`build_lock`).
+packages). Builds sharing the cache take turns (`build_lock`).
 """
 
 from __future__ import annotations
@@ -49,10 +49,10 @@ def build_image(
     method: BuildMethod = "debootstrap",
     console: Console | None = None,
 ) -> str:
-    """Build the kernel image for ``spec`` (default: :func:`default_spec`) unless it exists.
+    """Build the kernel image for ``spec`` (default: `default_spec`) unless it exists.
 
     Args:
-        spec: The package set; default the host's versions of :data:`DEFAULT_PACKAGES`.
+        spec: The package set; default the host's versions of `DEFAULT_PACKAGES`.
         force: Rebuild even if the image exists (the cached wheels and base are still reused).
         method: ``debootstrap`` (no registry; needs root and debootstrap) or ``dockerfile`` (``docker
             build`` from ``python:3.11-slim-bookworm``; needs a registry).
@@ -122,7 +122,7 @@ def build_from_wheels(
 ) -> None:
     """Build image ``name`` for ``spec`` from ``wheels`` with no registry and no network: on the debootstrap
     base with the Debian packages ``include`` (made first if missing), the image's Dockerfile installs the
-    wheels with ``pip install --no-index``. The caller holds :func:`build_lock`.
+    wheels with ``pip install --no-index``. The caller holds `build_lock`.
 
     Args:
         client: A ``docker.DockerClient``.

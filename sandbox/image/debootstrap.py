@@ -1,9 +1,9 @@
 """The debootstrap root: the kernel image's base, a minimal Debian made with no registry at all.
 
-:func:`ensure_base` makes (once) the base image ``themisto-kernel-base:<suite>-<key>``: ``debootstrap
+`ensure_base` makes (once) the base image ``themisto-kernel-base:<suite>-<key>``: ``debootstrap
 --variant=minbase`` of Debian's ``bookworm`` with Python and the requested Debian packages, packed into a
-tarball (cached, see :func:`~themisto_env.sandbox.image.spec.cache_dir`) and ``docker import``-ed. The Debian
-mirror is the one apt uses on this host (:func:`debian_mirror`). Needs root and ``debootstrap``.
+tarball (cached, see `cache_dir`) and ``docker import``-ed. The Debian
+mirror is the one apt uses on this host (`debian_mirror`). Needs root and ``debootstrap``.
 """
 
 from __future__ import annotations

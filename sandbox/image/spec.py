@@ -1,9 +1,9 @@
-"""The kernel image's package set and name: :class:`ImageSpec`, the default spec, and its build context.
+"""The kernel image's package set and name: `ImageSpec`, the default spec, and its build context.
 
 The image is named ``themisto-kernel:<tag>``, where the tag is a hash of the package set and of the
 recipe (``image/Dockerfile``): a changed package set is a new image, never a stale one. The default
-package set is the *host's* exact versions of :data:`DEFAULT_PACKAGES` and of everything they depend on,
-because a dill snapshot only loads under the versions that wrote it. :func:`write_context` writes a
+package set is the *host's* exact versions of `DEFAULT_PACKAGES` and of everything they depend on,
+because a dill snapshot only loads under the versions that wrote it. `write_context` writes a
 ``docker build`` context for a spec (the Dockerfile, requirements, constraints and wheels).
 """
 
@@ -145,14 +145,14 @@ def _distribution(name: str) -> importlib.metadata.Distribution | None:
 
 @functools.cache
 def default_spec() -> ImageSpec:
-    """The host-pinned spec of :data:`DEFAULT_PACKAGES`, and of those :data:`OPTIONAL_PACKAGES` the host
+    """The host-pinned spec of `DEFAULT_PACKAGES`, and of those `OPTIONAL_PACKAGES` the host
     has (computed once per process)."""
     return ImageSpec.from_host([*DEFAULT_PACKAGES, *(n for n in OPTIONAL_PACKAGES if _distribution(n) is not None)])
 
 
 @functools.cache
 def package_set_digest() -> str:
-    """A digest of this Python's kernel package set (:func:`default_spec`'s pins: every installed package the
+    """A digest of this Python's kernel package set (`default_spec`'s pins: every installed package the
     kernel's packages need, at its version), the same in the kernel image built from it. A dataset replayed
     here is kept under it (its snapshots load only under those versions); ``unpinned`` where the kernel's
     packages are not all installed."""

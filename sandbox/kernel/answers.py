@@ -1,7 +1,7 @@
 """What the in-kernel helper answers about the user's state: one model per introspection call.
 
-:class:`~themisto_env.sandbox.kernel.core.Kernel` validates each answer of
-:mod:`~themisto_env.sandbox.kernel.helper` into these models (``kernel.introspect.list_variables``,
+[`Kernel`][themisto_env.sandbox.Kernel] validates each answer of
+`helper` into these models (``kernel.introspect.list_variables``,
 ``kernel.introspect.inspect_variable``, ...), so callers read fields, never dict keys. Sizes are approximate deep
 sizes in bytes (numpy ``nbytes``, pandas deep memory usage, containers recursively).
 """
@@ -60,7 +60,7 @@ class VariableDetail(_Answer):
 
     Attributes:
         name: The variable's name.
-        type: Its type, as in :class:`VariableRow`.
+        type: Its type, as in `VariableRow`.
         shape: The shape of arrays and frames.
         length: ``len()`` of containers.
         size_bytes: Approximate deep size.
@@ -99,7 +99,7 @@ class MemoryRow(_Answer):
 
     Attributes:
         name: The variable's name.
-        type: Its type, as in :class:`VariableRow`.
+        type: Its type, as in `VariableRow`.
         size_bytes: Approximate deep size.
     """
 

@@ -14,17 +14,17 @@ Its members (15, and `__enter__`/`__exit__`; a test holds the set to this list):
 A part of a closed kernel raises what the kernel's own calls raise (an `InfrastructureError` saying it is
 not started or was closed), and one of a dead kernel a `KernelDiedError`. Three implementations satisfy it:
 
-- :class:`~themisto_env.sandbox.kernel.core.Kernel`, a kernel started on this machine by a backend's
-  :class:`~themisto_env.sandbox.kernel.launcher.KernelLauncher` (``local``, ``bwrap``, ``docker``);
-- the same :class:`~themisto_env.sandbox.kernel.core.Kernel` forked from a warm process
-  (:class:`~themisto_env.sandbox.template.core.KernelTemplate`: ``Kernel(..., template=...)``, made by
+- [`Kernel`][themisto_env.sandbox.Kernel], a kernel started on this machine by a backend's
+  [`KernelLauncher`][themisto_env.sandbox.KernelLauncher] (``local``, ``bwrap``, ``docker``);
+- the same [`Kernel`][themisto_env.sandbox.Kernel] forked from a warm process
+  ([`KernelTemplate`][themisto_env.sandbox.KernelTemplate]: ``Kernel(..., template=...)``, made by
   ``KernelTemplate.kernel()`` and ``KernelTemplate.copies()``), which differs only by its launcher
-  (:class:`~themisto_env.sandbox.kernel.forked.ForkLauncher`);
-- :class:`~themisto_env.sandbox.ray.kernel.RemoteKernel`, a kernel in a Ray actor on another node, which
+  (`ForkLauncher`);
+- [`RemoteKernel`][themisto_env.sandbox.RemoteKernel], a kernel in a Ray actor on another node, which
   answers the same calls with the same typed answers and exceptions (its parts forward over the actor).
 
-Factories (:func:`~themisto_env.sandbox.ray.kernel.make_kernel`, a
-:class:`~themisto_env.sandbox.kernel.pool.KernelPool`, a template) are typed with it: code written against the
+Factories ([`make_kernel`][themisto_env.sandbox.make_kernel], a
+`KernelPool`, a template) are typed with it: code written against the
 contract cannot tell the three apart, and one conformance suite
 (`themisto_env.sandbox.kernel.conformance`) runs on any of them. Kernel-specific extras (``run_dir``,
 ``isolated``, the full launcher) are each implementation's own.
@@ -67,7 +67,7 @@ MEASURE_TIMEOUT_S = 10.0
 
 class LauncherReadings(Protocol):
     """What callers read of a kernel's launcher: its limits and the backend's health, taken from outside the
-    kernel (a :class:`~themisto_env.sandbox.kernel.launcher.KernelLauncher`, or a remote kernel's view of one)."""
+    kernel (a [`KernelLauncher`][themisto_env.sandbox.KernelLauncher], or a remote kernel's view of one)."""
 
     @property
     def enforces_limits(self) -> bool:
@@ -87,7 +87,8 @@ class LauncherReadings(Protocol):
         ...
 
     def check_backend(self) -> None:
-        """Raise :class:`~themisto_env.errors.BackendUnavailableError` when the backend itself is gone."""
+        """Raise [`BackendUnavailableError`][themisto_env.errors.BackendUnavailableError] when the backend itself is
+        gone."""
         ...
 
 
@@ -121,7 +122,8 @@ class KernelLike(Protocol):
 
     @property
     def restarts(self) -> int:
-        """How often the kernel process was restarted (by :meth:`restart`, or after a wedged cell)."""
+        """How often the kernel process was restarted (by [`restart`][themisto_env.sandbox.KernelLike.restart], or after
+        a wedged cell)."""
         ...
 
     @property

@@ -1,22 +1,22 @@
 """A Jupyter kernel on any backend: start, execute, restart, close; its snapshots and introspection as parts.
 
-:class:`Kernel` holds one part per job, each a plain class in its own module (it inherits from none:
-``Kernel.__mro__`` is ``(Kernel, object)``). Its lifetime and ``execute``/``call`` are its own methods; the
+[`Kernel`][themisto_env.sandbox.Kernel] holds one part per job, each a plain class in its own module (it inherits from
+none: ``Kernel.__mro__`` is ``(Kernel, object)``). Its lifetime and ``execute``/``call`` are its own methods; the
 snapshots and the introspection are named parts a caller reaches directly (``kernel.snapshots.save()``,
 ``kernel.introspect.list_variables()``), not re-exposed one method at a time:
 
-- :class:`~themisto_env.sandbox.kernel.process.KernelProcess`: the run directory and the backend's
-  :class:`~themisto_env.sandbox.kernel.launcher.KernelLauncher` (start, restart, interrupt, liveness, close);
-- :class:`~themisto_env.sandbox.kernel.messaging.KernelMessaging`: the Jupyter messaging protocol
+- `KernelProcess`: the run directory and the backend's
+  [`KernelLauncher`][themisto_env.sandbox.KernelLauncher] (start, restart, interrupt, liveness, close);
+- `KernelMessaging`: the Jupyter messaging protocol
   (execute, replies, output collection, timeouts, helper calls; a kernel that dies while a reply is
-  awaited raises :class:`~themisto_env.errors.KernelDiedError` within a second instead of hanging);
-- :class:`~themisto_env.sandbox.kernel.snapshots.KernelSnapshots` (``kernel.snapshots``): save and restore
+  awaited raises [`KernelDiedError`][themisto_env.errors.KernelDiedError] within a second instead of hanging);
+- `KernelSnapshots` (``kernel.snapshots``): save and restore
   through the content-addressed store, and the working folder's files;
-- :class:`~themisto_env.sandbox.kernel.introspection.KernelIntrospection` (``kernel.introspect``): typed
+- `KernelIntrospection` (``kernel.introspect``): typed
   helper calls (variables, memory, fingerprints).
 
 The parts hold each other as members: messaging holds the process part; snapshots and introspection hold
-the messaging part. :class:`Kernel` satisfies :class:`~themisto_env.sandbox.kernel.contract.KernelLike`,
+the messaging part. [`Kernel`][themisto_env.sandbox.Kernel] satisfies [`KernelLike`][themisto_env.sandbox.KernelLike],
 the contract its callers are typed with; a kernel forked from a template (``template=``) is the same
 class with another launcher.
 
@@ -61,8 +61,9 @@ class Kernel:
         spec: What kind of kernel (a `KernelSpec`), or the backend's name: ``local`` (default, not
             isolated), ``bwrap`` or ``docker``. Its ``ray`` and ``fork`` are its makers' business
             (`make_kernel`, the state server): a `Kernel` runs on this machine, started or forked as told.
-        template: A :class:`~themisto_env.sandbox.template.core.KernelTemplate` to fork the kernel from instead of
-            starting one (usually through :meth:`KernelTemplate.kernel` or :meth:`KernelTemplate.copies`).
+        template: A [`KernelTemplate`][themisto_env.sandbox.KernelTemplate] to fork the kernel from instead of
+            starting one (usually through [`KernelTemplate.kernel`][themisto_env.sandbox.KernelTemplate.kernel] or
+            `KernelTemplate.copies`).
         **fields: The spec's fields to set or replace (`KernelFields`): ``limits``, ``snapshot_dir``,
             ``store_access`` (``read``: the store mounted read-only; ``copy``: not mounted, each snapshot to
             restore copied into the run directory; either way a kernel never writes the store: `snapshots.save()`
@@ -132,7 +133,8 @@ class Kernel:
 
     @property
     def restarts(self) -> int:
-        """How often the kernel process was restarted (by :meth:`restart`, or after a wedged cell)."""
+        """How often the kernel process was restarted (by [`restart`][themisto_env.sandbox.Kernel.restart], or after a
+        wedged cell)."""
         return self._process.restarts
 
     @property
@@ -158,7 +160,7 @@ class Kernel:
                 the host refused what a start needs (its run directory, its IPC sockets: an ``OSError`` or a
                 ``ZMQError``, named in the message).
 
-        See :meth:`~themisto_env.sandbox.kernel.process.KernelProcess.open`.
+        See `open`.
         """
         if self._process.started:
             return self
@@ -190,7 +192,7 @@ class Kernel:
             graceful: Ask the process to end first (SIGTERM); else kill it outright (a kernel about to
                 be discarded, which may be busy with code that ignores signals).
 
-        See :meth:`~themisto_env.sandbox.kernel.messaging.KernelMessaging.disconnect`.
+        See `disconnect`.
         """
         with self._close_lock:
             lifetime.untrack(self)
@@ -215,21 +217,21 @@ class Kernel:
     def is_alive(self) -> bool:
         """Whether the kernel process is running.
 
-        See :meth:`~themisto_env.sandbox.kernel.process.KernelProcess.is_alive`.
+        See `is_alive`.
         """
         return self._process.is_alive()
 
     def interrupt(self) -> None:
         """Send an interrupt (SIGINT) to the kernel.
 
-        See :meth:`~themisto_env.sandbox.kernel.process.KernelProcess.interrupt`.
+        See `interrupt`.
         """
         self._process.interrupt()
 
     def restart(self) -> None:
         """Kill the kernel process and start a fresh one (the user's state is gone).
 
-        See :meth:`~themisto_env.sandbox.kernel.messaging.KernelMessaging.restart`.
+        See `restart`.
         """
         self._messaging.restart()
 
@@ -239,7 +241,7 @@ class Kernel:
         self, code: str, *, timeout_s: float | None = None, fingerprint: bool = False, interrupt: bool = True
     ) -> ExecutionResult:
         """Run a cell as a user would (stored in history, counted) and return what it produced; see
-        :meth:`KernelMessaging.execute <themisto_env.sandbox.kernel.messaging.KernelMessaging.execute>`.
+        `KernelMessaging.execute`.
 
         Raises:
             KernelDiedError: The kernel process died while running the cell.
@@ -248,7 +250,7 @@ class Kernel:
 
     def call(self, function: str, *, timeout_s: float | None = None, **kwargs: Any) -> Any:
         """Run a function of the in-kernel helper without touching the user's state; return its value (see
-        :meth:`KernelMessaging.call <themisto_env.sandbox.kernel.messaging.KernelMessaging.call>`)."""
+        `KernelMessaging.call`)."""
         return self._messaging.call(function, timeout_s=timeout_s, **kwargs)
 
     # -- the parts: snapshots and introspection ------------------------------------------------------------

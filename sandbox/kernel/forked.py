@@ -1,6 +1,6 @@
-"""The process side of a kernel forked from a kernel template (:mod:`themisto_env.sandbox.template.core`).
+"""The process side of a kernel forked from a kernel template (`themisto_env.sandbox.template.core`).
 
-A forked kernel is its template's child, not its owner's: :class:`ForkLauncher` watches and signals it
+A forked kernel is its template's child, not its owner's: `ForkLauncher` watches and signals it
 through a pidfd the template sent (no race against pid reuse), and asks the template for its exit status.
 """
 
@@ -24,7 +24,7 @@ __all__ = ["SHARED", "ForkLauncher", "ForkSource", "exited", "fork_launcher_clas
 
 
 class ForkSource(Protocol):
-    """What a forked kernel needs of its template (:class:`~themisto_env.sandbox.template.core.KernelTemplate`)."""
+    """What a forked kernel needs of its template ([`KernelTemplate`][themisto_env.sandbox.KernelTemplate])."""
 
     @property
     def base(self) -> ForkSource | None:
@@ -87,7 +87,8 @@ def _host_pid(pidfd: int) -> int | None:
 
 
 class ForkLauncher(KernelLauncher):
-    """The process side of a kernel forked from a :class:`KernelTemplate` (same contract as a started one).
+    """The process side of a kernel forked from a [`KernelTemplate`][themisto_env.sandbox.KernelTemplate] (same contract
+    as a started one).
 
     The kernel is the template's child, not this process's: it is watched and signalled through a pidfd,
     and its exit status comes from the template that reaped it. Restarting forks a fresh kernel from the

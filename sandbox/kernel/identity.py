@@ -2,8 +2,8 @@
 
 Copies forked inside one container share its kernel, its cgroup and its image; what keeps them apart is
 that each takes a uid of its own right after the fork, before any model code runs
-(``_take_identity`` in :mod:`themisto_env.sandbox.template.zygote`). The host picks the uid (a random slot of
-:data:`UID_SLOTS`, never used twice by this process) and gives the copy's folders to it beforehand, so the
+(``_take_identity`` in `themisto_env.sandbox.template.zygote`). The host picks the uid (a random slot of
+`UID_SLOTS`, never used twice by this process) and gives the copy's folders to it beforehand, so the
 template needs no ``CAP_CHOWN``:
 
 - the run directory stays the host's, sticky, writable by the copy's group only (its IPC sockets go there;

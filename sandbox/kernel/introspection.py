@@ -1,9 +1,9 @@
 """A kernel's introspection: typed calls of the in-kernel helper (the kernel's ``introspect`` part).
 
-:class:`KernelIntrospection` asks the helper (:mod:`themisto_env.sandbox.kernel.helper`) about the user's
+`KernelIntrospection` asks the helper (`themisto_env.sandbox.kernel.helper`) about the user's
 state: variables, one variable, dataframe views, memory, sources, fingerprints, package versions; none of
 it changes the user namespace, ``_``, ``Out``, the execution counter or the history. Each answer is
-validated into a model of :mod:`themisto_env.sandbox.kernel.answers`. The working folder is the snapshots
+validated into a model of `themisto_env.sandbox.kernel.answers`. The working folder is the snapshots
 part's (`KernelSnapshots`).
 """
 
@@ -25,7 +25,7 @@ from themisto_env.sandbox.kernel.contract import MEASURE_TIMEOUT_S
 from themisto_env.sandbox.kernel.messaging import HELPER_MODULE, KernelMessaging, helper_value
 
 #: Bounds of a measurement's answer after model-written code ran (it may be forged; the time bound is
-#: :data:`~themisto_env.sandbox.kernel.contract.MEASURE_TIMEOUT_S`).
+#: `MEASURE_TIMEOUT_S`).
 MEASURE_MAX_NAMES, MEASURE_MAX_ENTRY = 100_000, 10_000
 
 
@@ -66,7 +66,7 @@ class KernelIntrospection:
     def inspect_variable(self, name: str, *, max_chars: int = 2000) -> VariableDetail:
         """One variable: type, shape, length, size, dtype(s) and its repr cut to ``max_chars``.
 
-        A ``__repr__`` that raises is answered in :attr:`VariableDetail.repr` (``<repr failed: ...>``).
+        A ``__repr__`` that raises is answered in `VariableDetail.repr` (``<repr failed: ...>``).
 
         Raises:
             UnknownNameError: No user variable is called ``name`` (the message names the nearest ones).
@@ -141,7 +141,7 @@ class KernelIntrospection:
     def fingerprint(self) -> dict[str, str]:
         """The user namespace's fingerprint: per name ``type|shape-or-length|content-hash`` (the hash
         where cheap). Equal in two kernels in the same state, in any process; see
-        :func:`themisto_env.sandbox.kernel.helper.namespace_fingerprint`.
+        `themisto_env.sandbox.kernel.helper.namespace_fingerprint`.
 
         Raises:
             InfrastructureError: The kernel could not answer.
@@ -177,7 +177,7 @@ class KernelIntrospection:
     def seal(self) -> str:
         """Seal the measuring side before model-written code runs: a private copy of the helper, with
         the builtins as they are now, kept under a random token (returned) that later code cannot guess.
-        See :meth:`sealed_fingerprint`."""
+        See `sealed_fingerprint`."""
         try:
             return str(self.messaging.call("seal"))
         except HelperError as exc:

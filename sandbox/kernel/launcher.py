@@ -1,9 +1,10 @@
 """The process side of a kernel: how it is started, watched, signalled and stopped.
 
-A :class:`KernelLauncher` owns one kernel *process* (a local subprocess, a container, ...). Messaging
-with the kernel is the same for every backend and lives in :class:`themisto_env.sandbox.kernel.core.Kernel`,
-which drives a launcher. A launcher is reusable: ``start`` may be called again after ``stop`` (that is
-how a kernel restarts). Backends are named in :data:`BACKENDS`.
+A [`KernelLauncher`][themisto_env.sandbox.KernelLauncher] owns one kernel *process* (a local subprocess, a container,
+...). Messaging with the kernel is the same for every backend and lives in
+[`themisto_env.sandbox.kernel.core.Kernel`][themisto_env.sandbox.Kernel], which drives a launcher. A launcher is
+reusable: ``start`` may be called again after ``stop`` (that is how a kernel restarts). Backends are named in
+    `BACKENDS`.
 """
 
 from __future__ import annotations
@@ -85,8 +86,8 @@ class KernelLauncher(ABC):
         return None
 
     def check_backend(self) -> None:
-        """Raise :class:`~themisto_env.errors.BackendUnavailableError` when the backend itself is gone
-        (before a dead kernel is blamed on the code it ran). Nothing to check for a local process."""
+        """Raise [`BackendUnavailableError`][themisto_env.errors.BackendUnavailableError] when the backend itself is
+        gone (before a dead kernel is blamed on the code it ran). Nothing to check for a local process."""
         return None
 
     def out_of_memory(self) -> bool:
@@ -115,7 +116,7 @@ class KernelLauncher(ABC):
 
     def owner_record(self) -> dict[str, list[Any]]:
         """What must go if the owning process dies, for the run directory's owner record
-        (:mod:`themisto_env.sandbox.lifetime.reaper`): ``processes`` (host pid and start time, each the leader
+        (`themisto_env.sandbox.lifetime.reaper`): ``processes`` (host pid and start time, each the leader
         of its process group) and ``containers`` (ids)."""
         return {"processes": [], "containers": []}
 

@@ -1,14 +1,14 @@
 """A kernel's messaging: execute requests, replies, output collection, timeouts and helper calls.
 
-:class:`KernelMessaging` speaks the Jupyter messaging protocol (jupyter_client over IPC sockets in the
-kernel's run directory) to the process that :class:`~themisto_env.sandbox.kernel.process.KernelProcess`
+`KernelMessaging` speaks the Jupyter messaging protocol (jupyter_client over IPC sockets in the
+kernel's run directory) to the process that `KernelProcess`
 started. While it waits for a reply it checks that the process is alive, so a kernel that dies (a
-segfault, ``os._exit``, the OOM killer, a removed container) raises :class:`KernelDiedError` within a
-second instead of hanging. A cell that runs past its timeout is interrupted, and the kernel restarted if
-it does not come back.
+segfault, ``os._exit``, the OOM killer, a removed container) raises
+[`KernelDiedError`][themisto_env.errors.KernelDiedError] within a second instead of hanging. A cell that runs past its
+timeout is interrupted, and the kernel restarted if it does not come back.
 
-On connecting it installs the in-kernel helper (:mod:`themisto_env.sandbox.kernel.helper`) under
-:data:`HELPER_MODULE`; :meth:`KernelMessaging.call` runs its functions without touching the user's state.
+On connecting it installs the in-kernel helper (`themisto_env.sandbox.kernel.helper`) under
+`HELPER_MODULE`; `KernelMessaging.call` runs its functions without touching the user's state.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ HELPER_MODULE = "_themisto_helper"
 
 
 def helper_expression(function: str, kwargs: dict[str, Any]) -> str:
-    """The user expression that calls a helper function (see :func:`kernel_helper.call`)."""
+    """The user expression that calls a helper function (see `kernel_helper.call`)."""
     return f"__import__('sys').modules[{HELPER_MODULE!r}].call({function!r}, {json.dumps(kwargs)!r})"
 
 
@@ -111,7 +111,7 @@ def _fingerprint_value(value: dict[str, Any] | None) -> dict[str, str] | None:
 
 
 class KernelMessaging:
-    """A kernel's messaging: the Jupyter protocol spoken to the process of a :class:`KernelProcess`.
+    """A kernel's messaging: the Jupyter protocol spoken to the process of a `KernelProcess`.
 
     Args:
         process: The kernel's process part (its connection info, launcher and limits).
@@ -179,7 +179,7 @@ class KernelMessaging:
 
     def disconnect(self) -> None:
         """Stop the client's channels, if connected: their sockets close now (``linger=0``), in order,
-        rather than in the client's ``__del__``; the process's shared context (:func:`client_context`) stays.
+        rather than in the client's ``__del__``; the process's shared context (`client_context`) stays.
         """
         client = self._client
         if client is not None:

@@ -1,7 +1,7 @@
 """Started kernels kept ready in the background, each handed out once.
 
 Starting a kernel (a process or a container) and importing the libraries a notebook uses costs about a
-second; a :class:`KernelPool` pays it ahead of time, on a background thread, so that whoever needs a
+second; a `KernelPool` pays it ahead of time, on a background thread, so that whoever needs a
 fresh kernel (a disposable kernel for model-written code, a reset) takes one that is already up::
 
     with KernelPool(lambda: Kernel("docker"), size=1, preload=("pandas", "numpy")) as pool:
@@ -11,8 +11,8 @@ fresh kernel (a disposable kernel for model-written code, a reset) takes one tha
 
 A kernel is handed out once and never comes back: what ran in it stays with it. Preloading imports the
 modules (``sys.modules``) without binding any user name, so a pooled kernel's namespace is as empty as a
-new one's. A kernel that fails to start in the background is reported by the next :meth:`KernelPool.take`
-(which then has another one started); the pool closes every kernel it still holds on :meth:`KernelPool.close`.
+new one's. A kernel that fails to start in the background is reported by the next `KernelPool.take`
+(which then has another one started); the pool closes every kernel it still holds on `KernelPool.close`.
 
 Kernels start on background threads, several at once: the ``size`` kept ready, and one more for each
 taker waiting when none is ready, at most ``max_starting`` (the CPU count by default) at a time. Eight
@@ -21,8 +21,8 @@ after another (a start that imports a dataset's libraries is CPU-bound, so they 
 figures in benchmarks/README.md, ``bench_first_sample.py``).
 
 Several owners of the same kind of kernel (envs of one dataset and backend in one process: a vector env,
-the rollout instances of a trainer) can share one pool: :func:`shared_pool` hands out a pool by key and
-counts its holders; each holder calls :meth:`KernelPool.release` once, and the last release closes it.
+the rollout instances of a trainer) can share one pool: `shared_pool` hands out a pool by key and
+counts its holders; each holder calls `KernelPool.release` once, and the last release closes it.
 A new holder then finds kernels already warm, started while the others worked.
 """
 
@@ -45,7 +45,7 @@ class KernelPool:
 
     Args:
         new_kernel: Makes a new, unstarted kernel.
-        size: How many ready kernels to keep (0: none ahead of time; :meth:`take` has one started).
+        size: How many ready kernels to keep (0: none ahead of time; `take` has one started).
         preload: Modules each kernel imports once started (missing ones are skipped).
         max_starting: Kernels starting at once, at most (None: the CPU count). Eight envs sharing the pool
             that take their first kernel together get them from concurrent starts, not one after another.
@@ -84,7 +84,7 @@ class KernelPool:
         takes the first that is ready. Each start that failed is reported to one taker (first to those
         that met none yet): the first it meets has another started (starts may fail once and work the
         next time), the second is raised, as is at once a failure that is not an
-        :class:`~themisto_env.errors.InfrastructureError`.
+        [`InfrastructureError`][themisto_env.errors.InfrastructureError].
 
         Raises:
             BackendUnavailableError: The backend cannot run here.
@@ -119,7 +119,7 @@ class KernelPool:
 
     def fill(self) -> None:
         """Start kernels in the background until ``size`` are ready or on their way (none while a failed
-        start waits to be reported by :meth:`take`)."""
+        start waits to be reported by `take`)."""
         with self._lock:
             self._start_wanted()
 
@@ -202,7 +202,7 @@ class KernelPool:
 
     @property
     def closed(self) -> bool:
-        """Whether :meth:`close` ran (a closed pool hands out no kernel)."""
+        """Whether `close` ran (a closed pool hands out no kernel)."""
         return self._closed
 
     def release(self) -> None:
@@ -239,7 +239,7 @@ def shared_pool(
     max_starting: int | None = None,
 ) -> KernelPool:
     """The process's pool for ``key`` (made on first use), with one more holder: call
-    :meth:`KernelPool.release` once when done. ``new_kernel``, ``size``, ``preload`` and ``max_starting``
+    `KernelPool.release` once when done. ``new_kernel``, ``size``, ``preload`` and ``max_starting``
     apply when the pool is made; holders of one key must want the same kernels."""
     with _SHARED_LOCK:
         pool = _SHARED.get(key)

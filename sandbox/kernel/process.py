@@ -1,14 +1,14 @@
 """A kernel's process: its run directory, start, restart, interrupt, liveness and close.
 
-:class:`KernelProcess` owns what a kernel is on the host: a private run directory and the backend's
-:class:`~themisto_env.sandbox.kernel.launcher.KernelLauncher` that runs the process in it. The run directory
+`KernelProcess` owns what a kernel is on the host: a private run directory and the backend's
+[`KernelLauncher`][themisto_env.sandbox.KernelLauncher] that runs the process in it. The run directory
 holds the connection file (``kernel.json``), the IPC sockets, the working folder (``work``), the owner
-record (see :mod:`themisto_env.sandbox.lifetime.reaper`) and two snapshot boxes (:data:`SNAPSHOT_INBOX`,
-:data:`SNAPSHOT_OUTBOX`).
+record (see `themisto_env.sandbox.lifetime.reaper`) and two snapshot boxes (`SNAPSHOT_INBOX`,
+`SNAPSHOT_OUTBOX`).
 
 It knows nothing of the Jupyter protocol: connecting to the started process and disconnecting from it
-are the messaging part's (:class:`~themisto_env.sandbox.kernel.messaging.KernelMessaging`, which holds
-this part), and :class:`~themisto_env.sandbox.kernel.core.Kernel` puts the two together.
+are the messaging part's (`KernelMessaging`, which holds
+this part), and [`Kernel`][themisto_env.sandbox.Kernel] puts the two together.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class KernelProcess:
         launcher_cls: The backend's launcher class (a fork launcher for a kernel forked from a template).
         limits: The kernel's limits (the launcher applies them where it can).
         store: The snapshot store, mounted read-only with ``store_access="read"``, hidden with ``copy``.
-        store_access: ``read`` or ``copy`` (see :class:`~themisto_env.sandbox.kernel.core.Kernel`).
+        store_access: ``read`` or ``copy`` (see [`Kernel`][themisto_env.sandbox.Kernel]).
         launcher_options: Extra keyword arguments for the launcher.
         run_root: Where the run directory goes (None: the temporary root; a forked kernel's goes in its
             template's folder).
@@ -120,7 +120,7 @@ class KernelProcess:
         self.run_root = run_root
         #: How often the process was restarted.
         self.restarts = 0
-        #: The connection info written into the connection file (set by :meth:`open`).
+        #: The connection info written into the connection file (set by `open`).
         self.connection: dict[str, Any] | None = None
         self._launcher: KernelLauncher | None = None
         self._run_dir: Path | None = None
@@ -132,7 +132,7 @@ class KernelProcess:
 
     @property
     def started(self) -> bool:
-        """Whether a launcher was made (by :meth:`open`) and not dropped by :meth:`close` since."""
+        """Whether a launcher was made (by `open`) and not dropped by `close` since."""
         return self._launcher is not None
 
     @property
@@ -184,7 +184,7 @@ class KernelProcess:
         until it answers)."""
         self.launcher.start(self.run_dir / CONNECTION_FILE, self.run_dir / WORKDIR_NAME)
         # name the kernel's host processes and containers in the owner record, so that they go with this
-        # process however it ends (see :mod:`themisto_env.sandbox.lifetime.reaper`)
+        # process however it ends (see `themisto_env.sandbox.lifetime.reaper`)
         write_owner(self.run_dir, self.backend, **self.launcher.owner_record())
 
     def stop(self, *, graceful: bool) -> str:
@@ -192,7 +192,7 @@ class KernelProcess:
         return self._launcher.stop(graceful=graceful) if self._launcher is not None else "not started"
 
     def relaunch(self) -> None:
-        """Kill the process and start a fresh one (counted in :attr:`restarts`); the caller disconnected."""
+        """Kill the process and start a fresh one (counted in `restarts`); the caller disconnected."""
         self.stop(graceful=False)
         self.restarts += 1
         self.launch()

@@ -1,11 +1,10 @@
 """A kernel's snapshots (its ``snapshots`` part): save the user namespace into the store, restore it from
 there, and the working folder's files.
 
-:class:`KernelSnapshots` never lets a kernel write the store (:class:`~themisto_env.sandbox.store.snapshots.
-SnapshotStore`): the kernel writes a snapshot into its run directory's outbox, and the host moves it into
-the store once its bytes hash to its name. A restore hands the kernel the store's file (read-only mount)
-or a copy in its inbox (``store_access="copy"``), and the kernel loads it only if it hashes to its
-digest and was written in the kernel's own environment. The working folder (`KernelSnapshots.workdir`) is
+`KernelSnapshots` never lets a kernel write the store (`SnapshotStore`): the kernel writes a snapshot into its run
+directory's outbox, and the host moves it into the store once its bytes hash to its name. A restore hands the kernel the
+store's file (read-only mount) or a copy in its inbox (``store_access="copy"``), and the kernel loads it only if it
+hashes to its digest and was written in the kernel's own environment. The working folder (`KernelSnapshots.workdir`) is
 the rest of a served state: what files it holds, and setting them from a file store.
 """
 
@@ -147,12 +146,12 @@ class KernelSnapshots:
     @property
     def workdir(self) -> Path:
         """The kernel's working folder (``RUN_DIR/work``, its current directory on every backend): a private
-        copy of the files its cells read by relative path (see :meth:`set_files`). What cells write there
+        copy of the files its cells read by relative path (see `set_files`). What cells write there
         stays there, survives a restart (as on a person's disk) and goes with the kernel."""
         return self.process.run_dir / WORKDIR_NAME
 
     def files(self) -> FileTree:
-        """The working folder's files: relative path -> sha256 (see :mod:`themisto_env.sandbox.store.workdir`).
+        """The working folder's files: relative path -> sha256 (see `themisto_env.sandbox.store.workdir`).
 
         Raises:
             FolderTooLargeError: They hold more than ``limits.workdir_mb``.

@@ -1,11 +1,11 @@
 """What dead owners left: run directories, kernel processes and containers, found and removed.
 
-A run directory whose owner (see :mod:`themisto_env.sandbox.lifetime.owners`) is dead is a *leftover*; with it go
+A run directory whose owner (see `themisto_env.sandbox.lifetime.owners`) is dead is a *leftover*; with it go
 the kernel processes it records (if their start time still matches) and its containers. ``themisto
-sandbox gc``, the reaper and a process's first kernel start remove them (:func:`collect`,
-:func:`remove`). Run directories of owners on other hosts (a ``/tmp`` shared with a container) are never
+sandbox gc``, the reaper and a process's first kernel start remove them (`collect`,
+`remove`). Run directories of owners on other hosts (a ``/tmp`` shared with a container) are never
 touched; directories without an owner record (older versions) only when they are older than
-:data:`UNOWNED_GRACE_S` and no process works in them.
+`UNOWNED_GRACE_S` and no process works in them.
 
 A directory is removed only once nothing can write into it any more (`remove_run_dir`): the processes
 it records (a template's own record and those of the kernels forked into it) and every process working in
@@ -13,9 +13,8 @@ it are killed, and their ends awaited (pidfds), before it goes; what wrote into 
 removed in another round. No step waits for a fixed time: a guard (`END_GUARD_S`) only bounds a wait
 for processes the kernel keeps from dying.
 
-Standard library only (the docker SDK is imported when a container must go) and :mod:`owners
-<themisto_env.sandbox.lifetime.owners>`: the reaper loads it without running the package's ``__init__`` (see
-:func:`themisto_env.sandbox.lifetime.reaper.reaper_command`).
+Standard library only (the docker SDK is imported when a container must go) and `owners`: the reaper loads it without
+running the package's ``__init__`` (see `themisto_env.sandbox.lifetime.reaper.reaper_command`).
 """
 
 from __future__ import annotations
@@ -366,10 +365,10 @@ def remove(leftover: Leftover, *, dry_run: bool = False, containers: bool = True
 
 
 def collect(roots: Iterable[Path] | None = None, *, dry_run: bool = False, containers: bool = True) -> list[str]:
-    """Remove every leftover of dead owners under the roots (see :func:`remove`); return its lines.
+    """Remove every leftover of dead owners under the roots (see `remove`); return its lines.
 
     Containers are removed by the ids recorded in run directories; for every labelled container of a
-    dead owner use :func:`themisto_env.sandbox.backends.containers.remove_stale_containers`."""
+    dead owner use `themisto_env.sandbox.backends.containers.remove_stale_containers`."""
     lines: list[str] = []
     for leftover in leftovers(roots):
         lines += remove(leftover, dry_run=dry_run, containers=containers)

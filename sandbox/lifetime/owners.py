@@ -1,13 +1,13 @@
 """Who owns a kernel: process identities that survive pid reuse, and the run directory's owner record.
 
 A kernel's *owner* is the host process that started it. Every run directory holds ``owner.json``
-(:func:`write_owner`): who owns it (host, boot, pid and the pid's start time, so a reused pid is never
+(`write_owner`): who owns it (host, boot, pid and the pid's start time, so a reused pid is never
 taken for the owner), the backend, the kernel's host processes (pid and start time) and containers.
-:func:`owner_state` tells a live owner from a dead one; :func:`kill_process` kills a recorded process
+`owner_state` tells a live owner from a dead one; `kill_process` kills a recorded process
 only if it is still the same process.
 
 Standard library only: the reaper loads it without running the package's ``__init__`` (see
-:func:`themisto_env.sandbox.lifetime.reaper.reaper_command`).
+`themisto_env.sandbox.lifetime.reaper.reaper_command`).
 """
 
 from __future__ import annotations

@@ -5,12 +5,12 @@ started goes when the owner goes, however it goes:
 
 - a normal interpreter exit closes every kernel still open (an ``atexit`` hook over a weak set of started
   kernels, registered at the first start: importing this module has no side effects);
-- every run directory holds ``owner.json`` (:mod:`themisto_env.sandbox.lifetime.owners`): who owns it (host, boot,
+- every run directory holds ``owner.json`` (`themisto_env.sandbox.lifetime.owners`): who owns it (host, boot,
   pid and the pid's start time, so a reused pid is never taken for the owner), the backend, the kernel's
   host processes (pid and start time) and containers;
 - at a process's first kernel start a small *reaper* process is started in its own session. It waits for
   the owner to die (``pidfd_open``, else a poll once a second) and then removes what the owner left
-  (:mod:`themisto_env.sandbox.lifetime.leftovers`): kills the recorded kernel processes (only if their start time
+  (`themisto_env.sandbox.lifetime.leftovers`): kills the recorded kernel processes (only if their start time
   still matches; a template's forked kernels are recorded inside its folder) and every process working in a
   run directory, awaits their ends, removes its containers, then its run directories, and ends only when
   that is done. No step waits for a fixed time, so a busy machine delays the cleanup but never breaks it.
@@ -22,7 +22,7 @@ What a dead owner left behind anyway (its reaper was killed too, the machine was
 removed by ``themisto sandbox gc`` and, for the run directories of the same temporary root, at the next
 process's first kernel start.
 
-This module, :mod:`~themisto_env.sandbox.lifetime.owners` and :mod:`~themisto_env.sandbox.lifetime.leftovers` use the
+This module, `owners` and `leftovers` use the
 standard library only (the docker SDK is imported when a container must go): the reaper loads the three
 by file path, without importing the package (whose ``__init__`` pulls in gymnasium), to stay small
 (about 10 MB). The names callers used from here before the split are re-exported.
@@ -147,8 +147,8 @@ def _close_all() -> None:
 
 
 def reaper_command(root: str, owner: dict[str, Any] | None = None) -> list[str]:
-    """The reaper's command line: :data:`REAPER_MODULES` loaded by file path under their own names (the
-    package's ``__init__`` is not run), then :func:`main`."""
+    """The reaper's command line: `REAPER_MODULES` loaded by file path under their own names (the
+    package's ``__init__`` is not run), then `main`."""
     owner = owner or identity()
     folder = os.path.dirname(os.path.abspath(__file__))
     modules = [(f"{__package__}.{name}", os.path.join(folder, f"{name}.py")) for name in REAPER_MODULES]

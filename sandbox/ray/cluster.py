@@ -43,7 +43,7 @@ OWNER_VARIABLES = ("OMP_NUM_THREADS",)
 
 
 def owner_variables() -> dict[str, str | None]:
-    """This process's values of :data:`OWNER_VARIABLES` (None: unset), to hand to an actor."""
+    """This process's values of `OWNER_VARIABLES` (None: unset), to hand to an actor."""
     return {name: os.environ.get(name) for name in OWNER_VARIABLES}
 
 

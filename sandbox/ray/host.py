@@ -1,5 +1,5 @@
-"""The Ray actor that owns one kernel on its node: :class:`KernelHost`, driven by
-:class:`~themisto_env.sandbox.ray.kernel.RemoteKernel` on the owner's side.
+"""The Ray actor that owns one kernel on its node: `KernelHost`, driven by
+[`RemoteKernel`][themisto_env.sandbox.RemoteKernel] on the owner's side.
 
 Every answer is ``(True, value)`` or ``(False, exception)``: the kernel's own exceptions travel back as
 they are, never wrapped by Ray. Snapshots and working-folder contents the owner sends are checked against
@@ -42,10 +42,11 @@ def _answering(method: Callable[..., Any]) -> Callable[..., Answer]:
 
 
 class KernelHost:
-    """The Ray actor that owns one kernel on its node (see :class:`RemoteKernel`, which drives it).
+    """The Ray actor that owns one kernel on its node (see [`RemoteKernel`][themisto_env.sandbox.RemoteKernel], which
+    drives it).
 
-    The kernel is made and started by :meth:`start` (an error making it, a bad option or an unwritable
-    store, comes back typed, as a start failure). Every other answer is :data:`Answer`."""
+    The kernel is made and started by `start` (an error making it, a bad option or an unwritable
+    store, comes back typed, as a start failure). Every other answer is `Answer`."""
 
     def __init__(
         self, backend: str, options: dict[str, Any], files_dir: str | None, variables: dict[str, str | None]

@@ -1,13 +1,13 @@
 """Kernels in Ray actors: the kernel runs on a cluster's CPU node, its owner (an env, a trainer) stays put.
 
-A :class:`RemoteKernel` is a kernel (a :class:`~themisto_env.sandbox.kernel.contract.KernelLike`, as a
-:class:`~themisto_env.sandbox.kernel.core.Kernel` is) whose process lives on another node: a Ray actor
-(:class:`~themisto_env.sandbox.ray.host.KernelHost`) owns a real Kernel there, and every call (execute,
+A [`RemoteKernel`][themisto_env.sandbox.RemoteKernel] is a kernel (a [`KernelLike`][themisto_env.sandbox.KernelLike], as
+a [`Kernel`][themisto_env.sandbox.Kernel] is) whose process lives on another node: a Ray actor
+(`KernelHost`) owns a real Kernel there, and every call (execute,
 the parts' calls: ``kernel.snapshots.restore``, ``kernel.introspect.list_variables``, ..., the launcher's
 limit readings) is an explicit method that goes to it and comes back as the same typed answer or the same
 exception (its parts are in `themisto_env.sandbox.ray.parts`). Code that drives kernels (the state server, the
-disposable kernels, the tools) cannot tell the two apart; :func:`make_kernel` makes one or the other from a
-:class:`~themisto_env.sandbox.kernel.spec.RayPlacement`.
+disposable kernels, the tools) cannot tell the two apart; [`make_kernel`][themisto_env.sandbox.make_kernel] makes one or
+the other from a `RayPlacement`.
 
 What travels, and what does not:
 
@@ -17,16 +17,16 @@ What travels, and what does not:
   folder, both stores are the same folder and nothing is copied.
 - **Working folder files** are sent the same way, blob by blob, into a store in the node's cache
   (copied there from the owner's folder when the node sees it).
-- **Failures**: a kernel that dies is a :class:`~themisto_env.errors.KernelDiedError`, as on this machine;
+- **Failures**: a kernel that dies is a [`KernelDiedError`][themisto_env.errors.KernelDiedError], as on this machine;
   so is an actor that is lost (its node removed, its process killed) or does not answer in time. An actor
   that cannot be placed (no node offers the resources asked for) is a
-  :class:`~themisto_env.errors.KernelStartError` naming them.
+  [`KernelStartError`][themisto_env.errors.KernelStartError] naming them.
 
 Lifetime: an actor lives as long as its RemoteKernel (closing it or collecting it kills the actor). Ray
 ends an owner's actors when the owner's process ends, and with them their process trees (the kernels);
 what such a kernel leaves on disk (its run directory) is removed by the next kernel started on that node,
 as any first kernel start of a process removes a dead owner's leftovers (see
-:mod:`~themisto_env.sandbox.lifetime.reaper`).
+`reaper`).
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ _started_lock = threading.Lock()
 
 def make_kernel(spec: KernelSpec | str = "local", /, **fields: Unpack[KernelFields]) -> KernelLike:
     """A kernel of ``spec`` (a `KernelSpec`, or a backend's name with ``fields`` as in `KernelSpec.of`): a
-    :class:`~themisto_env.sandbox.kernel.core.Kernel` on this machine, or a :class:`RemoteKernel` placed on
-    Ray by the spec's ``ray`` (same behaviour; neither is started)."""
+    [`Kernel`][themisto_env.sandbox.Kernel] on this machine, or a [`RemoteKernel`][themisto_env.sandbox.RemoteKernel]
+    placed on Ray by the spec's ``ray`` (same behaviour; neither is started)."""
     spec = KernelSpec.of(spec, **fields)
     if spec.ray is None:
         from themisto_env.sandbox.kernel.core import Kernel
@@ -73,7 +73,7 @@ def make_kernel(spec: KernelSpec | str = "local", /, **fields: Unpack[KernelFiel
 
 
 class _LauncherView:
-    """The remote kernel's launcher readings (:class:`~themisto_env.sandbox.kernel.contract.LauncherReadings`),
+    """The remote kernel's launcher readings (`LauncherReadings`),
     answered by the launcher on the kernel's node."""
 
     def __init__(self, kernel: RemoteKernel) -> None:
@@ -99,13 +99,14 @@ class _LauncherView:
         return bool(self._kernel._invoke("launcher.out_of_memory"))
 
     def check_backend(self) -> None:
-        """Raise :class:`~themisto_env.errors.BackendUnavailableError` when the node's backend is gone."""
+        """Raise [`BackendUnavailableError`][themisto_env.errors.BackendUnavailableError] when the node's backend is
+        gone."""
         self._kernel._invoke("launcher.check_backend")
 
 
 class RemoteKernel:
     """A kernel in a Ray actor (see the module docstring). Same arguments and methods as
-    :class:`~themisto_env.sandbox.kernel.core.Kernel`, plus ``placement``.
+    [`Kernel`][themisto_env.sandbox.Kernel], plus ``placement``.
 
     Args:
         spec: What kind of kernel (a `KernelSpec`, or the backend on the kernel's node: ``local``,
@@ -194,7 +195,7 @@ class RemoteKernel:
         return self
 
     def _call(self, method: str, *args: Any, wait_s: float | None = None, during: str = "") -> Any:
-        """Call a :class:`KernelHost` method and return its value, or raise what it raised there.
+        """Call a `KernelHost` method and return its value, or raise what it raised there.
 
         Raises:
             KernelDiedError: The actor is lost (its process, its node, Ray itself) or silent for ``wait_s``
@@ -313,7 +314,7 @@ class RemoteKernel:
     def execute(
         self, code: str, *, timeout_s: float | None = None, fingerprint: bool = False, interrupt: bool = True
     ) -> ExecutionResult:
-        """As :meth:`Kernel.execute <themisto_env.sandbox.kernel.core.Kernel.execute>` (the limit travels with
+        """As [`Kernel.execute`][themisto_env.sandbox.Kernel.execute] (the limit travels with
         the call)."""
         result: ExecutionResult = self._invoke(
             "execute", code, timeout_s=timeout_s, fingerprint=fingerprint, interrupt=interrupt
@@ -321,7 +322,7 @@ class RemoteKernel:
         return result
 
     def call(self, function: str, *, timeout_s: float | None = None, **kwargs: Any) -> Any:
-        """As :meth:`Kernel.call <themisto_env.sandbox.kernel.core.Kernel.call>`."""
+        """As [`Kernel.call`][themisto_env.sandbox.Kernel.call]."""
         return self._invoke("call", function, timeout_s=timeout_s, **kwargs)
 
     # -- the parts: forwarded over the actor ---------------------------------------------------------------

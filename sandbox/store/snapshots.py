@@ -1,13 +1,13 @@
 """Content-addressed snapshot files: ``<root>/<digest[:2]>/<digest>.dill``.
 
 Only the host writes the store: a kernel writes a snapshot into its own run directory, and the host
-moves it in once its bytes hash to its name (:meth:`SnapshotStore.add`), through a temporary file renamed
+moves it in once its bytes hash to its name (`SnapshotStore.add`), through a temporary file renamed
 into place, so the store never holds a partial file. Kernels see the store read-only, or not at all
-(:class:`~themisto_env.sandbox.kernel.core.Kernel`'s ``store_access``). The same state always has the same
+([`Kernel`][themisto_env.sandbox.Kernel]'s ``store_access``). The same state always has the same
 digest, so building a trajectory twice stores each distinct state once.
 
 Beside each snapshot, ``<digest>.env`` names the kernel environments that wrote it (see
-:mod:`themisto_env.sandbox.environments`): a kernel restores only snapshots written in its own environment.
+`themisto_env.sandbox.environments`): a kernel restores only snapshots written in its own environment.
 That rule lives here, once (`SnapshotStore.refusal`, `SnapshotStore.check_environment`): the kernel's
 restore, the template's state and the state server's choice of a route all ask the store.
 """

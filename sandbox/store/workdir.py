@@ -5,21 +5,21 @@ folder: what cells write, change or remove stays there and goes with the kernel.
 sees are part of the state a trajectory step is in, beside the variables, so they are recorded and
 served like them:
 
-* A **file tree** (:data:`FileTree`) maps each regular file's relative POSIX path to the sha256 of its
+* A **file tree** (`FileTree`) maps each regular file's relative POSIX path to the sha256 of its
   content. Empty folders, symbolic links and special files are not part of it (a symlink could point
   anywhere on the host), nor are ``__pycache__``, ``.ipynb_checkpoints`` and ``.git`` folders
-  (:data:`IGNORED`).
-* Its **digest** (:func:`tree_digest`) is the sha256 over the sorted relative paths and the contents'
+  (`IGNORED`).
+* Its **digest** (`tree_digest`) is the sha256 over the sorted relative paths and the contents'
   digests (one ``path NUL sha256 LF`` line per file): the same files give the same digest on any machine.
-* A :class:`FileStore` keeps trees and file contents content-addressed (a dataset keeps one in its
+* A `FileStore` keeps trees and file contents content-addressed (a dataset keeps one in its
   ``files/`` folder, so that a dataset moved to another machine still has the files its kernels need).
   Everything read back is checked against its digest; a mismatch is a one-line
-  :class:`~themisto_env.errors.DataError` naming the file, never served.
-* :func:`sync` makes a working folder hold exactly a tree's files, touching only what differs. It runs
+  [`DataError`][themisto_env.errors.DataError] naming the file, never served.
+* `sync` makes a working folder hold exactly a tree's files, touching only what differs. It runs
   on the host and never follows a link the kernel may have planted: links and special files are removed,
   files are written with ``O_NOFOLLOW``, in folders checked with ``lstat``.
 
-Sizes are bounded: :func:`scan` refuses a folder whose files exceed a limit (one line naming the folder).
+Sizes are bounded: `scan` refuses a folder whose files exceed a limit (one line naming the folder).
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """Kernel templates: kernels forked from a warm process, and copies of a state without a restore.
 
-A :class:`KernelTemplate` is one process per kind of kernel (a `KernelSpec`: backend, kernel environment,
-snapshot store, preloaded modules, ...) with the imports done and no thread, zmq socket or event loop of its own
-(:mod:`themisto_env.sandbox.template.zygote` is its program). A new kernel is ``fork()``\\ ed from it and builds its
-own ipykernel application after the fork, so it answers in milliseconds instead of the second (or two, with
+A [`KernelTemplate`][themisto_env.sandbox.KernelTemplate] is one process per kind of kernel (a `KernelSpec`: backend,
+kernel environment, snapshot store, preloaded modules, ...) with the imports done and no thread, zmq socket or event
+loop of its own (`themisto_env.sandbox.template.zygote` is its program). A new kernel is ``fork()``\\ ed from it and
+builds its own ipykernel application after the fork, so it answers in milliseconds instead of the second (or two, with
 numpy, pandas and scikit-learn preloaded) a cold start costs, and it shares the template's pages until it
 writes them.
 
-:meth:`KernelTemplate.state` makes the *state template* of a snapshot: a child of the template that loaded
-the snapshot once (its bytes checked against the digest). :meth:`KernelTemplate.copies` forks kernels from it:
+`KernelTemplate.state` makes the *state template* of a snapshot: a child of the template that loaded
+the snapshot once (its bytes checked against the digest). `KernelTemplate.copies` forks kernels from it:
 each starts in that state, loads nothing, and costs the same whatever the snapshot's size. Copies are
 identical, random generators included (a GRPO group must see one state); ``reseed=True`` draws a fresh
 seed in each copy.
@@ -27,7 +27,7 @@ What a copy shares, by backend: ``local`` copies are processes of the host's use
 host as a bwrap kernel) but share its user, so one copy can signal another copy of the same template.
 ``docker`` copies (``store_access="copy"`` only: kernels for model-written code) run in their template's
 container, each under a uid of its own with its own rlimits and folders
-(:mod:`themisto_env.sandbox.kernel.identity`), so one copy cannot reach another or the template; they have
+(`themisto_env.sandbox.kernel.identity`), so one copy cannot reach another or the template; they have
 no state templates (see `NO_STATE_TEMPLATES`): each copy restores a state itself.
 """
 
@@ -44,7 +44,6 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, Unpack
@@ -378,7 +377,7 @@ class KernelTemplate(StateTemplates):
 
     def kernel(self, *, limits: SandboxLimits | None = None) -> KernelLike:
         """A started kernel forked from this template (in this template's state: empty, or a snapshot's): a
-        :class:`~themisto_env.sandbox.kernel.core.Kernel` whose launcher forks instead of starting.
+        [`Kernel`][themisto_env.sandbox.Kernel] whose launcher forks instead of starting.
 
         A spare kernel forked ahead of time is handed out first (see ``spares``) and another is forked in
         the background, so the caller rarely waits for a kernel's own start.
@@ -405,7 +404,7 @@ class KernelTemplate(StateTemplates):
         return kernel.start()
 
     def _refill(self) -> None:
-        """Fork spare kernels in the background until :attr:`spares` are ready (one thread at a time); a state
+        """Fork spare kernels in the background until `spares` are ready (one thread at a time); a state
         template only once a second copy of it was asked for (a state used once needs no spare)."""
         with self._lock:
             if not self._keep_spares or (self.base is not None and self._copies < 2):
@@ -441,7 +440,7 @@ class KernelTemplate(StateTemplates):
 
     def trim(self) -> None:
         """Close the spare kernels and the state templates no open copy needs; keep the template itself (the
-        next :meth:`kernel` forks spares again)."""
+        next [`kernel`][themisto_env.sandbox.KernelTemplate.kernel] forks spares again)."""
         with self._lock:
             self._keep_spares = False
             filling = self._filling
@@ -456,17 +455,3 @@ class KernelTemplate(StateTemplates):
             kernel.close(graceful=False)
         for state in states:
             state.close()
-
-    def claim(self, digest: str) -> Iterator[KernelTemplate]:
-        """The state template of ``digest`` (see :meth:`state`), counted in use until the block ends, so the
-        copies the caller forks in the block are not lost with it: without the claim, another thread's
-        :meth:`state` could push it out of the cache and close it (taking its copies along) between its
-        creation and the first copy's start, when no copy of it is open yet."""
-        with self._lock:
-            state = self.state(digest)
-            state._claims += 1
-        try:
-            yield state
-        finally:
-            with self._lock:
-                state._claims -= 1

@@ -2,11 +2,11 @@
 themselves from each other.
 
 The container is a kernel container (no network, a read-only root, no-new-privileges, the same mounts), but
-its process is the template's program (:mod:`themisto_env.sandbox.template.zygote`), run as root *inside* with every
+its process is the template's program (`themisto_env.sandbox.template.zygote`), run as root *inside* with every
 capability dropped except ``CAP_SETUID`` and ``CAP_SETGID``: just what it takes to give each forked copy a
 uid of its own (``_take_identity``), which drops both for good in that copy. The host sees the container's
 processes (one kernel, no user namespace): it gives each copy's folders to its uid beforehand
-(:mod:`themisto_env.sandbox.kernel.identity`) and watches and signals copies through the pidfds the template
+(`themisto_env.sandbox.kernel.identity`) and watches and signals copies through the pidfds the template
 sends.
 
 The template never loads a snapshot (unpickling runs the dataset's code, which must not run with the
@@ -14,7 +14,7 @@ capabilities): each copy restores its state itself, under its own uid (see
 `themisto_env.sandbox.template.core.NO_STATE_TEMPLATES`).
 
 The container's memory, process and CPU limits are a share for all the copies it holds
-(:data:`CONTAINER_SHARE` kernels' worth); each copy's own bounds are rlimits (a cgroup per copy would need
+(`CONTAINER_SHARE` kernels' worth); each copy's own bounds are rlimits (a cgroup per copy would need
 delegation, which a container does not get): ``RLIMIT_NPROC`` by uid, ``RLIMIT_DATA`` and ``RLIMIT_AS``.
 """
 

@@ -83,15 +83,13 @@ def live_shared_templates() -> tuple[int, int]:
         if not template.is_alive():
             continue
         kernels += 1
-        with template._lock:
-            held = [*template._states.values(), *template._retired]
-        states += sum(1 for state in held if state.is_alive())
+        states += template.live_states()
     return kernels, states
 
 
 def close_shared_templates() -> None:
     """Close the process's shared templates now (they are closed at exit anyway); the next
-    :func:`shared_template` starts a new one."""
+    `shared_template` starts a new one."""
     with _SHARED_LOCK:
         templates = list(_SHARED.values())
         _SHARED.clear()

@@ -14,6 +14,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Self
 
@@ -63,7 +64,7 @@ class StateTemplates:
 
     def state(self, digest: str) -> Self:
         """The state template of a snapshot: a child of this template that loaded it once (kept, the least
-        recently used of :data:`STATE_TEMPLATES` going first).
+        recently used of `STATE_TEMPLATES` going first).
 
         Raises:
             SnapshotError: No such snapshot, or one of another kernel environment.
@@ -100,9 +101,29 @@ class StateTemplates:
             return state is not None and state.is_alive()
 
     @contextlib.contextmanager
+    def claim(self, digest: str) -> Iterator[Self]:
+        """The state template of ``digest`` (see `state`), counted in use until the block ends, so the
+        copies the caller forks in the block are not lost with it: without the claim, another thread's
+        `state` could push it out of the cache and close it (taking its copies along) between its
+        creation and the first copy's start, when no copy of it is open yet."""
+        with self._lock:
+            state = self.state(digest)
+            state._claims += 1
+        try:
+            yield state
+        finally:
+            with self._lock:
+                state._claims -= 1
+
+    def live_states(self) -> int:
+        """How many of this template's state templates run (kept or retired, a snapshot loaded each)."""
+        with self._lock:
+            held = [*self._states.values(), *self._retired]
+        return sum(1 for state in held if state.is_alive())
+
     def in_use(self) -> bool:
         """Whether a kernel forked from this template, other than its spares, is still open (or a caller is
-        forking one: see :meth:`claim`)."""
+        forking one: see [`claim`][themisto_env.sandbox.KernelTemplate.claim])."""
         with self._lock:
             if self._claims:
                 return True

@@ -1,7 +1,7 @@
 """Generate the bundled JuNE event log by playing the scripted sessions in real kernels.
 
 Every ``session_*.py`` module in this folder defines ``SESSION``, a
-:class:`~script.SessionScript`: what a person did in one kernel of one notebook, step by step. This
+`SessionScript`: what a person did in one kernel of one notebook, step by step. This
 script plays each session in a real ipykernel (a fresh one per session, restarted where the script
 restarts it), captures the real outputs and execution times, and writes the JuNE events (``create``,
 ``execute``, ``finished_execute``, ``error``, ``delete``, ``rendered``, ``kernel_restarting``,
@@ -9,8 +9,8 @@ restarts it), captures the real outputs and execution times, and writes the JuNE
 the real execution time during it). Sessions of different people may overlap in time; ``action_id``
 follows time over the whole log, as in JuNE.
 
-Large rich outputs are trimmed to keep the log small: ``image/png`` over :data:`PNG_LIMIT` and
-``text/html`` over :data:`HTML_LIMIT` characters (scikit-learn's estimator diagrams) are left out and
+Large rich outputs are trimmed to keep the log small: ``image/png`` over `PNG_LIMIT` and
+``text/html`` over `HTML_LIMIT` characters (scikit-learn's estimator diagrams) are left out and
 the omission is noted in the output's metadata (``{"themisto": {"omitted": {mime: size}}}``); the
 ``text/plain`` of every output is always kept.
 

@@ -1,7 +1,7 @@
 """A tiny language for writing a notebook development session as a list of steps.
 
 Each session of the bundled dataset is a module in this folder defining ``SESSION`` (a
-:class:`SessionScript`). A step is what a person does in the notebook: run a cell (new, edited or
+`SessionScript`). A step is what a person does in the notebook: run a cell (new, edited or
 unchanged), write a markdown cell, delete a cell, restart the kernel, save, rename the notebook, or
 step away for a while. Cells are named by short labels; their 32-hex ids are derived from the session
 and the label, so the generated log is the same on every run.

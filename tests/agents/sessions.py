@@ -53,7 +53,7 @@ SESSIONS: dict[str, list[str]] = {
 
 
 def write_log(path: Path) -> Path:
-    """Write :data:`SESSIONS` as a JuNE JSON Lines log (``execute``/``finished_execute`` pairs).
+    """Write `SESSIONS` as a JuNE JSON Lines log (``execute``/``finished_execute`` pairs).
 
     Args:
         path: The ``.jsonl`` file to write.

@@ -1,5 +1,5 @@
 """The bridges use the env's parts: none builds a whole gym env (issue 29), and their options come from
-:class:`~themisto_env.env.config.EnvConfig`."""
+[`EnvConfig`][themisto_env.env.EnvConfig]."""
 
 from __future__ import annotations
 

@@ -204,7 +204,7 @@ def test_snapshots_are_restored_only_in_the_environment_that_wrote_them(
 def built(
     old_env: kernel_environment_spec.KernelEnvironmentRecord, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Path]:
-    """A dataset of :data:`CELLS` built with ``themisto data build --kernel-env`` (its snapshots in the user cache)."""
+    """A dataset of `CELLS` built with ``themisto data build --kernel-env`` (its snapshots in the user cache)."""
     root = tmp_path_factory.mktemp("env-built")
     notebook = write_notebook(root / "nb" / "teams.ipynb", CELLS)
     result = CliRunner().invoke(app, ["data", "build", str(notebook), "--out", str(root / "ds"), "--kernel-env", NAME])

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import BACKENDS, needs, require_backend
 
-#: Busy processes per core of :func:`busy_machine` (about the load of a 2-core machine shared with other work).
+#: Busy processes per core of `busy_machine` (about the load of a 2-core machine shared with other work).
 BUSY_PER_CORE = 2
 #: What each busy process runs: a CPU loop, or a loop writing and syncing a file (IO).
 _SPIN = "while True: pass"
@@ -58,7 +58,7 @@ def backend(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def busy_machine(tmp_path: Path) -> Iterator[Callable[[], int]]:
     """Make the machine busy with other work from a point of the test on: calling the fixture's value starts
-    :data:`BUSY_PER_CORE` CPU-bound processes per core and one writing and syncing a file, and returns how
+    `BUSY_PER_CORE` CPU-bound processes per core and one writing and syncing a file, and returns how
     many run. They are ended (by pid) after the test."""
     busy: list[subprocess.Popen[bytes]] = []
 

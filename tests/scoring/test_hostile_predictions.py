@@ -7,7 +7,7 @@ Every case plays the same pattern on one docker env (two predictions per sample)
 prediction H, then the true target (another completion of S); at S+1 the true target and an empty
 prediction. The same pattern with the target in place of H is the clean reference. For each H:
 
-* H's score is as documented (:mod:`themisto_env.scoring.execution`): a failure of its own scores 0 with its reason,
+* H's score is as documented (`themisto_env.scoring.execution`): a failure of its own scores 0 with its reason,
   never an infrastructure error; code that does not fail scores what its effects are, never more than
   the target's;
 * nothing H did reaches the other completion of S, the state S+1 is served in (the env's own kernel is
@@ -15,8 +15,8 @@ prediction. The same pattern with the target in place of H is the clean referenc
 * nothing is left running: no container of this process beyond those the env holds, no child process
   of H on the host.
 
-Last, :class:`~themisto_env.bridges.rl.ExecutionReward` over a batch of hostile and honest completions equals each
-completion scored alone.
+Last, [`ExecutionReward`][themisto_env.bridges.rl.ExecutionReward] over a batch of hostile and honest completions equals
+each completion scored alone.
 """
 
 from __future__ import annotations
@@ -369,7 +369,7 @@ class Harness:
         return Outcome(hostile, run, again, served, next_target, next_empty)
 
     def outcome(self, name: str, prefix: str, code: str) -> Outcome:
-        """:meth:`play` once per case (tests that check different things of one case share it)."""
+        """`play` once per case (tests that check different things of one case share it)."""
         if name not in self._cache:
             self._cache[name] = self.play(self.index(prefix), code)
         return self._cache[name]

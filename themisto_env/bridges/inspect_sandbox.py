@@ -1,12 +1,13 @@
 """The ``themisto`` sandbox of inspect_ai: a sample's sandbox is the env's episode serving that sample's state.
 
 inspect_ai gives every sample a sandbox (``sample_init`` ... ``sample_cleanup``); under the ``themisto``
-type that sandbox is an :class:`~themisto_env.env.episode.Episode` (the env's turns over its state server,
+type that sandbox is an [`Episode`][themisto_env.env.Episode] (the env's turns over its state server,
 scorer and record, without gym) reset to the sample (its kernel in the state just before the target step,
-checked like every served state), configured by a :class:`SandboxConfig` (the env's options). What inspect
+checked like every served state), configured by a `SandboxConfig` (the env's options). What inspect
 can ask of it:
 
-- :meth:`ThemistoSandbox.call_tool` (what the observation tools of :mod:`themisto_env.bridges.inspect_task` call):
+- [`ThemistoSandbox.call_tool`][themisto_env.bridges.ThemistoSandbox.call_tool] (what the observation tools of
+`themisto_env.bridges.inspect_task` call):
   one observation tool, run as the episode's tool step, so it counts against the sample's budget and cost.
   Once the budget is spent the episode refuses the call (nothing runs) and it is answered with an error.
 - ``exec(["python", "-c", CODE])`` or ``exec(["python"], input=CODE)``: runs CODE as the ``try_cell``
@@ -17,7 +18,7 @@ can ask of it:
 - ``read_file``/``write_file``: the sandbox has no files (``PermissionError``).
 
 The env's machinery failing (the state could not be served) fails the sample's setup with
-:class:`~themisto_env.errors.InfrastructureError`, so inspect reports the sample as an error, never as a
+[`InfrastructureError`][themisto_env.errors.InfrastructureError], so inspect reports the sample as an error, never as a
 wrong answer. inspect_ai is needed here; ``import themisto_env`` never imports this module.
 """
 
@@ -62,7 +63,7 @@ class ToolAnswer:
 
 
 class SandboxConfig(EnvConfig):
-    """The ``themisto`` sandbox's config: the env's options (:class:`~themisto_env.env.config.EnvConfig`, whose
+    """The ``themisto`` sandbox's config: the env's options ([`EnvConfig`][themisto_env.env.EnvConfig], whose
     fields and defaults it has), frozen and hashable because inspect hashes it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -188,7 +189,7 @@ class ThemistoSandbox(SandboxEnvironment):
         return ToolAnswer(tool, bool(result["ok"]), str(result["text"]))
 
     async def score(self, prediction: str) -> SampleScore:
-        """The prediction's :class:`~themisto_env.scoring.score.SampleScore`, as the episode's prediction step
+        """The prediction's [`SampleScore`][themisto_env.scoring.SampleScore], as the episode's prediction step
         would give it (this sample's tool calls, faults and state check; the execution score when on),
         computed once per prediction (the scorers share it)."""
         async with self._lock:

@@ -2,16 +2,17 @@
 
 The parts, as inspect names them:
 
-- dataset (:func:`themisto_dataset`): one inspect ``Sample`` per Themisto sample; ``input`` is the
-  system and user messages our LLM agents send (:mod:`themisto_env.agents.prompting`), ``target`` the
+- dataset (`themisto_dataset`): one inspect ``Sample`` per Themisto sample; ``input`` is the
+  system and user messages our LLM agents send (`themisto_env.agents.prompting`), ``target`` the
   sample's target, ``metadata`` its id, trajectory, step and index within the trajectory.
-- sandbox (:mod:`themisto_env.bridges.inspect_sandbox`): the ``themisto`` type; each sample's sandbox is the
+- sandbox (`themisto_env.bridges.inspect_sandbox`): the ``themisto`` type; each sample's sandbox is the
   env's episode, whose kernel is in the sample's state. Its config:
-  :class:`~themisto_env.bridges.inspect_sandbox.SandboxConfig`.
-- solver (:func:`themisto_agent`): gives the model the observation tools (:func:`observation_tools`,
+  `SandboxConfig`.
+- solver (`themisto_agent`): gives the model the observation tools (`observation_tools`,
   each the episode's tool step against the sample's budget), asks it up to budget + 2 times, tells it to answer
   once the budget is spent, as our ``llm-tools`` agent does.
-- scorer (:func:`themisto_scorer`): the env's one score (:func:`themisto_env.scoring.score.score_sample`,
+- scorer (`themisto_scorer`): the env's one score
+([`themisto_env.scoring.score.score_sample`][themisto_env.scoring.score_sample],
   docs/reward.md) of the prediction read from the reply as our agents read it: exact match, ROUGE-L,
   chrF and the reward, each with its mean and stderr.
 
@@ -54,7 +55,7 @@ from themisto_env.scoring.score import SampleScore
 
 def first_observation(trajectory: Trajectory, step: int, config: EnvConfig) -> dict[str, Any]:
     """The observation the env shows at a sample before any tool call
-    (:func:`~themisto_env.env.observation.sample_observation`; ``runtime`` is left empty: it needs the live
+    (`sample_observation`; ``runtime`` is left empty: it needs the live
     kernel, and the solver fills it in the ``full`` mode)."""
     return sample_observation(config, trajectory, step, tools_left=config.tool_budget)
 
@@ -80,10 +81,10 @@ def themisto_dataset(
     seed: int = 0,
     sample_ids: Sequence[str] | None = None,
 ) -> MemoryDataset:
-    """A task's samples as inspect samples (listed by the :class:`~themisto_env.replay.dataset.Dataset` of
+    """A task's samples as inspect samples (listed by the [`Dataset`][themisto_env.replay.Dataset] of
     ``config.dataset``; no env, no kernel): ``limit`` of them (all without) chosen as ``themisto run``
-    chooses (:func:`~themisto_env.data.samples.select_samples`), in the selection's order
-    (:func:`~themisto_env.data.samples.selection_order`), so that inspect's own ``--limit N`` takes the
+    chooses (`select_samples`), in the selection's order
+    (`selection_order`), so that inspect's own ``--limit N`` takes the
     samples of ``themisto run --limit N``."""
     prompts = prompts or load_prompts()
     dataset = Dataset.open(config.dataset, backend=config.backend, split=config.split)
@@ -170,7 +171,7 @@ def themisto_agent(max_model_calls: int | None = None) -> Solver:
 # -- the scorer -------------------------------------------------------------------------------------------
 
 
-#: What :func:`themisto_scorer` reports per sample, each with its mean and stderr.
+#: What `themisto_scorer` reports per sample, each with its mean and stderr.
 SCORER_VALUES = (*METRICS, "reward")
 
 
@@ -186,10 +187,11 @@ def _sample_score(scored: SampleScore, sample_id: str) -> SampleScore:
 
 @scorer(metrics={name: [mean(), stderr()] for name in SCORER_VALUES})
 def themisto_scorer() -> Scorer:
-    """The env's score of the reply's prediction (:func:`themisto_env.scoring.score.score_sample`, the one
-    rule of docs/reward.md): exact match, ROUGE-L F1, chrF and the ``reward`` (with the execution score
-    when the task has it on, minus ``tool_cost`` per tool call); every field of the
-    :class:`~themisto_env.scoring.score.SampleScore` in the metadata."""
+    """The env's score of the reply's prediction
+    ([`themisto_env.scoring.score.score_sample`][themisto_env.scoring.score_sample], the one rule of docs/reward.md):
+    exact match, ROUGE-L F1, chrF and the ``reward`` (with the execution score when the task has it on, minus
+    ``tool_cost`` per tool call); every field of the [`SampleScore`][themisto_env.scoring.SampleScore] in the
+    metadata."""
 
     async def score(state: TaskState, target: Target) -> Score:
         task: TaskName = state.metadata["task"]
@@ -209,10 +211,10 @@ def themisto_scorer() -> Scorer:
 
 @scorer(metrics=[mean(), stderr()])
 def themisto_execution_scorer() -> Scorer:
-    """The execution score of a next-cell prediction (:mod:`themisto_env.scoring.execution`): run in a disposable
+    """The execution score of a next-cell prediction (`themisto_env.scoring.execution`): run in a disposable
     kernel in the sample's state, its effects compared with the recorded ones; 0 when its own code
-    failed (the reason in the metadata). The same :class:`~themisto_env.scoring.score.SampleScore` as
-    :func:`themisto_scorer`'s (the prediction runs once)."""
+    failed (the reason in the metadata). The same [`SampleScore`][themisto_env.scoring.SampleScore] as
+    `themisto_scorer`'s (the prediction runs once)."""
 
     async def score(state: TaskState, target: Target) -> Score:
         prediction = extract_prediction(state.output.completion, state.metadata["task"])

@@ -7,12 +7,12 @@ the samples of a task, each prompt the one of ``tool_dataset`` (the history and 
 target) with the sample id beside it; the model calls the same tools as in the TRL tool env
 (`ROLLOUT_TOOLS` of `themisto_env.bridges.rl.tool_env`, made from the tool table), observation tools and
 ``submit``, and each rollout is a
-:class:`~themisto_env.bridges.rl.tool_env.ThemistoToolEnv` on its sample (the rollouts of a sample share one
+[`ThemistoToolEnv`][themisto_env.bridges.rl.ThemistoToolEnv] on its sample (the rollouts of a sample share one
 kernel in its state). The task's one reward is that rollout's ``get_reward()``, i.e.
-:func:`~themisto_env.scoring.score.score_sample` (0 for a rollout the env cannot trust, with the metric
-``untrusted`` = 1 beside it). How verifiers runs it: :mod:`themisto_env.bridges.vf_taskset`.
+[`score_sample`][themisto_env.scoring.score_sample] (0 for a rollout the env cannot trust, with the metric
+``untrusted`` = 1 beside it). How verifiers runs it: `themisto_env.bridges.vf_taskset`.
 
-From Python, :func:`load_environment` gives the ``verifiers.v1`` env (on this machine: the subprocess
+From Python, `load_environment` gives the ``verifiers.v1`` env (on this machine: the subprocess
 runtime)::
 
     from themisto_env.bridges.vf_env import load_environment
@@ -49,7 +49,7 @@ def load_environment(
         limit: Use this many samples, spread over the trajectories (None: all).
         max_turns: Model turns per rollout (tool calls included).
         share: The rollouts of a sample share one kernel (False: one per rollout).
-        **env_options: :class:`~themisto_env.env.config.EnvConfig` options as JSON values (``dataset`` a
+        **env_options: [`EnvConfig`][themisto_env.env.EnvConfig] options as JSON values (``dataset`` a
             folder, ``backend``, ``tool_budget``, ``tool_cost``, ``history_length``, ``execution_score``,
             ``split``, ...): they reach the tool server's process through verifiers' config.
 

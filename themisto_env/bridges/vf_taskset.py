@@ -1,14 +1,14 @@
-"""The verifiers 0.4 (``verifiers.v1``) side of :mod:`themisto_env.bridges.vf_env`: a taskset, its tool server,
-its task and the harness that plays it. Imported only through :mod:`~themisto_env.bridges.vf_env`, whose
+"""The verifiers 0.4 (``verifiers.v1``) side of `themisto_env.bridges.vf_env`: a taskset, its tool server,
+its task and the harness that plays it. Imported only through `vf_env`, whose
 module id ``vf-eval`` takes (``vf-eval themisto_env.bridges.vf_env``): importing this module imports verifiers.
 
 How a rollout runs (verifiers' own machinery): the harness, verifiers' chat program, talks to the model
-through verifiers' interception server and calls the tools of :class:`ThemistoTools`, one MCP server
+through verifiers' interception server and calls the tools of `ThemistoTools`, one MCP server
 for the whole evaluation (a process of its own, ``python -m themisto_env.bridges.vf_taskset``), where each
-rollout is a :class:`~themisto_env.bridges.rl.tool_env.ThemistoToolEnv` over shared kernel states,
+rollout is a [`ThemistoToolEnv`][themisto_env.bridges.rl.ThemistoToolEnv] over shared kernel states,
 exactly as in TRL. After each call the server writes the rollout's
-:meth:`~themisto_env.bridges.rl.tool_env.ThemistoToolEnv.get_reward` into the rollout's state, which
-verifiers carries back to :class:`ThemistoTask`'s reward. A rollout that called no tool at all is scored
+[`get_reward`][themisto_env.bridges.rl.ThemistoToolEnv.get_reward] into the rollout's state, which
+verifiers carries back to `ThemistoTask`'s reward. A rollout that called no tool at all is scored
 here the same way (a rollout over the same states, nothing submitted).
 
 The MCP server builds each tool's schema from its function's signature: `tool_function` makes those from
@@ -61,7 +61,7 @@ class ThemistoTasksetConfig(vf.TasksetConfig):
         themisto_task: ``next-cell`` or ``output`` (``task`` is verifiers' own field: each task's config).
         limit: Use this many samples, spread over the trajectories (None: all).
         share: The rollouts of a sample share one kernel (False: one per rollout).
-        options: :class:`~themisto_env.env.config.EnvConfig` options as JSON values (``dataset`` a folder,
+        options: [`EnvConfig`][themisto_env.env.EnvConfig] options as JSON values (``dataset`` a folder,
             ``backend``, ``tool_budget``, ``tool_cost``, ``history_length``, ``execution_score``, ``split``...).
     """
 
@@ -71,12 +71,12 @@ class ThemistoTasksetConfig(vf.TasksetConfig):
     options: dict[str, Any] = Field(default_factory=dict)
 
     def state_options(self) -> dict[str, Any]:
-        """The :class:`SharedStates` arguments these options make."""
+        """The [`SharedStates`][themisto_env.bridges.rl.SharedStates] arguments these options make."""
         return {"task": self.themisto_task, "share": self.share, **self.options}
 
 
 class ThemistoToolsConfig(vf.SharedToolsetConfig):
-    """The tool server's options: the states it serves (:meth:`ThemistoTasksetConfig.state_options`)."""
+    """The tool server's options: the states it serves (`ThemistoTasksetConfig.state_options`)."""
 
     states: dict[str, Any] = Field(default_factory=dict)
 
@@ -85,7 +85,8 @@ class ThemistoState(vf.State):
     """A rollout's state, shared by verifiers between the host and the tool server.
 
     Attributes:
-        rollout: The rollout's id (its trace id): which :class:`ThemistoToolEnv` of the server is its own.
+        rollout: The rollout's id (its trace id): which [`ThemistoToolEnv`][themisto_env.bridges.rl.ThemistoToolEnv] of
+            the server is its own.
         sample_id: The sample the rollout predicts.
         scored: The server has scored the rollout (after its first tool call).
         reward: ``get_reward()`` after the rollout's last call (None: the env cannot trust the rollout).
@@ -194,7 +195,7 @@ class ThemistoTools(vf.Toolset[ThemistoToolsConfig, ThemistoState]):
 
 
 class ThemistoTaskset(vf.Taskset[ThemistoTask, ThemistoTasksetConfig]):
-    """The samples of a task as verifiers tasks, their tools served by :class:`ThemistoTools`."""
+    """The samples of a task as verifiers tasks, their tools served by `ThemistoTools`."""
 
     def load(self) -> Iterator[ThemistoTask]:
         config = self.config

@@ -1,4 +1,4 @@
-"""The ``themisto`` command's groups and commands, a module each; :mod:`themisto_env.cli` assembles them.
+"""The ``themisto`` command's groups and commands, a module each; `themisto_env.cli` assembles them.
 
 - ``common``: the console and the options several commands share.
 - ``sandbox``: ``themisto sandbox`` (build-image, check, gc).

@@ -35,7 +35,7 @@ def storage_error_line(exc: OSError) -> str | None:
 
     Args:
         exc: The error (its ``filename`` names the file where the writer knew it:
-            :mod:`themisto_env.data.writes`).
+            `themisto_env.data.writes`).
     """
     what = _STORAGE_ERRORS.get(exc.errno or -1)
     if what is None:

@@ -1,6 +1,6 @@
 """``themisto kernel-env``: make, list and remove kernel environments.
 
-The work is :mod:`themisto_env.replay.kernel_environments`'s; this module is the command line.
+The work is `themisto_env.replay.kernel_environments`'s; this module is the command line.
 """
 
 from __future__ import annotations

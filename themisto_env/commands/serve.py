@@ -1,4 +1,4 @@
-"""``themisto serve``: the env as an OpenEnv server (:mod:`themisto_env.bridges.openenv.server`)."""
+"""``themisto serve``: the env as an OpenEnv server (`themisto_env.bridges.openenv.server`)."""
 
 from __future__ import annotations
 

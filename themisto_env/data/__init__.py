@@ -3,8 +3,9 @@
 Owns reading JuNE event logs (``june``) and saved notebooks (``notebook``) into sessions (``sessions``),
 recording a live session (``recorder``, an IPython extension), the trajectory records and the dataset
 folder's files (``trajectory``), replay agreement (``agreement``), the sample rule (``samples``) and a
-dataset's figures (``stats``). Nothing here runs a kernel: replaying sessions is :mod:`themisto_env.replay`.
-Names are re-exported lazily: importing this package imports none of its modules.
+dataset's figures (``stats``). Nothing here runs a kernel: replaying sessions is
+[`themisto_env.replay`][themisto_env.replay]. Names are re-exported lazily: importing this package imports none of its
+modules.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The public names of :mod:`themisto_env.data`, a line each (``__init__.py`` imports each on first use)."""
+"""The public names of [`themisto_env.data`][themisto_env.data], a line each (``__init__.py`` imports each on first
+use)."""
 
 from .agreement import Agreement as Agreement
 from .agreement import AgreementKind as AgreementKind

@@ -1,21 +1,21 @@
 """Replay agreement: whether a replayed cell shows what the person saw, and if not, why.
 
-:func:`agreement` compares the outputs recorded in a log or notebook with the outputs of replaying the
-same cell. Both are rendered as the text a person reads (:func:`themisto_env.sandbox.rendering.render_outputs`:
+`agreement` compares the outputs recorded in a log or notebook with the outputs of replaying the
+same cell. Both are rendered as the text a person reads (`themisto_env.sandbox.rendering.render_outputs`:
 streams, ``text/plain`` of results and displays, ``ENAME: evalue`` of errors; tracebacks and images are
-not part of it), then normalised by :func:`normalize_output`, and the two texts must be equal. With
+not part of it), then normalised by `normalize_output`, and the two texts must be equal. With
 ``raw=True`` the rendered texts are compared as they are.
 
-Normalisation (version :data:`NORMALIZATION_VERSION`), in this order:
+Normalisation (version `NORMALIZATION_VERSION`), in this order:
 
-1. Everything :func:`themisto_env.sandbox.rendering.normalize_for_comparison` does: ANSI codes removed;
+1. Everything `themisto_env.sandbox.rendering.normalize_for_comparison` does: ANSI codes removed;
    ``%time``/``%timeit`` lines, tqdm's elapsed times and rates, durations (``1.23 s``, ``3ms``) made
    placeholders; memory addresses (``<function f at 0x7f3a1c2b4d50>`` -> ``0x<ADDR>``); temporary
    paths (``/tmp/...``, ``/var/folders/...``) -> ``<TMPPATH>``; labelled process ids; trailing whitespace
    of every line and blank lines at both ends removed.
 2. Cell file names, old and new: IPython 7's ``<ipython-input-12-3f2a9c0b1d4e>``, ipykernel 6's
    ``/tmp/ipykernel_4711/2519893127.py`` (a recording's), the process-free ``/tmp/ipykernel/2519893127.py``
-   this package's kernels use (:func:`themisto_env.sandbox.kernel.helper.stable_cell_names`), or bare
+   this package's kernels use (`themisto_env.sandbox.kernel.helper.stable_cell_names`), or bare
    ``2519893127.py`` (as in ``invalid syntax
    (2519893127.py, line 1)``) -> ``<CELL>``.
 3. Figure sizes: ``<Figure size 432x288 with 1 Axes>`` (the old inline backend's default) and
@@ -24,8 +24,8 @@ Normalisation (version :data:`NORMALIZATION_VERSION`), in this order:
 
 Numbers in data, exception messages, shapes and paths outside temporary folders are compared as is.
 
-Kinds (:data:`AgreementKind`), the first that applies. What a verdict can use beyond the two outputs comes
-in a :class:`ReplayContext` (the build gives it: the replay's status and limit, a second replay, the earlier
+Kinds (`AgreementKind`), the first that applies. What a verdict can use beyond the two outputs comes
+in a `ReplayContext` (the build gives it: the replay's status and limit, a second replay, the earlier
 step an input came from, package versions); without it, fewer causes can be told apart.
 
 ``ok``
@@ -65,11 +65,11 @@ step an input came from, package versions); without it, fewer causes can be told
     ``<IPython.core.display.HTML object>`` placeholders, a display present in one only).
 ``warning``
     Streams, results and displays agree; only stderr differs, and it holds a warning
-    (``FutureWarning: ...`` in one only, or worded otherwise today). Tolerated (:data:`TOLERATED`).
+    (``FutureWarning: ...`` in one only, or worded otherwise today). Tolerated (`TOLERATED`).
 ``timing``
     The texts differ only in numbers, on lines that speak of time (``took 0.53``, ``elapsed``,
     ``seconds``, ``time``; not ``took 12 iterations``): a measured duration that normalisation left.
-    Tolerated (:data:`TOLERATED`).
+    Tolerated (`TOLERATED`).
 ``nondeterminism``
     A second replay of the cell, from a copy of the state before it, shows other outputs than the
     first: an unseeded random draw (from the global generators, or from a numpy generator an earlier cell
@@ -97,7 +97,7 @@ from typing import Any, Literal, get_args
 from themisto_env.sandbox.rendering import normalize_for_comparison, render_outputs
 
 NORMALIZATION_VERSION = 4
-"""Version of the normalisation rules (1: :func:`~themisto_env.sandbox.rendering.normalize_for_comparison`
+"""Version of the normalisation rules (1: `normalize_for_comparison`
 alone; 2: cell file names and figure sizes too, and kinds; 3: the causes ``timeout``, ``upstream``,
 ``warning``, ``timing``, ``environment``, and ``nondeterminism`` from a second replay; 4: a name bound by an
 import that ran carries no ``upstream``, unless it bound a value). Datasets record the version they used."""
@@ -167,7 +167,7 @@ def normalize_output(text: str) -> str:
     """Normalise rendered output text for comparison (rules in the module doc).
 
     Args:
-        text: Rendered outputs (:func:`themisto_env.sandbox.rendering.render_outputs`).
+        text: Rendered outputs (`themisto_env.sandbox.rendering.render_outputs`).
 
     Returns:
         The text with what legitimately varies between runs replaced by placeholders.
@@ -184,7 +184,7 @@ def normalize_output(text: str) -> str:
 
 
 def normalize_outputs(outputs: Iterable[Mapping[str, Any]]) -> str:
-    """Render nbformat outputs and normalise the text (what :func:`agreement` compares)."""
+    """Render nbformat outputs and normalise the text (what `agreement` compares)."""
     return normalize_output(render_outputs(outputs))
 
 

@@ -1,6 +1,6 @@
 """The names a cell reads and writes, from its source: how a difference is followed from one step to the next.
 
-:func:`names_read` and :func:`names_written` parse a cell (IPython's ``%magic`` and ``!shell`` lines are
+`names_read` and `names_written` parse a cell (IPython's ``%magic`` and ``!shell`` lines are
 left out first; ``x = !ls`` binds ``x``); a cell that does not parse reads and writes nothing known.
 Writes are what a cell binds (assignments, ``for``/``with`` targets, imports, ``def``/``class``, ``del``)
 and the names it may change in place (``df['x'] = ...``, ``df.x = ...``, ``model.fit(...)``,

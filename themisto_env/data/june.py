@@ -1,13 +1,13 @@
 """JuNE event logs grouped into sessions.
 
 JuNE (JetBrains Research's notebook-execution dataset) is an event log, one row per user or kernel
-event, with the columns in :data:`~themisto_env.data.june_events.JUNE_COLUMNS`. JuNE logs are read from
+event, with the columns in `JUNE_COLUMNS`. JuNE logs are read from
 CSV, Parquet or JSON Lines (``.csv``, ``.csv.gz``, ``.parquet``, ``.jsonl``, ``.jsonl.gz``, ``.ndjson``),
-every row validated into a :class:`~themisto_env.data.june_events.JuneEvent` (a malformed row raises
-:class:`~themisto_env.errors.DataError` naming the file, the 1-based data row and the field); this module
-groups the events into :class:`~themisto_env.data.sessions.Session` objects by ``kernel_id``. The rows
-and their columns live in :mod:`themisto_env.data.june_events`, reading and writing files in
-:mod:`themisto_env.data.june_files`.
+every row validated into a [`JuneEvent`][themisto_env.data.JuneEvent] (a malformed row raises
+[`DataError`][themisto_env.errors.DataError] naming the file, the 1-based data row and the field); this module
+groups the events into [`Session`][themisto_env.data.Session] objects by ``kernel_id``. The rows
+and their columns live in `themisto_env.data.june_events`, reading and writing files in
+`themisto_env.data.june_files`.
 
 Every event kind is kept; only these matter for replay:
 
@@ -170,7 +170,7 @@ def sessions_from_events(events: Iterable[JuneEvent], *, source_path: str | Path
 
 
 def read_sessions(path: str | Path) -> list[Session]:
-    """Read a JuNE log and group it into sessions (see :func:`sessions_from_events`).
+    """Read a JuNE log and group it into sessions (see `sessions_from_events`).
 
     Args:
         path: A ``.csv``, ``.parquet`` or ``.jsonl`` log (``.gz`` variants of CSV and JSON Lines too).

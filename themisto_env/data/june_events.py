@@ -1,7 +1,7 @@
-"""JuNE event rows: the columns, the event kinds and :class:`JuneEvent`, one validated row.
+"""JuNE event rows: the columns, the event kinds and [`JuneEvent`][themisto_env.data.JuneEvent], one validated row.
 
 A malformed value raises pydantic's ``ValueError`` here; the readers in
-:mod:`themisto_env.data.june_files` turn it into a :class:`~themisto_env.errors.DataError` naming the
+`themisto_env.data.june_files` turn it into a [`DataError`][themisto_env.errors.DataError] naming the
 file, the row and the field.
 """
 
@@ -34,7 +34,7 @@ JUNE_COLUMNS: tuple[str, ...] = (
 """The JuNE columns, in JuNE's order."""
 
 REQUIRED_COLUMNS: tuple[str, ...] = ("action_id", "time", "kernel_id", "event")
-"""Columns a log must have; the others may be absent (read as null), except :data:`EVENT_COLUMNS`."""
+"""Columns a log must have; the others may be absent (read as null), except `EVENT_COLUMNS`."""
 
 EVENT_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
     "execute": (("cell_source", "the executed code, which replay runs and next-cell samples predict"),),
@@ -78,7 +78,7 @@ class JuneEvent(BaseModel):
         session_id: The frontend session.
         kernel_id: The kernel: the session key.
         notebook_name: The notebook's file name.
-        event: The event kind (:data:`KNOWN_EVENTS`, or any other string).
+        event: The event kind (`KNOWN_EVENTS`, or any other string).
         cell_index: The cell's id (32 hex digits in JuNE), null for notebook-level events.
         cell_num: The cell's position in the notebook.
         cell_type: ``code``, ``markdown`` or ``raw``.
@@ -203,7 +203,7 @@ class JuneEvent(BaseModel):
             output_as_text: Write ``cell_output`` as a JSON string (CSV, Parquet) rather than a list.
 
         Returns:
-            A dict with the keys of :data:`JUNE_COLUMNS`, in that order.
+            A dict with the keys of `JUNE_COLUMNS`, in that order.
         """
         row = self.model_dump()
         row["time"] = self.time_text()

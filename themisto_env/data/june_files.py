@@ -1,7 +1,8 @@
-"""JuNE log files: read and validate CSV, Parquet or JSON Lines logs into :class:`JuneEvent` rows, write them back.
+"""JuNE log files: read and validate CSV, Parquet or JSON Lines logs into [`JuneEvent`][themisto_env.data.JuneEvent]
+rows, write them back.
 
 Supported suffixes: ``.csv``, ``.csv.gz``, ``.parquet``, ``.pq``, ``.jsonl``, ``.jsonl.gz``, ``.ndjson``,
-``.ndjson.gz``. A malformed row raises :class:`~themisto_env.errors.DataError` naming the file, the
+``.ndjson.gz``. A malformed row raises [`DataError`][themisto_env.errors.DataError] naming the file, the
 1-based data row and the field.
 """
 
@@ -169,7 +170,7 @@ def iter_events(path: str | Path) -> Iterator[JuneEvent]:
 
 
 def read_events(path: str | Path) -> list[JuneEvent]:
-    """Read all the events of a JuNE log (see :func:`iter_events`).
+    """Read all the events of a JuNE log (see `iter_events`).
 
     Args:
         path: The log file.

@@ -81,7 +81,7 @@ def size_exceeds(value: Any, limit: int) -> bool:
     other scalar), counted without recursion and stopping as soon as the limit is passed.
 
     Args:
-        value: The value (nesting is bounded separately by :func:`depth_exceeds`).
+        value: The value (nesting is bounded separately by `depth_exceeds`).
         limit: The most characters allowed.
     """
     total = 0

@@ -81,7 +81,7 @@ def read_notebook_session(path: str | Path, *, key: str | None = None) -> Sessio
 
     Raises:
         DataError: The file is missing, is not JSON, nests deeper than
-            :data:`~themisto_env.data.limits.MAX_DEPTH`, or is not a notebook (naming the cell and field).
+            `MAX_DEPTH`, or is not a notebook (naming the cell and field).
     """
     file = Path(path)
     if not file.is_file():

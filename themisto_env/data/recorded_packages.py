@@ -5,7 +5,7 @@ A source can say which versions it ran with in two places, both optional:
 * a requirements file beside it (``requirements.txt`` in the notebook's folder, or in the session's working
   folder for a JuNE log): its exactly pinned lines (``pandas==1.5.3``); other lines are ignored;
 * a notebook's metadata: a ``packages`` mapping (name -> version), at the top level of the metadata or under
-  ``themisto`` (what :mod:`themisto_env.data.recorder` can write).
+  ``themisto`` (what `themisto_env.data.recorder` can write).
 
 The metadata wins over the file for a package both name. Names are compared as pip does (case and ``-``/``_``
 /``.`` folded).

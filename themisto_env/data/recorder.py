@@ -4,7 +4,7 @@ Once loaded in a kernel, every cell a person runs is appended to a JSON Lines lo
 ``execute`` row when the cell starts, an ``error`` row if it raised, and a ``finished_execute`` row when
 it ends, holding the cell's outputs as nbformat outputs (stdout/stderr streams, the displayed result,
 displays such as plots and DataFrames, the error). The log can be read back with
-:func:`themisto_env.data.june.read_sessions` and built into trajectories like any JuNE log.
+[`themisto_env.data.june.read_sessions`][themisto_env.data.read_sessions] and built into trajectories like any JuNE log.
 
 * Where: ``$THEMISTO_RECORD_PATH``, else ``<user data dir>/themisto-env/recordings/june_log.jsonl``; the
   path is printed when the extension loads.
@@ -23,8 +23,8 @@ teed, and the display publisher, display hook and traceback display are wrapped,
 appear in the notebook exactly as without the extension. Writing the log never breaks a cell: a
 failure to write is reported once on stderr and recording goes on.
 
-The capture of a cell's outputs is :mod:`themisto_env.data.recorder_capture`, the locked appends to the
-log :mod:`themisto_env.data.recorder_log`; this module hooks them into the shell.
+The capture of a cell's outputs is `themisto_env.data.recorder_capture`, the locked appends to the
+log `themisto_env.data.recorder_log`; this module hooks them into the shell.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The recorder's capture of one cell: its outputs as the notebook shows them, and teed text streams.
 
 The conversion of kernel messages to nbformat outputs is
-:class:`~themisto_env.sandbox.outputs.OutputCollector`, shared with the sandbox; this module feeds it.
+`OutputCollector`, shared with the sandbox; this module feeds it.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class TeeStream:
 
 class CellCapture:
     """The outputs of the running cell, in the order the notebook shows them (the conversion is
-    :class:`~themisto_env.sandbox.outputs.OutputCollector`, shared with the sandbox)."""
+    `OutputCollector`, shared with the sandbox)."""
 
     def __init__(self, execution_count: int) -> None:
         self.collector = OutputCollector()

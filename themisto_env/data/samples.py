@@ -5,18 +5,18 @@ Two tasks, as in Themisto:
 * ``next-cell``: given the executions so far (code and outputs) and the live state, predict the source
   of the next executed cell. The target is step ``k``'s source; samples start at ``k = 1``.
 * ``output``: given that history and the source of the cell about to run, predict its output as text
-  (:func:`themisto_env.sandbox.rendering.render_outputs` documents the rendering). The target is step ``k``'s
+  (`themisto_env.sandbox.rendering.render_outputs` documents the rendering). The target is step ``k``'s
   replayed output; samples start at ``k = 0``.
 
-Themisto's sample rule is the default (:class:`SampleRule`): only trajectories of at least 5 executions,
-empty targets dropped, and targets longer than the 0.99 quantile of target length (over the dataset's
+Themisto's sample rule is the default ([`SampleRule`][themisto_env.data.SampleRule]): only trajectories of at least 5
+executions, empty targets dropped, and targets longer than the 0.99 quantile of target length (over the dataset's
 candidate targets of that task) dropped.
 
 Samples follow what the person saw (``follow_recording``, on by default), by the cause of their target
-step's difference (:mod:`themisto_env.data.agreement`), per task:
+step's difference (`themisto_env.data.agreement`), per task:
 
 * ``output`` (``drop_output_causes``; default: every cause of
-  :data:`themisto_env.data.agreement.DISAGREEMENTS`): a sample whose step's replay disagrees with the
+  `themisto_env.data.agreement.DISAGREEMENTS`): a sample whose step's replay disagrees with the
   recorded outputs is dropped, since its target (the replayed output) is not what the person saw: a
   random draw (``nondeterminism``), a measured time (``timing``), an error the person did not get, a
   value today's packages compute otherwise (``environment``), ... Give a smaller set to keep some (e.g.
@@ -26,7 +26,7 @@ step's difference (:mod:`themisto_env.data.agreement`), per task:
   state is what the replay holds). Give causes to drop (e.g. ``missing-module``, ``upstream``: the state
   before the cell lacks what the person had).
 
-Steps with nothing recorded to compare with (``unrecorded``) are kept. :func:`sample_counts` says how
+Steps with nothing recorded to compare with (``unrecorded``) are kept. `sample_counts` says how
 many each step of the rule kept and dropped, and ``by_cause`` how many each cause dropped.
 """
 
@@ -202,7 +202,7 @@ def sample_counts(trajectories: Iterable[Trajectory], task: TaskName, rule: Samp
 def sample_counts_by_trajectory(
     trajectories: Iterable[Trajectory], task: TaskName, rule: SampleRule | None = None
 ) -> dict[str, SampleCounts]:
-    """:func:`sample_counts` of each trajectory, under the rule as applied to all of them (the length
+    """`sample_counts` of each trajectory, under the rule as applied to all of them (the length
     quantile is the dataset's): what the rule kept and dropped of each, and why."""
     rule = rule or SampleRule()
     trajectories = list(trajectories)
@@ -224,7 +224,8 @@ def episode_starts(episodes: Mapping[str, Sequence[Sample]], wanted: Collection[
     """Where to start each episode that holds wanted samples.
 
     Args:
-        episodes: Samples by trajectory, each in step order (:func:`samples_by_trajectory`, an env's
+        episodes: Samples by trajectory, each in step order
+            ([`samples_by_trajectory`][themisto_env.data.samples_by_trajectory], an env's
             ``episode_samples``).
         wanted: The sample ids to reach.
 
@@ -278,11 +279,11 @@ def select_samples(
     ``themisto run``, ``themisto_env.bridges.inspect_task.themisto`` and ``bridges.rl.export`` share.
 
     Args:
-        samples: A task's samples in dataset order (:meth:`~themisto_env.replay.dataset.Dataset.samples`).
-        limit: At most this many (None: all), taken in :func:`selection_order`.
+        samples: A task's samples in dataset order ([`samples`][themisto_env.replay.Dataset.samples]).
+        limit: At most this many (None: all), taken in `selection_order`.
         seed: The selection's seed (``spread``).
         order: ``spread`` over trajectories (default) or the ``first`` in dataset order.
-        sample_ids: Only these samples (``--sample-ids FILE``: :func:`read_sample_ids`); the limit then
+        sample_ids: Only these samples (``--sample-ids FILE``: `read_sample_ids`); the limit then
             applies among them.
 
     Raises:

@@ -6,15 +6,15 @@ The side of a group is decided by its key alone: the sha256 of the seed and the 
 [0, 1), below ``test_size`` is ``test``. So the assignment is deterministic on every machine, and a
 trajectory never changes side when the dataset grows (a new trajectory finds its own side; the others
 keep theirs). The price: on a small dataset the share of test trajectories is only near ``test_size``;
-a side left empty is refused with the seeds that would fill both (:func:`assign`).
+a side left empty is refused with the seeds that would fill both (`assign`).
 
 Named splits are kept beside the dataset's manifest, in ``splits.json`` (format ``themisto-splits``,
 version 1): per name, the rule (``by``, ``test_size``, ``seed``) and what the split held when it was
 written (trajectories per side, samples per task and side, the leakage report). The rule is what counts:
 a dataset that grew is split by the same rule. A dataset with no ``splits.json`` (the bundled data) is
-split by :data:`DEFAULT_RULE`, the rule ``themisto data split DATASET`` writes with no options.
+split by `DEFAULT_RULE`, the rule ``themisto data split DATASET`` writes with no options.
 
-The leakage report (:func:`leakage`): trajectories with samples on both sides (0 by construction; it is
+The leakage report (`leakage`): trajectories with samples on both sides (0 by construction; it is
 counted, not assumed), and per task the test samples whose target occurs verbatim, whitespace
 normalised, as a train target (notebooks repeat lines like ``df.head()``: a count to read, not an error).
 """
@@ -199,7 +199,7 @@ def _normal(text: str) -> str:
 
 
 def leakage(trajectories: Iterable[Trajectory], samples: Mapping[str, Sequence[Sample]], rule: SplitRule) -> Leakage:
-    """The leakage report of a split (see :class:`Leakage`).
+    """The leakage report of a split (see `Leakage`).
 
     Args:
         trajectories: The dataset's trajectories.

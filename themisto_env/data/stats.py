@@ -29,7 +29,7 @@ def dataset_info(folder: str | Path, *, raw: bool = False) -> dict[str, Any]:
 
     Agreement is over the steps that have recorded outputs to compare with; None ("n/a") when no step
     has any (an empty dataset, or only cleared notebooks). Disagreements are classified by
-    :func:`themisto_env.data.agreement.agreement` and listed per step; ``agreement_split`` says which
+    `themisto_env.data.agreement.agreement` and listed per step; ``agreement_split`` says which
     share agrees, is tolerated (timings, warnings) and disagrees, and ``kinds_by_source`` counts the
     kinds per source file.
 
@@ -98,7 +98,7 @@ def _folder_bytes(folder: Path) -> int:
 
 
 def _split(compared: list[tuple[Trajectory, Step]]) -> dict[str, float | None]:
-    """Shares of the compared steps that agree, are tolerated (:data:`~themisto_env.data.agreement.TOLERATED`:
+    """Shares of the compared steps that agree, are tolerated (`TOLERATED`:
     timings, warnings) and disagree (every other cause)."""
     kinds = [s.agreement_kind or ("ok" if s.agrees else "other") for _, s in compared]
     tolerated = sum(kind in TOLERATED for kind in kinds)

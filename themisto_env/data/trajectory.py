@@ -1,16 +1,17 @@
 """Replayed trajectories with runtime state, and their on-disk format.
 
-A :class:`Trajectory` is a recorded :class:`~themisto_env.data.sessions.Session` after replay in a sandbox
+A [`Trajectory`][themisto_env.data.Trajectory] is a recorded [`Session`][themisto_env.data.Session] after replay in a
+sandbox
 kernel: for every execution, the replayed outputs beside the recorded ones, the execution time, the
 kernel's memory and per-variable sizes after it, and a reference to a snapshot of the namespace after it.
 
-On disk (format ``themisto-trajectories``, version :data:`FORMAT_VERSION`), a dataset is a folder::
+On disk (format ``themisto-trajectories``, version `FORMAT_VERSION`), a dataset is a folder::
 
     DIR/manifest.json        format, version, backend, package versions, sources, counts
     DIR/trajectories.jsonl   one Trajectory per line (JSON; the schema is the pydantic model below)
     DIR/files/               the kernels' working folders, content-addressed: the folder each replay
                              started in and what it held after every step (see
-                             :mod:`themisto_env.sandbox.store.workdir`), so that a served state has its files;
+                             `themisto_env.sandbox.store.workdir`), so that a served state has its files;
                              and the figures the output cap would have dropped
 
 Snapshots are not in the folder: they are content-addressed dill files in the snapshot store
@@ -45,7 +46,7 @@ disagrees has a cause. Older versions are read (their missing fields take defaul
 MANIFEST = "manifest.json"
 FIGURE_FILES_KEY = "themisto_files"
 """The metadata key of a step's output naming its figures kept in ``files/`` (mime type -> sha256; see
-:mod:`themisto_env.replay.figures`)."""
+`themisto_env.replay.figures`)."""
 TRAJECTORIES = "trajectories.jsonl"
 FILES = "files"
 
@@ -70,10 +71,10 @@ class Step(BaseModel):
         snapshot: Digest of the namespace snapshot after the step (None if snapshots were off).
         snapshot_skipped: Names the snapshot could not hold, with the reason.
         fingerprint: The user namespace after the step, per name ``type|shape-or-length|content-hash``
-            (see :mod:`themisto_env.replay.state`); what a served state is checked against. None in datasets
+            (see `themisto_env.replay.state`); what a served state is checked against. None in datasets
             built before format version 2.
         agrees: Whether the replayed output equals the recorded one after normalisation.
-        agreement_kind: Why not, as :func:`themisto_env.data.agreement.agreement` classifies it (``ok``,
+        agreement_kind: Why not, as `themisto_env.data.agreement.agreement` classifies it (``ok``,
             ``missing-module``, ``upstream``, ``nondeterminism``, ...); None in datasets built before
             normalisation 2 (their steps are compared again when read).
         agreement_detail: A short explanation of a disagreement (the replay's error, the first
@@ -131,9 +132,9 @@ class Trajectory(BaseModel):
         complete: Whether every execution was replayed.
         failure: Where and why the replay stopped, when it did not complete.
         fingerprint_version: Version of the namespace fingerprints of its steps (0: none recorded); see
-            :data:`themisto_env.sandbox.kernel.helper.FINGERPRINT_VERSION`.
+            `themisto_env.sandbox.kernel.helper.FINGERPRINT_VERSION`.
         normalization: Version of the output normalisation its steps' agreement was measured with
-            (:data:`themisto_env.data.agreement.NORMALIZATION_VERSION`; 0: before versions). Trajectories
+            (`themisto_env.data.agreement.NORMALIZATION_VERSION`; 0: before versions). Trajectories
             of another version are compared again when read (their outputs are all stored).
         packages: Distributions the replayed cells imported, with their versions (what its snapshots
             may need to load).
@@ -142,7 +143,7 @@ class Trajectory(BaseModel):
         workdir: The folder whose copy the replay ran in (the notebook's, or ``--workdir``), as given;
             None: an empty folder.
         workdir_digest: Content digest of the files the replay started with (see
-            :func:`themisto_env.sandbox.store.workdir.tree_digest`); None in datasets built before working
+            `themisto_env.sandbox.store.workdir.tree_digest`); None in datasets built before working
             folders were recorded (their kernels run in an empty folder, unchecked).
         package_drift: Packages whose version in the replay's kernel differs from the one the source
             recorded (a notebook's metadata, a requirements file beside it): name -> [recorded, replayed]
@@ -260,11 +261,10 @@ def refresh_agreement(trajectory: Trajectory, *, force: bool = False) -> bool:
     none of whose steps has a recorded output, while its replay shows some, kept no outputs (a notebook
     saved with its outputs cleared, a log written without them): all its steps are ``unrecorded``.
 
-    Each step is compared with what the trajectory knows around it (:class:`~themisto_env.data.agreement.
-    ReplayContext`): its status and limit, its second replay, the package drift, and the earlier step
-    that last wrote a name it reads (its writes: what its source binds, and the names whose fingerprint
-    changed in it; without fingerprints, the names it may change in place). A kernel restart forgets the
-    writes before it.
+    Each step is compared with what the trajectory knows around it (`ReplayContext`): its status and limit, its second
+    replay, the package drift, and the earlier step that last wrote a name it reads (its writes: what its source binds,
+    and the names whose fingerprint changed in it; without fingerprints, the names it may change in place). A kernel
+    restart forgets the writes before it.
 
     Args:
         trajectory: The trajectory (changed in place).

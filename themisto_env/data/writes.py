@@ -3,9 +3,9 @@
 A full disk, a quota or a read-only folder can stop any write part-way. Two shapes of writes cover what
 the product writes:
 
-* a whole file (a summary, a manifest, a config): :func:`write_text_atomic` writes a temporary file
+* a whole file (a summary, a manifest, a config): `write_text_atomic` writes a temporary file
   beside it and renames it over the old one, so readers see the old file or the new one, never a part;
-* a line appended to a log of records (``results.jsonl``, ``trajectories.jsonl``): :func:`append_line`
+* a line appended to a log of records (``results.jsonl``, ``trajectories.jsonl``): `append_line`
   writes the whole line or, when the write fails, cuts the file back to where it was.
 
 Both re-raise the ``OSError`` with the file's name set, so that the command line can say in one line

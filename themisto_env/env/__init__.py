@@ -1,14 +1,14 @@
 """The gymnasium env: one episode per trajectory, a sample's state served live, tools, then a prediction.
 
-Owns :class:`ThemistoEnv` (``core``: the gym adapter) and its parts, each usable without gym: the turns of
-an episode (``episode``: ``Episode``), the live state of a sample (``state_server``: ``StateServer``), the
+Owns [`ThemistoEnv`][themisto_env.env.ThemistoEnv] (``core``: the gym adapter) and its parts, each usable without gym:
+the turns of an episode (``episode``: ``Episode``), the live state of a sample (``state_server``: ``StateServer``), the
 scoring rule and the disposable kernels (``scorer``: ``Scorer``) and the episode's record of samples, tool
 calls, budget and faults (``record``); the kind of kernel its parts share, built once (``kernel_spec``:
 ``env_kernel_spec``), and what serving a state or calling a tool came to (``outcomes``: ``ToolOutcome``,
-``not_served``, ``state_mismatch``); its options :class:`EnvConfig` (``config``), its spaces
+``not_served``, ``state_mismatch``); its options [`EnvConfig`][themisto_env.env.EnvConfig] (``config``), its spaces
 (``spaces``), the step's typed ``info`` (``info``: ``StepInfo``), the actions (``actions``:
-:class:`Prediction`, and :class:`~themisto_env.env.tools.ToolCall` from ``tools``), the observation's text
-(``observation``) and the observation tools (``tools``). The ids ``themisto/NextCell-v0`` and
+[`Prediction`][themisto_env.env.Prediction], and [`ToolCall`][themisto_env.env.ToolCall] from ``tools``), the
+observation's text (``observation``) and the observation tools (``tools``). The ids ``themisto/NextCell-v0`` and
 ``themisto/OutputPrediction-v0`` are registered by ``import themisto_env``. Names are re-exported lazily:
 importing this package imports none of its modules.
 """

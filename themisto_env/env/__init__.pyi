@@ -1,4 +1,5 @@
-"""The public names of :mod:`themisto_env.env`, a line each (``__init__.py`` imports each on first use)."""
+"""The public names of [`themisto_env.env`][themisto_env.env], a line each (``__init__.py`` imports each on first
+use)."""
 
 from .actions import Action as Action
 from .actions import Prediction as Prediction

@@ -6,9 +6,10 @@ In the gymnasium action space an action is a dict ``{"kind", "tool", "args", "te
   object of its arguments;
 * ``kind`` 1 = submit a prediction: ``text`` is the predicted cell source or output.
 
-Agents may also pass :class:`ToolCall` or :class:`Prediction` objects directly. :func:`parse_action`
-turns either form into one of the two, or raises :class:`ActionError` saying what is wrong; the env
-answers that in the observation rather than ending the episode.
+Agents may also pass [`ToolCall`][themisto_env.env.ToolCall] or [`Prediction`][themisto_env.env.Prediction] objects
+directly. [`parse_action`][themisto_env.env.parse_action] turns either form into one of the two, or raises
+[`ActionError`][themisto_env.errors.ActionError] saying what is wrong; the env answers that in the observation rather
+than ending the episode.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def encode_action(action: Action) -> dict[str, Any]:
 
 
 def parse_action(raw: object) -> Action:
-    """Read an action in either form, within the limits (:mod:`themisto_env.data.limits`: name, arguments'
+    """Read an action in either form, within the limits (`themisto_env.data.limits`: name, arguments'
     size and depth, prediction length); error messages repeat only a short prefix of
     what was sent.
 
@@ -114,7 +115,7 @@ def parse_action(raw: object) -> Action:
 
 
 def checked_tool_call(call: ToolCall) -> ToolCall:
-    """A tool call within the limits of :mod:`themisto_env.data.limits`: a tool name of at most
+    """A tool call within the limits of `themisto_env.data.limits`: a tool name of at most
     ``MAX_NAME_CHARS`` characters, arguments of at most ``MAX_ARGS_CHARS`` nested at most ``MAX_ARGS_DEPTH``.
 
     Raises:

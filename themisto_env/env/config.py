@@ -1,5 +1,5 @@
-"""The env's options: :class:`EnvConfig` (``gymnasium.make(id, **options)``), opened with its dataset by
-:func:`env_config_and_dataset`; and the warning given once when model-written code is about to run where it
+"""The env's options: [`EnvConfig`][themisto_env.env.EnvConfig] (``gymnasium.make(id, **options)``), opened with its
+dataset by `env_config_and_dataset`; and the warning given once when model-written code is about to run where it
 can reach the host's files."""
 
 from __future__ import annotations
@@ -56,13 +56,13 @@ class EnvConfig(BaseModel):
     Attributes:
         task: ``next-cell`` or ``output``.
         dataset: A built trajectory dataset folder; None uses the bundled data (built on first use). The
-            env itself also takes an open :class:`~themisto_env.replay.dataset.Dataset` here (shared with
+            env itself also takes an open [`Dataset`][themisto_env.replay.Dataset] here (shared with
             other envs and callers; the config then holds its folder), or one side of a split.
         snapshot_dir: The snapshot store; None: the dataset's own (an exported dataset's ``snapshots/``),
             else the cache's.
         split: Serve only one side of the dataset's split: ``train``, ``test`` or ``NAME:train`` (see
-            :meth:`~themisto_env.replay.dataset.Dataset.view`); a sample of the other side is refused
-            (:class:`~themisto_env.errors.SplitError`). None: the whole dataset.
+            [`view`][themisto_env.replay.Dataset.view]); a sample of the other side is refused
+            ([`SplitError`][themisto_env.errors.SplitError]). None: the whole dataset.
         backend: Sandbox backend (``local``, ``bwrap``, ``docker``).
         observation: ``static`` (history), ``full`` (history + every variable and memory), ``tools``
             (history; the agent queries the state with tool calls).
@@ -96,7 +96,7 @@ class EnvConfig(BaseModel):
         max_text_chars: Cap of each text field of the observation.
         ray: Run the env's kernels in Ray actors on a cluster's CPU nodes, not in this process's machine:
             an address (``local``, ``auto``, ``HOST:6379``, ``ray://HOST:10001``, as ``themisto run --ray``)
-            or a :class:`~themisto_env.sandbox.kernel.spec.RayPlacement` (resources, spreading, the nodes'
+            or a `RayPlacement` (resources, spreading, the nodes'
             snapshot store). The env, its API and its rewards stay here; a kernel or node lost mid-episode
             is an infrastructure fault (the sample is unscored), as a local kernel's death is.
     """
@@ -137,8 +137,8 @@ class EnvConfig(BaseModel):
 
 
 def env_config_and_dataset(options: Mapping[str, Any]) -> tuple[EnvConfig, Dataset]:
-    """The env config of ``options`` and its dataset, opened (:meth:`Dataset.open`, cached per process); an
-    open :class:`~themisto_env.replay.dataset.Dataset` given as ``dataset`` is used as it is.
+    """The env config of ``options`` and its dataset, opened ([`Dataset.open`][themisto_env.replay.Dataset.open], cached
+    per process); an open [`Dataset`][themisto_env.replay.Dataset] given as ``dataset`` is used as it is.
 
     Raises:
         ConfigError: An option is invalid.

@@ -7,7 +7,7 @@ Turn structure of an episode (documented for training loops):
    (replaying only the cells a snapshot cannot stand for).
 2. For each sample, the agent takes any number of tool calls (``kind=0``; in ``tools`` mode; each costs
    ``tool_cost`` and at most ``tool_budget`` per sample), then one prediction (``kind=1``), which is
-   scored by :func:`~themisto_env.scoring.score.score_sample` (the rule: docs/reward.md); the
+   scored by [`score_sample`][themisto_env.scoring.score_sample] (the rule: docs/reward.md); the
    prediction step pays the sample's reward less what its tool steps paid, so a sample's steps sum to
    ``info["reward"]`` (to 0 when the sample is unscored). Once the budget is spent, a further tool call
    is refused: nothing runs, it costs nothing, ``tool_result`` says so, ``info["tool_refused"]`` is True,
@@ -17,13 +17,14 @@ Turn structure of an episode (documented for training loops):
    sample's. ``terminated`` is True after the trajectory's last sample.
 
 The state is served lazily: the env brings its kernel to a sample's state only when something needs
-the live state (a tool call, the ``full`` observation, :meth:`ThemistoEnv.tool_context`,
-:meth:`ThemistoEnv.serve_state`). Observations come from the recording, so a reset, a prediction and
-the move to the next sample cost no kernel work until a state is needed; the kernel then moves straight
-to the sample it is asked for (forward over the recorded cells, or by snapshot). ``lazy_state=False``
-serves every sample as it begins. The execution score and ``try_cell`` never use the env's kernel.
+the live state (a tool call, the ``full`` observation,
+[`ThemistoEnv.tool_context`][themisto_env.env.ThemistoEnv.tool_context],
+[`ThemistoEnv.serve_state`][themisto_env.env.ThemistoEnv.serve_state]). Observations come from the recording, so a
+reset, a prediction and the move to the next sample cost no kernel work until a state is needed; the kernel then moves
+straight to the sample it is asked for (forward over the recorded cells, or by snapshot). ``lazy_state=False`` serves
+every sample as it begins. The execution score and ``try_cell`` never use the env's kernel.
 
-Every served state is checked (:mod:`themisto_env.replay.state`): the live namespace must match the
+Every served state is checked (`themisto_env.replay.state`): the live namespace must match the
 fingerprint recorded at build time, else it is repaired from snapshots, and what could not be repaired
 is reported. ``info["state"]`` tells how the current sample's state was reached and checked; while it is
 not served yet, ``info["state"]["check"]`` is ``"not served"`` (nothing live was shown to the agent, so
@@ -37,22 +38,22 @@ snapshot store, dataset imports) in one process share the pool, so a new env's f
 kernel already warm; the pool and its kernels are closed with the last of those envs.
 
 Model-written code never runs in the env's kernel: the execution score runs each prediction in a
-disposable kernel brought to the sample's state and discarded after (:mod:`themisto_env.replay.disposable`),
+disposable kernel brought to the sample's state and discarded after (`themisto_env.replay.disposable`),
 so nothing one prediction does reaches a later sample or another prediction; the ``try_cell`` tool
 (next-cell task) runs the agent's candidates the same way. With ``samples=K`` each
 sample takes K predictions (pass@k), each scored on its own; the episode moves on after the K-th.
 
 A lost backend (the Docker engine stopped answering) is not recovered from: the next ``step`` or
 ``reset`` that needs the backend (a state to serve, a disposable kernel) raises
-:class:`~themisto_env.errors.BackendUnavailableError` with one line (a step that scored a sample first
-returns that score; the next call raises), the sample it hit is left unscored, and a run resumes from it
+[`BackendUnavailableError`][themisto_env.errors.BackendUnavailableError] with one line (a step that scored a sample
+first returns that score; the next call raises), the sample it hit is left unscored, and a run resumes from it
 once the engine is back. Steps that need no live state (predictions scored from the recording) go on.
 A prediction whose own code kills its kernel, hits a limit, runs past the time limit or fools the
 measurement under the execution score is the model's failure: it scores 0 with
 ``info["prediction_failed"]`` (a reason).
 
 What happened to a sample is reported with that sample, never with its neighbour (``info`` is a
-:class:`~themisto_env.env.info.StepInfo`; its docstring lists the keys). The ``info`` of the
+`StepInfo`; its docstring lists the keys). The ``info`` of the
 step that scores sample S (``info["scored_sample_id"] == S``) carries S's ``SampleScore``, how S was served
 (``scored_state``) and, when S cannot be trusted, ``infrastructure_error`` (the machinery failed while
 serving S or during its tool calls: recovered from, never scored as a wrong answer) or
@@ -90,20 +91,20 @@ __all__ = ["ThemistoEnv"]
 class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     """Predict the next cell (or a cell's output) of a Jupyter development trajectory.
 
-    See the module docstring for the turn structure; :class:`EnvConfig` for the options. A gymnasium
-    adapter (spaces, seeding, the gym signatures, rendering) over the env's parts, its members:
-    :attr:`episode` (:class:`~themisto_env.env.episode.Episode`: the turns), which holds :attr:`server`
-    (:class:`~themisto_env.env.state_server.StateServer`: the live state of the current sample),
-    :attr:`scorer` (:class:`~themisto_env.env.scorer.Scorer`: the rule and the disposable kernels) and
-    :attr:`record` (:class:`~themisto_env.env.record.EpisodeRecord`: the samples left, the draw's tool
-    calls, budget and faults).
+    See the module docstring for the turn structure; [`EnvConfig`][themisto_env.env.EnvConfig] for the options. A
+    gymnasium adapter (spaces, seeding, the gym signatures, rendering) over the env's parts, its members:
+    `episode` ([`Episode`][themisto_env.env.Episode]: the turns), which holds
+    [`server`][themisto_env.env.ThemistoEnv.server] ([`StateServer`][themisto_env.env.StateServer]: the live state of
+    the current sample), [`scorer`][themisto_env.env.ThemistoEnv.scorer] ([`Scorer`][themisto_env.env.Scorer]: the rule
+    and the disposable kernels) and [`record`][themisto_env.env.ThemistoEnv.record]
+    ([`EpisodeRecord`][themisto_env.env.EpisodeRecord]: the samples left, the draw's tool calls, budget and faults).
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
 
     def __init__(self, render_mode: str | None = None, **options: Any) -> None:
-        """Make an env over ``options`` (:class:`EnvConfig`; ``dataset`` may be an open
-        :class:`~themisto_env.replay.dataset.Dataset`, shared with its other users)."""
+        """Make an env over ``options`` ([`EnvConfig`][themisto_env.env.EnvConfig]; ``dataset`` may be an open
+        [`Dataset`][themisto_env.replay.Dataset], shared with its other users)."""
         config, dataset = env_config_and_dataset(options)
         self.render_mode = render_mode
         #: The episode's turns over the env's parts (nothing started yet).
@@ -187,7 +188,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
     def score_prediction(self, text: str) -> SampleScore:
         """Score a prediction of the current sample as the next prediction step would, without taking the
-        step (:func:`~themisto_env.scoring.score.score_sample` with this sample's tool calls, faults and
+        step ([`score_sample`][themisto_env.scoring.score_sample] with this sample's tool calls, faults and
         state check)."""
         return self.episode.score_prediction(text)
 

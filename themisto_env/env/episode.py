@@ -1,13 +1,14 @@
-"""An episode's turns without gym: :class:`Episode`, what :class:`~themisto_env.env.core.ThemistoEnv`'s ``reset``
-and ``step`` do (the turn structure is documented in :mod:`themisto_env.env.core`), over the env's parts:
+"""An episode's turns without gym: [`Episode`][themisto_env.env.Episode], what
+[`ThemistoEnv`][themisto_env.env.ThemistoEnv]'s ``reset`` and ``step`` do (the turn structure is documented in
+`themisto_env.env.core`), over the env's parts:
 
-- a :class:`~themisto_env.env.state_server.StateServer`, the live state of the current sample;
-- a :class:`~themisto_env.env.scorer.Scorer`, the rule and the disposable kernels predictions run in;
-- an :class:`~themisto_env.env.record.EpisodeRecord`, the samples left and the current draw's tool calls,
+- a [`StateServer`][themisto_env.env.StateServer], the live state of the current sample;
+- a [`Scorer`][themisto_env.env.Scorer], the rule and the disposable kernels predictions run in;
+- an [`EpisodeRecord`][themisto_env.env.EpisodeRecord], the samples left and the current draw's tool calls,
   budget, cost and faults.
 
 The gym env adds its spaces, seeding and rendering; a bridge that steps an episode (the OpenEnv environment)
-uses an :class:`Episode` directly and is paid exactly what the gym env pays.
+uses an [`Episode`][themisto_env.env.Episode] directly and is paid exactly what the gym env pays.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ class Episode:
         self._runtime_text = ""  # the observation's runtime (full mode)
         self._rng: np.random.Generator | None = None
         #: Where the episode's time goes: seconds of ``state``, ``tools`` and ``scoring`` (and ``model``, where
-        #: the caller times its agent on it under :meth:`traced`); its totals only grow.
+        #: the caller times its agent on it under `traced`); its totals only grow.
         self.clock = tracing.Stopwatch()
         #: Where the last scored sample's time went, from its beginning to its last prediction's score:
         #: seconds by kind (``state``, ``tools``, ``model``, ``scoring``; kinds with none left out).
@@ -106,8 +107,8 @@ class Episode:
 
     @classmethod
     def open(cls, **options: Any) -> Episode:
-        """An episode over ``options`` (:class:`~themisto_env.env.config.EnvConfig`; ``dataset`` may be an open
-        :class:`~themisto_env.replay.dataset.Dataset`)."""
+        """An episode over ``options`` ([`EnvConfig`][themisto_env.env.EnvConfig]; ``dataset`` may be an open
+        [`Dataset`][themisto_env.replay.Dataset])."""
         config, dataset = env_config_and_dataset(options)
         return cls(config, dataset)
 
@@ -121,7 +122,8 @@ class Episode:
         trajectory is drawn with ``rng`` (default: the episode's own, unseeded).
 
         Traced: a ``themisto.episode`` span from here to the episode's end (the last sample scored, the
-        next reset or :meth:`close`), the parent of this ``themisto.reset`` and of every step's spans.
+        next reset or [`close`][themisto_env.env.Episode.close]), the parent of this ``themisto.reset`` and of every
+        step's spans.
 
         Raises:
             ConfigError: A bad option (nothing changed).
@@ -142,7 +144,7 @@ class Episode:
         return obs, info
 
     def traced(self) -> Any:
-        """A context in which spans are the episode's children and timed work counts on :attr:`clock` (the
+        """A context in which spans are the episode's children and timed work counts on `clock` (the
         runner asks its agent under it, timed as ``model``)."""
         return tracing.within(self._span, self.clock)
 
@@ -175,7 +177,7 @@ class Episode:
     def step(self, action: Any) -> Step:
         """Take one action: a tool call (answered in the observation's ``tool_result``; ``-tool_cost``) or a
         prediction (scored; the sample's reward less what its tool steps paid). See
-        :mod:`themisto_env.env.core` for the turn structure.
+        `themisto_env.env.core` for the turn structure.
 
         Raises:
             ConfigError: No episode was started.
@@ -271,7 +273,7 @@ class Episode:
     # -- what the agent and the caller read ----------------------------------------------------------------
 
     def observation(self) -> dict[str, Any]:
-        """The current sample's observation (see :func:`~themisto_env.env.observation.sample_observation`)."""
+        """The current sample's observation (see `sample_observation`)."""
         record = self.record
         assert record.trajectory is not None and record.sample is not None
         return sample_observation(
@@ -284,7 +286,7 @@ class Episode:
         )
 
     def info(self, **extra: Any) -> dict[str, Any]:
-        """The step's ``info``: a :class:`~themisto_env.env.info.StepInfo` as a dict (its keys are documented
+        """The step's ``info``: a `StepInfo` as a dict (its keys are documented
         there), with ``extra``'s keys."""
         sample = self.record.sample
         assert sample is not None
@@ -338,7 +340,8 @@ class Episode:
         return self.scorer.score(sample, text, **self.record.current.score_args(self.server.report))
 
     def execution_run(self, sample: Sample) -> ExecutionRun | None:
-        """How a prediction of ``sample`` runs for the execution score (see :meth:`Scorer.execution_run`)."""
+        """How a prediction of ``sample`` runs for the execution score (see
+        [`Scorer.execution_run`][themisto_env.env.Scorer.execution_run])."""
         return self.scorer.execution_run(sample)
 
     def close(self) -> None:

@@ -1,4 +1,4 @@
-"""The ``info`` of the env's ``reset`` and ``step``: one typed model, :class:`StepInfo`, whose keys are listed
+"""The ``info`` of the env's ``reset`` and ``step``: one typed model, `StepInfo`, whose keys are listed
 once, in its docstring. ``StepInfo.model_dump()`` is the dict gymnasium sees (keys whose value is None are
 left out, so ``"scored_sample_id" in info`` tells a scoring step from a tool call)."""
 
@@ -40,7 +40,7 @@ class StepInfo(BaseModel):
         forced_submission: True when the runner submitted an empty prediction for an agent whose tool
             calls the env kept refusing (``REFUSALS_BEFORE_SUBMISSION`` in a row).
         recovered: Faults met and repaired (the state verified after) while serving the sample.
-        The fields of :class:`~themisto_env.scoring.score.SampleScore`: scores, metric_reward,
+        The fields of [`SampleScore`][themisto_env.scoring.SampleScore]: scores, metric_reward,
         execution_score, execution, passed, prediction_failed, tools_used, tool_cost, reward (None,
         left out, when unscored), infrastructure_error, state_mismatch.
     """

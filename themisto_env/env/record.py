@@ -1,9 +1,9 @@
 """The episode's record: which samples are left, the sample and draw being predicted, and for that draw its
 tool calls, the tool budget and cost, and the infrastructure faults that touch it.
 
-:class:`SampleRecord` is the one place that writes a sample's tool count, cost and faults (the gym env's
-steps, and the bridges that keep a record per rollout); :class:`EpisodeRecord` holds the queue of an
-episode's samples and the current sample's record.
+`SampleRecord` is the one place that writes a sample's tool count, cost and faults (the gym env's
+steps, and the bridges that keep a record per rollout); [`EpisodeRecord`][themisto_env.env.EpisodeRecord] holds the
+queue of an episode's samples and the current sample's record.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class SampleRecord:
 
     Attributes:
         tools_used: The tool calls counted against the budget (a call the sandbox failed is given back, up
-            to :data:`MAX_TOOL_REFUNDS` faults per sample).
+            to `MAX_TOOL_REFUNDS` faults per sample).
         tool_cost_paid: What the draw's tool steps paid (each call pays, given back or not).
         tool_calls: The calls that ran: ``{"tool", "args", "ok"}``.
         faults: The infrastructure failures that touch the sample (it is unscored when there is one).
@@ -124,7 +124,7 @@ class SampleRecord:
         return ToolTurn(f"Invalid action: {error}", self.pay_call())
 
     def count_call(self) -> None:
-        """A tool call is taken (counted against the budget; paid by :meth:`pay_call`)."""
+        """A tool call is taken (counted against the budget; paid by `pay_call`)."""
         self.tools_used += 1
 
     def pay_call(self) -> float:
@@ -142,14 +142,14 @@ class SampleRecord:
 
     def tool_failed(self, outcome: ToolOutcome) -> None:
         """The machinery failed a call (it did not run): its faults recorded and the call given back, while
-        the sample has at most :data:`MAX_TOOL_REFUNDS` faults."""
+        the sample has at most `MAX_TOOL_REFUNDS` faults."""
         self.add_faults(outcome.faults)
         if len(self.faults) <= MAX_TOOL_REFUNDS:  # not the agent's fault, up to a cap per sample
             self.tools_used -= 1
 
     def took(self, call: ToolCall, outcome: ToolOutcome) -> None:
-        """A counted call's outcome (after :meth:`count_call`): a call the machinery failed is given back as
-        :meth:`tool_failed` says; one that ran is listed, with the faults met on its way."""
+        """A counted call's outcome (after `count_call`): a call the machinery failed is given back as
+        `tool_failed` says; one that ran is listed, with the faults met on its way."""
         if outcome.result is None:
             self.tool_failed(outcome)
             return
@@ -157,7 +157,7 @@ class SampleRecord:
         self.called(call, outcome.result.ok)
 
     def score_args(self, report: StateReport | None) -> dict[str, Any]:
-        """What :meth:`~themisto_env.env.scorer.Scorer.score` takes of this record and the sample's served
+        """What [`score`][themisto_env.env.Scorer.score] takes of this record and the sample's served
         state: ``tools_used``, ``faults``, ``state_mismatch``."""
         return {"tools_used": self.tools_used, "faults": self.faults, "state_mismatch": state_mismatch(report)}
 
@@ -177,11 +177,11 @@ class EpisodeRecord:
         config: The options (tool budget and cost; ``samples``: predictions per sample).
 
     Attributes:
-        trajectory: The episode's trajectory (None before :meth:`start`).
+        trajectory: The episode's trajectory (None before [`start`][themisto_env.env.EpisodeRecord.start]).
         queue: The samples not scored yet, the current one first.
         sample: The sample being predicted (None before the first).
         draw: Which of the sample's predictions the episode waits for (from 0).
-        current: The current draw's :class:`SampleRecord`.
+        current: The current draw's `SampleRecord`.
     """
 
     def __init__(self, config: EnvConfig) -> None:
@@ -198,7 +198,8 @@ class EpisodeRecord:
         return len(self.queue)
 
     def start(self, trajectory: Trajectory, samples: Iterable[Sample]) -> None:
-        """A new episode over ``samples`` of ``trajectory`` (the first is begun by :meth:`begin_sample`)."""
+        """A new episode over ``samples`` of ``trajectory`` (the first is begun by
+        [`begin_sample`][themisto_env.env.EpisodeRecord.begin_sample])."""
         self.trajectory = trajectory
         self.queue = list(samples)
         self.draw = 0
@@ -211,7 +212,7 @@ class EpisodeRecord:
 
     def finish_draw(self, scored: SampleScore) -> bool:
         """The current draw was scored. Returns True when the same sample takes another prediction (its
-        record starts over, see :meth:`SampleRecord.next_draw`), False when it leaves the queue (its record
+        record starts over, see `SampleRecord.next_draw`), False when it leaves the queue (its record
         stays as it was until the next sample begins: the last observation shows its tools left)."""
         self.current.scored(scored)
         if self.draw + 1 < self.config.samples:  # another prediction for the same sample, same state

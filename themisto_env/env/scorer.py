@@ -1,11 +1,11 @@
-"""Scoring a prediction: :class:`Scorer`, the scoring rule of an env config (docs/reward.md) and the disposable
-kernels model-written code runs in (a prediction under the execution score, a ``try_cell`` candidate).
+"""Scoring a prediction: [`Scorer`][themisto_env.env.Scorer], the scoring rule of an env config (docs/reward.md) and the
+disposable kernels model-written code runs in (a prediction under the execution score, a ``try_cell`` candidate).
 
 A scorer holds no episode and no live state: the gym env's prediction step, the TRL tool env and reward
-functions, pass@k and the inspect scorer score through :meth:`Scorer.score`, which is
-:func:`~themisto_env.scoring.score.score_sample` under the config's rule with the sample's execution run.
+functions, pass@k and the inspect scorer score through [`Scorer.score`][themisto_env.env.Scorer.score], which is
+[`score_sample`][themisto_env.scoring.score_sample] under the config's rule with the sample's execution run.
 Model-written code never runs in a state server's kernel: each run takes a disposable kernel brought to the
-sample's state and discarded after (:mod:`themisto_env.replay.disposable`).
+sample's state and discarded after (`themisto_env.replay.disposable`).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class Scorer:
         return self._disposable
 
     def disposable_kernels(self) -> DisposableKernels:
-        """The kernels model-written code runs in (disposable kernels of :attr:`spec`, started on first use,
+        """The kernels model-written code runs in (disposable kernels of `spec`, started on first use,
         preloading the modules the dataset's cells import)."""
         if self._disposable is None:
             self._disposable = DisposableKernels(self.spec)
@@ -102,7 +102,7 @@ class Scorer:
         faults: Sequence[str] = (),
         state_mismatch: str | None = None,
     ) -> SampleScore:
-        """The score of a prediction of ``sample``: :func:`~themisto_env.scoring.score.score_sample` under this
+        """The score of a prediction of ``sample``: [`score_sample`][themisto_env.scoring.score_sample] under this
         rule, with the sample's execution run (when the execution score applies).
 
         Args:

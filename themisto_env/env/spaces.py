@@ -18,7 +18,7 @@ _CHARSET_SET = frozenset(CHARSET)
 
 
 class AnyText(spaces.Text):
-    """A ``Text`` space over :data:`CHARSET` that prints short (gymnasium's repr lists every character of
+    """A ``Text`` space over `CHARSET` that prints short (gymnasium's repr lists every character of
     the charset: 63,488 of them in ``print(env.action_space)``)."""
 
     def __repr__(self) -> str:
@@ -31,7 +31,7 @@ def _text_space_prototype(max_length: int) -> spaces.Text:
 
 
 def text_space(max_length: int) -> spaces.Text:
-    """A ``Text`` space over :data:`CHARSET`: a copy of one built once per length (building the charset's
+    """A ``Text`` space over `CHARSET`: a copy of one built once per length (building the charset's
     index takes 0.15 s a space, which made every new env cost a second)."""
     return copy.copy(_text_space_prototype(max_length))
 
@@ -59,7 +59,7 @@ def observation_space(max_text_chars: int, tool_budget: int) -> spaces.Dict:
 
 def action_space(max_text_chars: int) -> spaces.Dict:
     """The action: ``kind`` (0 a tool call, 1 a prediction), ``tool`` (an index into
-    :data:`~themisto_env.env.tools.TOOL_NAMES`), ``args`` (JSON) and ``text`` (the prediction)."""
+    `TOOL_NAMES`), ``args`` (JSON) and ``text`` (the prediction)."""
     return spaces.Dict(
         {
             "kind": spaces.Discrete(2),

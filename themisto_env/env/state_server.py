@@ -1,13 +1,13 @@
-"""The live state of one sample: :class:`StateServer`, a kernel brought to the state before a sample's target
-step and checked (:class:`~themisto_env.replay.state.TrajectoryKernel`), the warm kernels and shared templates
-it comes from, recovery after a fault, the tools' view of that state, and the lost-backend bookkeeping.
+"""The live state of one sample: [`StateServer`][themisto_env.env.StateServer], a kernel brought to the state before a
+sample's target step and checked ([`TrajectoryKernel`][themisto_env.replay.TrajectoryKernel]), the warm kernels and
+shared templates it comes from, recovery after a fault, the tools' view of that state, and the lost-backend bookkeeping.
 
 A state server knows nothing of budgets, rewards or episodes: the gym env
-(:class:`~themisto_env.env.core.ThemistoEnv`, through :class:`~themisto_env.env.episode.Episode`) and the
+([`ThemistoEnv`][themisto_env.env.ThemistoEnv], through [`Episode`][themisto_env.env.Episode]) and the
 bridges select a sample's state on it, ask for it to be served when something needs the live state, and run
-tool calls on it; what happened is returned (a :class:`~themisto_env.replay.state_check.StateReport`, the
+tool calls on it; what happened is returned (a [`StateReport`][themisto_env.replay.StateReport], the
 faults met) for the caller's record. Model-written code never runs here (see
-:class:`~themisto_env.env.scorer.Scorer`).
+[`Scorer`][themisto_env.env.Scorer]).
 """
 
 from __future__ import annotations
@@ -52,9 +52,10 @@ class StateServer:
         spec: The kind of kernel (`KernelSpec`; its store is read) the env built once for its parts; by
             default the config's and dataset's (`themisto_env.env.kernel_spec.env_kernel_spec`).
 
-    Nothing starts until a state is needed: :meth:`select` names the state, :meth:`serve` (or a tool call)
-    brings the kernel there. Kernels come from the process's warm pool (after :meth:`warm_up`), or are
-    forked from its shared template (:attr:`forking`).
+    Nothing starts until a state is needed: [`select`][themisto_env.env.StateServer.select] names the state,
+    [`serve`][themisto_env.env.StateServer.serve] (or a tool call) brings the kernel there. Kernels come from the
+    process's warm pool (after [`warm_up`][themisto_env.env.StateServer.warm_up]), or are forked from its shared
+    template ([`forking`][themisto_env.env.StateServer.forking]).
     """
 
     def __init__(self, config: EnvConfig, dataset: Dataset, *, spec: KernelSpec | None = None) -> None:
@@ -69,9 +70,9 @@ class StateServer:
             connect(self.spec.ray.address)
         #: The modules the dataset's cells import (preloaded in warm kernels and templates).
         self.preload = self.spec.preload
-        #: Warm kernels for the served state, taken at :meth:`warm_up`.
+        #: Warm kernels for the served state, taken at `warm_up`.
         self.pool: KernelPool | None = None
-        #: The kernel and where it is (:attr:`TrajectoryKernel.started` says whether one runs).
+        #: The kernel and where it is (`TrajectoryKernel.started` says whether one runs).
         self.kernel_owner = TrajectoryKernel(self._new_kernel, template=self.template_source())
         self._holds_templates = self.forking
         if self._holds_templates:  # the shared templates keep spares and states while a server forks from them
@@ -79,7 +80,7 @@ class StateServer:
         self._dataset_checked = False
         #: How the selected state was served and checked (None: not served yet).
         self.report: StateReport | None = None
-        #: The selected state: a trajectory and the step about to run (None before :meth:`select`).
+        #: The selected state: a trajectory and the step about to run (None before `select`).
         self.trajectory: Trajectory | None = None
         self.step: int | None = None
         self._lost_backend: BackendUnavailableError | None = None
@@ -141,11 +142,11 @@ class StateServer:
         return self.trajectory, self.step
 
     def serve(self) -> StateReport:
-        """Bring the kernel to the selected state and check it (see :attr:`report`).
+        """Bring the kernel to the selected state and check it (see `report`).
 
         Raises:
             BackendUnavailableError: The backend is gone (nothing to recover here: the caller stops).
-            InfrastructureError: The state could not be reached; :attr:`report` says ``route="failed"``.
+            InfrastructureError: The state could not be reached; `report` says ``route="failed"``.
         """
         trajectory, step = self._selected()
         self._answers = {}
@@ -161,7 +162,7 @@ class StateServer:
         return self.report
 
     def ensure_served(self) -> StateReport:
-        """:meth:`serve` unless the selected state was served already."""
+        """[`serve`][themisto_env.env.StateServer.serve] unless the selected state was served already."""
         return self.report if self.report is not None else self.serve()
 
     def served_faults(self) -> list[str]:
@@ -204,8 +205,8 @@ class StateServer:
         self, try_code: Callable[[str], CodeRun] | None = None, *, keep_answers: bool = False
     ) -> ToolContext:
         """The tools' view of the selected state (its kernel started, served or not: see
-        :meth:`ensure_served`); ``try_code`` runs the ``try_cell`` tool's candidates
-        (:meth:`~themisto_env.env.scorer.Scorer.try_code`), None where cells may not be tried.
+        [`ensure_served`][themisto_env.env.StateServer.ensure_served]); ``try_code`` runs the ``try_cell`` tool's
+        candidates ([`try_code`][themisto_env.env.Scorer.try_code]), None where cells may not be tried.
 
         With ``keep_answers`` (this server's own tool calls) the context shares the kernel's answers given
         in this state so far (``ToolContext.answers``); otherwise it has none, and the answers kept are
@@ -258,7 +259,7 @@ class StateServer:
         and memory).
 
         Raises:
-            InfrastructureError: The kernel failed (see :meth:`recover`).
+            InfrastructureError: The kernel failed (see [`recover`][themisto_env.env.StateServer.recover]).
         """
         sizes, memory = self.recorded_figures()
         return render_runtime(
@@ -268,11 +269,13 @@ class StateServer:
     # -- a lost backend ----------------------------------------------------------------------------------
 
     def lose_backend(self, error: BackendUnavailableError) -> None:
-        """The backend was lost after a sample was scored: :meth:`raise_lost_backend` raises it next."""
+        """The backend was lost after a sample was scored:
+        [`raise_lost_backend`][themisto_env.env.StateServer.raise_lost_backend] raises it next."""
         self._lost_backend = error
 
     def raise_lost_backend(self) -> None:
-        """Raise the lost backend's error, once, if one was met (see :meth:`lose_backend`)."""
+        """Raise the lost backend's error, once, if one was met (see
+        [`lose_backend`][themisto_env.env.StateServer.lose_backend])."""
         if self._lost_backend is not None:
             error, self._lost_backend = self._lost_backend, None
             self.kernel_owner.position = None

@@ -1,25 +1,27 @@
 """Metrics and rewards: exact match, ROUGE-L F1 and chrF per sample; corpus means with confidence intervals.
 
-Per sample, :func:`score` returns a :class:`Score` with ``exact_match``, ``rouge_l`` and ``chrf``, each
-in [0, 1]. ROUGE-L and chrF are identical in value to the reference implementations (tested on many
-pairs), only faster:
+Per sample, [`score`][themisto_env.metrics.score] returns a [`Score`][themisto_env.metrics.Score] with ``exact_match``,
+``rouge_l`` and ``chrf``, each in [0, 1]. ROUGE-L and chrF are identical in value to the reference implementations
+(tested on many pairs), only faster:
 
 - ``rouge_l == rouge_score.rouge_scorer.RougeScorer(["rougeL"]).score(reference, prediction)["rougeL"]
   .fmeasure`` (default tokenizer, no stemmer), with the LCS computed by rapidfuzz;
 - ``chrf == sacrebleu.sentence_chrf(prediction, [reference]).score / 100`` (chrF2, character order 6,
   whitespace removed), with the n-gram matching done in numpy;
-- ``exact_match`` compares after :func:`normalize_for_exact_match` (trailing whitespace of each line
+- ``exact_match`` compares after [`normalize_for_exact_match`][themisto_env.metrics.normalize_for_exact_match] (trailing
+whitespace of each line
   and leading/trailing blank lines removed, nothing else).
 
-Over a corpus, :func:`aggregate` gives each metric's mean with a seeded percentile bootstrap interval,
-and :func:`compare_paired` compares two runs on the same samples (mean difference, paired bootstrap
-interval, wins/ties/losses); given ``groups`` (a trajectory id per sample), both resample whole
-trajectories, since samples of one trajectory are correlated. :func:`reward` turns a :class:`Score`
-into a scalar reward with :class:`RewardWeights`.
+Over a corpus, [`aggregate`][themisto_env.metrics.aggregate] gives each metric's mean with a seeded percentile bootstrap
+interval, and [`compare_paired`][themisto_env.metrics.compare_paired] compares two runs on the same samples (mean
+difference, paired bootstrap interval, wins/ties/losses); given ``groups`` (a trajectory id per sample), both resample
+whole trajectories, since samples of one trajectory are correlated. [`reward`][themisto_env.metrics.reward] turns a
+[`Score`][themisto_env.metrics.Score] into a scalar reward with [`RewardWeights`][themisto_env.metrics.RewardWeights].
 
-For next-cell predictions, :func:`api_sequence_score` adds JuICe's API-sequence precision, recall and F1
-(an :class:`ApiSequenceScore`; its ``as_dict()`` is keyed by :data:`API_SEQUENCE_METRICS`), from the API
-calls :func:`api_sequence` reads in each cell.
+For next-cell predictions, [`api_sequence_score`][themisto_env.metrics.api_sequence_score] adds JuICe's API-sequence
+precision, recall and F1 (an [`ApiSequenceScore`][themisto_env.metrics.ApiSequenceScore]; its ``as_dict()`` is keyed by
+[`API_SEQUENCE_METRICS`][themisto_env.metrics.API_SEQUENCE_METRICS]), from the API calls
+[`api_sequence`][themisto_env.metrics.api_sequence] reads in each cell.
 """
 
 from __future__ import annotations

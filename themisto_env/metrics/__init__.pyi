@@ -1,4 +1,5 @@
-"""The public names of :mod:`themisto_env.metrics`, a line each (``__init__.py`` imports each on first use)."""
+"""The public names of [`themisto_env.metrics`][themisto_env.metrics], a line each (``__init__.py`` imports each on
+first use)."""
 
 from ._api_sequence import API_SEQUENCE_METRICS as API_SEQUENCE_METRICS
 from ._api_sequence import ApiSequenceScore as ApiSequenceScore

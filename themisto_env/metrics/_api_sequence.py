@@ -7,7 +7,7 @@ the extraction is ``gen_api_seq`` in ``jupyter/preprocess/tokenize_utils.py`` an
 ``NO_API_SEQUENCE`` token is set in ``jupyter/new_pipeline/to_dataset.py`` (repository rajasagashe/JuICe);
 the scores are ``Metric.compute_precision_recall_f1`` in ``fairseq/bleu.py`` (rajasagashe/JuICe-models).
 
-What counts as an API call (:func:`api_sequence`)
+What counts as an API call ([`api_sequence`][themisto_env.metrics.api_sequence])
     A call whose callee is written as a name or an attribute, named by that last name alone:
 
     - ``f(x)`` is ``f``, unless ``f`` is a Python builtin or keyword (``print``, ``len``, ``range``,
@@ -27,14 +27,14 @@ What counts as an API call (:func:`api_sequence`)
     Lines of IPython magics and shell escapes (``%matplotlib inline``, ``!pip install x``) are blanked
     first. The sequence keeps repeats and order, as JuICe's does.
 
-    Code that parses is read with :mod:`ast` (the rules above). Code that does not (a truncated
+    Code that parses is read with `ast` (the rules above). Code that does not (a truncated
     prediction, Python 2, a cell magic's body) falls back to JuICe's own token rule on the tokens
-    Python's :mod:`tokenize` yields before its first error: a name token directly followed by ``(``,
+    Python's `tokenize` yields before its first error: a name token directly followed by ``(``,
     not after ``def`` or ``class``, and not a builtin or keyword unless it follows a ``.``. On code that
     parses the two agree (tested on generated programs), but for a callee name and its ``(`` on
     different lines inside brackets, which the token rule misses and the syntax tree does not.
 
-The scores (:func:`api_sequence_score`)
+The scores ([`api_sequence_score`][themisto_env.metrics.api_sequence_score])
     As JuICe computes them, over the *sets* of names (order and repeats do not count, despite the name):
     precision is the share of the predicted names that the reference calls, recall the share of the
     reference's names that the prediction calls, F1 their harmonic mean. A cell without any API call
@@ -169,7 +169,8 @@ class ApiSequenceScore:
     f1: float
 
     def as_dict(self) -> dict[str, float]:
-        """The scores keyed by the names of :data:`API_SEQUENCE_METRICS` (for a row's ``scores``)."""
+        """The scores keyed by the names of [`API_SEQUENCE_METRICS`][themisto_env.metrics.API_SEQUENCE_METRICS] (for a
+        row's ``scores``)."""
         return dict(zip(API_SEQUENCE_METRICS, (self.precision, self.recall, self.f1), strict=True))
 
 

@@ -112,7 +112,7 @@ def _matches_numpy(hyp: str, ref: str) -> list[int] | None:
 
 
 def _matches_counter(hyp: str, ref: str) -> list[int]:
-    """The same counts as :func:`_matches_numpy`, the way sacrebleu computes them (any alphabet)."""
+    """The same counts as `_matches_numpy`, the way sacrebleu computes them (any alphabet)."""
     matches = []
     for n in range(1, CHAR_ORDER + 1):
         hyp_ngrams = Counter([hyp[i : i + n] for i in range(len(hyp) - n + 1)])

@@ -127,12 +127,12 @@ class PairedComparison:
     chrf: PairedDifference
 
     def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict, like :meth:`CorpusScore.as_dict`."""
+        """A JSON-ready dict, like [`CorpusScore.as_dict`][themisto_env.metrics.CorpusScore.as_dict]."""
         return asdict(self)
 
 
 def _as_matrix(scores: Sequence[Score], name: str) -> npt.NDArray[np.float64]:
-    """An (n, 3) float matrix of the scores, columns in :data:`METRICS` order."""
+    """An (n, 3) float matrix of the scores, columns in [`METRICS`][themisto_env.metrics.METRICS] order."""
     if len(scores) == 0:
         raise ValueError(f"{name} is empty: at least one score is needed to aggregate")
     return np.array([(s.exact_match, s.rouge_l, s.chrf) for s in scores], dtype=np.float64)
@@ -168,7 +168,7 @@ def _bootstrap_means(
 ) -> npt.NDArray[np.float64]:
     """Means of ``n_resamples`` resamples (with replacement) of the rows of ``values``: (n_resamples, k).
 
-    With ``clusters`` (a cluster number per row, as :func:`_cluster_index` gives), whole clusters are
+    With ``clusters`` (a cluster number per row, as `_cluster_index` gives), whole clusters are
     resampled and each resample's mean is over all the rows of the drawn clusters."""
     rng = np.random.default_rng(seed)
     means = np.empty((n_resamples, values.shape[1]), dtype=np.float64)
@@ -218,7 +218,7 @@ def aggregate(
     """Mean of each metric over the samples, with a percentile bootstrap confidence interval.
 
     Args:
-        scores: One :class:`Score` per sample.
+        scores: One [`Score`][themisto_env.metrics.Score] per sample.
         groups: The trajectory (any hashable id) of each sample, in the same order; given, the interval
             is a cluster bootstrap over trajectories (see the module docstring). None resamples samples.
         n_resamples: Number of bootstrap resamples.
@@ -257,8 +257,8 @@ def estimate_means(
     confidence: float = 0.95,
     seed: int = 0,
 ) -> dict[str, Estimate]:
-    """:func:`aggregate` for any named per-sample values (e.g. the API-sequence metrics of next-cell
-    samples): each column's mean with the same seeded percentile (or, with ``groups``, trajectory)
+    """[`aggregate`][themisto_env.metrics.aggregate] for any named per-sample values (e.g. the API-sequence metrics of
+    next-cell samples): each column's mean with the same seeded percentile (or, with ``groups``, trajectory)
     bootstrap interval.
 
     Raises:

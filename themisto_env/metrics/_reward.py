@@ -20,7 +20,8 @@ class RewardWeights(BaseModel):
 
     ``execution`` is the share of the execution score in a sample's reward when the execution score is
     on (next-cell): ``(1 - execution) * metric reward + execution * execution score``; the rule is
-    applied in one place, :func:`themisto_env.scoring.score.score_sample` (see docs/reward.md).
+    applied in one place, [`themisto_env.scoring.score.score_sample`][themisto_env.scoring.score_sample] (see
+    docs/reward.md).
 
     Attributes:
         exact_match: Weight of exact match, >= 0.
@@ -30,7 +31,8 @@ class RewardWeights(BaseModel):
             perfect answer can earn less than 1: ROUGE-L is 0 for a reference with no ASCII letter or
             digit (``[]``, ``{}``, ``---``), and both ROUGE-L and chrF are 0 when both texts are empty.
         execution: Weight of the execution score in the reward when it is on, in [0, 1] (0.5: as much
-            as the text metrics together). Not used by :func:`reward`, which is the metric reward.
+            as the text metrics together). Not used by [`reward`][themisto_env.metrics.reward], which is the metric
+            reward.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -56,7 +58,7 @@ def reward(score: Score, weights: RewardWeights | None = None) -> float:
 
     Args:
         score: The sample's scores.
-        weights: The weights; the defaults of :class:`RewardWeights` when None.
+        weights: The weights; the defaults of [`RewardWeights`][themisto_env.metrics.RewardWeights] when None.
 
     Returns:
         ``(w_em * exact_match + w_rouge * rouge_l + w_chrf * chrf) / (w_em + w_rouge + w_chrf)``, or

@@ -11,7 +11,7 @@ from themisto_env.metrics._rouge import rouge_l
 __all__ = ["METRICS", "Score", "exact_match", "normalize_for_exact_match", "score", "score_many"]
 
 METRICS: tuple[str, ...] = ("exact_match", "rouge_l", "chrf")
-"""The names of the per-sample metrics, in the order of :class:`Score`'s fields."""
+"""The names of the per-sample metrics, in the order of [`Score`][themisto_env.metrics.Score]'s fields."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,7 +19,8 @@ class Score:
     """The scores of one prediction against its reference. A stable public contract.
 
     Attributes:
-        exact_match: 1.0 when the texts are equal after :func:`normalize_for_exact_match`, else 0.0.
+        exact_match: 1.0 when the texts are equal after
+            [`normalize_for_exact_match`][themisto_env.metrics.normalize_for_exact_match], else 0.0.
         rouge_l: ROUGE-L F1 over rouge-score's tokens, in [0, 1].
         chrf: sacrebleu's sentence chrF divided by 100, in [0, 1].
     """
@@ -56,7 +57,8 @@ def normalize_for_exact_match(text: str) -> str:
 
 
 def exact_match(prediction: str, reference: str) -> float:
-    """1.0 if the texts are equal after :func:`normalize_for_exact_match`, else 0.0.
+    """1.0 if the texts are equal after [`normalize_for_exact_match`][themisto_env.metrics.normalize_for_exact_match],
+    else 0.0.
 
     Args:
         prediction: The predicted text.
@@ -106,7 +108,7 @@ def score_many(predictions: Sequence[str], references: Sequence[str]) -> list[Sc
         references: The reference texts, one per prediction.
 
     Returns:
-        One :class:`Score` per pair, in order.
+        One [`Score`][themisto_env.metrics.Score] per pair, in order.
 
     Raises:
         ValueError: The sequences have different lengths.

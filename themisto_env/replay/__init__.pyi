@@ -1,4 +1,5 @@
-"""The public names of :mod:`themisto_env.replay`, a line each (``__init__.py`` imports each on first use)."""
+"""The public names of [`themisto_env.replay`][themisto_env.replay], a line each (``__init__.py`` imports each on first
+use)."""
 
 from .build import BuildReport as BuildReport
 from .build import build_dataset as build_dataset

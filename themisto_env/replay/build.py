@@ -1,7 +1,7 @@
 """Building trajectories: replay recorded sessions in a sandbox kernel and record the runtime state.
 
-``themisto data build SRC... --out DIR`` calls :func:`build_dataset`. Each session is replayed in a
-kernel of the chosen backend, execution by execution, as the person performed them (restarting the
+``themisto data build SRC... --out DIR`` calls [`build_dataset`][themisto_env.replay.build_dataset]. Each session is
+replayed in a kernel of the chosen backend, execution by execution, as the person performed them (restarting the
 kernel where they did); after each execution the replayed outputs, time, memory, per-variable sizes and
 a namespace snapshot are recorded.
 
@@ -14,7 +14,7 @@ files it had here. A session that fails midway (its kernel dies) keeps what was 
 and says where and why; building again into the same folder skips what is already built.
 
 Sessions can be replayed on several kernels at once (``workers``: threads, one kernel each) or on Ray
-actors across a cluster (``ray``; see :mod:`themisto_env.replay.build_ray` for what every node needs):
+actors across a cluster (``ray``; see `themisto_env.replay.build_ray` for what every node needs):
 each session is replayed whole by one worker, each trajectory is appended to the dataset as it finishes
 (a killed build keeps it), and the dataset ends in the sources' order, as a one-kernel build leaves it:
 the trajectories are the same either way, only timings differ. A store that cannot be written (a full
@@ -206,7 +206,7 @@ def build_dataset(
 class _BuildLog:
     """Where the workers' results go: each trajectory appended to the dataset as it finishes (whole or
     not at all), the report, the progress line, and the manifest once the first kernel is ready. Its
-    methods are called under one lock (:class:`~themisto_env.replay.build_workers.ReplaySink`)."""
+    methods are called under one lock (`ReplaySink`)."""
 
     def __init__(self, out: Path, report: BuildReport, bar: ProgressLine, manifest: Manifest, jobs: int) -> None:
         self.out, self.report, self.bar, self.manifest = out, report, bar, manifest

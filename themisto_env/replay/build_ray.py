@@ -1,9 +1,9 @@
 """A build's sessions replayed on Ray actors across a cluster (``themisto data build --ray ADDRESS``).
 
-Each actor (:class:`SessionReplayer`, one CPU) owns one kernel on its node and replays the sessions it is
-handed, whole, returning each :class:`~themisto_env.data.trajectory.Trajectory`; sessions are handed out
+Each actor (`SessionReplayer`, one CPU) owns one kernel on its node and replays the sessions it is
+handed, whole, returning each [`Trajectory`][themisto_env.data.Trajectory]; sessions are handed out
 longest first to whichever actor is free. ``ADDRESS`` has the meaning it has in ``themisto run --ray``
-(:mod:`themisto_env.sandbox.ray.cluster`): ``local`` starts a private Ray instance (shut down after the
+(`themisto_env.sandbox.ray.cluster`): ``local`` starts a private Ray instance (shut down after the
 build), ``auto`` or ``HOST:6379`` or ``ray://HOST:10001`` joins a cluster.
 
 What every node needs:
@@ -72,8 +72,8 @@ class SessionReplayer:
         environment: The kernel environment's id (None: the tool's own Python).
         snapshots: Whether to snapshot after every step.
         driver_variables: The driver's values of
-            :data:`~themisto_env.sandbox.ray.cluster.OWNER_VARIABLES` (None: unset), for the kernels.
-        limit: Each cell's limit (default: :class:`CellLimit` with ``limits.timeout_s`` as the floor).
+            `OWNER_VARIABLES` (None: unset), for the kernels.
+        limit: Each cell's limit (default: `CellLimit` with ``limits.timeout_s`` as the floor).
     """
 
     def __init__(
@@ -169,7 +169,7 @@ def replay_on_ray(
     Args:
         jobs: The sessions, in the order to hand them out (longest first balances best).
         workers: How many actors (no more than there are jobs, at least one).
-        address: ``local``, ``auto`` or a cluster address (see :mod:`themisto_env.sandbox.ray.cluster`).
+        address: ``local``, ``auto`` or a cluster address (see `themisto_env.sandbox.ray.cluster`).
         backend: The kernel backend on every node.
         limits: The kernels' limits.
         snapshot_dir: The snapshot store, at this path on every node (None: each node's cache); the
@@ -178,7 +178,7 @@ def replay_on_ray(
         snapshots: Whether to snapshot after every step.
         sink: Where kernels and trajectories are reported (executions are counted as their session ends).
         packages: The distributions whose versions each kernel reports when it is ready.
-        limit: Each cell's limit (see :class:`~themisto_env.replay.session_replay.CellLimit`).
+        limit: Each cell's limit (see `CellLimit`).
 
     Raises:
         ProviderError: Ray is not installed.

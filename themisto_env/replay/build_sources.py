@@ -1,7 +1,7 @@
 """The sources of a build: which files a folder holds, and the sessions each file gives.
 
-:func:`read_sources` reads every source and goes on past one that cannot be read (noted in the build's
-report); :func:`load_sessions` stops at the first.
+`read_sources` reads every source and goes on past one that cannot be read (noted in the build's
+report); `load_sessions` stops at the first.
 """
 
 from __future__ import annotations

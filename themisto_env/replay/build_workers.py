@@ -5,12 +5,12 @@ from one queue as they become free (hand them out longest first: the last to fin
 one). A kernel is a separate process, so threads suffice: the thread mostly waits for its kernel, and N
 kernels keep N cores busy. Each thread starts, uses and closes its own kernel.
 
-What the workers make goes to a :class:`ReplaySink` (the build: it appends each trajectory to the
+What the workers make goes to a `ReplaySink` (the build: it appends each trajectory to the
 dataset as it finishes and counts progress), called under one lock. The first error a worker raises
 (a kernel that cannot start, a full disk) stops the others after their current execution and is raised
 here once every kernel is closed; so is an interrupt (Ctrl-C).
 
-:mod:`themisto_env.replay.build_ray` does the same on Ray actors across a cluster.
+`themisto_env.replay.build_ray` does the same on Ray actors across a cluster.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class ReplaySink(Protocol):
 
     def finished(self, job: ReplayJob, trajectory: Trajectory) -> None:
         """A session was replayed (whole, or cut short by its kernel's death: ``trajectory.complete``); its
-        executions not yet counted by :meth:`step` are done too."""
+        executions not yet counted by `step` are done too."""
 
     def lost(self, job: ReplayJob, why: str) -> None:
         """A session could not be replayed (its worker was lost): nothing of it was kept."""

@@ -1,12 +1,12 @@
 """A trajectory dataset, opened once per process: its folder, manifest, trajectories and samples.
 
-:meth:`Dataset.open` is the one place where a dataset is resolved (the bundled data by default, replayed
-into the cache on first use; or a folder built by ``themisto data build``), checked (its manifest and
-format version: :func:`~themisto_env.data.trajectory.read_manifest`) and cached: opening the same folder
+[`Dataset.open`][themisto_env.replay.Dataset.open] is the one place where a dataset is resolved (the bundled data by
+default, replayed into the cache on first use; or a folder built by ``themisto data build``), checked (its manifest and
+format version: `read_manifest`) and cached: opening the same folder
 again in a process returns the same object while its ``manifest.json`` and ``trajectories.jsonl`` are
 unchanged, so the envs, the runner and the bridges of one process share one read of the trajectories and
 one list of samples per task and rule. Trajectories are read on first use, samples made on first use
-(:func:`~themisto_env.data.samples.make_samples`); both are then kept.
+([`make_samples`][themisto_env.data.make_samples]); both are then kept.
 
 Code that needs samples opens a ``Dataset``; only code that serves states builds an env (and hands it the
 dataset: ``ThemistoEnv(dataset=dataset, ...)``)::
@@ -16,9 +16,10 @@ dataset: ``ThemistoEnv(dataset=dataset, ...)``)::
     episodes = dataset.episodes("next-cell")      # trajectory id -> its samples in step order
     sample = dataset.sample(samples[0].id)
 
-A split's side is a dataset too (a view: :meth:`Dataset.split`, :meth:`Dataset.view`, ``Dataset.open(...,
-split="test")``): it serves only its side's trajectories and samples, and asking it for one of the other
-side (a sample id, a trajectory) raises :class:`~themisto_env.errors.SplitError`, one line, never serves it::
+A split's side is a dataset too (a view: [`Dataset.split`][themisto_env.replay.Dataset.split],
+[`Dataset.view`][themisto_env.replay.Dataset.view], ``Dataset.open(..., split="test")``): it serves only its side's
+trajectories and samples, and asking it for one of the other side (a sample id, a trajectory) raises
+[`SplitError`][themisto_env.errors.SplitError], one line, never serves it::
 
     train, test = dataset.split(test_size=0.2, by="trajectory", seed=0)
     test = Dataset.open(split="test")             # the dataset's named split (splits.json), or the default rule
@@ -81,19 +82,21 @@ Stamp = tuple[tuple[int, int] | None, ...]
 
 
 class Dataset:
-    """A trajectory dataset folder, checked and read once: open it with :meth:`Dataset.open`.
+    """A trajectory dataset folder, checked and read once: open it with
+    [`Dataset.open`][themisto_env.replay.Dataset.open].
 
     Attributes:
         path: The dataset folder (absolute).
         manifest: Its manifest (format, backend, package versions, counts).
         split_label: None for a whole dataset; a split's side says which (``test``, ``NAME:train``; ``""``
-            for a side of a split made by :meth:`split` and not saved).
+            for a side of a split made by [`split`][themisto_env.replay.Dataset.split] and not saved).
     """
 
     split_label: str | None = None
 
     def __init__(self, path: Path, manifest: Manifest) -> None:
-        """Wrap a folder whose manifest is already read; use :meth:`open` (which checks and caches)."""
+        """Wrap a folder whose manifest is already read; use [`open`][themisto_env.replay.Dataset.open] (which checks
+        and caches)."""
         self.path = path
         self.manifest = manifest
         self._lock = threading.Lock()
@@ -117,7 +120,8 @@ class Dataset:
                 data (replayed into the cache on first use on a backend, which takes minutes).
             backend: The sandbox backend the bundled data is replayed on (a folder is used as built).
             progress: Show progress (on stderr) while the bundled data is replayed.
-            split: Only this side of a split (:meth:`view`): ``train``, ``test``, ``NAME:train``, ...
+            split: Only this side of a split ([`view`][themisto_env.replay.Dataset.view]): ``train``, ``test``,
+                ``NAME:train``, ...
 
         Returns:
             The opened dataset; the cached one when this process opened the folder before and its files
@@ -174,11 +178,12 @@ class Dataset:
     def split(
         self, test_size: float = DEFAULT_RULE.test_size, by: SplitBy = "trajectory", seed: int = 0
     ) -> tuple[DatasetSplit, DatasetSplit]:
-        """The train and test sides of a split (views; nothing is written: :meth:`save_split` does).
+        """The train and test sides of a split (views; nothing is written:
+        [`save_split`][themisto_env.replay.Dataset.save_split] does).
 
         Args:
             test_size: The expected share of groups on the test side (hash-based: see
-                :mod:`themisto_env.data.splits`).
+                `themisto_env.data.splits`).
             by: ``trajectory``, ``user`` or ``notebook``: the group kept on one side.
             seed: Another seed draws another split.
 
@@ -193,7 +198,7 @@ class Dataset:
         """One side of a named split: ``train`` / ``test`` (the split named ``default``) or ``NAME:train``.
 
         A dataset whose ``splits.json`` has no ``default`` split is split by
-        :data:`~themisto_env.data.splits.DEFAULT_RULE` (by trajectory, test 0.2, seed 0).
+        `DEFAULT_RULE` (by trajectory, test 0.2, seed 0).
 
         Raises:
             ConfigError: No split has that name, or the split leaves a side empty.
@@ -222,7 +227,7 @@ class Dataset:
         return read_splits(self.path)
 
     def leakage(self, rule: SplitRule, sample_rule: SampleRule | None = None) -> Leakage:
-        """The leakage report of a split of this dataset (:func:`~themisto_env.data.splits.leakage`)."""
+        """The leakage report of a split of this dataset (`leakage`)."""
         samples = {task: self.samples(task, sample_rule) for task in TASKS}
         return leakage(self.trajectories.values(), samples, rule)
 
@@ -297,7 +302,7 @@ class Dataset:
 
     def samples(self, task: TaskName = "next-cell", rule: SampleRule | None = None) -> list[Sample]:
         """A task's samples under ``rule`` (Themisto's by default), in trajectory and step order (the order
-        of :func:`~themisto_env.data.samples.make_samples`)."""
+        of [`make_samples`][themisto_env.data.make_samples])."""
         return list(self._task_samples(task, rule).samples)
 
     def episodes(self, task: TaskName = "next-cell", rule: SampleRule | None = None) -> dict[str, list[Sample]]:
@@ -362,7 +367,7 @@ class DatasetSplit(Dataset):
         whole: The dataset it is a side of.
         rule: The split's rule.
         side: ``train`` or ``test``.
-        name: The split's name (None: made by :meth:`Dataset.split`, not saved).
+        name: The split's name (None: made by [`Dataset.split`][themisto_env.replay.Dataset.split], not saved).
     """
 
     def __init__(self, whole: Dataset, rule: SplitRule, side: Side, name: str | None) -> None:
@@ -416,7 +421,7 @@ class DatasetSplit(Dataset):
         return self.whole.split_report()
 
     def check_served(self, *, trajectory_id: str | None = None, sample_id: str | None = None) -> None:
-        """Raise :class:`~themisto_env.errors.SplitError` for a trajectory or sample of the other side.
+        """Raise [`SplitError`][themisto_env.errors.SplitError] for a trajectory or sample of the other side.
 
         Raises:
             SplitError: It is on the other side (unknown ids are left to the caller's own message).
@@ -460,7 +465,7 @@ def _rule(**fields: Any) -> SplitRule:
 
 
 def _open_side(path: str, rule: dict[str, Any], side: Side, name: str | None) -> DatasetSplit:
-    """A side of a split of the dataset at ``path`` (what a pickled :class:`DatasetSplit` opens)."""
+    """A side of a split of the dataset at ``path`` (what a pickled `DatasetSplit` opens)."""
     return Dataset.open(path)._view(SplitRule(**rule), side, name)
 
 

@@ -1,6 +1,6 @@
 """A dataset folder made shareable: Parquet tables, a dataset card, and everything that serves its states.
 
-``themisto data export DATASET --out DIR`` (:func:`export_dataset_folder`) writes::
+``themisto data export DATASET --out DIR`` (`export_dataset_folder`) writes::
 
     DIR/README.md                      the dataset card (YAML header for a dataset hub: configs and splits)
     DIR/data/<task>/train.parquet      a task's samples on the split's train side (and test.parquet)
@@ -13,8 +13,8 @@
 The tables load with pandas (``pd.read_parquet``) and with Hugging Face ``datasets``
 (``load_dataset("parquet", data_files={"train": "DIR/data/next-cell/train.parquet", ...})``, or
 ``load_dataset(DIR, "next-cell")``, which reads the card's configs). An env over ``DIR`` takes its
-snapshots from ``DIR/snapshots`` (:attr:`Dataset.snapshot_dir`), so the states it serves are the
-original's, checked against the recorded fingerprints as always. Nothing is uploaded.
+snapshots from ``DIR/snapshots`` ([`Dataset.snapshot_dir`][themisto_env.replay.Dataset.snapshot_dir]), so the states it
+serves are the original's, checked against the recorded fingerprints as always. Nothing is uploaded.
 """
 
 from __future__ import annotations

@@ -3,11 +3,11 @@
 The env's own kernel only ever runs recorded cells and the read-only tools. A prediction scored by
 execution, or a cell the agent tries (the ``try_cell`` tool), runs instead in a kernel of its own:
 
-1. a started kernel is taken from a :class:`~themisto_env.sandbox.kernel.pool.KernelPool` (started ahead of
+1. a started kernel is taken from a `KernelPool` (started ahead of
    time, the dataset's libraries already imported), which does not see the snapshot store: each snapshot
    it restores is copied in and removed once loaded, so the code cannot read the states of later steps;
 2. it is brought to the state before the sample's step and checked against the recorded fingerprint,
-   as the env's own kernel is (:class:`~themisto_env.replay.state.TrajectoryKernel`);
+   as the env's own kernel is ([`TrajectoryKernel`][themisto_env.replay.TrajectoryKernel]);
 3. the measuring side is sealed (a private copy of the in-kernel helper, with the builtins as they are
    now, reachable only through a random token), then the code runs, as a cell;
 4. its outputs are those the kernel's protocol carried for that request (iopub messages collected by the
@@ -19,8 +19,9 @@ execution, or a cell the agent tries (the ``try_cell`` tool), runs instead in a 
 5. the kernel is closed, in the background: its threads, child processes, module state, display
    options and files go with it, and never reach another sample or another completion.
 
-A failure while bringing the kernel to the state is the machinery's (:class:`InfrastructureError`); a
-crash, timeout, limit hit or tampering during or after the code is the code's own (``failure``).
+A failure while bringing the kernel to the state is the machinery's
+([`InfrastructureError`][themisto_env.errors.InfrastructureError]); a crash, timeout, limit hit or tampering during or
+after the code is the code's own (``failure``).
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ class CodeRun:
         outputs: nbformat outputs the kernel's protocol carried for the code's request.
         changed: Names whose fingerprint the code changed (created, rebound, mutated, deleted), with
             their new fingerprint; None when they could not be measured (a failure).
-        failure: Why the code failed, when it was its own doing: one of :data:`FAILURES`.
+        failure: Why the code failed, when it was its own doing: one of `FAILURES`.
         detail: What the failure looked like (for logs).
         seconds: Wall time of the whole run (serving the state, the code, the measurement).
     """
@@ -202,10 +203,11 @@ class DisposableKernels:
     Args:
         spec: The kind of kernel (a `KernelSpec`, or a backend's name; use ``docker`` for code you do not
             trust), always with ``store_access="copy"`` (the states are copied in, the store never
-            mounted): its limits are each kernel's (the code's timeout is passed to :meth:`run`), its
-            preloads are imported ahead of time, its Ray placement says where the kernels run, and its fork
-            policy (`KernelSpec.not_forked`) whether each is a copy of the state's template (no kernel
-            start, no restore: the process's shared template of the spec) or is started and restored.
+            mounted): its limits are each kernel's (the code's timeout is passed to
+            [`run`][themisto_env.replay.DisposableKernels.run]), its preloads are imported ahead of time, its Ray
+            placement says where the kernels run, and its fork policy (`KernelSpec.not_forked`) whether each is a copy
+            of the state's template (no kernel start, no restore: the process's shared template of the spec) or is
+            started and restored.
         pool_size: How many kernels to keep started ahead of time (where they are not forked).
         **fields: The spec's fields to set or replace (`KernelFields`).
     """

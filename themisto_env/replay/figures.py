@@ -1,7 +1,7 @@
 """Figures past the output cap, kept in the dataset's content-addressed file store instead of being dropped.
 
 A build's kernels keep the images the output cap would drop from a display output (up to an image budget
-per execution, :data:`BUILD_IMAGE_BYTES`; see :mod:`themisto_env.sandbox.outputs`). :func:`keep_figures`
+per execution, `BUILD_IMAGE_BYTES`; see `themisto_env.sandbox.outputs`). `keep_figures`
 then moves each such image out of the step's outputs into the dataset's ``files/`` (``blobs/<sha[:2]>/<sha>``,
 the image's own bytes: a PNG file for ``image/png``; the same figure twice is kept once) and names it in the
 output's metadata: ``{"themisto_files": {"image/png": "<sha256>"}}``. The output keeps its ``text/plain``

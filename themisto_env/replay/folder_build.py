@@ -1,9 +1,9 @@
 """A folder of notebooks built at scale, each notebook in the kernel environment its project asks for.
 
-``themisto data build FOLDER --out DIR --project-envs`` (:func:`build_folder`):
+``themisto data build FOLDER --out DIR --project-envs`` (`build_folder`):
 
 1. finds every notebook under ``FOLDER`` (``.ipynb_checkpoints`` and hidden folders skipped);
-2. gives each the package set its project asks for (:func:`~themisto_env.replay.project_packages.project_packages`:
+2. gives each the package set its project asks for (`project_packages`:
    a ``requirements.txt``, ``environment.yml`` or ``pyproject.toml`` next to it or above it, else its
    imports mapped to distributions);
 3. makes one kernel environment per distinct package set (``themisto kernel-env``; shared, and made once:

@@ -1,7 +1,7 @@
 """A kernel environment's docker image (``themisto-kernel-env:<id>``), built on first need.
 
 The image holds the venv's exact versions as wheels, installed offline on the kernel image's
-debootstrap base (:mod:`themisto_env.sandbox.image`) with the environment's Debian packages.
+debootstrap base (`themisto_env.sandbox.image`) with the environment's Debian packages.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Kernel environments on this machine: the name registry, the records, and the datasets built in each.
 
 Under ``<cache>/environments``: ``registry.json`` (name -> id), ``<id>/environment.json`` (the record),
-``<id>/datasets.txt`` (dataset folders built in it). Writers take :func:`locked` and replace files
+``<id>/datasets.txt`` (dataset folders built in it). Writers take `locked` and replace files
 atomically.
 """
 

@@ -1,6 +1,6 @@
 """Kernel environments' specs and records: what an environment holds (its id is the hash) and what was made.
 
-A spec is a Python version, normalised requirement lines and Debian packages; :data:`KERNEL_NEEDS` go
+A spec is a Python version, normalised requirement lines and Debian packages; `KERNEL_NEEDS` go
 into the hash too. A record is what ``kernel-env create`` made of it on this machine (``<id>/environment.json``).
 """
 
@@ -56,7 +56,7 @@ class KernelEnvironmentSpec(BaseModel):
 
     @property
     def id(self) -> str:
-        """12 hexadecimal digits of the hash of the spec and of :data:`KERNEL_NEEDS`."""
+        """12 hexadecimal digits of the hash of the spec and of `KERNEL_NEEDS`."""
         payload = json.dumps(
             {"v": SPEC_VERSION, "kernel": KERNEL_NEEDS, **self.model_dump()}, sort_keys=True, separators=(",", ":")
         )

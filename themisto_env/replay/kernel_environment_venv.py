@@ -1,7 +1,7 @@
 """Making a kernel environment's venv: the Python, the Debian packages on the host, pip, the record.
 
 Every step's output goes to ``<cache>/environments/<id>.log``; a failed step is one
-:class:`~themisto_env.errors.ConfigError` line with pip's own error and the log's path.
+[`ConfigError`][themisto_env.errors.ConfigError] line with pip's own error and the log's path.
 """
 
 from __future__ import annotations

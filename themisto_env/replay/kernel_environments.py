@@ -6,11 +6,11 @@
   at versions pip finds compatible with them (the user's pins win; source distributions are built where
   no wheel exists), for the ``local`` and ``bwrap`` backends;
 * with ``--docker`` (or when a docker replay first needs it), an image ``themisto-kernel-env:<id>`` with
-  the venv's exact versions, built like the kernel image (:mod:`themisto_env.sandbox.image`: a debootstrap
+  the venv's exact versions, built like the kernel image (`themisto_env.sandbox.image`: a debootstrap
   base, the Debian packages of ``--apt`` included, wheels installed offline).
 
 The environment's id is a hash of its Python version, its normalised requirements, its Debian packages
-and what the kernel side of themisto needs (:data:`KERNEL_NEEDS`): creating an identical environment again
+and what the kernel side of themisto needs (`KERNEL_NEEDS`): creating an identical environment again
 is instant, and a changed requirements file under the same name is a new id (the name moves to it; old
 datasets keep pointing at theirs). On disk, under ``<cache>/environments``::
 
@@ -21,10 +21,10 @@ datasets keep pointing at theirs). On disk, under ``<cache>/environments``::
 
 Downloads are cached by pip (under ``$THEMISTO_CACHE/pip`` when ``THEMISTO_CACHE`` is set, else pip's own
 
-The parts: :mod:`~themisto_env.replay.kernel_environment_spec` (specs, records, Pythons),
-:mod:`~themisto_env.replay.kernel_environment_registry` (names, records and datasets on disk),
-:mod:`~themisto_env.replay.kernel_environment_venv` (making the venv) and
-:mod:`~themisto_env.replay.kernel_environment_image` (the docker image). This module makes, removes and
+The parts: `kernel_environment_spec` (specs, records, Pythons),
+`kernel_environment_registry` (names, records and datasets on disk),
+`kernel_environment_venv` (making the venv) and
+`kernel_environment_image` (the docker image). This module makes, removes and
 chooses environments.
 """
 

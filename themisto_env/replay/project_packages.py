@@ -1,6 +1,6 @@
 """The packages a notebook's project asks for: its requirement file, or the distributions its imports name.
 
-For a notebook under a folder (:func:`project_packages`), the first of these found in the notebook's
+For a notebook under a folder (`project_packages`), the first of these found in the notebook's
 folder or a folder above it (up to the folder the build was given) decides:
 
 * ``requirements.txt``: its requirement lines (pip options such as ``-r`` are refused, as
@@ -12,7 +12,7 @@ folder or a folder above it (up to the folder the build was given) decides:
 
 and when none is there, the notebook's imports: every top-level module its code cells import that is not
 in the standard library, not a module of the notebook's own folder, and not the kernel's own (IPython,
-ipykernel), mapped to the distribution that provides it (:data:`IMPORT_DISTRIBUTIONS`, e.g. ``sklearn`` ->
+ipykernel), mapped to the distribution that provides it (`IMPORT_DISTRIBUTIONS`, e.g. ``sklearn`` ->
 ``scikit-learn``; an unmapped name is taken as its own distribution's name).
 """
 

@@ -1,7 +1,7 @@
 """Running a recorded cell as it was recorded, and replaying a built step checked against its build.
 
-The builder records with :func:`run_recorded`; :class:`~themisto_env.replay.state.TrajectoryKernel`
-replays with :func:`replay_step`, which raises :class:`~themisto_env.errors.ReplayDivergedError` where a
+The builder records with `run_recorded`; [`TrajectoryKernel`][themisto_env.replay.TrajectoryKernel]
+replays with `replay_step`, which raises [`ReplayDivergedError`][themisto_env.errors.ReplayDivergedError] where a
 cell ends otherwise than when it was built.
 """
 
@@ -31,7 +31,7 @@ def run_recorded(
     recorded time (plus a second) rather than left to run to the limit. With ``fingerprint`` the
     namespace fingerprint after it comes back in the same request. ``limit_s`` is the cell's limit
     (default: the kernel's ``limits.timeout_s``; a build gives each cell its own, see
-    :class:`themisto_env.replay.session_replay.CellLimit`)."""
+    `themisto_env.replay.session_replay.CellLimit`)."""
     limit = limit_s or kernel.limits.timeout_s
     timeout = interrupt_after(duration_s, limit) if interrupted else limit
     return kernel.execute(source, timeout_s=timeout, fingerprint=fingerprint)

@@ -1,7 +1,7 @@
 """Replaying a cell a second time from a copy of the state before it: how a build tells chance from cause.
 
 A step whose replay differs from the recording for no cause its outputs show (kind ``other`` after the
-first comparison) is replayed again by :class:`SecondReplays`: the state before it is put back, the cell
+first comparison) is replayed again by `SecondReplays`: the state before it is put back, the cell
 runs again, and then the state after its first replay is put back, so the build goes on as if nothing
 happened. Outputs that differ the second time make it ``nondeterminism``; the same outputs make it
 ``environment`` (today's machine computes otherwise) unless an input explains it.
@@ -35,8 +35,8 @@ then calls the reading step ``upstream`` of it.
 Cost, bounded: for steps that agree (most), one helper call per step that keeps the process state (and
 the random generators' states once the session seeded them): about one ``1+1`` round trip; per
 disagreeing step two snapshot restores, three helper calls and one execution, plus the same per writer
-checked. At most :data:`MAX_SECOND_REPLAYS` second runs per
-trajectory, each of a cell whose first replay took under :data:`SECOND_REPLAY_MAX_S`; past that, the
+checked. At most `MAX_SECOND_REPLAYS` second runs per
+trajectory, each of a cell whose first replay took under `SECOND_REPLAY_MAX_S`; past that, the
 cause stays ``other`` (its detail says "not replayed twice").
 """
 
@@ -132,7 +132,7 @@ class SecondReplays:
 
     def _check_inputs(self, step: Step) -> None:
         """Replay again the writers (that agreed) of the names ``step`` reads, and theirs in turn (up to
-        :data:`INPUT_DEPTH` steps back), latest first; mark those whose values differ, and stop at the first."""
+        `INPUT_DEPTH` steps back), latest first; mark those whose values differ, and stop at the first."""
         checked: set[int] = set()
         reading = [step]
         for _ in range(INPUT_DEPTH):

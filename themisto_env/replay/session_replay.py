@@ -1,9 +1,9 @@
 """Replaying one session in a kernel into a trajectory: the unit of work of a build.
 
-:func:`replay_session` restarts the kernel, gives it the session's working folder (:class:`WorkFolder`),
+`replay_session` restarts the kernel, gives it the session's working folder (`WorkFolder`),
 runs the recorded executions one by one as the person did (restarting where they did) and records after
 each the replayed outputs, time, memory, per-variable sizes, the namespace fingerprint, a snapshot and
-the working folder's files. :mod:`themisto_env.replay.build` hands sessions to kernels and writes the
+the working folder's files. `themisto_env.replay.build` hands sessions to kernels and writes the
 dataset.
 """
 
@@ -108,7 +108,7 @@ def session_digest(session: Session) -> str:
 
 def outputs_agree(recorded: list[dict], replayed: list[dict]) -> bool:
     """Whether replayed outputs equal recorded ones once what legitimately varies is normalised (see
-    :func:`themisto_env.data.agreement.agreement`, which also says why not)."""
+    `themisto_env.data.agreement.agreement`, which also says why not)."""
     return agreement(recorded, replayed).agrees
 
 
@@ -214,14 +214,14 @@ def replay_session(
 
     With ``work``, the kernel's working folder is set to its files first, and the folder's content
     digest is recorded after every step (its files kept in ``work.store``, and the figures the output
-    cap would drop: :mod:`themisto_env.replay.figures`); without, the working folder is left as it is
+    cap would drop: `themisto_env.replay.figures`); without, the working folder is left as it is
     and nothing about it is recorded. Each cell runs under ``limit``'s limit
-    for it (default: :class:`CellLimit` with the kernel's ``limits.timeout_s`` as the floor).
+    for it (default: `CellLimit` with the kernel's ``limits.timeout_s`` as the floor).
 
     With snapshots, a cell whose replay differs from the recording for no cause its outputs show is
     replayed a second time from a copy of the state before it, within a bound
-    (:mod:`themisto_env.replay.second_replay`). The package versions the source recorded
-    (:func:`~themisto_env.data.recorded_packages.recorded_versions`) are compared with the kernel's.
+    (`themisto_env.replay.second_replay`). The package versions the source recorded
+    (`recorded_versions`) are compared with the kernel's.
 
     A kernel that dies midway ends the trajectory there: it is returned with ``complete=False`` and a
     ``failure`` that names the step and the reason, keeping the steps built so far.
@@ -230,7 +230,7 @@ def replay_session(
 
     Raises:
         OSError: The snapshot store could not be written (no space, read-only, ...; see
-            :data:`STORAGE_ERRNOS`): nothing the user can get from going on.
+            `STORAGE_ERRNOS`): nothing the user can get from going on.
     """
     where = {"themisto.trajectory.id": trajectory_id(session), "themisto.executions": len(session.executions)}
     with tracing.span("themisto.build.session", where) as span:
@@ -335,7 +335,7 @@ def _installed(kernel: KernelLike, recorded: dict[str, str]) -> dict[str, str]:
 
 
 def storage_failure(exc: BaseException) -> OSError | None:
-    """The ``OSError`` behind ``exc`` when it is a store that cannot be written (:data:`STORAGE_ERRNOS`);
+    """The ``OSError`` behind ``exc`` when it is a store that cannot be written (`STORAGE_ERRNOS`);
     None for any other failure."""
     cause = exc.__cause__
     while cause is not None:

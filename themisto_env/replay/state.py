@@ -3,11 +3,12 @@
 The builder, the env and the scorers all need "a kernel in which step k is about to run". This module
 is the only code that moves a kernel through a trajectory:
 
-* :func:`run_recorded` runs one recorded cell as it was recorded (restarting first where the person
+* `run_recorded` runs one recorded cell as it was recorded (restarting first where the person
   restarted, interrupting it where the person interrupted it). The builder records with it; the env
-  replays with it and checks that each replayed cell ends as recorded (:class:`ReplayDivergedError`).
-* :class:`TrajectoryKernel` serves a state: :meth:`TrajectoryKernel.serve` brings its kernel to the
-  state before a step and **checks** the live namespace against the fingerprint recorded at build time.
+  replays with it and checks that each replayed cell ends as recorded
+  ([`ReplayDivergedError`][themisto_env.errors.ReplayDivergedError]).
+* [`TrajectoryKernel`][themisto_env.replay.TrajectoryKernel] serves a state: its `serve` brings its kernel to
+  the state before a step and **checks** the live namespace against the fingerprint recorded at build time.
 
 Serving a state, in order of cost:
 
@@ -23,28 +24,25 @@ with each step, kept in the dataset's ``files/``) are put in place wherever a ro
 snapshot or a fresh kernel, and checked after every route beside the namespace (a forward replay brings
 them along, as the recorded cells wrote them). A file that differs is a difference like a variable's.
 
-After either, the namespace fingerprint must equal the recorded one. A mismatch after *forward* (an
-unseeded random cell, a fault) is repaired by *snapshot*, and a mismatch after that by *snapshot* from a
-fresh kernel (module state a snapshot does not hold); a mismatch after a route that started from a fresh
-kernel is reported (``check == "mismatch"``, with the differing names), never served as verified. A sample
-whose step was recorded right after a kernel restart is served from a fresh kernel. Snapshots are
-trusted only when their bytes hash to their name (checked inside the kernel, on the bytes it loads); a
-corrupt one is set aside (renamed ``*.corrupt``) and an unloadable one is not tried again by this
-owner. An infrastructure failure on the way (the kernel died, a replayed cell timed out) is recorded in
-the report's ``faults``, the kernel restarted, and the snapshot route tried again; only when that keeps
-failing does :meth:`serve` raise.
+After either, the namespace fingerprint must equal the recorded one. A mismatch after *forward* (an unseeded
+random cell, a fault) is repaired by *snapshot*, and a mismatch after that by *snapshot* from a fresh kernel
+(module state a snapshot does not hold); a mismatch after a route that started from a fresh kernel is
+reported (``check == "mismatch"``, with the differing names), never served as verified. A sample whose step
+was recorded right after a kernel restart is served from a fresh kernel. Snapshots are trusted only when
+their bytes hash to their name (checked inside the kernel, on the bytes it loads); a corrupt one is set aside
+(renamed ``*.corrupt``) and an unloadable one is not tried again by this owner. An infrastructure failure on
+the way (the kernel died, a replayed cell timed out) is recorded in the report's ``faults``, the kernel
+restarted, and the snapshot route tried again; only when that keeps failing does `serve` raise.
 
-Code that is not a recorded cell (a model's prediction) taints the kernel: :meth:`TrajectoryKernel.taint`
-makes the next :meth:`serve` start from a fresh kernel, since such code may have changed anything,
-the in-kernel helper included.
+Code that is not a recorded cell (a model's prediction) taints the kernel: `taint` makes the next `serve`
+start from a fresh kernel, since such code may have changed anything, the in-kernel helper included.
 
-With a :class:`~themisto_env.sandbox.kernel.pool.KernelPool`, kernels come from the pool (started ahead of time,
-the dataset's libraries imported) and "a fresh kernel" is the next pooled one rather than a restart of
-the current one (which costs a kernel start and the imports again): the old kernel is closed in the
-background. A pooled kernel's namespace is as empty as a restarted one's (preloading binds no name).
+With a `KernelPool`, kernels come from the pool (started ahead of time, the dataset's libraries imported)
+and "a fresh kernel" is the next pooled one rather than a restart of the current one: the old kernel is
+closed in the background. A pooled kernel's namespace is as empty as a restarted one's.
 
-The pieces it is built on: :mod:`~themisto_env.replay.recorded_cells` (running recorded cells) and
-:mod:`~themisto_env.replay.state_check` (fingerprints, files, :class:`~themisto_env.replay.state_check.StateReport`).
+Built on `recorded_cells` (running recorded cells) and `state_check` (fingerprints, files,
+[`StateReport`][themisto_env.replay.StateReport]).
 """
 
 from __future__ import annotations
@@ -82,7 +80,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("themisto_env")
 
-#: How often :meth:`TrajectoryKernel.serve` retries the snapshot route after an infrastructure failure.
+#: How often `TrajectoryKernel.serve` retries the snapshot route after an infrastructure failure.
 MAX_RECOVERIES = 2
 #: Cost model of a restore (measured on the bundled data: a round trip plus dill's load speed).
 RESTORE_S = 0.01
@@ -95,7 +93,8 @@ class TrajectoryKernel:
     Args:
         new_kernel: Makes a new, unstarted kernel (called again when one cannot be restarted).
         pool: Where started kernels come from instead, if given; a fresh kernel is then a new pooled
-            one (the pool is the caller's: :meth:`close` closes only the kernel this owner holds).
+            one (the pool is the caller's: [`close`][themisto_env.replay.TrajectoryKernel.close] closes only the kernel
+            this owner holds).
     """
 
     def __init__(
@@ -108,7 +107,7 @@ class TrajectoryKernel:
         self._new_kernel = new_kernel
         #: Where kernels come from when set (may be set or cleared between serves).
         self.pool = pool
-        #: Gives the template kernels are forked from, and states copied from (see :meth:`_fork_state`);
+        #: Gives the template kernels are forked from, and states copied from (see `_fork_state`);
         #: None, or a template that cannot start or is not safe to fork: kernels are started and restored.
         self.template = template
         self._forking_refused: str | None = None  # why the template was given up (said once)
@@ -185,11 +184,13 @@ class TrajectoryKernel:
 
     @property
     def started(self) -> bool:
-        """Whether this owner holds a kernel now (it starts one on first use of :attr:`kernel`)."""
+        """Whether this owner holds a kernel now (it starts one on first use of
+        [`kernel`][themisto_env.replay.TrajectoryKernel.kernel])."""
         return self._kernel is not None
 
     def close(self, *, graceful: bool = True) -> None:
-        """Stop the kernel (see :meth:`KernelLike.close`) and wait for replaced ones to be gone. Idempotent."""
+        """Stop the kernel (see [`KernelLike.close`][themisto_env.sandbox.KernelLike.close]) and wait for replaced ones
+        to be gone. Idempotent."""
         if self._kernel is not None:
             self._kernel.close(graceful=graceful)
             self._kernel = None
@@ -199,7 +200,8 @@ class TrajectoryKernel:
         self._closing = []
 
     def taint(self) -> None:
-        """Unrecorded code ran in the kernel: the next :meth:`serve` starts from a fresh kernel."""
+        """Unrecorded code ran in the kernel: the next [`serve`][themisto_env.replay.TrajectoryKernel.serve] starts from
+        a fresh kernel."""
         self._tainted = True
         self.position = None
 
@@ -456,7 +458,7 @@ class TrajectoryKernel:
         """Restore the nearest trusted snapshot and replay after it; return the route and the
         fingerprint after it. The kernel is not restarted (a restore into a warm kernel is fast): module
         state a snapshot does not hold survives, and where it shows (display options, in the
-        fingerprint) :meth:`serve` repeats the route from a fresh kernel."""
+        fingerprint) [`serve`][themisto_env.replay.TrajectoryKernel.serve] repeats the route from a fresh kernel."""
         steps = trajectory.steps
         if fresh_before(trajectory, step):
             if not self._fresh:

@@ -2,7 +2,7 @@
 
 A trajectory records, for each step, the namespace fingerprint and the working folder's digest after
 it; the state before step k is checked against those of step k-1 (or an empty namespace where the step
-starts in a fresh kernel). :class:`StateReport` says what was checked and met.
+starts in a fresh kernel). [`StateReport`][themisto_env.replay.StateReport] says what was checked and met.
 """
 
 from __future__ import annotations

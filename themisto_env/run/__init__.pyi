@@ -1,4 +1,5 @@
-"""The public names of :mod:`themisto_env.run`, a line each (``__init__.py`` imports each on first use)."""
+"""The public names of [`themisto_env.run`][themisto_env.run], a line each (``__init__.py`` imports each on first
+use)."""
 
 from .compare import compare_runs as compare_runs
 from .config import RunConfig as RunConfig

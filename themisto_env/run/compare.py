@@ -26,7 +26,7 @@ def _score(row: ResultRow) -> Score:
 
 
 def run_label(rows: dict[str, ResultRow], run_dir: str | Path) -> str:
-    """``agent model (observation)`` of a run (:attr:`~themisto_env.run.results.ResultRow.label`), or its
+    """``agent model (observation)`` of a run ([`label`][themisto_env.run.ResultRow.label]), or its
     folder name."""
     first = next(iter(rows.values()), None)
     return first.label if first else Path(run_dir).name
@@ -39,8 +39,9 @@ def compare_runs(run_a: str | Path, run_b: str | Path, *, examples: int = 3) -> 
         Labels, the number of shared samples (and of their trajectories), per metric the means, mean
         difference (A - B) with a paired bootstrap interval and wins/ties/losses, and the samples where each
         run wins by most (ROUGE-L). The bootstrap resamples whole trajectories: samples of one trajectory
-        are correlated (:func:`themisto_env.metrics.compare_paired` with ``groups``). With a single shared
-        trajectory the interval has zero width (nothing to resample) and no difference is significant.
+        are correlated ([`themisto_env.metrics.compare_paired`][themisto_env.metrics.compare_paired] with ``groups``).
+        With a single shared trajectory the interval has zero width (nothing to resample) and no difference is
+        significant.
     """
     a, b = scored_rows(run_a), scored_rows(run_b)
     shared = sorted(set(a) & set(b))

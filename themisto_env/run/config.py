@@ -1,8 +1,8 @@
 """Experiment configs: what a run does, as pure data validated by pydantic (unknown keys are errors).
 
 A config is a YAML or JSON file (``configs/*.yaml``) or command-line options (``themisto run --agent ...``),
-read by :func:`load_run_config` into a :class:`RunConfig`. Code is chosen by registered name (the agent,
-the backend, the executor), never written in a config.
+read by [`load_run_config`][themisto_env.run.load_run_config] into a [`RunConfig`][themisto_env.run.RunConfig]. Code is
+chosen by registered name (the agent, the backend, the executor), never written in a config.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class RunConfig(BaseModel):
         split: Run only one side of the dataset's split (``test``, ``train``, ``NAME:test``; see
             ``themisto data split``); None: every sample.
         limit: Run at most this many samples: spread over the trajectories by a seeded selection (the same
-            as the inspect task's and the TRL export's: :func:`~themisto_env.data.samples.select_samples`).
+            as the inspect task's and the TRL export's: `select_samples`).
         selection: ``spread`` (default) or ``first`` (the first ``limit`` samples in dataset order).
         selection_seed: The seed of the ``spread`` selection.
         sample_ids: A file of the sample ids to run (one a line, or a ``results.jsonl``); ``limit`` then
@@ -48,7 +48,7 @@ class RunConfig(BaseModel):
         workers: Worker processes (or Ray actors), each with its own env and kernel.
         ray: None runs on this machine; ``local`` starts a private local Ray instance; ``auto`` or an
             address (``HOST:6379``, ``ray://HOST:10001``) joins a running Ray cluster. Episodes are then
-            spread over ``workers`` Ray actors (:mod:`themisto_env.run.executors.ray_actors`).
+            spread over ``workers`` Ray actors (`themisto_env.run.executors.ray_actors`).
         samples: Predictions per sample (pass@k). With K > 1 each row carries the K ``draws`` and the
             summary reports ``pass_at_k`` (with ``env: {execution_score: true}``) and ``best_of_k``.
         max_retries: Retries of a failed model call (LLM agents; None: the agent's default, 5).
@@ -191,7 +191,7 @@ def load_run_config(path: str | Path | None = None, overrides: dict[str, Any] | 
 
 
 def check_env_options(env: dict[str, Any], path: str | Path | None = None) -> None:
-    """Check a config's ``env:`` options against the env's (:class:`~themisto_env.env.config.EnvConfig`), so
+    """Check a config's ``env:`` options against the env's ([`EnvConfig`][themisto_env.env.EnvConfig]), so
     that a typo is one line naming the file and the key (with the nearest option), before anything runs.
 
     Raises:

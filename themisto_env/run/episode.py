@@ -1,18 +1,18 @@
 """The episode loop: one agent and one env score the wanted samples of one trajectory.
 
-There is one loop, :func:`aepisode_rows`, an async generator of
-:class:`~themisto_env.run.results.ResultRow` s. How it asks the agent (``act``) and calls the env
+There is one loop, `aepisode_rows`, an async generator of
+[`ResultRow`][themisto_env.run.ResultRow] s. How it asks the agent (``act``) and calls the env
 (``call``) is the caller's:
 
 - the concurrent executor awaits the agent's ``aact`` and runs each env call in the episode's own thread,
   so that many episodes share one event loop;
-- :func:`episode_rows` (the serial executor, worker processes, Ray actors) calls the agent's ``act`` and
-  the env in place, in the caller's thread, and runs the loop with :func:`run_in_place`: a runner for a
+- `episode_rows` (the serial executor, worker processes, Ray actors) calls the agent's ``act`` and
+  the env in place, in the caller's thread, and runs the loop with `run_in_place`: a runner for a
   coroutine that never suspends, so no event loop exists while the agent and the kernel work (as in a
   plain loop).
 
 A sample's bookkeeping (which samples are left, each sample's predictions, when its row is complete)
-is :class:`Episode`'s; the row itself is built by :func:`themisto_env.run.rows.make_row`.
+is `Episode`'s; the row itself is built by `themisto_env.run.rows.make_row`.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ the agent (the row says ``forced_submission``): an agent that never predicts can
 class Episode:
     """The bookkeeping of one episode: which samples are left, each sample's predictions, its row.
 
-    The loop asks the agent, steps the env and hands each step to :meth:`stepped`, which returns the
+    The loop asks the agent, steps the env and hands each step to `stepped`, which returns the
     sample's row once all its predictions are scored.
 
     With ``samples=K`` in the env the agent is asked K times per sample (the env serves the same sample
@@ -173,8 +173,8 @@ async def aepisode_rows(
     Args:
         config, env, agent, options: The run's config, the env, the agent and the env's options.
         tid, first, wanted: The trajectory, the sample to start at, the samples to score.
-        act: How the agent is asked (:data:`Act`).
-        call: How the env is called (:data:`Call`).
+        act: How the agent is asked (`Act`).
+        call: How the env is called (`Call`).
         stop: Ends the episode when set.
     """
     episode = Episode(config, env, agent, options, tid, first, set(wanted))
@@ -203,7 +203,7 @@ async def aepisode_rows(
 
 
 async def in_place(function: Callable[..., T], *args: Any) -> T:
-    """A :data:`Call` that makes the blocking call right here (the loop never suspends on it)."""
+    """A `Call` that makes the blocking call right here (the loop never suspends on it)."""
     return function(*args)
 
 
@@ -244,7 +244,7 @@ def episode_rows(
     first: int,
     wanted: Iterable[str],
 ) -> Iterator[ResultRow]:
-    """:func:`aepisode_rows` in this thread: the agent's ``act`` and the env's calls made in place."""
+    """`aepisode_rows` in this thread: the agent's ``act`` and the env's calls made in place."""
 
     async def act(observation: Any, info: dict[str, Any]) -> Any:
         return agent.act(observation, info)

@@ -1,10 +1,10 @@
 """Planning a run: which samples remain (limit, resume) and the episodes that score them.
 
 A run covers ``limit`` samples of its dataset spread over its trajectories (all without a limit; the one
-selection of :func:`~themisto_env.data.samples.select_samples`, also the inspect task's and the TRL
+selection of `select_samples`, also the inspect task's and the TRL
 export's), or those of its ``sample_ids`` file, minus those its folder already holds with a scored row
-(:func:`~themisto_env.run.results.done_samples`): that is a resume. The samples left are spread over
-:class:`EpisodePlan` s, one per trajectory, or contiguous parts of a trajectory when there are fewer
+(`done_samples`): that is a resume. The samples left are spread over
+`EpisodePlan` s, one per trajectory, or contiguous parts of a trajectory when there are fewer
 trajectories than episodes that can run at once.
 """
 
@@ -49,7 +49,7 @@ class RunPlan:
 
 def covered_samples(samples: Sequence[Sample], config: RunConfig) -> Sequence[Sample]:
     """The samples a run covers, in dataset order: its ``sample_ids`` (all without), ``limit`` of them
-    chosen by its ``selection`` (:func:`~themisto_env.data.samples.select_samples`).
+    chosen by its ``selection`` (`select_samples`).
 
     Raises:
         DataError: The ``sample_ids`` file cannot be read.

@@ -1,11 +1,11 @@
 """A run's bookkeeping while rows come in: counts, the progress bar, and when to stop.
 
-The bar is :class:`~themisto_env.progress.ProgressLine` on stderr (periodic lines when piped).
+The bar is [`ProgressLine`][themisto_env.progress.ProgressLine] on stderr (periodic lines when piped).
 
 ``fail_on_error`` (``--fail-on-error RATE``) stops the run with one line when more than that fraction of
-the samples run so far have model errors, judged once :data:`FAIL_ON_ERROR_MIN_SAMPLES` samples (or all
-the run's samples, if fewer) are done, and once more when the run ends (:meth:`RunProgress.finish`).
-A run that scored nothing (:func:`nothing_scored`) makes ``themisto run`` exit non-zero too.
+the samples run so far have model errors, judged once `FAIL_ON_ERROR_MIN_SAMPLES` samples (or all
+the run's samples, if fewer) are done, and once more when the run ends (`RunProgress.finish`).
+A run that scored nothing (`nothing_scored`) makes ``themisto run`` exit non-zero too.
 """
 
 from __future__ import annotations

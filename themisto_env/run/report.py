@@ -152,7 +152,7 @@ def _timing_plots(runs: list[tuple[str, list[ResultRow], dict[str, Any]]]) -> di
 
 def _timing_section(runs: list[tuple[str, list[ResultRow], dict[str, Any]]]) -> str:
     """Where each run's time went: mean seconds per sample by kind, the wall time's median and p90, and
-    the plots of :func:`_timing_plots` (rows of older runs have no timing: their kinds are left empty)."""
+    the plots of `_timing_plots` (rows of older runs have no timing: their kinds are left empty)."""
     import numpy as np
 
     lines = []
@@ -213,7 +213,7 @@ def _draws_table(runs: list[tuple[str, list[ResultRow], dict[str, Any]]]) -> str
 
 
 def _paired_section(run_dirs: list[str | Path]) -> str:
-    """The first run against each other run: :func:`~themisto_env.run.compare.compare_runs` as tables."""
+    """The first run against each other run: [`compare_runs`][themisto_env.run.compare_runs] as tables."""
     if len(run_dirs) < 2:
         return ""
     tables = []

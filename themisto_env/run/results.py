@@ -3,22 +3,22 @@
 A run folder (``themisto run --out DIR``) holds:
 
 ``config.json``
-    The :class:`~themisto_env.run.config.RunConfig` (secrets redacted).
+    The [`RunConfig`][themisto_env.run.RunConfig] (secrets redacted).
 ``results.jsonl``
-    One :class:`ResultRow` per sample, appended and flushed as soon as the sample is done.
+    One [`ResultRow`][themisto_env.run.ResultRow] per sample, appended and flushed as soon as the sample is done.
 ``summary.json``
-    :func:`~themisto_env.run.summary.summarize` of the rows: per-metric means with bootstrap intervals,
+    `summarize` of the rows: per-metric means with bootstrap intervals,
     failure counts, tokens.
 
-Every reader (the summary, resume, report, view, compare) reads rows as :class:`ResultRow` s
-(:func:`read_results`); the runner makes them (:func:`make_result_row`) and writes their dict form.
-A row counts (:attr:`ResultRow.is_scored`) unless its sample met an infrastructure failure, was served in a state
-that differs from the recording, or its model calls failed (``model_error``): those are left out of the
-summary and run again on resume. A torn last line (a killed writer) is dropped on read; any other
-unreadable line is a :class:`~themisto_env.errors.DataError` naming the file, the line and the field.
+Every reader (the summary, resume, report, view, compare) reads rows as [`ResultRow`][themisto_env.run.ResultRow] s
+([`read_results`][themisto_env.run.read_results]); the runner makes them (`make_result_row`) and writes their dict form.
+A row counts ([`ResultRow.is_scored`][themisto_env.run.ResultRow.is_scored]) unless its sample met an infrastructure
+failure, was served in a state that differs from the recording, or its model calls failed (``model_error``): those are
+left out of the summary and run again on resume. A torn last line (a killed writer) is dropped on read; any other
+unreadable line is a [`DataError`][themisto_env.errors.DataError] naming the file, the line and the field.
 
-No secret is written: :func:`secrets` collects the run's keys (options named like ``api_key``, the
-providers' key variables) and :func:`~themisto_env.redaction.redact` replaces them wherever they appear
+No secret is written: `secrets` collects the run's keys (options named like ``api_key``, the
+providers' key variables) and [`redact`][themisto_env.redaction.redact] replaces them wherever they appear
 in a row or the config.
 """
 
@@ -108,7 +108,7 @@ class ResultRow(BaseModel):
         agent, observation, backend: How it was run.
         model: ``{"provider", "name", "params"}`` of an LLM agent's model (None for other agents).
         prediction, target: The (first) prediction and the reference.
-        scores: The metrics of :data:`~themisto_env.metrics.METRICS` (and, for next-cell, the API
+        scores: The metrics of [`METRICS`][themisto_env.metrics.METRICS] (and, for next-cell, the API
             sequence's), each in [0, 1].
         reward: The (first) prediction's ``SampleScore.reward`` (docs/reward.md: the metrics, the
             execution score when on, minus ``tool_cost`` per tool call); None when the sample is unscored
@@ -120,14 +120,14 @@ class ResultRow(BaseModel):
         transcript: The conversation of the (first) prediction: ``{"role", "content", "tool_calls"?,
             "tool_call_id"?}`` messages (None for agents without one).
         seconds: Wall time of the sample.
-        timing: Where its time went (:class:`Timing`: state, tools, model, scoring); None in rows of older runs.
+        timing: Where its time went (`Timing`: state, tools, model, scoring); None in rows of older runs.
         started_at, finished_at: ISO-8601 UTC times of the sample's start and end.
         infrastructure_error, state_mismatch, recovered, state_check: What the env reports of the state.
         state_served_by: How copies of the sample's state were made (``fork``: forked from the state's
             template; ``restore``: a snapshot loaded into a started kernel; see the env's ``fork``).
         prediction_failed: Why the prediction's own code failed (execution score), if it did.
         model_error: Why the model calls failed after their retries (the sample is run again on resume).
-        draws: With ``samples=K``, each prediction as a :class:`Draw` (its own transcript included); None
+        draws: With ``samples=K``, each prediction as a `Draw` (its own transcript included); None
             (and no ``draws`` key in the dict form) for a row of one prediction.
     """
 
@@ -260,8 +260,8 @@ def model_label(model: dict[str, Any] | None) -> str | None:
 
 
 def secrets(config: RunConfig | None = None) -> set[str]:
-    """The secret values a run must never write (:mod:`themisto_env.redaction`): those of its options
-    (``agent_options``, ``model_args``, the endpoint's URL) and of secret-like environment variables."""
+    """The secret values a run must never write ([`themisto_env.redaction`][themisto_env.redaction]): those of its
+    options (``agent_options``, ``model_args``, the endpoint's URL) and of secret-like environment variables."""
     found = environment_secrets()
     if config is not None:
         found |= secret_values(config.agent_options) | secret_values(config.model_args)
@@ -280,8 +280,8 @@ OPERATIONAL_ENV = frozenset({"snapshot_dir", "warm_kernels", "lazy_state"})
 
 def run_identity(config: RunConfig) -> dict[str, Any]:
     """What makes a run's rows comparable: the agent and its model options (as the agent gets them, secrets
-    redacted, without :data:`OPERATIONAL_OPTIONS`), the task, the observation mode the env will use, the
-    backend, the data and the env options (without :data:`OPERATIONAL_ENV`). Resuming a run folder with
+    redacted, without `OPERATIONAL_OPTIONS`), the task, the observation mode the env will use, the
+    backend, the data and the env options (without `OPERATIONAL_ENV`). Resuming a run folder with
     another identity is refused. ``limit``, ``workers``, ``ray``, ``max_retries``, ``fail_on_error``,
     ``max_connections``, ``cache`` and ``samples`` may change (a sample with another number of predictions
     is run again anyway)."""
@@ -319,7 +319,7 @@ def write_config(out: Path, config: RunConfig, *, force: bool = False) -> None:
     """Record the run's config in ``out`` (redacted), after checking that it resumes the same run.
 
     Raises:
-        ConfigError: ``out`` holds rows of a run of another :func:`run_identity` (read from its config.json,
+        ConfigError: ``out`` holds rows of a run of another `run_identity` (read from its config.json,
             or from its rows when it has none), unless ``force``: then its results and summary are removed.
     """
     path = out / CONFIG

@@ -1,9 +1,9 @@
-"""Building a sample's :class:`~themisto_env.run.results.ResultRow` from the env steps that scored it.
+"""Building a sample's [`ResultRow`][themisto_env.run.ResultRow] from the env steps that scored it.
 
-The episode loop (:mod:`themisto_env.run.episode`) collects, for each prediction of a sample, a
-:class:`Drawn`: the action, the env's reward and ``info`` (read through
-:class:`~themisto_env.env.info.StepInfo`, whose score fields are :class:`~themisto_env.scoring.score.SampleScore`'s),
-and what the agent says of the prediction (:func:`agent_record`). :func:`make_row` turns them into the row.
+The episode loop (`themisto_env.run.episode`) collects, for each prediction of a sample, a
+`Drawn`: the action, the env's reward and ``info`` (read through
+`StepInfo`, whose score fields are [`SampleScore`][themisto_env.scoring.SampleScore]'s),
+and what the agent says of the prediction (`agent_record`). `make_row` turns them into the row.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ class AgentRecord(NamedTuple):
     """What an agent says of the prediction it just made.
 
     Attributes:
-        usage: Its :class:`~themisto_env.agents.AgentUsage` (None for agents without one).
+        usage: Its [`AgentUsage`][themisto_env.agents.AgentUsage] (None for agents without one).
         transcript: Its conversation (None for agents without one).
         model: Its model record (``{"provider", "name", "params"}``; None for agents without a model).
     """
@@ -60,13 +60,13 @@ def agent_record(agent: Any) -> AgentRecord:
 
 
 def prediction_text(action: Any) -> str:
-    """The predicted text of an action (empty for anything but a :class:`Prediction`)."""
+    """The predicted text of an action (empty for anything but a [`Prediction`][themisto_env.env.Prediction])."""
     return action.text if isinstance(action, Prediction) else ""
 
 
 def draw_fields(drawn: Drawn, sample: Any) -> dict[str, Any]:
-    """One prediction of a sample: the fields of its :class:`~themisto_env.run.results.Draw` in a row's
-    ``draws`` (validated with the row, by :func:`make_row`)."""
+    """One prediction of a sample: the fields of its `Draw` in a row's
+    ``draws`` (validated with the row, by `make_row`)."""
     action, _, info, record = drawn
     return {
         "prediction": prediction_text(action),
@@ -104,7 +104,7 @@ def make_row(
         sample: The sample scored.
         drawn: Its predictions, in order.
         started: ``time.perf_counter()`` when the sample began.
-        started_at: :func:`now` when the sample began.
+        started_at: `now` when the sample began.
         model_error: Why the model calls of one of its predictions failed, if they did.
         timing: Where its time went: seconds by kind (the env's ``Episode.scored_seconds``), if known.
 

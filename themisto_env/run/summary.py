@@ -1,6 +1,6 @@
 """A run's summary (``summary.json``): per-metric means with bootstrap intervals, failure counts, spending.
 
-:func:`summarize` reads :class:`~themisto_env.run.results.ResultRow` s, the same model the runner writes
+`summarize` reads [`ResultRow`][themisto_env.run.ResultRow] s, the same model the runner writes
 and report, view and compare read.
 """
 
@@ -26,7 +26,7 @@ USAGE_TOTALS = (
     "retries",
     "rate_limited",
 )
-"""The :class:`~themisto_env.agents.AgentUsage` counts summed into ``summary.json``'s ``usage``."""
+"""The [`AgentUsage`][themisto_env.agents.AgentUsage] counts summed into ``summary.json``'s ``usage``."""
 
 
 def _failed_draws(row: ResultRow) -> int:
@@ -40,16 +40,16 @@ def summarize(rows: Sequence[ResultRow], config: RunConfig | None = None) -> dic
     """Per-metric means over the scored samples (infrastructure failures out), with bootstrap intervals
     that resample whole trajectories (the samples of one trajectory are correlated).
 
-    The metrics (:data:`~themisto_env.metrics.METRICS`, and for next-cell runs
-    :data:`~themisto_env.metrics.API_SEQUENCE_METRICS` over the samples whose target calls an API, counted
-    as ``api_samples``) and ``reward`` are those of each sample's first
+    The metrics ([`METRICS`][themisto_env.metrics.METRICS], and for next-cell runs
+    [`API_SEQUENCE_METRICS`][themisto_env.metrics.API_SEQUENCE_METRICS] over the samples whose target calls an API,
+    counted as ``api_samples``) and ``reward`` are those of each sample's first
     prediction (the last row of a sample wins). ``usage`` sums what the agent spent
-    (:data:`USAGE_TOTALS`) over every row, scored or not, the rows of attempts run again on resume
+    (`USAGE_TOTALS`) over every row, scored or not, the rows of attempts run again on resume
     included (their tokens were paid for too); ``usage.tokens_reported`` is False when some model call
     reported no token counts (the totals are then lower bounds). When rows have ``draws`` (``samples=K``),
-    :func:`themisto_env.scoring.passk.summarize_draws` adds ``draws`` (K), ``best_of_k`` and, with the
-    execution score, ``pass_at_k`` (``{"1": {"mean", "ci_low", "ci_high"}, ..., "K": ...}``) and
-    ``pass_at_k_counts``. ``timing`` sums where the scored samples' time went (:func:`timing_totals`; left
+    [`themisto_env.scoring.passk.summarize_draws`][themisto_env.scoring.summarize_draws] adds ``draws`` (K),
+    ``best_of_k`` and, with the execution score, ``pass_at_k`` (``{"1": {"mean", "ci_low", "ci_high"}, ..., "K": ...}``)
+    and ``pass_at_k_counts``. ``timing`` sums where the scored samples' time went (`timing_totals`; left
     out for rows of older runs, which do not say)."""
     latest = {r.sample_id: r for r in rows}
     scored = [r for r in latest.values() if r.is_scored]
@@ -96,7 +96,7 @@ def summarize(rows: Sequence[ResultRow], config: RunConfig | None = None) -> dic
 
 
 def timing_totals(rows: Iterable[ResultRow]) -> dict[str, Any] | None:
-    """Where the time of ``rows`` went: seconds per kind (:data:`~themisto_env.run.results.TIMING_KINDS`)
+    """Where the time of ``rows`` went: seconds per kind (`TIMING_KINDS`)
     summed over the rows that say (``samples``: how many), or None when none does (rows of older runs)."""
     timed = [r.timing for r in rows if r.timing is not None]
     if not timed:
@@ -107,7 +107,7 @@ def timing_totals(rows: Iterable[ResultRow]) -> dict[str, Any] | None:
 
 
 def usage_totals(rows: Iterable[ResultRow]) -> dict[str, Any] | None:
-    """What the agent spent over ``rows`` (:data:`USAGE_TOTALS`), or None when no row says."""
+    """What the agent spent over ``rows`` (`USAGE_TOTALS`), or None when no row says."""
     usages = [r.usage for r in rows if r.usage]
     if not usages:
         return None

@@ -46,11 +46,11 @@ FIGURE_BYTES = 2 * 2**20
 """A larger figure is not embedded."""
 _SHOWN_IMAGES = frozenset({"image/png", "image/jpeg", "image/gif", "image/svg+xml"})
 ERROR_KINDS = ("infrastructure_error", "state_mismatch", "model_error", "prediction_failed")
-"""A row's error kinds, in the order :func:`error_kind` tries them (that of the summary's counts)."""
+"""A row's error kinds, in the order `error_kind` tries them (that of the summary's counts)."""
 
 
 def error_kind(row: ResultRow) -> str:
-    """The first of :data:`ERROR_KINDS` the row has, or ``"none"``."""
+    """The first of `ERROR_KINDS` the row has, or ``"none"``."""
     return next((kind for kind in ERROR_KINDS if getattr(row, kind)), "none")
 
 
@@ -148,7 +148,7 @@ def _agreement(step: Step) -> dict[str, str]:
 
 
 def _figures(step: Step, store: FileStore | None) -> list[dict[str, str]]:
-    """A step's figures for the page (at most :data:`FIGURES_PER_SAMPLE`, each under :data:`FIGURE_BYTES`)."""
+    """A step's figures for the page (at most `FIGURES_PER_SAMPLE`, each under `FIGURE_BYTES`)."""
     shown = []
     for mime, data in figures(step.outputs, store):
         if len(shown) < FIGURES_PER_SAMPLE and len(data) <= FIGURE_BYTES and mime in _SHOWN_IMAGES:

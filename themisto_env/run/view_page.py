@@ -1,7 +1,7 @@
 """The page of ``themisto view``: its HTML skeleton, CSS and JavaScript, filled with a title and the runs' data.
 
 The three are files beside this module (``view_assets/page.html``, ``view.css``, ``view.js``: plain files
-an editor and a linter read as what they are), put into one self-contained page by :func:`render_page`.
+an editor and a linter read as what they are), put into one self-contained page by `render_page`.
 The script reads the data block (``<script type="application/json" id="data">``), inserts everything from
 the runs as text (never as HTML), and keeps the view's state in the URL's fragment.
 """
@@ -12,7 +12,7 @@ import html
 from importlib import resources
 
 ASSETS = "view_assets"
-"""The folder of the page's files, inside :mod:`themisto_env.run`."""
+"""The folder of the page's files, inside [`themisto_env.run`][themisto_env.run]."""
 
 
 def _asset(name: str) -> str:

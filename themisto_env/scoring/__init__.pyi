@@ -1,4 +1,5 @@
-"""The public names of :mod:`themisto_env.scoring`, a line each (``__init__.py`` imports each on first use)."""
+"""The public names of [`themisto_env.scoring`][themisto_env.scoring], a line each (``__init__.py`` imports each on
+first use)."""
 
 from .execution import ExecutionScore as ExecutionScore
 from .execution import execution_score as execution_score

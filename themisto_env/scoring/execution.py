@@ -1,22 +1,23 @@
 """Scorers that run code: the execution-based score of a next-cell prediction.
 
-Beside the text metrics (:mod:`themisto_env.metrics`), a next-cell prediction can be scored by what it
+Beside the text metrics ([`themisto_env.metrics`][themisto_env.metrics]), a next-cell prediction can be scored by what
+it
 *does*. It runs in a disposable kernel brought to the state before the target step
-(:mod:`themisto_env.replay.disposable`), and its effects are compared with the target step's effects **as
+(`themisto_env.replay.disposable`), and its effects are compared with the target step's effects **as
 recorded at build time** (never by re-running the target in a kernel the prediction touched):
 
 * variables: the names whose fingerprint the step changed (created, rebound, mutated, deleted), from
   the fingerprints recorded before and after the target step, against the names the prediction changed,
-  measured by the sealed helper (see :mod:`themisto_env.replay.disposable`). A name counts as matched when both
+  measured by the sealed helper (see `themisto_env.replay.disposable`). A name counts as matched when both
   changed it and its new fingerprint agrees, content hash included where one was recorded
-  (:func:`same_effect`); the variable
+  (`same_effect`); the variable
   part is the Jaccard overlap of matched names over all changed names (1.0 when neither changes anything);
 * outputs: chrF (0 to 1) between the prediction's outputs, as the kernel's protocol carried them, and the
   target step's recorded outputs (1.0 when both print nothing).
 
 The score is the mean of the two, in [0, 1]. A prediction **passes** (for pass@k) when it changes exactly
 the names the step changed, to the same fingerprints (variables = 1), and its outputs agree to chrF of at
-least :data:`PASS_OUTPUTS`. A prediction that kills the kernel (``exit``), hits the memory or process limit
+least `PASS_OUTPUTS`. A prediction that kills the kernel (``exit``), hits the memory or process limit
 (``memory``, ``processes``), runs past the time limit (``timeout``), or breaks or fools the measurement
 (``unreadable``, ``tampered``) scores 0 with that reason (``failure``): the model's own failure, counted,
 never an infrastructure failure.
@@ -32,7 +33,7 @@ bounded mapping of names to fingerprints is ``unreadable``. What a lie can gain 
 after-state is not in the kernel, and a name matches only with the recorded content hash, so it can hide
 changes it made, not invent the right ones.
 
-What the score cannot see (the fingerprint's limits, :mod:`themisto_env.replay.state`): objects with no content
+What the score cannot see (the fingerprint's limits, `themisto_env.replay.state`): objects with no content
 hash (most library objects, e.g. a fitted scikit-learn model, or a matplotlib figure) are compared by type
 and length only, so a cell that fits a model in place changes nothing the score sees, and any plot of the
 same size and axes count prints the same ``<Figure ...>``; arrays and frames above 64 KiB are hashed on a
@@ -88,7 +89,7 @@ def recorded_effects(trajectory: Trajectory, step: int) -> dict[str, str] | None
 
 
 def score_run(run: CodeRun, trajectory: Trajectory, step: int) -> ExecutionScore | None:
-    """Score what a prediction did (a :class:`~themisto_env.replay.disposable.CodeRun` in the state before
+    """Score what a prediction did (a [`CodeRun`][themisto_env.replay.CodeRun] in the state before
     ``step``) against the recorded effects of ``step``; None when they were not recorded (format 1)."""
     truth = recorded_effects(trajectory, step)
     if truth is None:

@@ -1,16 +1,18 @@
 """pass@k over K predictions per sample (``themisto run --samples K``), and best-of-K for the text metrics.
 
 With ``samples=K`` the runner writes one row per sample with its K ``draws``. Per row, ``n`` draws have an
-execution score and ``c`` of them passed (:attr:`themisto_env.scoring.execution.ExecutionScore.passed`; a draw whose
-own code failed, ``prediction_failed``, did not pass). :func:`pass_at_k` is the unbiased estimator of
-Chen et al. (2021, "Evaluating Large Language Models Trained on Code"): the probability that at least one
+execution score and ``c`` of them passed
+([`themisto_env.scoring.execution.ExecutionScore.passed`][themisto_env.scoring.ExecutionScore.passed]; a draw whose own
+code failed, ``prediction_failed``, did not pass). [`pass_at_k`][themisto_env.scoring.pass_at_k] is the unbiased
+estimator of Chen et al. (2021, "Evaluating Large Language Models Trained on Code"): the probability that at least one
 of k draws taken without replacement from the n passes. pass@1 is the fraction of passing draws.
 
-:func:`summarize_draws` gives the corpus figures: pass@k for k = 1, 2, 4, ... (powers of 2 below K) and K,
-and best-of-K (per row, the best draw on each text metric), each as a mean with a bootstrap interval
-computed exactly like the other metrics of a summary (:func:`themisto_env.metrics.aggregate` and
-:func:`~themisto_env.metrics.estimate_means`: seeded percentile bootstrap over trajectories, 1000
-resamples, 95%).
+[`summarize_draws`][themisto_env.scoring.summarize_draws] gives the corpus figures: pass@k for k = 1, 2, 4, ... (powers
+of 2 below K) and K, and best-of-K (per row, the best draw on each text metric), each as a mean with a bootstrap
+interval computed exactly like the other metrics of a summary
+([`themisto_env.metrics.aggregate`][themisto_env.metrics.aggregate] and
+[`estimate_means`][themisto_env.metrics.estimate_means]: seeded percentile bootstrap over trajectories, 1000 resamples,
+95%).
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
-"""The one score of a prediction: :func:`score_sample` returns a :class:`SampleScore` holding its ``reward``.
+"""The one score of a prediction: [`score_sample`][themisto_env.scoring.score_sample] returns a
+[`SampleScore`][themisto_env.scoring.SampleScore] holding its ``reward``.
 
-Every path that scores a prediction calls :func:`score_sample`: the gym env's prediction step, the TRL
-tool env's ``get_reward``, the TRL reward functions, the inspect scorer, and (through the env's step
+Every path that scores a prediction calls [`score_sample`][themisto_env.scoring.score_sample]: the gym env's prediction
+step, the TRL tool env's ``get_reward``, the TRL reward functions, the inspect scorer, and (through the env's step
 ``info``) the runner's rows and pass@k. The rule, stated once (docs/reward.md):
 
 * ``metric_reward = metrics.reward(score(prediction, target), weights)`` (a weighted mean of exact
   match, ROUGE-L and chrF, in [0, 1]);
-* with the execution score on (next-cell only; :mod:`themisto_env.scoring.execution`):
+* with the execution score on (next-cell only; `themisto_env.scoring.execution`):
   ``(1 - w) * metric_reward + w * execution_score`` with ``w = weights.execution`` (default 0.5);
   otherwise, or when the dataset recorded no effects to compare with, ``metric_reward`` alone;
 * minus ``tool_cost`` for each tool call made for the prediction.
@@ -35,7 +36,7 @@ from themisto_env.scoring.execution import ExecutionScore, execution_score
 __all__ = ["ExecutionRun", "SampleScore", "ScoringRule", "execution_run", "score_sample"]
 
 #: Runs a prediction's code and scores its effects (None: the dataset recorded no effects to compare).
-#: Raises :class:`~themisto_env.errors.InfrastructureError` when the machinery failed, not the code.
+#: Raises `InfrastructureError` when the machinery failed, not the code.
 ExecutionRun = Callable[[str], ExecutionScore | None]
 
 
@@ -63,7 +64,8 @@ class SampleScore(BaseModel):
             target calls an API, JuICe's API-sequence metrics (``api_precision``, ``api_recall``,
             ``api_f1``); each in [0, 1]. A target that calls nothing leaves them out: JuICe scores a
             prediction that calls nothing 1.0 against it, so an empty prediction would earn them.
-        metric_reward: The weighted mean of the text metrics (:func:`themisto_env.metrics.reward`).
+        metric_reward: The weighted mean of the text metrics
+            ([`themisto_env.metrics.reward`][themisto_env.metrics.reward]).
         execution_score: The execution score in [0, 1] (next-cell with the execution score on and
             effects recorded), else None.
         execution: Its parts: ``variables``, ``outputs``, ``passed``, ``failure`` (None without it).
@@ -104,7 +106,7 @@ class SampleScore(BaseModel):
 
 
 def execution_run(kernels: DisposableKernels, trajectory: Trajectory, step: int, *, timeout_s: float) -> ExecutionRun:
-    """The :data:`ExecutionRun` of a sample: its prediction runs in one of ``kernels``, brought to the
+    """The `ExecutionRun` of a sample: its prediction runs in one of ``kernels``, brought to the
     state before ``step`` of ``trajectory``, within ``timeout_s``."""
 
     def run(code: str) -> ExecutionScore | None:
@@ -132,13 +134,13 @@ def score_sample(
         task: The sample's task (the execution score and the API-sequence metrics are next-cell only).
         rule: The weights, the tool cost and whether the execution score is on (defaults: metric reward).
         tools_used: The tool calls made for this prediction (each costs ``rule.tool_cost``).
-        execution: Runs the prediction (:func:`execution_run`); needed when the rule's execution score
+        execution: Runs the prediction (`execution_run`); needed when the rule's execution score
             applies. Not called when the sample is already flagged (its reward would be None anyway).
         faults: Infrastructure failures already met while serving the sample or answering its tools.
         state_mismatch: How the served state differed from the recording, if it did.
 
     Returns:
-        The :class:`SampleScore`.
+        The [`SampleScore`][themisto_env.scoring.SampleScore].
 
     Raises:
         ConfigError: The execution score applies and no ``execution`` was given.

@@ -1,4 +1,4 @@
-"""The public names of :mod:`themisto_env.sandbox.kernel.helper`, a line each (``__init__.py`` imports each on
+"""The public names of `themisto_env.sandbox.kernel.helper`, a line each (``__init__.py`` imports each on
 first use): the host's side of the helper (its source) and the names the host shares with it."""
 
 from ._display import OPTIONS_KEY as OPTIONS_KEY

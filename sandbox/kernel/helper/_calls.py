@@ -37,16 +37,16 @@ from themisto_env.sandbox.kernel.helper._variables import (
     variable_sizes,
 )
 
-#: The source this module was installed from (set by the host at install time; :func:`seal` copies it).
+#: The source this module was installed from (set by the host at install time; `seal` copies it).
 SOURCE = ""
-#: Sealed copies of this module, by random token (see :func:`seal`).
+#: Sealed copies of this module, by random token (see `seal`).
 SEALED: dict[str, dict[str, Any]] = {}
 
 
 def seal() -> str:
     """Make a private copy of this module for measuring what later code does; return its token.
 
-    The copy is compiled from :data:`SOURCE` into a namespace of its own, with a copy of the builtins as
+    The copy is compiled from `SOURCE` into a namespace of its own, with a copy of the builtins as
     they are now, snapshots of the standard modules it uses (so rebinding ``hashlib.sha1`` later does not
     reach it), and the shell's namespace dicts captured now (so rebinding ``user_ns`` later does not
     either). Later code can still find it (nothing in one process is out of reach), which is why the host

@@ -267,7 +267,7 @@ def _fingerprint(obj: Any) -> str:
 
 
 def value_fingerprint(obj: Any) -> str:
-    """One value's fingerprint entry, as :func:`namespace_fingerprint` gives it (the host computes the
+    """One value's fingerprint entry, as `namespace_fingerprint` gives it (the host computes the
     entries of the canaries it plants with it)."""
     return _fingerprint(obj)
 
@@ -288,7 +288,7 @@ def namespace_fingerprint() -> dict[str, str]:
     The content part is a hash of the value where that is cheap (numbers, strings, numpy arrays and
     pandas objects, whole up to 64 KiB and on a strided sample above, small containers of those,
     functions' code, modules' names) and empty elsewhere (other objects: type and length only); and one
-    entry, :data:`OPTIONS_KEY`, for the display options of pandas and numpy. Two kernels in the same state
+    entry, `OPTIONS_KEY`, for the display options of pandas and numpy. Two kernels in the same state
     give the same fingerprint, in any process.
     """
     ns = _user_ns()

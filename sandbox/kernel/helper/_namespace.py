@@ -133,7 +133,7 @@ class Refused(Exception):
 
 
 def _user_value(name: str) -> Any:
-    """The user variable ``name``; :class:`Refused` with the nearest names when there is none."""
+    """The user variable ``name``; `Refused` with the nearest names when there is none."""
     ns = _user_ns()
     if name in ns and name in user_names():
         return ns[name]
@@ -145,7 +145,7 @@ def _user_value(name: str) -> Any:
 
 
 def _size(obj: Any) -> int:
-    """:func:`_deep_size`, or 0 where the object's own methods raise (one odd object spoils no listing)."""
+    """`_deep_size`, or 0 where the object's own methods raise (one odd object spoils no listing)."""
     try:
         return _deep_size(obj)
     except Exception:

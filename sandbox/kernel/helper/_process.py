@@ -61,7 +61,7 @@ def stable_cell_names() -> bool:
     return True
 
 
-#: The process state before the latest step, kept by :func:`keep_process_state` (one at a time).
+#: The process state before the latest step, kept by `keep_process_state` (one at a time).
 _PROCESS_STATE: dict[str, Any] = {}
 #: IPython's lists of input and AST transformers, by (object path, attribute): extensions add to them.
 _TRANSFORMERS = (
@@ -129,7 +129,7 @@ def keep_process_state(random_key: str | None = None) -> bool:
     loaded extensions and what they register (magics, event callbacks, transformers), the modules in
     ``sys.modules``, the warning filters and the current folder (one state at a time: the one before the
     step about to run). With ``random_key``, the global random generators' states too
-    (:func:`keep_random_state`). Returns True."""
+    (`keep_random_state`). Returns True."""
     import warnings
 
     shell = _shell()
@@ -147,7 +147,7 @@ def keep_process_state(random_key: str | None = None) -> bool:
 
 
 def put_back_process_state() -> dict[str, list[str]]:
-    """Undo, as far as a cell run again can tell, what the cell changed since :func:`keep_process_state`:
+    """Undo, as far as a cell run again can tell, what the cell changed since `keep_process_state`:
     the extensions it loaded are no longer loaded, and what they or the user's own modules it imported first
     registered (magics, event callbacks, transformers) is gone; those modules are imported anew; the warning
     filters and the current folder are as they were. What installed packages registered stays (they are not
@@ -195,7 +195,7 @@ def put_back_process_state() -> dict[str, list[str]]:
 
 def install() -> bool:
     """Make ``get_ipython`` a builtin outside cells too (IPython provides it only while a cell runs), and
-    give cells file names that do not depend on the kernel's process (:func:`stable_cell_names`).
+    give cells file names that do not depend on the kernel's process (`stable_cell_names`).
 
     Libraries decide how to display things at import time by looking for it: pandas imported outside a
     cell (by a snapshot's restore, or a preload) would believe it runs in a terminal and print frames

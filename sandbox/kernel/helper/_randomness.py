@@ -12,14 +12,14 @@ from typing import Any
 
 from themisto_env.sandbox.kernel.helper._namespace import _user_ns, user_names
 
-#: The global random generators' states kept by :func:`keep_random_state`, by key (in this module, not
+#: The global random generators' states kept by `keep_random_state`, by key (in this module, not
 #: the user's namespace; a restart forgets them).
 _RANDOM_STATES: dict[str, dict[str, Any]] = {}
 
 
 def keep_random_state(key: str) -> list[str]:
     """Keep the states of the global random generators (``random``'s, and numpy's legacy ``np.random``
-    where numpy is imported) under ``key``, so that :func:`put_back_random_state` can rewind them (a cell
+    where numpy is imported) under ``key``, so that `put_back_random_state` can rewind them (a cell
     replayed a second time after the session seeded them draws what it drew the first time). Returns the
     generators kept."""
     import random
@@ -34,7 +34,7 @@ def keep_random_state(key: str) -> list[str]:
 
 
 def put_back_random_state(key: str) -> list[str]:
-    """Rewind the global random generators to what :func:`keep_random_state` kept under ``key``; returns
+    """Rewind the global random generators to what `keep_random_state` kept under ``key``; returns
     those rewound (none for an unknown key)."""
     import random
 
@@ -87,7 +87,7 @@ def _unseeded(obj: Any, np: Any) -> bool:
 
 def reseed_generators() -> list[str]:
     """Reseed from the system's entropy the numpy generators of the user namespace that were made with no
-    seed (:func:`_unseeded`), as another run of the cell that made them would have them; one level into
+    seed (`_unseeded`), as another run of the cell that made them would have them; one level into
     dicts, lists, tuples and objects' attributes too. Returns where they were (``rng``, ``gens['a']``)."""
     np = sys.modules.get("numpy")
     if np is None:

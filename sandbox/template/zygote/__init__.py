@@ -3,7 +3,7 @@
 This program runs *inside* the template process, started by path (``python zygote.py CONFIG``) with the
 kernel's Python (the tool's own, a kernel environment's venv, or a container's), so it imports nothing
 of ``themisto_env``: only the standard library, ipykernel and dill. The host side is
-:mod:`themisto_env.sandbox.template.core`, which writes the program (`write_program`: its parts, `PARTS`,
+`themisto_env.sandbox.template.core`, which writes the program (`write_program`: its parts, `PARTS`,
 a private module each, joined into one file) and the in-kernel helper into the template's run directory,
 where every backend's template sees them (a bwrap template's bind, a docker template's mount).
 

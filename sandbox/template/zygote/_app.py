@@ -24,7 +24,7 @@ def _prebuild_app(namespace: dict[str, Any] | None) -> Any:
     """Build, before any fork, the parts of a kernel application that hold no thread, socket or loop: its
     traitlets configuration (command line, config files, profile folder) and its IPython shell (magics,
     completer, prefilter, display machinery, an in-memory history) over ``namespace``. Returns the
-    application; each forked child finishes it (:func:`_finish_app`), so its pages stay shared.
+    application; each forked child finishes it (`_finish_app`), so its pages stay shared.
 
     ipykernel builds the shell inside its kernel object, after the sockets; the shell is a singleton, so the
     kernel object a child makes takes this one (``shell_class.instance``) and the child only points it at
@@ -57,7 +57,7 @@ def _prebuild_app(namespace: dict[str, Any] | None) -> Any:
 
 
 def _prebuild(namespace: dict[str, Any] | None) -> Any:
-    """:func:`_prebuild_app`, or None (said in the template's log) where it fails: each child then builds
+    """`_prebuild_app`, or None (said in the template's log) where it fails: each child then builds
     its whole application after the fork, as ipykernel does."""
     if os.environ.get("THEMISTO_FORK_PREBUILD", "1") == "0":  # a benchmark's "before" (bench_fork.py)
         return None

@@ -32,7 +32,7 @@ def _become_kernel(template: Any, request: dict[str, Any]) -> None:
     connection file, and run it.
 
     The child's own work starts here, before any socket exists: its process, session, output, folder and
-    environment. Then the application opens its sockets and starts its threads (:func:`_finish_app`)."""
+    environment. Then the application opens its sockets and starts its threads (`_finish_app`)."""
     _name_process("ipykernel")
     os.setsid()  # its own process group: the host ends what a cell started with it
     _redirect_output(request["log"])

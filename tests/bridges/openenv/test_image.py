@@ -1,5 +1,5 @@
 """The server image for real: built offline (cached by its tag), run as a container with a port published on
-127.0.0.1, spoken to by :class:`ThemistoEnvClient` from the host.
+127.0.0.1, spoken to by [`ThemistoEnvClient`][themisto_env.bridges.openenv.ThemistoEnvClient] from the host.
 
 An episode over the container pays the in-process env's rewards; the bundled data is in the image (the
 container serves at once, replaying nothing); a request without the token is refused; and the image will

@@ -1,5 +1,5 @@
 """``themisto serve`` for real: the server in its own process on a free loopback port, spoken to by
-:class:`ThemistoEnvClient`, raw WebSockets and plain HTTP.
+[`ThemistoEnvClient`][themisto_env.bridges.openenv.ThemistoEnvClient], raw WebSockets and plain HTTP.
 
 The rewards over the network equal the in-process env's on the same actions; malformed requests are 4xx
 or error messages and the server stays up; a token guards everything but /health; sessions beyond

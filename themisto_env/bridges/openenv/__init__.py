@@ -1,13 +1,14 @@
 """The env over the network: an OpenEnv server and client (``pip install 'themisto-env[serve]'``).
 
-* :mod:`~themisto_env.bridges.openenv.models`: the typed action, observation and state.
-* :mod:`~themisto_env.bridges.openenv.environment`: one session's episode behind OpenEnv's ``Environment``.
-* :mod:`~themisto_env.bridges.openenv.server`: the app (``themisto serve``): sessions, idle timeout, token.
+* `models`: the typed action, observation and state.
+* `environment`: one session's episode behind OpenEnv's ``Environment``.
+* `server`: the app (``themisto serve``): sessions, idle timeout, token.
 * `server_metrics`: its Prometheus metrics (`GET /metrics`), counted by the metered parts of
   `metered`.
-* :mod:`~themisto_env.bridges.openenv.client`: :class:`ThemistoEnvClient`, OpenEnv's ``EnvClient`` for it.
+* `client`: [`ThemistoEnvClient`][themisto_env.bridges.openenv.ThemistoEnvClient], OpenEnv's ``EnvClient`` for it.
 
-``openenv-core`` is imported on first use of a name here; :func:`require_openenv` says how to install it.
+``openenv-core`` is imported on first use of a name here;
+[`require_openenv`][themisto_env.bridges.openenv.require_openenv] says how to install it.
 """
 
 from __future__ import annotations

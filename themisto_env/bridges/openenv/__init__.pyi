@@ -1,4 +1,5 @@
-"""The public names of :mod:`themisto_env.bridges.openenv`, a line each (``__init__.py`` imports each on first use)."""
+"""The public names of [`themisto_env.bridges.openenv`][themisto_env.bridges.openenv], a line each (``__init__.py``
+imports each on first use)."""
 
 from .client import ThemistoEnvClient as ThemistoEnvClient
 from .deps import require_openenv as require_openenv

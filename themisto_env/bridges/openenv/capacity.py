@@ -2,9 +2,9 @@
 
 An open session holds a forked kernel (its private pages; the template's pages are shared by all of them),
 its share of the state templates, and in the server a WebSocket, the kernel client's two zmq sockets and a
-pidfd. :func:`session_capacity` divides what the machine has (``MemAvailable``, the soft ``RLIMIT_NOFILE``)
+pidfd. `session_capacity` divides what the machine has (``MemAvailable``, the soft ``RLIMIT_NOFILE``)
 by what a session was measured to take (``benchmarks/bench_sessions.py``: PSS of the server and its
-descendants per open session, descriptors of the server per open session); :func:`raise_open_file_limit`
+descendants per open session, descriptors of the server per open session); `raise_open_file_limit`
 lifts the soft descriptor limit to the hard one first, where the process may.
 """
 

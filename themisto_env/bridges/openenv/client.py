@@ -1,4 +1,5 @@
-"""The OpenEnv client of a ``themisto serve`` server: :class:`ThemistoEnvClient`.
+"""The OpenEnv client of a ``themisto serve`` server:
+[`ThemistoEnvClient`][themisto_env.bridges.openenv.ThemistoEnvClient].
 
 It is OpenEnv's ``EnvClient`` (async; ``.sync()`` for a blocking wrapper) over one WebSocket session, so
 one client is one episode at a time with its own kernel on the server::

@@ -1,11 +1,11 @@
-"""One OpenEnv session's environment: the env's :class:`~themisto_env.env.episode.Episode` (its turns, over a
+"""One OpenEnv session's environment: the env's [`Episode`][themisto_env.env.Episode] (its turns, over a
 state server, a scorer and the episode's record) behind OpenEnv's ``Environment`` contract (``reset`` /
 ``step`` / ``state`` / ``close``).
 
-The server makes one per WebSocket session (:mod:`themisto_env.bridges.openenv.server`), so each session
+The server makes one per WebSocket session (`themisto_env.bridges.openenv.server`), so each session
 has its own episode and kernel; a step's observation, reward and info are the episode's, the ones the gym
 env gives for the same action (its reward computed by the one
-:func:`~themisto_env.scoring.score.score_sample`), so a trainer over the network is paid what an in-process
+[`score_sample`][themisto_env.scoring.score_sample]), so a trainer over the network is paid what an in-process
 trainer is paid for the same actions.
 
 Making one is cheap: the episode is made at the first ``reset`` (and its kernel when a state is needed), so
@@ -48,8 +48,8 @@ class ThemistoServedEnv(Environment[ThemistoAction, ThemistoObservation, Themist
     """A session's episode, spoken to through OpenEnv (see the module docstring).
 
     Args:
-        options: The env's options (:class:`~themisto_env.env.config.EnvConfig`; ``dataset`` may be an open
-            :class:`~themisto_env.replay.dataset.Dataset`), the server's defaults for every session.
+        options: The env's options ([`EnvConfig`][themisto_env.env.EnvConfig]; ``dataset`` may be an open
+            [`Dataset`][themisto_env.replay.Dataset]), the server's defaults for every session.
         metrics: The server's metrics: the session's episode then runs on metered parts
             (`themisto_env.bridges.openenv.metered`).
     """
@@ -73,7 +73,7 @@ class ThemistoServedEnv(Environment[ThemistoAction, ThemistoObservation, Themist
     # -- OpenEnv's Environment -----------------------------------------------------------------------
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> ThemistoObservation:
-        """Start an episode (see :data:`RESET_KEYS`); an unknown key is refused, never ignored.
+        """Start an episode (see `RESET_KEYS`); an unknown key is refused, never ignored.
 
         Raises:
             ConfigError: An unknown key or value, or the session is closed.

@@ -1,7 +1,7 @@
 """The server image: ``themisto serve`` in a container, built with no registry (``themisto sandbox build-image
 --server``).
 
-The image ``themisto-serve:<tag>`` is built ``FROM`` the kernel image (:mod:`themisto_env.sandbox.image`: Python
+The image ``themisto-serve:<tag>`` is built ``FROM`` the kernel image (`themisto_env.sandbox.image`: Python
 and the kernel's packages at this host's versions) by ``image/Dockerfile``, with no network. It adds:
 
 * the server's other dependencies (openenv-core and what it needs, fastapi, ...) at this host's versions: wheels
@@ -67,7 +67,7 @@ _SKIP_SUFFIXES = (".pyc", ".pyo")
 
 @dataclass(frozen=True)
 class ServerImageInputs:
-    """Everything the server image is made of; its :attr:`name` is a hash of them.
+    """Everything the server image is made of; its `name` is a hash of them.
 
     Attributes:
         kernel_image: The kernel image it is built from (its tag a hash of the kernel's packages).
@@ -198,7 +198,7 @@ def _bundled_data(progress: bool) -> tuple[Path, tuple[Path, ...], str]:
 
 
 def server_image_inputs(kernel_image: str, *, progress: bool = True) -> ServerImageInputs:
-    """What the server image for ``kernel_image`` is made of on this host (see :class:`ServerImageInputs`).
+    """What the server image for ``kernel_image`` is made of on this host (see `ServerImageInputs`).
 
     Builds the bundled data first when this host has not replayed it yet (minutes, with ``progress``).
 
@@ -229,7 +229,7 @@ def build_server_image(*, force: bool = False, console: Console | None = None) -
 
     Args:
         force: Rebuild the server image even if it exists, every layer (cached wheels and data are still
-            reused; the kernel image is rebuilt by :func:`~themisto_env.sandbox.image.build.build_image`).
+            reused; the kernel image is rebuilt by `build_image`).
         console: Where progress goes (default: a rich console on stderr).
 
     Returns:

@@ -3,15 +3,18 @@
 They are OpenEnv's pydantic models (``openenv.core.env_server.types``), so the server's ``/schema`` lists
 them and a client in any language can build them from that schema:
 
-* :class:`ThemistoAction`: ``{"kind": "tool", "tool": NAME, "args": {...}}`` calls an observation tool,
+* [`ThemistoAction`][themisto_env.bridges.openenv.ThemistoAction]: ``{"kind": "tool", "tool": NAME, "args": {...}}``
+calls an observation tool,
   ``{"kind": "predict", "text": "..."}`` submits a prediction. The two are never guessed from text; a
   message that mixes them (a prediction with a tool, a tool call without one) is refused at the boundary
   (HTTP 422, a WebSocket ``VALIDATION_ERROR``). An unknown tool name or bad arguments are the env's to
   answer, as in process: in ``tool_result``, at the cost of a tool call.
-* :class:`ThemistoObservation`: the gym env's observation (``history``, ``cell``, ``runtime``,
+* [`ThemistoObservation`][themisto_env.bridges.openenv.ThemistoObservation]: the gym env's observation (``history``,
+``cell``, ``runtime``,
   ``tool_result``, ``tools_left``), the step's ``reward`` and ``done``, and ``info`` (the gym env's
-  :class:`~themisto_env.env.info.StepInfo`: the current and the scored sample's ids, scores, flags).
-* :class:`ThemistoState`: where the session's episode is (``GET /state``, the client's ``state()``).
+  `StepInfo`: the current and the scored sample's ids, scores, flags).
+* [`ThemistoState`][themisto_env.bridges.openenv.ThemistoState]: where the session's episode is (``GET /state``, the
+client's ``state()``).
 """
 
 from __future__ import annotations
@@ -70,7 +73,7 @@ class ThemistoAction(Action):
         return cls(kind="tool", tool=tool, args=args)
 
     def env_action(self) -> ToolCall | Prediction:
-        """The gym env's action for this one (what :meth:`ThemistoEnv.step` takes in process)."""
+        """The gym env's action for this one (what `ThemistoEnv.step` takes in process)."""
         if self.kind == "predict":
             assert self.text is not None
             return Prediction(text=self.text)
@@ -87,7 +90,7 @@ class ThemistoObservation(Observation):
         runtime: The dump of the runtime state (``full`` mode), else empty.
         tool_result: The last tool's answer, or why an action was malformed.
         tools_left: Tool calls left for the current sample.
-        info: The gym env's ``info`` (:class:`~themisto_env.env.info.StepInfo` as a dict): ``sample_id``,
+        info: The gym env's ``info`` (`StepInfo` as a dict): ``sample_id``,
             ``tool_names``, ``samples_left``; on the step that scores a sample ``scored_sample_id``,
             ``scores``, ``reward``, ``forced_submission``, ``infrastructure_error``, ``state_mismatch``, ...
     """

@@ -1,7 +1,7 @@
 """``themisto serve``: the env as an OpenEnv server (``openenv-core``'s FastAPI app, not a protocol of ours).
 
 Endpoints are OpenEnv's: ``/ws`` (a WebSocket session = one episode with its own state server and kernel; the
-client is :class:`~themisto_env.bridges.openenv.client.ThemistoEnvClient`), ``/health``, ``/schema``,
+client is [`ThemistoEnvClient`][themisto_env.bridges.openenv.ThemistoEnvClient]), ``/health``, ``/schema``,
 ``/metadata``, ``/state``, and the stateless ``/reset`` and ``/step`` (each request gets a fresh env,
 closed after it; an episode needs the WebSocket). What is ours:
 
@@ -12,7 +12,7 @@ closed after it; an episode needs the WebSocket). What is ours:
   kernel (OpenEnv's reaper looks every ``max(timeout / 4, 5)`` seconds); a client that disconnects frees
   its kernel at once; at shutdown every session still open is closed;
 * a token (``token``): every request but ``/health`` must carry ``Authorization: Bearer TOKEN`` (HTTP 401
-  without it; a WebSocket is refused with HTTP 403 before it opens). :func:`check_bind` refuses a
+  without it; a WebSocket is refused with HTTP 403 before it opens). `check_bind` refuses a
   non-loopback address without one;
 * our errors over HTTP are one JSON line: a bad option or action 400, a lost sandbox 503 (OpenEnv answers
   a malformed body 422 itself); over the WebSocket they are OpenEnv's error messages and the session
@@ -78,7 +78,7 @@ class Gate:
     """ASGI middleware in front of the app.
 
     * With a token, requests (HTTP and WebSocket) must carry ``Authorization: Bearer TOKEN``, except
-      :data:`OPEN_PATHS`; the comparison takes constant time.
+      `OPEN_PATHS`; the comparison takes constant time.
     * A WebSocket whose client has already gone when OpenEnv closes it is not an error (OpenEnv's handler
       closes every socket at the end of a session, and uvicorn would log a traceback for each).
     """
@@ -119,10 +119,10 @@ def create_server_app(
     idle_timeout_s: float | None = 600.0,
     token: str | None = None,
 ) -> Any:
-    """The server's ASGI app (the FastAPI app behind a :class:`Gate`).
+    """The server's ASGI app (the FastAPI app behind a `Gate`).
 
     Args:
-        options: The env's options for every session (:class:`~themisto_env.env.config.EnvConfig`); they
+        options: The env's options for every session ([`EnvConfig`][themisto_env.env.EnvConfig]); they
             are checked here, once, by making (and closing) an episode: no kernel starts.
         max_sessions: WebSocket sessions at once (TRL asks for at least ``generation_batch_size``).
         idle_timeout_s: Close a session idle this long (None: never).
@@ -184,7 +184,8 @@ def serve(
     token: str | None = None,
     log_level: str = "info",
 ) -> None:
-    """Run the server until interrupted (uvicorn). See :func:`create_server_app` for the arguments.
+    """Run the server until interrupted (uvicorn). See
+    [`create_server_app`][themisto_env.bridges.openenv.create_server_app] for the arguments.
 
     Raises:
         ConfigError: A non-loopback ``host`` without a token, or bad options.

@@ -1,14 +1,15 @@
 """Reinforcement learning adapters: single-turn datasets and rewards for TRL, vector envs, a tiny model.
 
-* :mod:`themisto_env.bridges.rl.export`: a task's samples as rows (prompt, target, sample id, metadata) or a
+* `themisto_env.bridges.rl.export`: a task's samples as rows (prompt, target, sample id, metadata) or a
   Hugging Face ``datasets.Dataset``, the prompts built from the env's own observations.
-* :mod:`themisto_env.bridges.rl.rewards`: reward functions with TRL's ``reward_funcs`` signature, scoring
-  completions with the env's metrics (:class:`MetricReward`) or by running them (:class:`ExecutionReward`).
-* :mod:`themisto_env.bridges.rl.vector`: the env under ``gymnasium.vector`` (sync or async) with batched actions.
-* :mod:`themisto_env.bridges.rl.tool_env`: multi-turn tool-calling GRPO, ``GRPOTrainer(environment_factory=...)``:
+* `themisto_env.bridges.rl.rewards`: reward functions with TRL's ``reward_funcs`` signature, scoring
+  completions with the env's metrics ([`MetricReward`][themisto_env.bridges.rl.MetricReward]) or by running them
+  ([`ExecutionReward`][themisto_env.bridges.rl.ExecutionReward]).
+* `themisto_env.bridges.rl.vector`: the env under ``gymnasium.vector`` (sync or async) with batched actions.
+* `themisto_env.bridges.rl.tool_env`: multi-turn tool-calling GRPO, ``GRPOTrainer(environment_factory=...)``:
   each rollout queries the live state of its sample with the observation tools (a GRPO group shares one
   kernel) and submits a prediction that ``get_reward()`` scores.
-* :mod:`themisto_env.bridges.rl.tiny_model`: a tokenizer trained offline and a tiny causal LM built from a config,
+* `themisto_env.bridges.rl.tiny_model`: a tokenizer trained offline and a tiny causal LM built from a config,
   to prove the training plumbing on a CPU.
 
 Nothing heavy is imported here: ``datasets``, ``torch``, ``transformers`` and ``trl`` are imported when a

@@ -1,4 +1,5 @@
-"""The public names of :mod:`themisto_env.bridges.rl`, a line each (``__init__.py`` imports each on first use)."""
+"""The public names of [`themisto_env.bridges.rl`][themisto_env.bridges.rl], a line each (``__init__.py`` imports each
+on first use)."""
 
 from .export import export_dataset as export_dataset
 from .export import export_samples as export_samples

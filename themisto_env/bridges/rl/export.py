@@ -7,14 +7,14 @@ Each row is what the env shows the agent at that sample, turned into a prompt, w
      "step": 7, "observation_mode": "static", "history": "...", "cell": "...", "runtime": "...",
      "metadata": {"notebook_name": ..., "dataset": ..., "history_length": ...}}
 
-The observation is the env's own (:func:`~themisto_env.env.observation.sample_observation`, what
-:class:`~themisto_env.env.core.ThemistoEnv` shows): in ``static`` mode it is computed from the trajectory
-without a kernel (the samples come from the :class:`~themisto_env.replay.dataset.Dataset`); in ``full``
-mode a :class:`~themisto_env.env.state_server.StateServer` serves each sample's state in turn (a kernel
+The observation is the env's own (`sample_observation`, what
+[`ThemistoEnv`][themisto_env.env.ThemistoEnv] shows): in ``static`` mode it is computed from the trajectory
+without a kernel (the samples come from the [`Dataset`][themisto_env.replay.Dataset]); in ``full``
+mode a [`StateServer`][themisto_env.env.StateServer] serves each sample's state in turn (a kernel
 restores snapshots or runs the recorded cells forward) and the runtime is dumped from it, as the env does.
-The prompt wording is the LLM agents' (:func:`themisto_env.agents.prompting.load_prompts`), so a model
+The prompt wording is the LLM agents' (`themisto_env.agents.prompting.load_prompts`), so a model
 trained on these rows reads what the ``llm-static`` / ``llm-full`` agents send. ``tools`` mode needs several turns: use
-:mod:`themisto_env.bridges.rl.vector`.
+`themisto_env.bridges.rl.vector`.
 
 The ``target`` column is for the reward function (TRL passes every column but ``prompt`` to it); the
 model never sees it.
@@ -47,7 +47,7 @@ def observation_prompt(
     """The prompt for an env observation, worded as the LLM agents word it.
 
     Args:
-        observation: An observation of :class:`~themisto_env.env.core.ThemistoEnv` (``history``, ``cell``,
+        observation: An observation of [`ThemistoEnv`][themisto_env.env.ThemistoEnv] (``history``, ``cell``,
             ``runtime``, ``tools_left``).
         task: ``next-cell`` or ``output``.
         mode: The observation mode (``static``, ``full`` or ``tools``): which sections the prompt has.
@@ -87,15 +87,16 @@ def export_samples(
         task: ``next-cell`` or ``output``.
         observation: ``static`` (history; no kernel needed) or ``full`` (history and the runtime dump;
             each sample's state is served from the snapshots, as the env serves it).
-        prompt_format: ``chat`` (messages) or ``text`` (one string); see :func:`observation_prompt`.
+        prompt_format: ``chat`` (messages) or ``text`` (one string); see
+            [`observation_prompt`][themisto_env.bridges.rl.observation_prompt].
         templates: A prompt template file; None for the bundled one.
         limit: At most this many samples, spread over the trajectories: the samples of ``themisto run
-            --limit N`` (:func:`~themisto_env.data.samples.select_samples`).
+            --limit N`` (`select_samples`).
         selection_seed: The seed of that selection (``themisto run --selection-seed``).
         sample_ids: Only these samples (``themisto run --sample-ids``:
-            :func:`~themisto_env.data.samples.read_sample_ids` reads a file of them).
-        **env_options: Further :class:`~themisto_env.env.config.EnvConfig` options (``dataset``: a folder or an
-            open :class:`~themisto_env.replay.dataset.Dataset`; ``backend``, ``history_length``,
+            `read_sample_ids` reads a file of them).
+        **env_options: Further [`EnvConfig`][themisto_env.env.EnvConfig] options (``dataset``: a folder or an
+            open [`Dataset`][themisto_env.replay.Dataset]; ``backend``, ``history_length``,
             ``sample_rule``, ``snapshot_dir``, ...).
 
     Returns:
@@ -153,7 +154,8 @@ def export_dataset(
     sample_ids: Sequence[str] | None = None,
     **env_options: Any,
 ) -> Any:
-    """The samples of a task as a Hugging Face ``datasets.Dataset`` (the rows of :func:`export_samples`).
+    """The samples of a task as a Hugging Face ``datasets.Dataset`` (the rows of
+    [`export_samples`][themisto_env.bridges.rl.export_samples]).
 
     Ready for TRL: ``GRPOTrainer(train_dataset=export_dataset(...), reward_funcs=MetricReward(), ...)``.
 

@@ -4,20 +4,20 @@ TRL calls a reward function as ``func(prompts=..., completions=..., completion_i
 where ``columns`` are the dataset's other columns as lists, one value per completion (here ``target``,
 ``task``, ``sample_id``, ...), and expects one float (or None: "does not apply") per completion. A
 completion is a string (standard format) or a list of messages (conversational format); both are read by
-:func:`completion_text`.
+[`completion_text`][themisto_env.bridges.rl.completion_text].
 
-* :class:`MetricReward` scores a completion against the row's ``target`` with
-  :func:`themisto_env.scoring.score.score_sample` (the env's one rule, docs/reward.md, here without
-  tool calls and without the execution score), and returns its ``reward`` or one metric.
+* [`MetricReward`][themisto_env.bridges.rl.MetricReward] scores a completion against the row's ``target`` with
+  [`themisto_env.scoring.score.score_sample`][themisto_env.scoring.score_sample] (the env's one rule, docs/reward.md,
+  here without tool calls and without the execution score), and returns its ``reward`` or one metric.
   By default the prediction is first read out of the reply as the LLM agents read it (fenced block,
-  lead-in lines dropped: :func:`themisto_env.agents.parsing.extract_prediction`).
-* :class:`ExecutionReward` (next-cell only) scores the prediction with the env's
-  :class:`~themisto_env.env.scorer.Scorer`, the execution score on (the predicted cell runs from the
+  lead-in lines dropped: `themisto_env.agents.parsing.extract_prediction`).
+* [`ExecutionReward`][themisto_env.bridges.rl.ExecutionReward] (next-cell only) scores the prediction with the env's
+  [`Scorer`][themisto_env.env.Scorer], the execution score on (the predicted cell runs from the
   pre-target state in a disposable kernel), and returns the same ``SampleScore.reward`` every other path
   gives (``value="execution_score"``: the bare execution score instead); it owns disposable kernels, so
   close it when done. Use the docker backend for model-written code. Use it *instead of*
-  :class:`MetricReward`, not beside it: the env's rule already weighs the metrics and the execution
-  score (``RewardWeights.execution``).
+  [`MetricReward`][themisto_env.bridges.rl.MetricReward], not beside it: the env's rule already weighs the metrics and
+  the execution score (``RewardWeights.execution``).
 """
 
 from __future__ import annotations
@@ -78,10 +78,10 @@ class MetricReward:
         task: The task when the dataset has no ``task`` column.
         split: Score only samples of this side of the dataset's split (``train``, ``test``, ``NAME:train``):
             each row's ``sample_id`` is checked, and a row of the other side raises
-            :class:`~themisto_env.errors.SplitError` (a trainer fed test rows stops, it is not paid).
+            [`SplitError`][themisto_env.errors.SplitError] (a trainer fed test rows stops, it is not paid).
             None: no check.
         dataset: The dataset the split is of (a folder or an open
-            :class:`~themisto_env.replay.dataset.Dataset`; None: the bundled data). Only with ``split``.
+            [`Dataset`][themisto_env.replay.Dataset]; None: the bundled data). Only with ``split``.
 
     Example:
         >>> MetricReward()(completions=["df.head()"], target=["df.head()"], task=["next-cell"])
@@ -111,7 +111,7 @@ class MetricReward:
         self.__name__ = f"themisto_{metric}"  # TRL logs each reward function under its __name__
 
     def _check_split(self, sample_ids: Sequence[Any] | None, n: int) -> None:
-        """Refuse rows of the other side of :attr:`split` (SplitError)."""
+        """Refuse rows of the other side of `split` (SplitError)."""
         if self.split is None:
             return
         if sample_ids is None:
@@ -176,11 +176,11 @@ class MetricReward:
 class ExecutionReward:
     """Scores next-cell completions by running them in the sandbox (TRL ``reward_funcs`` signature).
 
-    Each completion is scored by the env's :class:`~themisto_env.env.scorer.Scorer` with ``execution_score``
+    Each completion is scored by the env's [`Scorer`][themisto_env.env.Scorer] with ``execution_score``
     on, as the env's prediction step scores a prediction made without tool calls, and its reward
-    (:class:`SampleScore`'s) is returned; with ``value="execution_score"`` the execution score alone: the
-    mean of the Jaccard overlap of the variables the predicted and the real cell change and the chrF of
-    their outputs (:mod:`themisto_env.scoring.execution`). Each completion runs in a disposable kernel of its
+    ([`SampleScore`][themisto_env.scoring.SampleScore]'s) is returned; with ``value="execution_score"`` the execution
+    score alone: the mean of the Jaccard overlap of the variables the predicted and the real cell change and the chrF of
+    their outputs (`themisto_env.scoring.execution`). Each completion runs in a disposable kernel of its
     own, so a batch scores exactly as its completions would alone: what one completion does (a thread, an
     option, a patched helper) never reaches another. A completion whose own code fails scores 0 on the
     execution score; output-task samples and unscored samples (the sandbox failed) get None (TRL skips
@@ -189,9 +189,9 @@ class ExecutionReward:
     Args:
         parse: Read the prediction out of the reply as the LLM agents do.
         value: ``reward`` (the env's reward; the default) or ``execution_score``.
-        **env_options: :class:`~themisto_env.env.config.EnvConfig` options for its scorer (``dataset``: a
-            folder or an open :class:`~themisto_env.replay.dataset.Dataset`; ``split``: score only that side, a
-            row of the other side raises :class:`~themisto_env.errors.SplitError`; ``backend``,
+        **env_options: [`EnvConfig`][themisto_env.env.EnvConfig] options for its scorer (``dataset``: a
+            folder or an open [`Dataset`][themisto_env.replay.Dataset]; ``split``: score only that side, a
+            row of the other side raises [`SplitError`][themisto_env.errors.SplitError]; ``backend``,
             ``snapshot_dir``, ``limits``, ``reward``, ...); use the same dataset as the exported rows.
 
     Attributes:

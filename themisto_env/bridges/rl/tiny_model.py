@@ -4,7 +4,7 @@ No weights can be downloaded on the project's machines, so the training example 
 a byte-level BPE tokenizer trained with the ``tokenizers`` library on the exported prompts and targets
 (wrapped as a ``transformers.PreTrainedTokenizerFast``, with a plain chat template), and a Llama-style
 causal LM initialised from a config (a few hundred thousand parameters by default). It proves the
-training plumbing, not the model. :func:`plot_reward_curve` saves a training run's reward curve.
+training plumbing, not the model. `plot_reward_curve` saves a training run's reward curve.
 """
 
 from __future__ import annotations

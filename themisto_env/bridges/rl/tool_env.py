@@ -2,8 +2,8 @@
 
 TRL (>= 1.16, experimental) makes one environment instance per rollout; the instance's public methods
 are the model's tools (typed, described by their docstrings), ``reset(**row)`` starts a rollout on a
-dataset row, and ``get_reward()`` scores the finished rollout. :class:`ThemistoToolEnv` is that
-instance for themisto-env::
+dataset row, and ``get_reward()`` scores the finished rollout.
+[`ThemistoToolEnv`][themisto_env.bridges.rl.ThemistoToolEnv] is that instance for themisto-env::
 
     from themisto_env.bridges.rl.tool_env import SharedStates, tool_dataset
 
@@ -18,7 +18,7 @@ A rollout: ``reset(sample_id=...)`` serves nothing yet (the state is lazy); the 
 observation tools (`ROLLOUT_TOOLS`: the env's read-only tools, methods made from the tool table
 `themisto_env.env.tools.TOOLS`, so their names, arguments and docstrings are the table's), each answered
 from the live kernel in the sample's state; it gives its prediction with the table's `SUBMIT` tool; ``get_reward()``
-scores the last submitted prediction with the env's :class:`~themisto_env.env.scorer.Scorer` (the one rule,
+scores the last submitted prediction with the env's [`Scorer`][themisto_env.env.Scorer] (the one rule,
 docs/reward.md: metrics, execution score when on, minus ``tool_cost`` per tool call) and returns None (TRL
 leaves it out) when the rollout cannot be trusted: an infrastructure failure during its tool calls, or a
 state that differs from the recording.
@@ -29,11 +29,12 @@ env's refusal (nothing runs, it costs nothing), else counted, run, recorded, and
 where the sandbox failed it (given back, up to the env's cap).
 
 **Group sharing.** Tools are read-only, so the rollouts of one sample (a GRPO group) can share one kernel
-in that state: :class:`SharedStates` keeps one :class:`~themisto_env.env.state_server.StateServer` (one
-kernel) per sample in flight, up to ``max_kernels`` (the least recently used one moves to a new sample when
-all are taken), and a call one rollout of the group made is answered to the others from that kernel's answer
-(``cache_answers``; the state is the same and tools are read-only). With ``share=False`` each rollout
-instance has a server and a kernel of its own (TRL's default picture), which costs a kernel per rollout.
+in that state: [`SharedStates`][themisto_env.bridges.rl.SharedStates] keeps one
+[`StateServer`][themisto_env.env.StateServer] (one kernel) per sample in flight, up to ``max_kernels`` (the least
+recently used one moves to a new sample when all are taken), and a call one rollout of the group made is answered to the
+others from that kernel's answer (``cache_answers``; the state is the same and tools are read-only). With
+``share=False`` each rollout instance has a server and a kernel of its own (TRL's default picture), which costs a kernel
+per rollout.
 """
 
 from __future__ import annotations
@@ -76,8 +77,8 @@ class SharedStates:
             arguments) is answered with the answer the shared kernel gave, without asking it again:
             the kernel is in the same verified state and tools are read-only, so it would answer the
             same. Dropped when the kernel moves to another sample or fails.
-        **env_options: :class:`~themisto_env.env.config.EnvConfig` options (``task``, ``dataset``: a folder
-            or an open :class:`~themisto_env.replay.dataset.Dataset`, ``backend``, ``tool_budget``,
+        **env_options: [`EnvConfig`][themisto_env.env.EnvConfig] options (``task``, ``dataset``: a folder
+            or an open [`Dataset`][themisto_env.replay.Dataset], ``backend``, ``tool_budget``,
             ``tool_cost``, ``reward``, ``execution_score``, ...).
 
     Attributes:
@@ -117,7 +118,7 @@ class SharedStates:
 
     def scorer(self) -> Scorer:
         """The scorer of submitted predictions (its disposable kernels run them for the execution score;
-        made on first use, closed by :meth:`close`)."""
+        made on first use, closed by [`close`][themisto_env.bridges.rl.SharedStates.close])."""
         from themisto_env.env.scorer import Scorer
 
         with self._lock:
@@ -128,7 +129,8 @@ class SharedStates:
             return self._scorer
 
     def new_server(self) -> StateServer:
-        """A new state server over the same options (closed by :meth:`close`)."""
+        """A new state server over the same options (closed by
+        [`close`][themisto_env.bridges.rl.SharedStates.close])."""
         from themisto_env.env.state_server import StateServer
 
         if self._closed:
@@ -198,7 +200,8 @@ class ThemistoToolEnv:
     there is none. It closes what it made through ``with`` (or ``states.close()``).
 
     Args:
-        states: The shared states (see :class:`SharedStates`); a new one over ``env_options`` if None.
+        states: The shared states (see [`SharedStates`][themisto_env.bridges.rl.SharedStates]); a new one over
+            ``env_options`` if None.
         **env_options: Env options when ``states`` is None.
 
     Attributes:
@@ -245,12 +248,12 @@ class ThemistoToolEnv:
         return SUBMIT_INSTRUCTION
 
     def get_reward(self) -> float | None:
-        """The rollout's reward: :func:`~themisto_env.scoring.score.score_sample` of the last submitted
+        """The rollout's reward: [`score_sample`][themisto_env.scoring.score_sample] of the last submitted
         prediction (an empty one when nothing was submitted) with the rollout's tool calls, under the
         env's rule (docs/reward.md; the execution score runs the prediction in a disposable kernel);
         None when an infrastructure failure or a state that differs from the recording touched the
         rollout (TRL leaves it out: never scored as a wrong answer). The whole record is kept in
-        :attr:`last_score`."""
+        `last_score`."""
         if self.sample is None:
             raise ConfigError("call reset() before get_reward()")
         self.last_score = self.states.scorer().score(
@@ -340,7 +343,8 @@ def tool_methods(rollout: Any) -> list[Callable[..., str]]:
 
 def tool_dataset(task: str = "next-cell", *, limit: int | None = None, **env_options: Any) -> Any:
     """Rows for tool-calling GRPO: a chat prompt (the history and the tool invitation, as the tool-using
-    agents are prompted) and the ``sample_id`` that :meth:`ThemistoToolEnv.reset` serves; no target.
+    agents are prompted) and the ``sample_id`` that
+    [`ThemistoToolEnv.reset`][themisto_env.bridges.rl.ThemistoToolEnv.reset] serves; no target.
 
     Returns:
         A ``datasets.Dataset``.

@@ -1,16 +1,16 @@
 """Multi-turn RL with tools: the env under ``gymnasium.vector``, with batched actions and observations.
 
-:func:`make_vector_env` runs ``num_envs`` copies of the env side by side, in this process (``sync``) or
-one subprocess each (``async``: the kernels' work then overlaps). Each copy owns its kernel.
+[`make_vector_env`][themisto_env.bridges.rl.make_vector_env] runs ``num_envs`` copies of the env side by side, in this
+process (``sync``) or one subprocess each (``async``: the kernels' work then overlaps). Each copy owns its kernel.
 
-Turn structure, per copy (the env's, see :mod:`themisto_env.env.core`):
+Turn structure, per copy (the env's, see `themisto_env.env.core`):
 
 1. ``reset`` puts each copy at the start of a trajectory (``seed`` draws it; ``options`` can name it)
    with the kernel restored to the state before the first sample's target.
 2. Each ``step`` takes one action per copy: a tool call (``kind`` 0: ``tool`` index into
-   :data:`~themisto_env.env.tools.TOOL_NAMES`, ``args`` JSON; reward ``-tool_cost``, the result comes back
+   `TOOL_NAMES`, ``args`` JSON; reward ``-tool_cost``, the result comes back
    in the ``tool_result`` observation, ``tools_left`` goes down) or a prediction (``kind`` 1: ``text``;
-   the rest of the sample's reward, :func:`~themisto_env.scoring.score.score_sample`'s (docs/reward.md),
+   the rest of the sample's reward, [`score_sample`][themisto_env.scoring.score_sample]'s (docs/reward.md),
    ``info["scores"]``). After a prediction the copy executes the real
    cells and its next observation is the next sample's. Copies move independently: one can be calling a
    tool while another predicts.
@@ -22,10 +22,11 @@ Turn structure, per copy (the env's, see :mod:`themisto_env.env.core`):
 
 Batching: observations come back as a dict of per-field batches (``history``, ``cell``, ``runtime``,
 ``tool_result``: tuples of strings; ``tools_left``: an int array); infos as a dict of arrays with a
-``_key`` mask per key (gymnasium's convention). :func:`batch_actions` builds the batched action from
-:class:`~themisto_env.env.actions.Prediction` / :class:`~themisto_env.env.tools.ToolCall` objects,
-:func:`unbatch_observations` splits observations back per copy, and
-:func:`themisto_env.bridges.rl.export.observation_prompt` turns one into a model prompt.
+``_key`` mask per key (gymnasium's convention). [`batch_actions`][themisto_env.bridges.rl.batch_actions] builds the
+batched action from [`Prediction`][themisto_env.env.Prediction] / [`ToolCall`][themisto_env.env.ToolCall] objects,
+[`unbatch_observations`][themisto_env.bridges.rl.unbatch_observations] splits observations back per copy, and
+[`themisto_env.bridges.rl.export.observation_prompt`][themisto_env.bridges.rl.observation_prompt] turns one into a model
+prompt.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def make_vector_env(
         task: ``next-cell`` or ``output``.
         vectorization: ``sync`` (one process) or ``async`` (a subprocess per copy).
         autoreset: gymnasium's autoreset mode (see the module docstring).
-        **options: :class:`~themisto_env.env.config.EnvConfig` options for every copy (``observation``,
+        **options: [`EnvConfig`][themisto_env.env.EnvConfig] options for every copy (``observation``,
             ``tool_budget``, ``dataset``, ``backend``, ...).
 
     Returns:

@@ -1,11 +1,11 @@
 """Observation tools: how an agent queries the live kernel state and the history before it answers.
 
 Used two ways: by the gymnasium env, where each tool call is an action ``ToolCall(tool=NAME, args={...})``
-answered by :func:`run_tool`, and by LLM agents through :func:`langchain_tools`, langchain-core tools
+answered by `run_tool`, and by LLM agents through `langchain_tools`, langchain-core tools
 bound to the env's current state. Every answer is bounded text. Every tool is a read-only query of the
 env's kernel but ``try_cell``, which runs the agent's candidate next cell in a disposable kernel at the
-current state (through :attr:`ToolContext.try_code`; the env's kernel is never touched) and answers with its
-outputs, status and changed variables. langchain-core is imported only when :func:`langchain_tools` is
+current state (through `ToolContext.try_code`; the env's kernel is never touched) and answers with its
+outputs, status and changed variables. langchain-core is imported only when `langchain_tools` is
 first used.
 
 Example:

@@ -1,4 +1,4 @@
-"""The public names of :mod:`themisto_env.env.tools`, a line each (``__init__.py`` imports each on first use)."""
+"""The public names of `themisto_env.env.tools`, a line each (``__init__.py`` imports each on first use)."""
 
 from ._functions import tool_docstring as tool_docstring
 from ._functions import tool_function as tool_function

@@ -17,7 +17,7 @@ OnCall = Callable[[ToolCall, ToolResult], None]
 
 
 class ObservationStructuredTool(StructuredTool):
-    """A StructuredTool that hands the model's raw arguments to :func:`run_tool`.
+    """A StructuredTool that hands the model's raw arguments to `run_tool`.
 
     Its ``args_schema`` is the observation tool's pydantic model (what ``bind_tools`` shows a model), but
     the arguments are validated by ``run_tool`` rather than by langchain, so that a call with bad
@@ -37,9 +37,9 @@ class ObservationStructuredTool(StructuredTool):
 
 
 def langchain_tools(get_context: Callable[[], ToolContext], *, on_call: OnCall | None = None) -> list[BaseTool]:
-    """One langchain-core tool per observation tool, in :data:`TOOL_NAMES` order.
+    """One langchain-core tool per observation tool, in `TOOL_NAMES` order.
 
-    Each tool has the observation tool's name, description and args schema, and runs :func:`run_tool` on
+    Each tool has the observation tool's name, description and args schema, and runs `run_tool` on
     the context ``get_context()`` returns at call time (the env's current state). An ``ok=False`` result
     is raised as a ``ToolException`` that the tool turns into its answer (a ``ToolMessage`` with
     ``status="error"`` when invoked with a tool call); infrastructure errors propagate. Calls through the

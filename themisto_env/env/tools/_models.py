@@ -15,11 +15,11 @@ if TYPE_CHECKING:
     from themisto_env.sandbox.kernel.contract import KernelLike
 
 #: Runs a candidate cell in a disposable kernel brought to the current state (never the env's own kernel)
-#: and reports what it did; raises :class:`~themisto_env.errors.InfrastructureError` when that kernel
+#: and reports what it did; raises `InfrastructureError` when that kernel
 #: could not be brought to the state.
 TryCode = Callable[[str], "CodeRun"]
 
-#: Bounds of :attr:`ToolContext.max_chars`.
+#: Bounds of `ToolContext.max_chars`.
 MIN_RESULT_CHARS = 200
 MAX_RESULT_CHARS = 100_000
 
@@ -28,7 +28,7 @@ class ToolCall(BaseModel):
     """An agent's request to run one observation tool (an env action, or a model's tool call).
 
     Attributes:
-        tool: The tool's name, one of :data:`~themisto_env.env.tools.TOOL_NAMES`.
+        tool: The tool's name, one of `TOOL_NAMES`.
         args: The tool's arguments by name; validated against the tool's args model when run.
     """
 
@@ -162,6 +162,6 @@ class ObservationTool(ToolSpec):
 class ToolError(ActionError):
     """A tool's answer is an error the agent should read (unknown name, wrong kind of variable, ...).
 
-    Raised inside tool functions and turned by :func:`~themisto_env.env.tools.run_tool` into an ``ok=False``
+    Raised inside tool functions and turned by `run_tool` into an ``ok=False``
     result; it never leaves ``run_tool``.
     """

@@ -2,7 +2,7 @@
 
 Every tool is read-only: the kernel is asked through its introspection part (`kernel.introspect.list_variables`,
 ...: silent executions that leave the user namespace, ``_``, ``Out`` and the execution counter alone), and
-the history is the env's own. ``try_cell`` (:mod:`themisto_env.env.tools._try`) runs the agent's candidate in a
+the history is the env's own. ``try_cell`` (`themisto_env.env.tools._try`) runs the agent's candidate in a
 disposable kernel of its own and never touches this kernel either.
 """
 
@@ -73,7 +73,7 @@ _T = TypeVar("_T")
 
 def _ask(method: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
     """Call a kernel introspection method; its refusals and its failures on the user's data (the kernel is
-    fine either way) become :class:`ToolError`, the agent's answer. Infrastructure errors propagate."""
+    fine either way) become `ToolError`, the agent's answer. Infrastructure errors propagate."""
     try:
         return method(*args, **kwargs)
     except IntrospectionRefused as exc:  # no such name (with the nearest), not a DataFrame, no source

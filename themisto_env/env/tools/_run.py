@@ -62,7 +62,7 @@ def _failure(tool: str, error: str, ctx: ToolContext) -> ToolResult:
 
 def nearest_tool(name: str) -> str | None:
     """The tool name closest to a misspelled or partial one (``df_head`` -> ``dataframe_head``), if any
-    (none for a name longer than :data:`MAX_NAME_CHARS`)."""
+    (none for a name longer than `MAX_NAME_CHARS`)."""
     wanted = name.strip().lower().replace("-", "_").replace(" ", "_")
     if not wanted or len(wanted) > MAX_NAME_CHARS:
         return None
@@ -135,7 +135,7 @@ def describe_tools() -> str:
     """A short plain-text list of the tools and their arguments, for prompts of agents without tool calling.
 
     Returns:
-        One entry per tool in :data:`TOOL_NAMES` order: the signature and description, then one line per
+        One entry per tool in `TOOL_NAMES` order: the signature and description, then one line per
         argument.
     """
     entries = []

@@ -2,8 +2,8 @@
 
 Revision with execution feedback (as CodeBenchGen does it): the agent writes a candidate, sees its outputs,
 whether it raised, and which variables it created, changed or deleted, and may revise before it predicts.
-The candidate runs through :attr:`ToolContext.try_code` in a throw-away kernel brought to the current
-state (:mod:`themisto_env.replay.disposable`); the env's own kernel is never touched. The answer holds only what
+The candidate runs through `ToolContext.try_code` in a throw-away kernel brought to the current
+state (`themisto_env.replay.disposable`); the env's own kernel is never touched. The answer holds only what
 the candidate itself produced: nothing recorded (neither the target nor a later step) is compared with it
 or shown.
 """

@@ -1,19 +1,19 @@
 """Executors by name: how a run's episodes are spread over processes, event loops and machines.
 
-An executor (:data:`Executor`) takes the run's config and its episodes (in the order to hand them out)
-and yields their :class:`~themisto_env.run.results.ResultRow` s as samples are scored. Closing the rows
+An executor (`Executor`) takes the run's config and its episodes (in the order to hand them out)
+and yields their [`ResultRow`][themisto_env.run.ResultRow] s as samples are scored. Closing the rows
 ends the episodes, workers or actors at once. Each executor is one module, imported only when used:
 
-``serial`` (:mod:`~themisto_env.run.executors.serial`)
+``serial`` (`serial`)
     One env and agent in this process, one episode after another.
-``processes`` (:mod:`~themisto_env.run.executors.processes`)
+``processes`` (`processes`)
     ``workers`` worker processes, each owning its env and kernel (or, with ``max_connections``, its
     share of concurrent episodes); each takes the next episode (longest first) when it finishes one.
-``concurrent`` (:mod:`~themisto_env.run.executors.concurrent`)
+``concurrent`` (`concurrent`)
     With ``max_connections`` in one process: episodes run concurrently under asyncio, each with its own
     agent, env and kernel, the agents calling their models with ``ainvoke``; at most ``max_connections``
     model calls are in flight.
-``ray`` (:mod:`~themisto_env.run.executors.ray_actors`)
+``ray`` (`ray_actors`)
     With ``ray`` set (``local``, ``auto`` or a cluster address), ``workers`` Ray actors, each owning its
     env and kernel, on any node of the cluster.
 """
@@ -39,7 +39,7 @@ EXECUTORS: dict[str, str] = {
     "concurrent": "themisto_env.run.executors.concurrent:concurrent_rows",
     "ray": "themisto_env.run.executors.ray_actors:ray_rows",
 }
-"""Executors by name: ``"module:function"`` (an :data:`Executor`), imported when used."""
+"""Executors by name: ``"module:function"`` (an `Executor`), imported when used."""
 
 
 def executor_name(config: RunConfig) -> str:

@@ -1,7 +1,7 @@
 """The ``concurrent`` executor: episodes run concurrently under asyncio, each with its own agent, env and
 kernel, their model calls bounded by ``max_connections``.
 
-:func:`concurrent_episodes` is the event loop's part, shared with the worker processes of the
+`concurrent_episodes` is the event loop's part, shared with the worker processes of the
 ``processes`` executor (each runs its share of ``max_connections`` this way).
 """
 

@@ -21,7 +21,7 @@ from themisto_env.run.plan import EpisodePlan
 
 
 def _worker(config_json: str, tasks: Any, queue: Any, number: int = 0) -> None:
-    """A worker process: one env and kernel (or :func:`in_flight` of them, concurrently); takes episode
+    """A worker process: one env and kernel (or `in_flight` of them, concurrently); takes episode
     plans from ``tasks`` until a None and puts ``("row", row)`` on ``queue``, then ``("done", None)``; a
     known failure as ``("fatal", (is an infrastructure failure, message))``, any other as ``("error", traceback)``."""
     try:

@@ -1,7 +1,7 @@
 """The ``ray`` executor: a run's episodes spread over a Ray cluster (``themisto run --ray ADDRESS``).
 
 Each Ray actor owns an agent, an env and its kernel for the whole run, as a local worker process does;
-episodes (:class:`~themisto_env.run.plan.EpisodePlan`, longest first) are handed to whichever actor is
+episodes (`EpisodePlan`, longest first) are handed to whichever actor is
 free, so actors stay busy to the end. An actor returns an episode's rows when the episode ends, and the
 driver writes them to ``results.jsonl`` at once (a killed run loses at most the episodes in flight;
 resume retries them).
@@ -49,7 +49,7 @@ class EpisodeWorker:
             self.env = ThemistoEnv(**self.options)
 
     def run(self, plan: tuple[str, int, tuple[str, ...]]) -> list[ResultRow]:
-        """The rows of one episode (an :class:`~themisto_env.run.plan.EpisodePlan`)."""
+        """The rows of one episode (an `EpisodePlan`)."""
         from themisto_env.run.episode import episode_rows
 
         with interruptible_children():  # Ray blocks SIGINT in its workers; kernels started here inherit it
@@ -72,7 +72,7 @@ def ray_rows(config: RunConfig, episodes: list[EpisodePlan]) -> Iterator[ResultR
         episodes: The episodes, in the order to hand them out (longest first balances best).
 
     Yields:
-        One result row per wanted sample, as in :func:`themisto_env.run.executors.serial.serial_rows`.
+        One result row per wanted sample, as in `themisto_env.run.executors.serial.serial_rows`.
     """
     ray = import_ray()
     if not episodes:
