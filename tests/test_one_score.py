@@ -138,12 +138,20 @@ def kill_kernel_of(env: ThemistoEnv | Episode) -> None:
     KILLED.append(pid)
 
 
+def _is_episode(o: object) -> bool:
+    """Whether a live object is an `Episode` (a dead `weakref.proxy` among the objects raises on any look)."""
+    try:
+        return isinstance(o, Episode)
+    except ReferenceError:
+        return False
+
+
 def kill_env_kernels(sample_id: str) -> None:
     """SIGKILL the kernel of the env(s) a run or an inspect sandbox of this process made to serve
     ``sample_id`` (found among the live objects: they hold it privately)."""
     spared = {id(getattr(env, "episode", env)) for envs in FIXTURE_ENVS for env in envs()}
     killed = 0
-    for episode in [o for o in gc.get_objects() if isinstance(o, Episode) and id(o) not in spared]:
+    for episode in [o for o in gc.get_objects() if _is_episode(o) and id(o) not in spared]:
         sample = episode.current_sample
         if sample is None or sample.id != sample_id or episode.state_report is None:
             continue
