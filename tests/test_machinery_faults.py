@@ -71,12 +71,20 @@ class Verdict:
 # -- the faults ---------------------------------------------------------------------------------------------
 
 
+def _is_server(o: object) -> bool:
+    """Whether a live object is a `StateServer` (a dead `weakref.proxy` among gc's objects raises on any look)."""
+    try:
+        return isinstance(o, StateServer)
+    except ReferenceError:
+        return False
+
+
 def servers_of(sample_id: str, trajectory_id: str, step: int) -> list[StateServer]:
     """The open state servers of this process serving that sample's state with a kernel."""
     return [
         o
         for o in gc.get_objects()
-        if isinstance(o, StateServer)
+        if _is_server(o)
         and o.trajectory is not None
         and (o.trajectory.id, o.step) == (trajectory_id, step)
         and o.kernel_owner.started
