@@ -14,8 +14,8 @@ machine fall on every mode alike), each after an untimed reset and tool call at 
 * **off**: no tracer provider (the hooks are the shared no-op; the episode's stopwatch still runs);
 * **no-op exporter**: opentelemetry-sdk's ``TracerProvider`` with a ``BatchSpanProcessor`` whose exporter drops
   the spans (the cost of making and ending the spans);
-* **file**: the same with [`JsonLinesSpanExporter`][themisto_env.tracing.JsonLinesSpanExporter] (``themisto run --trace
-FILE``).
+* **file**: the same with [`JsonLinesSpanExporter`][themisto_env.trace_export.JsonLinesSpanExporter]
+  (``themisto run --trace FILE``).
 
 Printed: per mode the mean, p90 and median in ms, the spans per rollout, each mode's figures over off's, the
 mean CPU time of this process per rollout (``time.process_time``: the work tracing adds is this process's; a
@@ -45,7 +45,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
 from rich.console import Console
 from rich.table import Table
 
-from themisto_env import tracing
+from themisto_env import trace_export, tracing
 from themisto_env.env.actions import Prediction
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.tools import ToolCall
@@ -100,7 +100,7 @@ def main() -> None:
     )
     folder = Path(tempfile.mkdtemp(prefix="themisto-bench-trace-"))
     dropped = DroppingExporter()
-    written = tracing.JsonLinesSpanExporter(folder / "trace.jsonl")
+    written = trace_export.JsonLinesSpanExporter(folder / "trace.jsonl")
     providers: dict[str, Any] = {"off": None}
     for name, exporter in (("no-op exporter", dropped), ("file", written)):
         provider = TracerProvider()

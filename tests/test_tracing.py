@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from themisto_env import tracing
+from themisto_env import trace_export, tracing
 from themisto_env.errors import ConfigError, InfrastructureError, KernelDiedError
 
 
@@ -88,7 +88,7 @@ def test_the_stopwatch_counts_each_kinds_own_time() -> None:
 def test_the_json_lines_exporter_writes_a_record_per_span(tmp_path: Path) -> None:
     out = tmp_path / "deep" / "trace.jsonl"
     provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(tracing.JsonLinesSpanExporter(out)))
+    provider.add_span_processor(SimpleSpanProcessor(trace_export.JsonLinesSpanExporter(out)))
     tracing.set_provider(provider)
     try:
         with tracing.span("outer", {"themisto.step": 3}), pytest.raises(KernelDiedError), tracing.span("inner"):
@@ -107,30 +107,33 @@ def test_the_json_lines_exporter_writes_a_record_per_span(tmp_path: Path) -> Non
 def test_configured_sets_up_only_what_is_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.delenv(tracing.TRACE_FILE_VARIABLE, raising=False)
-    with tracing.configured() as on:
+    monkeypatch.delenv(trace_export.TRACE_FILE_VARIABLE, raising=False)
+    with trace_export.configured() as on:
         assert not on and not tracing.enabled()
     out = tmp_path / "trace.jsonl"
-    with tracing.configured(out) as on:
+    with trace_export.configured(out) as on:
         assert on and tracing.enabled()
-        assert tracing.TRACE_FILE_VARIABLE in os.environ, "worker processes are told the file"
+        assert trace_export.TRACE_FILE_VARIABLE in os.environ, "worker processes are told the file"
         with tracing.span("themisto.episode"):
             pass
-    assert not tracing.enabled() and tracing.TRACE_FILE_VARIABLE not in os.environ
+    assert not tracing.enabled() and trace_export.TRACE_FILE_VARIABLE not in os.environ
     assert [json.loads(line)["name"] for line in out.read_text().splitlines()] == ["themisto.episode"]
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin")
-    with pytest.raises(ConfigError, match="zipkin"), tracing.configured():
+    with pytest.raises(ConfigError, match="zipkin"), trace_export.configured():
         pass
     assert not tracing.enabled()
 
 
 def test_without_the_sdk_one_line_says_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "opentelemetry.sdk.trace", None)  # as if not installed
-    with pytest.raises(ConfigError) as caught, tracing.configured(tmp_path / "trace.jsonl"):
+    with pytest.raises(ConfigError) as caught, trace_export.configured(tmp_path / "trace.jsonl"):
         pass
-    assert str(caught.value) == f"tracing (--trace) needs OpenTelemetry's sdk: {tracing.INSTALL_HINT}"
+    assert str(caught.value) == f"tracing (--trace) needs OpenTelemetry's sdk: {trace_export.INSTALL_HINT}"
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318")
-    with pytest.raises(ConfigError, match=r"OTEL_EXPORTER_OTLP_ENDPOINT.*themisto-env\[trace\]"), tracing.configured():
+    with (
+        pytest.raises(ConfigError, match=r"OTEL_EXPORTER_OTLP_ENDPOINT.*themisto-env\[trace\]"),
+        trace_export.configured(),
+    ):
         pass
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from themisto_env.run.report import render_report
 from themisto_env.run.results import TIMING_KINDS, read_results
-from themisto_env.tracing import INSTALL_HINT
+from themisto_env.trace_export import INSTALL_HINT
 
 RUNS = {
     # tools on the output task, consecutive samples of one trajectory: states restored and run forward

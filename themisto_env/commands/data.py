@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from themisto_env import tracing
+from themisto_env import trace_export
 from themisto_env.commands.common import Backend, console
 from themisto_env.errors import ConfigError
 
@@ -148,7 +148,7 @@ def data_build(
         kernel_env = kernel_environments.create(None, spec, console=Console(stderr=True))[0].id
 
     limits = SandboxLimits(timeout_s=helper_timeout, workdir_mb=workdir_limit_mb)
-    with tracing.configured(trace):  # and the OTEL_* variables
+    with trace_export.configured(trace):  # and the OTEL_* variables
         report = build_dataset(
             sources,
             out,

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from themisto_env import tracing
+from themisto_env import trace_export
 from themisto_env.commands.common import console
 from themisto_env.metrics import API_SEQUENCE_METRICS, METRICS
 from themisto_env.run.progress import nothing_scored
@@ -199,7 +199,7 @@ def run_command(
     run_config = load_run_config(config, {k: v for k, v in overrides.items() if v is not None})
     if execution_score is not None:
         run_config = run_config.model_copy(update={"env": {**run_config.env, "execution_score": execution_score}})
-    with tracing.configured(trace):  # and the OTEL_* variables
+    with trace_export.configured(trace):  # and the OTEL_* variables
         summary = run(run_config, out, force=force)
     console.print(summary_table(summary))
     for note in (draws_note(summary), usage_note(summary)):

@@ -98,9 +98,9 @@ def serve_command(
         console.print(
             f"warning: --max-sessions {max_sessions} is more than fit here (about {capacity.sessions})", markup=False
         )
-    from themisto_env import tracing
+    from themisto_env import trace_export
 
-    with tracing.configured():  # the OTEL_* variables: traces of every session to any OTLP collector
+    with trace_export.configured():  # the OTEL_* variables: traces of every session to any OTLP collector
         serve(
             options,
             host=host,

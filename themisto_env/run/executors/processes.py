@@ -9,7 +9,7 @@ import threading
 import traceback
 from typing import Any
 
-from themisto_env import tracing
+from themisto_env import trace_export
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.errors import InfrastructureError, ThemistoError
 from themisto_env.run.config import RunConfig
@@ -25,7 +25,7 @@ def _worker(config_json: str, tasks: Any, queue: Any, number: int = 0) -> None:
     plans from ``tasks`` until a None and puts ``("row", row)`` on ``queue``, then ``("done", None)``; a
     known failure as ``("fatal", (is an infrastructure failure, message))``, any other as ``("error", traceback)``."""
     try:
-        with tracing.configured():  # as the parent was told (--trace, OTEL_*)
+        with trace_export.configured():  # as the parent was told (--trace, OTEL_*)
             _work(config_json, tasks, queue, number)
         queue.put(("done", None))
     except ThemistoError as exc:  # a known failure (no engine, bad data): one line in the parent
