@@ -39,13 +39,20 @@ def _become_kernel(template: Any, request: dict[str, Any]) -> None:
     os.chdir(request["workdir"])
     os.environ.update(request.get("environment", {}))
     os.environ["PWD"] = request["workdir"]
-    os.environ["JPY_PARENT_PID"] = str(os.getppid())  # ipykernel's poller: it ends when the template does
+    # ipykernel's parent poller: the kernel ends when its template does. The trait's default was read from the
+    # environment when the template imported ipykernel (its own parent): this child's parent is the template.
+    # A template that is its pid namespace's init (a bwrap template is pid 1 there) gets no poller: the
+    # namespace ends with it, and a poller would take pid 1 for an orphan's reaper and end the kernel at once.
+    parent = os.getppid()
+    os.environ["JPY_PARENT_PID"] = str(parent)
     if template.app is not None:
+        template.app.parent_handle = parent
         app = _finish_app(template.app, request["connection_file"])
     else:
         from ipykernel.kernelapp import IPKernelApp
 
         app = IPKernelApp.instance(user_ns=template.namespace)
+        app.parent_handle = parent
         app.initialize(["-f", request["connection_file"], *KERNEL_ARGS])
     if template.namespace is not None:  # IPython hides what the namespace held at start: the state is the user's
         hidden = app.shell.user_ns_hidden
