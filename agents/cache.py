@@ -222,6 +222,11 @@ def request_key(model: Any, messages: Sequence[BaseMessage], *, draw: int = 0) -
 # -- the file -----------------------------------------------------------------------------------------
 
 
+def _busy(exc: BaseException) -> bool:
+    """Whether SQLite refused because another connection holds the file for a moment."""
+    return isinstance(exc, sqlite3.OperationalError) and any(w in str(exc) for w in ("locked", "busy"))
+
+
 class ResponseCache:
     """Model replies in one SQLite file, shared safely by threads, async tasks and processes.
 
@@ -266,15 +271,23 @@ class ResponseCache:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise self._error(exc) from None
-        conn = sqlite3.connect(self.path, timeout=self.busy_timeout, check_same_thread=False, isolation_level=None)
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")  # in WAL: durable across a process crash
-            self._check_format(conn)
-        except (sqlite3.Error, DataError) as exc:
-            conn.close()
-            raise (exc if isinstance(exc, DataError) else self._error(exc)) from None
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, check_same_thread=False, isolation_level=None)
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")  # in WAL: durable across a process crash
+                self._check_format(conn)
+                break
+            except (sqlite3.Error, DataError) as exc:
+                conn.close()
+                # SQLite answers "locked" at once, without its busy handler, while another process switches a
+                # new file to WAL: that is a wait, not a bad file
+                if _busy(exc) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                raise (exc if isinstance(exc, DataError) else self._error(exc)) from None
         self._conn, self._pid = conn, os.getpid()
         return conn
 
