@@ -1,5 +1,6 @@
-"""The process's shared kernel templates: one per `KernelSpec`, started on first use, held by the envs that
-fork from them, and closed at exit."""
+"""The process's shared kernel templates: one per `KernelSpec`, started on first use, held by the envs and
+disposable kernels that fork from them, and closed at exit (a template in a container of its own: when the
+last holder is done)."""
 
 from __future__ import annotations
 
@@ -64,13 +65,21 @@ def hold_shared_templates() -> None:
 
 def release_shared_templates() -> None:
     """Say that a holder is done. When none is left, the shared templates drop their spare kernels and their
-    state templates (an idle process keeps only the warm templates themselves, which run no kernel)."""
+    state templates: an idle process keeps only the warm templates that run in it (local, bwrap: no kernel),
+    and closes those that run in a container of their own (docker), which would outlive every env that used
+    them until the process ends (the next holder starts a new one)."""
     global _USERS
     with _SHARED_LOCK:
         _USERS = max(0, _USERS - 1)
-        idle = list(_SHARED.values()) if _USERS == 0 else []
-    for template in idle:
-        template.trim()
+        idle = list(_SHARED.items()) if _USERS == 0 else []
+        contained = [spec for spec, _ in idle if spec.backend == "docker"]
+        for spec in contained:
+            del _SHARED[spec]
+    for spec, template in idle:
+        if spec in contained:
+            template.close()
+        else:
+            template.trim()
 
 
 def live_shared_templates() -> tuple[int, int]:

@@ -317,6 +317,24 @@ def test_nothing_outlives_the_template(docker_engine: None) -> None:
         kernel.close()
 
 
+def test_the_template_container_goes_with_its_last_holder(env_dataset: dict[str, str], docker_engine: None) -> None:
+    """A reward (or an env) that forked model code on docker holds the process's template container: once the
+    last holder is closed, no container of this process is left (before, it stayed until the process ended)."""
+    import docker
+
+    templates.close_shared_templates()
+    own = {"label": f"themisto-env.host-pid={os.getpid()}"}
+    row = export_samples("next-cell", "static", **env_dataset, sample_rule=ALL_SAMPLES)[0]
+    options = {**env_dataset, "backend": "docker", "limits": LIMITS.model_dump(), "sample_rule": ALL_SAMPLES}
+    with ExecutionReward(value="execution_score", parse=False, **options) as first:
+        with ExecutionReward(value="execution_score", parse=False, **options) as second:
+            second(completions=["x = 1"], sample_id=[row["sample_id"]])
+        assert templates._SHARED, "the first reward still holds the template"
+        first(completions=["x = 2"], sample_id=[row["sample_id"]])
+    assert not templates._SHARED
+    assert docker.from_env().containers.list(all=True, filters=own, ignore_removed=True) == []
+
+
 # -- a GRPO group: one hostile completion, the others scored as alone ---------------------------------------
 
 FORK_BOMB = "import os\nwhile True:\n    os.fork()"

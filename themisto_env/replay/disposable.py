@@ -51,7 +51,7 @@ from themisto_env.sandbox.kernel.helper import value_fingerprint
 from themisto_env.sandbox.kernel.pool import KernelPool
 from themisto_env.sandbox.kernel.spec import KernelFields, KernelSpec
 from themisto_env.sandbox.ray.kernel import make_kernel
-from themisto_env.sandbox.template.shared import template_source
+from themisto_env.sandbox.template.shared import hold_shared_templates, release_shared_templates, template_source
 from themisto_env.syntax import parse as parse_python
 
 #: Why a piece of model-written code failed, when it was its own doing.
@@ -216,6 +216,9 @@ class DisposableKernels:
         self.spec = KernelSpec.of(spec, **fields).with_access("copy")
         self.backend = self.spec.backend
         self.template = template_source(self.spec)
+        self._holds_templates = self.template is not None
+        if self._holds_templates:  # the shared template (a container on docker) lives while a holder forks
+            hold_shared_templates()
         self.not_forked = self.spec.not_forked
         self.limits = self.spec.limits
         self.environment = self.spec.environment
@@ -307,8 +310,12 @@ class DisposableKernels:
         thread.start()
 
     def close(self) -> None:
-        """Close the pool and wait for discarded kernels to be gone. Idempotent."""
+        """Close the pool, wait for discarded kernels to be gone and give back this holder's share of the shared
+        templates. Idempotent."""
         self.pool.close()
         for thread in self._closing:
             thread.join(timeout=60)
         self._closing = []
+        if self._holds_templates:
+            self._holds_templates = False
+            release_shared_templates()
