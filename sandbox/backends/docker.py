@@ -61,6 +61,9 @@ SHARED_MOUNT_ROOT = "/mnt/themisto"
 TERM_GRACE_S = 2.0
 #: Without a host pid to watch, the engine is asked about the container at most this often.
 RELOAD_INTERVAL_S = 0.5
+#: How long the container's first process may show another command line than docker-init's (runc's init,
+#: before its exec) before its pid is taken for one of another pid namespace.
+INIT_EXEC_GRACE_S = 5.0
 
 
 def _remove_quietly(client: Any, container_id: str) -> None:
@@ -107,6 +110,7 @@ class DockerLauncher(KernelLauncher):
         self._init_pid: int | None = None  # host pid of the container's init (tini), if visible
         self._init_start: str | None = None
         self._init_hidden = False
+        self._init_mismatch_since: float | None = None
         self._connection_file = ""
         self._kernel_pid: int | None = None
         self._last_reload = 0.0
@@ -232,6 +236,7 @@ class DockerLauncher(KernelLauncher):
         self._last_reload = time.monotonic()
         self._kernel_pid = None
         self._init_pid, self._init_start = None, None
+        self._init_hidden, self._init_mismatch_since = False, None
         self._connection_file = str(connection_file)
         self._find_init()
 
@@ -244,7 +249,16 @@ class DockerLauncher(KernelLauncher):
         pid = int(self._container.attrs.get("State", {}).get("Pid") or 0)
         if pid and self._connection_file in host_cmdline(pid):
             self._init_pid, self._init_start = pid, process_start(pid)
-        self._init_hidden = bool(pid) and self._init_pid is None  # another pid namespace: never visible
+            return
+        if not pid:
+            return
+        # Another command line at that pid: another pid namespace (never visible), or, under load, the
+        # container's first process before it has become docker-init (runc's own init). Only a mismatch that
+        # lasts says "hidden": read once at the start, it left the kernel's pid unknown for good.
+        now = time.monotonic()
+        if self._init_mismatch_since is None:
+            self._init_mismatch_since = now
+        self._init_hidden = now - self._init_mismatch_since >= INIT_EXEC_GRACE_S
 
     def _reload(self, *, force: bool = False) -> dict[str, Any]:
         """The container's State, asking the engine at most every RELOAD_INTERVAL_S unless forced."""

@@ -200,6 +200,27 @@ def test_host_pid_is_the_kernel_process(kernel: Kernel) -> None:
 
 
 @pytest.mark.docker
+def test_the_kernel_pid_is_found_after_a_start_read_before_init_s_exec(
+    kernel: Kernel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under load the engine gives the container's pid while it is still runc's init, whose command line is
+    not docker-init's: read once at the start, that made the kernel's pid unknown for good (a kill, a memory
+    reading and a liveness check then had no process to look at)."""
+    launcher = _launcher(kernel)
+    container = launcher._container
+    state = container.attrs["State"]
+    real = state["Pid"]
+    launcher._init_pid = launcher._kernel_pid = None
+    launcher._init_hidden, launcher._init_mismatch_since = False, None
+    monkeypatch.setattr(container, "reload", lambda: None)  # the engine's answer is the one set here
+    state["Pid"] = os.getpid()  # a process whose command line is not this container's init
+    assert launcher.pid() is None
+    state["Pid"] = real  # the init has exec'd docker-init
+    pid = launcher.pid()
+    assert pid is not None and b"ipykernel_launcher" in Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
+@pytest.mark.docker
 def test_interrupt_reaches_the_kernel_through_init(kernel: Kernel) -> None:
     result = kernel.execute("import time; time.sleep(60)", timeout_s=1.0)
     assert result.status == "timeout"
