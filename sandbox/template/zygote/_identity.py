@@ -262,19 +262,20 @@ def _mount_own_folders(libc: Any, request: dict[str, Any], config: dict[str, Any
 
     mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
-    for folder in ("/tmp", "/dev/shm"):
-        mount("tmpfs", folder, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
+    mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
     own = os.path.dirname(os.path.abspath(request["connection_file"]))
     ipython = os.environ.get("IPYTHONDIR")
     kept = [(own, False)] + ([(ipython, True)] if ipython and os.path.isdir(ipython) else [])
     staged = []
-    for index, (folder, _) in enumerate(kept):  # out of the way of the tmpfs about to cover them
-        stage = f"/tmp/.themisto-copy-{index}"
+    for index, (folder, _) in enumerate(kept):  # out of the way of the tmpfs about to cover them (/tmp's too)
+        stage = f"/dev/shm/.themisto-copy-{index}"
         os.mkdir(stage)
         mount(folder, stage, None, _MS_BIND | _MS_REC)
         staged.append(stage)
+    mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
     hidden = [os.path.abspath(folder) for folder in config.get("hide", [])]
-    for folder in hidden:
+    for folder in hidden:  # a folder under /tmp is made again in the new /tmp, then covered all the same
+        os.makedirs(folder, exist_ok=True)
         mount("tmpfs", folder, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755")
     for (folder, readonly), stage in zip(kept, staged, strict=True):
         os.makedirs(folder, exist_ok=True)
