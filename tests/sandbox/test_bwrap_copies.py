@@ -344,5 +344,8 @@ def test_a_hostile_copy_leaves_its_group_scored_as_alone(env_dataset: dict[str, 
     clean = scores.pop("clean")
     assert clean[0] == 1.0, clean
     for name, group in scores.items():
-        assert group[3] == 0.0, (name, group)
+        # a killing copy survives its own attack (its kernel is its namespace's init, which kill(-1) and its
+        # own SIGKILL spare): it is scored as the no-op it amounts to; a bomb fails its cell (its limit hit
+        # is not seen from the host: the cell's own error is scored)
+        assert group[3] < 0.1, (name, group)
         assert group[:3] + group[4:] == clean[:3] + clean[4:], (name, group, clean)
