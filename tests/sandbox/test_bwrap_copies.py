@@ -253,6 +253,19 @@ def test_a_memory_bomb_is_the_copy_s_own_failure(template: KernelTemplate) -> No
         b.close()
 
 
+def test_a_copy_allocates_its_allowance_and_a_cell_past_its_time_is_interrupted(template: KernelTemplate) -> None:
+    """The copy's memory allowance is usable, and its keeper passes the host's SIGINT on to the kernel (its
+    namespace's init, which takes only the signals it handles)."""
+    a = template.kernel()
+    try:
+        assert _value(a, f"_big = bytearray({LIMITS.memory_mb - 64} * 2**20); print(len(_big) > 0)") is True
+        result = a.execute("while True:\n    pass", timeout_s=2)
+        assert result.status == "timeout" or "KeyboardInterrupt" in result.text(), result
+        assert _alive_and_answering(a)
+    finally:
+        a.close()
+
+
 def test_a_restarted_copy_is_isolated_again_and_keeps_its_files(template: KernelTemplate) -> None:
     a = template.kernel()
     try:

@@ -190,11 +190,12 @@ def _isolate_copy(request: dict[str, Any]) -> None:
     and the host watch): it forks the kernel, which is pid 1 of the new namespace (every process the copy
     starts goes when it ends), passes on ``SIGINT``, turns ``SIGTERM`` into the kernel's end, and exits as
     the kernel did. The kernel mounts its own ``/proc`` (it sees only its namespace's processes), ``/tmp``
-    and ``/dev/shm`` (empty tmpfs), and a read-only tmpfs over its template's run directory with only its
-    own run directory (read-write: its work, its sockets) and the IPython directory (read-only) bound back:
-    it sees no sibling's files and not the template's socket. Then its rlimits (``RLIMIT_NPROC``, counted
-    per user namespace: its own processes; ``RLIMIT_DATA``, ``RLIMIT_AS``) and every capability it held in
-    its namespaces go, for good. A no-op where the variable is unset; any failure ends the copy."""
+    (its ``TMPDIR`` and ``HOME``) and ``/dev/shm`` (empty tmpfs), and a read-only tmpfs over its template's
+    run directory with only its own run directory (read-write: its work, its sockets) and the IPython
+    directory (read-only) bound back: it sees no sibling's files and not the template's socket. Then its
+    rlimits (``RLIMIT_NPROC``, counted per user namespace: its own processes; ``RLIMIT_DATA``,
+    ``RLIMIT_AS``) and every capability it held in its namespaces go, for good. A no-op where the variable
+    is unset; any failure ends the copy."""
     import json
 
     setting = os.environ.pop(ISOLATE_VARIABLE, None)
@@ -226,10 +227,8 @@ def _isolate_copy(request: dict[str, Any]) -> None:
 def _keep(kernel: int, alive: int) -> None:
     """The keeper's life (see `_isolate_copy`): wait for the kernel, pass signals on, exit as it did. ``alive``
     (a pipe's end the kernel watches) stays open while it lives."""
-    for fd in range(3, 1024):  # nothing of the template's (its listener, the request's connection) stays here
-        if fd != alive:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+    os.closerange(3, alive)  # nothing of the template's (its listener, the request's connection) stays here
+    os.closerange(alive + 1, 1 << 20)
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGINT, lambda *_: os.kill(kernel, signal.SIGINT))
     for number in (signal.SIGTERM, signal.SIGHUP):
@@ -286,7 +285,7 @@ def _mount_own_folders(libc: Any, request: dict[str, Any], config: dict[str, Any
         os.rmdir(stage)
     for folder in hidden:
         mount(None, folder, None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
-    os.environ.update({"TMPDIR": "/tmp", "HOME": own})
+    os.environ.update({"TMPDIR": "/tmp", "HOME": "/tmp"})
     import tempfile
 
     tempfile.tempdir = None  # chosen again from $TMPDIR
