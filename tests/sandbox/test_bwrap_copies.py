@@ -258,9 +258,9 @@ def test_a_copy_allocates_its_allowance_and_a_cell_past_its_time_is_interrupted(
     namespace's init, which takes only the signals it handles)."""
     a = template.kernel()
     try:
-        assert _value(a, f"_big = bytearray({LIMITS.memory_mb - 64} * 2**20); print(len(_big) > 0)") is True
+        assert _value(a, f"_big = bytearray({LIMITS.memory_mb - 64} * 2**20); print(int(len(_big) > 0))") == 1
         result = a.execute("while True:\n    pass", timeout_s=2)
-        assert result.status == "timeout" or "KeyboardInterrupt" in result.text(), result
+        assert result.status == "timeout" and not result.kernel_restarted, result  # interrupted, not replaced
         assert _alive_and_answering(a)
     finally:
         a.close()
