@@ -126,6 +126,12 @@ def attempt(name, action):
         results[name] = 'done'
     except OSError as e:
         results[name] = type(e).__name__
+def read_memory(pid):  # at a mapped address: offset 0 fails for anyone
+    with open(f'/proc/{{pid}}/maps') as maps:
+        start = int(maps.readline().split('-')[0], 16)
+    with open(f'/proc/{{pid}}/mem', 'rb') as memory:
+        memory.seek(start)
+        memory.read(1)
 def reachable(pid):
     try:
         os.kill(pid, 0)
@@ -139,7 +145,7 @@ for target, pid in {targets}:
     if pid in own:
         continue  # the same number names one of this copy's own threads here
     attempt(f'signal {{target}}', lambda: os.kill(pid, signal.SIGKILL))
-    attempt(f'memory {{target}}', lambda: open(f'/proc/{{pid}}/mem', 'rb').read(1))
+    attempt(f'memory {{target}}', lambda: read_memory(pid))
     attempt(f'environ {{target}}', lambda: open(f'/proc/{{pid}}/environ', 'rb').read(1))
     results[f'ptrace {{target}}'] = 'done' if libc.ptrace(16, pid, None, None) == 0 else os.strerror(ctypes.get_errno())
 attempt('read sibling file', lambda: open({sibling_file}).read())
@@ -316,6 +322,89 @@ def test_nothing_outlives_the_template(bwrap_backend: None) -> None:
     assert not run_dir.exists()
     for kernel in copies:
         kernel.close()
+
+
+SNAPSHOT_ATTACK = """import json, os, socket
+results = {}
+own = {int(t) for t in os.listdir('/proc/self/task')}
+def read_memory(pid):
+    with open(f'/proc/{pid}/maps') as maps:
+        start = int(maps.readline().split('-')[0], 16)
+    with open(f'/proc/{pid}/mem', 'rb') as memory:
+        memory.seek(start)
+        memory.read(1)
+def attempt(name, action):
+    try:
+        action()
+        results[name] = 'done'
+    except OSError as e:
+        results[name] = type(e).__name__
+if SIBLING_PID not in own:
+    attempt('signal sibling', lambda: os.kill(SIBLING_PID, 0))
+    attempt('memory sibling', lambda: read_memory(SIBLING_PID))
+attempt('read sibling file', lambda: open(SIBLING_FILE).read())
+def connect():
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(SOCKET)
+attempt('connect to template', connect)
+for folder in (TEMPLATE_DIR, '.'):
+    try:
+        with open(os.path.join(folder, 'attack.json'), 'w') as f:
+            json.dump(results, f)
+        break
+    except OSError:
+        continue
+"""
+
+
+class _Unpickled:
+    """Runs ``source`` when unpickled (what any snapshot may do: its bytes are the dataset's code)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def __reduce__(self) -> tuple[object, tuple[str, dict[str, object]]]:
+        return exec, (self.source, {})
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a bwrap template of model-written code still makes state templates: a snapshot is unpickled in a "
+    "child of the template, outside any copy's namespaces (docker's NO_STATE_TEMPLATES: each copy restores)",
+)
+def test_a_hostile_snapshot_reaches_no_sibling(template: KernelTemplate) -> None:
+    """A snapshot whose unpickling tries to reach a sibling copy and the template (what the dataset's code
+    could do): every attempt must fail, wherever the snapshot is loaded."""
+    import hashlib
+    import pickle
+
+    sibling = template.kernel()
+    copy = None
+    try:
+        secret = _value(
+            sibling, "import json, os; open('secret', 'w').write('b'); print(json.dumps(os.path.abspath('secret')))"
+        )
+        source = SNAPSHOT_ATTACK
+        for name, value in {
+            "SIBLING_PID": _kernel_pids(sibling)[1],
+            "SIBLING_FILE": json.dumps(secret),
+            "SOCKET": json.dumps(str(template.socket_path)),
+            "TEMPLATE_DIR": json.dumps(str(template.run_dir)),
+        }.items():
+            source = source.replace(name, str(value))
+        data = pickle.dumps({"attack": _Unpickled(source), "x": 41})
+        digest = hashlib.sha256(data).hexdigest()
+        template.store.add(digest, data)
+        [copy] = template.copies(digest, 1)
+        assert _value(copy, "print(x + 1)") == 42, "the state did not load"
+        written = [template.run_dir / "attack.json", copy.snapshots.workdir / "attack.json"]
+        results = json.loads(next(path for path in written if path.exists()).read_text())
+        assert results and not [name for name, outcome in results.items() if outcome == "done"], results
+        assert _alive_and_answering(sibling)
+    finally:
+        sibling.close()
+        if copy is not None:
+            copy.close()
 
 
 # -- a GRPO group: one hostile completion, the others scored as alone ---------------------------------------
