@@ -21,6 +21,7 @@ import pytest
 
 from themisto_env.bridges.rl import ExecutionReward, export_samples
 from themisto_env.errors import KernelDiedError
+from themisto_env.sandbox.kernel import identity
 from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.kernel.spec import KernelSpec
 from themisto_env.sandbox.models import SandboxLimits
@@ -86,7 +87,26 @@ def _wait_empty(namespace: str, seconds: float = 10.0) -> list[int]:
 
 
 def test_the_fork_policy_forks_bwrap_model_code(bwrap_backend: None) -> None:
+    assert identity.nested_namespaces_refused() is None
     assert KernelSpec("bwrap", store_access="copy", fork=True).not_forked is None
+
+
+def test_a_host_that_refuses_nested_namespaces_starts_bwrap_model_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where bwrap (here a stand-in that fails as bwrap does where user namespaces are off) cannot make the
+    copies' namespaces, the probe says why, and model-written code is started, a sandbox each, saying so."""
+    refusing = tmp_path / "bwrap"
+    refusing.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
+    refusing.chmod(0o755)
+    monkeypatch.setattr(identity.shutil, "which", lambda name: str(refusing) if name == "bwrap" else None)
+    monkeypatch.setattr(identity.os, "geteuid", lambda: 1001)
+    reason = identity.nested_namespaces_refused.__wrapped__()
+    assert reason is not None and "setting up uid map: Permission denied" in reason, reason
+    monkeypatch.setattr(identity, "nested_namespaces_refused", lambda: reason)
+    spec = KernelSpec("bwrap", store_access="copy", fork=True)
+    assert spec.not_forked is not None and "cannot isolate themselves" in spec.not_forked and reason in spec.not_forked
+    assert spec.with_access("read").not_forked is None, "the env's own bwrap kernels are forked all the same"
 
 
 def test_each_copy_has_namespaces_of_its_own_without_capabilities(template: KernelTemplate) -> None:
