@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -99,8 +100,8 @@ def test_a_host_that_refuses_nested_namespaces_starts_bwrap_model_code(
     refusing = tmp_path / "bwrap"
     refusing.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
     refusing.chmod(0o755)
-    monkeypatch.setattr(identity.shutil, "which", lambda name: str(refusing) if name == "bwrap" else None)
-    monkeypatch.setattr(identity.os, "geteuid", lambda: 1001)
+    monkeypatch.setattr(shutil, "which", lambda name: str(refusing) if name == "bwrap" else None)
+    monkeypatch.setattr(os, "geteuid", lambda: 1001)
     reason = identity.nested_namespaces_refused.__wrapped__()
     assert reason is not None and "setting up uid map: Permission denied" in reason, reason
     monkeypatch.setattr(identity, "nested_namespaces_refused", lambda: reason)
