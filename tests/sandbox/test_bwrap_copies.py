@@ -428,6 +428,45 @@ def test_a_hostile_snapshot_reaches_no_sibling(template: KernelTemplate) -> None
             copy.close()
 
 
+OWNER = """import json, os, sys, time
+from themisto_env.sandbox.models import SandboxLimits
+from themisto_env.sandbox.template.core import KernelTemplate
+template = KernelTemplate('bwrap', store_access='copy', limits=SandboxLimits(memory_mb=512, pids=64)).start()
+copies = [template.kernel(), template.kernel()]
+copies[0].execute("import os, time\\nif os.fork() == 0:\\n    os.setsid()\\n    time.sleep(600)")
+spaces = [os.readlink(f'/proc/{k.launcher.pid()}/ns/pid_for_children') for k in copies]
+print(json.dumps({'namespaces': spaces, 'run_dir': str(template.run_dir)}))
+sys.stdout.flush()
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_nothing_outlives_a_sigkilled_owner(bwrap_backend: None) -> None:
+    """The owner SIGKILLed with a template sandbox and copies open (one with a daemon): the sandbox dies with
+    it, each keeper with the template, each copy's namespace with its keeper; the run directory goes too."""
+    import subprocess
+    import sys
+
+    owner = subprocess.Popen([sys.executable, "-c", OWNER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None
+        made = json.loads(owner.stdout.readline())
+        first, second = made["namespaces"]
+        assert len(_members(first)) >= 2 and _members(second), "the copies (and the daemon) are not running"
+        owner.kill()
+        owner.wait(timeout=60)
+        assert not any(_wait_empty(n, 30) for n in made["namespaces"]), "a copy's process is left"
+        deadline = time.monotonic() + 60
+        while Path(made["run_dir"]).exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not Path(made["run_dir"]).exists(), "the template's run directory is left"
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+
+
 # -- a GRPO group: one hostile completion, the others scored as alone ---------------------------------------
 
 FORK_BOMB = "import os\nwhile True:\n    os.fork()"
