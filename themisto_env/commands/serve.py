@@ -24,6 +24,14 @@ def serve_command(
     max_sessions: Annotated[
         int, typer.Option("--max-sessions", help="WebSocket sessions (episodes, kernels) at once.")
     ] = 32,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            help="Threads running the sessions' calls, shared (an idle session holds none; calls past this many "
+            "at once wait). Default: --max-sessions, at most 64.",
+        ),
+    ] = None,
     idle_timeout: Annotated[
         float, typer.Option("--idle-timeout", metavar="SECONDS", help="Close a session idle this long (0: never).")
     ] = 600.0,
@@ -108,5 +116,6 @@ def serve_command(
             max_sessions=max_sessions,
             idle_timeout_s=idle_timeout or None,
             token=token,
+            workers=workers,
             log_level=log_level,
         )
