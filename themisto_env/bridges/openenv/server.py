@@ -8,11 +8,11 @@ closed after it; an episode needs the WebSocket). What is ours:
 * ``/metrics``: the server's Prometheus metrics (`themisto_env.bridges.openenv.server_metrics`);
 
 * sessions run at once up to ``max_sessions`` (the env declares ``SUPPORTS_CONCURRENT_SESSIONS``); one
-  more is answered ``CAPACITY_REACHED``;
-* the sessions' calls run on one shared pool of at most ``workers`` threads (`SessionServer`), not on a
-  thread of each session's own: an idle session holds its WebSocket, its kernel and its state, no thread; a session idle past ``idle_timeout_s`` is closed with its
+  more is answered ``CAPACITY_REACHED``; a session idle past ``idle_timeout_s`` is closed with its
   kernel (OpenEnv's reaper looks every ``max(timeout / 4, 5)`` seconds); a client that disconnects frees
   its kernel at once; at shutdown every session still open is closed;
+* the sessions' calls run on one shared pool of at most ``workers`` threads (`SessionServer`), not on a
+  thread of each session's own: an idle session holds its WebSocket, its kernel and its state, no thread;
 * a token (``token``): every request but ``/health`` must carry ``Authorization: Bearer TOKEN`` (HTTP 401
   without it; a WebSocket is refused with HTTP 403 before it opens). `check_bind` refuses a
   non-loopback address without one;
