@@ -11,8 +11,8 @@ a time) and each resets at its own sample (seeded) and calls ``list_variables`` 
 and its state served. Then, with all N open, each session calls ``list_variables`` once, one session at a
 time (the others open and idle: the latency of a call), and then every session calls it ``--calls`` times,
 all at once (the machine's throughput: on 2 cores, N calls at once queue behind each other): p50 / p90.
-Printed per N: the time to open all, the server's PSS
-(its process and every descendant, ``/proc/PID/smaps_rollup``) per session, the live kernels, the
+Printed per N: the time to open all (and a session's p50 per phase: connect, reset, first call), the
+server's PSS (its process and every descendant, ``/proc/PID/smaps_rollup``) per session, the live kernels, the
 server's threads and open descriptors, the calls' p50 / p90, errors, and how many calls found their
 state not served (``info["state"]["check"]`` after the call is checked anew: the session's kernel was
 replaced meanwhile). Nothing is asserted.
@@ -108,14 +108,21 @@ async def run(url: str, sessions: int, calls: int, opening: int, seed: int, prob
     clients: list[ThemistoEnvClient | None] = [None] * sessions
     errors: list[str] = []
     gate = asyncio.Semaphore(opening)
+    phases: dict[str, list[float]] = {"connect": [], "reset": [], "first call": []}
 
     async def open_one(i: int) -> None:
         async with gate:
             client = ThemistoEnvClient(url, message_timeout_s=600)
             try:
-                await client.connect()
-                await client.reset(seed=seeds[i])
-                await client.step(LIST)
+                begun = time.perf_counter()
+                await client.connect()  # the WebSocket; the session's env is made on the server's pool
+                connected = time.perf_counter()
+                await client.reset(seed=seeds[i])  # the episode (no kernel yet)
+                reset = time.perf_counter()
+                await client.step(LIST)  # the session's kernel and its state served, then the call
+                done = time.perf_counter()
+                for name, took in zip(phases, (connected - begun, reset - connected, done - reset), strict=True):
+                    phases[name].append(took)
                 clients[i] = client
             except Exception as exc:
                 errors.append(f"open: {type(exc).__name__}: {exc}"[:300])
@@ -156,6 +163,7 @@ async def run(url: str, sessions: int, calls: int, opening: int, seed: int, prob
     return {
         "opened": len(live),
         "open_s": opened,
+        "phases": phases,
         "clients": live,
         "errors": errors,
         "times": times,
@@ -182,6 +190,9 @@ async def measure(url: str, pid: int, sessions: int, calls: int, opening: int, p
         "sessions": sessions,
         "opened": state["opened"],
         "open_s": state["open_s"],
+        "open_phases_p50_ms": {
+            name: round(statistics.median(took) * 1000) for name, took in state["phases"].items() if took
+        },
         "pss_per_session_mib": (held["pss_mib"] - base["pss_mib"]) / opened,
         "kernels": held["kernels"],
         "kernels_after_calls": after["kernels"],
@@ -234,7 +245,8 @@ def main() -> None:
         f"probe {args.probe}"
     )
     header = (
-        "sessions | opened | open s | PSS/session MiB | kernels | threads | fds | list_variables p50 ms | p90 ms | "
+        "sessions | opened | open s | a session's connect / reset / first call p50 ms | PSS/session MiB | kernels | "
+        "threads | fds | list_variables p50 ms | p90 ms | "
         "all at once p50 ms | p90 ms | errors | calls with faults"
     )
     rows = [header, "|".join(" --- " for _ in header.split("|"))]
@@ -242,7 +254,8 @@ def main() -> None:
         f = one(n, args.calls, args.opening, LIST if args.probe == "list_variables" else KERNEL_PROBE)
         print(f, flush=True)
         rows.append(
-            f"{n} | {f['opened']} | {f['open_s']:.0f} | {f['pss_per_session_mib']:.1f} | {f['kernels']} | "
+            f"{n} | {f['opened']} | {f['open_s']:.0f} | {' / '.join(map(str, f['open_phases_p50_ms'].values()))} | "
+            f"{f['pss_per_session_mib']:.1f} | {f['kernels']} | "
             f"{f['threads']} | {f['fds']} | {f['p50_ms']:.1f} | {f['p90_ms']:.1f} | {f['together_p50_ms']:.0f} | "
             f"{f['together_p90_ms']:.0f} | {f['errors']} | {f['with_faults']}"
         )
