@@ -26,9 +26,10 @@ __all__ = [
 #: each session at its own sample (benchmarks/bench_sessions.py: 33.9 at 64 sessions, 30.9 at 256, 30.5 at
 #: 400; rounded up).
 SESSION_PSS_MIB = 32.0
-#: The server's open descriptors per open session (same runs: 593 at 64, 2,321 at 256, 3,617 at 400): a
-#: WebSocket, two zmq sockets and their signalling descriptors, a pidfd.
-DESCRIPTORS_PER_SESSION = 9
+#: The server's open descriptors per open session (488 at 64, 1,640 at 256: 6.0 each; rounded up): a
+#: WebSocket, two zmq sockets and their signalling descriptors, a pidfd. (9 while each session had a thread
+#: of its own, and with it jupyter_client's event loop for that thread: an epoll and a socket pair.)
+DESCRIPTORS_PER_SESSION = 7
 
 
 def raise_open_file_limit() -> tuple[int, int]:
