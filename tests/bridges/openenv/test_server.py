@@ -382,6 +382,18 @@ def test_listening_beyond_loopback_needs_a_token() -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_a_pool_of_no_threads_is_refused_in_one_line() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "themisto_env.cli", "serve", "--workers", "0", "--port", str(_free_port())],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "--workers is at least 1, got 0" in result.stderr
+    assert "Traceback" not in result.stderr and "themisto serve: http" not in result.stdout
+
+
 def test_the_in_process_action_is_the_gym_envs() -> None:
     assert ThemistoAction.call("inspect_variable", name="df").env_action() == ToolCall(
         tool="inspect_variable", args={"name": "df"}
