@@ -11,7 +11,8 @@ a time) and each resets at its own sample (seeded) and calls ``list_variables`` 
 and its state served. Then, with all N open, each session calls ``list_variables`` once, one session at a
 time (the others open and idle: the latency of a call), and then every session calls it ``--calls`` times,
 all at once (the machine's throughput: on 2 cores, N calls at once queue behind each other): p50 / p90.
-Printed per N: the time to open all (and a session's p50 per phase: connect, reset, first call), the
+Printed per N: the time to open all (a session's p50 per phase: connect, reset, first call; the CPU an
+opening took per session, in the server and in its live descendants), the
 server's PSS (its process and every descendant, ``/proc/PID/smaps_rollup``) per session, the live kernels, the
 server's threads and open descriptors, the calls' p50 / p90, errors, and how many calls found their
 state not served (``info["state"]["check"]`` after the call is checked anew: the session's kernel was
@@ -73,6 +74,15 @@ def pss_kib(pid: int) -> int:
     return 0
 
 
+def cpu_s(pid: int) -> float:
+    """The process's CPU time so far (user and system), seconds."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def server_figures(pid: int) -> dict[str, Any]:
     tree = [pid, *descendants(pid)]
     kernels = states = 0
@@ -94,6 +104,8 @@ def server_figures(pid: int) -> dict[str, Any]:
         "state_templates": states,
         "threads": threads,
         "fds": fds,
+        "server_cpu_s": cpu_s(pid),
+        "descendants_cpu_s": sum(cpu_s(p) for p in tree[1:]),  # the live ones (kernels, templates)
     }
 
 
@@ -177,6 +189,7 @@ async def run(url: str, sessions: int, calls: int, opening: int, seed: int, prob
 async def measure(url: str, pid: int, sessions: int, calls: int, opening: int, probe: ThemistoAction) -> dict[str, Any]:
     base = server_figures(pid)
     state = await run(url, sessions, calls, opening, seed=sessions, probe=probe)
+    opened_figures = server_figures(pid)
     await asyncio.sleep(2.0)
     held = server_figures(pid)
     await state["calls"]()
@@ -192,6 +205,11 @@ async def measure(url: str, pid: int, sessions: int, calls: int, opening: int, p
         "open_s": state["open_s"],
         "open_phases_p50_ms": {
             name: round(statistics.median(took) * 1000) for name, took in state["phases"].items() if took
+        },
+        # CPU per opened session, the server's and its live descendants' (kernels, templates, spares)
+        "open_cpu_ms_per_session": {
+            where: round((opened_figures[key] - base[key]) * 1000 / opened)
+            for where, key in (("server", "server_cpu_s"), ("kernels", "descendants_cpu_s"))
         },
         "pss_per_session_mib": (held["pss_mib"] - base["pss_mib"]) / opened,
         "kernels": held["kernels"],
@@ -245,7 +263,8 @@ def main() -> None:
         f"probe {args.probe}"
     )
     header = (
-        "sessions | opened | open s | a session's connect / reset / first call p50 ms | PSS/session MiB | kernels | "
+        "sessions | opened | open s | a session's connect / reset / first call p50 ms | opening CPU ms per session, "
+        "server / kernels | PSS/session MiB | kernels | "
         "threads | fds | list_variables p50 ms | p90 ms | "
         "all at once p50 ms | p90 ms | errors | calls with faults"
     )
@@ -255,6 +274,7 @@ def main() -> None:
         print(f, flush=True)
         rows.append(
             f"{n} | {f['opened']} | {f['open_s']:.0f} | {' / '.join(map(str, f['open_phases_p50_ms'].values()))} | "
+            f"{' / '.join(map(str, f['open_cpu_ms_per_session'].values()))} | "
             f"{f['pss_per_session_mib']:.1f} | {f['kernels']} | "
             f"{f['threads']} | {f['fds']} | {f['p50_ms']:.1f} | {f['p90_ms']:.1f} | {f['together_p50_ms']:.0f} | "
             f"{f['together_p90_ms']:.0f} | {f['errors']} | {f['with_faults']}"
