@@ -44,7 +44,7 @@ LIST = ThemistoAction.call("list_variables")
 #: A call that reaches the kernel every time (an unknown name: the kernel's helper answers with the nearest
 #: names); ``list_variables`` is answered from the state's kept answers after a session's first call.
 KERNEL_PROBE = ThemistoAction.call("inspect_variable", name="_no_such_variable")
-PROBES = {"list_variables": LIST, "kernel": KERNEL_PROBE}
+PROBES = {"kernel": KERNEL_PROBE, "list_variables": LIST}  # "both": the kernel first (kept answers may serve it after)
 
 
 def descendants(root: int) -> list[int]:
