@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import glob
 import os
 import sys
+import types
+from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +34,9 @@ def _prebuild_app(namespace: dict[str, Any] | None) -> Any:
     kernel object a child makes takes this one (``shell_class.instance``) and the child only points it at
     that kernel."""
     from ipykernel.ipkernel import IPythonKernel
-    from ipykernel.kernelapp import IPKernelApp
     from IPython.core.application import BaseIPythonApplication
 
-    app = IPKernelApp.instance(user_ns=namespace)
+    app = _forked_app_class().instance(user_ns=namespace)
     BaseIPythonApplication.initialize(app, list(KERNEL_ARGS))  # IPKernelApp.initialize's first step
     kernel_class = app.kernel_class
     if not issubclass(kernel_class, IPythonKernel):
@@ -53,7 +56,78 @@ def _prebuild_app(namespace: dict[str, Any] | None) -> Any:
         kernel=None,
         compiler_class=compiler_class,
     )
+    # What a kernel's start lists over every loaded module, listed once here (a child's own listing touches
+    # every module object and name, unsharing their pages): the debugger's list of library files, and the
+    # names `%reset --aggressive` keeps.
+    app.kernel_modules = [m.__file__ for m in sys.modules.copy().values() if getattr(m, "__file__", None)]
+    app.module_names = set(sys.modules)
+    app.startup_files = _has_startup_files(app)
     return app
+
+
+def _has_startup_files(app: Any) -> bool:
+    """Whether IPython's start would run a file or a line of code of the user's (IPython's startup folders,
+    `exec_lines`, `exec_files`, code or a module to run); ``PYTHONSTARTUP`` is read in the child (a request
+    may set it)."""
+    from IPython.core.shellapp import ENV_CONFIG_DIRS, SYSTEM_CONFIG_DIRS
+
+    folders = [app.profile_dir.startup_dir] + [
+        os.path.join(p, "startup") for p in (*ENV_CONFIG_DIRS, *SYSTEM_CONFIG_DIRS)
+    ]
+    found = any(glob.glob(os.path.join(f, "*.py")) or glob.glob(os.path.join(f, "*.ipy")) for f in folders)
+    return bool(found or app.exec_lines or app.exec_files or app.file_to_run or app.code_to_run or app.module_to_run)
+
+
+@contextlib.contextmanager
+def _modules_unlisted() -> Iterator[None]:
+    """While ipykernel's kernel object is made: its module sees an empty ``sys.modules`` (it lists every
+    loaded module's file there, for the debugger; the template listed them once)."""
+    import ipykernel.ipkernel
+
+    view = types.ModuleType("sys")
+    view.__dict__.update(sys.__dict__)
+    view.modules = {}
+    ipykernel.ipkernel.sys = view  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        ipykernel.ipkernel.sys = sys  # type: ignore[attr-defined]
+
+
+@cache
+def _forked_app_class() -> type:
+    """ipykernel's application, finished in a forked child with what the template built: the module lists
+    (`_prebuild_app`) and, where IPython would run no startup file, no startup step but its bookkeeping."""
+    from ipykernel.kernelapp import IPKernelApp
+
+    class ForkedKernelApp(IPKernelApp):  # type: ignore[misc, valid-type]
+        """An `IPKernelApp` whose template listed the loaded modules and looked for startup files."""
+
+        kernel_modules: list[str]
+        module_names: set[str]
+        startup_files: bool
+
+        def init_kernel(self) -> None:
+            with _modules_unlisted():
+                super().init_kernel()
+            kernel = self.kernel
+            kernel._kernel_modules = self.kernel_modules
+            debugger = getattr(kernel, "debugger", None)
+            if debugger is not None:
+                debugger.kernel_modules = self.kernel_modules
+
+        def init_code(self) -> None:
+            if self.startup_files or (self.exec_PYTHONSTARTUP and os.environ.get("PYTHONSTARTUP")):
+                super().init_code()
+                return
+            shell = self.shell  # InteractiveShellApp.init_code with nothing to run
+            if self.hide_initial_ns:
+                shell.user_ns_hidden.update(shell.user_ns)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            shell._sys_modules_keys = self.module_names
+
+    return ForkedKernelApp
 
 
 def _prebuild(namespace: dict[str, Any] | None) -> Any:
@@ -76,11 +150,12 @@ def _drop_app() -> None:
     from ipykernel.kernelapp import IPKernelApp
     from IPython.core.interactiveshell import InteractiveShell
 
-    shell = InteractiveShell._instance
+    shell, app = InteractiveShell._instance, IPKernelApp._instance
     if shell is not None:
         type(shell).clear_instance()  # its class's singleton and its bases' (ZMQInteractiveShell, InteractiveShell)
-    IPKernelApp.clear_instance()
-    del shell
+    if app is not None:
+        type(app).clear_instance()  # ForkedKernelApp's and IPKernelApp's
+    del shell, app
     gc.collect()
 
 
