@@ -34,9 +34,11 @@ def _prebuild_app(namespace: dict[str, Any] | None) -> Any:
     kernel object a child makes takes this one (``shell_class.instance``) and the child only points it at
     that kernel."""
     from ipykernel.ipkernel import IPythonKernel
+    from ipykernel.kernelapp import IPKernelApp
     from IPython.core.application import BaseIPythonApplication
 
-    app = _forked_app_class().instance(user_ns=namespace)
+    shell_only = os.environ.get("THEMISTO_FORK_PREBUILD") == "shell"  # a benchmark's row (bench_fork.py)
+    app = (IPKernelApp if shell_only else _forked_app_class()).instance(user_ns=namespace)
     BaseIPythonApplication.initialize(app, list(KERNEL_ARGS))  # IPKernelApp.initialize's first step
     kernel_class = app.kernel_class
     if not issubclass(kernel_class, IPythonKernel):
@@ -48,7 +50,7 @@ def _prebuild_app(namespace: dict[str, Any] | None) -> Any:
 
         shell_class = import_item(shell_class) if isinstance(shell_class, str) else shell_class
         compiler_class = import_item(compiler_class) if isinstance(compiler_class, str) else compiler_class
-    shell_class.instance(  # as IPythonKernel.__init__ asks for it, but the kernel, which the child makes
+    shell = shell_class.instance(  # as IPythonKernel.__init__ asks for it, but the kernel, which the child makes
         parent=app,
         profile_dir=app.profile_dir,
         user_module=None,
@@ -62,6 +64,8 @@ def _prebuild_app(namespace: dict[str, Any] | None) -> Any:
     app.kernel_modules = [m.__file__ for m in sys.modules.copy().values() if getattr(m, "__file__", None)]
     app.module_names = set(sys.modules)
     app.startup_files = _has_startup_files(app)
+    if not shell_only and "storemagic" in app.default_extensions:  # IPython's own: a child finds it loaded
+        shell.extension_manager.load_extension("storemagic")
     return app
 
 
