@@ -26,9 +26,12 @@ KERNEL_ARGS = ["--HistoryManager.hist_file=:memory:"]
 
 def _prebuild_app(namespace: dict[str, Any] | None) -> Any:
     """Build, before any fork, the parts of a kernel application that hold no thread, socket or loop: its
-    traitlets configuration (command line, config files, profile folder) and its IPython shell (magics,
-    completer, prefilter, display machinery, an in-memory history) over ``namespace``. Returns the
-    application; each forked child finishes it (`_finish_app`), so its pages stay shared.
+    traitlets configuration (command line, config files, profile folder), its IPython shell (magics,
+    completer, prefilter, display machinery, an in-memory history, IPython's own ``storemagic``) over
+    ``namespace``, and what each kernel's start would find by looking over every loaded module or for startup
+    files (`ForkedKernelApp`). Returns the application; each forked child finishes it (`_finish_app`), so its
+    pages stay shared. ``THEMISTO_FORK_PREBUILD=shell`` builds only the configuration and the shell (the
+    step before this one, a benchmark's row).
 
     ipykernel builds the shell inside its kernel object, after the sockets; the shell is a singleton, so the
     kernel object a child makes takes this one (``shell_class.instance``) and the child only points it at
@@ -71,8 +74,9 @@ def _prebuild_app(namespace: dict[str, Any] | None) -> Any:
 
 def _has_startup_files(app: Any) -> bool:
     """Whether IPython's start would run a file or a line of code of the user's (IPython's startup folders,
-    `exec_lines`, `exec_files`, code or a module to run); ``PYTHONSTARTUP`` is read in the child (a request
-    may set it)."""
+    `exec_lines`, `exec_files`, code or a module to run), as the template starts (a startup file added later
+    runs in kernels of templates started later); ``PYTHONSTARTUP`` is read in the child (a request may set
+    it)."""
     from IPython.core.shellapp import ENV_CONFIG_DIRS, SYSTEM_CONFIG_DIRS
 
     folders = [app.profile_dir.startup_dir] + [
@@ -100,8 +104,9 @@ def _modules_unlisted() -> Iterator[None]:
 
 @cache
 def _forked_app_class() -> type:
-    """ipykernel's application, finished in a forked child with what the template built: the module lists
-    (`_prebuild_app`) and, where IPython would run no startup file, no startup step but its bookkeeping."""
+    """``ForkedKernelApp``: ipykernel's application, finished in a forked child with what the template built:
+    the module lists (`_prebuild_app`) and, where IPython would run no startup file, no startup step but its
+    bookkeeping. Made on first use (the program imports ipykernel only when it runs)."""
     from ipykernel.kernelapp import IPKernelApp
 
     class ForkedKernelApp(IPKernelApp):  # type: ignore[misc, valid-type]
