@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import glob
+import itertools
 import os
 import sys
 import types
@@ -24,14 +25,15 @@ HELPER_MODULE = "_themisto_helper"
 KERNEL_ARGS = ["--HistoryManager.hist_file=:memory:"]
 
 
-def _prebuild_app(namespace: dict[str, Any] | None) -> Any:
+def _prebuild_app(namespace: dict[str, Any] | None, modules: tuple[list[str], set[str]] | None = None) -> Any:
     """Build, before any fork, the parts of a kernel application that hold no thread, socket or loop: its
     traitlets configuration (command line, config files, profile folder), its IPython shell (magics,
     completer, prefilter, display machinery, an in-memory history, IPython's own ``storemagic``) over
     ``namespace``, and what each kernel's start would find by looking over every loaded module or for startup
     files (`ForkedKernelApp`). Returns the application; each forked child finishes it (`_finish_app`), so its
-    pages stay shared. ``THEMISTO_FORK_PREBUILD=shell`` builds only the configuration and the shell (the
-    step before this one, a benchmark's row).
+    pages stay shared. ``modules``: those lists already made (a state template's: its template's, with what
+    its snapshot imported; `_listed_modules`). ``THEMISTO_FORK_PREBUILD=shell`` builds only the configuration
+    and the shell (the step before this one, a benchmark's row).
 
     ipykernel builds the shell inside its kernel object, after the sockets; the shell is a singleton, so the
     kernel object a child makes takes this one (``shell_class.instance``) and the child only points it at
@@ -64,12 +66,30 @@ def _prebuild_app(namespace: dict[str, Any] | None) -> Any:
     # What a kernel's start lists over every loaded module, listed once here (a child's own listing touches
     # every module object and name, unsharing their pages): the debugger's list of library files, and the
     # names `%reset --aggressive` keeps.
-    app.kernel_modules = [m.__file__ for m in sys.modules.copy().values() if getattr(m, "__file__", None)]
-    app.module_names = set(sys.modules)
+    app.kernel_modules, app.module_names = modules or _listed_modules()
     app.startup_files = _has_startup_files(app)
     if not shell_only and "storemagic" in app.default_extensions:  # IPython's own: a child finds it loaded
         shell.extension_manager.load_extension("storemagic")
     return app
+
+
+def _listed_modules() -> tuple[list[str], set[str]]:
+    """Every loaded module's file (ipykernel's list for its debugger) and every loaded module's name."""
+    return [m.__file__ for m in sys.modules.copy().values() if getattr(m, "__file__", None)], set(sys.modules)
+
+
+def _modules_since(listed: tuple[list[str], set[str]], count: int) -> tuple[list[str], set[str]]:
+    """``listed`` (`_listed_modules` when ``sys.modules`` held ``count`` modules) with the modules imported
+    since added, in place: found at the end of ``sys.modules`` (a dictionary keeps its order), so that the
+    modules loaded before are not touched (a state template's pages stay its template's)."""
+    files, names = listed
+    for name, module in itertools.islice(reversed(sys.modules.items()), max(len(sys.modules) - count, 0)):
+        if name not in names:
+            names.add(name)
+            file = getattr(module, "__file__", None)
+            if file:
+                files.append(file)
+    return listed
 
 
 def _has_startup_files(app: Any) -> bool:
@@ -139,13 +159,13 @@ def _forked_app_class() -> type:
     return ForkedKernelApp
 
 
-def _prebuild(namespace: dict[str, Any] | None) -> Any:
+def _prebuild(namespace: dict[str, Any] | None, modules: tuple[list[str], set[str]] | None = None) -> Any:
     """`_prebuild_app`, or None (said in the template's log) where it fails: each child then builds
     its whole application after the fork, as ipykernel does."""
     if os.environ.get("THEMISTO_FORK_PREBUILD", "1") == "0":  # a benchmark's "before" (bench_fork.py)
         return None
     try:
-        return _prebuild_app(namespace)
+        return _prebuild_app(namespace, modules)
     except Exception as exc:
         with contextlib.suppress(Exception):
             sys.stderr.write(f"themisto template: kernels build their application after the fork ({exc})\n")
