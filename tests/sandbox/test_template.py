@@ -227,6 +227,26 @@ def test_a_copy_answers_a_front_end_as_a_started_kernel(
             assert kernel.execute(probe).text() == f"(False, {kept})"
 
 
+def test_a_copy_lists_the_modules_its_snapshot_imported(template: KernelTemplate) -> None:
+    """A state template adds the modules its snapshot's load imported to its template's listings (without
+    listing every module again): its copies' debugger knows their files, and `%reset --aggressive` keeps them,
+    as it keeps what the template imported."""
+    with Kernel("local", snapshot_dir=template.store.root) as kernel:
+        kernel.execute("import colorsys, wave")
+        digest = kernel.snapshots.save().digest
+    probe = (
+        "import sys; k = get_ipython().kernel; files = k._kernel_modules; "
+        "[sys.modules[n].__file__ in files for n in ('colorsys', 'wave', 'pandas', 'ipykernel')]"
+    )
+    with template.kernel() as forked:
+        assert forked.execute("import sys; 'colorsys' in sys.modules, 'wave' in sys.modules").text() == "(False, False)"
+    with template.state(digest).kernel() as copy:
+        assert copy.execute(probe).text() == "[True, True, True, True]"
+        assert copy.execute("%reset -f --aggressive").status == "ok"
+        kept = "import sys; 'colorsys' in sys.modules, 'wave' in sys.modules, 'pandas' in sys.modules"
+        assert copy.execute(kept).text() == "(True, True, True)"
+
+
 def test_copies_draw_the_same_random_numbers_unless_reseeded(
     template: KernelTemplate, state: tuple[str, dict[str, str]]
 ) -> None:
