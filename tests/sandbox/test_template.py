@@ -247,6 +247,22 @@ def test_a_copy_lists_the_modules_its_snapshot_imported(template: KernelTemplate
         assert copy.execute(kept).text() == "(True, True, True)"
 
 
+def test_a_forked_kernel_runs_pythonstartup_as_a_started_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The template looks for startup code once; a ``PYTHONSTARTUP`` file still runs in each forked kernel
+    as in a started one, its names hidden from `%who` as IPython hides what its start defined."""
+    startup = tmp_path / "startup.py"
+    startup.write_text("import os\nstartup_ran = os.getpid()\n")
+    monkeypatch.setenv("PYTHONSTARTUP", str(startup))
+    with (
+        KernelTemplate("local", snapshot_dir=tmp_path / "store", spares=0) as template,
+        template.kernel() as forked,
+        Kernel("local") as started,
+    ):
+        for kernel in (forked, started):
+            assert kernel.execute("startup_ran == os.getpid()").text() == "True"
+            assert kernel.execute("%who").text() == "Interactive namespace is empty."
+
+
 def test_copies_draw_the_same_random_numbers_unless_reseeded(
     template: KernelTemplate, state: tuple[str, dict[str, str]]
 ) -> None:
