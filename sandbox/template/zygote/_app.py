@@ -14,8 +14,6 @@ import itertools
 import os
 import sys
 import types
-from collections.abc import Iterator
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -106,27 +104,19 @@ def _has_startup_files(app: Any) -> bool:
     return bool(found or app.exec_lines or app.exec_files or app.file_to_run or app.code_to_run or app.module_to_run)
 
 
-@contextlib.contextmanager
-def _modules_unlisted() -> Iterator[None]:
-    """While ipykernel's kernel object is made: its module sees an empty ``sys.modules`` (it lists every
-    loaded module's file there, for the debugger; the template listed them once)."""
-    import ipykernel.ipkernel
-
+def _sys_unlisted() -> types.ModuleType:
+    """``sys`` as ipykernel's kernel module sees it while its kernel object is made: with an empty
+    ``sys.modules`` (it lists every loaded module's file there, for the debugger; the template listed them)."""
     view = types.ModuleType("sys")
     view.__dict__.update(sys.__dict__)
-    view.modules = {}
-    ipykernel.ipkernel.sys = view  # type: ignore[attr-defined]
-    try:
-        yield
-    finally:
-        ipykernel.ipkernel.sys = sys  # type: ignore[attr-defined]
+    view.modules = {}  # type: ignore[attr-defined]
+    return view
 
 
-@cache
 def _forked_app_class() -> type:
     """``ForkedKernelApp``: ipykernel's application, finished in a forked child with what the template built:
     the module lists (`_prebuild_app`) and, where IPython would run no startup file, no startup step but its
-    bookkeeping. Made on first use (the program imports ipykernel only when it runs)."""
+    bookkeeping. Made when the application is (the program imports ipykernel only when it runs)."""
     from ipykernel.kernelapp import IPKernelApp
 
     class ForkedKernelApp(IPKernelApp):  # type: ignore[misc, valid-type]
@@ -137,8 +127,13 @@ def _forked_app_class() -> type:
         startup_files: bool
 
         def init_kernel(self) -> None:
-            with _modules_unlisted():
+            import ipykernel.ipkernel
+
+            ipykernel.ipkernel.sys = _sys_unlisted()  # type: ignore[attr-defined]
+            try:
                 super().init_kernel()
+            finally:
+                ipykernel.ipkernel.sys = sys  # type: ignore[attr-defined]
             kernel = self.kernel
             kernel._kernel_modules = self.kernel_modules
             debugger = getattr(kernel, "debugger", None)
