@@ -187,10 +187,12 @@ def state_copies(
 def copy_latency(rounds: int, preload: tuple[str, ...], store_root: Path, digest: str) -> dict[str, list[float]]:
     """A copy of one state, to its first ``1+1`` (issue "copies at the kernel's round trip"), side by side:
     with a spare ready (handed out; its hand-out alone too), and without one (forked on request), the kernel
-    application built before the fork (now) or all of it after the fork (``THEMISTO_FORK_PREBUILD=0``, as
-    before this change)."""
+    application built before the fork (now), only its shell (``THEMISTO_FORK_PREBUILD=shell``: the child
+    still lists every loaded module and looks for startup files) or all of it after the fork
+    (``THEMISTO_FORK_PREBUILD=0``, as before issue 38)."""
     kinds = (
         ("no spare, application built after the fork (before)", "0", 0),
+        ("no spare, shell built before the fork (before)", "shell", 0),
         ("no spare, application built before the fork", "1", 0),
         ("spare ready", "1", 1),
     )
@@ -233,11 +235,16 @@ def copy_latency(rounds: int, preload: tuple[str, ...], store_root: Path, digest
 
 def prebuilt_memory(preload: tuple[str, ...], store_root: Path, kernels: int = 8) -> dict[str, dict[str, float]]:
     """Median PSS, private and shared dirty MiB of idle forked kernels (a ``1+1`` and a listing each), the
-    kernel application built after the fork (``THEMISTO_FORK_PREBUILD=0``, before issue 38) and before it."""
+    kernel application built after the fork (``THEMISTO_FORK_PREBUILD=0``, before issue 38), only its shell
+    before the fork (``shell``), and all of it before the fork."""
     figures: dict[str, dict[str, float]] = {}
     saved = os.environ.get("THEMISTO_FORK_PREBUILD")
     try:
-        for name, flag in (("built after the fork (before)", "0"), ("built before the fork", "1")):
+        for name, flag in (
+            ("built after the fork (before)", "0"),
+            ("shell built before the fork (before)", "shell"),
+            ("built before the fork", "1"),
+        ):
             os.environ["THEMISTO_FORK_PREBUILD"] = flag
             with KernelTemplate("local", preload=preload, snapshot_dir=store_root, spares=0) as template:
                 opened = [template.kernel() for _ in range(kernels)]

@@ -14,13 +14,16 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from jupyter_client.blocking.client import BlockingKernelClient
 
 from tests.conftest import wait_for
 from tests.sandbox.conftest import wait_ended
 from themisto_env.errors import KernelDiedError, SnapshotCorruptError, TemplateGoneError
 from themisto_env.sandbox.kernel.core import Kernel
+from themisto_env.sandbox.kernel.process import CONNECTION_FILE
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.template.core import KernelTemplate
 from themisto_env.sandbox.template.shared import shared_template
@@ -159,6 +162,105 @@ def test_a_copys_shell_is_its_own_though_built_before_the_fork(
             with template.kernel() as third:  # and what a later fork finds
                 third_probe = third.execute("import os\n" + SHELL_PROBE).text().split()
                 assert third_probe[:4] == ["False", "False", "79", "True"], third_probe
+
+
+def front_end_answers(kernel: Kernel) -> dict[str, Any]:
+    """What a front end asks a kernel besides cells, asked on a client of its own: ``kernel_info``, a
+    completion, and the debugger's ``debugInfo`` (on the control channel)."""
+    client = BlockingKernelClient(connection_file=str(kernel.run_dir / CONNECTION_FILE))
+    client.load_connection_file()
+    client.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=True)
+    try:
+        info = client.kernel_info(reply=True, timeout=30)["content"]
+        info["banner"] = info["banner"].split("Tip:")[0]  # IPython's banner ends in a tip drawn at random
+        completed = client.complete("import collections; collections.Ordered", reply=True, timeout=30)["content"]
+        request = {"type": "request", "seq": 1, "command": "debugInfo", "arguments": {}}
+        client.control_channel.send(client.session.msg("debug_request", request))
+        debug = client.get_control_msg(timeout=30)["content"]
+    finally:
+        client.stop_channels()
+    return {"info": info, "matches": completed["matches"], "debug": debug}
+
+
+MODULES_PROBE = (
+    "import sys; k = get_ipython().kernel; "
+    "(len(k._kernel_modules) > 100, k.debugger.kernel_modules is k._kernel_modules, "
+    "sys.modules['ipykernel'].__file__ in k._kernel_modules)"
+)
+
+
+def test_a_copy_answers_a_front_end_as_a_started_kernel(
+    template: KernelTemplate, state: tuple[str, dict[str, str]]
+) -> None:
+    """A forked kernel's start skips what the template did once (its module listings, the search for startup
+    files): its kernel_info, completions, debugger, `%who` and `%reset --aggressive` answer as a started
+    kernel's."""
+    digest, _ = state
+    with Kernel("local") as started, template.kernel() as forked, template.state(digest).kernel() as copy:
+        for kernel in (started, forked):
+            assert kernel.execute("%who").text() == "Interactive namespace is empty."
+            kernel.execute("alpha = 1; beta = 2")
+            assert kernel.execute("%who").text().split() == ["alpha", "beta"]
+        assert copy.execute("%who").text().split() == sorted(
+            ["Counter", "above", "counter", "frame", "np", "pd", "random", "rng_draw", "threshold"]
+        )
+        theirs = front_end_answers(started)
+        for kernel in (forked, copy):
+            mine = front_end_answers(kernel)
+            assert mine["info"] == theirs["info"]
+            assert mine["matches"] == theirs["matches"] == ["OrderedDict"]
+            assert mine["debug"]["success"] and theirs["debug"]["success"], mine["debug"]
+            assert mine["debug"]["body"].keys() == theirs["debug"]["body"].keys()
+            assert not mine["debug"]["body"]["isStarted"]
+            pid = kernel.launcher.pid()
+            assert mine["debug"]["body"]["tmpFilePrefix"].endswith(f"ipykernel_{pid}/"), mine["debug"]["body"]
+            # the debugger's list of library files (its "just my code" rules): the template's, of every module
+            assert kernel.execute(MODULES_PROBE).text() == "(True, True, True)"
+        assert started.execute(MODULES_PROBE).text() == "(True, True, True)"
+        # `%reset --aggressive` drops the modules imported since the start, and not those loaded at the start
+        # (a forked kernel's template imported pandas)
+        for kernel, kept in ((started, "False"), (forked, "True"), (copy, "True")):
+            probe = "import sys; 'colorsys' in sys.modules, 'pandas' in sys.modules"
+            assert kernel.execute(probe).text() == f"(False, {kept})"
+            kernel.execute("import colorsys")
+            assert kernel.execute("%reset -f --aggressive").status == "ok"
+            assert kernel.execute(probe).text() == f"(False, {kept})"
+
+
+def test_a_copy_lists_the_modules_its_snapshot_imported(template: KernelTemplate) -> None:
+    """A state template adds the modules its snapshot's load imported to its template's listings (without
+    listing every module again): its copies' debugger knows their files, and `%reset --aggressive` keeps them,
+    as it keeps what the template imported."""
+    with Kernel("local", snapshot_dir=template.store.root) as kernel:
+        kernel.execute("import colorsys, wave")
+        digest = kernel.snapshots.save().digest
+    probe = (
+        "import sys; k = get_ipython().kernel; files = k._kernel_modules; "
+        "[sys.modules[n].__file__ in files for n in ('colorsys', 'wave', 'pandas', 'ipykernel')]"
+    )
+    with template.kernel() as forked:
+        assert forked.execute("import sys; 'colorsys' in sys.modules, 'wave' in sys.modules").text() == "(False, False)"
+    with template.state(digest).kernel() as copy:
+        assert copy.execute(probe).text() == "[True, True, True, True]"
+        assert copy.execute("%reset -f --aggressive").status == "ok"
+        kept = "import sys; 'colorsys' in sys.modules, 'wave' in sys.modules, 'pandas' in sys.modules"
+        assert copy.execute(kept).text() == "(True, True, True)"
+
+
+def test_a_forked_kernel_runs_pythonstartup_as_a_started_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The template looks for startup code once; a ``PYTHONSTARTUP`` file still runs in each forked kernel
+    as in a started one, its names hidden from `%who` as IPython hides what its start defined."""
+    startup = tmp_path / "startup.py"
+    startup.write_text("import os\nstartup_ran = os.getpid()\n")
+    monkeypatch.setenv("PYTHONSTARTUP", str(startup))
+    with (
+        KernelTemplate("local", snapshot_dir=tmp_path / "store", spares=0) as template,
+        template.kernel() as forked,
+        Kernel("local") as started,
+    ):
+        for kernel in (forked, started):
+            assert kernel.execute("startup_ran == os.getpid()").text() == "True"
+            assert kernel.execute("%who").text() == "Interactive namespace is empty."
 
 
 def test_copies_draw_the_same_random_numbers_unless_reseeded(

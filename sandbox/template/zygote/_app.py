@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import glob
+import itertools
 import os
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +23,15 @@ HELPER_MODULE = "_themisto_helper"
 KERNEL_ARGS = ["--HistoryManager.hist_file=:memory:"]
 
 
-def _prebuild_app(namespace: dict[str, Any] | None) -> Any:
+def _prebuild_app(namespace: dict[str, Any] | None, modules: tuple[list[str], set[str]] | None = None) -> Any:
     """Build, before any fork, the parts of a kernel application that hold no thread, socket or loop: its
-    traitlets configuration (command line, config files, profile folder) and its IPython shell (magics,
-    completer, prefilter, display machinery, an in-memory history) over ``namespace``. Returns the
-    application; each forked child finishes it (`_finish_app`), so its pages stay shared.
+    traitlets configuration (command line, config files, profile folder), its IPython shell (magics,
+    completer, prefilter, display machinery, an in-memory history, IPython's own ``storemagic``) over
+    ``namespace``, and what each kernel's start would find by looking over every loaded module or for startup
+    files (`ForkedKernelApp`). Returns the application; each forked child finishes it (`_finish_app`), so its
+    pages stay shared. ``modules``: those lists already made (a state template's: its template's, with what
+    its snapshot imported; `_listed_modules`). ``THEMISTO_FORK_PREBUILD=shell`` builds only the configuration
+    and the shell (the step before this one, a benchmark's row).
 
     ipykernel builds the shell inside its kernel object, after the sockets; the shell is a singleton, so the
     kernel object a child makes takes this one (``shell_class.instance``) and the child only points it at
@@ -33,7 +40,8 @@ def _prebuild_app(namespace: dict[str, Any] | None) -> Any:
     from ipykernel.kernelapp import IPKernelApp
     from IPython.core.application import BaseIPythonApplication
 
-    app = IPKernelApp.instance(user_ns=namespace)
+    shell_only = os.environ.get("THEMISTO_FORK_PREBUILD") == "shell"  # a benchmark's row (bench_fork.py)
+    app = (IPKernelApp if shell_only else _forked_app_class()).instance(user_ns=namespace)
     BaseIPythonApplication.initialize(app, list(KERNEL_ARGS))  # IPKernelApp.initialize's first step
     kernel_class = app.kernel_class
     if not issubclass(kernel_class, IPythonKernel):
@@ -45,7 +53,7 @@ def _prebuild_app(namespace: dict[str, Any] | None) -> Any:
 
         shell_class = import_item(shell_class) if isinstance(shell_class, str) else shell_class
         compiler_class = import_item(compiler_class) if isinstance(compiler_class, str) else compiler_class
-    shell_class.instance(  # as IPythonKernel.__init__ asks for it, but the kernel, which the child makes
+    shell = shell_class.instance(  # as IPythonKernel.__init__ asks for it, but the kernel, which the child makes
         parent=app,
         profile_dir=app.profile_dir,
         user_module=None,
@@ -53,16 +61,106 @@ def _prebuild_app(namespace: dict[str, Any] | None) -> Any:
         kernel=None,
         compiler_class=compiler_class,
     )
+    # What a kernel's start lists over every loaded module, listed once here (a child's own listing touches
+    # every module object and name, unsharing their pages): the debugger's list of library files, and the
+    # names `%reset --aggressive` keeps.
+    app.kernel_modules, app.module_names = modules or _listed_modules()
+    app.startup_files = _has_startup_files(app)
+    if not shell_only and "storemagic" in app.default_extensions:  # IPython's own: a child finds it loaded
+        shell.extension_manager.load_extension("storemagic")
     return app
 
 
-def _prebuild(namespace: dict[str, Any] | None) -> Any:
+def _listed_modules() -> tuple[list[str], set[str]]:
+    """Every loaded module's file (ipykernel's list for its debugger) and every loaded module's name."""
+    return [m.__file__ for m in sys.modules.copy().values() if getattr(m, "__file__", None)], set(sys.modules)
+
+
+def _modules_since(listed: tuple[list[str], set[str]], count: int) -> tuple[list[str], set[str]]:
+    """``listed`` (`_listed_modules` when ``sys.modules`` held ``count`` modules) with the modules imported
+    since added, in place: found at the end of ``sys.modules`` (a dictionary keeps its order), so that the
+    modules loaded before are not touched (a state template's pages stay its template's)."""
+    files, names = listed
+    for name, module in itertools.islice(reversed(sys.modules.items()), max(len(sys.modules) - count, 0)):
+        if name not in names:
+            names.add(name)
+            file = getattr(module, "__file__", None)
+            if file:
+                files.append(file)
+    return listed
+
+
+def _has_startup_files(app: Any) -> bool:
+    """Whether IPython's start would run a file or a line of code of the user's (IPython's startup folders,
+    `exec_lines`, `exec_files`, code or a module to run), as the template starts (a startup file added later
+    runs in kernels of templates started later); ``PYTHONSTARTUP`` is read in the child (a request may set
+    it)."""
+    from IPython.core.shellapp import ENV_CONFIG_DIRS, SYSTEM_CONFIG_DIRS
+
+    folders = [app.profile_dir.startup_dir] + [
+        os.path.join(p, "startup") for p in (*ENV_CONFIG_DIRS, *SYSTEM_CONFIG_DIRS)
+    ]
+    found = any(glob.glob(os.path.join(f, "*.py")) or glob.glob(os.path.join(f, "*.ipy")) for f in folders)
+    return bool(found or app.exec_lines or app.exec_files or app.file_to_run or app.code_to_run or app.module_to_run)
+
+
+def _sys_unlisted() -> types.ModuleType:
+    """``sys`` as ipykernel's kernel module sees it while its kernel object is made: with an empty
+    ``sys.modules`` (it lists every loaded module's file there, for the debugger; the template listed them)."""
+    view = types.ModuleType("sys")
+    view.__dict__.update(sys.__dict__)
+    view.modules = {}  # type: ignore[attr-defined]
+    return view
+
+
+def _forked_app_class() -> type:
+    """``ForkedKernelApp``: ipykernel's application, finished in a forked child with what the template built:
+    the module lists (`_prebuild_app`) and, where IPython would run no startup file, no startup step but its
+    bookkeeping. Made when the application is (the program imports ipykernel only when it runs)."""
+    from ipykernel.kernelapp import IPKernelApp
+
+    class ForkedKernelApp(IPKernelApp):  # type: ignore[misc, valid-type]
+        """An `IPKernelApp` whose template listed the loaded modules and looked for startup files."""
+
+        kernel_modules: list[str]
+        module_names: set[str]
+        startup_files: bool
+
+        def init_kernel(self) -> None:
+            import ipykernel.ipkernel
+
+            ipykernel.ipkernel.sys = _sys_unlisted()  # type: ignore[attr-defined]
+            try:
+                super().init_kernel()
+            finally:
+                ipykernel.ipkernel.sys = sys  # type: ignore[attr-defined]
+            kernel = self.kernel
+            kernel._kernel_modules = self.kernel_modules
+            debugger = getattr(kernel, "debugger", None)
+            if debugger is not None:
+                debugger.kernel_modules = self.kernel_modules
+
+        def init_code(self) -> None:
+            if self.startup_files or (self.exec_PYTHONSTARTUP and os.environ.get("PYTHONSTARTUP")):
+                super().init_code()
+                return
+            shell = self.shell  # InteractiveShellApp.init_code with nothing to run
+            if self.hide_initial_ns:
+                shell.user_ns_hidden.update(shell.user_ns)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            shell._sys_modules_keys = self.module_names
+
+    return ForkedKernelApp
+
+
+def _prebuild(namespace: dict[str, Any] | None, modules: tuple[list[str], set[str]] | None = None) -> Any:
     """`_prebuild_app`, or None (said in the template's log) where it fails: each child then builds
     its whole application after the fork, as ipykernel does."""
     if os.environ.get("THEMISTO_FORK_PREBUILD", "1") == "0":  # a benchmark's "before" (bench_fork.py)
         return None
     try:
-        return _prebuild_app(namespace)
+        return _prebuild_app(namespace, modules)
     except Exception as exc:
         with contextlib.suppress(Exception):
             sys.stderr.write(f"themisto template: kernels build their application after the fork ({exc})\n")
@@ -76,11 +174,12 @@ def _drop_app() -> None:
     from ipykernel.kernelapp import IPKernelApp
     from IPython.core.interactiveshell import InteractiveShell
 
-    shell = InteractiveShell._instance
+    shell, app = InteractiveShell._instance, IPKernelApp._instance
     if shell is not None:
         type(shell).clear_instance()  # its class's singleton and its bases' (ZMQInteractiveShell, InteractiveShell)
-    IPKernelApp.clear_instance()
-    del shell
+    if app is not None:
+        type(app).clear_instance()  # ForkedKernelApp's and IPKernelApp's
+    del shell, app
     gc.collect()
 
 

@@ -20,6 +20,7 @@ from themisto_env.sandbox.template.zygote._app import (
     _drop_app,
     _finish_app,
     _keep_generator,
+    _modules_since,
     _prebuild,
     _reseed,
 )
@@ -81,6 +82,7 @@ def _become_state_template(template: Any, request: dict[str, Any]) -> None:
     template.listener = _listen(request["socket"])
     template.wakeup = _arm_wakeup()
     template.parent, template.exited, template.namespace = parent, {}, namespace
+    base, count = template.app, len(sys.modules)
     try:
         with open(request["snapshot"], "rb") as f:
             data = f.read()
@@ -90,10 +92,13 @@ def _become_state_template(template: Any, request: dict[str, Any]) -> None:
         template.loaded = _load_state(namespace, data)
     except Exception as exc:  # served as the template's error: every fork request gets it
         template.error = f"{type(exc).__name__}: {exc}"[:2000]
-    template.app = None
+    # the template's module listings, with what the snapshot imported added (listing them again would touch
+    # every module, unsharing its page: most of a state template's own memory)
+    listed = None if base is None else _modules_since((base.kernel_modules, base.module_names), count)
+    template.app = base = None
     _drop_app()  # the template's shell is over its own namespace: this state's is built over the state's
     if template.error is None:
-        template.app = _prebuild(namespace)
+        template.app = _prebuild(namespace, listed)
     gc.collect()
     gc.freeze()
     template.serve()
