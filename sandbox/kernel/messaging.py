@@ -41,6 +41,10 @@ from themisto_env.sandbox.models import ExecutionResult
 from themisto_env.sandbox.outputs import OutputCollector
 
 _POLL_S = 0.25  # how often a silent wait checks that the kernel is alive
+#: At a kernel's start, how long its answered kernel_info's status may take on iopub before asking again.
+READY_IOPUB_S = 0.01
+#: At a kernel's start, the silence on iopub that ends dropping what it published before.
+DRAIN_S = 0.002
 #: The name the in-kernel helper module is installed under (in the kernel's ``sys.modules``).
 HELPER_MODULE = "_themisto_helper"
 
@@ -147,7 +151,9 @@ class KernelMessaging:
             msg_id = client.kernel_info()
             try:
                 self._wait_shell_reply(msg_id, deadline=time.monotonic() + attempt_s, during="start")
-                if self._seen_on_iopub(msg_id, deadline=time.monotonic() + attempt_s):
+                # the kernel answered: its status follows on iopub within a millisecond, unless this client's
+                # subscription reached it too late (a slow joiner), where asking again soon costs less
+                if self._seen_on_iopub(msg_id, deadline=time.monotonic() + min(attempt_s, READY_IOPUB_S)):
                     break
                 raise _Silent
             except _Silent:
@@ -157,7 +163,7 @@ class KernelMessaging:
                     ) from None
             except KernelDiedError as exc:
                 raise KernelStartError(str(exc)) from exc
-        self._drain_iopub()
+        self._drain_iopub(wait_s=DRAIN_S)
         if getattr(process.launcher, "helper_installed", False):  # a forked kernel: its template installed it
             return
         source = helper_source()
@@ -292,10 +298,11 @@ class KernelMessaging:
                 return True
         return False
 
-    def _drain_iopub(self) -> None:
+    def _drain_iopub(self, *, wait_s: float) -> None:
+        """Drop what the kernel published so far (each reader skips messages of other requests anyway)."""
         while True:
             try:
-                self._kc.get_iopub_msg(timeout=0.01)
+                self._kc.get_iopub_msg(timeout=wait_s)
             except queue.Empty:
                 return
 
