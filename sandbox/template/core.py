@@ -44,6 +44,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, Unpack
@@ -72,7 +73,47 @@ from themisto_env.sandbox.template.zygote import HELPER_FILE, write_program
 if TYPE_CHECKING:
     from themisto_env.sandbox.kernel.core import Kernel
 
-__all__ = ["KernelTemplate"]
+__all__ = ["FILLERS", "SPARE_NICE", "KernelTemplate"]
+
+#: How many spares a template forks at once in the background (the machine's cores, at most 2: more only queue).
+FILLERS = max(1, min(2, os.cpu_count() or 1))
+#: The nice value a spare starts at while it is forked (its ipykernel application's start, about a tenth of a
+#: second of CPU), so that it does not take the cores from the copy just handed out; back to 0 when handed out.
+#: Only where this process may raise a priority again (root, or ``RLIMIT_NICE``): elsewhere spares start at 0.
+SPARE_NICE = 10
+
+_FILLING = threading.local()  # set in a thread forking spares
+
+
+def _may_renice() -> bool:
+    """Whether this process may give a process its priority back (root, or a ``RLIMIT_NICE`` allowing nice 0)."""
+    import resource
+
+    return os.geteuid() == 0 or resource.getrlimit(resource.RLIMIT_NICE)[0] >= 20
+
+
+def _pidfd_pid(pidfd: int) -> int | None:
+    """The pid, as this process sees it, of the process behind a pidfd (``/proc/self/fdinfo``)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path(f"/proc/self/fdinfo/{pidfd}").read_text().splitlines():
+            if line.startswith("Pid:"):
+                pid = int(line.split()[1])
+                return pid if pid > 0 else None
+    return None
+
+
+def _renice(pid: int | None, nice: int) -> None:
+    """Set the nice value of every thread of a process (nice is a thread's: threads made later inherit their
+    maker's). A process gone meanwhile, or a priority this process may not set, is left as it is."""
+    if pid is None:
+        return
+    try:
+        threads = [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        threads = [pid]
+    for tid in threads:
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
 
 
 class KernelTemplate(StateTemplates):
@@ -121,8 +162,14 @@ class KernelTemplate(StateTemplates):
         #: Kernels forked ahead of time and kept ready (a state template's too: copies of a state are
         #: usually asked for in groups)
         self.spares = spares
+        #: The nice value spares are forked at (`SPARE_NICE`; 0 where this process could not give it back)
+        self.spare_nice = SPARE_NICE if _may_renice() else 0
         self._spares: list[Kernel] = []
-        self._filling: threading.Thread | None = None
+        self._fillers: list[threading.Thread] = []  # forking spares in the background (at most FILLERS)
+        self._forking = 0  # spares being forked now
+        self._waiting = 0  # callers waiting for one of them (see kernel())
+        self._expected = 0  # copies announced ahead and not asked for yet (see expecting())
+        self._asked = 0  # kernels asked for, ever (spares handed out included)
         self._keep_spares = True  # off once trimmed, until a kernel is asked for again
         self.digest: str | None = None  # a state template's snapshot
         #: The namespace fingerprint a kernel forked from this template starts with (copies are identical),
@@ -143,6 +190,7 @@ class KernelTemplate(StateTemplates):
         self._copies = 0  # how many were forked, ever
         self._claims = 0  # callers forking copies of this state template now (see claim())
         self._lock = threading.RLock()
+        self._ready = threading.Condition(self._lock)  # a spare was added, or the template closed
         #: The template a state template was made from (None for a template itself).
         self.base: KernelTemplate | None = None
 
@@ -245,6 +293,7 @@ class KernelTemplate(StateTemplates):
         them; remove its directory. Idempotent."""
         with self._lock:
             spares, self._spares = self._spares, []
+            self._expected = 0
             for spare in spares:
                 spare.close(graceful=False)
             for state in [*self._states.values(), *self._retired]:
@@ -263,9 +312,11 @@ class KernelTemplate(StateTemplates):
             if self._run_dir is not None and self.base is None:  # its kernels and what they started go first
                 remove_run_dir(self._run_dir)
             self._run_dir = None
-            filling, self._filling = self._filling, None
-        if filling is not None and filling is not threading.current_thread():
-            filling.join(timeout=30)  # a fork under way fails now that the template is gone
+            self._ready.notify_all()  # callers waiting for a spare fork their own (and learn it is gone)
+            fillers, self._fillers = self._fillers, []
+        for filler in fillers:
+            if filler is not threading.current_thread():
+                filler.join(timeout=30)  # a fork under way fails now that the template is gone
 
     def __enter__(self) -> Self:
         return self.start()
@@ -360,6 +411,9 @@ class KernelTemplate(StateTemplates):
             if failed is not None:  # a copy the template may have forked anyway goes with its uid
                 failed.end_processes()
             raise
+        nice = (self.base or self).spare_nice
+        if nice and getattr(_FILLING, "active", False):
+            _renice(_pidfd_pid(int(answer["pidfd"])), nice)  # its start yields to the copies in use
         return int(answer["pid"]), int(answer["pidfd"])
 
     def identity_for(self, connection_file: Path) -> CopyIdentity | None:
@@ -379,21 +433,50 @@ class KernelTemplate(StateTemplates):
         """A started kernel forked from this template (in this template's state: empty, or a snapshot's): a
         [`Kernel`][themisto_env.sandbox.Kernel] whose launcher forks instead of starting.
 
-        A spare kernel forked ahead of time is handed out first (see ``spares``) and another is forked in
-        the background, so the caller rarely waits for a kernel's own start.
+        A spare kernel forked ahead of time is handed out first (see ``spares`` and `expecting`): connected, its
+        first ``kernel_info`` answered, checked alive, so handing it out asks no process anything; where none is
+        ready but one is being forked for this caller, it waits for that one. Spares are then forked again in
+        the background, at a lower priority than the kernels in use (`SPARE_NICE`).
         """
         if limits is None or limits == self.limits:
-            with self._lock:
-                self._keep_spares = True
-                spare = self._spares.pop() if self._spares else None
-            if spare is not None and spare.is_alive():
+            spare = self._take_spare()
+            if spare is not None:
                 self._refill()
                 return spare
-            if spare is not None:
-                spare.close(graceful=False)
         kernel = self._fork_kernel(limits)
         self._refill()  # after the fork: a state template's first spare follows its second copy
         return kernel
+
+    def _take_spare(self) -> Kernel | None:
+        """A live spare (a dead one is closed and the next tried), waiting for one being forked when more are
+        under way than callers already wait for; None: fork one."""
+        dead: list[Kernel] = []
+        deadline = time.monotonic() + self.limits.start_timeout_s
+        spare = None
+        with self._lock:
+            self._keep_spares = True
+            self._asked += 1
+            self._expected = max(0, self._expected - 1)
+            while spare is None:
+                while self._spares and spare is None:
+                    candidate = self._spares.pop(0)  # the oldest: its start is furthest behind it
+                    if candidate.is_alive():
+                        spare = candidate
+                    else:
+                        dead.append(candidate)
+                left = deadline - time.monotonic()
+                if spare is not None or self._forking <= self._waiting or self._run_dir is None or left <= 0:
+                    break
+                self._waiting += 1
+                try:
+                    self._ready.wait(timeout=left)
+                finally:
+                    self._waiting -= 1
+        for kernel in dead:
+            kernel.close(graceful=False)
+        if spare is not None and (self.base or self).spare_nice:
+            _renice(spare.launcher.pid(), 0)  # in use now: as any kernel
+        return spare
 
     def _fork_kernel(self, limits: SandboxLimits | None = None) -> Kernel:
         from themisto_env.sandbox.kernel.core import Kernel
@@ -403,37 +486,81 @@ class KernelTemplate(StateTemplates):
         self._copies += 1
         return kernel.start()
 
-    def _refill(self) -> None:
-        """Fork spare kernels in the background until `spares` are ready (one thread at a time); a state
-        template only once a second copy of it was asked for (a state used once needs no spare)."""
+    @contextlib.contextmanager
+    def expecting(self, n: int) -> Iterator[Self]:
+        """Announce ``n`` kernels about to be asked for (a GRPO group's copies of one state): while the block
+        runs, up to ``n`` spares are forked ahead in the background (`FILLERS` at a time), and a caller that
+        finds none ready waits for one under way rather than forking its own. Spares left over beyond
+        ``spares`` are closed when the block ends."""
         with self._lock:
-            if not self._keep_spares or (self.base is not None and self._copies < 2):
-                return
-            if self.spares <= len(self._spares) or (self._filling is not None and self._filling.is_alive()):
-                return
-            self._filling = threading.Thread(target=self._fill, name=lifetime.BACKGROUND_THREADS[0], daemon=True)
-            self._filling.start()
+            self._expected += n
+            asked = self._asked
+        self._refill()
+        try:
+            yield self
+        finally:
+            surplus: list[Kernel] = []
+            with self._lock:
+                self._expected = max(0, self._expected - max(0, n - (self._asked - asked)))
+                keep = max(self._expected, self.spares)
+                while len(self._spares) > keep:
+                    surplus.append(self._spares.pop())
+            for kernel in surplus:
+                kernel.close(graceful=False)
+
+    def prepare(self) -> None:
+        """Have a kernel ready for a caller about to ask for one (an env's next sample): a spare is forked now,
+        in the background, and kept until asked for, whether or not this template keeps spares otherwise."""
+        with self._lock:
+            self._keep_spares = True
+            self._expected = max(self._expected, 1)
+        self._refill()
+
+    def _target(self) -> int:
+        """How many spares to keep ready now (under the lock): the copies announced ahead, else ``spares``
+        (a state template's only once a second copy of it was asked for: a state used once needs none)."""
+        if not self._keep_spares or self._run_dir is None:
+            return 0
+        usual = 0 if self.base is not None and self._copies < 2 else self.spares
+        return max(usual, self._expected)
+
+    def _refill(self) -> None:
+        """Fork spare kernels in the background until `_target` are ready or under way (`FILLERS` threads)."""
+        with self._lock:
+            self._fillers = [t for t in self._fillers if t.is_alive()]
+            missing = self._target() - len(self._spares) - self._forking
+            for _ in range(min(missing, FILLERS - len(self._fillers))):
+                filler = threading.Thread(target=self._fill, name=lifetime.BACKGROUND_THREADS[0], daemon=True)
+                self._fillers.append(filler)
+                filler.start()
 
     def _fill(self) -> None:
+        _FILLING.active = True
         try:
             with tracing.untraced():  # a spare belongs to no episode yet: no trace of its own
                 self._fill_spares()
         finally:
+            _FILLING.active = False
             release_thread_loop()
 
     def _fill_spares(self) -> None:
         while True:
             with self._lock:
-                if len(self._spares) >= self.spares or self._run_dir is None:
+                if len(self._spares) + self._forking >= self._target():
                     return
+                self._forking += 1
+            kernel = None
             try:
                 kernel = self._fork_kernel()
             except Exception:  # the template is gone or failing: the next kernel() says why, in its thread
                 return
-            with self._lock:
-                unwanted = self._run_dir is None or not self._keep_spares  # closed or trimmed meanwhile
-                if not unwanted:
-                    self._spares.append(kernel)
+            finally:
+                with self._lock:
+                    self._forking -= 1
+                    unwanted = kernel is not None and (self._run_dir is None or not self._keep_spares)
+                    if kernel is not None and not unwanted:  # closed or trimmed meanwhile: not kept
+                        self._spares.append(kernel)
+                    self._ready.notify_all()
             if unwanted:
                 kernel.close(graceful=False)
                 return
@@ -443,9 +570,11 @@ class KernelTemplate(StateTemplates):
         next [`kernel`][themisto_env.sandbox.KernelTemplate.kernel] forks spares again)."""
         with self._lock:
             self._keep_spares = False
-            filling = self._filling
-        if filling is not None and filling is not threading.current_thread():
-            filling.join(timeout=30)  # a spare being forked now is closed, not kept
+            self._expected = 0
+            fillers = list(self._fillers)
+        for filler in fillers:
+            if filler is not threading.current_thread():
+                filler.join(timeout=30)  # a spare being forked now is closed, not kept
         with self._lock:
             spares, self._spares = self._spares, []
             states = [state for state in self._states.values() if not state.in_use()]

@@ -182,6 +182,40 @@ class TrajectoryKernel:
             state.fingerprint = copy.introspect.fingerprint()
         return dict(state.fingerprint)
 
+    def copy_source(self, trajectory: Trajectory, step: int) -> tuple[KernelTemplate, str] | None:
+        """The template and the snapshot a copy of the state before ``step`` is forked from when this owner
+        serves it by the snapshot route (the nearest trusted whole snapshot's state template); None where
+        it would not fork one (no template, a state served from a fresh kernel, no usable snapshot)."""
+        template = self._template()
+        if template is None or fresh_before(trajectory, step):
+            return None
+        found = self._nearest_snapshot(trajectory, step)
+        digest = None if found is None else trajectory.steps[found].snapshot
+        return None if digest is None else (template, digest)
+
+    def prepare(self, trajectory: Trajectory, step: int) -> bool:
+        """Say that the state before ``step`` is the one this owner will serve next (an env's next sample):
+        where it would be served by a copy of a state template that runs already, a spare of it is forked now,
+        in the background, and handed out when the state is served. Returns whether one was asked for.
+
+        Nothing is prepared where the kernel will replay forward to it instead (the kernel is before an earlier
+        step of the trajectory and the cells in between cost less), or where no template of that state runs
+        (making one costs what a restore costs: the serve does it when it must)."""
+        if self._kernel is not None and self._forward_from(trajectory, step) is not None:
+            return False
+        source = self.copy_source(trajectory, step)
+        if source is None or not source[0].worth_forking(source[1]):
+            return False
+        template, digest = source
+        try:
+            with template.claim(digest) as state:
+                if state.hazards:
+                    return False
+                state.prepare()
+        except InfrastructureError:
+            return False
+        return True
+
     @property
     def started(self) -> bool:
         """Whether this owner holds a kernel now (it starts one on first use of
