@@ -73,7 +73,7 @@ from themisto_env.sandbox.template.zygote import HELPER_FILE, write_program
 if TYPE_CHECKING:
     from themisto_env.sandbox.kernel.core import Kernel
 
-__all__ = ["FILLERS", "SPARE_NICE", "KernelTemplate"]
+__all__ = ["FILLERS", "REFILL_DELAY_S", "SPARE_NICE", "KernelTemplate"]
 
 #: How many spares a template forks at once in the background (the machine's cores, at most 2: more only queue).
 FILLERS = max(1, min(2, os.cpu_count() or 1))
@@ -81,6 +81,10 @@ FILLERS = max(1, min(2, os.cpu_count() or 1))
 #: second of CPU), so that it does not take the cores from the copy just handed out; back to 0 when handed out.
 #: Only where this process may raise a priority again (root, or ``RLIMIT_NICE``): elsewhere spares start at 0.
 SPARE_NICE = 10
+
+#: How long after a spare is handed out the next one starts forking: the copy's first request (a few
+#: milliseconds) goes first, rather than beside the next spare's start on the same cores.
+REFILL_DELAY_S = 0.05
 
 _FILLING = threading.local()  # set in a thread forking spares
 
@@ -164,6 +168,8 @@ class KernelTemplate(StateTemplates):
         self.spares = spares
         #: The nice value spares are forked at (`SPARE_NICE`; 0 where this process could not give it back)
         self.spare_nice = SPARE_NICE if _may_renice() else 0
+        #: How long after handing out a spare the next one starts forking (`REFILL_DELAY_S`)
+        self.refill_delay_s = REFILL_DELAY_S
         self._spares: list[Kernel] = []
         self._fillers: list[threading.Thread] = []  # forking spares in the background (at most FILLERS)
         self._forking = 0  # spares being forked now
@@ -441,7 +447,7 @@ class KernelTemplate(StateTemplates):
         if limits is None or limits == self.limits:
             spare = self._take_spare()
             if spare is not None:
-                self._refill()
+                self._refill(delay_s=self.refill_delay_s)  # the copy's first request goes first
                 return spare
         kernel = self._fork_kernel(limits)
         self._refill()  # after the fork: a state template's first spare follows its second copy
@@ -524,19 +530,25 @@ class KernelTemplate(StateTemplates):
         usual = 0 if self.base is not None and self._copies < 2 else self.spares
         return max(usual, self._expected)
 
-    def _refill(self) -> None:
-        """Fork spare kernels in the background until `_target` are ready or under way (`FILLERS` threads)."""
+    def _refill(self, *, delay_s: float = 0.0) -> None:
+        """Fork spare kernels in the background until `_target` are ready or under way (`FILLERS` threads),
+        after ``delay_s`` unless copies were announced (`expecting`: they are asked for at once)."""
         with self._lock:
             self._fillers = [t for t in self._fillers if t.is_alive()]
             missing = self._target() - len(self._spares) - self._forking
+            delay_s = 0.0 if self._expected else delay_s
             for _ in range(min(missing, FILLERS - len(self._fillers))):
-                filler = threading.Thread(target=self._fill, name=lifetime.BACKGROUND_THREADS[0], daemon=True)
+                filler = threading.Thread(
+                    target=self._fill, args=(delay_s,), name=lifetime.BACKGROUND_THREADS[0], daemon=True
+                )
                 self._fillers.append(filler)
                 filler.start()
 
-    def _fill(self) -> None:
+    def _fill(self, delay_s: float = 0.0) -> None:
         _FILLING.active = True
         try:
+            if delay_s:
+                time.sleep(delay_s)
             with tracing.untraced():  # a spare belongs to no episode yet: no trace of its own
                 self._fill_spares()
         finally:
