@@ -219,8 +219,12 @@ def copy_latency(rounds: int, preload: tuple[str, ...], store_root: Path, digest
             for name, template in templates.items():
                 state = template.state(digest)
                 deadline = time.monotonic() + 30
-                while template.spares and not state._spares and time.monotonic() < deadline:
-                    time.sleep(0.01)  # the spare forked after the last copy, ready before this one is asked
+                # every template's spare forked after its last copy is ready: only this copy's own refill runs
+                # beside it (not another row's)
+                while time.monotonic() < deadline and any(
+                    t.spares and (not t.state(digest)._spares or t.state(digest)._forking) for t in templates.values()
+                ):
+                    time.sleep(0.01)
                 started = time.perf_counter()
                 kernel = state.kernel()
                 handed = time.perf_counter() - started
