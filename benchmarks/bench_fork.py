@@ -14,13 +14,16 @@ Each figure is a ratio of two things measured in this process, alternating, medi
   kernel plus a restore (what a disposable kernel cost); each to a first ``1+1`` in that state;
 * **a new env's first tool answer**: ``ThemistoEnv`` made, ``reset`` at a sample, ``list_variables``, with a
   template of the process already warm (a server's second session) and with forking off;
-* **ExecutionReward** per completion over a group of G completions of ONE sample, forking on vs off;
+* **ExecutionReward** per completion over a group of G completions of ONE sample: forked, the group run
+  together (copies announced to the state template, two at once) vs one completion after the other (before),
+  and started kernels (``reward-started``); where one completion's CPU goes (``reward-profile``);
 * **memory**: PSS (``/proc/PID/smaps_rollup``) of every process this one started, per open env in tools
   mode (each reset at its own sample, one tool call), forking on vs off; and of one idle kernel;
 * **multi-turn rollout** (reset at a random sample, two tool calls, a prediction) in a warm env, mean and
   p90, against a bare ``1+1`` on the env's kernel;
-* **a copy of a state** (``copy``), p50 and p90 to a first ``1+1``: a spare ready (and its hand-out alone)
-  against no spare, with the kernel application built before the fork and after it (as before issue 38);
+* **a copy of a state** (``copy``), p50 and p90 to a first ``1+1``: a spare ready (and its hand-out alone),
+  its replacement forked at once or later, at nice 0 or 10, against no spare, with the kernel application
+  built before the fork and after it (as before issue 38);
 * **idle forked kernels' memory** (``prebuild-memory``): PSS and private pages, the application built
   before the fork and after it.
 * **backends** (``--backend``, default local and docker): ExecutionReward per completion over a group of
@@ -334,6 +337,40 @@ def execution_rewards(
     return per
 
 
+def completion_cpu(rounds: int, preload: tuple[str, ...], store_root: Path, digest: str) -> dict[str, list[float]]:
+    """Where one ``ExecutionReward`` completion's CPU goes, in the copy (``/proc/PID/stat``, 10 ms ticks, so
+    many rounds) and in this process (``time.process_time``): the copy's fork to its first ``kernel_info``, the
+    seal, a trivial cell, the sealed fingerprint. On 2 cores, a group's throughput is bounded by their sum."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def cpu(pid: int) -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    parts = ("copy: fork to ready", "copy: seal", "copy: a cell (1+1)", "copy: sealed fingerprint")
+    times: dict[str, list[float]] = {name: [] for name in (*parts, "host: fork and connect", "host: the rest")}
+    with KernelTemplate("local", preload=preload, snapshot_dir=store_root, spares=0, store_access="copy") as template:
+        state = template.state(digest)
+        for _ in range(rounds):
+            host = time.process_time()
+            kernel = state.kernel()
+            times["host: fork and connect"].append(time.process_time() - host)
+            pid = kernel.launcher.pid() or 0
+            marks = [cpu(pid)]
+            host = time.process_time()
+            token = kernel.introspect.seal()
+            marks.append(cpu(pid))
+            kernel.execute("1+1")
+            marks.append(cpu(pid))
+            kernel.introspect.sealed_fingerprint(token, {"canary_bench": 1})
+            marks.append(cpu(pid))
+            times["host: the rest"].append(time.process_time() - host)
+            kernel.close()
+            for name, before, after in zip(parts, [0.0, *marks], marks, strict=True):
+                times[name].append(after - before)
+    return times
+
+
 def memory(envs: int, choices: list[tuple[str, int]]) -> dict[str, float]:
     figures: dict[str, float] = {}
     for fork in (True, False):
@@ -478,7 +515,8 @@ def main() -> None:
         "--skip",
         action="append",
         default=[],
-        help="starts, copies, copy, prebuild-memory, first, reward, reward-started, memory, rollouts, backends",
+        help="starts, copies, copy, prebuild-memory, first, reward, reward-started, reward-profile, memory, rollouts, "
+        "backends",
     )
     parser.add_argument("--backend", action="append", help="backends compared (default local and docker)")
     args = parser.parse_args()
@@ -610,6 +648,17 @@ def main() -> None:
             f"{per[(now, groups[0])]:.3f} s",
             per[(now, groups[0])] <= 0.05,
         )
+    if "reward-profile" not in args.skip:
+        store = SnapshotStore(dataset.snapshot_dir)
+        written = {s.snapshot for t in trajectories for s in t.steps if s.snapshot and s.snapshot in store}
+        median_state = sorted(written, key=lambda d: store.path(d).stat().st_size)[len(written) // 2]
+        parts = completion_cpu(args.rounds * 4, preload, dataset.snapshot_dir, median_state)
+        table = Table("CPU of one ExecutionReward completion (median snapshot)", "mean ms", "share")
+        total = sum(statistics.mean(values) for values in parts.values())
+        for name, values in parts.items():
+            table.add_row(name, f"{statistics.mean(values) * 1000:.1f}", f"{statistics.mean(values) / total:.0%}")
+        table.add_row("total (2 cores: at best half of it per completion)", f"{total * 1000:.1f}", "100%")
+        console.print(table)
     if "memory" not in args.skip:
         mem = memory(args.envs, choices[:: max(1, len(choices) // args.envs)])
         table = Table("memory (PSS)", "per open env MiB", "idle kernel MiB", "sessions in 16 GiB")
