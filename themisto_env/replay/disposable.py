@@ -327,7 +327,7 @@ class DisposableKernels:
         return run
 
     def _run_code(
-        self, kernel: KernelLike, code: str, token: str, before: dict[str, str], *, timeout_s: float, alone: bool
+        self, kernel: KernelLike, code: str, token: str, before: dict[str, str], *, timeout_s: float, alone: bool = True
     ) -> CodeRun:
         """The code's part: what goes wrong from here on is the code's doing, once the backend itself is
         known to be alive (a lost engine also looks like a dead or silent kernel), and, beside other runs
