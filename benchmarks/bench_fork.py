@@ -366,7 +366,7 @@ def completion_cpu(rounds: int, preload: tuple[str, ...], store_root: Path, dige
             marks.append(cpu(pid))
             times["host: the rest"].append(time.process_time() - host)
             kernel.close()
-            for name, before, after in zip(parts, [0.0, *marks], marks, strict=True):
+            for name, before, after in zip(parts, [0.0, *marks[:-1]], marks, strict=True):
                 times[name].append(after - before)
     return times
 

@@ -52,6 +52,7 @@ from themisto_env.errors import (
     KernelStartError,
     TemplateGoneError,
 )
+from themisto_env.sandbox.kernel.contract import KernelLike
 from themisto_env.sandbox.kernel.forked import exited
 from themisto_env.sandbox.kernel.identity import CopyIdentity, can_give_identities, new_identity
 from themisto_env.sandbox.kernel.launcher import KERNEL_ENVIRONMENT, launcher_class
@@ -128,8 +129,9 @@ class KernelTemplate(StateTemplates, SpareKernels):
         #: Kernels forked ahead of time and kept ready (a state template's too: copies of a state are
         #: usually asked for in groups)
         self.spares = spares
-        #: The nice value spares are forked at (`SPARE_NICE`; 0 where this process could not give it back)
-        self.spare_nice = SPARE_NICE if may_renice() else 0
+        #: The nice value spares are forked at (`SPARE_NICE`); 0, whatever is set, where this process could not
+        #: give a handed-out spare its priority back
+        self.spare_nice = SPARE_NICE
         #: How long after handing out a spare the next one starts forking (`REFILL_DELAY_S`)
         self.refill_delay_s = REFILL_DELAY_S
         self._spares: list[Kernel] = []
@@ -336,6 +338,17 @@ class KernelTemplate(StateTemplates, SpareKernels):
                 os.close(fd)
         return answer
 
+    def kernel(self, *, limits: SandboxLimits | None = None) -> KernelLike:
+        """A started kernel forked from this template (in this template's state: empty, or a snapshot's): a
+        [`Kernel`][themisto_env.sandbox.Kernel] whose launcher forks instead of starting.
+
+        A spare kernel forked ahead of time is handed out first (see ``spares`` and `expecting`): connected, its
+        first ``kernel_info`` answered, checked alive, so handing it out asks no process anything; where none is
+        ready but one is being forked for this caller, it waits for that one. Spares are then forked again in
+        the background, `REFILL_DELAY_S` after a spare was handed out.
+        """
+        return self._spare_or_fork(limits)
+
     def fork(
         self,
         connection_file: Path,
@@ -380,7 +393,7 @@ class KernelTemplate(StateTemplates, SpareKernels):
                 failed.end_processes()
             raise
         nice = (self.base or self).spare_nice
-        if nice and getattr(FILLING, "active", False):
+        if nice and may_renice() and getattr(FILLING, "active", False):
             renice(pidfd_pid(int(answer["pidfd"])), nice)  # its start yields to the copies in use
         return int(answer["pid"]), int(answer["pidfd"])
 

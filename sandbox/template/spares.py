@@ -5,8 +5,10 @@ template once a second copy of its state was asked for); a caller that knows wha
 so: `SpareKernels.expecting` (a GRPO group's copies of one state, forked `FILLERS` at a time) or
 `SpareKernels.prepare` (the state an env serves next). A spare is handed out connected, its first
 ``kernel_info`` answered and checked alive; a dead one is closed and the next tried. The spare that replaces
-a handed-out one starts forking `REFILL_DELAY_S` later and at nice `SPARE_NICE`, so that the copy just
-handed out runs its first request on cores it does not share with that start.
+a handed-out one starts forking `REFILL_DELAY_S` later, so that the copy just handed out runs its first
+request on cores it does not share with that start. A template's ``spare_nice`` can also fork its spares at
+a lower priority (given back when handed out); off by default (`SPARE_NICE`): it measured no better than the
+delay (benchmarks/README.md), and a caller that waits for a spare under way would wait at that priority.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from themisto_env import tracing
-from themisto_env.sandbox.kernel.contract import KernelLike
 from themisto_env.sandbox.kernel.process import release_thread_loop
 from themisto_env.sandbox.lifetime import reaper as lifetime
 from themisto_env.sandbox.models import SandboxLimits
@@ -34,10 +35,9 @@ __all__ = ["FILLERS", "FILLING", "REFILL_DELAY_S", "SPARE_NICE", "SpareKernels",
 
 #: How many spares a template forks at once in the background (the machine's cores, at most 2: more only queue).
 FILLERS = max(1, min(2, os.cpu_count() or 1))
-#: The nice value a spare starts at while it is forked (its ipykernel application's start, about a tenth of a
-#: second of CPU), so that it does not take the cores from the copy just handed out; back to 0 when handed out.
-#: Only where this process may raise a priority again (root, or ``RLIMIT_NICE``): elsewhere spares start at 0.
-SPARE_NICE = 10
+#: The nice value spares are forked at by default (a template's ``spare_nice``; given back, to 0, when handed
+#: out, so only where this process may raise a priority again: root, or ``RLIMIT_NICE``). 0: off (see above).
+SPARE_NICE = 0
 
 #: How long after a spare is handed out the next one starts forking: the copy's first request (a few
 #: milliseconds) goes first, rather than beside the next spare's start on the same cores.
@@ -102,15 +102,8 @@ class SpareKernels:
 
     # -- kernels and spares -------------------------------------------------------------------------------------
 
-    def kernel(self, *, limits: SandboxLimits | None = None) -> KernelLike:
-        """A started kernel forked from this template (in this template's state: empty, or a snapshot's): a
-        [`Kernel`][themisto_env.sandbox.Kernel] whose launcher forks instead of starting.
-
-        A spare kernel forked ahead of time is handed out first (see ``spares`` and `expecting`): connected, its
-        first ``kernel_info`` answered, checked alive, so handing it out asks no process anything; where none is
-        ready but one is being forked for this caller, it waits for that one. Spares are then forked again in
-        the background, at a lower priority than the kernels in use (`SPARE_NICE`).
-        """
+    def _spare_or_fork(self, limits: SandboxLimits | None = None) -> Kernel:
+        """A spare (see `KernelTemplate.kernel`), else a kernel forked now; spares forked again after."""
         if limits is None or limits == self.limits:
             spare = self._take_spare()
             if spare is not None:
@@ -147,7 +140,7 @@ class SpareKernels:
                     self._waiting -= 1
         for kernel in dead:
             kernel.close(graceful=False)
-        if spare is not None and (self.base or self).spare_nice:
+        if spare is not None and (self.base or self).spare_nice and may_renice():
             renice(spare.launcher.pid(), 0)  # in use now: as any kernel
         return spare
 
@@ -166,6 +159,7 @@ class SpareKernels:
         finds none ready waits for one under way rather than forking its own. Spares left over beyond
         ``spares`` are closed when the block ends."""
         with self._lock:
+            self._keep_spares = True
             self._expected += n
             asked = self._asked
         self._refill()
