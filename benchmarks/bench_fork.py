@@ -27,8 +27,9 @@ Each figure is a ratio of two things measured in this process, alternating, medi
 * **idle forked kernels' memory** (``prebuild-memory``): PSS and private pages, the application built
   before the fork and after it.
 * **backends** (``--backend``, default local and docker): ExecutionReward per completion over a group of
-  8 on each backend, forked (docker: copies in one template container, a uid each) vs started, as ratios
-  to local forked; and an isolated backend's new env's first tool answer.
+  8 on each backend, forked (docker: copies in one template container, a uid each; bwrap, run as an
+  unprivileged user: copies in one template sandbox, namespaces each) vs started, as ratios to local forked;
+  and an isolated backend's new env's first tool answer.
 
 Nothing is asserted; goals are printed as met or missed.
 """

@@ -1,7 +1,8 @@
 """Where code runs: Jupyter kernels on interchangeable backends (``local``, ``bwrap``, ``docker``).
 
 The face lists the parts a caller uses ([`Kernel`][themisto_env.sandbox.Kernel],
-[`KernelLike`][themisto_env.sandbox.KernelLike], [`make_kernel`][themisto_env.sandbox.make_kernel],
+[`KernelLike`][themisto_env.sandbox.KernelLike] with its parts' contracts (`SnapshotsLike`, `IntrospectionLike`),
+[`make_kernel`][themisto_env.sandbox.make_kernel],
 [`KernelTemplate`][themisto_env.sandbox.KernelTemplate], `KernelSpec` (what kind of kernel: every factory takes one),
 limits and results; each imported on first use). The rooms:
 

@@ -1,7 +1,9 @@
 """The public names of [`themisto_env.sandbox`][themisto_env.sandbox], a line each (``__init__.py`` imports each on
 first use)."""
 
+from .kernel.contract import IntrospectionLike as IntrospectionLike
 from .kernel.contract import KernelLike as KernelLike
+from .kernel.contract import SnapshotsLike as SnapshotsLike
 from .kernel.core import Kernel as Kernel
 from .kernel.launcher import BACKENDS as BACKENDS
 from .kernel.launcher import KernelLauncher as KernelLauncher

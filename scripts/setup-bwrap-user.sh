@@ -4,7 +4,8 @@
 # unprivileged user (themisto-bwrap), gives it a venv of Debian's Python (/usr/bin/python3, python3-venv)
 # holding a copy of this working tree installed with pip at the locked versions (`pip install -c
 # requirements/lock.txt -e` in that venv only: the checkout's .venv and the system's install are untouched),
-# and runs every test marked `bwrap` as that user, with no skip (a skip fails).
+# and runs every test marked `bwrap` as that user, with no skip (a skip fails): among them
+# tests/sandbox/test_bwrap_copies.py, the attacks of one forked copy of model-written code on its siblings.
 #
 #   bash scripts/setup-bwrap-user.sh                 set up (idempotent), then run the bwrap tests
 #   bash scripts/setup-bwrap-user.sh --setup-only    only set up

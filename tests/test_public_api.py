@@ -205,6 +205,7 @@ PUBLIC: dict[str, list[str]] = {
     "themisto_env.sandbox": [
         "BACKENDS",
         "ExecutionResult",
+        "IntrospectionLike",
         "Kernel",
         "KernelLauncher",
         "KernelLike",
@@ -213,6 +214,7 @@ PUBLIC: dict[str, list[str]] = {
         "RemoteKernel",
         "SandboxLimits",
         "SnapshotInfo",
+        "SnapshotsLike",
         "launcher_class",
         "make_kernel",
     ],

@@ -19,10 +19,14 @@ count reached it), and its data size against its ``RLIMIT_DATA`` (a ``MemoryErro
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
+import shutil
 import signal
 import stat
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -31,7 +35,14 @@ from pathlib import Path
 from themisto_env.errors import KernelStartError
 from themisto_env.sandbox.models import SandboxLimits
 
-__all__ = ["UID_BASE", "UID_SLOTS", "CopyIdentity", "can_give_identities", "new_identity"]
+__all__ = [
+    "UID_BASE",
+    "UID_SLOTS",
+    "CopyIdentity",
+    "can_give_identities",
+    "nested_namespaces_refused",
+    "new_identity",
+]
 
 #: The first uid a copy may get, far above the host's users and the image's (uid 1000).
 UID_BASE = 1_000_000
@@ -158,3 +169,50 @@ def new_identity(limits: SandboxLimits, run_dir: Path) -> CopyIdentity:
                 _USED.add(uid)
                 break
     return CopyIdentity(uid=uid, nproc=limits.pids, memory_bytes=limits.memory_mb << 20, tmp=run_dir / "tmp")
+
+
+#: What a bwrap copy does first (``_isolate_copy``), tried once in a sandbox like a template's: namespaces of
+#: its own, its uid mapped, a child in the new pid namespace mounting its own ``/proc`` and ``/tmp``.
+_NESTING_PROBE = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+uid, gid = os.getuid(), os.getgid()
+if libc.unshare(0x10000000 | 0x20000000 | 0x00020000 | 0x40000000 | 0x08000000):
+    raise SystemExit("unshare: " + os.strerror(ctypes.get_errno()))
+for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+    with open("/proc/self/" + name, "w") as f:
+        f.write(text)
+pid = os.fork()
+if pid == 0:
+    code = 0
+    for target, kind in ((b"/proc", b"proc"), (b"/tmp", b"tmpfs")):
+        if libc.mount(kind, target, kind, 0, None):
+            os.write(2, (f"mount {kind.decode()}: " + os.strerror(ctypes.get_errno())).encode())
+            code = 1
+    os._exit(code if os.getpid() == 1 else 2)
+raise SystemExit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
+
+@functools.cache
+def nested_namespaces_refused() -> str | None:
+    """Why this host cannot give ``bwrap`` copies namespaces of their own inside their template's sandbox
+    (user namespaces disabled, or nested ones refused: measured once per process, in a sandbox like a
+    template's), or None where it can. None as root or without bwrap too: a bwrap template then fails to
+    start with the backend's own reason."""
+    if os.geteuid() == 0 or (bwrap := shutil.which("bwrap")) is None:
+        return None
+    with contextlib.suppress(OSError, ValueError):
+        allowed = int(Path("/proc/sys/user/max_user_namespaces").read_text())
+        if allowed < 2:
+            return f"this host allows {allowed} user namespace(s) (/proc/sys/user/max_user_namespaces): none to nest"
+    command = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--cap-drop", "ALL", "--die-with-parent"]
+    command += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--", sys.executable, "-c", _NESTING_PROBE]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"the probe of nested user namespaces failed: {exc}"
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1][:200]
+        return f"this host refuses user namespaces nested in a bwrap sandbox ({last})"
+    return None

@@ -155,9 +155,11 @@ class KernelSpec:
         forked.
 
         Kernels for model-written code (``store_access="copy"``) are forked on ``local`` (no isolation
-        anyway) and on ``docker``, where each copy takes a uid of its own in its template's container; on
-        ``bwrap`` the copies of one template would share its sandbox and its user (one copy could reach
-        another), so each is started in a sandbox of its own. The env's own kernel (``read``) is forked on
+        anyway), on ``docker``, where each copy takes a uid of its own in its template's container, and on
+        ``bwrap``, where each copy takes user, pid, mount, network and IPC namespaces of its own inside its
+        template's sandbox; where the host refuses nested user namespaces
+        (`themisto_env.sandbox.kernel.identity.nested_namespaces_refused` says why), each bwrap kernel for
+        model-written code is started in a sandbox of its own. The env's own kernel (``read``) is forked on
         ``local`` and ``bwrap``, started on ``docker``.
         """
         if not self.fork:
@@ -167,7 +169,11 @@ class KernelSpec:
         if self.backend not in FORKING_BACKENDS:
             return f"the {self.backend} backend does not fork"
         if self.store_access == "copy" and self.backend == "bwrap":
-            return "copies of one bwrap template would share its user: model-written code gets a sandbox each"
+            from themisto_env.sandbox.kernel.identity import nested_namespaces_refused
+
+            refused = nested_namespaces_refused()
+            if refused is not None:
+                return f"bwrap copies cannot isolate themselves: {refused}; model-written code gets a sandbox each"
         if self.store_access == "read" and self.backend == "docker":
             return "the env's own docker kernel is started (only model-written code is forked on docker)"
         return None

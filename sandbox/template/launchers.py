@@ -10,6 +10,7 @@ from themisto_env.sandbox.backends.local import BwrapLauncher, LocalLauncher
 from themisto_env.sandbox.kernel.launcher import KernelLauncher
 from themisto_env.sandbox.template.docker import DockerTemplateLauncher
 from themisto_env.sandbox.template.zygote import PROGRAM_FILE
+from themisto_env.sandbox.template.zygote._identity import ISOLATE_VARIABLE
 
 __all__ = [
     "ISOLATED_COPIES",
@@ -21,7 +22,8 @@ __all__ = [
 ]
 
 #: Backends whose copies each take a uid of their own after the fork (copies of one template are isolated
-#: from each other: model-written code may be forked there).
+#: from each other: model-written code may be forked there). ``bwrap`` copies of model-written code isolate
+#: themselves too, in namespaces of their own, with no uid to give (see `BwrapTemplateLauncher`).
 ISOLATED_COPIES = ("docker",)
 #: How long a request to a template may take (a fork answers in milliseconds; a derive loads a snapshot).
 REQUEST_TIMEOUT_S = 30.0
@@ -42,7 +44,27 @@ class LocalTemplateLauncher(TemplateProgram, LocalLauncher):
 
 
 class BwrapTemplateLauncher(TemplateProgram, BwrapLauncher):
-    """A ``bwrap`` template's process (in a sandbox of its own, as a bwrap kernel)."""
+    """A ``bwrap`` template's process (in a sandbox of its own, as a bwrap kernel).
+
+    A template for model-written code (the store hidden from it: ``store_access="copy"``) makes each kernel it
+    forks isolate itself right after the fork (``_isolate_copy`` in `themisto_env.sandbox.template.zygote`):
+    user, pid, mount, network and IPC namespaces of its own nested in the sandbox's, its template's run
+    directory hidden but for its own folders, rlimits for its processes and memory (a kernel's
+    ``limits.pids`` and ``limits.memory_mb``), no capability left.
+    """
+
+    def environment(self, connection_file: Path) -> dict[str, str]:
+        environment = super().environment(connection_file)
+        environment.pop(ISOLATE_VARIABLE, None)
+        if self.hidden_dirs:  # the store hidden: kernels for model-written code
+            environment[ISOLATE_VARIABLE] = json.dumps(
+                {
+                    "nproc": self.limits.pids,
+                    "memory_bytes": self.limits.memory_mb << 20,
+                    "hide": sorted({str(connection_file.parent), *map(str, self.shared_dirs)}),
+                }
+            )
+        return environment
 
 
 #: A template's launcher by backend.

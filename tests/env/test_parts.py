@@ -112,7 +112,7 @@ def test_the_record_counts_pays_and_refunds_in_one_place() -> None:
     ("backend", "fork", "own", "model_code"),
     [
         ("local", True, None, None),
-        ("bwrap", True, None, "share its user"),
+        ("bwrap", True, None, None),
         ("docker", True, "only model-written code is forked", None),
         ("docker", False, "fork=False", "fork=False"),
     ],
@@ -120,8 +120,9 @@ def test_the_record_counts_pays_and_refunds_in_one_place() -> None:
 def test_which_kernels_are_forked_and_why_not(
     env_dataset: dict[str, str], backend: str, fork: bool, own: str | None, model_code: str | None
 ) -> None:
-    """Model-written code is forked where copies are isolated from each other (docker) or nothing is
-    (local); the reason a kernel is started instead is what ``served_by`` shows."""
+    """Model-written code is forked where copies are isolated from each other (docker: a uid each; bwrap:
+    namespaces each, where the host allows nested user namespaces) or nothing is (local); the reason a kernel
+    is started instead is what ``served_by`` shows."""
     from themisto_env.env.kernel_spec import env_kernel_spec
 
     config, dataset = env_config_and_dataset({**env_dataset, "backend": backend, "fork": fork})

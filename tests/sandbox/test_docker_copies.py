@@ -324,6 +324,7 @@ def test_the_template_container_goes_with_its_last_holder(env_dataset: dict[str,
 
     templates.close_shared_templates()
     own = {"label": f"themisto-env.host-pid={os.getpid()}"}
+    before = {c.id for c in docker.from_env().containers.list(all=True, filters=own, ignore_removed=True)}
     row = export_samples("next-cell", "static", **env_dataset, sample_rule=ALL_SAMPLES)[0]
     options = {**env_dataset, "backend": "docker", "limits": LIMITS.model_dump(), "sample_rule": ALL_SAMPLES}
     with ExecutionReward(value="execution_score", parse=False, **options) as first:
@@ -332,7 +333,8 @@ def test_the_template_container_goes_with_its_last_holder(env_dataset: dict[str,
         assert templates._SHARED, "the first reward still holds the template"
         first(completions=["x = 2"], sample_id=[row["sample_id"]])
     assert not templates._SHARED
-    assert docker.from_env().containers.list(all=True, filters=own, ignore_removed=True) == []
+    after = {c.id for c in docker.from_env().containers.list(all=True, filters=own, ignore_removed=True)}
+    assert after <= before  # (another test's template may still run in this process: the module's own)
 
 
 # -- a GRPO group: one hostile completion, the others scored as alone ---------------------------------------

@@ -115,7 +115,7 @@ def test_equal_specs_share_one_pool_and_different_specs_do_not(tmp_path: Path) -
     ("backend", "fork", "ray", "read", "copy"),
     [
         ("local", True, None, None, None),
-        ("bwrap", True, None, None, "share its user"),
+        ("bwrap", True, None, None, None),
         ("docker", True, None, "only model-written code is forked", None),
         ("local", False, None, "fork=False", "fork=False"),
         ("local", True, RayPlacement(), "Ray actors", "Ray actors"),

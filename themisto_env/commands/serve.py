@@ -24,6 +24,14 @@ def serve_command(
     max_sessions: Annotated[
         int, typer.Option("--max-sessions", help="WebSocket sessions (episodes, kernels) at once.")
     ] = 32,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            help="Threads running the sessions' calls, shared (an idle session holds none; calls past this many "
+            "at once wait). Default: --max-sessions, at most 64.",
+        ),
+    ] = None,
     idle_timeout: Annotated[
         float, typer.Option("--idle-timeout", metavar="SECONDS", help="Close a session idle this long (0: never).")
     ] = 600.0,
@@ -67,9 +75,13 @@ def serve_command(
 
     require_openenv()
     from themisto_env.bridges.openenv.capacity import raise_open_file_limit, session_capacity
-    from themisto_env.bridges.openenv.server import check_bind, serve
+    from themisto_env.bridges.openenv.server import DEFAULT_WORKERS, check_bind, serve
 
     check_bind(host, token)
+    if workers is not None and workers < 1:
+        from themisto_env.errors import ConfigError
+
+        raise ConfigError(f"--workers is at least 1, got {workers}")
     raise_open_file_limit()  # each session holds a few descriptors: the soft limit (often 1,024) caps them
     options: dict[str, Any] = {"task": task, "observation": observation, "backend": backend}
     if data is not None:
@@ -87,7 +99,8 @@ def serve_command(
         connect(ray)  # here, in the main thread, before any session makes an env
         options["ray"] = ray
     console.print(
-        f"themisto serve: http://{host}:{port} (OpenEnv; WebSocket sessions at /ws, up to {max_sessions}; "
+        f"themisto serve: http://{host}:{port} (OpenEnv; WebSocket sessions at /ws, up to {max_sessions}, their "
+        f"calls on {workers or min(max_sessions, DEFAULT_WORKERS)} shared threads; "
         "Prometheus metrics at /metrics; "
         f"{'token required' if token else 'no token'}{f'; kernels on Ray at {ray}' if ray else ''})",
         markup=False,
@@ -108,5 +121,6 @@ def serve_command(
             max_sessions=max_sessions,
             idle_timeout_s=idle_timeout or None,
             token=token,
+            workers=workers,
             log_level=log_level,
         )

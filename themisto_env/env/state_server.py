@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import threading
 from collections.abc import Callable
 
 from themisto_env import tracing
@@ -39,6 +40,12 @@ from themisto_env.sandbox.template.core import KernelTemplate
 from themisto_env.sandbox.template.shared import hold_shared_templates, release_shared_templates, template_source
 
 __all__ = ["StateServer"]
+
+#: The (kernel kind, dataset) pairs checked in this process (`StateServer._check_dataset`): kernels of one
+#: kind (one spec: backend, image, environment) answer the same package versions, so a served node's 500
+#: sessions ask once, not once each (a kernel round trip, about a third of a session's opening).
+_CHECKED: set[tuple[str, str]] = set()
+_CHECKED_LOCK = threading.Lock()
 
 log = logging.getLogger("themisto_env")
 
@@ -297,6 +304,12 @@ class StateServer:
         if self._dataset_checked:
             return
         self._dataset_checked = True
+        key = (repr(self.spec), str(self.dataset.path))
+        if self.spec.ray is None:  # Ray places kernels on nodes that may differ: each server checks its own
+            with _CHECKED_LOCK:
+                if key in _CHECKED:
+                    return
+                _CHECKED.add(key)
         stale = sorted(t.id for t in self.trajectories.values() if t.fingerprint_version != FINGERPRINT_VERSION)
         if stale:
             log.warning(

@@ -24,7 +24,7 @@ from themisto_env.sandbox.template.zygote._app import (
     _reseed,
 )
 from themisto_env.sandbox.template.zygote._channel import _arm_wakeup, _listen, _name_process, _redirect_output
-from themisto_env.sandbox.template.zygote._identity import _settle_memory
+from themisto_env.sandbox.template.zygote._identity import _isolate_copy, _settle_memory
 
 
 def _become_kernel(template: Any, request: dict[str, Any]) -> None:
@@ -33,6 +33,7 @@ def _become_kernel(template: Any, request: dict[str, Any]) -> None:
 
     The child's own work starts here, before any socket exists: its process, session, output, folder and
     environment. Then the application opens its sockets and starts its threads (`_finish_app`)."""
+    _isolate_copy(request)  # a bwrap copy of model-written code: namespaces, folders and limits of its own
     _name_process("ipykernel")
     os.setsid()  # its own process group: the host ends what a cell started with it
     _redirect_output(request["log"])

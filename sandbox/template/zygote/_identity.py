@@ -161,3 +161,157 @@ def _reap_identity(request: dict[str, Any]) -> dict[str, Any]:
 
 #: How long the template waits for a reap child (``reap``) before it answers anyway.
 REAP_WAIT_S = 5.0
+
+
+#: The template's environment variable that makes its kernels isolate themselves (`_isolate_copy`): set by
+#: the ``bwrap`` template launcher for model-written code, a JSON object (``nproc``, ``memory_bytes``, ``hide``).
+ISOLATE_VARIABLE = "THEMISTO_ISOLATE_COPIES"
+
+# unshare(2) and mount(2) flags, <linux/sched.h> and <linux/mount.h>
+_CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
+_CLONE_NEWNET, _CLONE_NEWIPC = 0x40000000, 0x08000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
+_MNT_DETACH = 2
+#: The namespaces a copy makes for itself (a network and an IPC namespace too: copies shared the sandbox's
+#: loopback and System V IPC).
+COPY_NAMESPACES = _CLONE_NEWUSER | _CLONE_NEWPID | _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWIPC
+#: What a copy's kernel may use beyond its size at the fork before its memory allowance counts (its
+#: ipykernel application starting: threads, sockets, heap; about 80 MiB with ipykernel 7).
+KERNEL_START_BYTES = 256 << 20
+
+
+def _isolate_copy(request: dict[str, Any]) -> None:
+    """In a kernel forked by a ``bwrap`` template of model-written code (`ISOLATE_VARIABLE` set), before any
+    of its own code runs: the copy takes namespaces of its own (`COPY_NAMESPACES`), nested in the sandbox's,
+    as the sandbox's unprivileged user may (no capability outside them).
+
+    The forked child stays, outside the new pid namespace, as the copy's *keeper* (the process its template
+    and the host watch): it forks the kernel, which is pid 1 of the new namespace (every process the copy
+    starts goes when it ends), passes on ``SIGINT``, turns ``SIGTERM`` into the kernel's end, and exits as
+    the kernel did. The kernel mounts its own ``/proc`` (it sees only its namespace's processes), ``/tmp``
+    (its ``TMPDIR`` and ``HOME``) and ``/dev/shm`` (empty tmpfs), and a read-only tmpfs over its template's
+    run directory with only its own run directory (read-write: its work, its sockets) and the IPython
+    directory (read-only) bound back: it sees no sibling's files and not the template's socket. Then its
+    rlimits (``RLIMIT_NPROC``, counted per user namespace: its own processes; ``RLIMIT_DATA``,
+    ``RLIMIT_AS``) and every capability it held in its namespaces go, for good. A no-op where the variable
+    is unset; any failure ends the copy."""
+    import json
+
+    setting = os.environ.pop(ISOLATE_VARIABLE, None)
+    if not setting:
+        return
+    import ctypes
+
+    config = json.loads(setting)
+    libc = ctypes.CDLL(None, use_errno=True)
+    uid, gid = os.getuid(), os.getgid()
+    _check(libc.unshare(COPY_NAMESPACES), "unshare")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+    read_end, write_end = os.pipe()
+    kernel = os.fork()
+    if kernel != 0:
+        os.close(read_end)
+        _keep(kernel, write_end)
+    os.close(write_end)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the kernel ends with its keeper
+    if select.select([read_end], [], [], 0)[0]:  # the keeper is gone already (its end of the pipe closed)
+        os._exit(1)
+    os.close(read_end)
+    _mount_own_folders(libc, request, config)
+    _limit_copy(libc, config)
+
+
+def _keep(kernel: int, alive: int) -> None:
+    """The keeper's life (see `_isolate_copy`): wait for the kernel, pass signals on, exit as it did. ``alive``
+    (a pipe's end the kernel watches) stays open while it lives."""
+    os.closerange(3, alive)  # nothing of the template's (its listener, the request's connection) stays here
+    os.closerange(alive + 1, 1 << 20)
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGINT, lambda *_: os.kill(kernel, signal.SIGINT))
+    for number in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, lambda *_: os.kill(kernel, signal.SIGKILL))  # pid 1 ignores what it does not handle
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    _, status = os.waitpid(kernel, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:  # killed: the keeper dies of the same signal
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code if code >= 0 else 1)
+
+
+def _check(result: int, what: str) -> None:
+    """Raise ``OSError`` for a failed libc call."""
+    if result != 0:
+        import ctypes
+
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def _mount_own_folders(libc: Any, request: dict[str, Any], config: dict[str, Any]) -> None:
+    """The kernel's own ``/proc``, ``/tmp``, ``/dev/shm``, and its template's run directory hidden but for its
+    own run directory and the IPython directory (see `_isolate_copy`)."""
+
+    def mount(source: str | None, target: str, kind: str | None, flags: int, data: str | None = None) -> None:
+        encoded = [None if v is None else v.encode() for v in (source, target, kind, data)]
+        _check(libc.mount(encoded[0], encoded[1], encoded[2], flags, encoded[3]), f"mount {target}")
+
+    mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
+    own = os.path.dirname(os.path.abspath(request["connection_file"]))
+    ipython = os.environ.get("IPYTHONDIR")
+    kept = [(own, False)] + ([(ipython, True)] if ipython and os.path.isdir(ipython) else [])
+    staged = []
+    for index, (folder, _) in enumerate(kept):  # out of the way of the tmpfs about to cover them (/tmp's too)
+        stage = f"/dev/shm/.themisto-copy-{index}"
+        os.mkdir(stage)
+        mount(folder, stage, None, _MS_BIND | _MS_REC)
+        staged.append(stage)
+    mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
+    hidden = [os.path.abspath(folder) for folder in config.get("hide", [])]
+    for folder in hidden:  # a folder under /tmp is made again in the new /tmp, then covered all the same
+        os.makedirs(folder, exist_ok=True)
+        mount("tmpfs", folder, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755")
+    for (folder, readonly), stage in zip(kept, staged, strict=True):
+        os.makedirs(folder, exist_ok=True)
+        mount(stage, folder, None, _MS_BIND | _MS_REC)
+        if readonly:
+            mount(None, folder, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+        _check(libc.umount2(stage.encode(), _MNT_DETACH), f"umount {stage}")
+        os.rmdir(stage)
+    for folder in hidden:
+        mount(None, folder, None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+    os.environ.update({"TMPDIR": "/tmp", "HOME": "/tmp"})
+    import tempfile
+
+    tempfile.tempdir = None  # chosen again from $TMPDIR
+
+
+def _limit_copy(libc: Any, config: dict[str, Any]) -> None:
+    """The kernel's rlimits (soft and hard: it cannot raise them) and the end of its capabilities: the
+    bounding set emptied, then every set (``capset``); checked in ``/proc/self/status``."""
+    import ctypes
+    import resource
+
+    nproc = int(config["nproc"])
+    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))  # per user namespace and uid: this copy's
+    memory = int(config["memory_bytes"]) + KERNEL_START_BYTES
+    sizes = _vm_sizes()
+    data = sizes.get("VmData", 0) + memory
+    resource.setrlimit(resource.RLIMIT_DATA, (data, data))
+    space = sizes.get("VmSize", 0) + memory + AS_SLACK
+    resource.setrlimit(resource.RLIMIT_AS, (space, space))
+    for capability in range(64):
+        if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP; EINVAL past the last capability
+            break
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data_sets = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: twice (capabilities 0-63), all 0
+    _check(libc.capset(header, data_sets), "capset")
+    with open("/proc/self/status") as f:
+        status = dict(line.split(":", 1) for line in f if ":" in line)
+    if any(int(status[key], 16) for key in ("CapEff", "CapPrm", "CapBnd", "CapAmb")):
+        raise PermissionError("the copy kept a capability")

@@ -332,6 +332,43 @@ def test_an_idle_session_is_closed_with_its_kernel_and_a_stopped_server_closes_t
             left_open.close()
 
 
+@pytest.mark.slow
+def test_open_sessions_hold_no_thread_each() -> None:
+    """Sessions opened all at once, each with a live kernel and its state served, then left idle: the
+    server's threads grow by at most the shared pool's, never by one per session (OpenEnv's own executor
+    per WebSocket kept a thread for each), and every session still answers."""
+    workers, more = 3, 20
+    server = _start("--max-sessions", str(more + 1), "--workers", str(workers), "--idle-timeout", "0")
+
+    async def opened(client: ThemistoEnvClient, trajectory: int) -> None:
+        await client.connect()
+        await client.reset(observation="tools", trajectory=trajectory % 4)
+        result = await client.step(ThemistoAction.call("list_variables"))
+        assert result.observation.tool_result, result
+
+    async def run() -> tuple[int, int, int]:
+        first = ThemistoEnvClient(server.url, message_timeout_s=300)
+        clients = [ThemistoEnvClient(server.url, message_timeout_s=300) for _ in range(more)]
+        try:
+            await opened(first, 0)  # the zmq context, the kernel template, the state server, the pool's first
+            before = psutil.Process(server.process.pid).num_threads()
+            await asyncio.gather(*(opened(client, i) for i, client in enumerate(clients)))
+            await asyncio.sleep(1.0)
+            after = psutil.Process(server.process.pid).num_threads()
+            for client in clients:  # each still answers, one at a time
+                assert (await client.step(ThemistoAction.call("list_variables"))).observation.tool_result
+            return before, after, len(server.kernels())
+        finally:
+            await asyncio.gather(first.close(), *(client.close() for client in clients), return_exceptions=True)
+
+    try:
+        before, after, kernels = asyncio.run(run())
+    finally:
+        _stop(server)
+    assert kernels >= more + 1, f"{kernels} live kernels for {more + 1} open sessions"
+    assert after - before <= workers, f"{more} more sessions open, idle: {before} -> {after} threads"
+
+
 def test_listening_beyond_loopback_needs_a_token() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "themisto_env.cli", "serve", "--host", "0.0.0.0", "--port", str(_free_port())],
@@ -343,6 +380,18 @@ def test_listening_beyond_loopback_needs_a_token() -> None:
     assert result.returncode == 1
     assert "--host 0.0.0.0 listens beyond this machine: give --token" in " ".join(result.stderr.split())
     assert "Traceback" not in result.stderr
+
+
+def test_a_pool_of_no_threads_is_refused_in_one_line() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "themisto_env.cli", "serve", "--workers", "0", "--port", str(_free_port())],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "--workers is at least 1, got 0" in result.stderr
+    assert "Traceback" not in result.stderr and "themisto serve: http" not in result.stdout
 
 
 def test_the_in_process_action_is_the_gym_envs() -> None:

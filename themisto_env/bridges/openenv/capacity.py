@@ -23,12 +23,13 @@ __all__ = [
 ]
 
 #: PSS per open session (MiB): the server and its descendants, tools mode, bundled data, local backend,
-#: each session at its own sample (benchmarks/bench_sessions.py: 33.9 at 64 sessions, 30.9 at 256, 30.5 at
-#: 400; rounded up).
-SESSION_PSS_MIB = 32.0
-#: The server's open descriptors per open session (same runs: 593 at 64, 2,321 at 256, 3,617 at 400): a
-#: WebSocket, two zmq sockets and their signalling descriptors, a pidfd.
-DESCRIPTORS_PER_SESSION = 9
+#: each session at its own sample (benchmarks/bench_sessions.py: 33.7 at 64 sessions, where the templates'
+#: fixed share still counts, 28.3 at 256, 27.4 at 500; rounded up).
+SESSION_PSS_MIB = 30.0
+#: The server's open descriptors per open session (488 at 64, 1,643 at 256, 3,104 at 500: 6.0-6.2 each; rounded up): a
+#: WebSocket, two zmq sockets and their signalling descriptors, a pidfd. (9 while each session had a thread
+#: of its own, and with it jupyter_client's event loop for that thread: an epoll and a socket pair.)
+DESCRIPTORS_PER_SESSION = 7
 
 
 def raise_open_file_limit() -> tuple[int, int]:

@@ -11,6 +11,8 @@ closed after it; an episode needs the WebSocket). What is ours:
   more is answered ``CAPACITY_REACHED``; a session idle past ``idle_timeout_s`` is closed with its
   kernel (OpenEnv's reaper looks every ``max(timeout / 4, 5)`` seconds); a client that disconnects frees
   its kernel at once; at shutdown every session still open is closed;
+* the sessions' calls run on one shared pool of at most ``workers`` threads (`SessionServer`), not on a
+  thread of each session's own: an idle session holds its WebSocket, its kernel and its state, no thread;
 * a token (``token``): every request but ``/health`` must carry ``Authorization: Bearer TOKEN`` (HTTP 401
   without it; a WebSocket is refused with HTTP 403 before it opens). `check_bind` refuses a
   non-loopback address without one;
@@ -29,7 +31,8 @@ import json
 import logging
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -45,12 +48,16 @@ from themisto_env.bridges.openenv.server_metrics import ServerMetrics, add_metri
 from themisto_env.env.episode import Episode
 from themisto_env.errors import ConfigError, InfrastructureError, ThemistoError
 
-__all__ = ["OPEN_PATHS", "Gate", "check_bind", "create_server_app", "serve"]
+__all__ = ["DEFAULT_WORKERS", "OPEN_PATHS", "Gate", "SessionServer", "check_bind", "create_server_app", "serve"]
 
 log = logging.getLogger("themisto_env")
 
 OPEN_PATHS = frozenset({"/health"})
 """Paths a token does not guard (liveness probes)."""
+
+DEFAULT_WORKERS = 64
+"""The shared pool's threads unless told (and never more than ``max_sessions``): calls at once past a few
+per core wait on their kernels, not on the CPU (benchmarks/README.md, "Sessions per node")."""
 
 
 def check_bind(host: str, token: str | None) -> None:
@@ -112,12 +119,50 @@ async def _refuse(kind: str, receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+class SessionServer(HTTPEnvServer):
+    """OpenEnv's server (``HTTPEnvServer``) with its WebSocket sessions' calls on one shared pool.
+
+    OpenEnv gives each WebSocket session a ``ThreadPoolExecutor(max_workers=1)`` of its own (its thread,
+    once started, stays until the session ends: 500 idle sessions, 500 idle threads), unless the server
+    holds a shared session executor (its ``_shared_session_executor``, made for envs that need one
+    thread): then every session's factory, ``reset``, ``step`` and ``close`` run there, and a session's end
+    does not shut it down. Here that executor is a pool of at most ``workers`` threads, started only when a
+    call finds none idle: the threads grow with the calls at once, never with the sessions open. A
+    session's calls still run one at a time (its WebSocket handler awaits each), on whichever thread is
+    free: our episodes do not keep to a thread (jupyter_client's loop is bound per thread at each call).
+    Past ``workers`` calls at once (a long cell in each), the next call waits for a thread.
+
+    Args:
+        env: The env factory (OpenEnv's ``env``).
+        action_cls: The action model.
+        observation_cls: The observation model.
+        workers: The shared pool's threads at most (at least 1).
+        concurrency_config: OpenEnv's (``max_concurrent_envs``, ``session_timeout``).
+    """
+
+    def __init__(
+        self,
+        env: Callable[[], ThemistoServedEnv],
+        action_cls: type[ThemistoAction],
+        observation_cls: type[ThemistoObservation],
+        *,
+        workers: int,
+        concurrency_config: ConcurrencyConfig,
+    ) -> None:
+        super().__init__(env, action_cls, observation_cls, concurrency_config=concurrency_config)
+        if not hasattr(self, "_shared_session_executor"):  # openenv-core changed: say so, keep its executors
+            log.warning("openenv-core has no shared session executor: each session keeps a thread of its own")
+            return
+        self._shared_session_executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="themisto-session")
+
+
 def create_server_app(
     options: Mapping[str, Any] | None = None,
     *,
     max_sessions: int = 32,
     idle_timeout_s: float | None = 600.0,
     token: str | None = None,
+    workers: int | None = None,
 ) -> Any:
     """The server's ASGI app (the FastAPI app behind a `Gate`).
 
@@ -127,6 +172,8 @@ def create_server_app(
         max_sessions: WebSocket sessions at once (TRL asks for at least ``generation_batch_size``).
         idle_timeout_s: Close a session idle this long (None: never).
         token: Require ``Authorization: Bearer TOKEN`` on every request but ``/health``.
+        workers: Threads that run the sessions' calls, shared (`SessionServer`; None:
+            ``min(max_sessions, DEFAULT_WORKERS)``).
 
     Raises:
         ConfigError: Bad options (or a dataset that cannot be opened: DataError).
@@ -136,6 +183,8 @@ def create_server_app(
         raise ConfigError(f"--max-sessions is at least 1, got {max_sessions}")
     if idle_timeout_s is not None and idle_timeout_s <= 0:
         raise ConfigError(f"--idle-timeout is a positive number of seconds, got {idle_timeout_s}")
+    if workers is not None and workers < 1:
+        raise ConfigError(f"--workers is at least 1, got {workers}")
     Episode.open(**options).close()  # bad options and data fail here, in one line, before anything listens
     sessions: weakref.WeakSet[ThemistoServedEnv] = weakref.WeakSet()
     lock = threading.Lock()
@@ -149,10 +198,11 @@ def create_server_app(
             sessions.add(env)
         return env
 
-    env_server = HTTPEnvServer(  # OpenEnv's, as create_fastapi_app makes it: it counts the sessions open
+    env_server = SessionServer(  # OpenEnv's, as create_fastapi_app makes it: it counts the sessions open
         factory,  # OpenEnv makes (cheap: no episode yet) and closes one to read SUPPORTS_CONCURRENT_SESSIONS
         ThemistoAction,
         ThemistoObservation,
+        workers=workers or min(max_sessions, DEFAULT_WORKERS),
         concurrency_config=ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=idle_timeout_s),
     )
     app = FastAPI(title="themisto-env (OpenEnv)")
@@ -169,7 +219,8 @@ def create_server_app(
             left = list(sessions)
         await asyncio.gather(*(asyncio.to_thread(env.close) for env in left), return_exceptions=True)
 
-    app.router.on_shutdown.append(_close_sessions)
+    # first: OpenEnv's own shutdown then waits for the shared pool's calls, which end with their kernels
+    app.router.on_shutdown.insert(0, _close_sessions)
 
     return Gate(app, token)
 
@@ -182,6 +233,7 @@ def serve(
     max_sessions: int = 32,
     idle_timeout_s: float | None = 600.0,
     token: str | None = None,
+    workers: int | None = None,
     log_level: str = "info",
 ) -> None:
     """Run the server until interrupted (uvicorn). See
@@ -193,5 +245,7 @@ def serve(
     import uvicorn
 
     check_bind(host, token)
-    app = create_server_app(options, max_sessions=max_sessions, idle_timeout_s=idle_timeout_s, token=token)
+    app = create_server_app(
+        options, max_sessions=max_sessions, idle_timeout_s=idle_timeout_s, token=token, workers=workers
+    )
     uvicorn.run(app, host=host, port=port, log_level=log_level)
