@@ -240,7 +240,8 @@ class DisposableKernels:
         self.pool = KernelPool(self._new_kernel, size=pool_size, preload=self.spec.preload)
         self._closing: list[threading.Thread] = []
         self._closing_lock = threading.Lock()
-        #: The kernel running model-written code right now (for tests and monitors), else None.
+        #: The kernel running model-written code right now (for tests and monitors; the last one started where
+        #: `run_many` runs several at once), else None.
         self.running: KernelLike | None = None
 
     def _new_kernel(self) -> KernelLike:
