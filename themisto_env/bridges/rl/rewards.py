@@ -197,9 +197,9 @@ class ExecutionReward:
     own, so a batch scores exactly as its completions would alone: what one completion does (a thread, an
     option, a patched helper) never reaches another. The completions of one sample run as a group
     ([`run_many`][themisto_env.replay.DisposableKernels.run_many]): copies of its state forked ahead, two at once;
-    a run the machinery failed (its template killed by a sibling, say) runs again alone. A completion whose own code fails scores 0 on the
-    execution score; output-task samples and unscored samples (the sandbox failed) get None (TRL skips
-    them).
+    a run the machinery failed (its template killed by a sibling, say) runs again alone. A completion whose
+    own code fails scores 0 on the execution score; output-task samples and unscored samples (the sandbox
+    failed) get None (TRL skips them).
 
     Args:
         parse: Read the prediction out of the reply as the LLM agents do.
