@@ -48,7 +48,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, Unpack
 
-from themisto_env import tracing
 from themisto_env.errors import (
     KernelStartError,
     TemplateGoneError,
@@ -57,7 +56,7 @@ from themisto_env.sandbox.kernel.contract import KernelLike
 from themisto_env.sandbox.kernel.forked import exited
 from themisto_env.sandbox.kernel.identity import CopyIdentity, can_give_identities, new_identity
 from themisto_env.sandbox.kernel.launcher import KERNEL_ENVIRONMENT, launcher_class
-from themisto_env.sandbox.kernel.process import SNAPSHOT_INBOX, SNAPSHOT_OUTBOX, release_thread_loop
+from themisto_env.sandbox.kernel.process import SNAPSHOT_INBOX, SNAPSHOT_OUTBOX
 from themisto_env.sandbox.kernel.spec import FORKING_BACKENDS, KernelFields, KernelSpec
 from themisto_env.sandbox.lifetime import reaper as lifetime
 from themisto_env.sandbox.lifetime import run_root as run_roots
@@ -66,6 +65,15 @@ from themisto_env.sandbox.lifetime.owners import RUN_DIR_PREFIX, write_owner
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.store.snapshots import SnapshotStore
 from themisto_env.sandbox.template.launchers import ISOLATED_COPIES, REQUEST_TIMEOUT_S, TEMPLATE_LAUNCHERS
+from themisto_env.sandbox.template.spares import (
+    FILLING,
+    REFILL_DELAY_S,
+    SPARE_NICE,
+    SpareKernels,
+    may_renice,
+    pidfd_pid,
+    renice,
+)
 from themisto_env.sandbox.template.states import StateTemplates
 from themisto_env.sandbox.template.zygote import HELPER_FILE, write_program
 
@@ -75,7 +83,7 @@ if TYPE_CHECKING:
 __all__ = ["KernelTemplate"]
 
 
-class KernelTemplate(StateTemplates):
+class KernelTemplate(StateTemplates, SpareKernels):
     """A warm process that kernels are forked from, on the ``local``, ``bwrap`` or ``docker`` backend.
 
     Args:
@@ -121,8 +129,17 @@ class KernelTemplate(StateTemplates):
         #: Kernels forked ahead of time and kept ready (a state template's too: copies of a state are
         #: usually asked for in groups)
         self.spares = spares
+        #: The nice value spares are forked at (`SPARE_NICE`); 0, whatever is set, where this process could not
+        #: give a handed-out spare its priority back
+        self.spare_nice = SPARE_NICE
+        #: How long after handing out a spare the next one starts forking (`REFILL_DELAY_S`)
+        self.refill_delay_s = REFILL_DELAY_S
         self._spares: list[Kernel] = []
-        self._filling: threading.Thread | None = None
+        self._fillers: list[threading.Thread] = []  # forking spares in the background (at most FILLERS)
+        self._forking = 0  # spares being forked now
+        self._waiting = 0  # callers waiting for one of them (see kernel())
+        self._expected = 0  # copies announced ahead and not asked for yet (see expecting())
+        self._asked = 0  # kernels asked for, ever (spares handed out included)
         self._keep_spares = True  # off once trimmed, until a kernel is asked for again
         self.digest: str | None = None  # a state template's snapshot
         #: The namespace fingerprint a kernel forked from this template starts with (copies are identical),
@@ -143,6 +160,7 @@ class KernelTemplate(StateTemplates):
         self._copies = 0  # how many were forked, ever
         self._claims = 0  # callers forking copies of this state template now (see claim())
         self._lock = threading.RLock()
+        self._ready = threading.Condition(self._lock)  # a spare was added, or the template closed
         #: The template a state template was made from (None for a template itself).
         self.base: KernelTemplate | None = None
 
@@ -245,6 +263,7 @@ class KernelTemplate(StateTemplates):
         them; remove its directory. Idempotent."""
         with self._lock:
             spares, self._spares = self._spares, []
+            self._expected = 0
             for spare in spares:
                 spare.close(graceful=False)
             for state in [*self._states.values(), *self._retired]:
@@ -263,9 +282,11 @@ class KernelTemplate(StateTemplates):
             if self._run_dir is not None and self.base is None:  # its kernels and what they started go first
                 remove_run_dir(self._run_dir)
             self._run_dir = None
-            filling, self._filling = self._filling, None
-        if filling is not None and filling is not threading.current_thread():
-            filling.join(timeout=30)  # a fork under way fails now that the template is gone
+            self._ready.notify_all()  # callers waiting for a spare fork their own (and learn it is gone)
+            fillers, self._fillers = self._fillers, []
+        for filler in fillers:
+            if filler is not threading.current_thread():
+                filler.join(timeout=30)  # a fork under way fails now that the template is gone
 
     def __enter__(self) -> Self:
         return self.start()
@@ -317,6 +338,17 @@ class KernelTemplate(StateTemplates):
                 os.close(fd)
         return answer
 
+    def kernel(self, *, limits: SandboxLimits | None = None) -> KernelLike:
+        """A started kernel forked from this template (in this template's state: empty, or a snapshot's): a
+        [`Kernel`][themisto_env.sandbox.Kernel] whose launcher forks instead of starting.
+
+        A spare kernel forked ahead of time is handed out first (see ``spares`` and `expecting`): connected, its
+        first ``kernel_info`` answered, checked alive, so handing it out asks no process anything; where none is
+        ready but one is being forked for this caller, it waits for that one. Spares are then forked again in
+        the background, `REFILL_DELAY_S` after a spare was handed out.
+        """
+        return self._spare_or_fork(limits)
+
     def fork(
         self,
         connection_file: Path,
@@ -360,6 +392,9 @@ class KernelTemplate(StateTemplates):
             if failed is not None:  # a copy the template may have forked anyway goes with its uid
                 failed.end_processes()
             raise
+        nice = (self.base or self).spare_nice
+        if nice and may_renice() and getattr(FILLING, "active", False):
+            renice(pidfd_pid(int(answer["pidfd"])), nice)  # its start yields to the copies in use
         return int(answer["pid"]), int(answer["pidfd"])
 
     def identity_for(self, connection_file: Path) -> CopyIdentity | None:
@@ -372,86 +407,3 @@ class KernelTemplate(StateTemplates):
         every copy shares); empty where it has none."""
         process = (self.base or self)._process
         return process.limit_events() if process is not None else {}
-
-    # -- kernels and states -------------------------------------------------------------------------------------
-
-    def kernel(self, *, limits: SandboxLimits | None = None) -> KernelLike:
-        """A started kernel forked from this template (in this template's state: empty, or a snapshot's): a
-        [`Kernel`][themisto_env.sandbox.Kernel] whose launcher forks instead of starting.
-
-        A spare kernel forked ahead of time is handed out first (see ``spares``) and another is forked in
-        the background, so the caller rarely waits for a kernel's own start.
-        """
-        if limits is None or limits == self.limits:
-            with self._lock:
-                self._keep_spares = True
-                spare = self._spares.pop() if self._spares else None
-            if spare is not None and spare.is_alive():
-                self._refill()
-                return spare
-            if spare is not None:
-                spare.close(graceful=False)
-        kernel = self._fork_kernel(limits)
-        self._refill()  # after the fork: a state template's first spare follows its second copy
-        return kernel
-
-    def _fork_kernel(self, limits: SandboxLimits | None = None) -> Kernel:
-        from themisto_env.sandbox.kernel.core import Kernel
-
-        kernel = Kernel(self.spec, limits=limits or self.limits, template=self)
-        self._forked.add(kernel)
-        self._copies += 1
-        return kernel.start()
-
-    def _refill(self) -> None:
-        """Fork spare kernels in the background until `spares` are ready (one thread at a time); a state
-        template only once a second copy of it was asked for (a state used once needs no spare)."""
-        with self._lock:
-            if not self._keep_spares or (self.base is not None and self._copies < 2):
-                return
-            if self.spares <= len(self._spares) or (self._filling is not None and self._filling.is_alive()):
-                return
-            self._filling = threading.Thread(target=self._fill, name=lifetime.BACKGROUND_THREADS[0], daemon=True)
-            self._filling.start()
-
-    def _fill(self) -> None:
-        try:
-            with tracing.untraced():  # a spare belongs to no episode yet: no trace of its own
-                self._fill_spares()
-        finally:
-            release_thread_loop()
-
-    def _fill_spares(self) -> None:
-        while True:
-            with self._lock:
-                if len(self._spares) >= self.spares or self._run_dir is None:
-                    return
-            try:
-                kernel = self._fork_kernel()
-            except Exception:  # the template is gone or failing: the next kernel() says why, in its thread
-                return
-            with self._lock:
-                unwanted = self._run_dir is None or not self._keep_spares  # closed or trimmed meanwhile
-                if not unwanted:
-                    self._spares.append(kernel)
-            if unwanted:
-                kernel.close(graceful=False)
-                return
-
-    def trim(self) -> None:
-        """Close the spare kernels and the state templates no open copy needs; keep the template itself (the
-        next [`kernel`][themisto_env.sandbox.KernelTemplate.kernel] forks spares again)."""
-        with self._lock:
-            self._keep_spares = False
-            filling = self._filling
-        if filling is not None and filling is not threading.current_thread():
-            filling.join(timeout=30)  # a spare being forked now is closed, not kept
-        with self._lock:
-            spares, self._spares = self._spares, []
-            states = [state for state in self._states.values() if not state.in_use()]
-            for state in states:
-                self._states.pop(str(state.digest), None)
-        for kernel in spares:
-            kernel.close(graceful=False)
-        for state in states:
-            state.close()

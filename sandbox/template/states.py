@@ -195,6 +195,7 @@ class StateTemplates:
         restored = digest is not None and self._identities is not None  # each copy loads it (NO_STATE_TEMPLATES)
         with contextlib.ExitStack() as stack:
             source = self if digest is None or restored else stack.enter_context(self.claim(digest))
+            stack.enter_context(source.expecting(n))  # forked ahead, FILLERS at a time, while the first starts
             try:
                 for _ in range(n):
                     kernels.append(source.kernel(limits=limits))

@@ -12,6 +12,7 @@ faults met) for the caller's record. Model-written code never runs here (see
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -133,10 +134,15 @@ class StateServer:
     # -- the selected state ------------------------------------------------------------------------------
 
     def select(self, trajectory: Trajectory, step: int) -> None:
-        """Name the state now asked for (before ``step`` of ``trajectory``); nothing runs until it is needed."""
+        """Name the state now asked for (before ``step`` of ``trajectory``); nothing runs until it is needed,
+        but where that state will be a copy of a state template that runs, a spare of it is forked now, in the
+        background (`TrajectoryKernel.prepare`), when the state is served at all (not a lazy static one)."""
         self.trajectory, self.step = trajectory, step
         self.report = None
         self._answers = {}
+        if self.forking and (self.config.observation != "static" or not self.config.lazy_state):
+            with contextlib.suppress(InfrastructureError):  # the serve meets it again, and says it
+                self.kernel_owner.prepare(trajectory, step)
 
     @property
     def served(self) -> bool:

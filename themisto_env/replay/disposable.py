@@ -29,10 +29,12 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
+import os
 import secrets
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, Unpack, get_args
 
@@ -60,6 +62,13 @@ FAILURES: tuple[Failure, ...] = get_args(Failure)
 
 #: The fingerprint entry of a name that code deleted.
 DELETED = "<deleted>||"
+#: How many pieces of code of one group `DisposableKernels.run_many` runs at once (the cores, at most 2).
+WORKERS = max(1, min(2, os.cpu_count() or 1))
+
+
+class _MaybeAnothers(InfrastructureError):
+    """A run's kernel died together with the template it was forked from, beside other runs: the template's
+    death may be another run's doing (on a backend whose copies can signal it), so the run is not judged."""
 
 
 def changed_names(before: dict[str, str], after: dict[str, str]) -> dict[str, str]:
@@ -197,6 +206,12 @@ class _LimitWatch:
         return CodeRun("failed", outputs or [], failure=failure, detail=detail)
 
 
+def _template_alive(kernel: KernelLike) -> bool:
+    """Whether the template a forked kernel came from still runs (True for a kernel not forked)."""
+    template = getattr(kernel.launcher, "template", None)
+    return template is None or template.is_alive()
+
+
 class DisposableKernels:
     """Runs model-written code in throw-away kernels in a trajectory's states.
 
@@ -224,7 +239,9 @@ class DisposableKernels:
         self.environment = self.spec.environment
         self.pool = KernelPool(self._new_kernel, size=pool_size, preload=self.spec.preload)
         self._closing: list[threading.Thread] = []
-        #: The kernel running model-written code right now (for tests and monitors), else None.
+        self._closing_lock = threading.Lock()
+        #: The kernel running model-written code right now (for tests and monitors; the last one started where
+        #: `run_many` runs several at once), else None.
         self.running: KernelLike | None = None
 
     def _new_kernel(self) -> KernelLike:
@@ -238,6 +255,53 @@ class DisposableKernels:
             InfrastructureError: The kernel could not be brought to the state (nothing model-written ran), or
                 the container a forked copy shares with others ran out while the code ran.
         """
+        return self._run(trajectory, step, code, timeout_s=timeout_s, alone=True)
+
+    def run_many(
+        self, trajectory: Trajectory, step: int, codes: Sequence[str], *, timeout_s: float
+    ) -> list[CodeRun | InfrastructureError]:
+        """Run each piece of code as [`run`][themisto_env.replay.DisposableKernels.run] does, each in a kernel
+        of its own in the state before ``step`` (a GRPO group's completions of one sample), and return what
+        each did, in order, or the machinery's failure that left it unjudged.
+
+        The copies are announced to the state's template first, which forks them ahead as spares while the
+        first ones run, and `WORKERS` pieces run at once. Each still runs in a fresh kernel and scores as it
+        would alone: a run that met a failure of the machinery (its kernel gone with its template, which
+        another run's code may have killed; a container that copies share running out) is run again once
+        the others are done, alone, and judged by that run.
+
+        Raises:
+            BackendUnavailableError: The backend is gone.
+        """
+        with contextlib.ExitStack() as stack:
+            busy = sum(1 for code in codes if code.strip())
+            source = TrajectoryKernel(self.pool.take, template=self.template).copy_source(trajectory, step)
+            if source is not None and busy > 1:
+                with contextlib.suppress(InfrastructureError):  # the runs meet it again, and say it
+                    state = stack.enter_context(source[0].claim(source[1]))
+                    stack.enter_context(state.expecting(busy))
+
+            def attempt(code: str) -> CodeRun | InfrastructureError:
+                try:
+                    return self._run(trajectory, step, code, timeout_s=timeout_s, alone=False)
+                except BackendUnavailableError:
+                    raise
+                except InfrastructureError as exc:
+                    return exc
+
+            with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="themisto-run") as workers:
+                results = list(workers.map(attempt, codes))
+        for index, result in enumerate(results):  # alone now: what happens is the code's own doing
+            if isinstance(result, InfrastructureError):
+                try:
+                    results[index] = self._run(trajectory, step, codes[index], timeout_s=timeout_s, alone=True)
+                except BackendUnavailableError:
+                    raise
+                except InfrastructureError as exc:
+                    results[index] = exc
+        return results
+
+    def _run(self, trajectory: Trajectory, step: int, code: str, *, timeout_s: float, alone: bool) -> CodeRun:
         started = time.perf_counter()
         if not code.strip():  # an empty cell does nothing and prints nothing: no kernel needed
             return CodeRun("ok", [], changed={}, seconds=time.perf_counter() - started)
@@ -256,7 +320,7 @@ class DisposableKernels:
                 before = kernel.introspect.fingerprint()
             token = kernel.introspect.seal()  # a failure here is the machinery's: nothing model-written ran yet
             self.running = kernel
-            run = self._run_code(kernel, code, token, before, timeout_s=timeout_s)
+            run = self._run_code(kernel, code, token, before, timeout_s=timeout_s, alone=alone)
         finally:
             self.running = None
             self._discard(served)
@@ -264,10 +328,11 @@ class DisposableKernels:
         return run
 
     def _run_code(
-        self, kernel: KernelLike, code: str, token: str, before: dict[str, str], *, timeout_s: float
+        self, kernel: KernelLike, code: str, token: str, before: dict[str, str], *, timeout_s: float, alone: bool = True
     ) -> CodeRun:
         """The code's part: what goes wrong from here on is the code's doing, once the backend itself is
-        known to be alive (a lost engine also looks like a dead or silent kernel)."""
+        known to be alive (a lost engine also looks like a dead or silent kernel), and, beside other runs
+        (not ``alone``), once the kernel's template is known to be alive (`_MaybeAnothers`)."""
         with _LimitWatch(kernel) as limits:
             try:
                 result = kernel.execute(code, timeout_s=timeout_s, interrupt=False)
@@ -275,6 +340,8 @@ class DisposableKernels:
                 raise
             except KernelDiedError as exc:
                 kernel.launcher.check_backend()
+                if not alone and not _template_alive(kernel):
+                    raise _MaybeAnothers(f"the kernel died with its template: {exc}") from exc
                 return limits.failed("exit", str(exc))
             except InfrastructureError as exc:
                 kernel.launcher.check_backend()
@@ -291,6 +358,8 @@ class DisposableKernels:
             raise
         except KernelDiedError as exc:
             kernel.launcher.check_backend()
+            if not alone and not _template_alive(kernel):
+                raise _MaybeAnothers(f"the kernel died with its template: {exc}") from exc
             return limits.failed("exit", str(exc), outputs=result.outputs)
         except (InfrastructureError, HelperError) as exc:
             kernel.launcher.check_backend()
@@ -306,7 +375,8 @@ class DisposableKernels:
     def _discard(self, served: TrajectoryKernel) -> None:
         """Close the kernel in the background (a container takes a moment to go)."""
         thread = threading.Thread(target=served.close, kwargs={"graceful": False}, name="themisto-discard", daemon=True)
-        self._closing = [t for t in self._closing if t.is_alive()] + [thread]
+        with self._closing_lock:
+            self._closing = [t for t in self._closing if t.is_alive()] + [thread]
         thread.start()
 
     def close(self) -> None:

@@ -48,7 +48,6 @@ Built on `recorded_cells` (running recorded cells) and `state_check` (fingerprin
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -58,11 +57,10 @@ from themisto_env.data.trajectory import Step, Trajectory
 from themisto_env.errors import (
     BackendUnavailableError,
     InfrastructureError,
-    KernelStartError,
     SnapshotCorruptError,
     SnapshotError,
-    TemplateGoneError,
 )
+from themisto_env.replay.forked_states import ForkedStates
 from themisto_env.replay.recorded_cells import replay_step
 from themisto_env.replay.state_check import (
     StateReport,
@@ -78,7 +76,6 @@ from themisto_env.sandbox.store.workdir import FolderTooLargeError, diff_trees, 
 if TYPE_CHECKING:
     from themisto_env.sandbox.template.core import KernelTemplate
 
-log = logging.getLogger("themisto_env")
 
 #: How often `TrajectoryKernel.serve` retries the snapshot route after an infrastructure failure.
 MAX_RECOVERIES = 2
@@ -87,7 +84,7 @@ RESTORE_S = 0.01
 RESTORE_BYTES_PER_S = 200e6
 
 
-class TrajectoryKernel:
+class TrajectoryKernel(ForkedStates):
     """A kernel that can be put in the state before any step of any trajectory, and checked there.
 
     Args:
@@ -136,51 +133,6 @@ class TrajectoryKernel:
             self.position = None
             self._fresh = True
         return self._kernel
-
-    def _template(self) -> KernelTemplate | None:
-        """The template to fork from, or None (none given, or given up: it could not start or is unsafe)."""
-        if self.template is None or self._forking_refused is not None:
-            return None
-        try:
-            template = self.template()
-        except BackendUnavailableError:
-            raise
-        except InfrastructureError as exc:
-            self._forking_refused = f"the kernel template could not start: {exc}"
-        else:
-            if not template.hazards:
-                return template
-            self._forking_refused = f"the kernel template is not safe to fork: {'; '.join(template.hazards)}"
-        log.warning("%s; kernels are started and states restored instead", self._forking_refused)
-        return None
-
-    def _fork_state(self, digest: str) -> dict[str, str] | None:
-        """Replace the kernel by a copy forked from the state template of ``digest``; return the copy's
-        fingerprint, or None where the state is not forked (no template; the state is unsafe to fork: an
-        open file or socket, a thread; or a kernel is at hand and the state has no template yet, where a
-        restore costs less than loading one: the caller restores it). A snapshot the template
-        cannot load raises as a restore would."""
-        template = self._template()
-        if template is None:
-            return None
-        if self._kernel is not None and self._kernel.is_alive() and not template.worth_forking(digest):
-            return None  # no template of this state yet: a restore into the kernel at hand costs less
-        with contextlib.ExitStack() as stack:
-            try:
-                state = stack.enter_context(template.claim(digest))  # not closed by another thread meanwhile
-            except (TemplateGoneError, KernelStartError):
-                return None  # the template is replaced at the next call; this state is restored
-            if state.hazards:
-                if self._report is not None:
-                    self._report.served_by = f"restore (not fork-safe: {'; '.join(state.hazards)})"
-                return None
-            copy = state.kernel()
-        old, self._kernel = self._kernel, copy
-        if old is not None:
-            self._discard(old)
-        if state.fingerprint is None:  # every copy starts in the same state: the first one's holds for all
-            state.fingerprint = copy.introspect.fingerprint()
-        return dict(state.fingerprint)
 
     @property
     def started(self) -> bool:

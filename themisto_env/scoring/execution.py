@@ -43,9 +43,11 @@ it computed inside those objects.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from themisto_env.data.trajectory import Trajectory
+from themisto_env.errors import InfrastructureError
 from themisto_env.metrics import score
 from themisto_env.replay.disposable import CodeRun, DisposableKernels, changed_names
 from themisto_env.replay.state_check import expected_fingerprint
@@ -119,3 +121,20 @@ def execution_score(
     if recorded_effects(trajectory, step) is None:  # nothing to compare with: do not run the code
         return None
     return score_run(kernels.run(trajectory, step, code, timeout_s=timeout_s), trajectory, step)
+
+
+def execution_scores(
+    kernels: DisposableKernels, trajectory: Trajectory, step: int, codes: Sequence[str], *, timeout_s: float
+) -> list[ExecutionScore | InfrastructureError | None]:
+    """[`execution_score`][themisto_env.scoring.execution_score] of each piece of code of a group (a GRPO
+    group's completions of one sample), run as `DisposableKernels.run_many` runs them (copies forked ahead,
+    a few at once, each scored as it would be alone); in order, a run the machinery failed as its error. All
+    None when the step's effects were not recorded (format 1 data: nothing runs).
+
+    Raises:
+        BackendUnavailableError: The backend is gone.
+    """
+    if recorded_effects(trajectory, step) is None:
+        return [None] * len(codes)
+    runs = kernels.run_many(trajectory, step, codes, timeout_s=timeout_s)
+    return [run if isinstance(run, InfrastructureError) else score_run(run, trajectory, step) for run in runs]

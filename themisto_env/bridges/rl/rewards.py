@@ -22,12 +22,17 @@ completion is a string (standard format) or a list of messages (conversational f
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from themisto_env.errors import ConfigError
+from themisto_env.errors import ConfigError, InfrastructureError
 from themisto_env.metrics import RewardWeights
+from themisto_env.scoring.execution import ExecutionScore, execution_scores
 from themisto_env.scoring.score import ScoringRule, score_sample
+
+if TYPE_CHECKING:
+    from themisto_env.data.samples import Sample
 
 MetricName = Literal["reward", "exact_match", "rouge_l", "chrf"]
 
@@ -64,6 +69,14 @@ def _per_row(value: Any, n: int, name: str) -> list[Any]:
     if len(values) != n:
         raise ConfigError(f"reward: {len(values)} values of {name!r} for {n} completions")
     return values
+
+
+def _executed(result: ExecutionScore | InfrastructureError | None, prediction: str) -> ExecutionScore | None:
+    """An execution run (`ExecutionRun`) that gives a result computed with its group: a failure of the
+    machinery raises, as a run of its own would."""
+    if isinstance(result, InfrastructureError):
+        raise result
+    return result
 
 
 class MetricReward:
@@ -182,9 +195,11 @@ class ExecutionReward:
     score alone: the mean of the Jaccard overlap of the variables the predicted and the real cell change and the chrF of
     their outputs (`themisto_env.scoring.execution`). Each completion runs in a disposable kernel of its
     own, so a batch scores exactly as its completions would alone: what one completion does (a thread, an
-    option, a patched helper) never reaches another. A completion whose own code fails scores 0 on the
-    execution score; output-task samples and unscored samples (the sandbox failed) get None (TRL skips
-    them).
+    option, a patched helper) never reaches another. The completions of one sample run as a group
+    ([`run_many`][themisto_env.replay.DisposableKernels.run_many]): copies of its state forked ahead, two at once;
+    a run the machinery failed (its template killed by a sibling, say) runs again alone. A completion whose
+    own code fails scores 0 on the execution score; output-task samples and unscored samples (the sandbox
+    failed) get None (TRL skips them).
 
     Args:
         parse: Read the prediction out of the reply as the LLM agents do.
@@ -233,16 +248,38 @@ class ExecutionReward:
         values: list[float | None] = []
         for sid in ids:  # a split's side refuses the other side's rows, before any is scored
             self.dataset.check_served(sample_id=str(sid))
-        for completion, sid, row_task in zip(completions, ids, tasks, strict=True):
-            sample = self._samples.get(sid)
-            if row_task != "next-cell" or sample is None:
+        groups: dict[str, list[int]] = {}  # the rows of each sample: its completions run as one group
+        predictions: dict[int, str] = {}
+        for index, (completion, sid, row_task) in enumerate(zip(completions, ids, tasks, strict=True)):
+            if row_task == "next-cell" and sid in self._samples:
+                groups.setdefault(sid, []).append(index)
+                predictions[index] = self.text.prediction(completion, "next-cell")
+        executed: dict[int, ExecutionScore | InfrastructureError | None] = {}
+        for sid, rows in groups.items():
+            executed.update(zip(rows, self._execute(self._samples[sid], [predictions[i] for i in rows]), strict=True))
+        for index in range(len(completions)):
+            if index not in predictions:
                 values.append(None)
                 continue
-            scored = self.scorer.score(sample, self.text.prediction(completion, "next-cell"))
+            sample = self._samples[str(ids[index])]
+            scored = score_sample(
+                predictions[index],
+                sample.target,
+                task=sample.task,
+                rule=self.scorer.rule,
+                execution=functools.partial(_executed, executed[index]),
+            )
             value = getattr(scored, self.value)
             unscored = scored.reward is None  # an infrastructure failure
             values.append(None if value is None or unscored else float(value))
         return values
+
+    def _execute(self, sample: Sample, predictions: list[str]) -> list[ExecutionScore | InfrastructureError | None]:
+        """The execution scores of a group of predictions of one sample (`execution_scores`: copies of its
+        state forked ahead, a few run at once, each scored as it would be alone)."""
+        trajectory = self.dataset.trajectories[sample.trajectory_id]
+        kernels, timeout_s = self.scorer.disposable_kernels(), self.scorer.code_timeout_s
+        return execution_scores(kernels, trajectory, sample.step, predictions, timeout_s=timeout_s)
 
     def close(self) -> None:
         """Close the scorer's disposable kernels."""

@@ -1,0 +1,172 @@
+"""Spares of a state: kernels forked ahead for the copies a group or a session asks for next.
+
+What a spare promises: handed out, it is a kernel in its state (the same fingerprint as a started kernel
+that restored the snapshot), of that state only, alive (a killed one is passed over), in use at the priority
+of any kernel; spares go with their template. Real templates and forked ipykernels; each test ends only what
+it started.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import wait_for
+from themisto_env.sandbox.kernel.core import Kernel
+from themisto_env.sandbox.kernel.forked import exited
+from themisto_env.sandbox.template.core import KernelTemplate
+from themisto_env.sandbox.template.spares import may_renice
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelTemplate]:
+    store = tmp_path_factory.mktemp("spares-store")
+    with KernelTemplate("local", preload=("numpy",), snapshot_dir=store) as template:
+        yield template
+
+
+def _snapshot(template: KernelTemplate, code: str) -> tuple[str, dict[str, str]]:
+    with Kernel("local", snapshot_dir=template.store.root) as kernel:
+        assert kernel.execute(code).status == "ok"
+        return kernel.snapshots.save().digest, kernel.introspect.fingerprint()
+
+
+@pytest.fixture(scope="module")
+def states(template: KernelTemplate) -> dict[str, tuple[str, dict[str, str]]]:
+    """Two snapshots that differ in one value, and each writer's fingerprint."""
+    code = "import numpy as np\nweights = np.arange(12.0).reshape(3, 4)\nlabel = {!r}\n"
+    return {name: _snapshot(template, code.format(name)) for name in ("first", "second")}
+
+
+def _ready(state: KernelTemplate, n: int) -> bool:
+    return wait_for(lambda: len(state._spares) >= n, seconds=60)
+
+
+def _threads_nice(pid: int) -> set[int]:
+    return {os.getpriority(os.PRIO_PROCESS, int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
+
+
+def test_a_spare_handed_out_is_in_its_state_as_a_restore_is(
+    template: KernelTemplate, states: dict[str, tuple[str, dict[str, str]]]
+) -> None:
+    digest, written = states["first"]
+    state = template.state(digest)
+    with state.expecting(3):
+        assert _ready(state, 3), "the announced copies were not forked ahead"
+        handed = [state.kernel() for _ in range(3)]
+    try:
+        with Kernel("local", snapshot_dir=template.store.root) as restored:
+            reference = restored.snapshots.restore(digest).fingerprint
+        for kernel in handed:
+            assert kernel.introspect.fingerprint() == reference == written
+            assert kernel.execute("label").text() == "'first'"
+        assert len({kernel.launcher.pid() for kernel in handed}) == 3, "one process handed out twice"
+    finally:
+        for kernel in handed:
+            kernel.close()
+
+
+def test_a_spare_of_one_state_is_never_handed_out_for_another(
+    template: KernelTemplate, states: dict[str, tuple[str, dict[str, str]]]
+) -> None:
+    first, second = template.state(states["first"][0]), template.state(states["second"][0])
+    with first.expecting(2), second.expecting(2):
+        assert _ready(first, 2) and _ready(second, 2)
+        mine = [second.kernel(), first.kernel(), second.kernel(), first.kernel()]
+    try:
+        labels = [kernel.execute("label").text() for kernel in mine]
+        assert labels == ["'second'", "'first'", "'second'", "'first'"]
+        assert mine[0].introspect.fingerprint() == states["second"][1]
+    finally:
+        for kernel in mine:
+            kernel.close()
+
+
+def test_a_killed_spare_is_passed_over_and_replaced(
+    template: KernelTemplate, states: dict[str, tuple[str, dict[str, str]]]
+) -> None:
+    state = template.state(states["first"][0])
+    with state.expecting(2):
+        assert _ready(state, 2)
+        victims = list(state._spares)
+        pids = [kernel.launcher.pid() for kernel in victims]
+        for pid in pids:
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+        assert wait_for(lambda: not any(kernel.is_alive() for kernel in victims), seconds=10)
+        with state.kernel() as kernel:
+            assert kernel.launcher.pid() not in pids
+            assert kernel.execute("label").text() == "'first'"
+    assert not any(kernel in state._spares for kernel in victims), "a dead spare was kept"
+    assert not any(kernel._process.started for kernel in victims), "a dead spare was dropped, not closed"
+
+
+def test_a_spare_forked_at_a_lower_priority_is_handed_out_at_the_normal_one(
+    template: KernelTemplate, states: dict[str, tuple[str, dict[str, str]]]
+) -> None:
+    if not may_renice():
+        pytest.skip("this process may not give a spare its priority back (neither root nor RLIMIT_NICE)")
+    state = template.state(states["second"][0])
+    state.trim()
+    template.spare_nice = 10
+    try:
+        with state.expecting(1):
+            assert _ready(state, 1)
+            waiting = state._spares[0]
+            pid = waiting.launcher.pid()
+            assert pid is not None and _threads_nice(pid) == {10}, "its start competed at nice 0"
+            with state.kernel() as kernel:
+                assert kernel is waiting
+                assert _threads_nice(pid) == {0}, "a kernel in use kept the spare's lower priority"
+                assert kernel.execute("1 + 1").text() == "2"
+    finally:
+        template.spare_nice = 0
+
+
+def test_spares_go_with_their_template(tmp_path_factory: pytest.TempPathFactory) -> None:
+    store = tmp_path_factory.mktemp("spares-close")
+    watched: list[int] = []
+    try:
+        with KernelTemplate("local", snapshot_dir=store) as template:
+            digest, _ = _snapshot(template, "x = 1\n")
+            state = template.state(digest)
+            with state.expecting(2):
+                template.kernel().close()  # the template keeps a spare of its own from here on
+                assert _ready(state, 2) and _ready(template, 1)
+                # our own handles on the spares' processes: closing the template drops the launchers'
+                watched = [os.dup(kernel.launcher._pidfd) for kernel in [*state._spares, *template._spares]]
+        assert len(watched) == 3
+        assert wait_for(lambda: all(exited(pidfd) for pidfd in watched), seconds=10), "a spare outlived its template"
+        assert state._spares == [] and template._spares == []
+    finally:
+        for pidfd in watched:
+            os.close(pidfd)
+
+
+def test_copies_announced_and_left_over_are_closed_at_the_end_of_the_block(
+    template: KernelTemplate, states: dict[str, tuple[str, dict[str, str]]]
+) -> None:
+    state = template.state(states["first"][0])
+    with state.expecting(4):
+        assert _ready(state, 4)
+        with state.kernel() as kernel:
+            assert kernel.execute("label").text() == "'first'"
+        leftover = list(state._spares)
+    assert len(state._spares) <= state.spares
+    closed = [kernel for kernel in leftover if kernel not in state._spares]
+    assert len(closed) >= 3 - state.spares and not any(kernel.is_alive() for kernel in closed)
+
+
+def test_prepare_has_one_spare_ready_for_the_next_ask(
+    template: KernelTemplate, states: dict[str, tuple[str, dict[str, str]]]
+) -> None:
+    state = template.state(states["second"][0])
+    state.trim()  # no spare kept from the tests before
+    state.prepare()
+    assert _ready(state, 1)
+    spare = state._spares[0]
+    with state.kernel() as kernel:
+        assert kernel is spare and kernel.execute("label").text() == "'second'"
