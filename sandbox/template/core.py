@@ -24,7 +24,9 @@ Example:
 
 What a copy shares, by backend: ``local`` copies are processes of the host's user, like local kernels
 (no isolation at all); ``bwrap`` copies run inside their template's sandbox (the same isolation from the
-host as a bwrap kernel) but share its user, so one copy can signal another copy of the same template.
+host as a bwrap kernel): the env's own kernels share its user, while copies for model-written code
+(``store_access="copy"``) isolate themselves after the fork (user, pid, mount, network and IPC namespaces of
+their own; `themisto_env.sandbox.template.zygote`) and make no state templates (`NO_STATE_TEMPLATES_ISOLATED`).
 ``docker`` copies (``store_access="copy"`` only: kernels for model-written code) run in their template's
 container, each under a uid of its own with its own rlimits and folders
 (`themisto_env.sandbox.kernel.identity`), so one copy cannot reach another or the template; they have
@@ -74,7 +76,7 @@ from themisto_env.sandbox.template.spares import (
     pidfd_pid,
     renice,
 )
-from themisto_env.sandbox.template.states import StateTemplates
+from themisto_env.sandbox.template.states import NO_STATE_TEMPLATES, NO_STATE_TEMPLATES_ISOLATED, StateTemplates
 from themisto_env.sandbox.template.zygote import HELPER_FILE, write_program
 
 if TYPE_CHECKING:
@@ -152,6 +154,12 @@ class KernelTemplate(StateTemplates, SpareKernels):
         self._process: Any = None  # the template's launcher (a local, bwrap or docker one)
         #: The identities of the copies forked and not yet started (by connection file), where copies take one
         self._identities: dict[str, CopyIdentity] | None = {} if backend in ISOLATED_COPIES else None
+        if backend in ISOLATED_COPIES:
+            self.states_refused: str | None = NO_STATE_TEMPLATES
+        elif backend == "bwrap" and store_access == "copy":  # its copies isolate themselves after the fork
+            self.states_refused = NO_STATE_TEMPLATES_ISOLATED
+        else:
+            self.states_refused = None
         self._pidfd: int | None = None  # a state template's (a child of the template, not of this process)
         self._run_dir: Path | None = None
         self._states: OrderedDict[str, KernelTemplate] = OrderedDict()

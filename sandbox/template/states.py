@@ -25,7 +25,7 @@ from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.store.snapshots import SnapshotStore
 from themisto_env.sandbox.template.launchers import REQUEST_TIMEOUT_S
 
-__all__ = ["NO_STATE_TEMPLATES", "STATE_TEMPLATES", "StateTemplates"]
+__all__ = ["NO_STATE_TEMPLATES", "NO_STATE_TEMPLATES_ISOLATED", "STATE_TEMPLATES", "StateTemplates"]
 
 #: How many state templates a template keeps (least recently used go first); each holds a loaded state.
 STATE_TEMPLATES = 8
@@ -36,6 +36,13 @@ STATE_TEMPLATES = 8
 NO_STATE_TEMPLATES = (
     "copies that take uids of their own restore a state themselves (a state template would load the dataset's "
     "code with the capabilities that give copies their uids)"
+)
+#: Why a bwrap template for model-written code makes no state template: its copies isolate themselves after the
+#: fork (namespaces of their own), and a state template loads the snapshot (the dataset's code) before that,
+#: in the template's namespaces, where it could reach every copy forked from it. Each copy restores it itself.
+NO_STATE_TEMPLATES_ISOLATED = (
+    "copies that isolate themselves restore a state themselves (a state template would load the dataset's code "
+    "outside their namespaces, beside every copy)"
 )
 
 
@@ -56,6 +63,8 @@ class StateTemplates:
     _states: OrderedDict[str, Any]
     _retired: list[Any]
     _identities: Any
+    #: Why this template makes no state templates (`NO_STATE_TEMPLATES`, `NO_STATE_TEMPLATES_ISOLATED`), or None.
+    states_refused: str | None
     _claims: int
     _spares: list[Any]
     _forked: Any
@@ -94,7 +103,7 @@ class StateTemplates:
         where its state template exists already (loading one costs what a restore costs, and a fork adds the
         kernel's own start; a state copied by several kernels at once, a GRPO group's, has its template made
         by the first of them, which has no kernel at hand)."""
-        if self._identities is not None:  # no state templates (NO_STATE_TEMPLATES): the copy at hand restores
+        if self.states_refused is not None:  # no state templates: the copy at hand restores
             return False
         with self._lock:
             state = self._states.get(digest)
@@ -131,8 +140,8 @@ class StateTemplates:
             return any(kernel.is_alive() for kernel in list(self._forked) if id(kernel) not in spares)
 
     def _derive(self, digest: str) -> Self:
-        if self._identities is not None:
-            raise KernelStartError(NO_STATE_TEMPLATES)
+        if self.states_refused is not None:
+            raise KernelStartError(self.states_refused)
         path = self.store.path(digest)
         if not path.exists():
             raise SnapshotError(f"no snapshot {digest[:12]} in {self.store.root}")
@@ -192,7 +201,7 @@ class StateTemplates:
         equal to a restore's: same names, same values, same fingerprint.
         """
         kernels: list[KernelLike] = []
-        restored = digest is not None and self._identities is not None  # each copy loads it (NO_STATE_TEMPLATES)
+        restored = digest is not None and self.states_refused is not None  # each copy loads it itself
         with contextlib.ExitStack() as stack:
             source = self if digest is None or restored else stack.enter_context(self.claim(digest))
             stack.enter_context(source.expecting(n))  # forked ahead, FILLERS at a time, while the first starts

@@ -388,11 +388,6 @@ class _Unpickled:
         return exec, (self.source, {})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a bwrap template of model-written code still makes state templates: a snapshot is unpickled in a "
-    "child of the template, outside any copy's namespaces (docker's NO_STATE_TEMPLATES: each copy restores)",
-)
 def test_a_hostile_snapshot_reaches_no_sibling(template: KernelTemplate) -> None:
     """A snapshot whose unpickling tries to reach a sibling copy and the template (what the dataset's code
     could do): every attempt must fail, wherever the snapshot is loaded."""
