@@ -9,8 +9,7 @@ from typing import Any
 from themisto_env.sandbox.backends.local import BwrapLauncher, LocalLauncher
 from themisto_env.sandbox.kernel.launcher import KernelLauncher
 from themisto_env.sandbox.template.docker import DockerTemplateLauncher
-from themisto_env.sandbox.template.zygote import PROGRAM_FILE
-from themisto_env.sandbox.template.zygote._identity import ISOLATE_VARIABLE
+from themisto_env.sandbox.template.zygote import ISOLATE_VARIABLE, PROGRAM_FILE
 
 __all__ = [
     "ISOLATED_COPIES",

@@ -118,6 +118,14 @@ def test_the_program_runs_main_only_as_a_program() -> None:
     assert callable(_run(text)["main"])
 
 
+def test_the_host_and_the_program_name_the_isolation_variable_alike() -> None:
+    """The host sets the variable a bwrap template's copies read to isolate themselves: one name on both sides
+    (a mismatch would leave every copy unisolated, silently)."""
+    from themisto_env.sandbox.template.zygote import ISOLATE_VARIABLE
+
+    assert _run(program_source())["ISOLATE_VARIABLE"] == ISOLATE_VARIABLE
+
+
 def _package(root: Path, parts: dict[str, str]) -> str:
     """A package of parts under ``root`` (on sys.path), named for the test."""
     name = f"parts_{root.name.replace('-', '_')}"

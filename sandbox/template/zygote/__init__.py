@@ -37,7 +37,11 @@ from pathlib import Path
 from themisto_env.sandbox.kernel.helper import helper_source
 from themisto_env.sandbox.kernel.sources import assemble
 
-__all__ = ["HELPER_FILE", "PARTS", "PROGRAM_FILE", "program_source", "write_program"]
+__all__ = ["HELPER_FILE", "ISOLATE_VARIABLE", "PARTS", "PROGRAM_FILE", "program_source", "write_program"]
+
+#: The variable that tells a bwrap template's copies to isolate themselves, with their limits (the program reads
+#: it under this name: `_identity.ISOLATE_VARIABLE`, checked equal by tests/sandbox/test_program_sources.py).
+ISOLATE_VARIABLE = "THEMISTO_ISOLATE_COPIES"
 
 #: The program's parts, each after the parts it imports from: the order of its one file.
 PARTS = ("_channel", "_identity", "_app", "_children", "_server", "_main")
