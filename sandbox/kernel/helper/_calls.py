@@ -41,6 +41,16 @@ from themisto_env.sandbox.kernel.helper._variables import (
 SOURCE = ""
 #: Sealed copies of this module, by random token (see `seal`).
 SEALED: dict[str, dict[str, Any]] = {}
+#: `SOURCE` compiled for `seal`, by source (a template compiles it before it forks: each copy seals for free).
+SEALED_CODE: dict[str, types.CodeType] = {}
+
+
+def sealed_code() -> types.CodeType:
+    """`SOURCE` compiled for a sealed copy, once per process (and once per template, before its copies)."""
+    code = SEALED_CODE.get(SOURCE)
+    if code is None:
+        code = SEALED_CODE[SOURCE] = compile(SOURCE, "<themisto-sealed>", "exec")
+    return code
 
 
 def seal() -> str:
@@ -58,7 +68,7 @@ def seal() -> str:
     shell = _shell()
     frozen_shell = types.SimpleNamespace(user_ns=shell.user_ns, user_ns_hidden=dict(shell.user_ns_hidden))
     private: dict[str, Any] = {"__builtins__": dict(vars(builtins)), "__name__": "_themisto_sealed"}
-    exec(compile(SOURCE, "<themisto-sealed>", "exec"), private)
+    exec(sealed_code(), private)
     for name, value in list(private.items()):
         if isinstance(value, types.ModuleType) and name in _STANDARD_MODULES:
             private[name] = types.SimpleNamespace(**vars(value))

@@ -69,6 +69,7 @@ def _install_helper(path: str) -> None:
     module = types.ModuleType(HELPER_MODULE)
     exec(compile(source, "<themisto-helper>", "exec"), module.__dict__)
     module.SOURCE = source
+    module.sealed_code()  # each copy seals a private copy of the helper before model code runs: compiled here once
     sys.modules[HELPER_MODULE] = module
 
 
