@@ -1,8 +1,8 @@
 """The one conformance suite (the same one `themisto sandbox check` runs) on every kind of kernel: started on
-each backend, forked from a template (local, bwrap, docker), and in a Ray actor.
+each backend and forked from a template (local, bwrap, docker); in a Ray actor: test_conformance_ray.py.
 
-Each kind is opened once per test process (its template or Ray instance held until the session ends); the
-cases of a forked or Ray kind run in one worker, so that is done once.
+Each kind is opened once per test process (its template held until the session ends); the cases of a forked
+kind run in one worker, so that is done once.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from themisto_env.sandbox.kinds import kind_name, open_kind
 KINDS = [
     *((backend, "started") for backend in BACKENDS),
     *((backend, "forked") for backend in BACKENDS),
-    ("local", "ray"),
 ]
 
 
@@ -36,8 +35,6 @@ def _checks(backend: str) -> list[Check]:
 
 def _case(backend: str, how: str, check: Check) -> Any:
     marks = [pytest.mark.xdist_group(f"conformance-{backend}-{how}")] if how != "started" else []
-    if how == "ray":
-        marks.append(pytest.mark.slow)
     return pytest.param(backend, how, check, marks=marks, id=f"{kind_name(backend, how)}-{check.name}")
 
 
@@ -63,8 +60,6 @@ def kinds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str, s
 @pytest.mark.parametrize(("backend_name", "how", "check"), CASES)
 def test_conformance(backend_name: str, how: str, check: Check, kinds: Callable[[str, str], KernelKind]) -> None:
     require_backend(backend_name)
-    if how == "ray":
-        pytest.importorskip("ray", reason="the ray extra is not installed: pip install 'themisto-env[ray]'")
     result = run_check(check, kinds(backend_name, how))
     assert result.passed, result.detail
 
