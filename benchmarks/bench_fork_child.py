@@ -82,13 +82,7 @@ def become_template(folder: Path, preload: list[str]) -> tuple[types.ModuleType,
     for name in preload:
         with contextlib.suppress(BaseException):
             importlib.import_module(name)
-    warm = program._kernel_imports(str(folder))
-    for name in warm.get("modules", []):
-        with contextlib.suppress(BaseException):
-            importlib.import_module(name)
-    for pattern, flags in warm.get("patterns", []):
-        with contextlib.suppress(BaseException):
-            re.compile(pattern, flags)
+    program._warm_up(str(folder))
     app = program._prebuild(None)
     if app is None:
         raise SystemExit("the template could not build the application (see its log above)")

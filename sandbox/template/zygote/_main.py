@@ -62,6 +62,20 @@ def _kernel_imports(folder: str) -> dict[str, list[Any]]:
     return json.loads(data) if data else {}
 
 
+def _warm_up(folder: str) -> None:
+    """Import what earlier kernels of this template imported and compile their patterns (`_kernel_imports`), so
+    their pages are the template's, shared by every copy."""
+    import re
+
+    warm = _kernel_imports(folder)
+    for name in warm.get("modules", []):
+        with contextlib.suppress(BaseException):
+            importlib.import_module(name)
+    for pattern, flags in warm.get("patterns", []):
+        with contextlib.suppress(BaseException):
+            re.compile(pattern, flags)
+
+
 def _install_helper(path: str) -> None:
     """The in-kernel helper, installed as the host installs it in a started kernel."""
     with open(path) as f:
@@ -99,15 +113,7 @@ def main() -> None:
     for name in config.get("preload", []):
         with contextlib.suppress(BaseException):
             importlib.import_module(name)
-    import re
-
-    warm = _kernel_imports(os.path.dirname(config["socket"]))
-    for name in warm.get("modules", []):
-        with contextlib.suppress(BaseException):
-            importlib.import_module(name)
-    for pattern, flags in warm.get("patterns", []):
-        with contextlib.suppress(BaseException):
-            re.compile(pattern, flags)
+    _warm_up(os.path.dirname(config["socket"]))
     _name_process("themisto-tmpl")
     template = Template(config["socket"], parent=os.getppid())
     template.app = _prebuild(None)
