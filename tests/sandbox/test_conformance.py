@@ -1,8 +1,9 @@
 """The one conformance suite (the same one `themisto sandbox check` runs) on every kind of kernel: started on
 each backend and forked from a template (local, bwrap, docker); in a Ray actor: test_conformance_ray.py.
 
-Each kind is opened once per test process (its template held until the session ends); the cases of a forked
-kind run in one worker, so that is done once.
+Each kind is opened once per module run in a test process, and closed when the process moves on to another
+module (held to the session's end, the docker-forked kind's template container met later modules of the worker
+that count their process's containers); the cases of a forked kind run in one worker.
 """
 
 from __future__ import annotations
@@ -41,9 +42,9 @@ def _case(backend: str, how: str, check: Check) -> Any:
 CASES = [_case(backend, how, check) for backend, how in KINDS for check in _checks(backend)]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kinds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str, str], KernelKind]]:
-    """Opens a kind the first time a test asks for it, on a snapshot store of its own; all close at the end."""
+    """Opens a kind the first time a test asks for it, on a snapshot store of its own; all close with the module."""
     held, opened = ExitStack(), dict[str, KernelKind]()
 
     def kind(backend: str, how: str) -> KernelKind:

@@ -184,6 +184,7 @@ def test_served_states_have_the_files_of_their_step(
 @pytest.mark.parametrize("backend", ["local", "docker"])
 def test_episodes_read_variables_derived_from_files(dataset: Path, originals: dict[str, str], backend: str) -> None:
     require_backend(backend)
+    before = own_containers() if backend == "docker" else set()  # (another module's may run in this process)
     env = ThemistoEnv(
         dataset=str(dataset), backend=backend, task="output", snapshot_dir=str(dataset.parent / "snapshots")
     )
@@ -199,10 +200,15 @@ def test_episodes_read_variables_derived_from_files(dataset: Path, originals: di
         env.close()
     assert {n: folder_digest(n) for n in originals} == originals
     if backend == "docker":
-        import docker
+        assert own_containers() - before == set(), "a container of the env outlived env.close()"
 
-        labels = f"themisto-env.host-pid={os.getpid()}"
-        assert docker.from_env().containers.list(all=True, filters={"label": labels}, ignore_removed=True) == []
+
+def own_containers() -> set[str]:
+    """Ids of the containers this test process made that still exist."""
+    import docker
+
+    labels = f"themisto-env.host-pid={os.getpid()}"
+    return {c.id for c in docker.from_env().containers.list(all=True, filters={"label": labels}, ignore_removed=True)}
 
 
 def test_sync_never_follows_a_link_the_kernel_planted(tmp_path: Path) -> None:
