@@ -23,6 +23,7 @@ from themisto_env.sandbox.template.zygote._app import (
     _modules_since,
     _prebuild,
     _reseed,
+    _warm_first_cell,
 )
 from themisto_env.sandbox.template.zygote._channel import _arm_wakeup, _listen, _name_process, _redirect_output
 from themisto_env.sandbox.template.zygote._identity import _isolate_copy, _settle_memory
@@ -70,6 +71,8 @@ def _become_kernel(template: Any, request: dict[str, Any]) -> None:
         _keep_generator(app.shell, template.generator)
     if request.get("identity"):
         _settle_memory(app.shell, int(request["identity"]["memory_bytes"]))
+    if getattr(template.app, "first_cell_built", False):
+        _warm_first_cell(app)
     app.start()
 
 
