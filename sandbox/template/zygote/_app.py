@@ -76,7 +76,8 @@ def _prebuild_app(namespace: dict[str, Any] | None, modules: tuple[list[str], se
     # "before" row); otherwise built here, and warmed in each child before it answers (`_warm_first_cell`)
     app.first_cell_built = not shell_only and os.environ.get("THEMISTO_FORK_PREBUILD") != "app"
     if app.first_cell_built:
-        _build_lazy_parts(shell)
+        with contextlib.suppress(Exception):  # an IPython of other parts: they are built on the first cell
+            _build_lazy_parts(shell)
     return app
 
 
