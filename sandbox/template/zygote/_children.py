@@ -69,10 +69,10 @@ def _become_kernel(template: Any, request: dict[str, Any]) -> None:
         _reseed()
     else:
         _keep_generator(app.shell, template.generator)
+    if getattr(template.app, "first_cell_built", False):
+        _warm_first_cell(app)  # before its memory is settled: what it allocated is the kernel's start
     if request.get("identity"):
         _settle_memory(app.shell, int(request["identity"]["memory_bytes"]))
-    if getattr(template.app, "first_cell_built", False):
-        _warm_first_cell(app)
     app.start()
 
 
