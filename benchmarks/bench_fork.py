@@ -21,9 +21,10 @@ Each figure is a ratio of two things measured in this process, alternating, medi
   mode (each reset at its own sample, one tool call), forking on vs off; and of one idle kernel;
 * **multi-turn rollout** (reset at a random sample, two tool calls, a prediction) in a warm env, mean and
   p90, against a bare ``1+1`` on the env's kernel;
-* **a copy of a state** (``copy``), p50 and p90 to a first ``1+1``: a spare ready (and its hand-out alone),
-  its replacement forked at once or later, at nice 0 or 10, against no spare, with the kernel application
-  built before the fork and after it (as before issue 38);
+* **a copy of a state** (``copy``), p50 and p90 to a first ``1+1``: a spare ready (and its hand-out alone,
+  and its second ``1+1``: a bare execute, the floor), its replacement forked at once or later, at nice 0 or
+  10, against no spare, with the kernel application built before the fork and after it (as before issue 38),
+  and the parts of a first cell built and warmed before it answers or not;
 * **idle forked kernels' memory** (``prebuild-memory``): PSS and private pages, the application built
   before the fork and after it.
 * **backends** (``--backend``, default local and docker): ExecutionReward per completion over a group of
@@ -192,13 +193,17 @@ def copy_latency(rounds: int, preload: tuple[str, ...], store_root: Path, digest
     with a spare ready (handed out; its hand-out alone too), the next spare forked at a lower priority or later
     (now) or at once at the same priority (before); and without one (forked on request), the kernel application
     built before the fork (now), only its shell (``THEMISTO_FORK_PREBUILD=shell``: the child still lists every
-    loaded module and looks for startup files) or all of it after the fork (``THEMISTO_FORK_PREBUILD=0``)."""
+    loaded module and looks for startup files) or all of it after the fork (``THEMISTO_FORK_PREBUILD=0``); the
+    parts IPython builds on a first cell (display formatters) built in the copy on its first cell and not warmed
+    before it answers (``THEMISTO_FORK_PREBUILD=app``) or before the fork and warmed (now)."""
     kinds = (
         ("no spare, application built after the fork (before)", "0", 0, 0, 0.0),
         ("no spare, shell built before the fork (before)", "shell", 0, 0, 0.0),
+        ("no spare, application built before the fork, the first cell's parts in the copy (before)", "app", 0, 0, 0.0),
         ("no spare, application built before the fork", "1", 0, 0, 0.0),
         ("spare ready, next spare forked at once, nice 0 (before)", "1", 1, 0, 0.0),
         ("spare ready, next spare forked at nice 10", "1", 1, 10, 0.0),
+        ("spare ready, the first cell's parts in the copy (before)", "app", 1, 0, 0.05),
         ("spare ready, next spare forked 50 ms later", "1", 1, 0, 0.05),
         ("spare ready, next spare forked 50 ms later at nice 10", "1", 1, 10, 0.05),
     )
@@ -215,8 +220,10 @@ def copy_latency(rounds: int, preload: tuple[str, ...], store_root: Path, digest
         else:
             os.environ["THEMISTO_FORK_PREBUILD"] = saved
     times: dict[str, list[float]] = {name: [] for name, *_ in kinds}
-    for name, *_ in kinds[2:]:
-        times[f"{name}: the hand-out alone"] = []
+    for name, _, spares, *_ in kinds:
+        if spares:
+            times[f"{name}: the hand-out alone"] = []
+            times[f"{name}: its second 1+1 (a bare execute)"] = []
     try:
         for template in templates.values():
             for _ in range(2):  # a state template keeps spares once a second copy was asked for
@@ -238,6 +245,7 @@ def copy_latency(rounds: int, preload: tuple[str, ...], store_root: Path, digest
                 times[name].append(time.perf_counter() - started)
                 if template.spares:
                     times[f"{name}: the hand-out alone"].append(handed)
+                    times[f"{name}: its second 1+1 (a bare execute)"].append(timed(lambda k=kernel: k.execute("1+1")))
                 kernel.close()
     finally:
         for template in templates.values():

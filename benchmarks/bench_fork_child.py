@@ -8,8 +8,8 @@ This process becomes a kernel template as the template's program does (the progr
 data's imports, the kernel's own imports, the application built before the fork, ``gc.freeze``), then forks
 children that finish the application as a forked kernel does (``_finish_app``: sockets, threads, the kernel
 object, ...) and exit before serving. Each child times every step of ``IPKernelApp.initialize`` (wall ms
-and minor page faults: a fault is a page of the template's the child copied, or a new one), alternating two
-kinds side by side:
+and minor page faults: a fault is a page of the template's the child copied, or a new one), then the pure
+parts of a first cell it runs before it answers (``_warm_first_cell``), alternating two kinds side by side:
 
 * **now**: the template listed the loaded modules and looked for startup files (``ForkedKernelApp``);
 * **before**: the child lists every loaded module (ipykernel's kernel object, for its debugger) and looks for
@@ -128,6 +128,10 @@ def child(program: types.ModuleType, app: Any, folder: Path, number: int, before
             figures["finish, all"] = (time.perf_counter() - started) * 1000
             figures["finish, all (faults)"] = faults() - faulted
             figures["finish, all (CPU ms)"] = (time.thread_time() - cpu) * 1000
+            started, faulted = time.perf_counter(), faults()
+            program._warm_first_cell(app)  # a forked kernel's last step before it answers
+            figures["warm the first cell's parts"] = (time.perf_counter() - started) * 1000
+            figures["warm the first cell's parts (faults)"] = faults() - faulted
             rollup = Path("/proc/self/smaps_rollup").read_text()
             figures["private dirty MiB"] = int(re.search(r"Private_Dirty:\s+(\d+)", rollup).group(1)) / 1024  # type: ignore[union-attr]
             os.write(write_end, json.dumps(figures).encode())
@@ -158,7 +162,7 @@ def main() -> None:
         f"{os.cpu_count()} cores; {len(sys.modules)} modules loaded"
     )
     table = Table("after the fork (medians)", "before ms", "before faults", "now ms", "now faults")
-    names = [*STEPS, "finish, all"]
+    names = [*STEPS, "finish, all", "warm the first cell's parts"]
     for name in names:
 
         def median(kind: str, key: str) -> float:

@@ -170,3 +170,41 @@ def test_prepare_has_one_spare_ready_for_the_next_ask(
     spare = state._spares[0]
     with state.kernel() as kernel:
         assert kernel is spare and kernel.execute("label").text() == "'second'"
+
+
+#: What a user can see of a kernel's cells so far: its count, IPython's input and output history and their
+#: variables, the history database, and the display machinery a first cell builds.
+FIRST_CELL_PROBE = (
+    "ip = get_ipython(); "
+    "(ip.execution_count, In, Out, _ih, _oh, _i, _ii, _iii, _i1, _, __, ___, "
+    "sorted(n for n in globals() if n.startswith('_') and n.lstrip('_i').isdigit()), "
+    "list(ip.history_manager.get_range(output=True)), sorted(ip.display_formatter.formatters), "
+    "ip.displayhook.prompt_count, ip.logger.log_active)"
+)
+
+
+def test_a_spare_warmed_while_it_waited_shows_a_first_cell_as_a_restored_kernel_does(
+    template: KernelTemplate, states: dict[str, tuple[str, dict[str, str]]]
+) -> None:
+    """A spare runs the pure parts of a cell before it answers (formatting, parsing, signing), so that its
+    first cell costs what a later one does: its user still finds a kernel that ran no cell. Its first cell's
+    count, outputs and history, and the state's fingerprint, are those of a started kernel that restored the
+    same snapshot; and it sent nothing before its first cell."""
+    digest, written = states["first"]
+    state = template.state(digest)
+    with state.expecting(1):
+        assert _ready(state, 1)
+        spare = state._spares[0]
+        kernel = state.kernel()
+    assert kernel is spare
+    with kernel, Kernel("local", snapshot_dir=template.store.root) as restored:
+        restored.snapshots.restore(digest)
+        assert kernel.introspect.fingerprint() == restored.introspect.fingerprint() == written
+        answers = []
+        for each in (kernel, restored):
+            first = each.execute("1 + 1")
+            assert first.execution_count == 1 and first.text() == "2", first
+            assert [output["output_type"] for output in first.outputs] == ["execute_result"], first.outputs
+            answers.append(each.execute(FIRST_CELL_PROBE).text())
+        assert answers[0] == answers[1]
+        assert "'1 + 1'" in answers[0]  # the probe saw the first cell

@@ -21,6 +21,9 @@ from typing import Any
 HELPER_MODULE = "_themisto_helper"
 #: The kernel application's arguments (a child adds its connection file).
 KERNEL_ARGS = ["--HistoryManager.hist_file=:memory:"]
+#: How often the template runs the pure parts of a cell before it forks (CPython 3.11 specializes a function
+#: after 8 calls).
+WARM_RUNS = 10
 
 
 def _prebuild_app(namespace: dict[str, Any] | None, modules: tuple[list[str], set[str]] | None = None) -> Any:
@@ -31,7 +34,8 @@ def _prebuild_app(namespace: dict[str, Any] | None, modules: tuple[list[str], se
     files (`ForkedKernelApp`). Returns the application; each forked child finishes it (`_finish_app`), so its
     pages stay shared. ``modules``: those lists already made (a state template's: its template's, with what
     its snapshot imported; `_listed_modules`). ``THEMISTO_FORK_PREBUILD=shell`` builds only the configuration
-    and the shell (the step before this one, a benchmark's row).
+    and the shell (the step before this one, a benchmark's row); ``=app`` all but what a first cell builds
+    (`_build_lazy_parts`, the step before that).
 
     ipykernel builds the shell inside its kernel object, after the sockets; the shell is a singleton, so the
     kernel object a child makes takes this one (``shell_class.instance``) and the child only points it at
@@ -68,7 +72,32 @@ def _prebuild_app(namespace: dict[str, Any] | None, modules: tuple[list[str], se
     app.startup_files = _has_startup_files(app)
     if not shell_only and "storemagic" in app.default_extensions:  # IPython's own: a child finds it loaded
         shell.extension_manager.load_extension("storemagic")
+    # ``THEMISTO_FORK_PREBUILD=app``: the first cell's parts built in the child, on its first cell (a benchmark's
+    # "before" row); otherwise built here, and warmed in each child before it answers (`_warm_first_cell`)
+    app.first_cell_built = not shell_only and os.environ.get("THEMISTO_FORK_PREBUILD") != "app"
+    if app.first_cell_built:
+        with contextlib.suppress(Exception):  # an IPython of other parts: they are built on the first cell
+            _build_lazy_parts(shell)
     return app
+
+
+def _build_lazy_parts(shell: Any) -> None:
+    """Build what IPython builds on a kernel's first cell rather than at its start, the same in every copy:
+    the display formatters (ten traitlets objects, and their printer tables: most of what a copy's first
+    execute cost more than a later one) and the session logger object of ``%logstart`` (its module is imported
+    on the first cell; no file is opened until ``%logstart``). Then run the pure parts of a cell
+    (`_run_cell_parts`) `WARM_RUNS` times: CPython 3.11 specializes a function's code after a few calls,
+    writing to it, which each copy would do on its own pages."""
+    display = shell.display_formatter  # its formatters are lazy trait defaults, built on first access
+    formatters = [*display.formatters.values(), display.ipython_display_formatter, display.mimebundle_formatter]
+    for formatter in formatters:
+        for name in formatter.trait_names():  # their printer tables are too
+            with contextlib.suppress(Exception):
+                getattr(formatter, name)
+    shell.logger  # noqa: B018 - a lazy property, likewise
+    for _ in range(WARM_RUNS):  # their code made adaptive here, once, rather than in every copy
+        with contextlib.suppress(Exception):
+            _run_cell_parts(shell)
 
 
 def _listed_modules() -> tuple[list[str], set[str]]:
@@ -203,6 +232,26 @@ def _finish_app(app: Any, connection_file: str) -> Any:
     shell.starting_dir = cwd
     shell.history_manager.dir_hist[:] = [Path(cwd)]
     return app
+
+
+def _warm_first_cell(app: Any) -> None:
+    """In a forked child, before it answers anything: run the pure parts of a cell's execution (transforming
+    and parsing a cell, formatting a result, making and signing a message) on values of its own, so that the
+    pages they write (reference counts, CPython's warm-up counters in code objects) are copied now, while the
+    kernel waits (a spare), not on the user's first cell. Nothing the user can see changes: no cell runs, the
+    execution count, history, namespace, streams and the random generators are untouched, nothing is sent."""
+    with contextlib.suppress(Exception):
+        _run_cell_parts(app.shell)
+        session = app.session
+        session.serialize(session.msg("execute_input", {"code": "1 + 1\n", "execution_count": 1}))
+
+
+def _run_cell_parts(shell: Any) -> None:
+    """The pure parts of running a cell on a shell: transforming and parsing one, formatting a result."""
+    code = "1 + 1\n"
+    cell = shell.transform_cell(code)
+    shell.should_run_async(code, transformed_cell=cell, preprocessing_exc_tuple=None)
+    shell.display_formatter.format(2)
 
 
 def _keep_generator(shell: Any, generator: Any) -> None:

@@ -23,6 +23,7 @@ from themisto_env.sandbox.template.zygote._app import (
     _modules_since,
     _prebuild,
     _reseed,
+    _warm_first_cell,
 )
 from themisto_env.sandbox.template.zygote._channel import _arm_wakeup, _listen, _name_process, _redirect_output
 from themisto_env.sandbox.template.zygote._identity import _isolate_copy, _settle_memory
@@ -68,6 +69,8 @@ def _become_kernel(template: Any, request: dict[str, Any]) -> None:
         _reseed()
     else:
         _keep_generator(app.shell, template.generator)
+    if getattr(template.app, "first_cell_built", False):
+        _warm_first_cell(app)  # before its memory is settled: what it allocated is the kernel's start
     if request.get("identity"):
         _settle_memory(app.shell, int(request["identity"]["memory_bytes"]))
     app.start()
