@@ -16,6 +16,7 @@ import contextlib
 import functools
 import logging
 import threading
+import weakref
 from collections.abc import Callable
 
 from themisto_env import tracing
@@ -41,10 +42,12 @@ from themisto_env.sandbox.template.shared import hold_shared_templates, release_
 
 __all__ = ["StateServer"]
 
-#: The (kernel kind, dataset) pairs checked in this process (`StateServer._check_dataset`): kernels of one
-#: kind (one spec: backend, image, environment) answer the same package versions, so a served node's 500
-#: sessions ask once, not once each (a kernel round trip, about a third of a session's opening).
-_CHECKED: set[tuple[str, str]] = set()
+#: The kernel kinds each open dataset was checked with in this process (`StateServer._check_dataset`): kernels
+#: of one kind (one spec: backend, image, environment) answer the same package versions, so a served node's 500
+#: sessions ask once, not once each (a kernel round trip, about a third of a session's opening). Keyed by the
+#: dataset as opened: a dataset rebuilt in place is opened anew (`Dataset.open` sees its files change), and
+#: checked again.
+_CHECKED: weakref.WeakKeyDictionary[Dataset, set[str]] = weakref.WeakKeyDictionary()
 _CHECKED_LOCK = threading.Lock()
 
 log = logging.getLogger("themisto_env")
@@ -304,12 +307,12 @@ class StateServer:
         if self._dataset_checked:
             return
         self._dataset_checked = True
-        key = (repr(self.spec), str(self.dataset.path))
         if self.spec.ray is None:  # Ray places kernels on nodes that may differ: each server checks its own
             with _CHECKED_LOCK:
-                if key in _CHECKED:
+                kinds = _CHECKED.setdefault(self.dataset, set())
+                if repr(self.spec) in kinds:
                     return
-                _CHECKED.add(key)
+                kinds.add(repr(self.spec))
         stale = sorted(t.id for t in self.trajectories.values() if t.fingerprint_version != FINGERPRINT_VERSION)
         if stale:
             log.warning(
