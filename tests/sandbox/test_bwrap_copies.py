@@ -371,6 +371,7 @@ def test_a_restarted_copy_is_isolated_again_and_keeps_its_files(template: Kernel
         assert _value(a, "open('mine.txt', 'w').write('x'); print(1)") == 1
         before = _namespace(_keeper(a), "pid_for_children")
         a.restart()
+        assert _alive_and_answering(a)  # its namespace is nameable once its init runs (the kernel answers after)
         assert _namespace(_keeper(a), "pid_for_children") != before
         assert _value(a, "import os, json; print(json.dumps([os.getpid(), open('mine.txt').read()]))") == [2, "x"]
     finally:
