@@ -5,7 +5,9 @@
 # holding a copy of this working tree installed with pip at the locked versions (`pip install -c
 # requirements/lock.txt -e` in that venv only: the checkout's .venv and the system's install are untouched),
 # and runs every test marked `bwrap` as that user, with no skip (a skip fails): among them
-# tests/sandbox/test_bwrap_copies.py, the attacks of one forked copy of model-written code on its siblings.
+# tests/sandbox/test_bwrap_copies.py, the attacks of one forked copy of model-written code on its siblings,
+# and tests/scoring/test_hostile_predictions.py's `bwrap-forked` cases, every hostile prediction scored on
+# bwrap's forked copies (`-k hostile` runs both).
 #
 #   bash scripts/setup-bwrap-user.sh                 set up (idempotent), then run the bwrap tests
 #   bash scripts/setup-bwrap-user.sh --setup-only    only set up

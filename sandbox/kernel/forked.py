@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from themisto_env.errors import InfrastructureError, KernelStartError, TemplateGoneError
-from themisto_env.sandbox.kernel.identity import CopyIdentity
+from themisto_env.sandbox.kernel.identity import CopyIdentity, namespace_limit_events
 from themisto_env.sandbox.kernel.launcher import KernelLauncher, launcher_class
 from themisto_env.sandbox.lifetime.owners import process_record
 from themisto_env.sandbox.models import SandboxLimits
@@ -53,6 +53,11 @@ class ForkSource(Protocol):
 
     def identity_for(self, connection_file: Path) -> CopyIdentity | None:
         """The identity the kernel forked on this connection file took (None: its template's)."""
+
+    @property
+    def isolates_copies(self) -> bool:
+        """Whether the kernels it forks isolate themselves in namespaces of their own (a ``bwrap`` template of
+        model-written code), with rlimits of their own."""
 
     def limit_events(self) -> dict[str, int]:
         """The limit hits of the template's own sandbox, shared by every copy in it (a docker template's
@@ -110,6 +115,11 @@ class ForkLauncher(KernelLauncher):
         self._started = 0
         #: The copy's own uid and limits, where copies take one (docker); None: the template's identity.
         self.identity: CopyIdentity | None = None
+        #: Whether the copy isolates itself in namespaces of its own with its own rlimits (bwrap's copies of
+        #: model-written code): its limits are enforced, and their hits read from ``/proc``.
+        self.own_namespaces = bool(getattr(template, "isolates_copies", False))
+        if self.own_namespaces:
+            self.enforces_limits = True  # type: ignore[misc]
 
     def start(self, connection_file: Path, workdir: Path) -> None:
         template = self.template
@@ -203,7 +213,11 @@ class ForkLauncher(KernelLauncher):
         `CopyIdentity.limit_events`), and the hits of the container it shares with its template and
         siblings, as ``shared_oom_kill`` and ``shared_pids_max`` (its cgroup counts those of every copy
         together: a rise while the copy's code ran, without a hit of its own, means the container ran out,
-        not the copy: an infrastructure fault, see `shared_fault`)."""
+        not the copy: an infrastructure fault, see `shared_fault`). Where the copy isolates itself in namespaces
+        of its own (bwrap): its own hits, read from ``/proc`` through its keeper (see
+        `namespace_limit_events`; a bwrap sandbox has no cgroup to share)."""
+        if self.own_namespaces and self._host_pid is not None:
+            return namespace_limit_events(self._host_pid, self.limits.pids)
         if self.identity is None:
             return {}
         events = self.identity.limit_events(self._host_pid)

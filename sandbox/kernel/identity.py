@@ -14,6 +14,8 @@ template needs no ``CAP_CHOWN``:
 From the host, the copy's limit hits are read from the kernel's own records (never from what the copy
 prints): its processes and threads, counted by uid in ``/proc`` (``RLIMIT_NPROC`` refused a fork once the
 count reached it), and its data size against its ``RLIMIT_DATA`` (a ``MemoryError`` at the limit).
+A ``bwrap`` copy takes no uid (namespaces of its own instead, ``_isolate_copy``): its hits are read the same
+way, its processes counted by its pid namespace (`namespace_limit_events`).
 """
 
 from __future__ import annotations
@@ -36,10 +38,13 @@ from themisto_env.errors import KernelStartError
 from themisto_env.sandbox.models import SandboxLimits
 
 __all__ = [
+    "COPY_KERNEL_PID",
     "UID_BASE",
     "UID_SLOTS",
     "CopyIdentity",
     "can_give_identities",
+    "namespace_limit_events",
+    "namespace_pid",
     "nested_namespaces_refused",
     "new_identity",
 ]
@@ -150,6 +155,52 @@ def _data_near_limit(pid: int) -> bool:
     limit = next((line.split()[3] for line in limits if line.startswith("Max data size")), "unlimited")
     data = next((int(line.split()[1]) * 1024 for line in status if line.startswith("VmData:")), 0)
     return limit.isdigit() and data >= int(limit) - MEMORY_MARGIN
+
+
+def namespace_limit_events(keeper: int, nproc: int) -> dict[str, int]:
+    """A ``bwrap`` copy's limit hits now, read from ``/proc`` as `CopyIdentity.limit_events` reads a docker
+    copy's: ``pids_max`` when the processes and threads of the copy's own pid namespace (its keeper's
+    children's: ``RLIMIT_NPROC`` counts per user namespace, so exactly those) are within `TASK_MARGIN` of
+    ``nproc``; ``data_limit`` when its kernel's (`COPY_KERNEL_PID` there) data size is near its ``RLIMIT_DATA``.
+    ``keeper``: the copy's
+    keeper (the process its template forked, outside the copy's pid namespace), as this process sees it.
+    Empty once the keeper is gone."""
+    try:
+        namespace = os.readlink(f"/proc/{keeper}/ns/pid_for_children")
+        if namespace == os.readlink(f"/proc/{keeper}/ns/pid"):  # not isolated (yet): not a copy's namespace
+            return {}
+    except OSError:
+        return {}
+    count, kernel = 0, None
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError):  # gone meanwhile, or not ours to read
+                    if os.readlink(f"/proc/{entry.name}/ns/pid") == namespace:
+                        count += len(os.listdir(f"/proc/{entry.name}/task"))
+                        if kernel is None and namespace_pid(int(entry.name)) == COPY_KERNEL_PID:
+                            kernel = int(entry.name)
+    events: dict[str, int] = {}
+    if count >= nproc - TASK_MARGIN:
+        events["pids_max"] = 1
+    if kernel is not None and _data_near_limit(kernel):
+        events["data_limit"] = 1
+    return events
+
+
+#: A ``bwrap`` copy's kernel's pid in its own namespace: the first process its init (pid 1) forks.
+COPY_KERNEL_PID = 2
+
+
+def namespace_pid(pid: int) -> int | None:
+    """A process's pid in its own (innermost) pid namespace (``NSpid`` in ``/proc``), or None."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                return int(line.split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def can_give_identities() -> str | None:

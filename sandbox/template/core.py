@@ -384,6 +384,8 @@ class KernelTemplate(StateTemplates, SpareKernels):
             "environment": environment,
             "reseed": self.reseed,
         }
+        if self.isolates_copies and limits is not None:  # the copy's own rlimits (default: the template's)
+            request["limits"] = {"nproc": limits.pids, "memory_bytes": limits.memory_mb << 20}
         identities = (self.base or self)._identities
         if identities is not None:  # the copy takes a uid of its own, its folders given to it first
             run_dir = connection_file.parent
@@ -404,6 +406,13 @@ class KernelTemplate(StateTemplates, SpareKernels):
         if nice and may_renice() and getattr(FILLING, "active", False):
             renice(pidfd_pid(int(answer["pidfd"])), nice)  # its start yields to the copies in use
         return int(answer["pid"]), int(answer["pidfd"])
+
+    @property
+    def isolates_copies(self) -> bool:
+        """Whether its copies isolate themselves in namespaces of their own, with rlimits of their own (a
+        ``bwrap`` template of model-written code: ``_isolate_copy`` in `themisto_env.sandbox.template.zygote`)."""
+        template = self.base or self
+        return template.backend == "bwrap" and template.store_access == "copy"
 
     def identity_for(self, connection_file: Path) -> CopyIdentity | None:
         """The identity the copy forked on ``connection_file`` took (None where copies take none)."""

@@ -48,8 +48,9 @@ class BwrapTemplateLauncher(TemplateProgram, BwrapLauncher):
     A template for model-written code (the store hidden from it: ``store_access="copy"``) makes each kernel it
     forks isolate itself right after the fork (``_isolate_copy`` in `themisto_env.sandbox.template.zygote`):
     user, pid, mount, network and IPC namespaces of its own nested in the sandbox's, its template's run
-    directory hidden but for its own folders, rlimits for its processes and memory (a kernel's
-    ``limits.pids`` and ``limits.memory_mb``), no capability left.
+    directory hidden but for its own folders, rlimits for its processes and memory (``limits.pids`` and
+    ``limits.memory_mb``: the template's, set here, or the kernel's own, which the fork request carries), no
+    capability left, and an init of its own that reaps its orphans.
     """
 
     def environment(self, connection_file: Path) -> dict[str, str]:

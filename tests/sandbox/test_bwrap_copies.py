@@ -5,7 +5,7 @@ closes (nothing).
 Every test forks real copies in a real sandbox (as an unprivileged user: ``scripts/setup-bwrap-user.sh``); the
 attacks run as model-written code would, as cells. From this process, a copy is seen through its keeper (the
 process its template forked, outside the copy's pid namespace): every process of the copy is in the pid
-namespace its keeper's children get.
+namespace its keeper's children get, whose init (pid 1) reaps it and whose kernel is pid 2 there.
 """
 
 from __future__ import annotations
@@ -71,13 +71,20 @@ def _members(namespace: str) -> list[int]:
     return found
 
 
-def _kernel_pids(kernel: Kernel) -> list[int]:
-    """The copy's kernel's pid in each namespace from this process's down (``NSpid``: here, the template's
-    sandbox, the copy's own)."""
-    keeper = _keeper(kernel)
-    [child] = Path(f"/proc/{keeper}/task/{keeper}/children").read_text().split()
-    status = Path(f"/proc/{child}/status").read_text()
+def _nspids(pid: int) -> list[int]:
+    """A process's pid in each namespace from this process's down (``NSpid``)."""
+    status = Path(f"/proc/{pid}/status").read_text()
     return [int(p) for p in next(line for line in status.splitlines() if line.startswith("NSpid")).split()[1:]]
+
+
+def _kernel_pids(kernel: Kernel) -> list[int]:
+    """The copy's kernel's pid in each namespace from this process's down (here, the template's sandbox, the
+    copy's own: 2, its init's first child)."""
+    keeper = _keeper(kernel)
+    [init] = Path(f"/proc/{keeper}/task/{keeper}/children").read_text().split()
+    children = Path(f"/proc/{init}/task/{init}/children").read_text().split()
+    [pids] = [p for p in map(_nspids, map(int, children)) if p[-1] == identity.COPY_KERNEL_PID]
+    return pids
 
 
 def _wait_empty(namespace: str, seconds: float = 10.0) -> list[int]:
@@ -125,7 +132,7 @@ def test_each_copy_has_namespaces_of_its_own_without_capabilities(template: Kern
         on_the_way = [template.run_dir.parts[2]] if template.run_dir.is_relative_to("/tmp") else []
         for kernel in (a, b):
             pid, procs, uid, caps, tmp, shm, nproc = _value(kernel, probe)  # type: ignore[misc]
-            assert pid == 1 and procs == [1], "the copy sees processes other than its own"
+            assert pid == 2 and procs == [1, 2], "the copy sees processes other than its own (its init, itself)"
             assert uid == 1000 and not any(int(c, 16) for c in caps), caps
             assert nproc == [LIMITS.pids, LIMITS.pids]
             assert shm == [] and tmp == on_the_way, tmp  # its /tmp is empty but for the way to its own folder
@@ -161,10 +168,10 @@ def reachable(pid):
         return False
     except PermissionError:
         return True
-results['reachable pids'] = [p for p in range(1, 1 << 16) if p not in own and reachable(p)] or 'none'
+results['reachable pids'] = [p for p in range(2, 1 << 16) if p not in own and reachable(p)] or 'none'  # 1: its init
 for target, pid in {targets}:
-    if pid in own:
-        continue  # the same number names one of this copy's own threads here
+    if pid in own or pid == 1:
+        continue  # the same number names one of this copy's own threads, or its own init, here
     attempt(f'signal {{target}}', lambda: os.kill(pid, signal.SIGKILL))
     attempt(f'memory {{target}}', lambda: read_memory(pid))
     attempt(f'environ {{target}}', lambda: open(f'/proc/{{pid}}/environ', 'rb').read(1))
@@ -172,6 +179,7 @@ for target, pid in {targets}:
 attempt('read sibling file', lambda: open({sibling_file}).read())
 attempt('list sibling run dir', lambda: os.listdir({sibling_dir}))
 attempt('write template run dir', lambda: open({template_dir} + '/planted', 'w'))
+attempt('write the sandbox /dev', lambda: open('/dev/planted', 'w'))  # one tmpfs for the template and copies
 results['template run dir'] = sorted(os.listdir({template_dir}))
 def connect():
     with socket.socket(socket.AF_UNIX) as s:
@@ -240,7 +248,7 @@ os.kill(os.getpid(), signal.SIGKILL)"""
 def test_killing_everything_visible_kills_only_the_copy(template: KernelTemplate, attack: str) -> None:
     a, b = template.kernel(), template.kernel()
     try:
-        with contextlib.suppress(KernelDiedError):  # the kernel is its namespace's init: it may well survive
+        with contextlib.suppress(KernelDiedError):  # kill(-1) spares the caller: the kernel may well survive
             a.execute(attack, timeout_s=10, interrupt=False)
         assert _alive_and_answering(b)
         c = template.kernel()  # the template lives and forks
@@ -259,6 +267,8 @@ def test_a_fork_bomb_is_bounded_by_the_copy_s_own_process_limit(template: Kernel
         result = a.execute(code, timeout_s=10, interrupt=False)
         assert result.status == "error" and "BlockingIOError" in result.text(), result.outputs
         assert len(_members(namespace)) > LIMITS.pids // 2, "the bomb did not fork: no test"
+        # the host sees the hit in /proc (the scorer's limit events), for this copy only
+        assert a.launcher.limit_events().get("pids_max") == 1 and b.launcher.limit_events() == {}
         assert _alive_and_answering(b)
         children = b.execute("import os\npid = os.fork()\nif pid == 0: os._exit(0)\nos.waitpid(pid, 0); print('ok')")
         assert children.text().strip() == "ok", "the sibling cannot start a process of its own"
@@ -273,6 +283,8 @@ def test_a_memory_bomb_is_the_copy_s_own_failure(template: KernelTemplate) -> No
     try:
         result = a.execute("_hog = []\nwhile True:\n    _hog.append(b'x' * 2**24)", timeout_s=30, interrupt=False)
         assert result.status == "error" and "MemoryError" in result.text(), result.outputs
+        # the host sees the kernel's data at its RLIMIT_DATA in /proc (the scorer's limit events)
+        assert a.launcher.limit_events() == {"data_limit": 1} and b.launcher.limit_events() == {}
         assert _alive_and_answering(a) and _alive_and_answering(b)
         assert template.is_alive()
     finally:
@@ -281,8 +293,8 @@ def test_a_memory_bomb_is_the_copy_s_own_failure(template: KernelTemplate) -> No
 
 
 def test_a_copy_allocates_its_allowance_and_a_cell_past_its_time_is_interrupted(template: KernelTemplate) -> None:
-    """The copy's memory allowance is usable, and its keeper passes the host's SIGINT on to the kernel (its
-    namespace's init, which takes only the signals it handles)."""
+    """The copy's memory allowance is usable, and its keeper passes the host's SIGINT on to the kernel
+    (through the copy's init, which takes only the signals it handles)."""
     a = template.kernel()
     try:
         assert _value(a, f"_big = bytearray({LIMITS.memory_mb - 64} * 2**20); print(int(len(_big) > 0))") == 1
@@ -293,14 +305,75 @@ def test_a_copy_allocates_its_allowance_and_a_cell_past_its_time_is_interrupted(
         a.close()
 
 
+def test_a_copy_takes_its_own_lower_limits(template: KernelTemplate) -> None:
+    """A kernel asked for with limits of its own gets them after the fork, not its template's: an allocation
+    within the template's allowance fails within its own, and its process limit is its own."""
+    own = SandboxLimits(memory_mb=128, pids=16, timeout_s=10)
+    a, b = template.kernel(limits=own), template.kernel()
+    try:
+        probe = "import json, resource; print(json.dumps(resource.getrlimit(resource.RLIMIT_NPROC)))"
+        assert _value(a, probe) == [own.pids, own.pids] and _value(b, probe) == [LIMITS.pids, LIMITS.pids]
+        allocate = "_big = bytearray(320 * 2**20); print(1)"  # within the template's 512 MiB, past 128
+        result = a.execute(allocate, timeout_s=30)
+        assert result.status == "error" and "MemoryError" in result.text(), result.outputs
+        assert b.execute(allocate, timeout_s=30).text().strip() == "1", "the template's limit refused it: no test"
+        assert _alive_and_answering(a)
+    finally:
+        a.close()
+        b.close()
+
+
+def _zombies(namespace: str) -> list[int]:
+    """The zombies of a pid namespace."""
+    found = []
+    for pid in _members(namespace):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                found.append(pid)
+    return found
+
+
+def test_orphans_of_a_copy_are_reaped_and_its_children_keep_their_exit_codes(template: KernelTemplate) -> None:
+    """Daemonising code leaves no zombie in the copy (its init reaps the orphans), while the kernel's own
+    children stay the kernel's to wait for: ``subprocess`` gets their exit codes."""
+    a = template.kernel()
+    try:
+        daemonise = (  # each daemon outlives its parent (which the kernel waits for), then ends: an orphan
+            "import os, time\n"
+            "for _ in range(5):\n"
+            "    pid = os.fork()\n"
+            "    if pid == 0:\n"
+            "        os.setsid()\n"
+            "        if os.fork() == 0:\n"
+            "            time.sleep(0.3)\n"
+            "        os._exit(0)\n"
+            "    os.waitpid(pid, 0)\n"
+            "print(1)"
+        )
+        assert _value(a, daemonise) == 1
+        namespace = _namespace(_keeper(a), "pid_for_children")
+        time.sleep(0.5)  # the daemons ended
+        deadline = time.monotonic() + 10
+        while (zombies := _zombies(namespace)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert zombies == [], "orphans of the copy are left unreaped"
+        code = "import subprocess, json\nprint(json.dumps([subprocess.run(['sh', '-c', f'exit {n}']).returncode"
+        code += " for n in (0, 3, 7)]))"
+        assert _value(a, code) == [0, 3, 7]
+        assert _value(a, "import os, json; print(json.dumps(os.getppid()))") == 1, "the kernel is its init's child"
+    finally:
+        a.close()
+
+
 def test_a_restarted_copy_is_isolated_again_and_keeps_its_files(template: KernelTemplate) -> None:
     a = template.kernel()
     try:
         assert _value(a, "open('mine.txt', 'w').write('x'); print(1)") == 1
         before = _namespace(_keeper(a), "pid_for_children")
         a.restart()
+        assert _alive_and_answering(a)  # its namespace is nameable once its init runs (the kernel answers after)
         assert _namespace(_keeper(a), "pid_for_children") != before
-        assert _value(a, "import os, json; print(json.dumps([os.getpid(), open('mine.txt').read()]))") == [1, "x"]
+        assert _value(a, "import os, json; print(json.dumps([os.getpid(), open('mine.txt').read()]))") == [2, "x"]
     finally:
         a.close()
 
@@ -501,8 +574,7 @@ def test_a_hostile_copy_leaves_its_group_scored_as_alone(env_dataset: dict[str, 
     clean = scores.pop("clean")
     assert clean[0] == 1.0, clean
     for name, group in scores.items():
-        # a killing copy survives its own attack (its kernel is its namespace's init, which kill(-1) and its
-        # own SIGKILL spare): it is scored as the no-op it amounts to; a bomb fails its cell (its limit hit
-        # is not seen from the host: the cell's own error is scored)
+        # a killing copy ends itself (every pid) or survives (kill(-1) spares the caller and its namespace's
+        # init): it scores nothing either way; a bomb fails its cell at its own limit
         assert group[3] < 0.1, (name, group)
         assert group[:3] + group[4:] == clean[:3] + clean[4:], (name, group, clean)

@@ -1,9 +1,13 @@
-"""Hostile predictions under the execution score, on docker: each is contained and scored as documented.
+"""Hostile predictions under the execution score, on docker and bwrap: each is contained and scored as documented.
 
-Every case runs twice: on disposable kernels started one container each (``fork=False``), and on copies
-forked in one template container, each with a uid of its own (the default).
+Every case runs on each path that runs model-written code in isolation: on docker, disposable kernels started
+one container each (``fork=False``) and copies forked in one template container, each with a uid of its own
+(the default); on bwrap, copies forked in one template sandbox, each in namespaces of its own (the default; as
+an unprivileged user: ``scripts/setup-bwrap-user.sh``). bwrap's started kernels are not among them: a bwrap
+sandbox enforces no memory or process limit (docs/sandboxes.md), so its forked copies, which do, are what
+model-written code runs on there.
 
-Every case plays the same pattern on one docker env (two predictions per sample): at sample S the hostile
+Every case plays the same pattern on one env (two predictions per sample): at sample S the hostile
 prediction H, then the true target (another completion of S); at S+1 the true target and an empty
 prediction. The same pattern with the target in place of H is the clean reference. For each H:
 
@@ -12,8 +16,8 @@ prediction. The same pattern with the target in place of H is the clean referenc
   the target's;
 * nothing H did reaches the other completion of S, the state S+1 is served in (the env's own kernel is
   checked against the recording, and its tool answers against the clean run) or S+1's scores;
-* nothing is left running: no container of this process beyond those the env holds, no child process
-  of H on the host.
+* nothing is left running: no container of this process beyond those the env holds (docker), no child
+  process of H on the host.
 
 Last, [`ExecutionReward`][themisto_env.bridges.rl.ExecutionReward] over a batch of hostile and honest completions equals
 each completion scored alone.
@@ -33,6 +37,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import require_backend
 from themisto_env.bridges.rl import ExecutionReward, export_samples
 from themisto_env.data.samples import SampleRule
 from themisto_env.env.actions import Prediction
@@ -185,6 +190,8 @@ TARGET"""
 
 #: Writes a file in every directory it may write, then in the host's dataset and snapshot store (by
 #: their host paths), and tries to forge its run directory's owner record (which a root reaper trusts).
+#: MOUNTS_ONLY: it walks only the read-write mounts (a folder elsewhere cannot be written) instead of the
+#: whole tree (a bwrap sandbox sees the host's, too large to walk within the time limit).
 WRITES = """import json as _json, os as _os
 _result = {'written': [], 'refused': {}}
 def _attempt(_folder):
@@ -194,12 +201,20 @@ def _attempt(_folder):
         _result['written'].append(_folder)
     except OSError as _e:
         _result['refused'][_folder] = type(_e).__name__
-for _root, _dirs, _files in _os.walk('/'):
-    if _root in ('/proc', '/sys'):
-        _dirs[:] = []
-        continue
-    if _os.access(_root, _os.W_OK):
-        _attempt(_root)
+_roots = ['/']
+if MOUNTS_ONLY:
+    with open('/proc/self/mountinfo') as _f:
+        _mounts = [_line.split() for _line in _f]
+    _roots = sorted(_m[4] for _m in _mounts if 'rw' in _m[5].split(',') and _m[4].split('/')[1] not in ('proc', 'sys'))
+_walked = set()
+for _top in _roots:
+    for _root, _dirs, _files in _os.walk(_top):
+        if _root in ('/proc', '/sys') or _root in _walked:
+            _dirs[:] = []
+            continue
+        _walked.add(_root)
+        if _os.access(_root, _os.W_OK):
+            _attempt(_root)
 for _p in HOST_PATHS:
     _attempt(_p)
 _run = _os.path.dirname(_os.getcwd())
@@ -217,7 +232,7 @@ except OSError as _e:
 print('RESULT', _json.dumps(_result))
 """
 
-#: Reads host files by their host paths, and looks for any snapshot file it can see.
+#: Reads host files by their host paths, and looks for any snapshot file it can see under SEARCH_ROOTS.
 READS = """import json as _json, os as _os
 _result = {}
 for _p in HOST_PATHS:
@@ -230,11 +245,12 @@ for _p in HOST_PATHS:
     except OSError as _e:
         _result[_p] = type(_e).__name__
 _dill = []
-for _root, _dirs, _files in _os.walk('/'):
-    if _root in ('/proc', '/sys'):
-        _dirs[:] = []
-        continue
-    _dill += [_os.path.join(_root, _f) for _f in _files if _f.endswith('.dill')]
+for _top in SEARCH_ROOTS:
+    for _root, _dirs, _files in _os.walk(_top):
+        if _root in ('/proc', '/sys'):
+            _dirs[:] = []
+            continue
+        _dill += [_os.path.join(_root, _f) for _f in _files if _f.endswith('.dill')]
 print('RESULT', _json.dumps({'paths': _result, 'snapshots': _dill}))
 """
 
@@ -290,20 +306,28 @@ class Outcome:
     next_empty: dict[str, Any]  # an empty prediction at S+1
 
 
-class Harness:
-    """A docker env with the execution score (two predictions per sample) that records each CodeRun."""
+def _on_isolated_copy(kernel: Any) -> bool:
+    """Whether a kernel is a forked copy isolated from its siblings: a uid of its own (docker) or namespaces
+    of its own (bwrap)."""
+    launcher = kernel.launcher
+    return getattr(launcher, "identity", None) is not None or bool(getattr(launcher, "own_namespaces", False))
 
-    def __init__(self, env: ThemistoEnv, *, forked: bool) -> None:
+
+class Harness:
+    """An env with the execution score (two predictions per sample) that records each CodeRun."""
+
+    def __init__(self, env: ThemistoEnv, *, backend: str, forked: bool) -> None:
         self.env = env
+        self.backend = backend
         self.forked = forked
         self.runs: list[CodeRun] = []
         kernels = env.disposable_kernels()
         run, run_code = kernels.run, kernels._run_code
-        #: Each run's kernel: whether it was a copy with a uid of its own
-        self.own_uid: list[bool] = []
+        #: Each run's kernel: whether it was an isolated copy (a uid or namespaces of its own)
+        self.isolated_copy: list[bool] = []
 
         def noting(kernel: Any, *args: Any, **kwargs: Any) -> CodeRun:
-            self.own_uid.append(getattr(kernel.launcher, "identity", None) is not None)
+            self.isolated_copy.append(_on_isolated_copy(kernel))
             return run_code(kernel, *args, **kwargs)
 
         kernels._run_code = noting  # type: ignore[method-assign]
@@ -365,7 +389,7 @@ class Harness:
         next_target, _ = self._predict(following.target)
         next_empty, _ = self._predict("")
         self.assert_nothing_left()
-        assert self.own_uid[-3:] == [self.forked] * 3, "the code ran elsewhere than on the path under test"
+        assert self.isolated_copy[-3:] == [self.forked] * 3, "the code ran elsewhere than on the path under test"
         return Outcome(hostile, run, again, served, next_target, next_empty)
 
     def outcome(self, name: str, prefix: str, code: str) -> Outcome:
@@ -397,8 +421,12 @@ class Harness:
         return held | _template_containers()
 
     def assert_nothing_left(self) -> None:
-        held = self.held()
-        assert _containers() - BASELINE == held, "a container of a discarded kernel is left"
+        if self.backend == "docker":
+            held = self.held()
+            assert _containers() - BASELINE == held, "a container of a discarded kernel is left"
+        else:  # what the closing discarded kernels took along
+            for thread in self.env.disposable_kernels()._closing:
+                thread.join(timeout=60)
         assert not _sleepers(), "a child process of a prediction outlived its kernel"
 
 
@@ -414,28 +442,40 @@ def _template_containers() -> set[str]:
     }
 
 
-@pytest.fixture(scope="module", params=["started", "forked"])
-def harness(request: pytest.FixtureRequest, env_dataset: dict[str, str], docker_engine: None) -> Iterator[Harness]:
-    BASELINE.update(_containers())
+#: The paths under test: (backend, forked).
+PATHS = [
+    pytest.param(("docker", False), marks=pytest.mark.docker, id="docker-started"),
+    pytest.param(("docker", True), marks=pytest.mark.docker, id="docker-forked"),
+    pytest.param(("bwrap", True), marks=pytest.mark.bwrap, id="bwrap-forked"),
+]
+
+
+@pytest.fixture(scope="module", params=PATHS)
+def harness(request: pytest.FixtureRequest, env_dataset: dict[str, str]) -> Iterator[Harness]:
+    backend, forked = request.param
+    require_backend(backend)  # the param's mark skips it where the backend cannot run: this says why
+    if backend == "docker":
+        BASELINE.update(_containers())
     store, dataset = Path(env_dataset["snapshot_dir"]), Path(env_dataset["dataset"])
     listings = _listing(store), _listing(dataset)
     env = ThemistoEnv(
         **env_dataset,
-        backend="docker",
+        backend=backend,
         task="next-cell",
         observation="tools",
         execution_score=True,
         samples=2,
         sample_rule=ALL_SAMPLES,
         limits=LIMITS,
-        fork=request.param == "forked",
+        fork=forked,
     )
     try:
-        yield Harness(env, forked=request.param == "forked")
+        yield Harness(env, backend=backend, forked=forked)
     finally:
         env.close()
         templates.close_shared_templates()
-    assert _containers() - BASELINE == set(), "containers left after the env closed"
+    if backend == "docker":
+        assert _containers() - BASELINE == set(), "containers left after the env closed"
     assert not _sleepers()
     assert (_listing(store), _listing(dataset)) == listings, "the store or the dataset changed"
 
@@ -645,6 +685,7 @@ def test_writes_reach_only_the_kernels_own_scratch_space(harness: Harness, env_d
     store, dataset = Path(env_dataset["snapshot_dir"]), Path(env_dataset["dataset"])
     host_paths = [str(store), str(dataset), str(next(store.rglob("*.dill")).parent)]
     code = WRITES.replace("TOKEN", TOKEN).replace("HOST_PATHS", repr(host_paths))
+    code = code.replace("MOUNTS_ONLY", repr(harness.backend == "bwrap"))
     clean = harness.clean(TARGET_6)
     outcome = harness.outcome("writes", TARGET_6, code)
     assert_scored(outcome, clean)
@@ -655,7 +696,10 @@ def test_writes_reach_only_the_kernels_own_scratch_space(harness: Harness, env_d
     outside = [p for p in result["written"] if not any(p == s or p.startswith(s + "/") for s in scratch)]
     assert not outside, f"wrote outside the container's scratch space: {outside}"
     assert all(p not in result["written"] for p in host_paths), result
-    assert result["owner"] != "forged", "the kernel rewrote the owner record a root reaper trusts"
+    if harness.backend == "docker":
+        assert result["owner"] != "forged", "the kernel rewrote the owner record a root reaper trusts"
+    # on bwrap no reaper is root: the kernel runs as the user who owns its run directory and runs the reaper,
+    # and may rewrite its owner record (docs/sandboxes.md: as a started bwrap kernel may)
     # a started kernel's run directory is in the temporary folder; a forked copy's in its template's
     assert Path(run_dir).is_relative_to(tempfile.gettempdir()) and not Path(run_dir).exists()
     left = [
@@ -668,17 +712,23 @@ def test_writes_reach_only_the_kernels_own_scratch_space(harness: Harness, env_d
 
 
 def test_host_files_cannot_be_read(harness: Harness, env_dataset: dict[str, str]) -> None:
+    """The host's files: none on docker. On bwrap the sandbox sees the host read-only, as any bwrap kernel
+    (docs/sandboxes.md): there the env's store, its snapshots and the test's dataset (in the host's temporary
+    folder, which a copy's own /tmp covers) are out of reach, and no snapshot is seen under any of them."""
     store, dataset = Path(env_dataset["snapshot_dir"]), Path(env_dataset["dataset"])
     snapshot = next(store.rglob("*.dill"))
     host_paths = ["/etc/shadow", "/root", str(dataset), str(dataset / "trajectories.jsonl"), str(store), str(snapshot)]
-    code = READS.replace("HOST_PATHS", repr(host_paths))
+    # docker: the whole tree; bwrap: the folders of the env's own data (the rest of the host is readable there)
+    roots = ["/"] if harness.backend == "docker" else sorted({"/tmp", str(store), str(store.parent), str(dataset)})
+    code = READS.replace("HOST_PATHS", repr(host_paths)).replace("SEARCH_ROOTS", repr(roots))
     clean = harness.clean(TARGET_6)
     outcome = harness.outcome("reads", TARGET_6, code)
     assert_scored(outcome, clean)
     result = _result(outcome.run)
     assert set(result["paths"]) == set(host_paths)
-    read = {p: r for p, r in result["paths"].items() if not r.endswith("Error")}
-    assert not read, f"read from inside the container: {read}"
+    covered = harness.backend == "bwrap" and result["paths"][str(store)] == "listed 0"  # its empty cover
+    read = {p: r for p, r in result["paths"].items() if not r.endswith("Error") and not (covered and p == str(store))}
+    assert not read, f"read from inside the sandbox: {read}"
     assert result["snapshots"] == [], "a snapshot is visible to the prediction"
     assert_isolated(outcome, clean)
 
@@ -686,12 +736,17 @@ def test_host_files_cannot_be_read(harness: Harness, env_dataset: dict[str, str]
 # -- the RL reward ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fork", [False, True], ids=["started", "forked"])
+@pytest.mark.parametrize(
+    ("backend", "fork"),
+    [("docker", False), ("docker", True), ("bwrap", True)],
+    ids=["docker-started", "docker-forked", "bwrap-forked"],
+)
 def test_execution_reward_over_a_batch_equals_each_completion_alone(
-    env_dataset: dict[str, str], docker_engine: None, fork: bool
+    env_dataset: dict[str, str], backend: str, fork: bool
 ) -> None:
+    require_backend(backend)
     templates.close_shared_templates()  # a harness's (replaced when next used): this reward makes its own
-    baseline = _containers()
+    baseline = _containers() if backend == "docker" else set()
     rows = export_samples("next-cell", "static", **env_dataset, sample_rule=ALL_SAMPLES)
     row = next(r for r in rows if r["target"].startswith(TARGET_6))
     target = row["target"]
@@ -702,12 +757,13 @@ def test_execution_reward_over_a_batch_equals_each_completion_alone(
         LATER.replace("TARGET", target),  # a hack that would spoil what runs after it in a shared kernel
         "",
     ]
-    options = {**env_dataset, "backend": "docker", "limits": LIMITS, "sample_rule": ALL_SAMPLES, "parse": False}
+    options = {**env_dataset, "backend": backend, "limits": LIMITS, "sample_rule": ALL_SAMPLES, "parse": False}
     options["fork"] = fork
     # The execution score alone (the reward adds the text metrics, which a hack quoting the target earns)
     with ExecutionReward(value="execution_score", **options) as reward:
         batch = reward(completions=completions, sample_id=[row["sample_id"]] * len(completions))
-        templates_made = _template_containers() - baseline  # a forked reward's template: while the reward is open
+        # a forked reward's template: while the reward is open
+        templates_made = _template_containers() - baseline if backend == "docker" else set(templates._SHARED)
     alone = []
     for completion in completions:
         with ExecutionReward(value="execution_score", **options) as reward:
@@ -722,5 +778,6 @@ def test_execution_reward_over_a_batch_equals_each_completion_alone(
     assert bool(templates_made) == fork, "the completions were not run on the path under test"
     # the shared template goes with its last holder (this module's harness env may still hold it)
     templates.close_shared_templates()
-    assert _containers() - baseline == set(), "containers left after the rewards and the templates closed"
+    if backend == "docker":
+        assert _containers() - baseline == set(), "containers left after the rewards and the templates closed"
     assert not _sleepers()

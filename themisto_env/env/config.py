@@ -84,9 +84,10 @@ class EnvConfig(BaseModel):
             into it: milliseconds instead of seconds, and pages shared with the template. On the ``local``
             and ``bwrap`` backends, outside Ray; a template that cannot start or a state that is not safe
             to fork (an open file or socket, a thread) is served the old way, and ``info["state"]["served_by"]``
-            says which way each sample was served. Kernels for model-written code are forked on ``local``
-            and ``docker`` (each docker copy with a uid of its own, in a template container), started on
-            ``bwrap`` (copies of one template share its sandbox user); the env's own docker kernel is started.
+            says which way each sample was served. Kernels for model-written code are forked on ``local``,
+            ``docker`` (each docker copy with a uid of its own, in a template container) and ``bwrap`` (each
+            copy in namespaces of its own, in a template sandbox; started, a sandbox each, where the host
+            refuses nested user namespaces); the env's own docker kernel is started.
         sample_rule: Which steps are samples.
         limits: Sandbox limits.
         environment: The kernel environment (``themisto kernel-env``) kernels run in: None uses the one the

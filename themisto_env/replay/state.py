@@ -189,7 +189,13 @@ class TrajectoryKernel(ForkedStates):
     def _serve(self, trajectory: Trajectory, step: int) -> StateReport:
         report = self._report = StateReport(trajectory.id, step)
         why = self._forking_refused or self.not_forked
-        report.served_by = "fork" if self._template() is not None else "restore" + (f" ({why})" if why else "")
+        template = self._template()
+        if template is None:
+            report.served_by = "restore" + (f" ({why})" if why else "")
+        elif (refused := getattr(template, "states_refused", None)) is not None:  # forked, then restored into
+            report.served_by = f"restore (into a forked copy: {refused})"
+        else:
+            report.served_by = "fork"
         expected = expected_fingerprint(trajectory, step)
         forward = self._forward_from(trajectory, step)
         self.position = None  # known again only once this state is reached

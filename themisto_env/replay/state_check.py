@@ -74,7 +74,9 @@ class StateReport:
             (``themisto kernel-env``): the state was replayed instead.
         served_by: How states are copied into the kernel: ``fork`` (a copy forked from the state's template),
             ``restore`` (a snapshot loaded into a started kernel), ``restore (not fork-safe: ...)`` (this
-            state holds what a fork would share: an open file, a socket, a thread).
+            state holds what a fork would share: an open file, a socket, a thread), ``restore (into a forked
+            copy: ...)`` (a kernel forked from a template that makes no state templates, the state restored
+            into it: docker's and bwrap's copies of model-written code).
     """
 
     trajectory_id: str

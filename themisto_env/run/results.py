@@ -124,7 +124,8 @@ class ResultRow(BaseModel):
         started_at, finished_at: ISO-8601 UTC times of the sample's start and end.
         infrastructure_error, state_mismatch, recovered, state_check: What the env reports of the state.
         state_served_by: How copies of the sample's state were made (``fork``: forked from the state's
-            template; ``restore``: a snapshot loaded into a started kernel; see the env's ``fork``).
+            template; ``restore``: a snapshot loaded into a started kernel, or into a forked copy where the
+            template makes no state templates; see the env's ``fork``).
         prediction_failed: Why the prediction's own code failed (execution score), if it did.
         model_error: Why the model calls failed after their retries (the sample is run again on resume).
         draws: With ``samples=K``, each prediction as a `Draw` (its own transcript included); None

@@ -187,15 +187,19 @@ def _isolate_copy(request: dict[str, Any]) -> None:
     as the sandbox's unprivileged user may (no capability outside them).
 
     The forked child stays, outside the new pid namespace, as the copy's *keeper* (the process its template
-    and the host watch): it forks the kernel, which is pid 1 of the new namespace (every process the copy
-    starts goes when it ends), passes on ``SIGINT``, turns ``SIGTERM`` into the kernel's end, and exits as
-    the kernel did. The kernel mounts its own ``/proc`` (it sees only its namespace's processes), ``/tmp``
-    (its ``TMPDIR`` and ``HOME``) and ``/dev/shm`` (empty tmpfs), and a read-only tmpfs over its template's
-    run directory with only its own run directory (read-write: its work, its sockets) and the IPython
-    directory (read-only) bound back: it sees no sibling's files and not the template's socket. Then its
-    rlimits (``RLIMIT_NPROC``, counted per user namespace: its own processes; ``RLIMIT_DATA``,
-    ``RLIMIT_AS``) and every capability it held in its namespaces go, for good. A no-op where the variable
-    is unset; any failure ends the copy."""
+    and the host watch): it forks the copy's *init*, pid 1 of the new namespace (every process the copy starts
+    goes when it ends), passes ``SIGINT`` on to it, turns ``SIGTERM`` into its end, and exits as the kernel
+    did. The init forks the kernel (pid 2), passes ``SIGINT`` on, and reaps every process of the namespace,
+    the orphans of daemonising code included (`_init`): the kernel reaps only its own children, as any
+    process, and ``subprocess`` keeps its exit codes. The init mounts the copy's own ``/proc`` (it sees only its
+    namespace's processes), ``/tmp`` (its ``TMPDIR`` and ``HOME``) and ``/dev/shm`` (empty tmpfs), and a
+    read-only tmpfs over its template's run directory with only its own run directory (read-write: its work,
+    its sockets) and the IPython directory (read-only) bound back: it sees no sibling's files and not the
+    template's socket. These mounts are the init's, made before it drops every capability it held in the
+    copy's namespaces and forks the kernel (which inherits none). Then the kernel's rlimits, for good
+    (``RLIMIT_NPROC``, counted per user namespace: its own processes; ``RLIMIT_DATA``, ``RLIMIT_AS``: the
+    template's limits, or the kernel's own where the fork request names them, ``limits``). A no-op where the
+    variable is unset; any failure ends the copy."""
     import json
 
     setting = os.environ.pop(ISOLATE_VARIABLE, None)
@@ -203,43 +207,89 @@ def _isolate_copy(request: dict[str, Any]) -> None:
         return
     import ctypes
 
-    config = json.loads(setting)
+    config = {**json.loads(setting), **request.get("limits", {})}  # the kernel's own limits, if it asked for any
     libc = ctypes.CDLL(None, use_errno=True)
     uid, gid = os.getuid(), os.getgid()
     _check(libc.unshare(COPY_NAMESPACES), "unshare")
     for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
         with open(f"/proc/self/{name}", "w") as f:
             f.write(text)
-    read_end, write_end = os.pipe()
-    kernel = os.fork()
-    if kernel != 0:
+    read_end, write_end = os.pipe()  # the keeper's life, which the init watches
+    status_read, status_write = os.pipe()  # the kernel's wait status, from the init to the keeper
+    init = os.fork()
+    if init != 0:
         os.close(read_end)
-        _keep(kernel, write_end)
+        os.close(status_write)
+        _keep(init, (write_end, status_read))
     os.close(write_end)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the kernel ends with its keeper
+    os.close(status_read)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the init (and with it the namespace) ends with its keeper
     if select.select([read_end], [], [], 0)[0]:  # the keeper is gone already (its end of the pipe closed)
         os._exit(1)
     os.close(read_end)
-    _mount_own_folders(libc, request, config)
-    _limit_copy(libc, config)
+    _mount_own_folders(libc, request, config)  # in the init: the kernel inherits them, and no capability
+    _drop_capabilities(libc)
+    kernel = os.fork()
+    if kernel != 0:
+        _init(kernel, status_write)
+    os.close(status_write)
+    libc.prctl(1, signal.SIGKILL)  # the kernel ends with the init (as every process of the namespace does)
+    if os.getppid() != 1:
+        os._exit(1)
+    _limit_copy(config)
 
 
-def _keep(kernel: int, alive: int) -> None:
-    """The keeper's life (see `_isolate_copy`): wait for the kernel, pass signals on, exit as it did. ``alive``
-    (a pipe's end the kernel watches) stays open while it lives."""
-    os.closerange(3, alive)  # nothing of the template's (its listener, the request's connection) stays here
-    os.closerange(alive + 1, 1 << 20)
+def _keep(init: int, kept: tuple[int, int]) -> None:
+    """The keeper's life (see `_isolate_copy`): wait for the copy's init, pass signals on, exit as the kernel
+    did. ``kept``: a pipe's end the init watches (open while the keeper lives), and the pipe's end the init
+    writes the kernel's wait status to."""
+    _, statuses = kept
+    _close_all_but(*kept)  # nothing of the template's (its listener, the request's connection) stays here
     signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGINT, lambda *_: os.kill(kernel, signal.SIGINT))
+    signal.signal(signal.SIGINT, lambda *_: os.kill(init, signal.SIGINT))
     for number in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(number, lambda *_: os.kill(kernel, signal.SIGKILL))  # pid 1 ignores what it does not handle
+        signal.signal(number, lambda *_: os.kill(init, signal.SIGKILL))  # pid 1 ignores what it does not handle
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    _, status = os.waitpid(kernel, 0)
+    _, status = os.waitpid(init, 0)
+    with contextlib.suppress(OSError):
+        reported = os.read(statuses, 16)
+        if len(reported) == 4:  # the init saw the kernel end: its status, not the init's
+            status = int.from_bytes(reported, "little", signed=True)
     code = os.waitstatus_to_exitcode(status)
     if code < 0:  # killed: the keeper dies of the same signal
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     os._exit(code if code >= 0 else 1)
+
+
+def _init(kernel: int, statuses: int) -> None:
+    """The copy's init (pid 1 of its namespace, see `_isolate_copy`): pass ``SIGINT`` on to the kernel, reap
+    every child it has (the kernel, and whatever the namespace's orphans are), and once the kernel ended, write
+    its wait status to ``statuses`` and end (the namespace ends with it). Every other signal it takes is the
+    default's: as the namespace's init, it ignores those its namespace sends."""
+    _close_all_but(statuses)
+    signal.set_wakeup_fd(-1)
+    for number in signal.valid_signals():
+        with contextlib.suppress(OSError, ValueError, RuntimeError):
+            signal.signal(number, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, lambda *_: os.kill(kernel, signal.SIGINT))
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:  # no child left (the kernel reaped already): nothing to report
+            os._exit(1)
+        if pid == kernel:
+            os.write(statuses, status.to_bytes(4, "little", signed=True))
+            os._exit(0)
+
+
+def _close_all_but(*kept: int) -> None:
+    """Close every descriptor from 3 up but ``kept``."""
+    low = 3
+    for fd in sorted(kept):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 1 << 20)
 
 
 def _check(result: int, what: str) -> None:
@@ -285,16 +335,31 @@ def _mount_own_folders(libc: Any, request: dict[str, Any], config: dict[str, Any
         os.rmdir(stage)
     for folder in hidden:
         mount(None, folder, None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+    # the sandbox's /dev (a tmpfs bwrap made, shared by the template and every copy): read-only here (its
+    # device nodes stay usable: a read-only mount refuses new files, not a device's reads and writes)
+    mount(None, "/dev", None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _mount_flags("/dev"))
     os.environ.update({"TMPDIR": "/tmp", "HOME": "/tmp"})
     import tempfile
 
     tempfile.tempdir = None  # chosen again from $TMPDIR
 
 
-def _limit_copy(libc: Any, config: dict[str, Any]) -> None:
-    """The kernel's rlimits (soft and hard: it cannot raise them) and the end of its capabilities: the
-    bounding set emptied, then every set (``capset``); checked in ``/proc/self/status``."""
-    import ctypes
+def _mount_flags(path: str) -> int:
+    """The per-mount flags of the mount at ``path`` that a bind remount must keep (those a less privileged
+    namespace cannot clear: ``nosuid``, ``nodev``, ``noexec``, the atime ones), from ``statvfs``."""
+    flags = os.statvfs(path).f_flag
+    kept = 0
+    for statvfs_flag, mount_flag in ((2, _MS_NOSUID), (4, _MS_NODEV), (8, _MS_NOEXEC), (1024, 1024), (2048, 2048)):
+        if flags & statvfs_flag:
+            kept |= mount_flag
+    if flags & 4096:  # ST_RELATIME
+        kept |= 1 << 21  # MS_RELATIME
+    return kept
+
+
+def _limit_copy(config: dict[str, Any]) -> None:
+    """The kernel's rlimits (soft and hard: it cannot raise them); that it holds no capability (its init
+    dropped them before it forked it, `_drop_capabilities`) is checked in ``/proc/self/status``."""
     import resource
 
     nproc = int(config["nproc"])
@@ -305,12 +370,25 @@ def _limit_copy(libc: Any, config: dict[str, Any]) -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (data, data))
     space = sizes.get("VmSize", 0) + memory + AS_SLACK
     resource.setrlimit(resource.RLIMIT_AS, (space, space))
+    _check_no_capability()
+
+
+def _drop_capabilities(libc: Any) -> None:
+    """The end of every capability the copy's init holds in the copy's namespaces: the bounding set emptied,
+    then every set (``capset``); checked in ``/proc/self/status``."""
+    import ctypes
+
     for capability in range(64):
         if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP; EINVAL past the last capability
             break
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
     data_sets = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: twice (capabilities 0-63), all 0
     _check(libc.capset(header, data_sets), "capset")
+    _check_no_capability()
+
+
+def _check_no_capability() -> None:
+    """Raise ``PermissionError`` where this process holds a capability (``/proc/self/status``)."""
     with open("/proc/self/status") as f:
         status = dict(line.split(":", 1) for line in f if ":" in line)
     if any(int(status[key], 16) for key in ("CapEff", "CapPrm", "CapBnd", "CapAmb")):
