@@ -208,3 +208,15 @@ def test_a_spare_warmed_while_it_waited_shows_a_first_cell_as_a_restored_kernel_
             answers.append(each.execute(FIRST_CELL_PROBE).text())
         assert answers[0] == answers[1]
         assert "'1 + 1'" in answers[0]  # the probe saw the first cell
+
+
+def test_a_copys_printers_follow_what_its_own_code_imported(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The warm-up builds IPython's formatters in the template, but leaves to the copy's first output the
+    printer tables whose content depends on what is loaded when they are built (a `numpy.float64` printer
+    exists only if numpy was): `%precision` applies to the numpy floats of a copy whose template had no numpy,
+    as in a kernel not forked. (Built in the template, the table had no numpy printer.)"""
+    store = tmp_path_factory.mktemp("printers-store")
+    with KernelTemplate("local", snapshot_dir=store, spares=1) as template, template.kernel() as copy:
+        assert copy.execute("import sys; print('numpy' in sys.modules)").text().strip() == "False", "no test"
+        result = copy.execute("import numpy as np\n%precision 2\nnp.float64(1.23456)")
+        assert result.text().strip() == "1.23", result.outputs

@@ -14,6 +14,7 @@ import itertools
 import os
 import sys
 import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,14 +91,39 @@ def _build_lazy_parts(shell: Any) -> None:
     writing to it, which each copy would do on its own pages."""
     display = shell.display_formatter  # its formatters are lazy trait defaults, built on first access
     formatters = [*display.formatters.values(), display.ipython_display_formatter, display.mimebundle_formatter]
-    for formatter in formatters:
-        for name in formatter.trait_names():  # their printer tables are too
+    with _printer_tables_left_lazy(shell):
+        for formatter in formatters:
+            for name in formatter.trait_names():  # their other tables are too
+                with contextlib.suppress(Exception):
+                    getattr(formatter, name)
+        shell.logger  # noqa: B018 - a lazy property, likewise
+        for _ in range(WARM_RUNS):  # their code made adaptive here, once, rather than in every copy
             with contextlib.suppress(Exception):
-                getattr(formatter, name)
-    shell.logger  # noqa: B018 - a lazy property, likewise
-    for _ in range(WARM_RUNS):  # their code made adaptive here, once, rather than in every copy
-        with contextlib.suppress(Exception):
-            _run_cell_parts(shell)
+                _run_cell_parts(shell)
+
+
+#: The formatters' tables whose default depends on what is imported when they are built (the plain-text
+#: formatter gives ``numpy.float64`` a printer of its own only if numpy is loaded by then, and copies
+#: IPython's pretty-printer registries): built by the user's first output, as in a kernel not forked.
+IMPORT_DEPENDENT_TABLES = ("type_printers", "deferred_printers")
+
+
+@contextlib.contextmanager
+def _printer_tables_left_lazy(shell: Any) -> Iterator[None]:
+    """Around a warm-up: the formatters' `IMPORT_DEPENDENT_TABLES` it built (none was built before it) are
+    dropped after it, to be built again on first use, when the copy's code has imported what it imports."""
+    formatters = list(shell.display_formatter.formatters.values())
+    unbuilt = [
+        (formatter, name)
+        for formatter in formatters
+        for name in IMPORT_DEPENDENT_TABLES
+        if name not in getattr(formatter, "_trait_values", {})
+    ]
+    try:
+        yield
+    finally:
+        for formatter, name in unbuilt:
+            formatter._trait_values.pop(name, None)
 
 
 def _listed_modules() -> tuple[list[str], set[str]]:
@@ -240,10 +266,12 @@ def _warm_first_cell(app: Any) -> None:
     pages they write (reference counts, CPython's warm-up counters in code objects) are copied now, while the
     kernel waits (a spare), not on the user's first cell. Nothing the user can see changes: no cell runs, the
     execution count, history, namespace, streams and the random generators are untouched, nothing is sent."""
-    with contextlib.suppress(Exception):
+    session = app.session
+    count = session.message_count
+    with contextlib.suppress(Exception), _printer_tables_left_lazy(app.shell):
         _run_cell_parts(app.shell)
-        session = app.session
         session.serialize(session.msg("execute_input", {"code": "1 + 1\n", "execution_count": 1}))
+    session.message_count = count  # its messages numbered from where a kernel not warmed numbers them
 
 
 def _run_cell_parts(shell: Any) -> None:

@@ -173,6 +173,7 @@ _CLONE_NEWNET, _CLONE_NEWIPC = 0x40000000, 0x08000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
 _MNT_DETACH = 2
+_PR_SET_DUMPABLE = 4
 #: The namespaces a copy makes for itself (a network and an IPC namespace too: copies shared the sandbox's
 #: loopback and System V IPC).
 COPY_NAMESPACES = _CLONE_NEWUSER | _CLONE_NEWPID | _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWIPC
@@ -229,10 +230,14 @@ def _isolate_copy(request: dict[str, Any]) -> None:
     os.close(read_end)
     _mount_own_folders(libc, request, config)  # in the init: the kernel inherits them, and no capability
     _drop_capabilities(libc)
+    # not dumpable: the kernel (same uid, no capability) can neither ptrace its init nor open its descriptors
+    # in /proc (the status pipe: a forged status, or a pipe filled so the init never ends)
+    _check(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
     kernel = os.fork()
     if kernel != 0:
         _init(kernel, status_write)
     os.close(status_write)
+    _check(libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")  # the kernel: as any process
     libc.prctl(1, signal.SIGKILL)  # the kernel ends with the init (as every process of the namespace does)
     if os.getppid() != 1:
         os._exit(1)
@@ -251,13 +256,16 @@ def _keep(init: int, kept: tuple[int, int]) -> None:
         signal.signal(number, lambda *_: os.kill(init, signal.SIGKILL))  # pid 1 ignores what it does not handle
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     _, status = os.waitpid(init, 0)
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the init is gone: nothing to pass on to
+        signal.signal(number, signal.SIG_IGN)
     with contextlib.suppress(OSError):
         reported = os.read(statuses, 16)
         if len(reported) == 4:  # the init saw the kernel end: its status, not the init's
             status = int.from_bytes(reported, "little", signed=True)
     code = os.waitstatus_to_exitcode(status)
-    if code < 0:  # killed: the keeper dies of the same signal
-        signal.signal(-code, signal.SIG_DFL)
+    if code < 0:  # killed: the keeper dies of the same signal (SIGKILL's handler cannot be set, nor needs to be)
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     os._exit(code if code >= 0 else 1)
 
@@ -269,10 +277,10 @@ def _init(kernel: int, statuses: int) -> None:
     default's: as the namespace's init, it ignores those its namespace sends."""
     _close_all_but(statuses)
     signal.set_wakeup_fd(-1)
-    for number in signal.valid_signals():
+    signal.signal(signal.SIGINT, lambda *_: os.kill(kernel, signal.SIGINT))  # first: none is dropped meanwhile
+    for number in signal.valid_signals() - {signal.SIGINT}:
         with contextlib.suppress(OSError, ValueError, RuntimeError):
             signal.signal(number, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, lambda *_: os.kill(kernel, signal.SIGINT))
     while True:
         try:
             pid, status = os.wait()
