@@ -34,6 +34,7 @@ FOREIGN_PRIVATE = {
     # (module, attribute): private names of other libraries' objects, used knowingly
     ("themisto_env.agents.cache", "_get_invocation_params"): "langchain-core's model parameters (the cache key)",
     ("themisto_env.tracing", "_TRACER_PROVIDER"): "OpenTelemetry's global provider, read without the api's lookup",
+    ("themisto_env.sandbox.template.zygote._app", "_trait_values"): "traitlets' built values: a table made lazy again",
 }
 
 

@@ -14,7 +14,6 @@ import itertools
 import os
 import sys
 import types
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +90,8 @@ def _build_lazy_parts(shell: Any) -> None:
     writing to it, which each copy would do on its own pages."""
     display = shell.display_formatter  # its formatters are lazy trait defaults, built on first access
     formatters = [*display.formatters.values(), display.ipython_display_formatter, display.mimebundle_formatter]
-    with _printer_tables_left_lazy(shell):
+    unbuilt = _unbuilt_printer_tables(shell)
+    try:
         for formatter in formatters:
             for name in formatter.trait_names():  # their other tables are too
                 with contextlib.suppress(Exception):
@@ -100,6 +100,8 @@ def _build_lazy_parts(shell: Any) -> None:
         for _ in range(WARM_RUNS):  # their code made adaptive here, once, rather than in every copy
             with contextlib.suppress(Exception):
                 _run_cell_parts(shell)
+    finally:
+        _leave_lazy(unbuilt)
 
 
 #: The formatters' tables whose default depends on what is imported when they are built (the plain-text
@@ -108,21 +110,22 @@ def _build_lazy_parts(shell: Any) -> None:
 IMPORT_DEPENDENT_TABLES = ("type_printers", "deferred_printers")
 
 
-@contextlib.contextmanager
-def _printer_tables_left_lazy(shell: Any) -> Iterator[None]:
-    """Around a warm-up: the formatters' `IMPORT_DEPENDENT_TABLES` it built (none was built before it) are
-    dropped after it, to be built again on first use, when the copy's code has imported what it imports."""
-    formatters = list(shell.display_formatter.formatters.values())
-    unbuilt = [
+def _unbuilt_printer_tables(shell: Any) -> list[tuple[Any, str]]:
+    """The formatters' `IMPORT_DEPENDENT_TABLES` not built yet: a warm-up that builds them gives them back to
+    `_leave_lazy` after it, to be built again on first use, when the copy's code has imported what it imports."""
+    return [
         (formatter, name)
-        for formatter in formatters
+        for formatter in shell.display_formatter.formatters.values()
         for name in IMPORT_DEPENDENT_TABLES
         if name not in getattr(formatter, "_trait_values", {})
     ]
-    try:
-        yield
-    finally:
-        for formatter, name in unbuilt:
+
+
+def _leave_lazy(unbuilt: list[tuple[Any, str]]) -> None:
+    """Drop the tables a warm-up built (`_unbuilt_printer_tables`): traitlets builds a default again when it is
+    next read (it keeps built values in ``_trait_values``, with no public way to forget one)."""
+    for formatter, name in unbuilt:
+        with contextlib.suppress(AttributeError):
             formatter._trait_values.pop(name, None)
 
 
@@ -266,12 +269,16 @@ def _warm_first_cell(app: Any) -> None:
     pages they write (reference counts, CPython's warm-up counters in code objects) are copied now, while the
     kernel waits (a spare), not on the user's first cell. Nothing the user can see changes: no cell runs, the
     execution count, history, namespace, streams and the random generators are untouched, nothing is sent."""
-    session = app.session
-    count = session.message_count
-    with contextlib.suppress(Exception), _printer_tables_left_lazy(app.shell):
-        _run_cell_parts(app.shell)
-        session.serialize(session.msg("execute_input", {"code": "1 + 1\n", "execution_count": 1}))
-    session.message_count = count  # its messages numbered from where a kernel not warmed numbers them
+    with contextlib.suppress(Exception):
+        session = app.session
+        count = session.message_count
+        unbuilt = _unbuilt_printer_tables(app.shell)
+        try:
+            _run_cell_parts(app.shell)
+            session.serialize(session.msg("execute_input", {"code": "1 + 1\n", "execution_count": 1}))
+        finally:
+            _leave_lazy(unbuilt)
+            session.message_count = count  # its messages numbered from where a kernel not warmed numbers them
 
 
 def _run_cell_parts(shell: Any) -> None:
