@@ -137,12 +137,19 @@ class CopyIdentity:
         its uid's tasks are at ``RLIMIT_NPROC``; ``data_limit`` when its kernel's data size is near its
         ``RLIMIT_DATA``. The second is an inference (a large but legal allocation comes near too): it names
         the failure of code that failed, never fails code that ran (see the disposable kernels' watch)."""
-        events: dict[str, int] = {}
-        if self.tasks() >= self.nproc - TASK_MARGIN:
-            events["pids_max"] = 1
-        if pid is not None and _data_near_limit(pid):
-            events["data_limit"] = 1
-        return events
+        return _limit_events(self.tasks(), self.nproc, pid)
+
+
+def _limit_events(tasks: int, nproc: int, kernel: int | None) -> dict[str, int]:
+    """A copy's limit hits from what the host read: ``pids_max`` when its ``tasks`` are within `TASK_MARGIN`
+    of its ``RLIMIT_NPROC`` (``nproc``), ``data_limit`` when its ``kernel``'s data size is near its
+    ``RLIMIT_DATA``."""
+    events: dict[str, int] = {}
+    if tasks >= nproc - TASK_MARGIN:
+        events["pids_max"] = 1
+    if kernel is not None and _data_near_limit(kernel):
+        events["data_limit"] = 1
+    return events
 
 
 def _data_near_limit(pid: int) -> bool:
@@ -162,9 +169,8 @@ def namespace_limit_events(keeper: int, nproc: int) -> dict[str, int]:
     copy's: ``pids_max`` when the processes and threads of the copy's own pid namespace (its keeper's
     children's: ``RLIMIT_NPROC`` counts per user namespace, so exactly those) are within `TASK_MARGIN` of
     ``nproc``; ``data_limit`` when its kernel's (`COPY_KERNEL_PID` there) data size is near its ``RLIMIT_DATA``.
-    ``keeper``: the copy's
-    keeper (the process its template forked, outside the copy's pid namespace), as this process sees it.
-    Empty once the keeper is gone."""
+    ``keeper``: the copy's keeper (the process its template forked, outside the copy's pid namespace), as this
+    process sees it. Empty once the keeper is gone."""
     try:
         namespace = os.readlink(f"/proc/{keeper}/ns/pid_for_children")
         if namespace == os.readlink(f"/proc/{keeper}/ns/pid"):  # not isolated (yet): not a copy's namespace
@@ -180,12 +186,7 @@ def namespace_limit_events(keeper: int, nproc: int) -> dict[str, int]:
                         count += len(os.listdir(f"/proc/{entry.name}/task"))
                         if kernel is None and namespace_pid(int(entry.name)) == COPY_KERNEL_PID:
                             kernel = int(entry.name)
-    events: dict[str, int] = {}
-    if count >= nproc - TASK_MARGIN:
-        events["pids_max"] = 1
-    if kernel is not None and _data_near_limit(kernel):
-        events["data_limit"] = 1
-    return events
+    return _limit_events(count, nproc, kernel)
 
 
 #: A ``bwrap`` copy's kernel's pid in its own namespace: the first process its init (pid 1) forks.

@@ -154,9 +154,12 @@ class KernelTemplate(StateTemplates, SpareKernels):
         self._process: Any = None  # the template's launcher (a local, bwrap or docker one)
         #: The identities of the copies forked and not yet started (by connection file), where copies take one
         self._identities: dict[str, CopyIdentity] | None = {} if backend in ISOLATED_COPIES else None
+        #: Whether its copies isolate themselves in namespaces of their own, with rlimits of their own (a
+        #: ``bwrap`` template of model-written code: ``_isolate_copy`` in `themisto_env.sandbox.template.zygote`)
+        self.isolates_copies = backend == "bwrap" and store_access == "copy"
         if backend in ISOLATED_COPIES:
             self.states_refused: str | None = NO_STATE_TEMPLATES
-        elif backend == "bwrap" and store_access == "copy":  # its copies isolate themselves after the fork
+        elif self.isolates_copies:  # its copies isolate themselves after the fork
             self.states_refused = NO_STATE_TEMPLATES_ISOLATED
         else:
             self.states_refused = None
@@ -406,13 +409,6 @@ class KernelTemplate(StateTemplates, SpareKernels):
         if nice and may_renice() and getattr(FILLING, "active", False):
             renice(pidfd_pid(int(answer["pidfd"])), nice)  # its start yields to the copies in use
         return int(answer["pid"]), int(answer["pidfd"])
-
-    @property
-    def isolates_copies(self) -> bool:
-        """Whether its copies isolate themselves in namespaces of their own, with rlimits of their own (a
-        ``bwrap`` template of model-written code: ``_isolate_copy`` in `themisto_env.sandbox.template.zygote`)."""
-        template = self.base or self
-        return template.backend == "bwrap" and template.store_access == "copy"
 
     def identity_for(self, connection_file: Path) -> CopyIdentity | None:
         """The identity the copy forked on ``connection_file`` took (None where copies take none)."""
