@@ -63,7 +63,7 @@ from typing import Any
 
 from themisto_env.errors import DataError
 
-__all__ = ["normalize_for_comparison", "render_outputs", "strip_ansi"]
+__all__ = ["VARYING_SPAN", "normalize_for_comparison", "render_outputs", "strip_ansi", "varying_characters"]
 
 # CSI (ESC [ ... final), OSC (ESC ] ... BEL or ESC \), charset selection (ESC ( B), two-character escapes.
 _ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()*+][0-9A-Za-z]|\x1b[@-Z\\-_]")
@@ -212,6 +212,23 @@ _NORMALIZERS: tuple[tuple[re.Pattern[str], str], ...] = (
     ),
     (re.compile(r"\b(pid|PID|process)(\s*[:=]?\s*)\d+\b"), r"\1\2<PID>"),
 )
+
+
+VARYING_SPAN = 6
+"""How far one varying span (an address, a duration, a process id, a temporary path) may change in length
+between two runs of the same cell."""
+
+
+def varying_characters(text: str) -> int:
+    """How far the length of ``text`` may differ from another run's of the same cell.
+
+    Each span `normalize_for_comparison` replaces (durations, addresses, temporary paths, process ids)
+    counts its length up to `VARYING_SPAN`; escape codes count whole.
+    """
+    varying = len(text) - len(strip_ansi(text))
+    text = strip_ansi(text)
+    spans = (len(m.group(0)) for pattern, _ in _NORMALIZERS for m in pattern.finditer(text))
+    return varying + sum(min(span, VARYING_SPAN) for span in spans)
 
 
 def normalize_for_comparison(text: str) -> str:

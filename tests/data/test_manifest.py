@@ -14,7 +14,7 @@ from themisto_env.errors import DataError
 
 
 def test_the_format_version_is_written_read_and_checked(env_dataset: dict[str, str], tmp_path: Path) -> None:
-    assert FORMAT_VERSION == 4  # 4: each disagreeing step's cause (issue 30)
+    assert FORMAT_VERSION == 5  # 5: each step says how much its recording held (issue 43)
     assert read_manifest(env_dataset["dataset"]).version == FORMAT_VERSION, "a dataset built now says 4"
     folder = shutil.copytree(env_dataset["dataset"], tmp_path / "dataset")
     manifest = json.loads((folder / MANIFEST).read_text())

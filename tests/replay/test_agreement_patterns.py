@@ -1,5 +1,5 @@
-"""Three causes that were wrong on held-out public notebooks (issue 39, item 3), each in a notebook of our own
-whose cells were labelled by hand from what they do, before any build (as `test_agreement_causes.py` does).
+"""Causes that were wrong on held-out public notebooks (issues 39 and 43), each in a notebook of our own whose
+cells were labelled by hand from what they do, before any build (as `test_agreement_causes.py` does).
 
 1. `versions`: a cell whose own output differs because of the environment (it prints package versions, or
    shows a repr numpy changed) is not `upstream` of an earlier cell that merely imported the library.
@@ -7,6 +7,9 @@ whose cells were labelled by hand from what they do, before any build (as `test_
    cell loads, or a module it imports first, is not there yet (no "already loaded", the import prints again).
 3. `generators`: a draw from a generator made unseeded in an earlier cell differs on a second replay, as it
    would in another run, instead of replaying the copied generator's state and being called `environment`.
+4. `chain`, `names`, `scalars` (issue 43): a name whose later uses agreed, or a library a failed cell bound
+   before it failed, carries nothing; a NameError names the step that should have bound the name; numpy 2's
+   scalar reprs are the cell's own environment difference, whatever its inputs.
 
 The recorded outputs are what another machine (numpy 1.21, matplotlib 3.3, a new font cache) printed: each
 is written here by hand, as the existing cause test writes its own.
@@ -56,7 +59,8 @@ VERSIONS: Cells = [
     ),
     ("np.mean([1, 2])", [_result("1.5")], "environment"),  # numpy 2 shows np.float64(1.5)
     ("half = np.mean([1, 2])\nhalf", [_result("1.5")], "environment"),
-    ("[half]", [_result("[1.5]")], "upstream"),  # a value the earlier cell made, not a module: carried
+    # a value the earlier cell made, but the cell's own difference is numpy 2's repr: that wins (issue 43)
+    ("[half]", [_result("[1.5]")], "environment"),
     ("import not_installed_anywhere_here as nih", [], "missing-module"),
     ("print(nih.__version__)", [_stdout("0.3.1\n")], "upstream"),  # an import that failed carries
     # a value imported from the project's own module (it counts the rows of a file the replay lacks): carried
@@ -98,7 +102,41 @@ GENERATORS: Cells = [
     ("print(gens['a'].integers(10**9))", [_stdout("3\n")], "nondeterminism"),
 ]
 
-NOTEBOOKS = {"versions": VERSIONS, "extensions": EXTENSIONS, "generators": GENERATORS}
+# Issue 43: causes that follow the evidence. A cell that failed after binding `np`, then names whose later uses
+# agreed: neither carries a difference to a cell that differs on its own.
+CHAIN: Cells = [
+    ("import numpy as np\nimport not_installed_anywhere_here", [], "missing-module"),
+    ("arr = np.arange(5)\narr.sum()", [_result("10")], "environment"),  # np.int64(10)
+    ("print(arr.tolist())", [_stdout("[0, 1, 2, 3, 4]\n")], "ok"),
+    ("arr * 2", [_result("array([0, 2, 4, 6, 8])")], "ok"),
+    ("print('numpy', np.__version__, 'size', arr.size)", [_stdout("numpy 1.21.6 size 5\n")], "environment"),
+    ("arr.max() > 3", [_result("True")], "environment"),  # np.True_
+]
+# A NameError comes from the step that should have bound the missing name, not from the last writer of another.
+NAMES: Cells = [
+    ("import not_installed_seaborn_here as sns", [], "missing-module"),
+    ("import sys\nlabels = ['a', 'b']\nprint(sys.version_info[:2])", [_stdout("(3, 8)\n")], "environment"),
+    ("sns.barplot(x=labels, y=[1, 2])", [_result("<AxesSubplot:>")], "upstream"),
+    ("print(len(labels))", [_stdout("2\n")], "ok"),
+]
+# A cell's own environment-shaped difference (numpy 2's scalar reprs) wins over an upstream link.
+SCALARS: Cells = [
+    ("import numpy as np", [], "ok"),
+    ("half = np.mean([1, 2])\nhalf", [_result("1.5")], "environment"),
+    ("[half, half * 2]", [_result("[1.5, 3.0]")], "environment"),
+    ("flags = np.array([1, 5]) > 2\nflags.any(), flags.all()", [_result("(True, False)")], "environment"),
+    ("{'n': np.int64(8), 'ok': flags.any()}", [_result("{'n': 8, 'ok': True}")], "environment"),
+    ("print(half)", [_stdout("1.5\n")], "ok"),
+]
+
+NOTEBOOKS = {
+    "versions": VERSIONS,
+    "extensions": EXTENSIONS,
+    "generators": GENERATORS,
+    "chain": CHAIN,
+    "names": NAMES,
+    "scalars": SCALARS,
+}
 
 
 def _notebook(folder: Path, cells: Cells) -> Path:
@@ -124,7 +162,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Trajectory]:
     (root / "extensions" / "data").mkdir()
     (root / "extensions" / "data" / "notes.txt").write_text("kept\n")
     report = build_dataset(paths, root / "dataset", snapshot_dir=root / "snapshots", progress=False, cell_timeout=60)
-    assert len(report.built) == 3 and not report.failed, report
+    assert len(report.built) == len(NOTEBOOKS) and not report.failed, report
     return {Path(str(t.source_path)).parent.name: t for t in read_trajectories(root / "dataset")}
 
 
@@ -138,8 +176,8 @@ def test_each_cell_gets_the_cause_it_was_labelled_with(built: dict[str, Trajecto
 
 def test_an_environment_difference_names_the_packages_not_an_import(built: dict[str, Trajectory]) -> None:
     detail = {s.index: s.agreement_detail or "" for s in built["versions"].steps}
-    assert "numpy 1.21.6 ->" in detail[1] and "numpy 1.21.6 ->" in detail[2]
-    assert detail[4].startswith("inputs from step 3 (environment) wrote 'half'")
+    assert "numpy 1.21.6 ->" in detail[1] and detail[2].startswith("numpy 2's scalar repr: recorded '1.5'")
+    assert detail[4].startswith("numpy 2's scalar repr: recorded '[1.5]', replayed '[np.float64(1.5)]'")
     assert detail[6].startswith("inputs from step 5 (missing-module) wrote 'nih'")
     assert detail[8].startswith("inputs from step 7 (environment) wrote 'ROWS'")
 
@@ -156,3 +194,10 @@ def test_a_generator_made_unseeded_earlier_draws_anew(built: dict[str, Trajector
     assert steps[3].replay_stable is False  # its values, checked for the cell that read them
     assert "step 3 (its values differ when replayed again) wrote 'sample'" in (steps[4].agreement_detail or "")
     assert steps[6].replay_stable is True and steps[10].replay_stable is True
+
+
+def test_an_upstream_cause_names_the_root_and_only_where_the_evidence_points(built: dict[str, Trajectory]) -> None:
+    names = {s.index: s.agreement_detail or "" for s in built["names"].steps}
+    assert names[2].startswith("inputs from step 0 (missing-module) wrote 'sns'"), names[2]
+    chain = {s.index: s.agreement_detail or "" for s in built["chain"].steps}
+    assert "numpy 1.21.6 ->" in chain[4]  # its own difference, not arr's or np's

@@ -8,21 +8,18 @@ not part of it), then normalised by `normalize_output`, and the two texts must b
 
 Normalisation (version `NORMALIZATION_VERSION`), in this order:
 
-1. Everything `themisto_env.sandbox.rendering.normalize_for_comparison` does: ANSI codes removed;
-   ``%time``/``%timeit`` lines, tqdm's elapsed times and rates, durations (``1.23 s``, ``3ms``) made
-   placeholders; memory addresses (``<function f at 0x7f3a1c2b4d50>`` -> ``0x<ADDR>``); temporary
-   paths (``/tmp/...``, ``/var/folders/...``) -> ``<TMPPATH>``; labelled process ids; trailing whitespace
-   of every line and blank lines at both ends removed.
-2. Cell file names, old and new: IPython 7's ``<ipython-input-12-3f2a9c0b1d4e>``, ipykernel 6's
-   ``/tmp/ipykernel_4711/2519893127.py`` (a recording's), the process-free ``/tmp/ipykernel/2519893127.py``
-   this package's kernels use (`themisto_env.sandbox.kernel.helper.stable_cell_names`), or bare
-   ``2519893127.py`` (as in ``invalid syntax
-   (2519893127.py, line 1)``) -> ``<CELL>``.
-3. Figure sizes: ``<Figure size 432x288 with 1 Axes>`` (the old inline backend's default) and
-   ``<Figure size 640x480 with 1 Axes>`` -> ``<Figure size <SIZE> with 1 Axes>``; ``Figure(640x480)``
-   -> ``Figure(<SIZE>)``. The number of axes is kept.
+1. Everything `themisto_env.sandbox.rendering.normalize_for_comparison` does (escape codes, timings,
+   addresses, temporary paths, process ids, whitespace at the ends).
+2. Cell file names, old and new (IPython 7's ``<ipython-input-12-3f2a9c0b1d4e>``, ipykernel's
+   ``/tmp/ipykernel_4711/2519893127.py`` or bare ``2519893127.py``) -> ``<CELL>``.
+3. Figure sizes (``<Figure size 432x288 with 1 Axes>``, ``Figure(640x480)``) -> ``<SIZE>``; the axes are kept.
 
 Numbers in data, exception messages, shapes and paths outside temporary folders are compared as is.
+
+A recording that kept each output's kind and size only (JuNE as published; `themisto_env.data.kind_and_size`)
+is compared at that level: the kinds in order, each size within the characters that vary between two runs,
+and an error's name where one was recorded. The same kinds follow, from what the replay shows; no cause is
+read from text that was not recorded.
 
 Kinds (`AgreementKind`), the first that applies. What a verdict can use beyond the two outputs comes
 in a `ReplayContext` (the build gives it: the replay's status and limit, a second replay, the earlier
@@ -39,8 +36,7 @@ step an input came from, package versions); without it, fewer causes can be told
     detail names the limit and the option that rebuilds with a longer one (``--cell-timeout``).
 ``missing-module``
     The replay raised ``ModuleNotFoundError`` (or ``ImportError: No module named ...``) and the
-    recording did not: the replay's environment lacks a package. E.g. recorded ``<seaborn...>``,
-    replayed ``ModuleNotFoundError: No module named 'seaborn'``.
+    recording did not: the replay's environment lacks a package.
 ``missing-attribute``
     The replay raised ``AttributeError`` or ``ImportError: cannot import name ...`` and the recording
     did not: usually an API removed since (``'DataFrame' object has no attribute 'append'``).
@@ -51,13 +47,10 @@ step an input came from, package versions); without it, fewer causes can be told
     ``can't open file``, ``No such file or directory`` or ``command not found`` where the recording did not).
 ``upstream``
     The cell reads a name that an earlier step wrote, and that step disagreed (any kind but ``display``
-    and ``warning``, which leave values as they were): the difference is carried forward. The detail
-    names the step, its kind and the name: ``inputs from step 3 (missing-file) wrote 'df'``. E.g. a
-    ``NameError: name 'sns' is not defined`` after a failed ``import seaborn as sns``. A library's module,
-    class or function an earlier step bound by an import that ran (no error in the replay or the recording)
-    carries nothing: it is today's library, and a cell that differs because of it (printing
-    ``np.__version__``, a repr numpy changed) differs on its own: its second replay tells ``environment``
-    from ``nondeterminism``. A value imported (``from settings import ROWS``) carries as any value does.
+    and ``warning``): the difference is carried forward; the detail names the step, its kind and the name
+    (``inputs from step 3 (missing-file) wrote 'df'``). A ``NameError`` names the step that should have
+    bound the missing name. A library an import bound carries nothing, nor does a name whose later uses
+    showed what was recorded; a value imported (``from settings import ROWS``) carries as any value does.
 ``error-vs-ok``
     One of the two raised and the other did not (any other error), or both raised different errors.
 ``display``
@@ -76,8 +69,10 @@ step an input came from, package versions); without it, fewer causes can be told
     made with no seed), a set's order, a clock. The detail shows the first line in which the two replays
     differ.
 ``environment``
-    A second replay shows the same outputs as the first, and both differ from the recording: today's
-    machine computes otherwise (package versions, paths, host names). The detail names the packages
+    The replay differs only by a repr today's libraries changed (numpy 2's ``np.int64(8)`` for ``8``,
+    ``np.True_`` for ``True``): this wins over ``upstream``. Or a second replay shows the same outputs as
+    the first, and both differ from the recording: today's machine computes otherwise (package versions,
+    paths, host names). The detail names the packages
     whose versions differ from those the source recorded (a notebook's metadata or a requirements file
     beside it), when it recorded any.
 ``other``
@@ -94,13 +89,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+from themisto_env.data.kind_and_size import RecordLevel, describe, output_text, parts, record_level, same_parts
 from themisto_env.sandbox.rendering import normalize_for_comparison, render_outputs
 
-NORMALIZATION_VERSION = 4
-"""Version of the normalisation rules (1: `normalize_for_comparison`
-alone; 2: cell file names and figure sizes too, and kinds; 3: the causes ``timeout``, ``upstream``,
-``warning``, ``timing``, ``environment``, and ``nondeterminism`` from a second replay; 4: a name bound by an
-import that ran carries no ``upstream``, unless it bound a value). Datasets record the version they used."""
+NORMALIZATION_VERSION = 5
+"""Version of the comparison rules; datasets record the one they used and are compared again when read under
+another (5: kind-and-size recordings, numpy 2's scalar reprs, upstream causes that follow the evidence)."""
 
 AgreementKind = Literal[
     "ok",
@@ -141,6 +135,11 @@ _VERSION_RE = re.compile(r"\b\d+\.\d+\.\d+(?:[.\w+-]*)")
 _NUMBER_RE = re.compile(r"[-+]?(?:0x[0-9a-fA-F]+|\d+(?:[.,]\d+)*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)")
 _MISSING_FILE_RE = re.compile(r"No such file or directory|can't open file|command not found")
 _WARNING_RE = re.compile(r"\b\w*Warning\b")
+_NUMPY_SCALAR_RE = re.compile(
+    r"\bnp\.(?:u?int(?:8|16|32|64|c|p)?|float(?:16|32|64|96|128)?|complex(?:64|128|192|256)?|longlong|ulonglong"
+    r"|half|single|double|longdouble|str_|bytes_)\(((?:[^()]|\([^()]*\))*)\)"
+)
+_NUMPY_BOOL_RE = re.compile(r"\bnp\.(True|False)_")
 _TIMING_RE = re.compile(
     r"\b(?:time[ds]?|timing|elapsed|duration|runtime|latency|seconds?|secs?|ms|minutes?|mins?|hours?"
     r"|wall|cpu|it/s|s/it|per second)\b|\btook\s+\d*\.\d|\d(?:s|ms|us|µs|ns)\b",
@@ -203,6 +202,8 @@ class ReplayContext:
             (missing-file) wrote 'df'``); None if none.
         drift: Packages whose versions differ from the recording's, name -> (recorded, replayed).
         notebook: The recording is a saved notebook (whose cells' outputs can have been cleared).
+        level: How much the recording holds (`themisto_env.data.kind_and_size.RecordLevel`); None: read
+            from the recorded outputs themselves.
     """
 
     status: str | None = None
@@ -213,6 +214,13 @@ class ReplayContext:
     upstream: str | None = None
     drift: Mapping[str, Sequence[str]] = field(default_factory=dict)
     notebook: bool = False
+    level: RecordLevel | None = None
+
+
+def numpy_1_reprs(text: str) -> str:
+    """Text with numpy 2's scalar reprs written as numpy 1 wrote them (``np.int64(8)`` -> ``8``,
+    ``np.True_`` -> ``True``): the commonest repr today's libraries changed."""
+    return _NUMPY_BOOL_RE.sub(r"\1", _NUMPY_SCALAR_RE.sub(r"\1", text))
 
 
 def agreement(
@@ -238,6 +246,8 @@ def agreement(
         return Agreement(False, "unrecorded", "no recorded outputs to compare with")
     if context.notebook and not recorded and _shows_something(replayed):
         return Agreement(False, "unrecorded", "the notebook kept no outputs for this cell (cleared before saving?)")
+    if (context.level or record_level(recorded)) == "kind-and-size":
+        return _classify_kind_and_size(recorded, replayed, context)
     seen, got = render_outputs(recorded), render_outputs(replayed)
     if seen == got and context.status != "timeout":  # equal texts stay equal under normalisation
         return Agreement(True, "ok")
@@ -354,22 +364,9 @@ def _classify(
         recorded_error is None or replayed_error is None or _error_text(recorded_error) != _error_text(replayed_error)
     )
     if errors_differ:
-        if replayed_error is not None:
-            kind = _error_kind(replayed_error)
-            if kind is not None and (recorded_error is None or _error_kind(recorded_error) != kind):
-                return Agreement(False, kind, _short(f"replay raised {_error_text(replayed_error)}"))
-        if context.upstream:
-            return Agreement(False, "upstream", _short(f"inputs from {context.upstream}"))
-        if recorded_error is None and replayed_error is not None:
-            return Agreement(False, "error-vs-ok", _short(f"replay raised {_error_text(replayed_error)}"))
-        if replayed_error is None and recorded_error is not None:
-            return Agreement(False, "error-vs-ok", _short(f"recorded {_error_text(recorded_error)}; replay ran"))
-        assert recorded_error is not None and replayed_error is not None
-        return Agreement(
-            False,
-            "error-vs-ok",
-            _short(f"recorded {_error_text(recorded_error)}; replay raised {_error_text(replayed_error)}"),
-        )
+        recorded_text = _error_text(recorded_error) if recorded_error is not None else None
+        recorded_kind = _error_kind(recorded_error) if recorded_error is not None else None
+        return _errors_verdict(recorded_text, recorded_kind, replayed_error, context)
     missing = _MISSING_FILE_RE.search(got)
     if missing and not _MISSING_FILE_RE.search(seen):  # a shell command (``!python x.py``) says it in a stream
         line = got[got.rfind("\n", 0, missing.start()) + 1 :].split("\n", 1)[0]
@@ -382,19 +379,104 @@ def _classify(
             return Agreement(False, "warning", _first_difference(recorded_err, replayed_err) or "warnings differ")
     if _structure(recorded) == _structure(replayed) and _timing_only(seen, got):
         return Agreement(False, "timing", _first_difference(seen, got))
+    if numpy_1_reprs(got) == seen:
+        return Agreement(False, "environment", _short(f"numpy 2's scalar repr: {_first_difference(seen, got)}"))
+    again = prepare(render_outputs(context.second or []))
+    hint = " (numbers only)" if _structure(recorded) == _structure(replayed) and _numbers_only(seen, got) else ""
+    return _by_context(context, _first_difference(seen, got), hint, _first_difference(got, again))
+
+
+def _errors_verdict(
+    recorded: str | None,
+    recorded_kind: AgreementKind | None,
+    replayed: Mapping[str, Any] | None,
+    context: ReplayContext,
+) -> Agreement:
+    """The verdict when the two sides raised differently (``recorded``: the recorded error as text, None if
+    none; ``replayed``: the replay's error output, None if none)."""
+    if replayed is not None:
+        kind = _error_kind(replayed)
+        if kind is not None and (recorded is None or recorded_kind != kind):
+            return Agreement(False, kind, _short(f"replay raised {_error_text(replayed)}"))
+    if context.upstream:
+        return Agreement(False, "upstream", _short(f"inputs from {context.upstream}"))
+    if replayed is None:
+        return Agreement(False, "error-vs-ok", _short(f"recorded {recorded}; replay ran"))
+    if recorded is None:
+        return Agreement(False, "error-vs-ok", _short(f"replay raised {_error_text(replayed)}"))
+    return Agreement(False, "error-vs-ok", _short(f"recorded {recorded}; replay raised {_error_text(replayed)}"))
+
+
+def _classify_kind_and_size(
+    recorded: Sequence[Mapping[str, Any]], replayed: Sequence[Mapping[str, Any]], context: ReplayContext
+) -> Agreement:
+    """The verdict on a recording of kinds and sizes only: the same causes as `_classify`, read from the
+    replay's text and the recorded kinds, sizes and error names, never from text that was not recorded."""
+    if context.status == "timeout" and not context.interrupted:
+        return Agreement(False, "timeout", _timeout_detail(context))
+    seen, got = parts(recorded), parts(replayed)
+    recorded_error = next((p for p in seen if p.kind == "error"), None)
+    replayed_error = _error(replayed)
+    named = recorded_error is not None and recorded_error.ename is not None
+    if (recorded_error is None) != (replayed_error is None) or (
+        named and replayed_error is not None and recorded_error.ename != replayed_error.get("ename")
+    ):
+        ename = recorded_error.ename if recorded_error is not None else None
+        text = None if recorded_error is None else (ename or "an error")
+        return _errors_verdict(text, _error_kind({"ename": ename}) if ename else None, replayed_error, context)
+    if same_parts(seen, got):
+        return Agreement(True, "ok")
+    shown = render_outputs(replayed)
+    if (missing := _MISSING_FILE_RE.search(shown)) is not None:
+        line = shown[shown.rfind("\n", 0, missing.start()) + 1 :].split("\n", 1)[0]
+        return Agreement(False, "missing-file", _short(f"replay printed {line!r}"))
+    difference = f"kind and size: {describe(seen, got)}"
+    if same_parts([p for p in seen if p.kind != "display_data"], [p for p in got if p.kind != "display_data"]):
+        return Agreement(False, "display", _short(difference))
+    warning = _WARNING_RE.search(_stderr(replayed, normalize_output))
+    kept = [o for o in replayed if not _is_stderr(o)]
+    if warning and (same_parts(seen, parts(kept)) or _streams_only_differ(seen, got)):
+        return Agreement(False, "warning", _short(f"the replay warns ({difference})"))
+    if same_parts(seen, parts(_rewritten(replayed, numpy_1_reprs))):
+        return Agreement(False, "environment", _short(f"numpy 2's scalar repr ({difference})"))
+    second = render_outputs(context.second or [])
+    return _by_context(context, difference, "", _first_difference(normalize_output(shown), normalize_output(second)))
+
+
+def _streams_only_differ(seen: Sequence[Any], got: Sequence[Any]) -> bool:
+    """The same kinds in order, and only streams differ in size (where a warning's text can differ)."""
+    return [p.kind for p in seen] == [p.kind for p in got] and all(
+        a.kind == "stream" or same_parts([a], [b]) for a, b in zip(seen, got, strict=True)
+    )
+
+
+def _rewritten(outputs: Sequence[Mapping[str, Any]], rewrite: Any) -> list[Mapping[str, Any]]:
+    """Outputs with their texts (streams, ``text/plain``) rewritten."""
+    done: list[Mapping[str, Any]] = []
+    for output in outputs:
+        if output.get("output_type") == "stream":
+            done.append({**output, "text": rewrite(output_text(output))})
+        elif isinstance(output.get("data"), Mapping) and "text/plain" in output["data"]:
+            done.append({**output, "data": {**output["data"], "text/plain": rewrite(output_text(output))}})
+        else:
+            done.append(output)
+    return done
+
+
+def _by_context(context: ReplayContext, difference: str, hint: str, second: str) -> Agreement:
+    """The causes read from around the cell: an input from a step that disagreed, a second replay; else
+    ``other``. ``difference`` is the first difference from the recording, ``second`` from the second replay."""
     if context.upstream:
         return Agreement(False, "upstream", _short(f"inputs from {context.upstream}"))
     if context.stable is False:
-        again = prepare(render_outputs(context.second or []))
-        return Agreement(False, "nondeterminism", _short(f"a second replay differs: {_first_difference(got, again)}"))
+        return Agreement(False, "nondeterminism", _short(f"a second replay differs: {second}"))
     if context.stable is True:
         if context.drift:
             versions = ", ".join(f"{name} {old} -> {new}" for name, (old, new) in sorted(context.drift.items())[:4])
             more = f" (+{len(context.drift) - 4} more)" if len(context.drift) > 4 else ""
             return Agreement(False, "environment", _short(f"package versions differ: {versions}{more}"))
-        return Agreement(False, "environment", _short(f"the same on a second replay; {_first_difference(seen, got)}"))
-    hint = " (numbers only)" if _structure(recorded) == _structure(replayed) and _numbers_only(seen, got) else ""
-    return Agreement(False, "other", _short(f"{_first_difference(seen, got)}{hint}; not replayed twice"))
+        return Agreement(False, "environment", _short(f"the same on a second replay; {difference}"))
+    return Agreement(False, "other", _short(f"{difference}{hint}; not replayed twice"))
 
 
 __all__ = [
@@ -409,4 +491,5 @@ __all__ = [
     "agreement",
     "normalize_output",
     "normalize_outputs",
+    "numpy_1_reprs",
 ]

@@ -23,6 +23,7 @@ this package.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,17 +33,15 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from themisto_env.data.agreement import NORMALIZATION_VERSION, UPSTREAM_SOURCES, ReplayContext, agreement
 from themisto_env.data.cell_names import names_imported, names_read, names_written
+from themisto_env.data.kind_and_size import RecordLevel, is_kind_and_size
 from themisto_env.data.writes import append_line, write_text_atomic
 from themisto_env.errors import DataError
 from themisto_env.sandbox.store.workdir import FileStore
 
 FORMAT_NAME = "themisto-trajectories"
-FORMAT_VERSION = 4
-"""The dataset format. 2: steps carry the namespace fingerprint and the interrupted flag; 3: steps carry their
-working folder's files (``files/``, by digest) and the manifest names its kernel environment; 4: steps carry
-their per-cell limit and the outcome of a second replay (``limit_s``, ``replay_stable``, ``second_outputs``),
-trajectories the package versions that differ from the recording's (``package_drift``), and every step that
-disagrees has a cause. Older versions are read (their missing fields take defaults); a newer one is refused."""
+FORMAT_VERSION = 5
+"""The dataset format (5: steps say how much of their outputs the recording held, ``recorded_level``). Older
+versions are read (their missing fields take defaults); a newer one is refused."""
 MANIFEST = "manifest.json"
 FIGURE_FILES_KEY = "themisto_files"
 """The metadata key of a step's output naming its figures kept in ``files/`` (mime type -> sha256; see
@@ -79,6 +78,9 @@ class Step(BaseModel):
             normalisation 2 (their steps are compared again when read).
         agreement_detail: A short explanation of a disagreement (the replay's error, the first
             differing lines, the step an input came from, the packages whose versions differ).
+        recorded_level: How much of the outputs the recording held, the level the step was judged at:
+            ``content``, ``kind-and-size`` (JuNE as published) or ``nothing``; None in datasets built
+            before format 5 (set when they are compared again).
         limit_s: The per-cell limit the replay ran under (None in datasets built before format 4).
         replay_stable: Whether a second replay of the cell, from a copy of the state before it, showed
             the same outputs as the first (None: not replayed twice; only cells that disagree with the
@@ -110,6 +112,7 @@ class Step(BaseModel):
     agrees: bool
     agreement_kind: str | None = None
     agreement_detail: str | None = None
+    recorded_level: RecordLevel | None = None
     files: str | None = None
     limit_s: float | None = None
     replay_stable: bool | None = None
@@ -277,14 +280,20 @@ def refresh_agreement(trajectory: Trajectory, *, force: bool = False) -> bool:
         return False
     steps = trajectory.steps
     nothing_recorded = not any(s.recorded_outputs for s in steps) and any(s.outputs for s in steps)
+    level: RecordLevel = (
+        "kind-and-size" if any(is_kind_and_size(o) for s in steps for o in s.recorded_outputs) else "content"
+    )
     drift = {name: (pair[0], pair[1]) for name, pair in trajectory.package_drift.items() if len(pair) == 2}
     writers: dict[str, Step] = {}  # name -> the step that last wrote it
     carried: dict[int, Step] = {}  # step index -> the disagreeing step its inputs came from (it agreed itself)
+    uses: dict[str, list[bool]] = {}  # name -> since its last write, whether each use that showed something agreed
     previous: Step | None = None
     for step in steps:
         if step.restarted_before or step.wedged:
             writers.clear()
-        source = _source_of(step, writers, carried)
+            uses.clear()
+        cleared = {name for name, agreed in uses.items() if agreed and all(agreed)}
+        source = _source_of(step, writers, carried, cleared)
         unrecorded = nothing_recorded or step.agreement_kind == "unrecorded"
         context = ReplayContext(
             status=step.status,
@@ -295,16 +304,28 @@ def refresh_agreement(trajectory: Trajectory, *, force: bool = False) -> bool:
             upstream=_phrase(*source) if source is not None else None,
             drift=drift,
             notebook=trajectory.origin == "notebook",
+            level=level,
         )
         verdict = agreement(None if unrecorded else step.recorded_outputs, step.outputs, context=context)
         step.agrees, step.agreement_kind, step.agreement_detail = verdict.agrees, verdict.kind, verdict.detail or None
+        step.recorded_level = "nothing" if verdict.kind == "unrecorded" else level
         if source is not None and not _disagrees(step):  # it agreed, but what it wrote carries the difference
             carried[step.index] = source[0]
+        if verdict.kind != "unrecorded" and (step.recorded_outputs or step.outputs):
+            for name in names_read(step.source) & writers.keys():
+                if verdict.agrees or verdict.kind in _AGAINST:
+                    uses.setdefault(name, []).append(verdict.agrees)
         for name in written_names(step, None if step.restarted_before else previous):
             writers[name] = step
+            uses.pop(name, None)
         previous = step
     trajectory.normalization = NORMALIZATION_VERSION
     return True
+
+
+_AGAINST = frozenset({"upstream", "error-vs-ok", "other"})
+"""A use of a name that disagreed with one of these may owe it to the name; other causes are the cell's own."""
+_NAME_ERROR_RE = re.compile(r"name '(\w+)' is not defined")
 
 
 def _disagrees(step: Step) -> bool:
@@ -313,14 +334,22 @@ def _disagrees(step: Step) -> bool:
     return step.agreement_kind in UPSTREAM_SOURCES or step.replay_stable is False
 
 
-def _source_of(step: Step, writers: dict[str, Step], carried: dict[int, Step]) -> tuple[Step, list[str], Step] | None:
-    """Where a step's inputs differ from: (the disagreeing step, the names read, the step that wrote them),
-    for the latest writer of a name it reads that disagreed, or agreed on inputs from one that did; None
-    if none."""
+def _source_of(
+    step: Step, writers: dict[str, Step], carried: dict[int, Step], cleared: set[str]
+) -> tuple[Step, list[str], Step] | None:
+    """Where a step's inputs differ from: (the disagreeing step, the names read, the step that wrote them);
+    None if none. A ``NameError`` comes from the step that should have bound the missing name. Otherwise the
+    latest writer of a name the step reads that disagreed, or agreed on inputs from one that did; a library an
+    import bound, or a name whose later uses all showed what was recorded (``cleared``), carries nothing."""
+    error = next((o for o in step.outputs if o.get("output_type") == "error" and o.get("ename") == "NameError"), None)
+    missing = _NAME_ERROR_RE.search(str(error.get("evalue") or "")) if error is not None else None
+    writer = writers.get(missing.group(1)) if missing is not None else None
+    if missing is not None and writer is not None and (_disagrees(writer) or writer.index in carried):
+        return (writer if _disagrees(writer) else carried[writer.index]), [missing.group(1)], writer
     found = []
     for name in names_read(step.source):
         writer = writers.get(name)
-        if writer is None or _imported(writer, name):
+        if writer is None or name in cleared or _imported(writer, name):
             continue
         if _disagrees(writer) or writer.index in carried:
             found.append((writer.index, name, writer))
@@ -354,13 +383,13 @@ def _imported(writer: Step, name: str) -> bool:
     value a difference can be carried in. A later cell that differs because of that library differs on its
     own (its second replay says how). An import that failed (``missing-module``) still carries, since the
     name was never bound; so does a value imported (``from settings import ROWS``)."""
-    if name not in names_imported(writer.source) or writer.status != "ok":
+    if name not in names_imported(writer.source):
         return False
     if any(output.get("output_type") == "error" for output in writer.recorded_outputs):
         return False
     entry = (writer.fingerprint or {}).get(name)
-    if entry is None:  # no fingerprint: only what ``import x`` binds is surely a module
-        return name in names_imported(writer.source, modules_only=True)
+    if entry is None:  # no fingerprint: only what ``import x`` binds is surely a module, if the cell ran
+        return writer.status == "ok" and name in names_imported(writer.source, modules_only=True)
     kind = entry.split("|", 1)[0]
     return kind in _LIBRARY_TYPES or kind.endswith(("Meta", "Metaclass", "MetaClass"))
 
