@@ -7,17 +7,25 @@ are then built (the replay: a second real run) and what each keeps is compared.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from themisto_env.cli import app
 from themisto_env.data.june_events import JuneEvent
 from themisto_env.data.june_files import write_events
 from themisto_env.data.kind_and_size import parts, published_events, same_parts, to_kind_and_size
 from themisto_env.data.samples import make_samples
+from themisto_env.data.splits import SplitRule
+from themisto_env.data.stats import dataset_info
 from themisto_env.data.trajectory import Trajectory, read_trajectories
 from themisto_env.replay.build import build_dataset
+from themisto_env.replay.dataset import Dataset
+from themisto_env.replay.dataset_export import export_dataset_folder
 from themisto_env.sandbox import Kernel
 
 pytestmark = pytest.mark.slow
@@ -80,16 +88,20 @@ def _recorded_run() -> list[JuneEvent]:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Trajectory]]:
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Both logs built: ``whole/`` and ``published/`` datasets in one folder."""
     root = tmp_path_factory.mktemp("published")
     events = _recorded_run()
     write_events(root / "whole.jsonl", events)
     write_events(root / "published.jsonl", published_events(events))
-    shapes = {}
     for shape in ("whole", "published"):
         build_dataset([root / f"{shape}.jsonl"], root / shape, snapshot_dir=root / "snapshots", progress=False)
-        shapes[shape] = read_trajectories(root / shape)
-    return shapes
+    return root
+
+
+@pytest.fixture(scope="module")
+def built(root: Path) -> dict[str, list[Trajectory]]:
+    return {shape: read_trajectories(root / shape) for shape in ("whole", "published")}
 
 
 def _sample_ids(trajectories: list[Trajectory], task: str) -> set[str]:
@@ -129,3 +141,19 @@ def test_the_size_tolerance_holds_between_two_real_runs(built: dict[str, list[Tr
         assert same_parts(recorded, replayed), (step.source, recorded, replayed)
     varying = [p for s in agreeing for p in parts(s.outputs) if p.slack > 0]
     assert varying, "no cell printed an address, a duration or a process id"
+
+
+def test_data_info_and_the_export_card_say_the_level(
+    root: Path, built: dict[str, list[Trajectory]], tmp_path: Path
+) -> None:
+    folder = root / "published"
+    executions = sum(len(t.steps) for t in built["published"])
+    assert dataset_info(folder)["recorded_levels"] == {"kind-and-size": executions}
+    shown = CliRunner().invoke(app, ["data", "info", str(folder), "--json"])
+    assert shown.exit_code == 0 and json.loads(shown.stdout)["recorded_levels"] == {"kind-and-size": executions}
+    table = CliRunner().invoke(app, ["data", "info", str(folder)], env={"COLUMNS": "200"})
+    assert f"kind and size {executions}" in table.stdout
+    dataset = Dataset.open(folder)
+    dataset.save_split(SplitRule(test_size=0.5, seed=2), "halves")  # two trajectories: one on each side
+    export_dataset_folder(dataset, tmp_path / "export", split="halves", snapshots=False)
+    assert f"kind and size {executions}" in (tmp_path / "export" / "README.md").read_text()

@@ -275,6 +275,7 @@ def data_info(
     limit: Annotated[int, typer.Option(help="Disagreeing steps listed (all with --json).")] = 20,
 ) -> None:
     """Sessions, executions, samples per task, and replay agreement with its disagreements by kind."""
+    from themisto_env.data.kind_and_size import LEVEL_WORDS
     from themisto_env.data.stats import dataset_info
     from themisto_env.replay.dataset import Dataset
     from themisto_env.replay.resolve import resolve_dataset
@@ -307,6 +308,8 @@ def data_info(
         dropped = info["samples_dropped_disagreeing"][task]
         table.add_row(f"samples: {task}", f"{n} ({dropped} dropped: replay disagrees)" if dropped else str(n))
     table.add_row("replay agreement", f"{share(info['agreement'])} of {info['compared']} compared")
+    levels = ", ".join(f"{LEVEL_WORDS[level]} {n}" for level, n in info["recorded_levels"].items())
+    table.add_row("  judged at (what was recorded)", levels or "-")
     if raw:
         table.add_row("replay agreement, raw", share(info["raw_agreement"]))
     split = info["agreement_split"]

@@ -19,6 +19,12 @@ from themisto_env.sandbox.rendering import render_outputs, varying_characters
 RecordLevel = Literal["content", "kind-and-size", "nothing"]
 """What a step's recording holds: whole outputs, each output's kind and size only, or nothing to compare with."""
 RECORD_LEVELS: tuple[RecordLevel, ...] = get_args(RecordLevel)
+LEVEL_WORDS: dict[RecordLevel, str] = {
+    "content": "content",
+    "kind-and-size": "kind and size",
+    "nothing": "nothing recorded",
+}
+"""Each level as prose says it."""
 
 _CONTENT_KEYS = frozenset({"text", "data", "evalue", "traceback"})
 _SIZED = frozenset({"stream", "execute_result"})
@@ -156,6 +162,7 @@ def describe(recorded: Sequence[Part], replayed: Sequence[Part]) -> str:
 
 
 __all__ = [
+    "LEVEL_WORDS",
     "RECORD_LEVELS",
     "Part",
     "RecordLevel",

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from themisto_env.data.agreement import KINDS, NORMALIZATION_VERSION, TOLERATED, agreement
+from themisto_env.data.kind_and_size import RECORD_LEVELS
 from themisto_env.data.samples import TASKS, sample_counts
 from themisto_env.data.trajectory import (
     FIGURE_FILES_KEY,
@@ -78,6 +79,7 @@ def dataset_info(folder: str | Path, *, raw: bool = False) -> dict[str, Any]:
         "built_with_normalization": manifest.normalization,
         "agreement_kinds": {kind: kinds[kind] for kind in KINDS if kinds[kind]},
         "agreement_split": _split(compared),
+        "recorded_levels": {lv: n for lv in RECORD_LEVELS if (n := sum(s.recorded_level == lv for _, s in steps))},
         "kinds_by_source": _kinds_by_source(steps),
         "disagreements": [_row(t.id, s, raw) for t, s in steps if not s.agrees and s.agreement_kind != "unrecorded"],
         "failures": {t.id: t.failure for t in trajectories if not t.complete},

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from themisto_env.data.bundled import bundled_log_path
+from themisto_env.data.kind_and_size import LEVEL_WORDS
 from themisto_env.data.samples import TASKS
 from themisto_env.data.splits import DEFAULT_SPLIT, SIDES, SPLITS, SplitRule
 from themisto_env.data.stats import dataset_info
@@ -217,6 +218,7 @@ def _step_rows(trajectory: Trajectory) -> list[dict[str, Any]]:
             "interrupted": step.interrupted,
             "agrees": step.agrees,
             "agreement_kind": step.agreement_kind,
+            "recorded_level": step.recorded_level,
             "snapshot": step.snapshot,
             "fingerprint": json.dumps(step.fingerprint, sort_keys=True) if step.fingerprint is not None else None,
             "files": step.files,
@@ -257,6 +259,7 @@ def _card(dataset: Dataset, report: ExportReport, info: dict[str, Any]) -> str:
     sizes = "\n".join(f"| {task} | {counts['train']} | {counts['test']} |" for task, counts in report.samples.items())
     agreement = info["agreement"]
     kinds = "\n".join(f"| {kind} | {n} |" for kind, n in info["agreement_kinds"].items())
+    levels = ", ".join(f"{LEVEL_WORDS[lv]} {n}" for lv, n in info["recorded_levels"].items()) or "none"
     leak = dataset.leakage(rule)
     verbatim = "; ".join(f"{t}: {n} of {leak.test_samples.get(t, 0)}" for t, n in leak.verbatim_test_targets.items())
     return f"""---
@@ -306,7 +309,9 @@ normalised) as a train target: {verbatim}.
 ## Replay agreement
 
 {"n/a" if agreement is None else f"{agreement:.1%}"} of {info["compared"]} executions with recorded outputs
-replay to the same output (normalised). By cause:
+replay to the same output (normalised). Judged at the level the recording held (executions): {levels};
+a recording of each output's kind and size (JuNE as published) is compared by kinds in order and sizes, and
+the replayed output is the target. By cause:
 
 | cause | executions |
 | --- | --- |
