@@ -13,7 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from themisto_env.cli import app
+from themisto_env.data.corpus import corpus_table
 from themisto_env.data.splits import SplitRule
+from themisto_env.data.trajectory import read_trajectories
 from themisto_env.env.actions import Prediction
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.tools import ToolCall
@@ -111,6 +113,9 @@ def test_the_card_says_what_the_data_is_and_how_to_publish_it(exported: Path) ->
     for heading in ("Sources and licences", "How it was built", "Sizes", "Splits", "Replay agreement", "Publishing"):
         assert f"## {heading}" in card
     assert "trajectories on both sides 0" in card and "huggingface-cli upload" in card
+    total = corpus_table(read_trajectories(exported)).total
+    row = next(line for line in card.splitlines() if line.startswith("| total |"))  # the per-notebook table's last
+    assert row.startswith(f"| total | {total.trajectories} | {total.executions} | {total.kept['next-cell']} / "), row
 
 
 @pytest.mark.slow  # two envs serve every sample of both trajectories: about 9 s under load

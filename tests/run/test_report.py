@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import subprocess
@@ -93,6 +94,26 @@ def test_report_shows_the_paired_comparison(two_runs: tuple[Path, Path], tmp_pat
         assert f"{d['wins']} / {d['ties']} / {d['losses']}" in row
         assert ("yes" if d["significant"] else "no") in row
     assert "<h2>Paired comparison</h2>" not in render_report([static])
+
+
+def test_report_shows_the_runs_data(two_runs: tuple[Path, Path], env_dataset: dict[str, str], tmp_path: Path) -> None:
+    """The runs' dataset once (both runs used it): its totals and the plot of kept and dropped samples."""
+    from themisto_env.data.corpus import corpus_table
+    from themisto_env.data.trajectory import read_trajectories
+
+    page = render_report(list(two_runs))
+    section = page[page.index("<h2>The data</h2>") : page.index("<h2>Hardest samples")]
+    assert section.count("<h3>") == 1 and env_dataset["dataset"] in section
+    total = corpus_table(read_trajectories(env_dataset["dataset"])).total
+    assert f"{total.executions} executions" in section
+    assert f"output {total.kept['output']} kept, {total.dropped_total('output')} dropped" in section
+    image = section[section.index("base64,") + len("base64,") :].split('"')[0]
+    assert base64.b64decode(image).startswith(b"\x89PNG")
+    moved = tmp_path / "run"
+    shutil.copytree(two_runs[0], moved)
+    config = json.loads((moved / "config.json").read_text())
+    (moved / "config.json").write_text(json.dumps({**config, "data": str(tmp_path / "gone")}))
+    assert "<h2>The data</h2>" not in render_report([moved])  # a dataset no longer there: no section
 
 
 def test_compare_resamples_trajectories(two_runs: tuple[Path, Path]) -> None:

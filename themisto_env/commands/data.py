@@ -179,7 +179,7 @@ def data_build(
             f"({escape(where)}); rebuild with a longer limit: themisto data build ... --cell-timeout {longer:g}",
             soft_wrap=True,
         )
-    print_source_counts(report, out)
+    print_source_counts(report, out, workers)
 
 
 def build_projects(
@@ -232,38 +232,19 @@ def build_projects(
     )
 
 
-def print_source_counts(report: BuildReport, out: Path) -> None:
-    """The sources a build could not read (it went on without them), and what the sample rule kept of
-    each source it read, per task, with what each filter dropped."""
-    from themisto_env.data.samples import SampleRule
-    from themisto_env.replay.build import source_sample_counts
+def print_source_counts(report: BuildReport, out: Path, workers: int = 1) -> None:
+    """The sources a build could not read (it went on without them), what the sample rule kept of the
+    dataset and why it dropped the others (in total and per notebook), and where the replay's time went."""
+    from themisto_env.commands.data_corpus import print_build_samples, print_build_timing
+    from themisto_env.data.corpus import corpus_table
+    from themisto_env.data.trajectory import iter_trajectories
 
     for path, why in report.bad_sources.items():
         where = "" if why.startswith(path) else f"{path}: "
         console.print(f"[yellow]not read[/] {escape(where + why)}", soft_wrap=True)
-    rule = SampleRule()
-    quantile = f"{rule.max_length_quantile:g}" if rule.max_length_quantile is not None else None
-    console.print(
-        f"samples per source (rule: at least {rule.min_executions} executions, empty targets dropped"
-        + (f", targets longer than the {quantile} quantile dropped" if quantile else "")
-        + "):",
-        markup=False,
-        soft_wrap=True,
-    )
-    for source, counts in source_sample_counts(out, report, rule).items():
-        parts = []
-        for task, c in counts.items():
-            dropped = [
-                f"{c.short} in sessions under {rule.min_executions} executions" if c.short else "",
-                f"{c.disagreeing} replay disagrees ({', '.join(f'{k} {n}' for k, n in c.by_cause.items())})"
-                if c.disagreeing
-                else "",
-                f"{c.empty} empty" if c.empty else "",
-                f"{c.too_long} too long" if c.too_long else "",
-            ]
-            why = ", ".join(d for d in dropped if d)
-            parts.append(f"{task} {c.kept} kept" + (f" (dropped: {why})" if why else ""))
-        console.print(f"  {source}: {'; '.join(parts)}", markup=False, soft_wrap=True)
+    trajectories = list(iter_trajectories(out))
+    print_build_samples(corpus_table(trajectories).to_json(), str(out))
+    print_build_timing(report.timing(trajectories), workers)
 
 
 @data_app.command("info")
@@ -273,8 +254,14 @@ def data_info(
     backend: Backend = "local",
     raw: Annotated[bool, typer.Option("--raw", help="Also compare outputs without normalisation.")] = False,
     limit: Annotated[int, typer.Option(help="Disagreeing steps listed (all with --json).")] = 20,
+    plot: Annotated[
+        Path | None,
+        typer.Option("--plot", metavar="FILE", help="Also draw kept and dropped samples per notebook (.png or .svg)."),
+    ] = None,
 ) -> None:
-    """Sessions, executions, samples per task, and replay agreement with its disagreements by kind."""
+    """Sessions, executions, samples per task (per notebook, with drops by cause), and replay agreement with
+    its disagreements by kind."""
+    from themisto_env.commands.data_corpus import print_corpus
     from themisto_env.data.kind_and_size import LEVEL_WORDS
     from themisto_env.data.stats import dataset_info
     from themisto_env.replay.dataset import Dataset
@@ -283,6 +270,10 @@ def data_info(
     path = resolve_dataset(folder, backend=backend)
     info = dataset_info(path, raw=raw)
     info["splits"] = Dataset.open(path).split_report()
+    if plot is not None:
+        from themisto_env.data.corpus_plot import write_corpus_plot
+
+        write_corpus_plot(info["corpus"], plot)
     if as_json:
         typer.echo(json.dumps(info, indent=2))
         return
@@ -325,6 +316,7 @@ def data_info(
     for folder, digest in info["working_folders"].items():
         table.add_row("working folder", escape(f"{folder} ({digest[:12]})"))
     console.print(table)
+    print_corpus(info["corpus"], "samples per notebook (kept, and dropped by cause)")
     print_kinds_by_source(info["kinds_by_source"])
     print_splits(info["splits"])
     rows = info["disagreements"]
@@ -334,6 +326,8 @@ def data_info(
             console.print(f"  {row['trajectory']} step {row['step']} [{row['kind']}] {row['detail']}", markup=False)
         if len(rows) > limit:
             console.print(f"  ... {len(rows) - limit} more (--limit, or --json for all)", markup=False)
+    if plot is not None:
+        console.print(f"plot: {plot}", markup=False, soft_wrap=True)
 
 
 def print_kinds_by_source(by_source: dict[str, dict[str, int]]) -> None:

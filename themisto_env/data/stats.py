@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from themisto_env.data.agreement import KINDS, NORMALIZATION_VERSION, TOLERATED, agreement
+from themisto_env.data.corpus import corpus_table
 from themisto_env.data.kind_and_size import RECORD_LEVELS
 from themisto_env.data.samples import TASKS, sample_counts
 from themisto_env.data.trajectory import (
@@ -32,7 +33,8 @@ def dataset_info(folder: str | Path, *, raw: bool = False) -> dict[str, Any]:
     has any (an empty dataset, or only cleared notebooks). Disagreements are classified by
     `themisto_env.data.agreement.agreement` and listed per step; ``agreement_split`` says which
     share agrees, is tolerated (timings, warnings) and disagrees, and ``kinds_by_source`` counts the
-    kinds per source file.
+    kinds per source file. ``corpus`` is the per-notebook table of executions, kept samples and drops by
+    cause (`themisto_env.data.corpus.corpus_table`).
 
     Args:
         folder: A dataset folder.
@@ -73,6 +75,7 @@ def dataset_info(folder: str | Path, *, raw: bool = False) -> dict[str, Any]:
         "samples": {task: c.kept for task, c in counts.items()},
         "samples_dropped_disagreeing": {task: c.disagreeing for task, c in counts.items()},
         "samples_dropped_by_cause": {task: c.by_cause for task, c in counts.items()},
+        "corpus": corpus_table(trajectories).to_json(),
         "agreement": _share(sum(s.agrees for _, s in compared), len(compared)),
         "compared": len(compared),
         "normalization": NORMALIZATION_VERSION,

@@ -26,13 +26,12 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 from themisto_env.data.agreement import NORMALIZATION_VERSION
-from themisto_env.data.samples import TASKS, SampleCounts, SampleRule, TaskName, sample_counts_by_trajectory
 from themisto_env.data.sessions import Session
 from themisto_env.data.trajectory import (
     FILES,
@@ -47,6 +46,7 @@ from themisto_env.data.writes import write_text_atomic
 from themisto_env.errors import ConfigError
 from themisto_env.progress import ProgressLine
 from themisto_env.replay.build_sources import read_sources
+from themisto_env.replay.build_timing import TimedKernel, measuring, timing_summary
 from themisto_env.replay.build_workers import ReplayJob, replay_here, replay_on_threads
 from themisto_env.replay.figures import BUILD_IMAGE_BYTES
 from themisto_env.replay.kernel_environments import use_kernel_environment
@@ -84,6 +84,8 @@ class BuildReport:
         seconds: Wall time.
         cut: Cells the per-cell limit cut (their steps are ``timeout``): trajectory id -> step indexes.
         longest_limit_s: The longest limit a cut cell had (what a rebuild must exceed).
+        timings: Per trajectory replayed in this process, the seconds of its replay and of its parts
+            (`themisto_env.replay.build_timing`; none for sessions replayed on Ray).
     """
 
     built: list[str] = field(default_factory=list)
@@ -96,6 +98,12 @@ class BuildReport:
     seconds: float = 0.0
     cut: dict[str, list[int]] = field(default_factory=dict)
     longest_limit_s: float = 0.0
+    timings: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def timing(self, trajectories: Sequence[Trajectory] = ()) -> dict[str, Any]:
+        """The build's timing figures (`themisto_env.replay.build_timing.timing_summary`), the
+        executions counted from ``trajectories`` (the dataset's)."""
+        return timing_summary(self.timings, {t.id: len(t.steps) for t in trajectories})
 
 
 def is_built(
@@ -311,9 +319,13 @@ def _build(
         return Kernel(backend, limits=limits, snapshot_dir=snapshot_dir, environment=env_id)
 
     def replay(kernel: Kernel, job: ReplayJob, step: Callable[[], None]) -> Trajectory:
-        return replay_session(
-            job.session, kernel, snapshots=snapshots, on_step=lambda _t, _i: step(), work=job.work, limit=limit
-        )
+        timed = cast(Kernel, TimedKernel(kernel))
+        with measuring() as seconds:
+            trajectory = replay_session(
+                job.session, timed, snapshots=snapshots, on_step=lambda _t, _i: step(), work=job.work, limit=limit
+            )
+        report.timings[trajectory.id] = seconds  # one key per session: safe across worker threads
+        return trajectory
 
     with ProgressLine("replaying", total, completed=done, show=progress) as bar:
         log = _BuildLog(out, report, bar, manifest, len(jobs))
@@ -359,31 +371,10 @@ def write_in_order(out: Path, order: Sequence[str]) -> None:
     write_text_atomic(path, "".join(lines[tid] for tid in [*kept, *wanted]))
 
 
-def source_sample_counts(
-    out: str | Path, report: BuildReport, rule: SampleRule | None = None
-) -> dict[str, dict[TaskName, SampleCounts]]:
-    """What the sample rule made of each source of a build: per source and task, the candidates, what
-    each filter dropped and what it kept, summed over the source's trajectories (the length quantile is
-    the whole dataset's)."""
-    trajectories = list(iter_trajectories(out))
-    counts: dict[str, dict[TaskName, SampleCounts]] = {source: {} for source in report.sources}
-    for task in TASKS:
-        per_trajectory = sample_counts_by_trajectory(trajectories, task, rule)
-        for source, ids in report.sources.items():
-            parts = [per_trajectory[tid] for tid in dict.fromkeys(ids) if tid in per_trajectory]
-            causes: Counter[str] = Counter()
-            for part in parts:
-                causes.update(part.by_cause)
-            numbers = (sum(getattr(c, f.name) for c in parts) for f in fields(SampleCounts) if f.name != "by_cause")
-            counts[source][task] = SampleCounts(*numbers, by_cause=dict(causes))
-    return counts
-
-
 __all__ = [
     "PACKAGES",
     "BuildReport",
     "build_dataset",
     "is_built",
-    "source_sample_counts",
     "write_in_order",
 ]

@@ -227,6 +227,33 @@ def _step_rows(trajectory: Trajectory) -> list[dict[str, Any]]:
     ]
 
 
+CARD_NOTEBOOKS = 20
+"""The card lists every notebook up to this many; past it, the 10 with most drops and the total."""
+
+
+def _corpus_rows(corpus: dict[str, Any]) -> str:
+    """The per-notebook table (`themisto_env.data.corpus`) as Markdown, the total row last."""
+    rows = corpus["notebooks"]
+    left_out = ""
+    if len(rows) > CARD_NOTEBOOKS:
+        rows = sorted(rows, key=lambda r: -sum(sum(c.values()) for c in r["dropped"].values()))[:10]
+        left_out = f"\n\n({len(corpus['notebooks']) - len(rows)} more notebooks with fewer drops not listed.)"
+    lines = [
+        "| notebook | sessions | executions | "
+        + " | ".join(f"{t} kept / dropped" for t in TASKS)
+        + " | largest drop causes |",
+        "| --- " * (4 + len(TASKS)) + "|",
+    ]
+    for row in [*rows, corpus["total"]]:
+        counts = " | ".join(f"{row['kept'][t]} / {sum(row['dropped'][t].values())}" for t in TASKS)
+        causes = "; ".join(
+            f"{t}: " + ", ".join(f"{c} {n}" for c, n in row["top_causes"][t]) for t in TASKS if row["top_causes"][t]
+        )
+        name = row["notebook"].replace("|", "\\|")
+        lines.append(f"| {name} | {row['trajectories']} | {row['executions']} | {counts} | {causes} |")
+    return "\n".join(lines) + left_out
+
+
 def _card(dataset: Dataset, report: ExportReport, info: dict[str, Any]) -> str:
     """The dataset card: a YAML header a dataset hub reads (configs, splits), then what the data is."""
     manifest = dataset.manifest
@@ -299,6 +326,10 @@ Replayed on the `{manifest.backend}` backend ({"with" if manifest.snapshots else
 | task | train samples | test samples |
 | --- | --- | --- |
 {sizes}
+
+Per notebook, the samples the default rule keeps and why it drops the others (before the split):
+
+{_corpus_rows(info["corpus"])}
 
 ## Splits
 

@@ -50,6 +50,7 @@ from themisto_env.data.cell_names import names_read
 from themisto_env.data.sessions import RecordedExecution
 from themisto_env.data.trajectory import Step, written_names
 from themisto_env.errors import InfrastructureError, SnapshotError
+from themisto_env.replay.build_timing import KEEP_STATE, SECOND_REPLAY, timed
 from themisto_env.replay.figures import without_over_cap
 from themisto_env.replay.recorded_cells import run_recorded
 from themisto_env.sandbox.kernel.contract import KernelLike
@@ -107,7 +108,8 @@ class SecondReplays:
         if self.budget <= 0 or snapshot is None:
             return
         self._before[execution.index] = _Before(snapshot, files, execution, seeded)
-        self.kernel.call("keep_process_state", random_key=str(execution.index) if seeded else None)
+        with timed(KEEP_STATE):
+            self.kernel.call("keep_process_state", random_key=str(execution.index) if seeded else None)
 
     def after_step(self, step: Step) -> None:
         """Replay the step again if its cause is undecided, and the writers of its inputs; note its writes.
@@ -116,13 +118,14 @@ class SecondReplays:
             InfrastructureError: The kernel failed, or the state after the step could not be put back.
         """
         if step.agreement_kind == "other" and self._affordable(step):
-            again = self._run_again(step, step)
-            if again is not None:
-                stable = normalize_outputs(again.outputs) == normalize_outputs(step.outputs)
-                step.replay_stable = stable
-                step.second_outputs = None if stable else without_over_cap(again.outputs)
-                if stable:
-                    self._check_inputs(step)
+            with timed(SECOND_REPLAY):
+                again = self._run_again(step, step)
+                if again is not None:
+                    stable = normalize_outputs(again.outputs) == normalize_outputs(step.outputs)
+                    step.replay_stable = stable
+                    step.second_outputs = None if stable else without_over_cap(again.outputs)
+                    if stable:
+                        self._check_inputs(step)
         for name in written_names(step, self._previous):
             self._writers[name] = step
         self._previous = step

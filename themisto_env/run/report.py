@@ -6,7 +6,9 @@ where the samples' time went (a stacked bar per sample: state, tools, model, sco
 their wall time.
 With several runs, the first is compared with each other one as ``themisto compare`` does (paired
 differences with trajectory-bootstrap intervals, wins/ties/losses). Where the runs' dataset is still
-there, how the samples' steps replay against what the person saw: agree / tolerated / disagree, by cause.
+there, how the samples' steps replay against what the person saw: agree / tolerated / disagree, by cause;
+and "the data": per notebook of that dataset, its kept samples and its drops by cause
+(`themisto_env.data.corpus`, as ``themisto data info`` prints them).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from themisto_env.metrics import METRICS
 from themisto_env.run.compare import compare_runs, run_label, scored_rows
 from themisto_env.run.results import TIMING_KINDS, ResultRow
 from themisto_env.run.summary import summarize
-from themisto_env.run.view import step_agreements
+from themisto_env.run.view import run_dataset_folder, step_agreements
 
 _CSS = """
 body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 2rem auto; max-width: 1100px;
@@ -272,6 +274,42 @@ def _agreement_section(run_dirs: list[str | Path], runs: list[tuple[str, list[Re
     )
 
 
+def _data_section(run_dirs: list[str | Path]) -> str:
+    """The runs' datasets (those still there): per dataset its totals and the plot of kept and dropped samples
+    per notebook (`themisto_env.data.corpus`, as ``themisto data info`` gives them)."""
+    from themisto_env.data.corpus import corpus_table, describe_causes
+    from themisto_env.data.corpus_plot import corpus_image
+    from themisto_env.data.samples import TASKS
+    from themisto_env.data.trajectory import read_trajectories
+
+    parts = []
+    for data in dict.fromkeys(run_dataset_folder(Path(d)) for d in run_dirs):
+        try:
+            table = corpus_table(read_trajectories(data)) if data is not None else None
+        except (DataError, OSError):
+            continue
+        if table is None or not table.rows:
+            continue
+        total = table.total
+        kept = "; ".join(
+            f"{task} {total.kept[task]} kept, {total.dropped_total(task)} dropped "
+            f"({describe_causes(total.top_causes(task))})"
+            for task in TASKS
+        )
+        image = base64.b64encode(corpus_image(table.to_json())).decode()
+        parts.append(
+            f'<h3>{html.escape(str(data))}</h3><p class="muted">{len(table.rows)} notebooks, {total.trajectories} '
+            f"sessions, {total.executions} executions; samples: {html.escape(kept)}</p>"
+            + _img(image, "kept and dropped samples per notebook")
+        )
+    if not parts:
+        return ""
+    return (
+        '<h2>The data</h2><p class="muted">The samples the rule kept of each notebook of the runs\' datasets, and '
+        "why it dropped the others (<code>themisto data info</code> has the table).</p>" + "".join(parts)
+    )
+
+
 def render_report(run_dirs: list[str | Path]) -> str:
     """The report's HTML for the given run folders."""
     runs = []
@@ -317,6 +355,7 @@ def render_report(run_dirs: list[str | Path]) -> str:
 {tools}
 {_timing_section(runs)}
 {agreement}
+{_data_section(run_dirs)}
 <h2>Hardest samples for {html.escape(label)}</h2>
 <table><tr><th>sample</th><th>target</th><th>prediction</th><th>ROUGE-L</th></tr>{"".join(examples)}</table>
 </body></html>

@@ -125,7 +125,7 @@ def dataset_steps(run_dirs: list[Path]) -> dict[tuple[str, int], tuple[Step, Fil
     """Each step of the datasets the runs used (their config's ``data``), with its dataset's file store;
     a dataset no longer there, or unreadable, adds nothing."""
     found: dict[tuple[str, int], tuple[Step, FileStore | None]] = {}
-    for data in dict.fromkeys(_run_data(path) for path in run_dirs):
+    for data in dict.fromkeys(run_dataset_folder(path) for path in run_dirs):
         if data is None:
             continue
         try:
@@ -156,7 +156,7 @@ def _figures(step: Step, store: FileStore | None) -> list[dict[str, str]]:
     return shown
 
 
-def _run_data(run_dir: Path) -> str | None:
+def run_dataset_folder(run_dir: Path) -> str | None:
     """The dataset folder a run used: its config's ``data``, or the bundled data's (when built) for none."""
     try:
         config = json.loads((run_dir / CONFIG).read_text(encoding="utf-8"))
