@@ -35,6 +35,7 @@ AGENTS: dict[str, str] = {
     "repeat-previous": "themisto_env.agents.baselines:RepeatPreviousAgent",
     "retrieval": "themisto_env.agents.baselines:RetrievalAgent",
     "runtime-rules": "themisto_env.agents.runtime_rules:RuntimeRulesAgent",
+    "runtime-state": "themisto_env.agents.runtime_state:RuntimeStateAgent",
     "llm-static": "themisto_env.agents.llm:StaticContextAgent",
     "llm-full": "themisto_env.agents.llm:FullRuntimeAgent",
     "llm-tools": "themisto_env.agents.llm_tools:ToolUsingAgent",

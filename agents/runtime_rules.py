@@ -96,7 +96,7 @@ def output_plan(observation: Observation, budget: int) -> Plan:
         listing = yield ToolCall(tool="list_variables", args={})
         budget -= 1
         types = variable_types(listing)
-        imported = _imported_names(observation)
+        imported = imported_names(observation)
         for name in needed if types is not None else ():
             if name in types or name in imported:  # type: ignore[operator]
                 continue
@@ -178,7 +178,7 @@ def next_cell_plan(observation: Observation) -> Plan:
     cells = parse_history(str(observation.get("history", "")))
     if not cells or cells[-1].output.strip():
         return None
-    name = _assigned_name(cells[-1].source)
+    name = assigned_name(cells[-1].source)
     if name is None:
         return None
     listing = yield ToolCall(tool="list_variables", args={})
@@ -189,7 +189,7 @@ def next_cell_plan(observation: Observation) -> Plan:
     return f"{name}.head()" if frame else name
 
 
-def _imported_names(observation: Observation) -> set[str]:
+def imported_names(observation: Observation) -> set[str]:
     """Names bound by imports in the visible history (taken as still defined, to save tool calls)."""
     names: set[str] = set()
     for cell in parse_history(str(observation.get("history", ""))):
@@ -200,7 +200,7 @@ def _imported_names(observation: Observation) -> set[str]:
     return names
 
 
-def _assigned_name(source: str) -> str | None:
+def assigned_name(source: str) -> str | None:
     """The variable a cell's last statement assigns (``x = ...``, ``x: T = ...``), if any."""
     parsed = parse_cell(source)
     last = parsed[0].body[-1] if parsed is not None and parsed[0].body else None
@@ -285,4 +285,4 @@ class RuntimeRulesAgent(BaseAgent):
         return call
 
 
-__all__ = ["RuntimeRulesAgent", "display_plan", "next_cell_plan", "output_plan"]
+__all__ = ["RuntimeRulesAgent", "assigned_name", "display_plan", "imported_names", "next_cell_plan", "output_plan"]

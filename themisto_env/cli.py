@@ -1,7 +1,7 @@
 """The ``themisto`` command line: the console entry point (``themisto_env.cli:main``) and the app it runs.
 
 Each group and command lives in `themisto_env.commands` (``sandbox``, ``kernel-env``, ``data``, ``run``,
-``agents``, ``compare``, ``report``, ``view``); this module assembles them into one Typer app.
+``agents``, ``eval-set``, ``compare``, ``report``, ``view``); this module assembles them into one Typer app.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from rich.markup import escape
 
 from themisto_env.commands.common import storage_error_line
 from themisto_env.commands.data import data_app
+from themisto_env.commands.evalset import eval_set_command
 from themisto_env.commands.kernel_environments import kernel_env_app
 from themisto_env.commands.results import compare_command, report_command, view_command
 from themisto_env.commands.run import agents_command, run_command
@@ -28,6 +29,7 @@ app.add_typer(data_app, name="data")
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(kernel_env_app, name="kernel-env")
 app.command("run")(run_command)
+app.command("eval-set")(eval_set_command)
 app.command("agents")(agents_command)
 app.command("compare")(compare_command)
 app.command("report")(report_command)

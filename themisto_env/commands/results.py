@@ -15,17 +15,62 @@ from themisto_env.commands.common import console
 
 
 def compare_command(
-    run_a: Annotated[Path, typer.Argument(help="First run folder.")],
-    run_b: Annotated[Path, typer.Argument(help="Second run folder.")],
+    run_dirs: Annotated[
+        list[Path], typer.Argument(help="Run folders (two or more): each one after the first is paired with the first.")
+    ],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Two runs on the same samples: paired differences with bootstrap intervals, and where each wins."""
-    from themisto_env.run.compare import compare_runs
+    """Runs on the same samples: a table of all, and paired differences against the first with bootstrap
+    intervals, and where each wins."""
+    from themisto_env.commands.evalset import wide_console
+    from themisto_env.run.compare import compare_many
 
-    result = compare_runs(run_a, run_b)
-    if as_json:
-        typer.echo(json.dumps(result, indent=2))
+    if len(run_dirs) < 2:
+        raise typer.BadParameter("give at least two run folders", param_hint="RUN_DIRS...")
+    result = compare_many(list(run_dirs))
+    if as_json:  # two runs: their pair, as before; more: every run and every pair
+        typer.echo(json.dumps(result["pairs"][0] if len(run_dirs) == 2 else result, indent=2))
         return
+    wide_console().print(runs_table(result["runs"]))
+    for pair in result["pairs"]:
+        console.print(paired_table(pair))
+        for side, key in (("A", "a_wins_most"), ("B", "b_wins_most")):
+            for ex in pair[key]:
+                console.print(
+                    f"{side} wins most on {ex['sample_id']}: ROUGE-L {ex['rouge_l_a']:.2f} vs {ex['rouge_l_b']:.2f}",
+                    markup=False,
+                )
+
+
+def _estimate(m: dict | None, digits: int = 3) -> str:
+    """``mean [low, high]`` of an estimate (empty when absent)."""
+    if not m:
+        return ""
+    return escape(f"{m['mean']:.{digits}f} [{m['ci_low']:.{digits}f}, {m['ci_high']:.{digits}f}]")
+
+
+def runs_table(runs: list[dict]) -> Table:
+    """Every run of a comparison: its samples, metrics and per-sample figures with their intervals."""
+    from themisto_env.metrics import METRICS
+
+    table = Table(title="runs (95% intervals resample whole trajectories)")
+    for column in ("run", "samples", *METRICS, "reward", "tool calls / sample", "tokens / sample"):
+        table.add_column(column)
+    for run in runs:
+        per_sample = run.get("per_sample") or {}
+        table.add_row(
+            escape(run["label"]),
+            str(run["samples"]),
+            *(_estimate(run.get(m)) for m in METRICS),
+            _estimate(per_sample.get("reward")),
+            _estimate(per_sample.get("tool_calls"), 2),
+            _estimate(per_sample.get("tokens"), 0),
+        )
+    return table
+
+
+def paired_table(result: dict) -> Table:
+    """One pair of `compare_runs`: per metric (and per-sample figure) A, B, A - B with its paired interval."""
     table = Table(
         title=escape(
             f"A = {result['a']}  vs  B = {result['b']}  ({result['shared_samples']} shared samples in "
@@ -34,23 +79,17 @@ def compare_command(
     )
     for column in ("metric", "A", "B", "A - B", "95% CI", "A wins / ties / B wins"):
         table.add_column(column)
-    for metric, d in result["metrics"].items():
+    for metric, d in [*result["metrics"].items(), *result.get("per_sample", {}).items()]:
         mark = "[bold]" if d["significant"] else ""
         table.add_row(
-            metric,
+            metric if metric in result["metrics"] else f"{metric.replace('_', ' ')} / sample",
             f"{d['mean_a']:.3f}",
             f"{d['mean_b']:.3f}",
             f"{mark}{d['mean_diff']:+.3f}",
             escape(f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"),
-            f"{d['wins']} / {d['ties']} / {d['losses']}",
+            f"{d['wins']} / {d['ties']} / {d['losses']}" if "wins" in d else "",
         )
-    console.print(table)
-    for side, key in (("A", "a_wins_most"), ("B", "b_wins_most")):
-        for ex in result[key]:
-            console.print(
-                f"{side} wins most on {ex['sample_id']}: ROUGE-L {ex['rouge_l_a']:.2f} vs {ex['rouge_l_b']:.2f}",
-                markup=False,
-            )
+    return table
 
 
 def report_command(
@@ -99,4 +138,4 @@ def open_in_browser(path: Path) -> str | None:
     )
 
 
-__all__ = ["compare_command", "open_in_browser", "report_command", "view_command"]
+__all__ = ["compare_command", "open_in_browser", "paired_table", "report_command", "runs_table", "view_command"]

@@ -253,6 +253,8 @@ def summary_table(summary: dict) -> Table:
         add(f"best-of-{draws} {metric}", m)
     for k, m in summary.get("pass_at_k", {}).items():
         add(f"pass@{k}", m)
+    for figure, m in summary.get("per_sample", {}).items():  # reward, tool calls, tokens per sample
+        add(f"{figure.replace('_', ' ')} / sample", m)
     return table
 
 

@@ -1,4 +1,5 @@
-"""Comparing two runs on the same samples (``themisto compare RUN_A RUN_B``)."""
+"""Comparing runs on the same samples (``themisto compare RUN_A RUN_B [RUN...]``): two with `compare_runs`,
+any number with `compare_many` (each against the first)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from typing import Any
 
 from themisto_env.errors import DataError
 from themisto_env.metrics import METRICS, Score, compare_paired
+from themisto_env.run.costs import paired_costs, per_sample_estimates
 from themisto_env.run.results import ResultRow, read_results
+from themisto_env.run.summary import summarize
 
 
 def scored_rows(run_dir: str | Path) -> dict[str, ResultRow]:
@@ -41,7 +44,8 @@ def compare_runs(run_a: str | Path, run_b: str | Path, *, examples: int = 3) -> 
         run wins by most (ROUGE-L). The bootstrap resamples whole trajectories: samples of one trajectory
         are correlated ([`themisto_env.metrics.compare_paired`][themisto_env.metrics.compare_paired] with ``groups``).
         With a single shared trajectory the interval has zero width (nothing to resample) and no difference is
-        significant.
+        significant. ``per_sample`` pairs the reward, tool calls and tokens per sample likewise
+        (`themisto_env.run.costs.paired_costs`).
     """
     a, b = scored_rows(run_a), scored_rows(run_b)
     shared = sorted(set(a) & set(b))
@@ -81,8 +85,40 @@ def compare_runs(run_a: str | Path, run_b: str | Path, *, examples: int = 3) -> 
             m: {**comparison.as_dict()[m], "significant": trajectories > 1 and getattr(comparison, m).significant}
             for m in METRICS
         },
+        "per_sample": paired_costs([a[s] for s in shared], [b[s] for s in shared]),
         "a_wins_most": [
             example(s) for s in reversed(gaps[-examples:]) if a[s].scores["rouge_l"] > b[s].scores["rouge_l"]
         ],
         "b_wins_most": [example(s) for s in gaps[:examples] if b[s].scores["rouge_l"] > a[s].scores["rouge_l"]],
     }
+
+
+def compare_many(run_dirs: list[str | Path], *, examples: int = 3) -> dict[str, Any]:
+    """Any number of runs (at least two): each one's means with intervals, and each run after the first
+    paired with the first (`compare_runs`) on the samples the two share.
+
+    Returns:
+        ``runs``: per run its folder, label, task, scored samples, each metric's and `per_sample` figure's
+        mean and interval; ``pairs``: `compare_runs` of the first run against each other one.
+
+    Raises:
+        DataError: Fewer than two runs, a run without results, or a run sharing no sample with the first.
+    """
+    if len(run_dirs) < 2:
+        raise DataError(f"compare needs at least two runs, got {len(run_dirs)}")
+    runs = []
+    for run_dir in run_dirs:
+        rows = scored_rows(run_dir)
+        summary = summarize(list(rows.values()))
+        runs.append(
+            {
+                "run": str(run_dir),
+                "label": run_label(rows, run_dir),
+                "task": summary["task"],
+                "samples": summary["samples"],
+                **{m: summary[m] for m in METRICS if m in summary},
+                "per_sample": per_sample_estimates(list(rows.values())),
+            }
+        )
+    pairs = [compare_runs(run_dirs[0], other, examples=examples) for other in run_dirs[1:]]
+    return {"runs": runs, "pairs": pairs}

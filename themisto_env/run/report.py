@@ -24,11 +24,12 @@ from themisto_env.data.agreement import TOLERATED
 from themisto_env.errors import DataError
 from themisto_env.metrics import METRICS
 from themisto_env.run.compare import compare_runs, run_label, scored_rows
+from themisto_env.run.costs import PER_SAMPLE
 from themisto_env.run.results import TIMING_KINDS, ResultRow
 from themisto_env.run.summary import summarize
 from themisto_env.run.view import run_dataset_folder, step_agreements
 
-_CSS = """
+CSS = """
 body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 2rem auto; max-width: 1100px;
        color: #1f2328; background: #fff; }
 h1 { font-size: 1.6rem; } h2 { font-size: 1.2rem; margin-top: 2rem; border-bottom: 1px solid #d0d7de; }
@@ -42,7 +43,7 @@ h3 { font-size: 1rem; margin-bottom: 0.2rem; } tr.significant td { font-weight: 
 """
 
 
-def _png(fig: Any) -> str:
+def png_base64(fig: Any) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     return base64.b64encode(buf.getvalue()).decode()
@@ -68,7 +69,7 @@ def _plots(runs: list[tuple[str, list[ResultRow], dict[str, Any]]]) -> dict[str,
     ax.set_ylim(0, 1)
     ax.set_ylabel("mean score (95% CI)")
     ax.legend(fontsize=8)
-    plots["metrics"] = _png(fig)
+    plots["metrics"] = png_base64(fig)
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(8, 3.5))
@@ -86,7 +87,7 @@ def _plots(runs: list[tuple[str, list[ResultRow], dict[str, Any]]]) -> dict[str,
     ax.set_ylabel("mean ROUGE-L")
     ax.set_ylim(0, 1)
     ax.legend(fontsize=8)
-    plots["trajectory"] = _png(fig)
+    plots["trajectory"] = png_base64(fig)
     plt.close(fig)
 
     tools = sorted({c["tool"] for _, rows, _ in runs for r in rows for c in r.tool_calls})
@@ -99,7 +100,7 @@ def _plots(runs: list[tuple[str, list[ResultRow], dict[str, Any]]]) -> dict[str,
         ax.set_yticks(y + width * (len(runs) - 1) / 2, tools)
         ax.set_xlabel("tool calls")
         ax.legend(fontsize=8)
-        plots["tools"] = _png(fig)
+        plots["tools"] = png_base64(fig)
         plt.close(fig)
     return plots
 
@@ -135,7 +136,7 @@ def _timing_plots(runs: list[tuple[str, list[ResultRow], dict[str, Any]]]) -> di
             ax.set_xticks([])
         axes[-1, 0].set_xlabel("samples, in run order")
         axes[0, 0].legend(fontsize=8, ncols=4)
-        plots["timing"] = _png(fig)
+        plots["timing"] = png_base64(fig)
         plt.close(fig)
     seconds = [(label, [r.seconds for r in rows]) for label, rows, _ in runs if rows]
     if seconds:
@@ -147,7 +148,7 @@ def _timing_plots(runs: list[tuple[str, list[ResultRow], dict[str, Any]]]) -> di
         ax.set_xlabel("wall time of a sample (s)")
         ax.set_ylabel("samples")
         ax.legend(fontsize=8)
-        plots["latency"] = _png(fig)
+        plots["latency"] = png_base64(fig)
         plt.close(fig)
     return plots
 
@@ -170,8 +171,8 @@ def _timing_section(runs: list[tuple[str, list[ResultRow], dict[str, Any]]]) -> 
         )
     plots = _timing_plots(runs)
     head = "".join(f"<th>{k} (s)</th>" for k in TIMING_KINDS)
-    bars = _img(plots["timing"], "where each sample's time went") if "timing" in plots else ""
-    latency = _img(plots["latency"], "wall time of the samples") if "latency" in plots else ""
+    bars = img_tag(plots["timing"], "where each sample's time went") if "timing" in plots else ""
+    latency = img_tag(plots["latency"], "wall time of the samples") if "latency" in plots else ""
     return (
         '<h2>Where the time went</h2><p class="muted">Mean seconds per sample: serving its state (restores, '
         "forks, replays), answering its tool calls, the agent (its model calls), scoring; each kind's own time "
@@ -182,11 +183,11 @@ def _timing_section(runs: list[tuple[str, list[ResultRow], dict[str, Any]]]) -> 
     )
 
 
-def _img(data: str, alt: str) -> str:
+def img_tag(data: str, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 
-def _cell(m: dict[str, float] | None) -> str:
+def estimate_cell(m: dict[str, float] | None) -> str:
     """A mean with its interval as a table cell (empty when absent)."""
     if m is None:
         return '<td class="num"></td>'
@@ -202,8 +203,8 @@ def _draws_table(runs: list[tuple[str, list[ResultRow], dict[str, Any]]]) -> str
     head = "".join(f"<th>pass@{k}</th>" for k in ks) + "".join(f"<th>best-of-K {m}</th>" for m in METRICS)
     body = "".join(
         f'<tr><td>{html.escape(label)}</td><td class="num">{s["draws"]}</td>'
-        + "".join(_cell(s.get("pass_at_k", {}).get(k)) for k in ks)
-        + "".join(_cell(s["best_of_k"].get(m)) for m in METRICS)
+        + "".join(estimate_cell(s.get("pass_at_k", {}).get(k)) for k in ks)
+        + "".join(estimate_cell(s["best_of_k"].get(m)) for m in METRICS)
         + "</tr>"
         for label, s in drawn
     )
@@ -214,7 +215,7 @@ def _draws_table(runs: list[tuple[str, list[ResultRow], dict[str, Any]]]) -> str
     )
 
 
-def _paired_section(run_dirs: list[str | Path]) -> str:
+def paired_section(run_dirs: list[str | Path]) -> str:
     """The first run against each other run: [`compare_runs`][themisto_env.run.compare_runs] as tables."""
     if len(run_dirs) < 2:
         return ""
@@ -231,8 +232,12 @@ def _paired_section(run_dirs: list[str | Path]) -> str:
             f'<td class="num">{d["mean_diff"]:+.3f}</td>'
             f'<td class="num">[{d["ci_low"]:+.3f}, {d["ci_high"]:+.3f}]</td>'
             f"<td>{'yes' if d['significant'] else 'no'}</td>"
-            f'<td class="num">{d["wins"]} / {d["ties"]} / {d["losses"]}</td></tr>'
-            for m, d in result["metrics"].items()
+            + (
+                f'<td class="num">{d["wins"]} / {d["ties"]} / {d["losses"]}</td></tr>'
+                if "wins" in d
+                else "<td></td></tr>"
+            )
+            for m, d in [*result["metrics"].items(), *result.get("per_sample", {}).items()]
         )
         tables.append(
             f"<h3>A = {html.escape(result['a'])} vs B = {html.escape(result['b'])}</h3>"
@@ -319,13 +324,12 @@ def render_report(run_dirs: list[str | Path]) -> str:
     plots = _plots(runs)
     head = "".join(f"<th>{m}</th>" for m in METRICS)
     summary_rows = []
-    for label, rows, s in runs:
-        cells = "".join(_cell(s[m]) for m in METRICS)
-        tool_calls = sum(len(r.tool_calls) for r in rows)
+    for label, _, s in runs:
+        cells = "".join(estimate_cell(s[m]) for m in METRICS)
+        per_sample = "".join(estimate_cell(s.get("per_sample", {}).get(f)) for f in PER_SAMPLE)  # reward, tools, tokens
         summary_rows.append(
             f"<tr><td>{html.escape(label)}</td><td>{html.escape(str(s['task']))}</td>"
-            f'<td class="num">{s["samples"]}</td>{cells}'
-            f'<td class="num">{tool_calls / max(len(rows), 1):.2f}</td>'
+            f'<td class="num">{s["samples"]}</td>{cells}{per_sample}'
             f'<td class="num">{s["infrastructure_failures"]}</td></tr>'
         )
     examples = []
@@ -336,22 +340,22 @@ def render_report(run_dirs: list[str | Path]) -> str:
             f"<td><pre>{html.escape(r.prediction[:1500])}</pre></td>"
             f'<td class="num">{r.scores["rouge_l"]:.3f}</td></tr>'
         )
-    tools = f"<h2>Tool usage</h2>{_img(plots['tools'], 'tool calls by tool')}" if "tools" in plots else ""
+    tools = f"<h2>Tool usage</h2>{img_tag(plots['tools'], 'tool calls by tool')}" if "tools" in plots else ""
     agreement = _agreement_section(run_dirs, runs)
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>themisto-env report</title><style>{_CSS}</style></head>
+<html lang="en"><head><meta charset="utf-8"><title>themisto-env report</title><style>{CSS}</style></head>
 <body>
 <h1>themisto-env report</h1>
 <p class="muted">{len(runs)} run(s): {html.escape(", ".join(str(d) for d in run_dirs))}</p>
 <h2>Summary</h2>
 <p class="muted">Means over the scored samples with 95% bootstrap intervals that resample whole trajectories
 (samples of one trajectory are correlated).</p>
-<table><tr><th>run</th><th>task</th><th>samples</th>{head}<th>tool calls / sample</th>
-<th>infrastructure failures</th></tr>{"".join(summary_rows)}</table>
+<table><tr><th>run</th><th>task</th><th>samples</th>{head}<th>reward</th><th>tool calls / sample</th>
+<th>tokens / sample</th><th>infrastructure failures</th></tr>{"".join(summary_rows)}</table>
 {_draws_table(runs)}
-{_paired_section(run_dirs)}
-<h2>Metrics by run</h2>{_img(plots["metrics"], "metrics by run")}
-<h2>Score along the trajectory</h2>{_img(plots["trajectory"], "ROUGE-L along the trajectory")}
+{paired_section(run_dirs)}
+<h2>Metrics by run</h2>{img_tag(plots["metrics"], "metrics by run")}
+<h2>Score along the trajectory</h2>{img_tag(plots["trajectory"], "ROUGE-L along the trajectory")}
 {tools}
 {_timing_section(runs)}
 {agreement}

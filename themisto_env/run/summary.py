@@ -12,6 +12,7 @@ from typing import Any
 
 from themisto_env.metrics import API_SEQUENCE_METRICS, METRICS, Score, aggregate, estimate_means
 from themisto_env.run.config import RunConfig
+from themisto_env.run.costs import per_sample_estimates
 from themisto_env.run.results import TIMING_KINDS, ResultRow
 from themisto_env.scoring.passk import summarize_draws
 
@@ -50,7 +51,8 @@ def summarize(rows: Sequence[ResultRow], config: RunConfig | None = None) -> dic
     [`themisto_env.scoring.passk.summarize_draws`][themisto_env.scoring.summarize_draws] adds ``draws`` (K),
     ``best_of_k`` and, with the execution score, ``pass_at_k`` (``{"1": {"mean", "ci_low", "ci_high"}, ..., "K": ...}``)
     and ``pass_at_k_counts``. ``timing`` sums where the scored samples' time went (`timing_totals`; left
-    out for rows of older runs, which do not say)."""
+    out for rows of older runs, which do not say). ``per_sample`` holds the reward, tool calls and tokens per
+    scored sample with the same intervals (`themisto_env.run.costs`)."""
     latest = {r.sample_id: r for r in rows}
     scored = [r for r in latest.values() if r.is_scored]
     first = scored[0] if scored else next(iter(latest.values()), None)
@@ -89,6 +91,7 @@ def summarize(rows: Sequence[ResultRow], config: RunConfig | None = None) -> dic
             summary["api_samples"] = len(with_api)  # the samples whose target calls an API
         rewards = [r.reward for r in scored if r.reward is not None]  # SampleScore.reward: None only if unscored
         summary["reward"] = sum(rewards) / len(rewards) if rewards else None
+        summary["per_sample"] = per_sample_estimates(scored)  # reward, tool calls, tokens, with intervals
         # pass@k lives in the scoring layer, which knows no run rows: it reads their dict form
         samples = config.samples if config and config.samples > 1 else None
         summary.update(summarize_draws([r.to_dict() for r in scored], samples))
