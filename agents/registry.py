@@ -156,14 +156,22 @@ def agent_observation(name: str) -> str | None:
     return mode if isinstance(mode, str) else None
 
 
+NEEDS_MODEL = "[needs --model]"
+"""How ``themisto agents`` marks an agent made from a model (``--model openai/gpt-4o-mini``, ``--model fake``)."""
+
+
 def describe_agents() -> list[tuple[str, str, str]]:
     """``(name, target, first line of its docstring)`` of every agent (importing each one's module; an
-    agent whose module cannot be imported says why instead of a description)."""
+    agent whose module cannot be imported says why instead of a description). An agent made from a model
+    (its factory's ``needs_model`` is true, as every `LLMAgent`'s) has ``[needs --model]`` first."""
     described = []
     for name, target in sorted(agent_targets().items()):
         try:
-            doc = inspect.getdoc(load_factory(target, name=name)) or ""
+            factory = load_factory(target, name=name)
+            doc = inspect.getdoc(factory) or ""
             line = doc.strip().splitlines()[0].replace("``", "") if doc.strip() else ""
+            if getattr(factory, "needs_model", False) is True:
+                line = f"{NEEDS_MODEL} {line}"
         except Exception as exc:  # a broken plugin must not break the listing
             line = f"(cannot be imported: {type(exc).__name__}: {exc})"
         described.append((name, target, line))
@@ -209,6 +217,7 @@ def make_agent(name: str, **options: Any) -> Agent:
 __all__ = [
     "AGENTS",
     "ENTRY_POINT_GROUP",
+    "NEEDS_MODEL",
     "agent_targets",
     "describe_agents",
     "installed_agents",

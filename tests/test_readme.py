@@ -55,7 +55,7 @@ def commands_of(text: str) -> list[str]:
     """The themisto commands of a page's bash blocks, in order, comments removed."""
     commands = []
     for block in _blocks("bash", text):
-        for line in block.splitlines():
+        for line in block.replace("\\\n", " ").splitlines():  # a command continued on the next line is one
             line = line.split(" #", 1)[0].strip()
             if "&& themisto" in line:  # `bash scripts/setup.sh && source .venv/bin/activate && themisto ...`
                 line = line.rsplit("&&", 1)[1].strip()
@@ -187,8 +187,10 @@ def test_documented_command_runs(command: str, workdir: Path) -> None:
         out = workdir / args[args.index("--out") + 1]
         assert (out / "results.jsonl").exists() and (out / "summary.json").exists()
         assert "rouge_l" in done.stdout
-    if args[1] == "report":
-        assert (workdir / args[2] / "report.html").exists()
+    if args[1] == "report":  # one run: in its folder; several: in a folder of their own beside the first
+        runs = [Path(arg) for arg in args[2:] if not arg.startswith("-")]
+        folder = runs[0] if len(runs) == 1 else runs[0].parent / "+".join(run.name for run in runs)
+        assert (workdir / folder / "report.html").exists()
 
 
 @pytest.mark.parametrize(("page", "index"), [pytest.param(p, i, id=f"{p}-{i}") for p, i in python_blocks()])

@@ -7,6 +7,7 @@ Each group and command lives in `themisto_env.commands` (``sandbox``, ``kernel-e
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -24,6 +25,25 @@ from themisto_env.errors import ThemistoError
 app = typer.Typer(
     help="themisto-env: predict Jupyter development trajectories from runtime state.", no_args_is_help=True
 )
+
+
+def _version(show: bool) -> None:
+    if show:
+        from themisto_env._version import __version__
+
+        typer.echo(f"themisto-env {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _top(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """themisto-env: predict Jupyter development trajectories from runtime state."""
+
+
 app.add_typer(data_app, name="data")
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(kernel_env_app, name="kernel-env")

@@ -24,7 +24,7 @@ from themisto_env.metrics import METRICS
 from themisto_env.run.compare import compare_runs, run_label, scored_rows
 from themisto_env.run.results import TIMING_KINDS, ResultRow
 from themisto_env.run.summary import summarize
-from themisto_env.run.view import step_agreements
+from themisto_env.run.view import default_page, step_agreements
 
 _CSS = """
 body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 2rem auto; max-width: 1100px;
@@ -324,7 +324,9 @@ def render_report(run_dirs: list[str | Path]) -> str:
 
 
 def write_report(run_dirs: list[str | Path], out: str | Path | None = None) -> Path:
-    """Write the report (default: ``report.html`` in the first run folder) and return its path."""
-    path = Path(out) if out is not None else Path(run_dirs[0]) / "report.html"
+    """Write the report (default: `default_page`'s ``report.html``: the run's folder, or for several runs a
+    folder of their own) and return its path."""
+    path = Path(out) if out is not None else default_page(run_dirs, "report.html")
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_report(run_dirs), encoding="utf-8")
     return path
