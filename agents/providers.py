@@ -24,13 +24,12 @@ server: vLLM, llama.cpp, LM Studio) needs no key: without one it sends ``EMPTY``
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from themisto_env.errors import ConfigError, ProviderError
+from themisto_env.errors import ConfigError, ProviderError, did_you_mean
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -91,11 +90,9 @@ def make_chat_model(provider: str, model: str | None = None, **kwargs: Any) -> B
     elif provider in PROVIDERS:
         spec = PROVIDERS[provider]
     else:
-        near = difflib.get_close_matches(provider, PROVIDERS, n=1, cutoff=0.5)
-        hint = f" Did you mean {near[0]!r}?" if near else ""
         raise ConfigError(
-            f"unknown LLM provider {provider!r}.{hint} Providers: {', '.join(PROVIDERS)}, "
-            "or 'package.module:ClassName' for any langchain-core chat model"
+            f"unknown LLM provider {provider!r}{did_you_mean(provider, PROVIDERS, listed=False)} (providers: "
+            f"{', '.join(PROVIDERS)}, or 'package.module:ClassName' for any langchain-core chat model)"
         )
     if provider == "fake":  # a dry run (--model fake) answers every call: its replies cycle unless told not to
         return _import_class(provider, spec)(**{"cycle": True, **kwargs})

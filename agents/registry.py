@@ -15,7 +15,6 @@ so listing names imports nothing (and no LLM provider).
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import importlib
 import importlib.util
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from themisto_env.agents.base import Agent
-from themisto_env.errors import ConfigError
+from themisto_env.errors import ConfigError, did_you_mean
 
 #: Registered agents: name -> ``"module:factory"`` (a class or a function returning an `Agent`).
 AGENTS: dict[str, str] = {
@@ -197,11 +196,9 @@ def make_agent(name: str, **options: Any) -> Agent:
     targets = AGENTS if name in AGENTS else agent_targets()
     target = targets.get(name) or (name if ":" in name else None)
     if target is None:
-        near = difflib.get_close_matches(name, targets, n=1, cutoff=0.5)
-        hint = f" Did you mean {near[0]!r}?" if near else ""
+        hint, names = did_you_mean(name, targets, listed=False), ", ".join(sorted(targets))
         raise ConfigError(
-            f"no agent named {name!r}.{hint} Agents: {', '.join(sorted(targets))} "
-            "(or package.module:Class, or path/to/file.py:Class)"
+            f"no agent named {name!r}{hint} (agents: {names}, or package.module:Class, or path/to/file.py:Class)"
         )
     factory = load_factory(target, name=name)
     if target == name and not _is_agent_class(factory):  # a path from a config or the CLI: agents only

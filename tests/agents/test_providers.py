@@ -78,7 +78,7 @@ def test_a_class_path_provider(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_fake_provider_and_name_errors() -> None:
     model = make_chat_model("fake", responses=["hello"])
     assert isinstance(model, ScriptedChatModel) and model.invoke("hi").content == "hello"
-    with pytest.raises(ConfigError, match="Did you mean 'openai'"):
+    with pytest.raises(ConfigError, match="did you mean 'openai'"):
         make_chat_model("opneai", "gpt-4o-mini")
     with pytest.raises(ConfigError, match="needs a model name"):
         make_chat_model("anthropic")

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from themisto_env.data.samples import SampleRule, TaskName
-from themisto_env.errors import ConfigError
+from themisto_env.errors import ConfigError, options_error
 from themisto_env.metrics import RewardWeights
 from themisto_env.replay.dataset import Dataset
 from themisto_env.sandbox.kernel.launcher import launcher_class
@@ -19,7 +19,14 @@ from themisto_env.sandbox.kernel.spec import RayPlacement
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.scoring.score import ScoringRule
 
-__all__ = ["MODEL_CODE_TIMEOUT_S", "EnvConfig", "ObservationMode", "env_config_and_dataset", "warn_unisolated"]
+__all__ = [
+    "MODEL_CODE_TIMEOUT_S",
+    "EnvConfig",
+    "ObservationMode",
+    "OneLineOptions",
+    "env_config_and_dataset",
+    "warn_unisolated",
+]
 
 log = logging.getLogger("themisto_env")
 _WARNED_UNISOLATED: set[str] = set()
@@ -50,7 +57,23 @@ def warn_unisolated(backend: str, what: str) -> None:
     )
 
 
-class EnvConfig(BaseModel):
+class OneLineOptions(BaseModel):
+    """An options model whose invalid options are one `ConfigError` line naming each and the nearest valid
+    name or value (`options_error`), not pydantic's message of several lines (the error's ``errors`` keep
+    pydantic's, for callers that name the options their own way: a config file's path, ``env.``)."""
+
+    #: What the options are called in the message (``invalid environment options: ...``).
+    options_label: ClassVar[str] = "options"
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            line = f"invalid {self.options_label}: {options_error(exc.errors(), type(self))}"
+            raise ConfigError(line, errors=exc.errors()) from None
+
+
+class EnvConfig(OneLineOptions):
     """Options of a Themisto environment (``gymnasium.make(id, **options)``).
 
     Attributes:
@@ -103,6 +126,7 @@ class EnvConfig(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid")
+    options_label: ClassVar[str] = "environment options"
 
     task: TaskName = "next-cell"
     dataset: str | None = None
@@ -159,11 +183,9 @@ def env_config_and_dataset(options: Mapping[str, Any]) -> tuple[EnvConfig, Datas
         elif asked is not None:
             opened = opened.view(asked)
     try:
-        config = EnvConfig(**options)
-    except ValidationError as exc:  # one line naming the option (pydantic's own message spans lines)
-        first = exc.errors()[0]
-        where = ".".join(str(part)[:64] for part in first["loc"])
-        raise ConfigError(f"invalid environment option {where!r}: {first['msg']}") from None
+        config = EnvConfig(**options)  # a ConfigError of one line naming the option and the nearest valid one
+    except ConfigError:
+        raise
     except Exception as exc:
         raise ConfigError(f"invalid environment options: {exc}") from exc
     dataset = opened or Dataset.open(config.dataset, backend=config.backend, split=config.split)

@@ -7,22 +7,22 @@ chosen by registered name (the agent, the backend, the executor), never written 
 
 from __future__ import annotations
 
-import difflib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from themisto_env.data.samples import SelectionOrder, TaskName
-from themisto_env.errors import ConfigError
+from themisto_env.env.config import OneLineOptions
+from themisto_env.errors import ConfigError, options_error
 
 ObservationName = Literal["static", "full", "tools"]
 """The env's observation modes (``themisto_env.env.config.ObservationMode``)."""
 
 
-class RunConfig(BaseModel):
+class RunConfig(OneLineOptions):
     """What to run. Pure data: code is chosen by registered name (``agent``).
 
     Attributes:
@@ -62,6 +62,7 @@ class RunConfig(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid")
+    options_label: ClassVar[str] = "run options"
 
     agent: str = "repeat-previous"
     agent_options: dict[str, Any] = Field(default_factory=dict)
@@ -183,9 +184,9 @@ def load_run_config(path: str | Path | None = None, overrides: dict[str, Any] | 
     data.update(overrides)
     try:
         config = RunConfig(**data)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"{path or 'options'}: {problems}") from None
+    except ConfigError as exc:
+        line = options_error(exc.errors, RunConfig)
+        raise ConfigError(f"{path or 'run options'}: {line}", errors=exc.errors) from None
     check_env_options(config.env, path)
     return config
 
@@ -201,16 +202,9 @@ def check_env_options(env: dict[str, Any], path: str | Path | None = None) -> No
 
     try:
         EnvConfig(**env)
-    except ValidationError as exc:
-        problems = []
-        for e in exc.errors():
-            key = ".".join(map(str, e["loc"]))
-            if e["type"] == "extra_forbidden":
-                near = difflib.get_close_matches(str(e["loc"][-1]), list(EnvConfig.model_fields), n=1)
-                problems.append(f"env.{key}: no such option" + (f"; did you mean {near[0]!r}?" if near else ""))
-            else:
-                problems.append(f"env.{key}: {e['msg']} (got {e.get('input')!r})")
-        raise ConfigError(f"{path or 'options'}: {'; '.join(problems)}") from None
+    except ConfigError as exc:
+        line = options_error(exc.errors, EnvConfig, prefix="env.")
+        raise ConfigError(f"{path or 'run options'}: {line}", errors=exc.errors) from None
 
 
 __all__ = ["RunConfig", "load_run_config", "parse_model_args"]
