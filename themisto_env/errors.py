@@ -240,7 +240,8 @@ def options_error(errors: Sequence[Mapping[str, Any]], model: Any, *, prefix: st
                 f"{name}: {shown} is not one of {', '.join(choices)}" + did_you_mean(str(given)[:64], choices)
             )
         elif error.get("type") == "value_error":  # a validator's own message says what was given
-            problems.append(f"{name}: {str(error.get('msg', 'invalid')).removeprefix('Value error, ')}")
+            message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+            problems.append(f"{name}: {message}" if loc else message)
         else:
             problems.append(f"{name}: {error.get('msg', 'invalid')} (got {shown})")
     return "; ".join(" ".join(problem.split()) for problem in problems)

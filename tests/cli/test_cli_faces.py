@@ -84,3 +84,18 @@ def test_run_takes_the_env_options_serve_takes(tmp_path: Path, monkeypatch: pyte
     for command in ("run", "serve"):
         shown = _help(command)
         assert "--tool-budget" in shown and "--tool-cost" in shown and "--history-length" in shown
+
+
+def test_attempts_and_its_hidden_deprecated_alias(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[int] = []
+
+    def fake_run(config: Any, out: Path, force: bool = False) -> dict[str, Any]:
+        seen.append(config.attempts)
+        raise SystemExit(0)
+
+    monkeypatch.setattr("themisto_env.run.runner.run", fake_run)
+    CliRunner().invoke(app, ["run", "--attempts", "3"])
+    old = CliRunner().invoke(app, ["run", "--samples", "2"])
+    assert seen == [3, 2] and "--samples is deprecated: it is now --attempts" in old.output
+    shown = _help("run")
+    assert "--attempts" in shown and "--samples" not in shown

@@ -97,15 +97,18 @@ def run_command(
             "address (HOST:6379, ray://HOST:10001) joins a running cluster. Needs themisto-env\\[ray].",
         ),
     ] = None,
-    samples: Annotated[
+    attempts: Annotated[
         int | None,
         typer.Option(
-            "--samples",
+            "--attempts",
             min=1,
             metavar="K",
-            help="Predictions per sample (pass@k): the agent predicts each sample K times; the summary adds "
+            help="Attempts per sample (pass@k): the agent predicts each sample K times; the summary adds "
             "pass@k over the execution score (with --execution-score) and best-of-K for the text metrics.",
         ),
+    ] = None,
+    samples: Annotated[
+        int | None, typer.Option("--samples", min=1, hidden=True, help="Deprecated: --attempts.")
     ] = None,
     execution_score: Annotated[
         bool | None,
@@ -177,6 +180,9 @@ def run_command(
     from themisto_env.run.config import load_run_config, parse_model_args
     from themisto_env.run.runner import run
 
+    if samples is not None:
+        typer.echo("warning: --samples is deprecated: it is now --attempts (attempts per sample)", err=True)
+
     overrides = {
         "agent": agent,
         "model": model,
@@ -194,7 +200,7 @@ def run_command(
         "sample_ids": str(sample_ids) if sample_ids is not None else None,
         "workers": workers,
         "ray": ray,
-        "samples": samples,
+        "attempts": attempts if attempts is not None else samples,
         "max_retries": max_retries,
         "fail_on_error": fail_on_error,
     }
@@ -234,7 +240,7 @@ def run_command(
 
 
 def summary_table(summary: dict) -> Table:
-    """A run summary as a table: each metric's mean and interval; with K predictions per sample, also
+    """A run summary as a table: each metric's mean and interval; with K attempts per sample, also
     pass@k (execution score) and best-of-K (text metrics)."""
     model = model_label(summary.get("model"))
     agent = f"{summary['agent']} {model}" if model else summary["agent"]
@@ -278,15 +284,15 @@ def usage_note(summary: dict) -> str | None:
 
 
 def draws_note(summary: dict) -> str | None:
-    """One line on the K predictions per sample of a summary (None when it has one per sample)."""
+    """One line on the K attempts per sample of a summary (None when it has one per sample)."""
     if "pass_at_k_counts" in summary:
         c = summary["pass_at_k_counts"]
         return (
-            f"{summary['draws']} predictions per sample: {c['passed']} of {c['draws']} passed "
+            f"{summary['draws']} attempts per sample: {c['passed']} of {c['draws']} passed "
             f"({c['prediction_failures']} failed in their own code); exact_match, rouge_l, chrf: first predictions"
         )
     if summary.get("draws"):
-        return f"{summary['draws']} predictions per sample; pass@k needs --execution-score (next-cell task)"
+        return f"{summary['draws']} attempts per sample; pass@k needs --execution-score (next-cell task)"
     return None
 
 

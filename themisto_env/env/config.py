@@ -5,10 +5,11 @@ can reach the host's files."""
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from themisto_env.data.samples import SampleRule, TaskName
 from themisto_env.errors import ConfigError, options_error
@@ -25,6 +26,7 @@ __all__ = [
     "ObservationMode",
     "OneLineOptions",
     "env_config_and_dataset",
+    "renamed_option",
     "warn_unisolated",
 ]
 
@@ -55,6 +57,20 @@ def warn_unisolated(backend: str, what: str) -> None:
         backend,
         reach,
     )
+
+
+def renamed_option(data: Any, old: str, new: str) -> Any:
+    """Options with ``old`` (a deprecated name) given as ``new``, with a warning; both given is an error.
+
+    Raises:
+        ValueError: Both names were given.
+    """
+    if isinstance(data, Mapping) and old in data:
+        if new in data:
+            raise ValueError(f"{old} is the old name of {new}: give only {new}")
+        warnings.warn(f"the option {old!r} is deprecated: it is now {new!r}", DeprecationWarning, stacklevel=2)
+        data = {new if key == old else key: value for key, value in data.items()}
+    return data
 
 
 class OneLineOptions(BaseModel):
@@ -95,9 +111,10 @@ class EnvConfig(OneLineOptions):
         reward: Weights of the metrics in the reward.
         execution_score: Also score a next-cell prediction by running it, in a disposable kernel (use
             the docker backend).
-        samples: Predictions per sample (pass@k): the sample is scored once per prediction and the
-            episode moves on after the last. ``info["draw"]`` is the prediction the env now waits for
-            (from 0); the step that scores one says which in ``info["scored_draw"]``.
+        attempts: Attempts per sample (pass@k): the agent predicts the sample this many times, each
+            attempt scored, and the episode moves on after the last. ``info["draw"]`` is the attempt the
+            env now waits for (from 0); the step that scores one says which in ``info["scored_draw"]``.
+            ``samples`` is its old, deprecated name.
         lazy_state: Serve a sample's state only when the live state is needed (see the module
             docstring); False serves each sample as it begins.
         warm_kernels: Started kernels kept ready for the env (the dataset's imports preloaded); 0 starts
@@ -138,7 +155,7 @@ class EnvConfig(OneLineOptions):
     tool_cost: float = Field(0.01, ge=0)
     reward: RewardWeights = Field(default_factory=RewardWeights)
     execution_score: bool = False
-    samples: int = Field(1, ge=1)
+    attempts: int = Field(1, ge=1)
     lazy_state: bool = True
     warm_kernels: int = Field(1, ge=0)
     fork: bool = True
@@ -149,6 +166,11 @@ class EnvConfig(OneLineOptions):
     snapshot_dir: str | None = None
     environment: str | None = None
     ray: RayPlacement | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:
+        return renamed_option(data, "samples", "attempts")
 
     @field_validator("ray", mode="before")
     @classmethod

@@ -15,7 +15,7 @@ import yaml
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from themisto_env.data.samples import SelectionOrder, TaskName
-from themisto_env.env.config import OneLineOptions
+from themisto_env.env.config import OneLineOptions, renamed_option
 from themisto_env.errors import ConfigError, options_error
 
 ObservationName = Literal["static", "full", "tools"]
@@ -49,8 +49,9 @@ class RunConfig(OneLineOptions):
         ray: None runs on this machine; ``local`` starts a private local Ray instance; ``auto`` or an
             address (``HOST:6379``, ``ray://HOST:10001``) joins a running Ray cluster. Episodes are then
             spread over ``workers`` Ray actors (`themisto_env.run.executors.ray_actors`).
-        samples: Predictions per sample (pass@k). With K > 1 each row carries the K ``draws`` and the
-            summary reports ``pass_at_k`` (with ``env: {execution_score: true}``) and ``best_of_k``.
+        attempts: Attempts per sample (pass@k): the agent predicts each sample K times. With K > 1 each
+            row carries its K attempts (``draws``) and the summary reports ``pass_at_k`` (with ``env:
+            {execution_score: true}``) and ``best_of_k``. ``samples`` is its old, deprecated name.
         max_retries: Retries of a failed model call (LLM agents; None: the agent's default, 5).
         fail_on_error: Stop the run when more than this fraction of the samples done have model errors
             (judged after ``FAIL_ON_ERROR_MIN_SAMPLES`` samples); None never stops.
@@ -80,7 +81,7 @@ class RunConfig(OneLineOptions):
     sample_ids: str | None = None
     workers: int = Field(1, ge=1)
     ray: str | None = None
-    samples: int = Field(1, ge=1)
+    attempts: int = Field(1, ge=1)
     max_retries: int | None = Field(None, ge=0)
     fail_on_error: float | None = Field(None, ge=0, le=1)
     max_connections: int | None = Field(None, ge=1)
@@ -96,10 +97,15 @@ class RunConfig(OneLineOptions):
                 raise ValueError(f"give the model as PROVIDER/NAME (e.g. openai/gpt-4o-mini), got {value!r}")
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:
+        return renamed_option(data, "samples", "attempts")
+
     @model_validator(mode="after")
     def _one_source_per_option(self) -> RunConfig:
-        if "samples" in self.env:
-            raise ValueError("set the predictions per sample with samples (--samples), not env.samples")
+        if {"attempts", "samples"} & set(self.env):
+            raise ValueError("set the attempts per sample with attempts (--attempts), not in env")
         if self.ray is not None and self.max_connections is not None:
             raise ValueError(
                 "max_connections (--max-connections) runs episodes concurrently in local processes; "

@@ -192,7 +192,7 @@ def _cell(m: dict[str, float] | None) -> str:
 
 
 def _draws_table(runs: list[tuple[str, list[ResultRow], dict[str, Any]]]) -> str:
-    """pass@k and best-of-K of the runs with several predictions per sample (empty when none has)."""
+    """pass@k and best-of-K of the runs with several attempts per sample (empty when none has)."""
     drawn = [(label, s) for label, _, s in runs if s.get("draws")]
     if not drawn:
         return ""
@@ -206,7 +206,7 @@ def _draws_table(runs: list[tuple[str, list[ResultRow], dict[str, Any]]]) -> str
         for label, s in drawn
     )
     return (
-        '<h2>K predictions per sample</h2><p class="muted">pass@k: unbiased estimate (Chen et al., 2021) over '
+        '<h2>K attempts per sample</h2><p class="muted">pass@k: unbiased estimate (Chen et al., 2021) over '
         "the execution score; best-of-K: per sample, the best of the K predictions on each text metric.</p>"
         f"<table><tr><th>run</th><th>K</th>{head}</tr>{body}</table>"
     )
