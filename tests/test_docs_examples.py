@@ -163,3 +163,21 @@ def test_the_collector_finds_the_blocks() -> None:
     skipped = [e for e in EXAMPLES if e.needs in SKIPS]
     assert len(skipped) <= len(EXAMPLES) // 3, [e.id for e in skipped]
     assert all(e.needs is None or e.needs in SKIPS or e.needs in MARKS for e in EXAMPLES)
+
+
+#: The installed package's folders that live elsewhere in the repository (pyproject's package-dir).
+INSTALLED_AS = {"themisto_env/agents/": "agents/", "themisto_env/sandbox/": "sandbox/"}
+FOLDERS = "themisto_env|agents|sandbox|scripts|examples|configs|tests|benchmarks|docs|requirements"
+
+
+def test_every_path_a_page_names_exists() -> None:
+    """A file or folder named in backticks (``themisto_env/data/bundled/june_log.jsonl``) is in the repository."""
+    missing = []
+    for path in pages():
+        for match in re.finditer(rf"`((?:{FOLDERS})/[\w./-]*)`", path.read_text()):
+            named = match.group(1).rstrip(".")
+            for installed, folder in INSTALLED_AS.items():
+                named = folder + named.removeprefix(installed) if named.startswith(installed) else named
+            if not (REPO / named).exists():
+                missing.append(f"{path.relative_to(REPO)}: {match.group(1)}")
+    assert not missing, missing
