@@ -80,6 +80,8 @@ class LLMAgent(BaseAgent):
 
     name = "llm"
     mode: ClassVar[ContextMode] = "static"
+    needs_model: ClassVar[bool] = True
+    """Made from a model (``--model``): ``themisto agents`` says so."""
 
     def __init__(
         self,

@@ -4,30 +4,32 @@
 provider                  needs                       made as
 ========================  ==========================  ==================================================
 ``openai``                ``themisto-env[openai]``,   ``langchain_openai.ChatOpenAI(model=..., **kw)``
-                          ``OPENAI_API_KEY``
+                          ``OPENAI_API_KEY`` (none
+                          with ``base_url``)
 ``anthropic``             ``themisto-env[anthropic]``,  ``langchain_anthropic.ChatAnthropic(model=..., **kw)``
                           ``ANTHROPIC_API_KEY``
 ``ollama``                ``themisto-env[ollama]``,   ``langchain_ollama.ChatOllama(model=..., **kw)``
                           a running Ollama server
 ``fake``                  nothing                     `ScriptedChatModel`
-                                                      replaying ``responses=[...]`` (tests, demos)
+                                                      replaying ``responses=[...]`` in a cycle (tests,
+                                                      dry runs)
 ``package.module:Class``  that package                ``Class(model=..., **kw)``, any ``BaseChatModel``
 ========================  ==========================  ==================================================
 
 Provider packages are imported when a model is made, never at import. A missing package or key raises
 [`ProviderError`][themisto_env.errors.ProviderError] whose message is the one line that fixes it. An API key may
-also be passed as ``api_key=...``.
+also be passed as ``api_key=...``. The ``openai`` provider given a ``base_url`` (a local OpenAI-compatible
+server: vLLM, llama.cpp, LM Studio) needs no key: without one it sends ``EMPTY``, as those servers expect.
 """
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from themisto_env.errors import ConfigError, ProviderError
+from themisto_env.errors import ConfigError, ProviderError, did_you_mean
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -42,20 +44,26 @@ class Provider:
         cls: The class name.
         extra: The ``themisto-env`` extra that installs the module.
         key: The environment variable holding the API key, if one is needed.
+        keyless_base_url: With a ``base_url`` (a local server) no key is needed: ``EMPTY`` is sent without one.
     """
 
     module: str
     cls: str
     extra: str | None = None
     key: str | None = None
+    keyless_base_url: bool = False
 
 
 PROVIDERS: dict[str, Provider] = {
-    "openai": Provider("langchain_openai", "ChatOpenAI", extra="openai", key="OPENAI_API_KEY"),
+    "openai": Provider("langchain_openai", "ChatOpenAI", extra="openai", key="OPENAI_API_KEY", keyless_base_url=True),
     "anthropic": Provider("langchain_anthropic", "ChatAnthropic", extra="anthropic", key="ANTHROPIC_API_KEY"),
     "ollama": Provider("langchain_ollama", "ChatOllama", extra="ollama"),
     "fake": Provider("themisto_env.agents.fake_chat", "ScriptedChatModel"),
 }
+
+
+LOCAL_SERVER_KEY = "EMPTY"
+"""The key sent to a local OpenAI-compatible server given no key (vLLM's and llama.cpp's convention)."""
 
 
 def make_chat_model(provider: str, model: str | None = None, **kwargs: Any) -> BaseChatModel:
@@ -82,24 +90,26 @@ def make_chat_model(provider: str, model: str | None = None, **kwargs: Any) -> B
     elif provider in PROVIDERS:
         spec = PROVIDERS[provider]
     else:
-        near = difflib.get_close_matches(provider, PROVIDERS, n=1, cutoff=0.5)
-        hint = f" Did you mean {near[0]!r}?" if near else ""
         raise ConfigError(
-            f"unknown LLM provider {provider!r}.{hint} Providers: {', '.join(PROVIDERS)}, "
-            "or 'package.module:ClassName' for any langchain-core chat model"
+            f"unknown LLM provider {provider!r}{did_you_mean(provider, PROVIDERS, listed=False)} (providers: "
+            f"{', '.join(PROVIDERS)}, or 'package.module:ClassName' for any langchain-core chat model)"
         )
-    if provider == "fake":
-        return _import_class(provider, spec)(**kwargs)
+    if provider == "fake":  # a dry run (--model fake) answers every call: its replies cycle unless told not to
+        return _import_class(provider, spec)(**{"cycle": True, **kwargs})
     if not model:
         raise ConfigError(
             f"the {provider} provider needs a model name: --model {provider}/NAME on the command line "
             f"(make_chat_model({provider!r}, model=...) in code)"
         )
     cls = _import_class(provider, spec)
+    keyless = spec.keyless_base_url and kwargs.get("base_url")
+    if spec.key is not None and not kwargs.get("api_key") and not os.environ.get(spec.key) and keyless:
+        kwargs["api_key"] = LOCAL_SERVER_KEY
     if spec.key is not None and not kwargs.get("api_key") and not os.environ.get(spec.key):
         raise ProviderError(
             f"the {provider} provider needs an API key: set {spec.key} (or -M api_key=... on the command line, "
             "model_args: {api_key: ...} in a config, api_key=... in code)"
+            + ("; a local server (--base-url) needs none" if spec.keyless_base_url else "")
         )
     try:
         return cls(model=model, **kwargs)
@@ -127,4 +137,4 @@ def _import_class(provider: str, spec: Provider) -> Any:
         raise ConfigError(f"{spec.module} has no {spec.cls} (provider {provider!r})") from None
 
 
-__all__ = ["PROVIDERS", "Provider", "make_chat_model"]
+__all__ = ["LOCAL_SERVER_KEY", "PROVIDERS", "Provider", "make_chat_model"]

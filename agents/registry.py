@@ -15,7 +15,6 @@ so listing names imports nothing (and no LLM provider).
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import importlib
 import importlib.util
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from themisto_env.agents.base import Agent
-from themisto_env.errors import ConfigError
+from themisto_env.errors import ConfigError, did_you_mean
 
 #: Registered agents: name -> ``"module:factory"`` (a class or a function returning an `Agent`).
 AGENTS: dict[str, str] = {
@@ -157,14 +156,22 @@ def agent_observation(name: str) -> str | None:
     return mode if isinstance(mode, str) else None
 
 
+NEEDS_MODEL = "[needs --model]"
+"""How ``themisto agents`` marks an agent made from a model (``--model openai/gpt-4o-mini``, ``--model fake``)."""
+
+
 def describe_agents() -> list[tuple[str, str, str]]:
     """``(name, target, first line of its docstring)`` of every agent (importing each one's module; an
-    agent whose module cannot be imported says why instead of a description)."""
+    agent whose module cannot be imported says why instead of a description). An agent made from a model
+    (its factory's ``needs_model`` is true, as every `LLMAgent`'s) has ``[needs --model]`` first."""
     described = []
     for name, target in sorted(agent_targets().items()):
         try:
-            doc = inspect.getdoc(load_factory(target, name=name)) or ""
+            factory = load_factory(target, name=name)
+            doc = inspect.getdoc(factory) or ""
             line = doc.strip().splitlines()[0].replace("``", "") if doc.strip() else ""
+            if getattr(factory, "needs_model", False) is True:
+                line = f"{NEEDS_MODEL} {line}"
         except Exception as exc:  # a broken plugin must not break the listing
             line = f"(cannot be imported: {type(exc).__name__}: {exc})"
         described.append((name, target, line))
@@ -190,11 +197,9 @@ def make_agent(name: str, **options: Any) -> Agent:
     targets = AGENTS if name in AGENTS else agent_targets()
     target = targets.get(name) or (name if ":" in name else None)
     if target is None:
-        near = difflib.get_close_matches(name, targets, n=1, cutoff=0.5)
-        hint = f" Did you mean {near[0]!r}?" if near else ""
+        hint, names = did_you_mean(name, targets, listed=False), ", ".join(sorted(targets))
         raise ConfigError(
-            f"no agent named {name!r}.{hint} Agents: {', '.join(sorted(targets))} "
-            "(or package.module:Class, or path/to/file.py:Class)"
+            f"no agent named {name!r}{hint} (agents: {names}, or package.module:Class, or path/to/file.py:Class)"
         )
     factory = load_factory(target, name=name)
     if target == name and not _is_agent_class(factory):  # a path from a config or the CLI: agents only
@@ -210,6 +215,7 @@ def make_agent(name: str, **options: Any) -> Agent:
 __all__ = [
     "AGENTS",
     "ENTRY_POINT_GROUP",
+    "NEEDS_MODEL",
     "agent_targets",
     "describe_agents",
     "installed_agents",

@@ -308,7 +308,7 @@ def through_inspect(sample: Sample, case: Case, tmp_path: Path) -> Outcome:
     return of_score(scored.metadata)
 
 
-def through_runner(sample: Sample, case: Case, out: Path, *, samples: int = 1) -> list[dict[str, Any]]:
+def through_runner(sample: Sample, case: Case, out: Path, *, attempts: int = 1) -> list[dict[str, Any]]:
     ids = out.parent / f"{out.name}-sample-ids.txt"
     ids.write_text(sample.id + "\n", encoding="utf-8")
     config = RunConfig(
@@ -316,7 +316,7 @@ def through_runner(sample: Sample, case: Case, out: Path, *, samples: int = 1) -
         agent_options={"prediction": case.prediction, "script": list(case.script)},
         observation="tools",
         sample_ids=str(ids),
-        samples=samples,
+        attempts=attempts,
         env={key: value for key, value in env_options(case.execution).items() if key != "task"},
     )
     run(config, out, progress=False)
@@ -405,7 +405,7 @@ def test_pass_at_k_draws_carry_the_same_rewards(
     gym_envs: dict[bool, ThemistoEnv], sample: Sample, tmp_path: Path
 ) -> None:
     gym, info = through_gym(gym_envs[True], sample, Case(PARTIAL, (), True))
-    [row] = through_runner(sample, Case(PARTIAL, (), True), tmp_path, samples=2)
+    [row] = through_runner(sample, Case(PARTIAL, (), True), tmp_path, attempts=2)
     assert [d["reward"] for d in row["draws"]] == pytest.approx([gym.reward, gym.reward])
     assert [d["passed"] for d in row["draws"]] == [info["passed"], info["passed"]]
     assert row["reward"] == pytest.approx(gym.reward)

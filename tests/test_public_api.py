@@ -165,6 +165,7 @@ PUBLIC: dict[str, list[str]] = {
         "make_vector_env",
         "observation_prompt",
         "tool_dataset",
+        "unbatch_info",
         "unbatch_observations",
     ],
     "themisto_env.metrics": [

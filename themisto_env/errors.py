@@ -31,7 +31,10 @@ Every error this package raises on purpose is a ``ThemistoError``::
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 
 class ThemistoError(Exception):
@@ -39,7 +42,18 @@ class ThemistoError(Exception):
 
 
 class ConfigError(ThemistoError):
-    """An experiment config or option is invalid."""
+    """An experiment config or option is invalid.
+
+    Args:
+        message: One line naming the option.
+        errors: Pydantic's validation errors behind it, where there were some (``ValidationError.errors()``):
+            a caller that names the options its own way (a config file's path, ``env.``) formats them again
+            with `options_error`.
+    """
+
+    def __init__(self, message: str, *, errors: Sequence[Mapping[str, Any]] = ()) -> None:
+        super().__init__(message)
+        self.errors = list(errors)
 
 
 class SplitError(ConfigError):
@@ -184,6 +198,65 @@ class ReplayDivergedError(InfrastructureError):
     """A recorded cell, replayed to reach a sample's state, ended otherwise than when it was recorded."""
 
 
+def did_you_mean(word: object, choices: Iterable[str], *, cutoff: float = 0.5, listed: bool = True) -> str:
+    """The one "did you mean" of every entry point: ``"; did you mean 'tools'?"`` for the choice nearest to
+    ``word`` (difflib), else ``"; valid: a, b, c"`` (every choice), else ``""`` (no choices).
+
+    Args:
+        word: What was given (a name, a value; anything else is shown as its repr).
+        choices: The valid names or values.
+        cutoff: difflib's similarity cutoff, in [0, 1].
+        listed: List the choices when none is near (False: the caller's message lists them).
+    """
+    options = [str(choice) for choice in choices]
+    near = difflib.get_close_matches(str(word), options, n=1, cutoff=cutoff)
+    if near:
+        return f"; did you mean {near[0]!r}?"
+    return f"; valid: {', '.join(options)}" if options and listed else ""
+
+
+def options_error(errors: Sequence[Mapping[str, Any]], model: Any, *, prefix: str = "") -> str:
+    """Pydantic's validation errors of an options model as one line: each bad option named, with the
+    nearest valid name (an unknown option) or value (a choice); ``env.histroy_length: no such option; did
+    you mean 'history_length'?``.
+
+    Args:
+        errors: ``ValidationError.errors()``.
+        model: The model class validated (its ``model_fields``, nested models' too, are the valid names).
+        prefix: Put before each option's name (``env.`` for a run config's ``env:`` block).
+    """
+    problems = []
+    for error in errors:
+        loc = [str(part)[:64] for part in error.get("loc", ())]
+        name = prefix + ".".join(loc) if loc else prefix.rstrip(".") or "options"
+        given = error.get("input")
+        shown = repr(given) if len(repr(given)) <= 80 else repr(given)[:77] + "..."
+        if error.get("type") == "extra_forbidden":
+            problems.append(f"{name}: no such option" + did_you_mean(loc[-1] if loc else "", _fields(model, loc[:-1])))
+        elif error.get("type") in ("literal_error", "enum"):
+            expected = str((error.get("ctx") or {}).get("expected", ""))
+            choices = [part.strip(" '\"") for part in expected.replace(" or ", ", ").split(",") if part.strip()]
+            problems.append(
+                f"{name}: {shown} is not one of {', '.join(choices)}" + did_you_mean(str(given)[:64], choices)
+            )
+        elif error.get("type") == "value_error":  # a validator's own message says what was given
+            message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+            problems.append(f"{name}: {message}" if loc else message)
+        else:
+            problems.append(f"{name}: {error.get('msg', 'invalid')} (got {shown})")
+    return "; ".join(" ".join(problem.split()) for problem in problems)
+
+
+def _fields(model: Any, path: Sequence[str]) -> list[str]:
+    """The field names of ``model`` at ``path`` (a nested model's), or none when the path leaves the models."""
+    for part in path:
+        field = getattr(model, "model_fields", {}).get(part)
+        model = getattr(field, "annotation", None)
+        if model is None:
+            return []
+    return list(getattr(model, "model_fields", {}))
+
+
 __all__ = [
     "ActionError",
     "BackendUnavailableError",
@@ -204,4 +277,6 @@ __all__ = [
     "SplitError",
     "ThemistoError",
     "UnknownNameError",
+    "did_you_mean",
+    "options_error",
 ]

@@ -25,14 +25,19 @@ def commands(command: Any, context: Any) -> Iterator[tuple[Any, Any]]:
 
 
 def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
+    return " ".join(unescape(text).split()).replace("|", "\\|")
+
+
+def unescape(text: str) -> str:
+    """A help text as ``--help`` shows it: ``\\[`` is rich markup's escaped bracket (``themisto-env\\[ray]``)."""
+    return text.replace("\\[", "[")
 
 
 def command_markdown(command: Any, context: Any) -> str:
     """One command's section: heading, help, usage, and its parameters as a table."""
     path = context.command_path
     lines = [f"## `{path}`", ""]
-    help_text = inspect.cleandoc(command.help or command.short_help or "").replace("\b\n", "")
+    help_text = unescape(inspect.cleandoc(command.help or command.short_help or "").replace("\b\n", ""))
     if help_text:
         lines += [help_text, ""]
     usage = " ".join([path, *command.collect_usage_pieces(context)])

@@ -9,14 +9,13 @@ reusable: ``start`` may be called again after ``stop`` (that is how a kernel res
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import os
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
 
-from themisto_env.errors import ConfigError
+from themisto_env.errors import ConfigError, did_you_mean
 from themisto_env.sandbox.models import SandboxLimits
 
 
@@ -147,9 +146,8 @@ def launcher_class(backend: str) -> type[KernelLauncher]:
         ConfigError: The name is unknown (the message suggests the nearest one).
     """
     if backend not in BACKENDS:
-        near = difflib.get_close_matches(backend, BACKENDS, n=1)
-        hint = f" Did you mean {near[0]!r}?" if near else ""
-        raise ConfigError(f"unknown sandbox backend {backend!r}; known: {', '.join(BACKENDS)}.{hint}")
+        hint = did_you_mean(backend, BACKENDS, listed=False)
+        raise ConfigError(f"unknown sandbox backend {backend!r}{hint} (known: {', '.join(BACKENDS)})")
     module_name, _, class_name = BACKENDS[backend].partition(":")
     cls = getattr(importlib.import_module(module_name), class_name)
     return cls  # type: ignore[no-any-return]

@@ -128,9 +128,9 @@ def test_the_registry_lists_every_agent_of_the_design() -> None:
 
 
 def test_an_unknown_name_suggests_the_nearest() -> None:
-    with pytest.raises(ConfigError, match=r"no agent named 'retreival'\. Did you mean 'retrieval'\?"):
+    with pytest.raises(ConfigError, match=r"no agent named 'retreival'; did you mean 'retrieval'\?"):
         make_agent("retreival")
-    with pytest.raises(ConfigError, match="Agents: llm-full, llm-static"):
+    with pytest.raises(ConfigError, match="agents: llm-full, llm-static"):
         make_agent("zzz")
 
 

@@ -26,7 +26,8 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 
 from tests.agents.conftest import MakeEnv
 from tests.agents.episodes import run_agent
-from tests.agents.test_provider_errors import Behaviour, StandIn, cli, ok
+from tests.agents.stand_in import Behaviour, StandIn, ok
+from tests.agents.test_provider_errors import cli
 from themisto_env.agents import make_agent
 from themisto_env.agents.cache import ResponseCache, is_cached, request_key, request_material
 from themisto_env.agents.fake_chat import ScriptedChatModel

@@ -249,8 +249,8 @@ def test_each_draw_of_pass_at_k_starts_a_fresh_conversation(make_env: MakeEnv) -
     ]
     model = ScriptedChatModel(replies)
     agent = make_agent("llm-tools", chat_model=model)
-    env = make_env("output", "tools", samples=2)
-    config = RunConfig(agent="llm-tools", task="output", samples=2)
+    env = make_env("output", "tools", attempts=2)
+    config = RunConfig(agent="llm-tools", task="output", attempts=2)
     inner = env.unwrapped
     tid = inner.episode_ids[0]
     rows = episode_rows(config, inner, agent, {"observation": "tools"}, tid, 0, {inner.episode_samples[tid][0].id})

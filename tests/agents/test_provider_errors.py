@@ -13,12 +13,8 @@ import asyncio
 import json
 import re
 import sys
-import threading
 import time
-from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +23,7 @@ import yaml
 from langchain_core.messages import HumanMessage
 
 from tests.agents.conftest import MakeEnv
+from tests.agents.stand_in import Behaviour, StandIn, error, ok
 from themisto_env.agents.llm import StaticContextAgent
 from themisto_env.agents.providers import PROVIDERS, Provider
 from themisto_env.cli import main
@@ -38,103 +35,6 @@ from themisto_env.run.results import read_results
 from themisto_env.run.runner import run
 
 pytest.importorskip("langchain_openai")
-
-REPLY = "```python\ndf.shape\n```"
-
-
-@dataclass
-class Behaviour:
-    """One answer of the stand-in server."""
-
-    status: int = 200
-    body: str | None = None  # None: a chat completion of ``text``
-    text: str = REPLY
-    headers: dict[str, str] = field(default_factory=dict)
-    delay: float = 0.0  # seconds before answering (longer than the client timeout: a hang)
-    echo_auth: bool = False  # append the request's Authorization header to the reply (a leaking proxy)
-
-
-def ok(text: str = REPLY, delay: float = 0.0) -> Behaviour:
-    return Behaviour(text=text, delay=delay)
-
-
-def error(status: int, message: str = "server error", **headers: str) -> Behaviour:
-    body = json.dumps({"error": {"message": message, "type": "error", "code": None}})
-    return Behaviour(status=status, body=body, headers={k.replace("_", "-"): v for k, v in headers.items()})
-
-
-class StandIn:
-    """The scripted server: ``script`` is consumed in order, then ``default`` answers."""
-
-    def __init__(self) -> None:
-        self.script: deque[Behaviour] = deque()
-        self.default = ok()
-        self.requests: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-        self.in_flight = 0
-        self.max_in_flight = 0  # the most requests served at once
-        stand_in = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("content-length", 0))
-                request = json.loads(self.rfile.read(length) or b"{}")
-                with stand_in.lock:
-                    stand_in.requests.append(request)
-                    behaviour = stand_in.script.popleft() if stand_in.script else stand_in.default
-                    stand_in.in_flight += 1
-                    stand_in.max_in_flight = max(stand_in.max_in_flight, stand_in.in_flight)
-                time.sleep(behaviour.delay)
-                with stand_in.lock:
-                    stand_in.in_flight -= 1
-                text = behaviour.text
-                if behaviour.echo_auth:
-                    text += f"\n# {self.headers.get('authorization')}"
-                body = behaviour.body if behaviour.body is not None else completion(text)
-                data = body.encode()
-                try:
-                    self.send_response(behaviour.status)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(data)))
-                    for key, value in behaviour.headers.items():
-                        self.send_header(key, value)
-                    self.end_headers()
-                    self.wfile.write(data)
-                except OSError:  # the client gave up (a hang past its timeout)
-                    pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def play(self, *behaviours: Behaviour, default: Behaviour | None = None) -> None:
-        self.script = deque(behaviours)
-        self.requests.clear()
-        self.max_in_flight = 0
-        if default is not None:
-            self.default = default
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def completion(text: str) -> str:
-    return json.dumps(
-        {
-            "id": "chatcmpl-stand-in",
-            "object": "chat.completion",
-            "created": 0,
-            "model": "stand-in",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
-        }
-    )
 
 
 @pytest.fixture(scope="module")
@@ -383,3 +283,18 @@ def test_a_hung_server_is_a_timeout_by_default_not_a_run_that_waits_forever() ->
     assert agent.chat_model.max_retries == 0, "one retry policy: ours"
     given = StaticContextAgent(provider="openai", model="m", api_key="test", timeout=3.0)
     assert given.chat_model.request_timeout == 3.0
+
+
+def test_a_local_server_needs_no_key(fresh: StandIn, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM and its kind: the openai provider with a base URL and no key sends ``EMPTY``; without a base
+    URL a missing key is still one line, which says a local server needs none."""
+    from themisto_env.agents.providers import LOCAL_SERVER_KEY
+    from themisto_env.errors import ProviderError
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    agent = StaticContextAgent(provider="openai", model="stand-in", base_url=fresh.base_url, max_retries=0)
+    reply = agent.call_model(agent.chat_model, [HumanMessage("hello")])
+    assert "df.shape" in str(reply.content)
+    assert fresh.headers[-1]["authorization"] == f"Bearer {LOCAL_SERVER_KEY}"
+    with pytest.raises(ProviderError, match=r"needs an API key: set OPENAI_API_KEY .*a local server \(--base-url\)"):
+        StaticContextAgent(provider="openai", model="gpt-4o-mini")

@@ -78,7 +78,7 @@ def test_a_class_path_provider(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_fake_provider_and_name_errors() -> None:
     model = make_chat_model("fake", responses=["hello"])
     assert isinstance(model, ScriptedChatModel) and model.invoke("hi").content == "hello"
-    with pytest.raises(ConfigError, match="Did you mean 'openai'"):
+    with pytest.raises(ConfigError, match="did you mean 'openai'"):
         make_chat_model("opneai", "gpt-4o-mini")
     with pytest.raises(ConfigError, match="needs a model name"):
         make_chat_model("anthropic")
@@ -95,3 +95,15 @@ def test_no_provider_package_is_imported_by_the_agents() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_fake_provider_answers_every_call_of_a_dry_run() -> None:
+    """``--model fake`` (no replies given) answers as many calls as a run makes, not one then a traceback."""
+    from langchain_core.messages import HumanMessage
+
+    from themisto_env.agents.providers import make_chat_model
+
+    model = make_chat_model("fake")
+    assert [model.invoke([HumanMessage("hi")]).content for _ in range(3)] == ["```\n```"] * 3
+    once = make_chat_model("fake", responses=["a"], cycle=False)
+    assert once.invoke([HumanMessage("hi")]).content == "a"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -38,7 +39,10 @@ def test_inspect_task_options_are_one_line_not_a_traceback(tmp_path: Path) -> No
 
     with pytest.raises(PrerequisiteError) as caught:
         themisto(task="outptu")  # type: ignore[arg-type]
-    assert caught.value.message == "themisto task: -T task='outptu': Input should be 'next-cell' or 'output'"
+    assert (
+        caught.value.message
+        == "themisto task: -T task: 'outptu' is not one of next-cell, output; did you mean 'output'?"
+    )
     with pytest.raises(PrerequisiteError, match="no dataset folder here"):
         themisto(data=str(tmp_path / "nowhere"))
     command = [sys.executable, "-m", "inspect_ai", "eval", "themisto_env/themisto", "-T", "task=outptu"]
@@ -47,11 +51,12 @@ def test_inspect_task_options_are_one_line_not_a_traceback(tmp_path: Path) -> No
         capture_output=True,
         text=True,
         cwd=tmp_path,
+        env={**os.environ, "COLUMNS": "200"},  # inspect wraps its message at the terminal's width
         timeout=300,
     )
     output = (done.stdout + done.stderr).strip().splitlines()
     assert done.returncode != 0 and output == [
-        "themisto task: -T task='outptu': Input should be 'next-cell' or 'output'"
+        "themisto task: -T task: 'outptu' is not one of next-cell, output; did you mean 'output'?"
     ]
 
 

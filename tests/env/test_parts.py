@@ -39,7 +39,7 @@ def _script() -> list[Any]:
 
 
 def test_an_episode_without_gym_steps_as_the_gym_env(env_dataset: dict[str, str]) -> None:
-    options = {**env_dataset, "task": "next-cell", "observation": "tools", "tool_cost": 0.05, "samples": 2}
+    options = {**env_dataset, "task": "next-cell", "observation": "tools", "tool_cost": 0.05, "attempts": 2}
     env = ThemistoEnv(**options)
     episode = Episode.open(**options)
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -452,7 +453,16 @@ def test_unknown_tool_suggests_the_nearest(ctx: ToolContext, name: str, nearest:
     assert not result.ok and result.tool == name
     assert result.error is not None and f"Did you mean {nearest!r}?" in result.error
     assert result.text.startswith(f"Error: unknown tool {name!r}.")
-    assert ", ".join(TOOL_NAMES) in result.text
+    assert result.text.endswith(f"The tools are: {', '.join(n for n in TOOL_NAMES if n != 'try_cell')}.")
+
+
+def test_unknown_tool_lists_the_tools_of_its_task(ctx: ToolContext) -> None:
+    """Without ``try_code`` (the output task) try_cell is neither listed nor suggested; with it, it is."""
+    result = call(ctx, "try_cel")
+    assert "try_cell" not in result.text
+    trying = dataclasses.replace(ctx, try_code=lambda code: None)  # type: ignore[arg-type, return-value]
+    result = call(trying, "try_cel")
+    assert "Did you mean 'try_cell'?" in result.text and result.text.endswith(f"{', '.join(TOOL_NAMES)}.")
 
 
 @pytest.mark.parametrize(

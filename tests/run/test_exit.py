@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.agents.test_provider_errors import StandIn, cli, config, error, ok
+from tests.agents.stand_in import StandIn, error, ok
+from tests.agents.test_provider_errors import cli, config
 from themisto_env.cli import main
 
 pytest.importorskip("langchain_openai")

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from themisto_env.agents import BaseAgent
 from themisto_env.cli import app
 from themisto_env.env.actions import Prediction
+from themisto_env.env.config import EnvConfig
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.errors import ConfigError
 from themisto_env.run.config import RunConfig, load_run_config
@@ -140,11 +141,21 @@ def test_rows_without_execution_scores_get_best_of_k_only() -> None:
     assert summarize_draws([{k: v for k, v in rows[0].items() if k != "draws"}]) == {}
 
 
-def test_samples_go_in_samples_not_in_env_options() -> None:
-    with pytest.raises(ValueError, match="samples"):
-        RunConfig(env={"samples": 3})
-    with pytest.raises(ValueError):
-        RunConfig(samples=0)
+def test_attempts_go_in_attempts_not_in_env_options() -> None:
+    for name in ("attempts", "samples"):
+        with pytest.raises(ConfigError, match="attempts"):
+            RunConfig(env={name: 3})
+    with pytest.raises(ConfigError, match="attempts: Input should be greater than or equal to 1"):
+        RunConfig(attempts=0)
+
+
+def test_samples_is_the_deprecated_name_of_attempts() -> None:
+    with pytest.warns(DeprecationWarning, match="'samples' is deprecated: it is now 'attempts'"):
+        assert RunConfig(samples=3).attempts == 3
+    with pytest.warns(DeprecationWarning):
+        assert EnvConfig(samples=2).attempts == 2
+    with pytest.raises(ConfigError, match="give only attempts"):
+        RunConfig(samples=3, attempts=2)
 
 
 # -- runs with the real env ------------------------------------------------------------------------------
@@ -154,7 +165,7 @@ def test_samples_go_in_samples_not_in_env_options() -> None:
 def bundled_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunConfig, Path, dict[str, Any]]:
     """repeat-previous on the first bundled samples, 3 predictions each, execution-scored (local)."""
     out = tmp_path_factory.mktemp("pass-at-k") / "run"
-    config = RunConfig(agent="repeat-previous", samples=3, limit=2, env={"execution_score": True})
+    config = RunConfig(agent="repeat-previous", attempts=3, limit=2, env={"execution_score": True})
     return config, out, run(config, out, progress=False)
 
 
@@ -234,7 +245,7 @@ def test_different_draws_give_pass_at_k_above_pass_at_1(env_dataset: dict[str, s
         agent=f"{__name__}:AlternatingAgent",
         agent_options={"targets": targets},
         data=env_dataset["dataset"],
-        samples=3,
+        attempts=3,
         limit=3,
         env={"snapshot_dir": env_dataset["snapshot_dir"], "execution_score": True},
     )
@@ -261,7 +272,7 @@ def test_a_run_with_another_k_runs_the_samples_again(env_dataset: dict[str, str]
     run(RunConfig(**base), tmp_path, progress=False)
     assert all(r.draws is None for r in read_results(tmp_path))
     assert all("draws" not in json.loads(line) for line in (tmp_path / RESULTS).read_text().splitlines())
-    summary = run(RunConfig(**base, samples=2), tmp_path, progress=False)
+    summary = run(RunConfig(**base, attempts=2), tmp_path, progress=False)
     rows = read_results(tmp_path)
     assert len(rows) == 4 and all(r.draw_count == 2 for r in rows[2:])
     assert summary["samples"] == 2 and summary["draws"] == 2 and "pass_at_k" not in summary
@@ -271,12 +282,12 @@ def test_a_run_with_another_k_runs_the_samples_again(env_dataset: dict[str, str]
 def test_cli_run_with_samples_prints_pass_at_k(env_dataset: dict[str, str], tmp_path: Path) -> None:
     config = tmp_path / "run.yaml"
     config.write_text(f"agent: repeat-previous\nenv:\n  snapshot_dir: {env_dataset['snapshot_dir']}\n")
-    args = ["run", "--config", str(config), "--data", env_dataset["dataset"], "--limit", "2", "--samples", "2"]
+    args = ["run", "--config", str(config), "--data", env_dataset["dataset"], "--limit", "2", "--attempts", "2"]
     result = CliRunner().invoke(app, [*args, "--execution-score", "--out", str(tmp_path / "r")])
     assert result.exit_code == 0, result.output
     assert "pass@1" in result.output and "pass@2" in result.output and "best-of-2 rouge_l" in result.output
     saved = json.loads((tmp_path / "r" / "config.json").read_text())
-    assert saved["samples"] == 2
+    assert saved["attempts"] == 2
     assert saved["env"] == {"snapshot_dir": env_dataset["snapshot_dir"], "execution_score": True}
-    with pytest.raises(ConfigError, match="samples"):
-        load_run_config(None, {"samples": 0})
+    with pytest.raises(ConfigError, match="attempts"):
+        load_run_config(None, {"attempts": 0})

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from tests.agents.test_provider_errors import Behaviour, StandIn, cli, ok
+from tests.agents.stand_in import Behaviour, StandIn, ok
+from tests.agents.test_provider_errors import cli
 from themisto_env.cli import app
 from themisto_env.errors import ConfigError, DataError
 from themisto_env.redaction import REDACTED
@@ -323,7 +324,7 @@ def test_a_concurrent_run_stopped_by_errors_spends_few_calls_and_keeps_its_rows(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from tests.agents.test_provider_errors import error
+    from tests.agents.stand_in import error
     from themisto_env.errors import ModelError
     from themisto_env.run import progress
 

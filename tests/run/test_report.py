@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -80,6 +83,31 @@ def test_cli_compare_and_report(two_runs: tuple[Path, Path], tmp_path: Path) -> 
     page = out.read_text()
     assert page.count("data:image/png;base64,") >= 2
     assert "repeat-previous (static)" in page and "runtime-rules (tools)" in page
+
+
+def test_a_report_of_several_runs_goes_to_a_folder_of_its_own(two_runs: tuple[Path, Path]) -> None:
+    static, tools = two_runs
+    made = CliRunner().invoke(app, ["report", str(static), str(tools)])
+    assert made.exit_code == 0, made.output
+    assert (static.parent / "static+tools" / "report.html").exists()
+    assert not (static / "report.html").exists(), "a report of two runs is not inside the first run's folder"
+
+
+def test_report_open_opens_it_in_the_browser(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
+    """``--open`` goes through webbrowser: BROWSER names a command that writes the address it is given."""
+    opened = tmp_path / "opened.txt"
+    browser = tmp_path / "browser.py"
+    browser.write_text(f"import sys, pathlib; pathlib.Path({str(opened)!r}).write_text(sys.argv[1])\n")
+    out = tmp_path / "report.html"
+    env = {**os.environ, "BROWSER": f"{sys.executable} {browser} %s", "DISPLAY": ":0"}
+    command = [sys.executable, "-m", "themisto_env.cli", "report", str(two_runs[0]), "--out", str(out), "--open"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    for _ in range(100):  # webbrowser starts the command and does not wait for it
+        if opened.exists():
+            break
+        time.sleep(0.1)
+    assert opened.read_text() == out.resolve().as_uri()
 
 
 def test_report_shows_the_paired_comparison(two_runs: tuple[Path, Path], tmp_path: Path) -> None:

@@ -99,7 +99,7 @@ def test_executors_are_chosen_by_name_and_an_unknown_name_says_the_nearest() -> 
     assert executor_name(RunConfig(workers=2, ray="local")) == "ray"
     assert set(EXECUTORS) == {"serial", "processes", "concurrent", "ray"}
     assert all(callable(executor(name)) for name in EXECUTORS if name != "ray")
-    with pytest.raises(ConfigError, match=r"no executor named 'serail'\. Did you mean 'serial'\?"):
+    with pytest.raises(ConfigError, match=r"no executor named 'serail'; did you mean 'serial'\?"):
         executor("serail")
 
 

@@ -25,7 +25,7 @@ from themisto_env.sandbox.models import SandboxLimits
 
 
 def test_unknown_backend_suggests_the_nearest_name() -> None:
-    with pytest.raises(ConfigError, match="Did you mean 'docker'"):
+    with pytest.raises(ConfigError, match="did you mean 'docker'"):
         Kernel("dockr")
 
 

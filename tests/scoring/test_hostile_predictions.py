@@ -464,7 +464,7 @@ def harness(request: pytest.FixtureRequest, env_dataset: dict[str, str]) -> Iter
         task="next-cell",
         observation="tools",
         execution_score=True,
-        samples=2,
+        attempts=2,
         sample_rule=ALL_SAMPLES,
         limits=LIMITS,
         fork=forked,

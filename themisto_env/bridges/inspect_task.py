@@ -45,7 +45,7 @@ from themisto_env.data.trajectory import Trajectory
 from themisto_env.env.config import EnvConfig, ObservationMode
 from themisto_env.env.observation import sample_observation
 from themisto_env.env.tools import TOOLS, ObservationTool
-from themisto_env.errors import ConfigError, InfrastructureError, ThemistoError
+from themisto_env.errors import ConfigError, InfrastructureError, ThemistoError, options_error
 from themisto_env.metrics import METRICS, RewardWeights
 from themisto_env.replay.dataset import Dataset
 from themisto_env.scoring.score import SampleScore
@@ -284,7 +284,9 @@ def themisto(
     try:
         return _task(**{name: value for name, value in locals().items() if name in _TASK_OPTIONS})
     except ValidationError as exc:  # inspect prints a PrerequisiteError as its message, with no traceback
-        problems = "; ".join(f"-T {'.'.join(map(str, e['loc']))}={e.get('input')!r}: {e['msg']}" for e in exc.errors())
+        raise PrerequisiteError(f"themisto task: {options_error(exc.errors(), EnvConfig, prefix='-T ')}") from None
+    except ConfigError as exc:
+        problems = options_error(exc.errors, EnvConfig, prefix="-T ") if exc.errors else " ".join(str(exc).split())
         raise PrerequisiteError(f"themisto task: {problems}") from None
     except ThemistoError as exc:
         raise PrerequisiteError(f"themisto task: {' '.join(str(exc).split())}") from None

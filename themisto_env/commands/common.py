@@ -14,6 +14,29 @@ console = Console()
 Backend = Annotated[str, typer.Option("--backend", "-b", help="Kernel backend: local, bwrap or docker.")]
 """The ``--backend`` option."""
 
+ToolBudget = Annotated[
+    int | None, typer.Option("--tool-budget", min=0, help="Tool calls per sample (env: tool_budget).")
+]
+"""The ``--tool-budget`` option (``serve``, ``run``): the env's ``tool_budget``."""
+
+ToolCost = Annotated[
+    float | None, typer.Option("--tool-cost", min=0.0, help="Reward paid per tool call (env: tool_cost).")
+]
+"""The ``--tool-cost`` option (``serve``, ``run``): the env's ``tool_cost``."""
+
+HistoryLength = Annotated[
+    int | None,
+    typer.Option("--history-length", min=0, help="Executions shown in the observation (env: history_length)."),
+]
+"""The ``--history-length`` option (``serve``, ``run``): the env's ``history_length``."""
+
+
+def env_options(tool_budget: int | None, tool_cost: float | None, history_length: int | None) -> dict[str, object]:
+    """The env options given on the command line (`ToolBudget`, `ToolCost`, `HistoryLength`), None left out."""
+    given = {"tool_budget": tool_budget, "tool_cost": tool_cost, "history_length": history_length}
+    return {key: value for key, value in given.items() if value is not None}
+
+
 _STORAGE_ERRORS = {
     errno.ENOSPC: "no space left on the device",
     errno.EDQUOT: "the disk quota is used up",
@@ -44,4 +67,13 @@ def storage_error_line(exc: OSError) -> str | None:
     return f"{what}{where}: {RESUME_HINT}."
 
 
-__all__ = ["RESUME_HINT", "Backend", "console", "storage_error_line"]
+__all__ = [
+    "RESUME_HINT",
+    "Backend",
+    "HistoryLength",
+    "ToolBudget",
+    "ToolCost",
+    "console",
+    "env_options",
+    "storage_error_line",
+]

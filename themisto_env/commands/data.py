@@ -98,7 +98,7 @@ def data_build(
             metavar="ADDRESS",
             help="Replay on Ray actors: 'local' starts a private Ray instance, 'auto' or an address (HOST:6379, "
             "ray://HOST:10001) joins a running cluster, where the dataset folder must be at the same path on every "
-            "node. Needs themisto-env[ray].",
+            "node. Needs themisto-env\\[ray].",
         ),
     ] = None,
     trace: Annotated[
@@ -107,7 +107,7 @@ def data_build(
             "--trace",
             metavar="FILE",
             help="Write the build's OpenTelemetry spans (sessions, cells) to FILE, one JSON object a line. "
-            "Needs themisto-env[trace].",
+            "Needs themisto-env\\[trace].",
         ),
     ] = None,
 ) -> None:

@@ -14,6 +14,10 @@ from rich.table import Table
 from themisto_env.commands.common import console
 
 
+def _default_page(name: str) -> str:
+    return f"HTML file (default: RUN_DIR/{name}; several runs: a folder of their own beside the first, runs/a+b/{name})"
+
+
 def compare_command(
     run_dirs: Annotated[
         list[Path], typer.Argument(help="Run folders (two or more): each one after the first is paired with the first.")
@@ -94,18 +98,23 @@ def paired_table(result: dict) -> Table:
 
 def report_command(
     run_dirs: Annotated[list[Path], typer.Argument(help="Run folders to put in one report.")],
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="HTML file (default: RUN_DIR/report.html).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help=_default_page("report.html"))] = None,
+    open_page: Annotated[bool, typer.Option("--open", help="Open the report in the default browser.")] = False,
 ) -> None:
     """An HTML report with plots: metrics by run, score along the trajectory, tool usage."""
     from themisto_env.run.report import write_report
 
     path = write_report(list(run_dirs), out)
     console.print(f"report: {path}", markup=False)
+    if open_page:
+        note = open_in_browser(path)
+        if note:
+            typer.echo(note, err=True)
 
 
 def view_command(
     run_dirs: Annotated[list[Path], typer.Argument(help="Run folders to browse side by side.")],
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="HTML file (default: RUN_DIR/view.html).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help=_default_page("view.html"))] = None,
     open_page: Annotated[bool, typer.Option("--open", help="Open the page in the default browser.")] = False,
 ) -> None:
     """One HTML page to browse every sample: filters, the runs side by side, transcripts."""

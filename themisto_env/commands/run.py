@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from themisto_env import trace_export
-from themisto_env.commands.common import console
+from themisto_env.commands.common import HistoryLength, ToolBudget, ToolCost, console, env_options
 from themisto_env.metrics import API_SEQUENCE_METRICS, METRICS
 from themisto_env.run.progress import nothing_scored
 from themisto_env.run.results import model_label
@@ -94,18 +94,21 @@ def run_command(
             "--ray",
             metavar="ADDRESS",
             help="Spread episodes over Ray actors: 'local' starts a local Ray instance; 'auto' or a cluster "
-            "address (HOST:6379, ray://HOST:10001) joins a running cluster. Needs themisto-env[ray].",
+            "address (HOST:6379, ray://HOST:10001) joins a running cluster. Needs themisto-env\\[ray].",
+        ),
+    ] = None,
+    attempts: Annotated[
+        int | None,
+        typer.Option(
+            "--attempts",
+            min=1,
+            metavar="K",
+            help="Attempts per sample (pass@k): the agent predicts each sample K times; the summary adds "
+            "pass@k over the execution score (with --execution-score) and best-of-K for the text metrics.",
         ),
     ] = None,
     samples: Annotated[
-        int | None,
-        typer.Option(
-            "--samples",
-            min=1,
-            metavar="K",
-            help="Predictions per sample (pass@k): the agent predicts each sample K times; the summary adds "
-            "pass@k over the execution score (with --execution-score) and best-of-K for the text metrics.",
-        ),
+        int | None, typer.Option("--samples", min=1, hidden=True, help="Deprecated: --attempts.")
     ] = None,
     execution_score: Annotated[
         bool | None,
@@ -155,6 +158,9 @@ def run_command(
             help="SQLite cache of model replies (keyed by model, parameters and messages): a rerun is free.",
         ),
     ] = None,
+    tool_budget: ToolBudget = None,
+    tool_cost: ToolCost = None,
+    history_length: HistoryLength = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Run folder (resumed if it exists).")] = Path("runs/latest"),
     trace: Annotated[
         Path | None,
@@ -162,7 +168,7 @@ def run_command(
             "--trace",
             metavar="FILE",
             help="Write the run's OpenTelemetry spans to FILE, one JSON object a line (e.g. runs/latest/"
-            "trace.jsonl; appended). Needs themisto-env[trace]. OTEL_EXPORTER_OTLP_ENDPOINT sends them to a "
+            "trace.jsonl; appended). Needs themisto-env\\[trace]. OTEL_EXPORTER_OTLP_ENDPOINT sends them to a "
             "collector too.",
         ),
     ] = None,
@@ -173,6 +179,9 @@ def run_command(
     """Run an agent over a task's samples; write results.jsonl and summary.json (resumable)."""
     from themisto_env.run.config import load_run_config, parse_model_args
     from themisto_env.run.runner import run
+
+    if samples is not None:
+        typer.echo("warning: --samples is deprecated: it is now --attempts (attempts per sample)", err=True)
 
     overrides = {
         "agent": agent,
@@ -191,14 +200,17 @@ def run_command(
         "sample_ids": str(sample_ids) if sample_ids is not None else None,
         "workers": workers,
         "ray": ray,
-        "samples": samples,
+        "attempts": attempts if attempts is not None else samples,
         "max_retries": max_retries,
         "fail_on_error": fail_on_error,
     }
     overrides["data"] = str(data) if data is not None else None
     run_config = load_run_config(config, {k: v for k, v in overrides.items() if v is not None})
+    given = env_options(tool_budget, tool_cost, history_length)
     if execution_score is not None:
-        run_config = run_config.model_copy(update={"env": {**run_config.env, "execution_score": execution_score}})
+        given["execution_score"] = execution_score
+    if given:  # over the config's env: block
+        run_config = run_config.model_copy(update={"env": {**run_config.env, **given}})
     with trace_export.configured(trace):  # and the OTEL_* variables
         summary = run(run_config, out, force=force)
     console.print(summary_table(summary))
@@ -228,7 +240,7 @@ def run_command(
 
 
 def summary_table(summary: dict) -> Table:
-    """A run summary as a table: each metric's mean and interval; with K predictions per sample, also
+    """A run summary as a table: each metric's mean and interval; with K attempts per sample, also
     pass@k (execution score) and best-of-K (text metrics)."""
     model = model_label(summary.get("model"))
     agent = f"{summary['agent']} {model}" if model else summary["agent"]
@@ -274,21 +286,21 @@ def usage_note(summary: dict) -> str | None:
 
 
 def draws_note(summary: dict) -> str | None:
-    """One line on the K predictions per sample of a summary (None when it has one per sample)."""
+    """One line on the K attempts per sample of a summary (None when it has one per sample)."""
     if "pass_at_k_counts" in summary:
         c = summary["pass_at_k_counts"]
         return (
-            f"{summary['draws']} predictions per sample: {c['passed']} of {c['draws']} passed "
+            f"{summary['draws']} attempts per sample: {c['passed']} of {c['draws']} passed "
             f"({c['prediction_failures']} failed in their own code); exact_match, rouge_l, chrf: first predictions"
         )
     if summary.get("draws"):
-        return f"{summary['draws']} predictions per sample; pass@k needs --execution-score (next-cell task)"
+        return f"{summary['draws']} attempts per sample; pass@k needs --execution-score (next-cell task)"
     return None
 
 
 def agents_command() -> None:
     """The agents `themisto run --agent` knows, a line each (built-in, registered and installed)."""
-    from themisto_env.agents.registry import AGENTS, describe_agents
+    from themisto_env.agents.registry import AGENTS, NEEDS_MODEL, describe_agents
 
     described = describe_agents()
     width = max(len(name) for name, _, _ in described)
@@ -297,6 +309,11 @@ def agents_command() -> None:
         typer.echo(f"{name:<{width}}  {line}{where}")
     typer.echo(f"{'':<{width}}  or --agent package.module:Class (a module in the current folder too)")
     typer.echo(f"{'':<{width}}  or --agent path/to/my_agents.py:Class (a file anywhere)")
+    if any(line.startswith(NEEDS_MODEL) for _, _, line in described):
+        typer.echo(
+            f"{NEEDS_MODEL}: give --model PROVIDER/NAME (openai/gpt-4o-mini, ...), or --model fake for an offline "
+            "dry run (docs/first-llm-evaluation.md)"
+        )
 
 
 __all__ = ["agents_command", "draws_note", "run_command", "summary_table", "usage_note"]

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from themisto_env.commands.common import console
+from themisto_env.commands.common import HistoryLength, ToolBudget, ToolCost, console, env_options
 
 
 def serve_command(
@@ -51,11 +51,9 @@ def serve_command(
             help="Serve only one side of the dataset's split (a reset at a sample of the other side is refused).",
         ),
     ] = None,
-    tool_budget: Annotated[int | None, typer.Option("--tool-budget", help="Tool calls per sample.")] = None,
-    tool_cost: Annotated[float | None, typer.Option("--tool-cost", help="Reward paid per tool call.")] = None,
-    history_length: Annotated[
-        int | None, typer.Option("--history-length", help="Executions shown in the observation.")
-    ] = None,
+    tool_budget: ToolBudget = None,
+    tool_cost: ToolCost = None,
+    history_length: HistoryLength = None,
     execution_score: Annotated[
         bool, typer.Option("--execution-score", help="Also score next-cell predictions by running them.")
     ] = False,
@@ -65,7 +63,7 @@ def serve_command(
             "--ray",
             metavar="ADDRESS",
             help="Run the sessions' kernels in Ray actors: 'local' starts Ray here, 'auto' or a cluster address "
-            "(HOST:6379, ray://HOST:10001) places them on the cluster's CPU nodes. Needs themisto-env[ray].",
+            "(HOST:6379, ray://HOST:10001) places them on the cluster's CPU nodes. Needs themisto-env\\[ray].",
         ),
     ] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's log level.")] = "info",
@@ -88,9 +86,7 @@ def serve_command(
         options["dataset"] = str(data)
     if split is not None:
         options["split"] = split
-    for key, value in (("tool_budget", tool_budget), ("tool_cost", tool_cost), ("history_length", history_length)):
-        if value is not None:
-            options[key] = value
+    options.update(env_options(tool_budget, tool_cost, history_length))
     if execution_score:
         options["execution_score"] = True
     if ray:

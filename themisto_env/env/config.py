@@ -5,13 +5,14 @@ can reach the host's files."""
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from themisto_env.data.samples import SampleRule, TaskName
-from themisto_env.errors import ConfigError
+from themisto_env.errors import ConfigError, options_error
 from themisto_env.metrics import RewardWeights
 from themisto_env.replay.dataset import Dataset
 from themisto_env.sandbox.kernel.launcher import launcher_class
@@ -19,7 +20,15 @@ from themisto_env.sandbox.kernel.spec import RayPlacement
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.scoring.score import ScoringRule
 
-__all__ = ["MODEL_CODE_TIMEOUT_S", "EnvConfig", "ObservationMode", "env_config_and_dataset", "warn_unisolated"]
+__all__ = [
+    "MODEL_CODE_TIMEOUT_S",
+    "EnvConfig",
+    "ObservationMode",
+    "OneLineOptions",
+    "env_config_and_dataset",
+    "renamed_option",
+    "warn_unisolated",
+]
 
 log = logging.getLogger("themisto_env")
 _WARNED_UNISOLATED: set[str] = set()
@@ -50,7 +59,37 @@ def warn_unisolated(backend: str, what: str) -> None:
     )
 
 
-class EnvConfig(BaseModel):
+def renamed_option(data: Any, old: str, new: str) -> Any:
+    """Options with ``old`` (a deprecated name) given as ``new``, with a warning; both given is an error.
+
+    Raises:
+        ValueError: Both names were given.
+    """
+    if isinstance(data, Mapping) and old in data:
+        if new in data:
+            raise ValueError(f"{old} is the old name of {new}: give only {new}")
+        warnings.warn(f"the option {old!r} is deprecated: it is now {new!r}", DeprecationWarning, stacklevel=2)
+        data = {new if key == old else key: value for key, value in data.items()}
+    return data
+
+
+class OneLineOptions(BaseModel):
+    """An options model whose invalid options are one `ConfigError` line naming each and the nearest valid
+    name or value (`options_error`), not pydantic's message of several lines (the error's ``errors`` keep
+    pydantic's, for callers that name the options their own way: a config file's path, ``env.``)."""
+
+    #: What the options are called in the message (``invalid environment options: ...``).
+    options_label: ClassVar[str] = "options"
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            line = f"invalid {self.options_label}: {options_error(exc.errors(), type(self))}"
+            raise ConfigError(line, errors=exc.errors()) from None
+
+
+class EnvConfig(OneLineOptions):
     """Options of a Themisto environment (``gymnasium.make(id, **options)``).
 
     Attributes:
@@ -72,9 +111,10 @@ class EnvConfig(BaseModel):
         reward: Weights of the metrics in the reward.
         execution_score: Also score a next-cell prediction by running it, in a disposable kernel (use
             the docker backend).
-        samples: Predictions per sample (pass@k): the sample is scored once per prediction and the
-            episode moves on after the last. ``info["draw"]`` is the prediction the env now waits for
-            (from 0); the step that scores one says which in ``info["scored_draw"]``.
+        attempts: Attempts per sample (pass@k): the agent predicts the sample this many times, each
+            attempt scored, and the episode moves on after the last. ``info["draw"]`` is the attempt the
+            env now waits for (from 0); the step that scores one says which in ``info["scored_draw"]``.
+            ``samples`` is its old, deprecated name.
         lazy_state: Serve a sample's state only when the live state is needed (see the module
             docstring); False serves each sample as it begins.
         warm_kernels: Started kernels kept ready for the env (the dataset's imports preloaded); 0 starts
@@ -103,6 +143,7 @@ class EnvConfig(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid")
+    options_label: ClassVar[str] = "environment options"
 
     task: TaskName = "next-cell"
     dataset: str | None = None
@@ -114,7 +155,7 @@ class EnvConfig(BaseModel):
     tool_cost: float = Field(0.01, ge=0)
     reward: RewardWeights = Field(default_factory=RewardWeights)
     execution_score: bool = False
-    samples: int = Field(1, ge=1)
+    attempts: int = Field(1, ge=1)
     lazy_state: bool = True
     warm_kernels: int = Field(1, ge=0)
     fork: bool = True
@@ -125,6 +166,11 @@ class EnvConfig(BaseModel):
     snapshot_dir: str | None = None
     environment: str | None = None
     ray: RayPlacement | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:
+        return renamed_option(data, "samples", "attempts")
 
     @field_validator("ray", mode="before")
     @classmethod
@@ -159,11 +205,9 @@ def env_config_and_dataset(options: Mapping[str, Any]) -> tuple[EnvConfig, Datas
         elif asked is not None:
             opened = opened.view(asked)
     try:
-        config = EnvConfig(**options)
-    except ValidationError as exc:  # one line naming the option (pydantic's own message spans lines)
-        first = exc.errors()[0]
-        where = ".".join(str(part)[:64] for part in first["loc"])
-        raise ConfigError(f"invalid environment option {where!r}: {first['msg']}") from None
+        config = EnvConfig(**options)  # a ConfigError of one line naming the option and the nearest valid one
+    except ConfigError:
+        raise
     except Exception as exc:
         raise ConfigError(f"invalid environment options: {exc}") from exc
     dataset = opened or Dataset.open(config.dataset, backend=config.backend, split=config.split)

@@ -40,7 +40,7 @@ kernel already warm; the pool and its kernels are closed with the last of those 
 Model-written code never runs in the env's kernel: the execution score runs each prediction in a
 disposable kernel brought to the sample's state and discarded after (`themisto_env.replay.disposable`),
 so nothing one prediction does reaches a later sample or another prediction; the ``try_cell`` tool
-(next-cell task) runs the agent's candidates the same way. With ``samples=K`` each
+(next-cell task) runs the agent's candidates the same way. With ``attempts=K`` each
 sample takes K predictions (pass@k), each scored on its own; the episode moves on after the K-th.
 
 A lost backend (the Docker engine stopped answering) is not recovered from: the next ``step`` or

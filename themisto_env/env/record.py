@@ -174,7 +174,7 @@ class EpisodeRecord:
     """An episode's samples: the queue left, the current sample, its draw (pass@k), and its record.
 
     Args:
-        config: The options (tool budget and cost; ``samples``: predictions per sample).
+        config: The options (tool budget and cost; ``attempts`` per sample).
 
     Attributes:
         trajectory: The episode's trajectory (None before [`start`][themisto_env.env.EpisodeRecord.start]).
@@ -215,7 +215,7 @@ class EpisodeRecord:
         record starts over, see `SampleRecord.next_draw`), False when it leaves the queue (its record
         stays as it was until the next sample begins: the last observation shows its tools left)."""
         self.current.scored(scored)
-        if self.draw + 1 < self.config.samples:  # another prediction for the same sample, same state
+        if self.draw + 1 < self.config.attempts:  # another prediction for the same sample, same state
             self.draw += 1
             self.current.next_draw()
             return True

@@ -7,22 +7,22 @@ chosen by registered name (the agent, the backend, the executor), never written 
 
 from __future__ import annotations
 
-import difflib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from themisto_env.data.samples import SelectionOrder, TaskName
-from themisto_env.errors import ConfigError
+from themisto_env.env.config import OneLineOptions, renamed_option
+from themisto_env.errors import ConfigError, options_error
 
 ObservationName = Literal["static", "full", "tools"]
 """The env's observation modes (``themisto_env.env.config.ObservationMode``)."""
 
 
-class RunConfig(BaseModel):
+class RunConfig(OneLineOptions):
     """What to run. Pure data: code is chosen by registered name (``agent``).
 
     Attributes:
@@ -49,8 +49,9 @@ class RunConfig(BaseModel):
         ray: None runs on this machine; ``local`` starts a private local Ray instance; ``auto`` or an
             address (``HOST:6379``, ``ray://HOST:10001``) joins a running Ray cluster. Episodes are then
             spread over ``workers`` Ray actors (`themisto_env.run.executors.ray_actors`).
-        samples: Predictions per sample (pass@k). With K > 1 each row carries the K ``draws`` and the
-            summary reports ``pass_at_k`` (with ``env: {execution_score: true}``) and ``best_of_k``.
+        attempts: Attempts per sample (pass@k): the agent predicts each sample K times. With K > 1 each
+            row carries its K attempts (``draws``) and the summary reports ``pass_at_k`` (with ``env:
+            {execution_score: true}``) and ``best_of_k``. ``samples`` is its old, deprecated name.
         max_retries: Retries of a failed model call (LLM agents; None: the agent's default, 5).
         fail_on_error: Stop the run when more than this fraction of the samples done have model errors
             (judged after ``FAIL_ON_ERROR_MIN_SAMPLES`` samples); None never stops.
@@ -62,6 +63,7 @@ class RunConfig(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid")
+    options_label: ClassVar[str] = "run options"
 
     agent: str = "repeat-previous"
     agent_options: dict[str, Any] = Field(default_factory=dict)
@@ -79,7 +81,7 @@ class RunConfig(BaseModel):
     sample_ids: str | None = None
     workers: int = Field(1, ge=1)
     ray: str | None = None
-    samples: int = Field(1, ge=1)
+    attempts: int = Field(1, ge=1)
     max_retries: int | None = Field(None, ge=0)
     fail_on_error: float | None = Field(None, ge=0, le=1)
     max_connections: int | None = Field(None, ge=1)
@@ -95,10 +97,15 @@ class RunConfig(BaseModel):
                 raise ValueError(f"give the model as PROVIDER/NAME (e.g. openai/gpt-4o-mini), got {value!r}")
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:
+        return renamed_option(data, "samples", "attempts")
+
     @model_validator(mode="after")
     def _one_source_per_option(self) -> RunConfig:
-        if "samples" in self.env:
-            raise ValueError("set the predictions per sample with samples (--samples), not env.samples")
+        if {"attempts", "samples"} & set(self.env):
+            raise ValueError("set the attempts per sample with attempts (--attempts), not in env")
         if self.ray is not None and self.max_connections is not None:
             raise ValueError(
                 "max_connections (--max-connections) runs episodes concurrently in local processes; "
@@ -183,9 +190,9 @@ def load_run_config(path: str | Path | None = None, overrides: dict[str, Any] | 
     data.update(overrides)
     try:
         config = RunConfig(**data)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"{path or 'options'}: {problems}") from None
+    except ConfigError as exc:
+        line = options_error(exc.errors, RunConfig)
+        raise ConfigError(f"{path or 'run options'}: {line}", errors=exc.errors) from None
     check_env_options(config.env, path)
     return config
 
@@ -201,16 +208,9 @@ def check_env_options(env: dict[str, Any], path: str | Path | None = None) -> No
 
     try:
         EnvConfig(**env)
-    except ValidationError as exc:
-        problems = []
-        for e in exc.errors():
-            key = ".".join(map(str, e["loc"]))
-            if e["type"] == "extra_forbidden":
-                near = difflib.get_close_matches(str(e["loc"][-1]), list(EnvConfig.model_fields), n=1)
-                problems.append(f"env.{key}: no such option" + (f"; did you mean {near[0]!r}?" if near else ""))
-            else:
-                problems.append(f"env.{key}: {e['msg']} (got {e.get('input')!r})")
-        raise ConfigError(f"{path or 'options'}: {'; '.join(problems)}") from None
+    except ConfigError as exc:
+        line = options_error(exc.errors, EnvConfig, prefix="env.")
+        raise ConfigError(f"{path or 'run options'}: {line}", errors=exc.errors) from None
 
 
 __all__ = ["RunConfig", "load_run_config", "parse_model_args"]

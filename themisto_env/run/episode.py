@@ -63,7 +63,7 @@ def env_options(config: RunConfig, agent: Any) -> dict[str, Any]:
         "backend": config.backend,
         "observation": observation,
         **config.env,
-        "samples": config.samples,
+        "attempts": config.attempts,
     }
 
 
@@ -78,7 +78,7 @@ class Episode:
     The loop asks the agent, steps the env and hands each step to `stepped`, which returns the
     sample's row once all its predictions are scored.
 
-    With ``samples=K`` in the env the agent is asked K times per sample (the env serves the same sample
+    With ``attempts=K`` in the env the agent is asked K times per sample (the env serves the same sample
     until its K-th prediction). The draws are independent, as pass@k assumes: each starts from the
     observation and ``info`` the first one started from, never from the previous draw's score.
     """
@@ -130,7 +130,7 @@ class Episode:
         scored = StepInfo.model_validate(info)
         sample = next(s for s in self.env.episode_samples[self.tid] if s.id == scored.scored_sample_id)
         self.drawn.append(Drawn(action, reward, scored, agent_record(self.agent)))
-        if (scored.scored_draw or 0) + 1 < self.env.config.samples and not done:
+        if (scored.scored_draw or 0) + 1 < self.env.config.attempts and not done:
             # The same sample again, as it began (the env serves its observation), as the next draw:
             # the agent starts afresh and never sees the previous draw's score.
             return None, {**self.sample_info, "draw": scored.draw}

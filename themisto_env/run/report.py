@@ -27,7 +27,7 @@ from themisto_env.run.compare import compare_runs, run_label, scored_rows
 from themisto_env.run.costs import PER_SAMPLE
 from themisto_env.run.results import TIMING_KINDS, ResultRow
 from themisto_env.run.summary import summarize
-from themisto_env.run.view import run_dataset_folder, step_agreements
+from themisto_env.run.view import default_page, run_dataset_folder, step_agreements
 
 CSS = """
 body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 2rem auto; max-width: 1100px;
@@ -195,7 +195,7 @@ def estimate_cell(m: dict[str, float] | None) -> str:
 
 
 def _draws_table(runs: list[tuple[str, list[ResultRow], dict[str, Any]]]) -> str:
-    """pass@k and best-of-K of the runs with several predictions per sample (empty when none has)."""
+    """pass@k and best-of-K of the runs with several attempts per sample (empty when none has)."""
     drawn = [(label, s) for label, _, s in runs if s.get("draws")]
     if not drawn:
         return ""
@@ -209,7 +209,7 @@ def _draws_table(runs: list[tuple[str, list[ResultRow], dict[str, Any]]]) -> str
         for label, s in drawn
     )
     return (
-        '<h2>K predictions per sample</h2><p class="muted">pass@k: unbiased estimate (Chen et al., 2021) over '
+        '<h2>K attempts per sample</h2><p class="muted">pass@k: unbiased estimate (Chen et al., 2021) over '
         "the execution score; best-of-K: per sample, the best of the K predictions on each text metric.</p>"
         f"<table><tr><th>run</th><th>K</th>{head}</tr>{body}</table>"
     )
@@ -305,7 +305,7 @@ def _data_section(run_dirs: list[str | Path]) -> str:
         parts.append(
             f'<h3>{html.escape(str(data))}</h3><p class="muted">{len(table.rows)} notebooks, {total.trajectories} '
             f"sessions, {total.executions} executions; samples: {html.escape(kept)}</p>"
-            + _img(image, "kept and dropped samples per notebook")
+            + img_tag(image, "kept and dropped samples per notebook")
         )
     if not parts:
         return ""
@@ -367,7 +367,9 @@ def render_report(run_dirs: list[str | Path]) -> str:
 
 
 def write_report(run_dirs: list[str | Path], out: str | Path | None = None) -> Path:
-    """Write the report (default: ``report.html`` in the first run folder) and return its path."""
-    path = Path(out) if out is not None else Path(run_dirs[0]) / "report.html"
+    """Write the report (default: `default_page`'s ``report.html``: the run's folder, or for several runs a
+    folder of their own) and return its path."""
+    path = Path(out) if out is not None else default_page(run_dirs, "report.html")
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_report(run_dirs), encoding="utf-8")
     return path

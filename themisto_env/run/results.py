@@ -42,7 +42,7 @@ CONFIG = "config.json"
 
 
 class Draw(BaseModel):
-    """One prediction of a sample run with ``samples=K``, as kept in its row's ``draws``.
+    """One prediction of a sample run with ``attempts=K``, as kept in its row's ``draws``.
 
     Attributes:
         prediction: The predicted text.
@@ -128,7 +128,7 @@ class ResultRow(BaseModel):
             template makes no state templates; see the env's ``fork``).
         prediction_failed: Why the prediction's own code failed (execution score), if it did.
         model_error: Why the model calls failed after their retries (the sample is run again on resume).
-        draws: With ``samples=K``, each prediction as a `Draw` (its own transcript included); None
+        draws: With ``attempts=K``, each prediction as a `Draw` (its own transcript included); None
             (and no ``draws`` key in the dict form) for a row of one prediction.
     """
 

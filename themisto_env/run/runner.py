@@ -17,7 +17,7 @@ prediction moves the env on). ``max_retries`` (``--max-retries``) sets the LLM a
 the samples run so far have model errors (`themisto_env.run.progress`); the rows written so far are
 kept and the summary is written.
 
-With ``samples=K`` (``themisto run --samples K``) the agent predicts each sample K times; the sample's row,
+With ``attempts=K`` (``themisto run --attempts K``) the agent predicts each sample K times; the sample's row,
 written once all K are scored, keeps the first prediction's fields at the top level and adds ``draws``
 (one per prediction), and the summary adds pass@k over the execution score and best-of-K for the text
 metrics (`themisto_env.scoring.passk`).
@@ -73,7 +73,7 @@ def run(config: RunConfig, out: str | Path, *, progress: bool = True, force: boo
         raise ConfigError(f"no {env_config.task} samples in {dataset.path} under {env_config.sample_rule}")
     out.mkdir(parents=True, exist_ok=True)
     write_config(out, config, force=force)
-    done = done_samples(out, config.samples)  # other rows (failed, fewer predictions) are run again
+    done = done_samples(out, config.attempts)  # other rows (failed, fewer predictions) are run again
     plan = plan_run(samples, dataset.episodes(env_config.task, env_config.sample_rule), config, done)
     if config.data is None and config.ray is None:  # Ray nodes resolve the bundled data themselves
         config = config.model_copy(update={"data": str(dataset.path)})

@@ -31,7 +31,7 @@ USAGE_TOTALS = (
 
 
 def _failed_draws(row: ResultRow) -> int:
-    """How many of a row's predictions failed in their own code (each of its draws, with ``samples=K``)."""
+    """How many of a row's predictions failed in their own code (each of its draws, with ``attempts=K``)."""
     if row.draws:
         return sum(1 for draw in row.draws if draw.prediction_failed)
     return 1 if row.prediction_failed else 0
@@ -47,7 +47,7 @@ def summarize(rows: Sequence[ResultRow], config: RunConfig | None = None) -> dic
     prediction (the last row of a sample wins). ``usage`` sums what the agent spent
     (`USAGE_TOTALS`) over every row, scored or not, the rows of attempts run again on resume
     included (their tokens were paid for too); ``usage.tokens_reported`` is False when some model call
-    reported no token counts (the totals are then lower bounds). When rows have ``draws`` (``samples=K``),
+    reported no token counts (the totals are then lower bounds). When rows have ``draws`` (``attempts=K``),
     [`themisto_env.scoring.passk.summarize_draws`][themisto_env.scoring.summarize_draws] adds ``draws`` (K),
     ``best_of_k`` and, with the execution score, ``pass_at_k`` (``{"1": {"mean", "ci_low", "ci_high"}, ..., "K": ...}``)
     and ``pass_at_k_counts``. ``timing`` sums where the scored samples' time went (`timing_totals`; left
@@ -93,7 +93,7 @@ def summarize(rows: Sequence[ResultRow], config: RunConfig | None = None) -> dic
         summary["reward"] = sum(rewards) / len(rewards) if rewards else None
         summary["per_sample"] = per_sample_estimates(scored)  # reward, tool calls, tokens, with intervals
         # pass@k lives in the scoring layer, which knows no run rows: it reads their dict form
-        samples = config.samples if config and config.samples > 1 else None
+        samples = config.attempts if config and config.attempts > 1 else None
         summary.update(summarize_draws([r.to_dict() for r in scored], samples))
     return summary
 

@@ -185,13 +185,25 @@ def render_view(run_dirs: list[str | Path]) -> str:
     return render_page(title, _script_json(data))
 
 
+def default_page(run_dirs: list[str | Path], name: str) -> Path:
+    """Where a page of ``run_dirs`` goes without ``--out``: in the run folder for one run; for several, in a
+    folder of their own beside the first (``runs/a`` and ``runs/b``: ``runs/a+b/NAME``), never inside one run.
+    """
+    first = Path(run_dirs[0])
+    if len(run_dirs) == 1:
+        return first / name
+    joined = "+".join(Path(run).resolve().name for run in run_dirs)
+    return first.parent / joined[:120] / name
+
+
 def write_view(run_dirs: list[str | Path], out: str | Path | None = None) -> Path:
-    """Write the view (default: ``view.html`` in the first run folder) and return its path.
+    """Write the view (default: `default_page`'s ``view.html``) and return its path.
 
     Raises:
         DataError: No run folder given, or a folder is missing or holds no results.
     """
     page = render_view(run_dirs)
-    path = Path(out) if out is not None else Path(run_dirs[0]) / "view.html"
+    path = Path(out) if out is not None else default_page(run_dirs, "view.html")
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page, encoding="utf-8")
     return path

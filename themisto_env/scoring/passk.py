@@ -1,6 +1,6 @@
-"""pass@k over K predictions per sample (``themisto run --samples K``), and best-of-K for the text metrics.
+"""pass@k over K attempts per sample (``themisto run --attempts K``), and best-of-K for the text metrics.
 
-With ``samples=K`` the runner writes one row per sample with its K ``draws``. Per row, ``n`` draws have an
+With ``attempts=K`` the runner writes one row per sample with its K ``draws``. Per row, ``n`` draws have an
 execution score and ``c`` of them passed
 ([`themisto_env.scoring.execution.ExecutionScore.passed`][themisto_env.scoring.ExecutionScore.passed]; a draw whose own
 code failed, ``prediction_failed``, did not pass). [`pass_at_k`][themisto_env.scoring.pass_at_k] is the unbiased

@@ -12,4 +12,5 @@ from .tool_env import ThemistoToolEnv as ThemistoToolEnv
 from .tool_env import tool_dataset as tool_dataset
 from .vector import batch_actions as batch_actions
 from .vector import make_vector_env as make_vector_env
+from .vector import unbatch_info as unbatch_info
 from .vector import unbatch_observations as unbatch_observations

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -43,7 +43,7 @@ def run_tool(call: ToolCall | Mapping[str, Any], ctx: ToolContext) -> ToolResult
         return _failure(call.tool[:MAX_NAME_CHARS], f"arguments outside the limits ({limits})", ctx)
     tool = TOOLS.get(call.tool)
     if tool is None:
-        return _failure(call.tool[:MAX_NAME_CHARS], unknown_tool_message(call.tool), ctx)
+        return _failure(call.tool[:MAX_NAME_CHARS], unknown_tool_message(call.tool, offered_tools(ctx)), ctx)
     try:
         args = tool.args_model.model_validate(call.args)
     except ValidationError as exc:
@@ -60,29 +60,35 @@ def _failure(tool: str, error: str, ctx: ToolContext) -> ToolResult:
     return ToolResult(tool=tool, ok=False, text=clip(f"Error: {error}", ctx.max_chars), error=error)
 
 
-def nearest_tool(name: str) -> str | None:
-    """The tool name closest to a misspelled or partial one (``df_head`` -> ``dataframe_head``), if any
-    (none for a name longer than `MAX_NAME_CHARS`)."""
+def offered_tools(ctx: ToolContext) -> tuple[str, ...]:
+    """The tools this context answers, in `TOOL_NAMES` order: the read-only ones, and those that run code
+    only where it may (``ctx.try_code``: not in the output task)."""
+    return tuple(name for name in TOOL_NAMES if TOOLS[name].read_only or ctx.try_code is not None)
+
+
+def nearest_tool(name: str, offered: Sequence[str] = TOOL_NAMES) -> str | None:
+    """The tool name of ``offered`` closest to a misspelled or partial one (``df_head`` -> ``dataframe_head``),
+    if any (none for a name longer than `MAX_NAME_CHARS`)."""
     wanted = name.strip().lower().replace("-", "_").replace(" ", "_")
     if not wanted or len(wanted) > MAX_NAME_CHARS:
         return None
-    if wanted in TOOLS:
+    if wanted in offered:
         return wanted
-    near = difflib.get_close_matches(wanted, TOOL_NAMES, n=1, cutoff=0.6)
+    near = difflib.get_close_matches(wanted, offered, n=1, cutoff=0.6)
     if near:
         return near[0]
-    containing = [tool for tool in TOOL_NAMES if wanted in tool or tool in wanted]
+    containing = [tool for tool in offered if wanted in tool or tool in wanted]
     if len(containing) == 1:
         return containing[0]
-    near = difflib.get_close_matches(wanted, TOOL_NAMES, n=1, cutoff=0.45)
+    near = difflib.get_close_matches(wanted, offered, n=1, cutoff=0.45)
     return near[0] if near else None
 
 
-def unknown_tool_message(name: str) -> str:
-    """The error for an unknown tool: the nearest name, and every tool's name."""
-    near = nearest_tool(name)
+def unknown_tool_message(name: str, offered: Sequence[str] = TOOL_NAMES) -> str:
+    """The error for an unknown tool: the nearest name, and the name of every tool ``offered`` (the task's)."""
+    near = nearest_tool(name, offered)
     hint = f" Did you mean {near!r}?" if near else ""
-    return f"unknown tool {echo(name)}.{hint} The tools are: {', '.join(TOOL_NAMES)}."
+    return f"unknown tool {echo(name)}.{hint} The tools are: {', '.join(offered)}."
 
 
 def format_validation_error(exc: ValidationError) -> str:

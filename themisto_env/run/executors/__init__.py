@@ -20,11 +20,10 @@ ends the episodes, workers or actors at once. Each executor is one module, impor
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from collections.abc import Callable, Iterator
 
-from themisto_env.errors import ConfigError
+from themisto_env.errors import ConfigError, did_you_mean
 from themisto_env.run.config import RunConfig
 from themisto_env.run.plan import EpisodePlan
 from themisto_env.run.results import ResultRow
@@ -60,9 +59,10 @@ def executor(name: str) -> Executor:
     """
     target = EXECUTORS.get(name)
     if target is None:
-        near = difflib.get_close_matches(name, EXECUTORS, n=1, cutoff=0.5)
-        hint = f" Did you mean {near[0]!r}?" if near else ""
-        raise ConfigError(f"no executor named {name!r}.{hint} Executors: {', '.join(sorted(EXECUTORS))}")
+        known = sorted(EXECUTORS)
+        raise ConfigError(
+            f"no executor named {name!r}{did_you_mean(name, known, listed=False)} (executors: {', '.join(known)})"
+        )
     module, _, function = target.partition(":")
     return getattr(importlib.import_module(module), function)
 
