@@ -168,22 +168,32 @@ def _model_arg(value: str) -> Any:
     return value
 
 
+def read_config_file(path: str | Path | None) -> dict[str, Any]:
+    """A config file's keys (YAML, or JSON by its suffix); {} for None.
+
+    Raises:
+        ConfigError: The file is unreadable, or not a mapping.
+    """
+    if path is None:
+        return {}
+    path = Path(path)
+    try:
+        text = path.read_text()
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text) or {}
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read the config: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config is a mapping of keys to values")
+    return data
+
+
 def load_run_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
     """Read a run config (or the defaults), apply command-line overrides, validate.
 
     Raises:
         ConfigError: The file is unreadable, or a key is unknown or a value invalid (named in the message).
     """
-    data: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        try:
-            text = path.read_text()
-            data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text) or {}
-        except (OSError, ValueError, yaml.YAMLError) as exc:
-            raise ConfigError(f"{path}: cannot read the config: {exc}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: a config is a mapping of keys to values")
+    data = read_config_file(path)
     overrides = dict(overrides or {})
     if overrides.get("model_args"):  # -M adds to the file's model arguments
         overrides["model_args"] = {**(data.get("model_args") or {}), **overrides["model_args"]}
@@ -213,4 +223,4 @@ def check_env_options(env: dict[str, Any], path: str | Path | None = None) -> No
         raise ConfigError(f"{path or 'run options'}: {line}", errors=exc.errors) from None
 
 
-__all__ = ["RunConfig", "load_run_config", "parse_model_args"]
+__all__ = ["RunConfig", "load_run_config", "parse_model_args", "read_config_file"]

@@ -24,14 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from themisto_env.data.samples import TaskName
 from themisto_env.data.writes import write_text_atomic
 from themisto_env.errors import ConfigError, ThemistoError
 from themisto_env.metrics import METRICS
-from themisto_env.run.config import ObservationName, RunConfig, check_env_options
+from themisto_env.run.config import ObservationName, RunConfig, check_env_options, read_config_file
 from themisto_env.run.results import RESULTS, SUMMARY
 
 GRID = "eval-set.json"
@@ -136,17 +135,7 @@ def load_eval_set_config(path: str | Path | None = None, overrides: dict[str, An
     Raises:
         ConfigError: The file is unreadable, or a key or value is invalid (named in the message).
     """
-    data: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        try:
-            text = path.read_text()
-            data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text) or {}
-        except (OSError, ValueError, yaml.YAMLError) as exc:
-            raise ConfigError(f"{path}: cannot read the config: {exc}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: a config is a mapping of keys to values")
-    merged = {**data, **(overrides or {})}
+    merged = {**read_config_file(path), **(overrides or {})}
     grid = {k: merged.pop(k) for k in _GRID_KEYS if k in merged}
     try:
         config = EvalSetConfig(**grid, run=merged)
