@@ -37,6 +37,7 @@ SKIPS = {
     "provider-key": "needs a real LLM provider's key and the network",
     "gpu": "needs a GPU",
     "server": "starts a server that runs until stopped (tests/bridges/openenv serves and queries one)",
+    "network": "downloads public notebooks or packages and installs them (measured once; the page says so)",
 }
 #: ``# needs: NAME``: run in the lane with that marker (tests/conftest.py skips it where it cannot run).
 MARKS = {"docker": "docker", "bwrap": "bwrap", "environments": "environments", "training": "training", "ray": "ray"}

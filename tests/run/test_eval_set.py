@@ -4,6 +4,11 @@ compare with three runs."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -102,3 +107,30 @@ def test_an_eval_set_config_is_validated_before_anything_runs(tmp_path: Path) ->
         "output-full-llm-full",
         "output-tools-llm-tools",
     ]
+
+
+@pytest.mark.slow
+def test_an_eval_set_killed_midway_resumes_to_the_clean_runs_table(grid: tuple[Path, str], tmp_path: Path) -> None:
+    """SIGKILL the whole command (and its kernels) while a setting is half written; the same command again
+    finishes the grid, and every row equals the uninterrupted run's."""
+    out = tmp_path / "killed"
+    args = ["--config", str(REPO / "configs/eval-set-offline.yaml"), "--limit", str(LIMIT), "--out", str(out)]
+    command = [sys.executable, "-c", "from themisto_env.cli import main; main()", "eval-set", *args, "--max-runs", "1"]
+    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and process.poll() is None:
+            written = [p for p in out.glob(f"*/{RESULTS}") if p.read_text().count("\n") >= 2]
+            if any(not (p.parent / DONE).exists() for p in written):
+                break
+            time.sleep(0.05)
+        assert process.poll() is None, "the grid ended before it could be killed"
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    assert not (out / GRID).exists()
+    _invoke(*args)
+    clean = json.loads((grid[0] / GRID).read_text())["rows"]
+    resumed = json.loads((out / GRID).read_text())["rows"]
+    figures = ("agent", "task", "observation", "samples", *METRICS, "reward", "tool_calls")
+    assert [{k: r[k] for k in figures} for r in resumed] == [{k: r[k] for k in figures} for r in clean]
