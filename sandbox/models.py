@@ -24,7 +24,7 @@ class SandboxLimits(BaseModel):
             a build sets it and moves them into its dataset's file store.
         memory_mb: Container memory limit (docker backend); swap is not allowed beyond it. A docker copy
             forked from a template: what its code may allocate beyond its size at its first cell (its kernel
-            started, its state restored), as ``RLIMIT_DATA`` (measured: 508 of 512 MiB in one allocation);
+            started, its state restored), as ``RLIMIT_DATA`` (docs/sandboxes.md);
             its template's container holds 4 copies' worth.
         cpus: Container CPU quota (docker backend).
         pids: Container process limit (docker backend); a docker copy's own ``RLIMIT_NPROC`` (its processes

@@ -1,35 +1,10 @@
 """Kernel messages into notebook outputs: the one conversion used by the sandbox, the recorder and the
 bundled-data generator.
 
-An execution's iopub messages (``stream``, ``display_data``, ``execute_result``, ``error``,
-``update_display_data``, ``clear_output``) become the nbformat v4 outputs a notebook would save, by the
-rules of nbclient (Jupyter's own notebook executor) plus the stream merging every front end shows:
-
-* ``stream``: appended to the previous output when that is a stream of the same name (``print("a",
-  end="")`` then ``print("b")`` is one output ``ab``), else a new ``stream`` output.
-* ``display_data`` and ``execute_result``: a new output (``data``, ``metadata``, and the
-  ``execution_count`` of a result). One carrying a ``transient.display_id`` first updates the earlier
-  outputs of this execution with the same id (their ``data`` and ``metadata``), then is appended.
-* ``update_display_data``: replaces ``data`` and ``metadata`` of the earlier outputs with its
-  ``display_id`` (the output kind stays); it adds nothing, and an unknown id is ignored.
-* ``error``: a new ``error`` output (``ename``, ``evalue``, ``traceback``).
-* ``clear_output``: removes every output now; with ``wait=True``, just before the next new output
-  (updates do not trigger it), so that an animation shows its last frame.
-* any other message (``status``, ``execute_input``, comms): ignored.
-
-The output cap (``limit``, in characters of stream text and of the JSON of display data) keeps what
-fits, in order. A stream is cut at the cap. A display output or result that does not fit keeps its
-``text/plain`` alone, if that fits, and names what it dropped in its metadata
-(``{"themisto_dropped": ["image/png (1.2 MB)"]}``); otherwise it is dropped whole. Stream text cut and
-outputs dropped whole are counted in `OutputCollector.omitted` and noted at the end by
-`OutputCollector.finish` (``[output truncated: N more bytes not shown]`` on stderr). With an image
-budget (``images_limit``, in characters; a build's, so that it can keep figures in its dataset's file
-store), images (``image/*``) that the cap would drop from a display output that keeps its ``text/plain``
-are kept instead while they fit in the budget, named in its metadata (``{"themisto_over_cap":
-["image/png"]}``), and not counted against the cap.
-
-Importing this module has no side effects and needs nothing beyond the standard library (the recorder
-imports it inside a user's kernel).
+An execution's iopub messages become the nbformat v4 outputs a notebook would save, by nbclient's rules
+plus the stream merging every front end shows (`OutputCollector`), under an output cap. Importing this
+module has no side effects and needs only the standard library (the recorder imports it inside a user's
+kernel).
 """
 
 from __future__ import annotations
@@ -106,7 +81,19 @@ def _display_id(content: Mapping[str, Any]) -> str | None:
 
 
 class OutputCollector:
-    """The outputs of one execution, built message by message (rules in the module doc).
+    """The outputs of one execution, built message by message.
+
+    A ``stream`` is appended to the previous output when that is a stream of the same name, else it is a
+    new output. ``display_data`` and ``execute_result`` are new outputs; one with a
+    ``transient.display_id`` first updates the earlier outputs with that id. ``update_display_data``
+    replaces the ``data`` and ``metadata`` of the outputs with its id (an unknown id is ignored).
+    ``clear_output`` removes every output now, or with ``wait=True`` just before the next new one. Other
+    messages are ignored.
+
+    The cap keeps what fits, in order: a stream is cut; a display output that does not fit keeps its
+    ``text/plain`` alone if that fits, naming what it dropped under `DROPPED_KEY`, else it is dropped whole;
+    `finish` notes what was left out on stderr. Images the cap would drop from an output that keeps its
+    ``text/plain`` are kept while they fit in the image budget, named under `OVER_CAP_KEY`.
 
     Args:
         limit: The output cap in characters; None for no cap.
@@ -212,7 +199,7 @@ class OutputCollector:
         return None
 
     def _keep_images(self, reduced: dict[str, Any], data: Mapping[str, Any]) -> None:
-        """Put back into a reduced output the images that fit in the image budget (see the module doc)."""
+        """Put back into a reduced output the images that fit in the image budget (see `OutputCollector`)."""
         kept = []
         for mime, value in data.items():
             size = len(json.dumps(value, default=str))

@@ -1,58 +1,8 @@
 """The text a person sees for a cell's outputs: the target of the output-prediction task.
 
-`render_outputs` turns a list of nbformat v4 output dicts into one string, one rule per kind:
-
-``stream`` (stdout, stderr)
-    Its ``text`` (a string, or a list of strings as nbformat stores it on disk). Adjacent stream outputs
-    of the same name are first concatenated, as a notebook shows them (``print("a", end="")`` followed
-    by ``print("b")`` is one line ``ab``). Then terminal control is applied the way Jupyter front ends
-    apply it: ANSI escape sequences (colours, cursor codes) are removed, ``\\r\\n`` is a newline, and a
-    bare carriage return moves to the start of the line so that the text after it overwrites the text
-    before it (a tqdm progress bar renders as its last state). ``stderr`` is included unless
-    ``include_stderr=False``.
-``execute_result`` and ``display_data``
-    The ``text/plain`` entry of ``data`` (ANSI removed). Without one, a placeholder naming the mime type
-    in angle brackets, e.g. ``<image/png>``, choosing the first present of image/png, image/jpeg,
-    image/svg+xml, text/html, text/markdown, text/latex, application/json, application/javascript, then
-    the alphabetically first. A matplotlib figure has a ``text/plain`` such as
-    ``<Figure size 640x480 with 1 Axes>``, which is used as is. Empty ``data`` renders as nothing.
-``error``
-    ``ENAME: evalue`` (ANSI removed), or just ``ENAME`` when the value is empty, which is how Python
-    prints an exception's last line. The traceback is left out on purpose: it holds kernel-specific
-    details (``/tmp/ipykernel_<pid>/<hash>.py`` cell file names, site-packages paths, line numbers of
-    the recording session, colour codes) that no model can predict and that differ between the
-    recorded run and a replay; the exception's name and message are what a developer reads.
-any other ``output_type``
-    Ignored (nbformat v4 has no other kinds; unknown ones are tolerated, not guessed at).
-
-The rendered parts are joined in order with one newline; a part's own final newline (``print`` adds
-one) is dropped first so that it does not become an empty line, and parts that render empty are skipped.
-The result has no trailing newline.
-
-`normalize_for_comparison` is for measuring *replay agreement*: whether an output recorded in the
-log and the output of replaying the same cell are the same up to what legitimately differs between two
-runs. It is not applied to prediction targets. The rules, applied in this order:
-
-1. ANSI escape sequences are removed.
-2. ``%time`` lines (``CPU times: ...``, ``Wall time: ...``) become ``CPU times: <TIME>`` and
-   ``Wall time: <TIME>``; ``%timeit`` lines (``1.2 ms ± 3.4 µs per loop (...)``, ``1000 loops, best of
-   3: ...``) become ``<TIMEIT>``, and its occasional ``The slowest run took ...`` line is removed.
-3. tqdm's ``[00:01<00:02, 85.21it/s]`` becomes ``[<ELAPSED>]``; a rate such as ``85.21it/s`` or
-   ``1.5s/it`` becomes ``<RATE>``.
-4. Durations, a number directly followed by one of ``ns``, ``µs``/``μs``/``us``, ``ms``, ``s``,
-   ``sec``, ``secs``, ``second``, ``seconds`` (``1.23 s``, ``12s``, ``3ms/step``), become ``<TIME>``.
-   Minutes and hours are left alone: ``min`` is also a pandas ``describe()`` row label.
-5. Memory addresses, ``0x`` followed by 8 to 16 hex digits (the ``at 0x7f3a1c2b4d50`` of default reprs
-   of functions, generators, objects and matplotlib artists), become ``0x<ADDR>``. Shorter hex numbers
-   (``hex(255)`` is ``0xff``) are kept.
-6. Temporary paths (under ``/tmp/``, ``/var/tmp/``, macOS ``/var/folders/``, Windows ``...\\Temp\\``)
-   become ``<TMPPATH>``; this includes ipykernel's cell files ``/tmp/ipykernel_<pid>/<hash>.py``.
-7. Process ids where they are labelled (``pid 123``, ``PID: 123``, ``pid=123``, ``process 123``)
-   become ``<PID>`` after the label.
-8. Trailing whitespace is removed from every line, and leading and trailing blank lines are dropped.
-
-Everything else is compared as is: numbers in data, exception messages, shapes, and paths outside the
-temporary directories must match exactly.
+`render_outputs` turns nbformat v4 outputs into that text; `normalize_for_comparison` replaces what
+legitimately differs between two runs of a cell (durations, addresses, temporary paths, process ids) so that
+replay agreement can compare a recording with its replay. It is never applied to prediction targets.
 """
 
 from __future__ import annotations
@@ -142,7 +92,19 @@ def _render_error(output: Mapping[str, Any]) -> str:
 
 
 def render_outputs(outputs: Iterable[Mapping[str, Any]], *, include_stderr: bool = True) -> str:
-    """Render a cell's nbformat v4 outputs as the plain text a person sees (rules in the module doc).
+    """Render a cell's nbformat v4 outputs as the plain text a person sees.
+
+    One rule per kind, the parts joined by one newline (a part's own final newline dropped, empty parts
+    skipped):
+
+    - ``stream``: adjacent streams of one name are concatenated, then terminal control is applied as a
+      front end does (ANSI codes removed, ``\\r\\n`` a newline, a bare ``\\r`` overwrites the line: a tqdm
+      bar renders as its last state).
+    - ``execute_result``, ``display_data``: the ``text/plain`` entry, else a placeholder naming the first
+      present mime type (``<image/png>``); empty ``data`` renders as nothing.
+    - ``error``: ``ENAME: evalue`` (or ``ENAME``), as Python prints an exception's last line. The traceback
+      is left out: its cell file names, paths and line numbers differ between a recording and a replay.
+    - any other ``output_type``: ignored.
 
     Args:
         outputs: The cell's outputs in order, as nbformat v4 dicts (``output_type`` and its fields).
@@ -232,10 +194,15 @@ def varying_characters(text: str) -> int:
 
 
 def normalize_for_comparison(text: str) -> str:
-    """Replace what legitimately varies between two runs with fixed placeholders (rules in the module doc).
+    """Replace what legitimately varies between two runs with fixed placeholders.
 
-    Used to measure replay agreement: two renderings of the same cell's outputs agree when their
-    normalised forms are equal.
+    Used to measure replay agreement: two renderings of the same cell's outputs agree when their normalised
+    forms are equal. In order: ANSI codes go; ``%time`` and ``%timeit`` lines become ``<TIME>`` and
+    ``<TIMEIT>``; tqdm's ``[00:01<00:02, 85.21it/s]`` becomes ``[<ELAPSED>]`` and a rate ``<RATE>``; a number
+    with a time unit (``ns`` to ``seconds``; not minutes: ``min`` is a pandas row label) becomes ``<TIME>``;
+    ``0x`` and 8 to 16 hex digits become ``0x<ADDR>``; paths under ``/tmp/``, ``/var/tmp/``, macOS
+    ``/var/folders/`` or Windows ``Temp`` become ``<TMPPATH>``; a labelled process id (``pid 123``) becomes
+    ``<PID>``; trailing whitespace and blank edge lines go. Everything else is compared as is.
 
     Args:
         text: Rendered output text (see `render_outputs`).

@@ -1,32 +1,8 @@
-"""The one exception tree of themisto-env.
+"""The one exception tree of themisto-env: every error it raises on purpose is a ``ThemistoError``.
 
-Every error this package raises on purpose is a ``ThemistoError``::
-
-    ThemistoError
-    ├── ConfigError              a config file or option is invalid (names the key)
-    │   └── SplitError               a sample or trajectory of the other side of a split was asked for
-    ├── DataError                a data file is malformed (names the file, row and field)
-    ├── ActionError              an agent's action is malformed (answered in the observation, never raised
-    │                            out of ``Env.step``)
-    ├── ProviderError            an optional LLM provider package or key is missing (says what to install)
-    ├── ModelError               a model call still failed after its retries (rate limit, 5xx, timeout) or
-    │                            cannot succeed (400, 401, malformed reply): the sample is recorded as
-    │                            ``model_error``, neither scored nor an infrastructure failure
-    ├── HelperError              the in-kernel helper failed on the user's data (a broken ``__repr__``, ...):
-    │   │                        the kernel is healthy; tools answer it as text
-    │   └── IntrospectionRefused     the helper declined: not the kind of variable asked for (``dataframe`` of a
-    │       │                        list, ``source`` of an object without one)
-    │       └── UnknownNameError         no user variable has that name (carries the nearest names)
-    └── InfrastructureError      the machinery failed, not the model: never scored as a wrong answer
-        ├── BackendUnavailableError  the backend cannot run here (no Docker engine, no image, ...)
-        ├── KernelStartError         a kernel did not become ready
-        ├── TemplateGoneError        a kernel template's process is gone: nothing can be forked from it
-        ├── KernelDiedError          the kernel process died (segfault, os._exit, OOM kill, lost container)
-        ├── KernelTimeoutError       the kernel stopped answering and could not be recovered
-        ├── SnapshotError            a snapshot could not be written or restored
-        │   ├── SnapshotCorruptError     a snapshot's bytes do not hash to its name (set aside, never loaded)
-        │   └── SnapshotEnvironmentError a snapshot was written in another kernel environment (never loaded)
-        └── ReplayDivergedError      a replayed cell ended otherwise than recorded (timeout, restart, error)
+Two branches matter most to a caller: an ``InfrastructureError`` is the machinery's failure (a kernel
+died, a backend is missing), never scored as a wrong answer; a ``ModelError`` is a model call that still
+failed after its retries. The whole tree is drawn in the API reference (docs/reference/errors.md).
 """
 
 from __future__ import annotations

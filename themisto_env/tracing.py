@@ -1,24 +1,11 @@
 """Traces of where time goes: OpenTelemetry spans that cost nothing when tracing is off.
 
-Each layer marks its work with [span][themisto_env.tracing.span], a context manager:
-
-```python
-with tracing.span("themisto.tool_call", {"themisto.tool.name": call.tool}, timed="tools") as span:
-    ...
-    tracing.fail(span, error)  # a fault caught inside: the span's status is ERROR, the exception recorded
-```
-
-Tracing is on when a tracer provider is set: by [configured][themisto_env.trace_export.configured] (the
-`OTEL_*` variables, `themisto run --trace FILE`), by [set_provider][themisto_env.tracing.set_provider], or
-by the application (`opentelemetry.trace.set_tracer_provider`, `opentelemetry-instrument`). Otherwise
-`span` hands back one shared no-op object and imports nothing: only `opentelemetry-api` is needed to
-trace at all, and the sdk (the `trace` extra: `pip install 'themisto-env[trace]'`) to export.
-
-Spans that name a `timed` kind also add their seconds to the [Stopwatch][themisto_env.tracing.Stopwatch]
-made current by [within][themisto_env.tracing.within] (traced or not): an episode's clock of where a
-sample's time went (state, tools, model, scoring), each span's own time, less the timed spans inside it.
-
-The spans (names and attributes) are listed in docs/observability.md.
+Each layer marks its work with [span][themisto_env.tracing.span]. Tracing is on when a tracer provider is set:
+by [configured][themisto_env.trace_export.configured] (the `OTEL_*` variables, `themisto run --trace FILE`),
+by [set_provider][themisto_env.tracing.set_provider], or by the application. Otherwise `span` hands back one
+shared no-op object and imports nothing: `opentelemetry-api` is needed to trace, the sdk (the `trace` extra)
+to export. Spans that name a `timed` kind also add their own seconds to the current
+[Stopwatch][themisto_env.tracing.Stopwatch] (traced or not). The spans are listed in docs/observability.md.
 """
 
 from __future__ import annotations
@@ -238,7 +225,13 @@ def span(
     errors: type[BaseException] | tuple[type[BaseException], ...] = Exception,
 ) -> Any:
     """A span over a block (`with span(...) as s:`), a child of the current span; its seconds count for
-    `timed` on the current stopwatch (see [within][themisto_env.tracing.within]).
+    `timed` on the current stopwatch (see [within][themisto_env.tracing.within]), less the timed spans inside.
+
+    ```python
+    with tracing.span("themisto.tool_call", {"themisto.tool.name": call.tool}, timed="tools") as span:
+        ...
+        tracing.fail(span, error)  # a fault caught inside: the span's status is ERROR, the exception recorded
+    ```
 
     Args:
         name: The span's name (`themisto.state.serve`, `chat gpt-4o`, ...).

@@ -1,27 +1,10 @@
 """The ``docker`` backend: each kernel in its own container, with no network and hard limits.
 
-A kernel container is started as (DESIGN.md section 5)::
-
-    docker run -d --init --network none --read-only --tmpfs /tmp --user 1000:1000 --cap-drop ALL
-        --security-opt no-new-privileges --memory M --memory-swap M --cpus C --pids-limit P
-        -v DIR:DIR ... -w WORKDIR IMAGE python -m ipykernel_launcher -f DIR/kernel.json
-
-The kernel talks to the host over IPC sockets in its run directory, which is bind-mounted read-write at
-the same path inside and out, as is the working directory when it lies outside it. The snapshot store,
-when the kernel may see it at all, is mounted read-only under ``/mnt``: a kernel never writes the store
-(it writes snapshots into its run directory; the host checks and moves them). Everything else the
-kernel writes goes to the ``/tmp`` tmpfs (which counts against the memory limit).
-
-Permissions: the kernel runs as uid 1000, so every writable mount must be writable by that uid. The
-[`Kernel`][themisto_env.sandbox.Kernel] already makes its run directory mode 0777; for any writable
-mount that is still not writable by uid 1000 the launcher adds the ``o+rwx`` bits itself (never
-recursively, never removing bits). The connection file must be readable by uid 1000; the kernel rewrites
-it as its own user with mode 0600, so the host keeps its content in memory.
-
-The engine's client and errors are `themisto_env.sandbox.engine`'s; what a kernel container
-is (name, labels, run options) and the bookkeeping of containers (stale ones, what the host sees of them)
-are `themisto_env.sandbox.backends.containers`' (both re-exported here where callers used them).
-The docker SDK is imported only when a launcher is used; importing this module has no side effects.
+The container (`kernel_container_options`; DESIGN.md section 5) runs as uid 1000 without capabilities, on
+a read-only root with a ``/tmp`` tmpfs. The kernel talks to the host over IPC sockets in its run directory,
+bind-mounted at the same path inside and out; the snapshot store, when the kernel may see it, is mounted
+read-only under ``/mnt`` (the kernel writes snapshots into its run directory; the host checks and moves
+them). The docker SDK is imported only when a launcher is used.
 """
 
 from __future__ import annotations
@@ -198,6 +181,8 @@ class DockerLauncher(KernelLauncher):
             self.cleanup_stale()
         mounts = self.mounts(connection_file, workdir)
         readonly = {Path(os.path.abspath(p)) for p in self.readonly_dirs}
+        # Writable mounts must be writable by uid 1000. The kernel rewrites the connection file as its own
+        # user with mode 0600, so the host keeps its content in memory.
         for folder in mounts:
             folder.mkdir(parents=True, exist_ok=True)
             grant_kernel_access(folder, write=folder not in readonly)

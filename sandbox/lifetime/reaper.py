@@ -1,31 +1,12 @@
-"""Kernels never outlive their owner: the atexit hook, the reaper, and what callers import.
+"""Kernels never outlive their owner (the host process that started them): the atexit hook and the reaper.
 
-A kernel's *owner* is the host process that started it. Three things make sure that what an owner
-started goes when the owner goes, however it goes:
-
-- a normal interpreter exit closes every kernel still open (an ``atexit`` hook over a weak set of started
-  kernels, registered at the first start: importing this module has no side effects);
-- every run directory holds ``owner.json`` (`themisto_env.sandbox.lifetime.owners`): who owns it (host, boot,
-  pid and the pid's start time, so a reused pid is never taken for the owner), the backend, the kernel's
-  host processes (pid and start time) and containers;
-- at a process's first kernel start a small *reaper* process is started in its own session. It waits for
-  the owner to die (``pidfd_open``, else a poll once a second) and then removes what the owner left
-  (`themisto_env.sandbox.lifetime.leftovers`): kills the recorded kernel processes (only if their start time
-  still matches; a template's forked kernels are recorded inside its folder) and every process working in a
-  run directory, awaits their ends, removes its containers, then its run directories, and ends only when
-  that is done. No step waits for a fixed time, so a busy machine delays the cleanup but never breaks it.
-  A ``SIGKILL``\\ed owner thus takes its kernels with it on every backend (local kernels also end by
-  themselves: ipykernel's parent poller watches ``JPY_PARENT_PID``; forked kernels die with their template,
-  ``PR_SET_PDEATHSIG``; bwrap kernels die with bwrap's ``--die-with-parent``).
-
-What a dead owner left behind anyway (its reaper was killed too, the machine was short of memory, ...) is
-removed by ``themisto sandbox gc`` and, for the run directories of the same temporary root, at the next
-process's first kernel start.
-
-This module, `owners` and `leftovers` use the
-standard library only (the docker SDK is imported when a container must go): the reaper loads the three
-by file path, without importing the package (whose ``__init__`` pulls in gymnasium), to stay small
-(about 10 MB). The names callers used from here before the split are re-exported.
+A normal exit closes every kernel still open (an ``atexit`` hook, registered at the first start). At a
+process's first kernel start a small *reaper* process starts in its own session: it waits for the owner to
+die and then removes what the owner left (`themisto_env.sandbox.lifetime.leftovers`, from each run
+directory's ``owner.json``: `themisto_env.sandbox.lifetime.owners`), so a ``SIGKILL``\\ed owner takes its
+kernels with it on every backend. ``themisto sandbox gc`` removes what a dead reaper left. This module,
+`owners` and `leftovers` use the standard library only: the reaper loads them by file path, without
+importing the package, to stay small.
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
 """A kernel's working folder as part of its state: file trees, their digests, a store, and syncing.
 
-A kernel runs in a private folder inside its run directory (``RUN_DIR/work``), never in the user's own
-folder: what cells write, change or remove stays there and goes with the kernel. The files a kernel
-sees are part of the state a trajectory step is in, beside the variables, so they are recorded and
-served like them:
-
-* A **file tree** (`FileTree`) maps each regular file's relative POSIX path to the sha256 of its
-  content. Empty folders, symbolic links and special files are not part of it (a symlink could point
-  anywhere on the host), nor are ``__pycache__``, ``.ipynb_checkpoints`` and ``.git`` folders
-  (`IGNORED`).
-* Its **digest** (`tree_digest`) is the sha256 over the sorted relative paths and the contents'
-  digests (one ``path NUL sha256 LF`` line per file): the same files give the same digest on any machine.
-* A `FileStore` keeps trees and file contents content-addressed (a dataset keeps one in its
-  ``files/`` folder, so that a dataset moved to another machine still has the files its kernels need).
-  Everything read back is checked against its digest; a mismatch is a one-line
-  [`DataError`][themisto_env.errors.DataError] naming the file, never served.
-* `sync` makes a working folder hold exactly a tree's files, touching only what differs. It runs
-  on the host and never follows a link the kernel may have planted: links and special files are removed,
-  files are written with ``O_NOFOLLOW``, in folders checked with ``lstat``.
-
-Sizes are bounded: `scan` refuses a folder whose files exceed a limit (one line naming the folder).
+A kernel runs in a private folder in its run directory (``RUN_DIR/work``); the files it sees are part of a
+step's state, recorded and served like the variables. A `FileTree` maps each regular file's relative path to
+its sha256 (no links, special files or `IGNORED` folders), `tree_digest` hashes a tree the same on any
+machine, a `FileStore` keeps trees and contents content-addressed and checked on read, and `sync` makes a
+folder hold exactly a tree's files without following a link the kernel may have planted. `scan` refuses a
+folder over a size limit.
 """
 
 from __future__ import annotations

@@ -1,85 +1,11 @@
 """Replay agreement: whether a replayed cell shows what the person saw, and if not, why.
 
-`agreement` compares the outputs recorded in a log or notebook with the outputs of replaying the
-same cell. Both are rendered as the text a person reads (`themisto_env.sandbox.rendering.render_outputs`:
-streams, ``text/plain`` of results and displays, ``ENAME: evalue`` of errors; tracebacks and images are
-not part of it), then normalised by `normalize_output`, and the two texts must be equal. With
-``raw=True`` the rendered texts are compared as they are.
-
-Normalisation (version `NORMALIZATION_VERSION`), in this order:
-
-1. Everything `themisto_env.sandbox.rendering.normalize_for_comparison` does (escape codes, timings,
-   addresses, temporary paths, process ids, whitespace at the ends).
-2. Cell file names, old and new (IPython 7's ``<ipython-input-12-3f2a9c0b1d4e>``, ipykernel's
-   ``/tmp/ipykernel_4711/2519893127.py`` or bare ``2519893127.py``) -> ``<CELL>``.
-3. Figure sizes (``<Figure size 432x288 with 1 Axes>``, ``Figure(640x480)``) -> ``<SIZE>``; the axes are kept.
-
-Numbers in data, exception messages, shapes and paths outside temporary folders are compared as is.
-
-A recording that kept each output's kind and size only (JuNE as published; `themisto_env.data.kind_and_size`)
-is compared at that level: the kinds in order, each size within the characters that vary between two runs,
-and an error's name where one was recorded. The same kinds follow, from what the replay shows; no cause is
-read from text that was not recorded.
-
-Kinds (`AgreementKind`), the first that applies. What a verdict can use beyond the two outputs comes
-in a `ReplayContext` (the build gives it: the replay's status and limit, a second replay, the earlier
-step an input came from, package versions); without it, fewer causes can be told apart.
-
-``ok``
-    The normalised texts are equal.
-``unrecorded``
-    Nothing was recorded to compare with (a JuNE execution that never finished, a notebook whose
-    outputs were cleared, or a notebook cell saved with no outputs whose replay shows a result or printed
-    text and no error: its outputs were cleared). Not a disagreement; left out of agreement figures.
-``timeout``
-    The replay ran past its per-cell limit and was cut (a cell the person interrupted is not one). The
-    detail names the limit and the option that rebuilds with a longer one (``--cell-timeout``).
-``missing-module``
-    The replay raised ``ModuleNotFoundError`` (or ``ImportError: No module named ...``) and the
-    recording did not: the replay's environment lacks a package.
-``missing-attribute``
-    The replay raised ``AttributeError`` or ``ImportError: cannot import name ...`` and the recording
-    did not: usually an API removed since (``'DataFrame' object has no attribute 'append'``).
-``missing-file``
-    The replay raised ``FileNotFoundError`` (or an error saying ``No such file or directory`` /
-    ``does not exist``) and the recording did not: the cell reads a file the replay does not have. A
-    shell command calling a missing script or program counts too (``!python prepare.py`` printing
-    ``can't open file``, ``No such file or directory`` or ``command not found`` where the recording did not).
-``upstream``
-    The cell reads a name that an earlier step wrote, and that step disagreed (any kind but ``display``
-    and ``warning``): the difference is carried forward; the detail names the step, its kind and the name
-    (``inputs from step 3 (missing-file) wrote 'df'``). A ``NameError`` names the step that should have
-    bound the missing name. A library an import bound carries nothing, nor does a name whose later uses
-    showed what was recorded; a value imported (``from settings import ROWS``) carries as any value does.
-``error-vs-ok``
-    One of the two raised and the other did not (any other error), or both raised different errors.
-``display``
-    Streams, errors and results agree; only display outputs differ (images, HTML, figures,
-    ``<IPython.core.display.HTML object>`` placeholders, a display present in one only).
-``warning``
-    Streams, results and displays agree; only stderr differs, and it holds a warning
-    (``FutureWarning: ...`` in one only, or worded otherwise today). Tolerated (`TOLERATED`).
-``timing``
-    The texts differ only in numbers, on lines that speak of time (``took 0.53``, ``elapsed``,
-    ``seconds``, ``time``; not ``took 12 iterations``): a measured duration that normalisation left.
-    Tolerated (`TOLERATED`).
-``nondeterminism``
-    A second replay of the cell, from a copy of the state before it, shows other outputs than the
-    first: an unseeded random draw (from the global generators, or from a numpy generator an earlier cell
-    made with no seed), a set's order, a clock. The detail shows the first line in which the two replays
-    differ.
-``environment``
-    The replay differs only by a repr today's libraries changed (numpy 2's ``np.int64(8)`` for ``8``,
-    ``np.True_`` for ``True``): this wins over ``upstream``. Or a second replay shows the same outputs as
-    the first, and both differ from the recording: today's machine computes otherwise (package versions,
-    paths, host names). The detail names the packages
-    whose versions differ from those the source recorded (a notebook's metadata or a requirements file
-    beside it), when it recorded any.
-``other``
-    Anything else: a difference the cell was not replayed twice for (snapshots off, or past the bound
-    on second replays); the detail says so, and ``(numbers only)`` when only numbers differ.
-
-Each verdict has a short ``detail``: the replay's error, or the first differing line of each side.
+`agreement` renders the recorded and the replayed outputs as the text a person reads
+(`themisto_env.sandbox.rendering.render_outputs`), normalises both (`normalize_output`) and, when they
+differ, names the first cause that applies (`AgreementKind`) with a one-line detail. A recording that kept
+only each output's kind and size (JuNE as published) is compared at that level. A `ReplayContext` carries
+the build's evidence (the replay's status, a second replay, the step an input came from, package versions);
+without it fewer causes can be told apart. docs/data.md ("Replay agreement") describes each cause.
 """
 
 from __future__ import annotations
@@ -112,6 +38,23 @@ AgreementKind = Literal[
     "environment",
     "other",
 ]
+"""Why a replay differs, the first that applies in this order (docs/data.md has a table with examples).
+
+- ``ok``: equal after normalisation. ``unrecorded``: nothing recorded to compare with (also a saved
+  notebook cell with no outputs whose replay shows something); not a disagreement.
+- ``timeout``: cut at the per-cell limit. ``missing-module``, ``missing-attribute``, ``missing-file``: the
+  replay alone raised ``ModuleNotFoundError``, ``AttributeError`` / ``cannot import name``, or a missing
+  file (a ``!`` command's ``can't open file`` / ``command not found`` too).
+- ``upstream``: the cell reads a name an earlier disagreeing step wrote (`UPSTREAM_SOURCES`); a
+  ``NameError`` names the step that should have bound it.
+- ``error-vs-ok``: one raised and the other did not, or other errors.
+- ``display``, ``warning``, ``timing``: only displays, a stderr warning, or numbers on a line about time
+  differ (the last two `TOLERATED`).
+- ``nondeterminism``: a second replay from the state before differs from the first. ``environment``: only
+  numpy 2's scalar reprs differ (this wins over ``upstream``), or a second replay agrees with the first and
+  both differ from the recording.
+- ``other``: anything else (the cell was not replayed twice).
+"""
 KINDS: tuple[AgreementKind, ...] = get_args(AgreementKind)
 DISAGREEMENTS: frozenset[str] = frozenset(KINDS) - {"ok", "unrecorded"}
 """The kinds that mean the replay shows something else than the person saw."""
@@ -153,7 +96,7 @@ class Agreement:
 
     Attributes:
         agrees: Whether the replay shows what was recorded (after normalisation unless raw).
-        kind: Why not (see the module doc); ``ok`` when it agrees.
+        kind: Why not (`AgreementKind`); ``ok`` when it agrees.
         detail: A short explanation: the replay's error, or the first differing lines; "" when ok.
     """
 
@@ -163,7 +106,11 @@ class Agreement:
 
 
 def normalize_output(text: str) -> str:
-    """Normalise rendered output text for comparison (rules in the module doc).
+    """Normalise rendered output text for comparison.
+
+    Applies `themisto_env.sandbox.rendering.normalize_for_comparison`, then replaces cell file names (IPython
+    7's ``<ipython-input-12-3f2a...>``, ipykernel's ``/tmp/ipykernel_4711/2519893127.py``) by ``<CELL>`` and
+    figure sizes (``<Figure size 432x288 ...>``, ``Figure(640x480)``) by ``<SIZE>``.
 
     Args:
         text: Rendered outputs (`themisto_env.sandbox.rendering.render_outputs`).

@@ -1,24 +1,10 @@
 """JuNE event logs grouped into sessions.
 
-JuNE (JetBrains Research's notebook-execution dataset) is an event log, one row per user or kernel
-event, with the columns in `JUNE_COLUMNS`. JuNE logs are read from
-CSV, Parquet or JSON Lines (``.csv``, ``.csv.gz``, ``.parquet``, ``.jsonl``, ``.jsonl.gz``, ``.ndjson``),
-every row validated into a [`JuneEvent`][themisto_env.data.JuneEvent] (a malformed row raises
-[`DataError`][themisto_env.errors.DataError] naming the file, the 1-based data row and the field); this module
-groups the events into [`Session`][themisto_env.data.Session] objects by ``kernel_id``. The rows
-and their columns live in `themisto_env.data.june_events`, reading and writing files in
-`themisto_env.data.june_files`.
-
-Every event kind is kept; only these matter for replay:
-
-* ``execute`` / ``finished_execute``: one execution, paired by cell (FIFO per ``cell_index``); the
-  execution time is the difference of their times, the outputs come from the finish row.
-* ``error``: the error output of the running execution (used when the finish row has none).
-* ``kernel_restarting``: the namespace is gone; the next execution is flagged ``restarted_before`` and
-  executions still running are abandoned (they never finish).
-* ``kernel_interrupting``: the running execution is flagged ``interrupted``.
-* ``delete``: the cell is noted in ``Session.deleted_cell_ids`` and its executions flagged.
-* ``notebook_renamed``: the session's ``notebook_name`` follows the rename.
+JuNE (JetBrains Research's notebook-execution dataset) is an event log, one row per user or kernel event.
+Its rows are read and validated in `themisto_env.data.june_events` and `themisto_env.data.june_files`; this
+module groups them into [`Session`][themisto_env.data.Session] objects by ``kernel_id``, pairing ``execute``
+with ``finished_execute`` rows per cell and following restarts, interrupts, deletions and renames
+(`sessions_from_events` says how).
 """
 
 from __future__ import annotations
@@ -137,7 +123,15 @@ def sessions_from_events(events: Iterable[JuneEvent], *, source_path: str | Path
     """Group events into sessions by ``kernel_id`` and pair executions with their finishes.
 
     Within a session, events are ordered by ``action_id`` (file order breaks ties). Sessions come in the
-    order their kernels first appear.
+    order their kernels first appear. Every event kind is kept; these matter for replay:
+
+    - ``execute`` / ``finished_execute``: one execution, paired by cell (first in, first out per
+      ``cell_index``); its time is the difference of theirs, its outputs the finish row's.
+    - ``error``: the running execution's error output (used when the finish row has none).
+    - ``kernel_restarting``: the next execution is flagged ``restarted_before``; running ones are abandoned.
+    - ``kernel_interrupting``: the running execution is flagged ``interrupted``.
+    - ``delete``: the cell is noted in ``Session.deleted_cell_ids`` and its executions flagged.
+    - ``notebook_renamed``: the session's ``notebook_name`` follows.
 
     Args:
         events: Events of one or more kernels.

@@ -1,30 +1,11 @@
 """Record your own Jupyter work as a JuNE event log: ``%load_ext themisto_env.data.recorder``.
 
-Once loaded in a kernel, every cell a person runs is appended to a JSON Lines log, as JuNE rows: an
-``execute`` row when the cell starts, an ``error`` row if it raised, and a ``finished_execute`` row when
-it ends, holding the cell's outputs as nbformat outputs (stdout/stderr streams, the displayed result,
-displays such as plots and DataFrames, the error). The log can be read back with
-[`themisto_env.data.june.read_sessions`][themisto_env.data.read_sessions] and built into trajectories like any JuNE log.
-
-* Where: ``$THEMISTO_RECORD_PATH``, else ``<user data dir>/themisto-env/recordings/june_log.jsonl``; the
-  path is printed when the extension loads.
-* Who: ``$THEMISTO_USER_ID`` (default: the login name) and ``$THEMISTO_EXPERT`` (``1``/``true``).
-* Cells: ``cell_index`` is the frontend's cell id (``ExecutionInfo.cell_id``: JupyterLab, Notebook 7
-  and VS Code send one), the notebook name comes from ``JPY_SESSION_NAME`` (set by jupyter_server).
-* Not recorded: silent executions and executions with ``store_history=False`` (what frontends and
-  this project's own introspection send for completions, inspections and tool calls).
-* Restarts: when the extension is loaded in a new process of a kernel that already has rows in the
-  log (Jupyter keeps the kernel id across restarts), a ``kernel_restarting`` row is written first,
-  so that replays know the namespace was emptied. To record every restart, load it at kernel start
-  (``c.InteractiveShellApp.extensions = ["themisto_env.data.recorder"]`` in an IPython profile).
-
-Outputs are captured beside the notebook's own display, never instead of it: stdout and stderr are
-teed, and the display publisher, display hook and traceback display are wrapped, so the cell's outputs
-appear in the notebook exactly as without the extension. Writing the log never breaks a cell: a
-failure to write is reported once on stderr and recording goes on.
-
-The capture of a cell's outputs is `themisto_env.data.recorder_capture`, the locked appends to the
-log `themisto_env.data.recorder_log`; this module hooks them into the shell.
+Once loaded in a kernel, every cell a person runs is appended to a JSON Lines log as JuNE rows with its
+outputs as nbformat outputs, readable by [`read_sessions`][themisto_env.data.read_sessions] and built like any
+JuNE log (docs/data.md, "Recording your own session"). Outputs are captured beside the notebook's own
+display, never instead of it, and writing the log never breaks a cell. This module hooks the capture
+(`themisto_env.data.recorder_capture`) and the locked appends (`themisto_env.data.recorder_log`) into the
+shell.
 """
 
 from __future__ import annotations

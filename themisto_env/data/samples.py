@@ -1,33 +1,10 @@
 """Tasks and samples: which steps of which trajectories are predicted, and what the target is.
 
-Two tasks, as in Themisto:
-
-* ``next-cell``: given the executions so far (code and outputs) and the live state, predict the source
-  of the next executed cell. The target is step ``k``'s source; samples start at ``k = 1``.
-* ``output``: given that history and the source of the cell about to run, predict its output as text
-  (`themisto_env.sandbox.rendering.render_outputs` documents the rendering). The target is step ``k``'s
-  replayed output; samples start at ``k = 0``.
-
-Themisto's sample rule is the default ([`SampleRule`][themisto_env.data.SampleRule]): only trajectories of at least 5
-executions, empty targets dropped, and targets longer than the 0.99 quantile of target length (over the dataset's
-candidate targets of that task) dropped.
-
-Samples follow what the person saw (``follow_recording``, on by default), by the cause of their target
-step's difference (`themisto_env.data.agreement`), per task:
-
-* ``output`` (``drop_output_causes``; default: every cause of
-  `themisto_env.data.agreement.DISAGREEMENTS`): a sample whose step's replay disagrees with the
-  recorded outputs is dropped, since its target (the replayed output) is not what the person saw: a
-  random draw (``nondeterminism``), a measured time (``timing``), an error the person did not get, a
-  value today's packages compute otherwise (``environment``), ... Give a smaller set to keep some (e.g.
-  without ``warning`` and ``display``, whose targets differ only by a warning line or a figure).
-* ``next-cell`` (``drop_next_cell_causes``; default: none): the target is the person's own code, whatever
-  the replay showed, so a next-cell sample is kept even where its step's output is random or timed (its
-  state is what the replay holds). Give causes to drop (e.g. ``missing-module``, ``upstream``: the state
-  before the cell lacks what the person had).
-
-Steps with nothing recorded to compare with (``unrecorded``) are kept. `sample_counts` says how
-many each step of the rule kept and dropped, and ``by_cause`` how many each cause dropped.
+Two tasks, as in Themisto: ``next-cell`` predicts the source of step ``k`` (samples from ``k = 1``) and
+``output`` predicts step ``k``'s replayed output as text (`themisto_env.sandbox.rendering.render_outputs`;
+samples from ``k = 0``). [`SampleRule`][themisto_env.data.SampleRule] says which steps become samples:
+Themisto's rule by default, and, following what the person saw, no output sample whose step's replay
+disagrees with the recording. `sample_counts` says what each part of the rule kept and dropped.
 """
 
 from __future__ import annotations
@@ -56,12 +33,19 @@ TASKS: tuple[TaskName, ...] = ("next-cell", "output")
 class SampleRule(BaseModel):
     """Which steps become samples (Themisto's rule by default).
 
+    Themisto's rule: trajectories of at least 5 executions, no empty targets, no target longer than the
+    0.99 quantile of the task's candidate targets. Following the recording, an output sample whose step
+    disagrees is dropped (its target is not what the person saw: a random draw, a timing, an error they did
+    not get), for every cause by default; a next-cell sample is kept whatever the cause (its target is the
+    person's code), unless causes are given (``missing-module``, ``upstream``: the state lacks what the
+    person had). Steps with nothing recorded (``unrecorded``) are kept.
+
     Attributes:
         min_executions: Trajectories with fewer executions give no samples.
         drop_empty: Drop samples whose target is empty (or only whitespace).
         max_length_quantile: Drop targets longer than this quantile of target length; None keeps all.
         follow_recording: Drop samples by the cause of their step's difference from the recording (the two
-            sets below); off: none is dropped for it. See the module doc.
+            sets below); off: none is dropped for it.
         drop_output_causes: The causes that drop an output-prediction sample.
         drop_next_cell_causes: The causes that drop a next-cell sample.
     """

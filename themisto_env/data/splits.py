@@ -1,22 +1,10 @@
 """Train/test splits of a trajectory dataset that cannot leak, and the file that keeps them.
 
-A split assigns whole groups of trajectories to one side, ``train`` or ``test``: each trajectory
-(``by="trajectory"``), each person's trajectories (``by="user"``) or each notebook's (``by="notebook"``).
-The side of a group is decided by its key alone: the sha256 of the seed and the key, read as a number in
-[0, 1), below ``test_size`` is ``test``. So the assignment is deterministic on every machine, and a
-trajectory never changes side when the dataset grows (a new trajectory finds its own side; the others
-keep theirs). The price: on a small dataset the share of test trajectories is only near ``test_size``;
-a side left empty is refused with the seeds that would fill both (`assign`).
-
-Named splits are kept beside the dataset's manifest, in ``splits.json`` (format ``themisto-splits``,
-version 1): per name, the rule (``by``, ``test_size``, ``seed``) and what the split held when it was
-written (trajectories per side, samples per task and side, the leakage report). The rule is what counts:
-a dataset that grew is split by the same rule. A dataset with no ``splits.json`` (the bundled data) is
-split by `DEFAULT_RULE`, the rule ``themisto data split DATASET`` writes with no options.
-
-The leakage report (`leakage`): trajectories with samples on both sides (0 by construction; it is
-counted, not assumed), and per task the test samples whose target occurs verbatim, whitespace
-normalised, as a train target (notebooks repeat lines like ``df.head()``: a count to read, not an error).
+A split puts whole groups (a trajectory, a person's or a notebook's trajectories) on one side, decided by
+the sha256 of the seed and the group's key alone: the same on every machine, and a trajectory keeps its
+side when the dataset grows (on a small dataset the test share is only near ``test_size``). Named splits
+are kept in ``splits.json`` beside the manifest (the rule is what counts); a dataset without one is split by
+`DEFAULT_RULE`. `leakage` reports trajectories on both sides and test targets found verbatim in train.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """Replayed trajectories with runtime state, and their on-disk format.
 
-A [`Trajectory`][themisto_env.data.Trajectory] is a recorded [`Session`][themisto_env.data.Session] after replay in a
-sandbox
-kernel: for every execution, the replayed outputs beside the recorded ones, the execution time, the
-kernel's memory and per-variable sizes after it, and a reference to a snapshot of the namespace after it.
-
-On disk (format ``themisto-trajectories``, version `FORMAT_VERSION`), a dataset is a folder::
-
-    DIR/manifest.json        format, version, backend, package versions, sources, counts
-    DIR/trajectories.jsonl   one Trajectory per line (JSON; the schema is the pydantic model below)
-    DIR/files/               the kernels' working folders, content-addressed: the folder each replay
-                             started in and what it held after every step (see
-                             `themisto_env.sandbox.store.workdir`), so that a served state has its files;
-                             and the figures the output cap would have dropped
-
-Snapshots are not in the folder: they are content-addressed dill files in the snapshot store
-(``<cache>/snapshots/<digest[:2]>/<digest>.dill``), made on demand and never committed; a step refers to
-its snapshot by ``snapshot`` (the sha256 digest). Everything else is plain JSON Lines, readable without
-this package.
+A [`Trajectory`][themisto_env.data.Trajectory] is a recorded [`Session`][themisto_env.data.Session] after replay in
+a sandbox kernel: per execution, the replayed outputs beside the recorded ones, the time, the memory and
+variable sizes after it, and the digest of a namespace snapshot. A dataset folder (format
+``themisto-trajectories``, version `FORMAT_VERSION`) holds ``manifest.json``, ``trajectories.jsonl`` (one
+trajectory per line, the pydantic models below) and ``files/`` (the working folders and kept figures,
+content-addressed); snapshots live in the snapshot store. docs/data.md ("On-disk format") has the fields.
 """
 
 from __future__ import annotations

@@ -1,47 +1,9 @@
 """JuICe's API-sequence precision and recall: which library calls a predicted cell makes that the real one does.
 
-JuICe (Agashe, Iyer and Zettlemoyer, "JuICe: A Large Scale Distantly Supervised Dataset for Open Domain
-Context-based Code Generation", EMNLP 2019, arXiv:1910.02216) scores its API-sequence task by the precision
-and recall of the predicted API calls against the target cell's. This module follows the authors' code:
-the extraction is ``gen_api_seq`` in ``jupyter/preprocess/tokenize_utils.py`` and the empty sequence's
-``NO_API_SEQUENCE`` token is set in ``jupyter/new_pipeline/to_dataset.py`` (repository rajasagashe/JuICe);
-the scores are ``Metric.compute_precision_recall_f1`` in ``fairseq/bleu.py`` (rajasagashe/JuICe-models).
-
-What counts as an API call ([`api_sequence`][themisto_env.metrics.api_sequence])
-    A call whose callee is written as a name or an attribute, named by that last name alone:
-
-    - ``f(x)`` is ``f``, unless ``f`` is a Python builtin or keyword (``print``, ``len``, ``range``,
-      ``int``, ...: JuICe leaves those out). ``display(df)`` counts (IPython's, not a builtin);
-    - ``obj.method(x)`` is ``method``, builtin name or not (``np.sum(a)`` is ``sum``). The receiver and
-      the module are not part of the name, so ``pd.read_csv(p)``, ``pandas.read_csv(p)`` and
-      ``read_csv(p)`` after ``from pandas import read_csv`` are all ``read_csv``: an import alias
-      changes nothing;
-    - a chain is one call per link, in the order the names are written: ``df.groupby("a").mean()`` is
-      ``["groupby", "mean"]``; nested calls likewise: ``f(g(x))`` is ``["f", "g"]``;
-    - a callee that is not written as a name (``fs[0](x)``, ``f(x)(y)``'s second call, ``(lambda: 0)()``)
-      is not an API call; ``def`` and ``class`` statements are not calls; a decorator call is
-      (``@app.route("/")`` is ``route``);
-    - calls inside an f-string's braces are not counted: JuICe's tokenizer (Python 3.6) saw an f-string
-      as one string token.
-
-    Lines of IPython magics and shell escapes (``%matplotlib inline``, ``!pip install x``) are blanked
-    first. The sequence keeps repeats and order, as JuICe's does.
-
-    Code that parses is read with `ast` (the rules above). Code that does not (a truncated
-    prediction, Python 2, a cell magic's body) falls back to JuICe's own token rule on the tokens
-    Python's `tokenize` yields before its first error: a name token directly followed by ``(``,
-    not after ``def`` or ``class``, and not a builtin or keyword unless it follows a ``.``. On code that
-    parses the two agree (tested on generated programs), but for a callee name and its ``(`` on
-    different lines inside brackets, which the token rule misses and the syntax tree does not.
-
-The scores ([`api_sequence_score`][themisto_env.metrics.api_sequence_score])
-    As JuICe computes them, over the *sets* of names (order and repeats do not count, despite the name):
-    precision is the share of the predicted names that the reference calls, recall the share of the
-    reference's names that the prediction calls, F1 their harmonic mean. A cell without any API call
-    has the one-name sequence ``NO_API_SEQUENCE`` (as in JuICe's data), so a prediction and a reference
-    that both call nothing score 1.0, and one that calls nothing against one that calls something
-    scores 0.0. Each of the three is in [0, 1]; JuICe's corpus figures are their means over samples
-    (times 100).
+Follows the authors' code for JuICe (Agashe, Iyer and Zettlemoyer, EMNLP 2019, arXiv:1910.02216): the
+extraction is ``gen_api_seq`` in ``jupyter/preprocess/tokenize_utils.py`` and ``NO_API_SEQUENCE`` comes from
+``jupyter/new_pipeline/to_dataset.py`` (rajasagashe/JuICe); the scores are
+``Metric.compute_precision_recall_f1`` in ``fairseq/bleu.py`` (rajasagashe/JuICe-models).
 """
 
 from __future__ import annotations
@@ -82,7 +44,17 @@ def _blank_magics(code: str) -> str:
 
 
 def api_sequence(code: str) -> list[str]:
-    """The API calls a cell makes, in the order they are written (JuICe's rules: see the module doc).
+    """The API calls a cell makes, in the order they are written, by JuICe's rules.
+
+    A call counts when its callee is written as a name or an attribute, and is named by that last name:
+    ``f(x)`` is ``f`` unless ``f`` is a builtin or keyword (``print``, ``len``; IPython's ``display``
+    counts); ``obj.method(x)`` is ``method``, builtin or not, so an import alias changes nothing
+    (``pd.read_csv`` is ``read_csv``). A chain or a nesting is one call per link, in written order
+    (``df.groupby("a").mean()`` is ``["groupby", "mean"]``). Not calls: a callee that is not a name
+    (``fs[0](x)``), ``def`` and ``class``, calls inside an f-string (JuICe's Python 3.6 tokenizer saw one
+    string); a decorator call is one. Magic and shell lines are blanked first. Code that does not parse
+    falls back to JuICe's token rule on the tokens before the first error (a name directly followed by
+    ``(``); the two agree on code that parses but for a callee and its ``(`` on different lines.
 
     Args:
         code: A cell's source (a prediction or a reference).
@@ -177,12 +149,17 @@ class ApiSequenceScore:
 def api_sequence_score(prediction: str, reference: str) -> ApiSequenceScore:
     """JuICe's precision, recall and F1 of the prediction's API calls against the reference's.
 
+    As JuICe computes them, over the *sets* of names (order and repeats do not count): precision is the
+    share of the predicted names the reference calls, recall the share of the reference's names the
+    prediction calls, F1 their harmonic mean. A cell that calls nothing has the one name
+    ``NO_API_SEQUENCE``, so two such cells score 1.0 and one against a cell that calls something 0.0.
+
     Args:
         prediction: The predicted cell.
         reference: The real cell.
 
     Returns:
-        The scores (see the module doc: sets of names, ``NO_API_SEQUENCE`` for a cell calling nothing).
+        The scores, each in [0, 1].
     """
     predicted = set(api_sequence(prediction)) or {NO_API_SEQUENCE}
     wanted = set(api_sequence(reference)) or {NO_API_SEQUENCE}

@@ -1,24 +1,11 @@
 """chrF, equal in value to ``sacrebleu.sentence_chrf(prediction, [reference]).score / 100``, and faster.
 
-sacrebleu's default chrF (character order 6, word order 0, beta 2, whitespace removed, no lowercasing,
-effective-order averaging rather than epsilon smoothing) does, for one hypothesis and one reference:
-
-1. remove all whitespace: ``"".join(text.split())`` (``str.split`` whitespace, Unicode included);
-2. for n = 1..6, count the character n-grams of each side and the clipped matches
-   ``sum(min(hyp[g], ref[g]))``; the hypothesis count is reported as 0 when the reference has no
-   n-gram of that order;
-3. average precision and recall over the orders where both sides have n-grams ("effective order"),
-   and return ``100 * F_beta`` of the averages (0 when no order is effective or both are 0).
-
-Steps 1 and 3 are done here with the same Python expressions, in the same order, so the floats are
-identical. Step 2, where sacrebleu spends its time building ``Counter``s of substrings, is done with
-numpy: every n-gram is encoded as an integer in base ``B`` (the characters are digits ``1..B-1``, so
-n-grams of different lengths get distinct codes and codes of length n lie in ``[B**(n-1), B**n)``),
-each code is tagged with its side in the lowest bit, and one sort of both sides' codes puts equal
-n-grams in runs from which the clipped matches of every order are summed. The encoding is exact while
-``2 * B**6`` fits in int64 (``B <= 1290``): always for ASCII, for any text whose characters are all at most
-U+0508, and for any pair with at most 1,289 distinct characters; a pair beyond that falls back to a
-pure-Python ``Counter`` implementation of step 2.
+sacrebleu's default chrF (character order 6, beta 2, whitespace removed, effective-order averaging): the
+whitespace removal and the F-score use sacrebleu's own expressions in its order, so the floats are
+identical. The clipped n-gram matches are counted with numpy: every n-gram is an integer in base ``B``
+(characters are digits ``1..B-1``, so lengths get distinct code ranges), tagged with its side in the lowest
+bit, and one sort of both sides' codes puts equal n-grams in runs. The codes fit int64 while ``B <= 1290``
+(any pair of at most 1,289 distinct characters); beyond, a ``Counter`` does it.
 """
 
 from __future__ import annotations

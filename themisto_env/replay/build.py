@@ -1,24 +1,11 @@
 """Building trajectories: replay recorded sessions in a sandbox kernel and record the runtime state.
 
-``themisto data build SRC... --out DIR`` calls [`build_dataset`][themisto_env.replay.build_dataset]. Each session is
-replayed in a kernel of the chosen backend, execution by execution, as the person performed them (restarting the
-kernel where they did); after each execution the replayed outputs, time, memory, per-variable sizes and
-a namespace snapshot are recorded.
-
-The kernel runs in a private copy of the session's working folder (a notebook's own folder by default,
-or ``workdir``; none for a JuNE log unless given): the folder's files are kept in the dataset's
-``files/`` (content-addressed) and copied from there into the kernel's run directory, so cells read
-files by relative path as the person's did, and what they write stays in the copy. After every step the
-folder's content digest is recorded with the step (the files too), so that a state served later has the
-files it had here. A session that fails midway (its kernel dies) keeps what was built
-and says where and why; building again into the same folder skips what is already built.
-
-Sessions can be replayed on several kernels at once (``workers``: threads, one kernel each) or on Ray
-actors across a cluster (``ray``; see `themisto_env.replay.build_ray` for what every node needs):
-each session is replayed whole by one worker, each trajectory is appended to the dataset as it finishes
-(a killed build keeps it), and the dataset ends in the sources' order, as a one-kernel build leaves it:
-the trajectories are the same either way, only timings differ. A store that cannot be written (a full
-disk) stops the build with that ``OSError``.
+``themisto data build SRC... --out DIR`` calls [`build_dataset`][themisto_env.replay.build_dataset]: each session
+is replayed execution by execution in a kernel of the chosen backend, in a private copy of its working
+folder, recording after each step the outputs, time, memory, variable sizes, a namespace snapshot and the
+folder's digest. Sessions can run on several kernels (``workers``) or Ray actors
+(`themisto_env.replay.build_ray`), one session per worker; the dataset is the same either way, each
+trajectory is appended as it finishes, and building again into the folder skips what is built.
 """
 
 from __future__ import annotations

@@ -1,28 +1,9 @@
 """A build's sessions replayed on Ray actors across a cluster (``themisto data build --ray ADDRESS``).
 
-Each actor (`SessionReplayer`, one CPU) owns one kernel on its node and replays the sessions it is
-handed, whole, returning each [`Trajectory`][themisto_env.data.Trajectory]; sessions are handed out
-longest first to whichever actor is free. ``ADDRESS`` has the meaning it has in ``themisto run --ray``
-(`themisto_env.sandbox.ray.cluster`): ``local`` starts a private Ray instance (shut down after the
-build), ``auto`` or ``HOST:6379`` or ``ray://HOST:10001`` joins a cluster.
-
-What every node needs:
-
-- themisto-env installed (same version), and the kernel environment (``--kernel-env``) or, for docker,
-  the kernel image;
-- the dataset's ``files/`` folder readable at the same path as on the driver (a shared folder), for
-  sessions with a working folder (notebooks, ``--workdir``): a node that cannot read it stops the build
-  with one line saying so.
-
-Snapshots: an actor's kernel writes them to the snapshot store at the same path on its node (the
-default: that node's cache). When the driver's store lacks a snapshot a trajectory refers to (a node
-without a shared store), the driver fetches its bytes from the actor through Ray, checks their hash and
-adds them to its own store, so the driver's store ends with every snapshot; the same for the working
-folder files a step recorded.
-
-A worker that is lost (its process killed, its node gone) loses only the session it was replaying
-(nothing of it is written): the session is handed to another worker; when none is left, it is listed as
-failed and running the same command again replays it.
+Each actor (`SessionReplayer`, one CPU) owns one kernel on its node and replays whole sessions, handed out
+longest first; ``ADDRESS`` means what it means for ``themisto run --ray``. Snapshots and working-folder
+files a node kept in its own store are fetched through Ray, checked and added to the driver's store; a lost
+worker's session goes to another worker. What every node needs is in docs/data.md ("Faster builds").
 """
 
 from __future__ import annotations

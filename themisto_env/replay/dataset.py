@@ -1,31 +1,9 @@
 """A trajectory dataset, opened once per process: its folder, manifest, trajectories and samples.
 
-[`Dataset.open`][themisto_env.replay.Dataset.open] is the one place where a dataset is resolved (the bundled data by
-default, replayed into the cache on first use; or a folder built by ``themisto data build``), checked (its manifest and
-format version: `read_manifest`) and cached: opening the same folder
-again in a process returns the same object while its ``manifest.json`` and ``trajectories.jsonl`` are
-unchanged, so the envs, the runner and the bridges of one process share one read of the trajectories and
-one list of samples per task and rule. Trajectories are read on first use, samples made on first use
-([`make_samples`][themisto_env.data.make_samples]); both are then kept.
-
-Code that needs samples opens a ``Dataset``; only code that serves states builds an env (and hands it the
-dataset: ``ThemistoEnv(dataset=dataset, ...)``)::
-
-    dataset = Dataset.open()                      # the bundled data; or Dataset.open("path/to/dataset")
-    samples = dataset.samples("next-cell")        # Themisto's sample rule unless one is given
-    episodes = dataset.episodes("next-cell")      # trajectory id -> its samples in step order
-    sample = dataset.sample(samples[0].id)
-
-A split's side is a dataset too (a view: [`Dataset.split`][themisto_env.replay.Dataset.split],
-[`Dataset.view`][themisto_env.replay.Dataset.view], ``Dataset.open(..., split="test")``): it serves only its side's
-trajectories and samples, and asking it for one of the other side (a sample id, a trajectory) raises
-[`SplitError`][themisto_env.errors.SplitError], one line, never serves it::
-
-    train, test = dataset.split(test_size=0.2, by="trajectory", seed=0)
-    test = Dataset.open(split="test")             # the dataset's named split (splits.json), or the default rule
-
-The objects handed out (trajectories, samples) are shared by every user of the dataset in the process:
-read them, do not change them.
+[`Dataset.open`][themisto_env.replay.Dataset.open] is the one place a dataset is resolved (the bundled data by
+default, or a built folder), checked (`read_manifest`) and cached, so the envs, the runner and the bridges
+of one process share one read of it. A split's side is a dataset too (`DatasetSplit`): it serves only its
+side, and asking it for the other side's samples raises [`SplitError`][themisto_env.errors.SplitError].
 """
 
 from __future__ import annotations
@@ -84,6 +62,15 @@ Stamp = tuple[tuple[int, int] | None, ...]
 class Dataset:
     """A trajectory dataset folder, checked and read once: open it with
     [`Dataset.open`][themisto_env.replay.Dataset.open].
+
+    Opening the same folder again in a process returns the same object while its ``manifest.json`` and
+    ``trajectories.jsonl`` are unchanged; trajectories are read and samples made on first use, then kept.
+    The objects it hands out are shared by every user in the process: read them, do not change them::
+
+        dataset = Dataset.open()                      # the bundled data; or Dataset.open("path/to/dataset")
+        samples = dataset.samples("next-cell")        # Themisto's sample rule unless one is given
+        episodes = dataset.episodes("next-cell")      # trajectory id -> its samples in step order
+        train, test = dataset.split(test_size=0.2, by="trajectory", seed=0)
 
     Attributes:
         path: The dataset folder (absolute).
@@ -358,7 +345,7 @@ class Dataset:
 
 
 class DatasetSplit(Dataset):
-    """One side of a split of a dataset: only its trajectories and samples (see the module docstring).
+    """One side of a split of a dataset: only its trajectories and samples.
 
     Its samples are the whole dataset's samples on this side (the sample rule's length quantile is the
     whole dataset's, so ``train`` and ``test`` together are exactly the whole's samples).

@@ -1,21 +1,11 @@
 """A folder of notebooks built at scale, each notebook in the kernel environment its project asks for.
 
-``themisto data build FOLDER --out DIR --project-envs`` (`build_folder`):
-
-1. finds every notebook under ``FOLDER`` (``.ipynb_checkpoints`` and hidden folders skipped);
-2. gives each the package set its project asks for (`project_packages`:
-   a ``requirements.txt``, ``environment.yml`` or ``pyproject.toml`` next to it or above it, else its
-   imports mapped to distributions);
-3. makes one kernel environment per distinct package set (``themisto kernel-env``; shared, and made once:
-   an environment with the same packages is found again by its id); a set with no package beyond the
-   standard library runs in the tool's own Python;
-4. builds the notebooks of each environment into a dataset of their own, ``DIR/<environment>/`` (a dataset
-   records one kernel environment, which every kernel serving it runs in), each notebook in a copy of its
-   own folder, with ``workers`` kernels at once (or Ray actors);
-5. writes ``DIR/folder-build.json``: per notebook, its environment and where its packages came from, its
-   agreement and the causes of its disagreements, or why it could not be built. A notebook that cannot be
-   built (its packages do not install, it cannot be read, its kernel died) is listed with its reason
-   and the build goes on.
+``themisto data build FOLDER --out DIR --project-envs`` (`build_folder`) finds every notebook under
+``FOLDER``, gives each the package set its project asks for (`project_packages`), makes one kernel
+environment per distinct set, and builds each environment's notebooks into a dataset of their own,
+``DIR/<environment>/`` (a dataset records one kernel environment). ``DIR/folder-build.json`` lists per
+notebook its environment, where its packages came from, its agreement, or why it could not be built; a
+notebook that cannot be built does not stop the others. Usage is in docs/data.md.
 """
 
 from __future__ import annotations

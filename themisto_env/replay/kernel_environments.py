@@ -1,31 +1,12 @@
 """Kernel environments: named, content-addressed package sets that kernels run in (``themisto kernel-env``).
 
-``themisto kernel-env create NAME --requirements FILE [--apt PKG]... [--python X.Y] [--docker]`` makes one:
-
-* a venv (``python -m venv`` of the requested Python) with the requirements, plus ipykernel and dill
-  at versions pip finds compatible with them (the user's pins win; source distributions are built where
-  no wheel exists), for the ``local`` and ``bwrap`` backends;
-* with ``--docker`` (or when a docker replay first needs it), an image ``themisto-kernel-env:<id>`` with
-  the venv's exact versions, built like the kernel image (`themisto_env.sandbox.image`: a debootstrap
-  base, the Debian packages of ``--apt`` included, wheels installed offline).
-
-The environment's id is a hash of its Python version, its normalised requirements, its Debian packages
-and what the kernel side of themisto needs (`KERNEL_NEEDS`): creating an identical environment again
-is instant, and a changed requirements file under the same name is a new id (the name moves to it; old
-datasets keep pointing at theirs). On disk, under ``<cache>/environments``::
-
-    registry.json          name -> id
-    <id>/environment.json  the KernelEnvironmentRecord (spec, installed versions, size, build time)
-    <id>/venv/             the venv
-    <id>/datasets.txt      dataset folders built in it (``kernel-env rm`` refuses while one still uses it)
-
-Downloads are cached by pip (under ``$THEMISTO_CACHE/pip`` when ``THEMISTO_CACHE`` is set, else pip's own
-
-The parts: `kernel_environment_spec` (specs, records, Pythons),
-`kernel_environment_registry` (names, records and datasets on disk),
-`kernel_environment_venv` (making the venv) and
-`kernel_environment_image` (the docker image). This module makes, removes and
-chooses environments.
+This module makes, removes and chooses environments: a venv with the requirements plus ipykernel and dill
+(for ``local`` and ``bwrap``) and, for docker, an image ``themisto-kernel-env:<id>`` with the venv's exact
+versions. The id hashes the Python version, the normalised requirements, the Debian packages and
+`KERNEL_NEEDS`, so making one again is instant. On disk, under ``<cache>/environments``: ``registry.json``
+(name -> id) and per id ``environment.json``, ``venv/`` and ``datasets.txt`` (the datasets built in it).
+The parts: `kernel_environment_spec`, `kernel_environment_registry`, `kernel_environment_venv`,
+`kernel_environment_image`. Usage is in docs/kernel-environments.md.
 """
 
 from __future__ import annotations

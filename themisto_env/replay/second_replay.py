@@ -1,43 +1,12 @@
 """Replaying a cell a second time from a copy of the state before it: how a build tells chance from cause.
 
-A step whose replay differs from the recording for no cause its outputs show (kind ``other`` after the
-first comparison) is replayed again by `SecondReplays`: the state before it is put back, the cell
-runs again, and then the state after its first replay is put back, so the build goes on as if nothing
-happened. Outputs that differ the second time make it ``nondeterminism``; the same outputs make it
-``environment`` (today's machine computes otherwise) unless an input explains it.
-
-The state before a step, as the first replay found it or as another run would have it:
-
-- its snapshot (the user namespace) and the working folder's files;
-- the process beyond the namespace, kept by the in-kernel helper before every step
-  (``keep_process_state``): the IPython extensions the cell loaded are no longer loaded (a cell that runs
-  ``%load_ext autoreload`` loads it again, rather than being told it is "already loaded"), the user's own
-  modules it imported first (Python files outside the Python installation) are imported anew, what either
-  registered (magics, event callbacks, input transformers) is gone, and the warning filters and the
-  current folder (``%cd``) are as they were. Installed packages are never imported twice, and what they
-  set up stays (pyplot's first import sets up the hook that shows a cell's figures);
-- the global random generators: where an earlier cell of the session seeded them (``np.random.seed(0)``),
-  their states before the step, kept by the helper; else freshly seeded from the system's entropy, as in a
-  new process;
-- numpy generators of the namespace made with no seed (``rng = np.random.default_rng()`` in an earlier
-  cell; ``RandomState()``; one level into containers and objects) are reseeded from the system's entropy,
-  as another run of the cell that made them would have them: a later cell drawing from them differs the
-  second time (the snapshot alone would carry the generator's state, and the same draw). A generator is
-  taken for one made with no seed when its ``SeedSequence`` holds at least 64 bits of entropy (numpy draws
-  128); seeds a person types are smaller.
-
-An input explains it when the cell reads a name whose last writer's *values* are not reproducible though
-its outputs agreed (``x = np.random.rand(3)`` shows nothing): each such writer (the latest of each name
-read, only those that agreed) is replayed again too, and its namespace fingerprint compared with the
-one recorded after it; a difference sets the writer's ``replay_stable`` to False, and the comparison
-then calls the reading step ``upstream`` of it.
-
-Cost, bounded: for steps that agree (most), one helper call per step that keeps the process state (and
-the random generators' states once the session seeded them): about one ``1+1`` round trip; per
-disagreeing step two snapshot restores, three helper calls and one execution, plus the same per writer
-checked. At most `MAX_SECOND_REPLAYS` second runs per
-trajectory, each of a cell whose first replay took under `SECOND_REPLAY_MAX_S`; past that, the
-cause stays ``other`` (its detail says "not replayed twice").
+A step whose replay differs for no cause its outputs show is replayed again by `SecondReplays`: the state
+before it is put back (snapshot, working folder, the process state the in-kernel helper kept, random
+generators as another run would have them), the cell runs again, and the state after its first replay is
+restored. Other outputs make it ``nondeterminism``; the same outputs make it ``environment`` unless an input
+explains it: a writer of a name the cell reads whose values differ when replayed again makes it
+``upstream``. At most `MAX_SECOND_REPLAYS` cells per trajectory, each under `SECOND_REPLAY_MAX_S`;
+docs/data.md ("How the causes are found") gives the whole rule.
 """
 
 from __future__ import annotations
@@ -78,7 +47,7 @@ class _Before:
 
 @dataclass
 class SecondReplays:
-    """Second replays of one trajectory's steps, in one kernel (see the module doc).
+    """Second replays of one trajectory's steps, in one kernel.
 
     Args:
         kernel: The kernel the trajectory is replayed in.

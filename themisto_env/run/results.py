@@ -1,25 +1,10 @@
 """A run folder's records: the result row, reading and appending ``results.jsonl``, the run's config.
 
-A run folder (``themisto run --out DIR``) holds:
-
-``config.json``
-    The [`RunConfig`][themisto_env.run.RunConfig] (secrets redacted).
-``results.jsonl``
-    One [`ResultRow`][themisto_env.run.ResultRow] per sample, appended and flushed as soon as the sample is done.
-``summary.json``
-    `summarize` of the rows: per-metric means with bootstrap intervals,
-    failure counts, tokens.
-
-Every reader (the summary, resume, report, view, compare) reads rows as [`ResultRow`][themisto_env.run.ResultRow] s
-([`read_results`][themisto_env.run.read_results]); the runner makes them (`make_result_row`) and writes their dict form.
-A row counts ([`ResultRow.is_scored`][themisto_env.run.ResultRow.is_scored]) unless its sample met an infrastructure
-failure, was served in a state that differs from the recording, or its model calls failed (``model_error``): those are
-left out of the summary and run again on resume. A torn last line (a killed writer) is dropped on read; any other
-unreadable line is a [`DataError`][themisto_env.errors.DataError] naming the file, the line and the field.
-
-No secret is written: `secrets` collects the run's keys (options named like ``api_key``, the
-providers' key variables) and [`redact`][themisto_env.redaction.redact] replaces them wherever they appear
-in a row or the config.
+A run folder (``themisto run --out DIR``) holds ``config.json`` (the [`RunConfig`][themisto_env.run.RunConfig],
+secrets redacted), ``results.jsonl`` (one [`ResultRow`][themisto_env.run.ResultRow] per sample) and
+``summary.json``. Every reader (summary, resume, report, view, compare) reads rows through
+[`read_results`][themisto_env.run.read_results]. No secret is written: `secrets` collects the run's keys and
+[`redact`][themisto_env.redaction.redact] replaces them in every row and the config.
 """
 
 from __future__ import annotations

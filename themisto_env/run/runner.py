@@ -1,36 +1,10 @@
 """Running an agent over a dataset: [`run`][themisto_env.run.run], the one entry point (``themisto run``).
 
-Each sample becomes one [`ResultRow`][themisto_env.run.ResultRow] of ``OUT/results.jsonl``, appended
-and flushed as soon as it is scored; ``OUT/summary.json`` is written at the end
-(`summarize`). Started again on the same folder, a run skips the samples
-already there (a torn last line from a killed run is dropped), so no sample is lost and none is scored
-twice; a folder of a run with another config is refused (``force`` starts it over). A sample whose
-episode met an infrastructure failure is written with ``infrastructure_error`` set, left out of the
-summary, and retried on resume.
-
-A sample whose model calls still failed after their retries ([`ModelError`][themisto_env.errors.ModelError]:
-rate limits, 5xx, timeouts; or a 400, 401, malformed reply, never retried) is written with
-``model_error`` set (one line): it is neither scored nor an infrastructure failure, is counted in the
-summary's ``model_errors``, and is retried on resume. The episode goes on with the next sample (an empty
-prediction moves the env on). ``max_retries`` (``--max-retries``) sets the LLM agents' retries;
-``fail_on_error`` (``--fail-on-error RATE``) stops the run with one line when more than that fraction of
-the samples run so far have model errors (`themisto_env.run.progress`); the rows written so far are
-kept and the summary is written.
-
-With ``attempts=K`` (``themisto run --attempts K``) the agent predicts each sample K times; the sample's row,
-written once all K are scored, keeps the first prediction's fields at the top level and adds ``draws``
-(one per prediction), and the summary adds pass@k over the execution score and best-of-K for the text
-metrics (`themisto_env.scoring.passk`).
-
-The parts, each its own module:
-
-- `plan`: which samples remain (limit, resume) and the episodes that score them;
-- `episode`: the one episode loop;
-- `rows`: a sample's row from the env steps that scored it;
-- `executors`: the executors by name (``serial``, ``processes``, ``concurrent``,
-  ``ray``) that spread the episodes;
-- `progress`: counts, the progress bar, when to stop;
-- `results` and `summary`: the run folder's records.
+Each sample becomes one [`ResultRow`][themisto_env.run.ResultRow] of ``OUT/results.jsonl``, appended as soon as
+it is scored, and ``OUT/summary.json`` is written at the end. Run again on the same folder, it skips the
+samples already scored and retries those with an infrastructure failure or a model error (docs/agents.md).
+The parts: `plan` (which samples remain), `episode` (the episode loop), `rows`, `executors` (``serial``,
+``processes``, ``concurrent``, ``ray``), `progress` (counts, when to stop), `results` and `summary`.
 """
 
 from __future__ import annotations
@@ -56,6 +30,11 @@ from themisto_env.run.summary import summarize
 
 def run(config: RunConfig, out: str | Path, *, progress: bool = True, force: bool = False) -> dict[str, Any]:
     """Run (or resume) an experiment into ``out``; return the summary (also written to summary.json).
+
+    A resumed run skips the samples already scored (a torn last line is dropped) and runs again those
+    whose row has ``infrastructure_error`` or ``model_error`` set (model calls that still failed after
+    their retries: neither scored nor an infrastructure failure). With ``attempts=K`` a sample's row,
+    written once all K predictions are scored, adds ``draws`` and the summary pass@k.
 
     Raises:
         ConfigError: ``out`` holds a run with another config (``force`` starts it over).

@@ -1,26 +1,10 @@
 """Browse every sample of one or more runs (``themisto view RUN_DIR...``): one self-contained HTML page.
 
-The page embeds the runs' rows as JSON (``<script type="application/json" id="data">``) and renders them
-with a little vanilla JavaScript: no network, no CDN, nothing to install. It shows
-
-- the samples of all runs joined by ``sample_id`` (the last row of a sample in a run wins, as in the
-  summary), in dataset order or sorted by a score or by the difference between the first two runs;
-- filters: task, trajectory, a score range on a chosen metric, the error kind (``infrastructure_error``,
-  ``state_mismatch``, ``model_error``, ``prediction_failed``, ``none``, or any error) and a text search
-  over ids, targets, predictions, errors and transcripts; the score and error filters look at any run,
-  or at the one chosen under "in run";
-- the selected sample: its step's replay agreement (the cause and detail of a difference from what the
-  person saw, read from the run's dataset when it is still there), its target, its step's figures (inline
-  in its outputs, or kept in the dataset's ``files/`` past the output cap; the model saw their text),
-  each run's prediction side by side (scores, usage, seconds, errors, tool calls, draws) and each run's
-  transcript (role, content, tool calls and their results), or the env's tool calls for agents without a
-  conversation.
-
-The state lives in the URL's fragment, so a link reproduces a view:
-``view.html#sample=ID&task=output&traj=T&metric=rouge_l&min=0.2&max=0.8&error=model_error&run=1&q=text
-&sort=score``. Keys: ``j``/``k`` or the arrow keys move through the list, ``/`` searches.
-Everything from the runs is inserted as text (never as HTML), and the JSON is escaped so that no
-``</script>`` in a prediction can end the data block.
+The page embeds the runs' rows as JSON and renders them with a little vanilla JavaScript (no network):
+the samples of all runs joined by ``sample_id``, filters, and the selected sample's agreement, target,
+figures, each run's prediction and transcript (docs/agents.md, "Browsing a run"). Its state lives in the
+URL's fragment, so a link reproduces a view. Everything from the runs is inserted as text, never as HTML,
+and the JSON is escaped so that no ``</script>`` in a prediction can end the data block.
 """
 
 from __future__ import annotations

@@ -1,44 +1,12 @@
-"""Scorers that run code: the execution-based score of a next-cell prediction.
+"""The execution score of a next-cell prediction: what it does, against what the target step did.
 
-Beside the text metrics ([`themisto_env.metrics`][themisto_env.metrics]), a next-cell prediction can be scored by what
-it
-*does*. It runs in a disposable kernel brought to the state before the target step
+The prediction runs in a disposable kernel brought to the state before the target step
 (`themisto_env.replay.disposable`), and its effects are compared with the target step's effects **as
-recorded at build time** (never by re-running the target in a kernel the prediction touched):
-
-* variables: the names whose fingerprint the step changed (created, rebound, mutated, deleted), from
-  the fingerprints recorded before and after the target step, against the names the prediction changed,
-  measured by the sealed helper (see `themisto_env.replay.disposable`). A name counts as matched when both
-  changed it and its new fingerprint agrees, content hash included where one was recorded
-  (`same_effect`); the variable
-  part is the Jaccard overlap of matched names over all changed names (1.0 when neither changes anything);
-* outputs: chrF (0 to 1) between the prediction's outputs, as the kernel's protocol carried them, and the
-  target step's recorded outputs (1.0 when both print nothing).
-
-The score is the mean of the two, in [0, 1]. A prediction **passes** (for pass@k) when it changes exactly
-the names the step changed, to the same fingerprints (variables = 1), and its outputs agree to chrF of at
-least `PASS_OUTPUTS`. A prediction that kills the kernel (``exit``), hits the memory or process limit
-(``memory``, ``processes``), runs past the time limit (``timeout``), or breaks or fools the measurement
-(``unreadable``, ``tampered``) scores 0 with that reason (``failure``): the model's own failure, counted,
-never an infrastructure failure.
-
-Threat model: the prediction is arbitrary Python with the kernel's rights. It cannot change the
-reference (recorded at build time, outside the kernel), the state it starts from (checked against the
-recording before it runs), its outputs once sent, or another prediction (each runs in its own kernel,
-discarded after). It can read only what the kernel can: on docker, not the dataset nor the snapshot
-store (the one snapshot it starts from is copied in and removed before it runs). It could, with effort,
-find the sealed measuring helper in its own process and make it lie about the names it changed; a lie
-that ignores the canaries planted after it ran is caught (``tampered``), and an answer that is not a
-bounded mapping of names to fingerprints is ``unreadable``. What a lie can gain is bounded: the recorded
-after-state is not in the kernel, and a name matches only with the recorded content hash, so it can hide
-changes it made, not invent the right ones.
-
-What the score cannot see (the fingerprint's limits, `themisto_env.replay.state`): objects with no content
-hash (most library objects, e.g. a fitted scikit-learn model, or a matplotlib figure) are compared by type
-and length only, so a cell that fits a model in place changes nothing the score sees, and any plot of the
-same size and axes count prints the same ``<Figure ...>``; arrays and frames above 64 KiB are hashed on a
-strided sample. A prediction passes on such cells by printing and binding what the target did, whatever
-it computed inside those objects.
+recorded at build time**: the names it changed and their new fingerprints (Jaccard overlap of the names
+matched by `same_effect`), and its outputs (chrF). The score is the mean of the two; a prediction whose own
+code fails (``exit``, ``timeout``, ``memory``, ``processes``, ``unreadable``, ``tampered``) scores 0 with
+that reason, never as an infrastructure failure. The threat model and what the score cannot see are in
+docs/reward.md.
 """
 
 from __future__ import annotations
@@ -59,8 +27,9 @@ PASS_OUTPUTS = 0.9
 
 @dataclass(frozen=True)
 class ExecutionScore:
-    """An execution score: ``value`` in [0, 1], the mean of its ``variables`` and ``outputs`` parts;
-    ``failure`` says why the prediction scored 0 when its own code failed (see the module docstring)."""
+    """An execution score: ``value`` in [0, 1], the mean of its ``variables`` part (matched changed names
+    over all changed names; 1.0 when neither changes anything) and its ``outputs`` part (chrF; 1.0 when
+    neither prints anything); ``failure`` says why the prediction scored 0 when its own code failed."""
 
     value: float
     variables: float = 0.0
@@ -69,7 +38,8 @@ class ExecutionScore:
 
     @property
     def passed(self) -> bool:
-        """Whether the prediction did what the target step did (see the module docstring)."""
+        """Whether the prediction did what the target step did: the same names changed to the same
+        fingerprints, and outputs within `PASS_OUTPUTS` (pass@k counts these)."""
         return self.failure is None and self.variables == 1.0 and self.outputs >= PASS_OUTPUTS
 
 

@@ -1,22 +1,11 @@
 """The one score of a prediction: [`score_sample`][themisto_env.scoring.score_sample] returns a
 [`SampleScore`][themisto_env.scoring.SampleScore] holding its ``reward``.
 
-Every path that scores a prediction calls [`score_sample`][themisto_env.scoring.score_sample]: the gym env's prediction
-step, the TRL tool env's ``get_reward``, the TRL reward functions, the inspect scorer, and (through the env's step
-``info``) the runner's rows and pass@k. The rule, stated once (docs/reward.md):
-
-* ``metric_reward = metrics.reward(score(prediction, target), weights)`` (a weighted mean of exact
-  match, ROUGE-L and chrF, in [0, 1]);
-* with the execution score on (next-cell only; `themisto_env.scoring.execution`):
-  ``(1 - w) * metric_reward + w * execution_score`` with ``w = weights.execution`` (default 0.5);
-  otherwise, or when the dataset recorded no effects to compare with, ``metric_reward`` alone;
-* minus ``tool_cost`` for each tool call made for the prediction.
-
-A sample touched by an infrastructure fault (a kernel died, a container was lost, the state could not be
-served) or served in a state that differs from the recording is **unscored**: ``reward`` is None and the
-flag (``infrastructure_error`` or ``state_mismatch``) says why; it is never a wrong answer. A prediction
-whose own code fails under the execution score (``prediction_failed``: exit, timeout, memory, ...) is the
-model's failure: it earns what it earns (execution score 0) and is never flagged as infrastructure.
+Every path that scores a prediction calls it (the gym env, the TRL tool env and reward functions, the
+inspect scorer, and through the env's ``info`` the runner and pass@k). The rule is stated once, in
+docs/reward.md: the weighted text metrics, mixed with the execution score when it is on, minus the cost of
+the tool calls. A sample touched by an infrastructure fault, or served in a state that differs from the
+recording, is unscored (``reward`` None, with the flag that says why), never a wrong answer.
 """
 
 from __future__ import annotations
@@ -75,7 +64,7 @@ class SampleScore(BaseModel):
             the model's failure, scored 0 by the execution score.
         tools_used: The tool calls made for this prediction.
         tool_cost: What they cost in total (``tools_used * rule.tool_cost``).
-        reward: The reward (see the module docstring); None when the sample is unscored.
+        reward: The reward (the rule is in docs/reward.md); None when the sample is unscored.
         infrastructure_error: Why the machinery failed on this sample (unscored), if it did.
         state_mismatch: How the served state differed from the recording (unscored), if it did.
     """

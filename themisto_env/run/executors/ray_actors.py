@@ -1,20 +1,10 @@
 """The ``ray`` executor: a run's episodes spread over a Ray cluster (``themisto run --ray ADDRESS``).
 
 Each Ray actor owns an agent, an env and its kernel for the whole run, as a local worker process does;
-episodes (`EpisodePlan`, longest first) are handed to whichever actor is
-free, so actors stay busy to the end. An actor returns an episode's rows when the episode ends, and the
-driver writes them to ``results.jsonl`` at once (a killed run loses at most the episodes in flight;
-resume retries them).
-
-``ADDRESS`` is ``local`` (start a private Ray instance on this machine, shut down afterwards), ``auto``
-(join the cluster this machine belongs to, e.g. after ``ray start``), or a cluster address
-(``HOST:6379``, or ``ray://HOST:10001`` through Ray Client). On a cluster, every node needs
-themisto-env installed (same version), and the dataset must be readable at the same path on every node
-(a shared file system), unless it is the bundled data, which each node builds into its own cache on first
-use. Snapshots live in each node's cache: a node without a trajectory's snapshots replays its cells
-instead (slower, same results). With the docker backend, each actor starts its kernels in the Docker
-engine of the node it runs on: every node needs a running engine and the kernel image
-(``themisto sandbox build-image``).
+episodes (`EpisodePlan`, longest first) go to whichever actor is free. An actor returns an episode's rows
+when the episode ends and the driver writes them at once (a killed run loses at most the episodes in
+flight). A node without a trajectory's snapshots replays its cells instead (same results). ``ADDRESS``
+and what every node needs are in docs/ray.md.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 def limit_threads(workers: int) -> None:
     """Share the CPUs between parallel workers: each worker's kernels get ``cpus // workers`` threads
     for OpenMP and BLAS (numpy, scikit-learn), unless the variables are already set. Without it, every
-    kernel starts as many threads as there are CPUs and the workers slow each other down (measured in
-    ``benchmarks/bench_scale.py``). Ray does the same for its actors."""
+    kernel starts as many threads as there are CPUs and the workers slow each other down. Ray does the
+    same for its actors."""
     threads = str(max(1, (os.cpu_count() or 1) // max(1, workers)))
     for name in THREAD_VARIABLES:
         os.environ.setdefault(name, threads)
