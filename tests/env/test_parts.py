@@ -43,7 +43,7 @@ def test_an_episode_without_gym_steps_as_the_gym_env(env_dataset: dict[str, str]
     env = ThemistoEnv(**options)
     episode = Episode.open(**options)
     try:
-        where = {"trajectory": env.episode_ids[0], "sample": 0}
+        where = {"trajectory": env.episode.episode_ids[0], "sample": 0}
         assert env.reset(options=where) == episode.reset(options=where)
         steps, terminated = 0, False
         while not terminated:
@@ -66,13 +66,13 @@ def test_a_scorer_alone_scores_as_the_env(env_dataset: dict[str, str]) -> None:
     config, dataset = env_config_and_dataset(options)
     env = ThemistoEnv(**options)
     try:
-        env.reset(options={"trajectory": env.episode_ids[0], "sample": 0})
-        sample = env.current_sample
+        env.reset(options={"trajectory": env.episode.episode_ids[0], "sample": 0})
+        sample = env.episode.current_sample
         assert sample is not None
         with Scorer(config, dataset) as scorer:
             alone = scorer.score(sample, sample.target)
             assert scorer.disposable is not None, "the execution score ran in its disposable kernels"
-        assert alone == env.score_prediction(sample.target)
+        assert alone == env.episode.score_prediction(sample.target)
         assert alone.execution_score is not None and alone.reward is not None
     finally:
         env.close()
