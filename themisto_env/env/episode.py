@@ -7,13 +7,18 @@
 - an [`EpisodeRecord`][themisto_env.env.EpisodeRecord], the samples left and the current draw's tool calls,
   budget, cost and faults.
 
-The gym env adds its spaces, seeding and rendering; a bridge that steps an episode (the OpenEnv environment)
-uses an [`Episode`][themisto_env.env.Episode] directly and is paid exactly what the gym env pays.
+Every face steps an [`Episode`][themisto_env.env.Episode]: the gym env adds its spaces, seeding and rendering; the
+bridges (TRL, inspect, verifiers, OpenEnv) step one each and are paid exactly what the gym env pays. Episodes over
+one `StateGroup` (a GRPO group's rollouts) share its servers and its answers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -27,18 +32,19 @@ from themisto_env.env.config import EnvConfig, env_config_and_dataset, warn_unis
 from themisto_env.env.info import StepInfo
 from themisto_env.env.kernel_spec import env_kernel_spec
 from themisto_env.env.observation import sample_observation
-from themisto_env.env.outcomes import ToolOutcome, not_served
+from themisto_env.env.outcomes import ToolOutcome, fault_text, not_served
 from themisto_env.env.record import EpisodeRecord
 from themisto_env.env.scorer import Scorer
 from themisto_env.env.state_server import StateServer
-from themisto_env.env.tools import ToolCall, ToolContext, task_tools
+from themisto_env.env.tools import TOOLS, ToolCall, ToolContext, ToolResult, task_tools
 from themisto_env.errors import ActionError, BackendUnavailableError, ConfigError, InfrastructureError
 from themisto_env.replay.dataset import Dataset
+from themisto_env.replay.disposable import CodeRun
 from themisto_env.replay.state_check import StateReport
 from themisto_env.sandbox.kernel.spec import KernelSpec
 from themisto_env.scoring.score import ExecutionRun, SampleScore
 
-__all__ = ["Episode", "StepResult"]
+__all__ = ["Episode", "StateGroup", "StepResult"]
 
 #: What a step returns: observation, reward, terminated, truncated, info (gymnasium's order).
 StepResult = tuple[dict[str, Any], float, bool, bool, dict[str, Any]]
@@ -56,6 +62,8 @@ class Episode:
         server: The state server to serve the samples' states on (default: a new one, closed with the
             episode).
         scorer: The scorer of the predictions (default: a new one, closed with the episode).
+        group: The states this episode shares with others (`StateGroup`: their kind of kernel, servers, scorer
+            and answers; closed with the group): in place of ``spec``, ``server`` and ``scorer``.
 
     Raises:
         ConfigError: The dataset has no samples of the task.
@@ -69,9 +77,14 @@ class Episode:
         spec: KernelSpec | None = None,
         server: StateServer | None = None,
         scorer: Scorer | None = None,
+        group: StateGroup | None = None,
     ) -> None:
         self.config = config
         self.dataset = dataset
+        #: The group whose servers and answers this episode shares (None: a server of its own).
+        self.group = group
+        if group is not None:
+            spec, scorer = group.spec, group.scorer()
         if spec is None:
             spec = server.spec if server is not None else scorer.spec if scorer is not None else None
         #: The kind of the episode's kernels, built once for its parts.
@@ -87,13 +100,17 @@ class Episode:
             raise ConfigError(f"no {config.task} samples in {dataset.path} under {config.sample_rule}")
         #: The tools an agent is offered (those that run code would reveal the output in the output task).
         self.tool_names = tuple(tool.name for tool in task_tools(config.task))
-        self._owns = (server is None, scorer is None)
-        self.server = server if server is not None else StateServer(config, dataset, spec=self.spec)
+        self._owns = (server is None and group is None, scorer is None)
+        if server is None and group is None:
+            server = StateServer(config, dataset, spec=self.spec)
+        self._server = server
+        self._group_report: StateReport | None = None  # in a group: how the sample's state was last seen
         self.scorer = scorer if scorer is not None else Scorer(config, dataset, spec=self.spec)
         if config.execution_score and config.task == "next-cell":
             warn_unisolated(config.backend, "the execution score")
         self.record = EpisodeRecord(config)
-        self._last_tool = ""  # the observation's tool_result
+        #: The last tool turn's answer as the agent reads it (the observation's ``tool_result``, before fitting).
+        self.tool_text = ""
         self._runtime_text = ""  # the observation's runtime (full mode)
         self._rng: np.random.Generator | None = None
         #: Where the episode's time goes: seconds of ``state``, ``tools`` and ``scoring`` (and ``model``, where
@@ -111,6 +128,16 @@ class Episode:
         [`Dataset`][themisto_env.replay.Dataset])."""
         config, dataset = env_config_and_dataset(options)
         return cls(config, dataset)
+
+    @property
+    def server(self) -> StateServer:
+        """The state server of the current sample's state (in a group: the group's, moved to the sample)."""
+        if self.group is None:
+            assert self._server is not None
+            return self._server
+        if self.record.sample is None:
+            raise ConfigError("call reset() before using the state")
+        return self.group.server_for(self.record.sample.id, self)
 
     # -- the turns ----------------------------------------------------------------------------------------
 
@@ -155,7 +182,8 @@ class Episode:
     def _reset(
         self, options: Mapping[str, Any] | None, rng: np.random.Generator | None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        self.server.raise_lost_backend()
+        if self.group is None:
+            self.server.raise_lost_backend()
         if isinstance(options, dict):  # a split's side refuses the other side's, by name (SplitError)
             asked_tid, asked_sample = options.get("trajectory"), options.get("sample")
             self.dataset.check_served(
@@ -171,7 +199,8 @@ class Episode:
         if not 0 <= start < len(samples):
             raise ConfigError(f"trajectory {tid} has {len(samples)} samples; sample {start} is out of range")
         self.record.start(self.trajectories[tid], samples[start:])
-        self.server.warm_up()  # a kernel on its way before the first state is needed
+        if self.group is None:
+            self.server.warm_up()  # a kernel on its way before the first state is needed
         return self._begin_sample(), self.info()
 
     def step(self, action: Any) -> StepResult:
@@ -192,7 +221,8 @@ class Episode:
     def _step(self, action: Any) -> StepResult:
         if self.record.sample is None:
             raise ConfigError("call reset() before step()")
-        self.server.raise_lost_backend()
+        if self.group is None:
+            self.server.raise_lost_backend()
         extra: dict[str, Any] = {}
         try:
             parsed: Action | None = parse_action(action)
@@ -216,15 +246,18 @@ class Episode:
             extra["infrastructure_error"] = turn.outcome.error
         elif turn.outcome is not None and turn.outcome.result is not None:
             extra["tool_result"] = asdict(turn.outcome.result)
-        self._last_tool = turn.text
+        self.tool_text = turn.text
         return self.observation(), turn.reward, False, False, self.info(**extra)
 
     def _begin_sample(self) -> dict[str, Any]:
         self._sample_mark = self.clock.mark()
         sample = self.record.begin_sample()
         assert self.record.trajectory is not None
-        self._last_tool = ""
+        self.tool_text = ""
         self._runtime_text = ""
+        self._group_report = None
+        if self.group is not None:  # served on the group's server when a tool needs it
+            return self.observation()
         self.server.select(self.record.trajectory, sample.step)
         if not self.config.lazy_state or self.config.observation == "full":
             self.record.current.add_faults(self.server.served_faults())
@@ -236,8 +269,14 @@ class Episode:
         return self.observation()
 
     def _run_tool(self, call: ToolCall) -> ToolOutcome:
-        assert self.record.sample is not None
-        return self.server.call_tool(call, self.scorer.try_code(self.record.sample))
+        sample = self.record.sample
+        assert sample is not None
+        if self.group is None:
+            return self.server.call_tool(call, self.scorer.try_code(sample))
+        outcome, report = self.group.call_tool(self, sample.id, call, self.scorer.try_code(sample))
+        if outcome.result is not None and report is not None:
+            self._group_report = report
+        return outcome
 
     def _submit(self, prediction: Prediction, extra: dict[str, Any]) -> StepResult:
         """Score the prediction (the step pays the sample's reward less what its tool steps already paid:
@@ -251,13 +290,13 @@ class Episode:
         extra.update(dict(scored))
         extra["tool_calls"] = list(current.tool_calls)
         extra["scored_sample_id"] = sample.id
-        report = self.server.report
+        report = self.state_report
         if report is not None and report.faults:
             extra["recovered"] = list(report.faults)
         extra["scored_state"] = report.as_dict() if report is not None else not_served()
         extra["scored_draw"] = record.draw
         if record.finish_draw(scored):  # another prediction for the same sample, same state
-            self._last_tool = ""
+            self.tool_text = ""
             return self.observation(), value, False, False, self.info(**extra)
         terminated = not record.queue
         if terminated:
@@ -282,7 +321,7 @@ class Episode:
             record.sample.step,
             tools_left=record.current.tools_left,
             runtime=self._runtime_text,
-            tool_result=self._last_tool,
+            tool_result=self.tool_text,
         )
 
     def info(self, **extra: Any) -> dict[str, Any]:
@@ -290,7 +329,7 @@ class Episode:
         there), with ``extra``'s keys."""
         sample = self.record.sample
         assert sample is not None
-        report = self.server.report
+        report = self.state_report
         return StepInfo(
             sample_id=sample.id,
             trajectory_id=sample.trajectory_id,
@@ -312,24 +351,28 @@ class Episode:
     @property
     def state_report(self) -> StateReport | None:
         """How the current sample's state was served and checked (None while it is not served yet)."""
-        return self.server.report
+        return self.server.report if self.group is None else self._group_report
 
     def serve_state(self) -> StateReport:
         """Bring the kernel to the current sample's state now, if it is not there yet, and say how it was
         served and checked (done on its own when a tool or the ``full`` mode needs it)."""
         if self.record.sample is None:
             raise ConfigError("call reset() before serve_state()")
-        self.record.current.add_faults(self.server.served_faults())
-        assert self.server.report is not None
-        return self.server.report
+        server = self.server
+        self.record.current.add_faults(server.served_faults())
+        assert server.report is not None
+        self._group_report = server.report if self.group is not None else None
+        return server.report
 
     def tool_context(self) -> ToolContext:
         """The tools' view of the current state (for langchain tools bound to this episode)."""
         sample = self.record.sample
         if self.record.trajectory is None or sample is None:
             raise ConfigError("call reset() before using tools")
-        self.record.current.add_faults(self.server.served_faults())
-        return self.server.tool_context(self.scorer.try_code(sample))
+        server = self.server
+        self.record.current.add_faults(server.served_faults())
+        self._group_report = server.report if self.group is not None else None
+        return server.tool_context(self.scorer.try_code(sample))
 
     def score_prediction(self, text: str) -> SampleScore:
         """Score a prediction of the current sample as the next prediction step would, without taking the
@@ -337,7 +380,7 @@ class Episode:
         sample = self.record.sample
         if sample is None:
             raise ConfigError("call reset() before score_prediction()")
-        return self.scorer.score(sample, text, **self.record.current.score_args(self.server.report))
+        return self.scorer.score(sample, text, **self.record.current.score_args(self.state_report))
 
     def execution_run(self, sample: Sample) -> ExecutionRun | None:
         """How a prediction of ``sample`` runs for the execution score (see
@@ -345,15 +388,148 @@ class Episode:
         return self.scorer.execution_run(sample)
 
     def close(self) -> None:
-        """Close the parts this episode made (a server or scorer given to it stays open)."""
+        """Close the parts this episode made (a server, scorer or group given to it stays open)."""
         self._end_span()
         owns_server, owns_scorer = self._owns
-        if owns_server:
-            self.server.close()
+        if owns_server and self._server is not None:
+            self._server.close()
         if owns_scorer:
             self.scorer.close()
 
     def __enter__(self) -> Episode:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class StateGroup:
+    """The state servers a group of episodes shares, their scorer, and the one cache of tool answers.
+
+    Episodes of one sample over a group (a GRPO group's rollouts) share one server (one kernel) in its
+    state, up to ``max_kernels`` samples at once (the least recently used one moves to a new sample when all
+    are taken); a read-only call one of them made is answered to the others from that kernel's answer
+    (``cache_answers``: the state is the same and the tools are read-only), forgotten when the kernel moves
+    or fails. With ``share=False`` each episode has a server of its own.
+
+    Args:
+        config: The options every episode is served and scored under.
+        dataset: The dataset the samples come from.
+        share: Episodes of the same sample share one kernel.
+        max_kernels: With ``share``, how many samples' states are kept live at once.
+        cache_answers: With ``share``, answer a repeated call (same tool, same arguments) from the group.
+
+    Attributes:
+        samples: The task's samples by id.
+        answers: The answers given for each live sample: (tool, arguments as JSON) -> the kernel's result.
+    """
+
+    def __init__(
+        self,
+        config: EnvConfig,
+        dataset: Dataset,
+        *,
+        share: bool = True,
+        max_kernels: int = 4,
+        cache_answers: bool = True,
+    ) -> None:
+        if max_kernels < 1:
+            raise ConfigError(f"max_kernels must be at least 1, got {max_kernels}")
+        self.config, self.dataset = config, dataset
+        self.share, self.max_kernels, self.cache_answers = share, max_kernels, cache_answers and share
+        #: The kind of kernel of every server and the scorer made here (built once).
+        self.spec = env_kernel_spec(config, dataset)
+        self.environment = self.spec.environment
+        self.samples: dict[str, Sample] = {s.id: s for s in dataset.samples(config.task, config.sample_rule)}
+        self.answers: dict[str, dict[tuple[str, str], ToolResult]] = {}
+        self._scorer: Scorer | None = None
+        self._live: OrderedDict[str, StateServer] = OrderedDict()  # sample id -> its shared server
+        self._own: weakref.WeakKeyDictionary[Episode, StateServer] = weakref.WeakKeyDictionary()  # share=False
+        self._owned: list[StateServer] = []  # every server made here (closed by close())
+        self._lock = threading.RLock()
+        self._closed = False
+
+    def scorer(self) -> Scorer:
+        """The scorer of the episodes' predictions (closed by `close`)."""
+        with self._lock:
+            self._check_open()
+            if self._scorer is None:
+                self._scorer = Scorer(self.config, self.dataset, spec=self.spec)
+            return self._scorer
+
+    def server_for(self, sample_id: str, owner: Episode | None = None) -> StateServer:
+        """The server of ``sample_id``'s state, moved to it if it served another sample: the sample's shared
+        server, or (without sharing) ``owner``'s own."""
+        with self._lock:
+            self._check_open()
+            if not self.share and owner is not None:
+                server = self._own.get(owner) or self._new_server()
+                self._own[owner] = server
+            elif sample_id in self._live:
+                self._live.move_to_end(sample_id)
+                return self._live[sample_id]
+            else:
+                if len(self._live) < self.max_kernels:
+                    server = self._new_server()
+                else:
+                    moved, server = self._live.popitem(last=False)  # the least recently used state moves on
+                    self.answers.pop(moved, None)
+                self._live[sample_id] = server
+            sample = self.samples[sample_id]
+            if server.trajectory is None or server.trajectory.id != sample.trajectory_id or server.step != sample.step:
+                server.select(self.dataset.trajectories[sample.trajectory_id], sample.step)
+                server.warm_up()
+            return server
+
+    def call_tool(
+        self, owner: Episode, sample_id: str, call: ToolCall, try_code: Callable[[str], CodeRun] | None
+    ) -> tuple[ToolOutcome, StateReport | None]:
+        """Answer ``owner``'s call from the group's answers or the sample's server; the outcome, and how the
+        state was served (None: answered from the group). The machinery failing (a lost backend, a state that
+        cannot be selected) is a fault of the outcome, never the tool's answer."""
+        tool = TOOLS.get(call.tool)
+        shared = self.cache_answers and tool is not None and tool.read_only
+        key = (call.tool, json.dumps(call.args, sort_keys=True))
+        with self._lock:
+            cached = self.answers.get(sample_id, {}).get(key) if shared else None
+            if cached is not None:
+                return ToolOutcome(cached), None
+            report = None
+            try:
+                server = self.server_for(sample_id, owner)
+                outcome = server.call_tool(call, try_code)
+                report = server.report
+            except InfrastructureError as exc:
+                outcome = ToolOutcome(None, (fault_text(exc),))
+            if outcome.faults:
+                self.answers.pop(sample_id, None)  # the kernel was replaced
+            elif shared and outcome.result is not None and (report is None or report.check != "mismatch"):
+                self.answers.setdefault(sample_id, {})[key] = outcome.result
+            return outcome, report
+
+    def _new_server(self) -> StateServer:
+        server = StateServer(self.config, self.dataset, spec=self.spec)
+        self._owned.append(server)
+        return server
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConfigError("the shared states are closed")
+
+    def close(self) -> None:
+        """Close every server, kernel and scorer made here. Idempotent."""
+        with self._lock:
+            self._closed = True
+            servers, self._owned = self._owned, []
+            self._live.clear()
+            self.answers.clear()
+            scorer, self._scorer = self._scorer, None
+        for server in servers:
+            server.close()
+        if scorer is not None:
+            scorer.close()
+
+    def __enter__(self) -> StateGroup:
         return self
 
     def __exit__(self, *exc: object) -> None:
