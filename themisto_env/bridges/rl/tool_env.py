@@ -28,7 +28,7 @@ episode's tool steps, as in the gym env: refused past ``tool_budget`` with the e
 costs nothing), else counted, run, recorded, and answered `SANDBOX_FAILED` where the sandbox failed it (given
 back, up to the env's cap).
 
-**Group sharing.** The rollouts' episodes share a [`StateGroup`][themisto_env.env.episode.StateGroup]
+**Group sharing.** The rollouts' episodes share a `themisto_env.env.group.StateGroup`
 ([`SharedStates`][themisto_env.bridges.rl.SharedStates]): the rollouts of one sample (a GRPO group) share one
 kernel in that state, up to ``max_kernels`` samples at once, and a call one rollout of the group made is answered
 to the others from that kernel's answer (``cache_answers``). With ``share=False`` each rollout has a kernel of its
@@ -41,7 +41,8 @@ from collections.abc import Callable
 from typing import Any
 
 from themisto_env.env.config import env_config_and_dataset
-from themisto_env.env.episode import Episode, StateGroup
+from themisto_env.env.episode import Episode
+from themisto_env.env.group import StateGroup
 from themisto_env.env.outcomes import state_mismatch
 from themisto_env.env.record import SampleRecord
 from themisto_env.env.tools import SUBMIT, TOOLS, ToolCall, ToolSpec, tool_method
@@ -60,7 +61,7 @@ SUBMIT_INSTRUCTION = "\n\nGive your prediction by calling the submit tool with i
 
 
 class SharedStates(StateGroup):
-    """The live states the rollouts of one process query (a [`StateGroup`][themisto_env.env.episode.StateGroup]
+    """The live states the rollouts of one process query (a `themisto_env.env.group.StateGroup`
     over the env's options in the ``tools`` mode), and TRL's ``environment_factory`` over them.
 
     Args:
