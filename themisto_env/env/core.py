@@ -1,67 +1,20 @@
 """The gymnasium environment: one trajectory per episode, a live kernel, tools, predictions, rewards.
 
-Turn structure of an episode (documented for training loops):
+[`ThemistoEnv`][themisto_env.env.ThemistoEnv] adds gymnasium's spaces, seeding and rendering to its
+[`Episode`][themisto_env.env.Episode] (``env.unwrapped.episode``), which takes the turns:
 
-1. ``reset`` picks a trajectory (by ``seed``, or ``options={"trajectory": id, "sample": n}``) and
-   brings a kernel to the state just before the first sample's target step by *restoring a snapshot*
-   (replaying only the cells a snapshot cannot stand for).
-2. For each sample, the agent takes any number of tool calls (``kind=0``; in ``tools`` mode; each costs
-   ``tool_cost`` and at most ``tool_budget`` per sample), then one prediction (``kind=1``), which is
-   scored by [`score_sample`][themisto_env.scoring.score_sample] (the rule: docs/reward.md); the
-   prediction step pays the sample's reward less what its tool steps paid, so a sample's steps sum to
-   ``info["reward"]`` (to 0 when the sample is unscored). Once the budget is spent, a further tool call
-   is refused: nothing runs, it costs nothing, ``tool_result`` says so, ``info["tool_refused"]`` is True,
-   and the sample stays open for its prediction (the runner submits an empty one for an agent after
-   three refusals in a row).
-3. The env then executes the ground-truth cells up to the next sample, and the next observation is that
-   sample's. ``terminated`` is True after the trajectory's last sample.
+1. ``reset`` picks a trajectory (by ``seed``, or ``options={"trajectory": id, "sample": n}``).
+2. For each sample, the agent takes tool calls (``kind=0``; ``tools`` mode; each costs ``tool_cost``, at most
+   ``tool_budget`` per sample: past it a call is refused, runs nothing and costs nothing), then one prediction
+   (``kind=1``), scored by [`score_sample`][themisto_env.scoring.score_sample] (docs/reward.md): the prediction
+   step pays the sample's reward less what its tool steps paid. With ``attempts=K`` each sample takes K
+   predictions (pass@k).
+3. The next observation is the next sample's; ``terminated`` is True after the trajectory's last sample.
 
-The state is served lazily: the env brings its kernel to a sample's state only when something needs
-the live state (a tool call, the ``full`` observation,
-[`Episode.tool_context`][themisto_env.env.Episode.tool_context],
-[`Episode.serve_state`][themisto_env.env.Episode.serve_state]). Observations come from the recording, so a
-reset, a prediction and the move to the next sample cost no kernel work until a state is needed; the kernel then moves
-straight to the sample it is asked for (forward over the recorded cells, or by snapshot). ``lazy_state=False`` serves
-every sample as it begins. The execution score and ``try_cell`` never use the env's kernel.
-
-Every served state is checked (`themisto_env.replay.state`): the live namespace must match the
-fingerprint recorded at build time, else it is repaired from snapshots, and what could not be repaired
-is reported. ``info["state"]`` tells how the current sample's state was reached and checked; while it is
-not served yet, ``info["state"]["check"]`` is ``"not served"`` (nothing live was shown to the agent, so
-nothing is checked). A sample scored without its state ever being served says so in ``scored_state``
-(``"not served"``): its prediction cannot have depended on the live state.
-
-Kernels come from a pool (``warm_kernels``): started in the background from the first ``reset`` with the
-modules the dataset's cells import already loaded, handed out once (for the first state, and instead of
-a restart where a state starts from a fresh kernel). Open envs of the same kind (backend, limits,
-snapshot store, dataset imports) in one process share the pool, so a new env's first state finds a
-kernel already warm; the pool and its kernels are closed with the last of those envs.
-
-Model-written code never runs in the env's kernel: the execution score runs each prediction in a
-disposable kernel brought to the sample's state and discarded after (`themisto_env.replay.disposable`),
-so nothing one prediction does reaches a later sample or another prediction; the ``try_cell`` tool
-(next-cell task) runs the agent's candidates the same way. With ``attempts=K`` each
-sample takes K predictions (pass@k), each scored on its own; the episode moves on after the K-th.
-
-A lost backend (the Docker engine stopped answering) is not recovered from: the next ``step`` or
-``reset`` that needs the backend (a state to serve, a disposable kernel) raises
-[`BackendUnavailableError`][themisto_env.errors.BackendUnavailableError] with one line (a step that scored a sample
-first returns that score; the next call raises), the sample it hit is left unscored, and a run resumes from it
-once the engine is back. Steps that need no live state (predictions scored from the recording) go on.
-A prediction whose own code kills its kernel, hits a limit, runs past the time limit or fools the
-measurement under the execution score is the model's failure: it scores 0 with
-``info["prediction_failed"]`` (a reason).
-
-What happened to a sample is reported with that sample, never with its neighbour (``info`` is a
-`StepInfo`; its docstring lists the keys). The ``info`` of the
-step that scores sample S (``info["scored_sample_id"] == S``) carries S's ``SampleScore``, how S was served
-(``scored_state``) and, when S cannot be trusted, ``infrastructure_error`` (the machinery failed while
-serving S or during its tool calls: recovered from, never scored as a wrong answer) or
-``state_mismatch`` (S was served in a state that differs from the recording). A failure while moving
-on to sample S+1 belongs to S+1.
-
-Nothing the agent reaches reveals the target: the kernel is in the state *before* the target step, the
-history holds only executed steps, ``info`` carries ids and scores but no target text.
+A sample's state is served only when something needs the live kernel (a tool call, the ``full`` mode), and
+checked against the recording (``info["state"]``); model-written code runs only in disposable kernels. What
+happened to a sample is reported with that sample (``info`` is a `StepInfo`); nothing the agent reaches
+reveals the target. docs/environment.md says the rest.
 """
 
 from __future__ import annotations

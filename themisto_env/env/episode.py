@@ -208,7 +208,8 @@ class Episode:
 
         Raises:
             ConfigError: No episode was started.
-            BackendUnavailableError: The backend is gone.
+            BackendUnavailableError: The backend is gone (not recovered from: the sample it hit is left
+                unscored; a step that scored a sample first returns that score and the next call raises).
         """
         with self.traced():
             stepped = self._step(action)
