@@ -14,25 +14,14 @@ dataset row, and ``get_reward()`` scores the finished rollout.
         environment_factory=states.factory(),          # -> ThemistoToolEnv
     )
 
-A rollout: ``reset(sample_id=...)`` serves nothing yet (the state is lazy); the model calls the
-observation tools (`ROLLOUT_TOOLS`: the env's read-only tools, methods made from the tool table
-`themisto_env.env.tools.TOOLS`, so their names, arguments and docstrings are the table's), each answered
-from the live kernel in the sample's state; it gives its prediction with the table's `SUBMIT` tool; ``get_reward()``
-scores the last submitted prediction with the env's [`Scorer`][themisto_env.env.Scorer] (the one rule,
-docs/reward.md: metrics, execution score when on, minus ``tool_cost`` per tool call) and returns None (TRL
-leaves it out) when the rollout cannot be trusted: an infrastructure failure during its tool calls, or a
-state that differs from the recording.
-
-Each rollout is an [`Episode`][themisto_env.env.Episode] reset to its sample, and each tool call is one of the
-episode's tool steps, as in the gym env: refused past ``tool_budget`` with the env's refusal (nothing runs, it
-costs nothing), else counted, run, recorded, and answered `SANDBOX_FAILED` where the sandbox failed it (given
-back, up to the env's cap).
-
-**Group sharing.** The rollouts' episodes share a `themisto_env.env.group.StateGroup`
-([`SharedStates`][themisto_env.bridges.rl.SharedStates]): the rollouts of one sample (a GRPO group) share one
-kernel in that state, up to ``max_kernels`` samples at once, and a call one rollout of the group made is answered
-to the others from that kernel's answer (``cache_answers``). With ``share=False`` each rollout has a kernel of its
-own (TRL's default picture), which costs a kernel per rollout.
+Each rollout is an [`Episode`][themisto_env.env.Episode] reset to its sample (nothing is served until a tool needs
+it); each call of an observation tool (`ROLLOUT_TOOLS`, made from the tool table) is one of the episode's tool
+steps, as in the gym env (the budget, its refusal, `SANDBOX_FAILED` and its refund); ``get_reward()`` scores the
+last `SUBMIT`-ted prediction as the episode's prediction step would (docs/reward.md), or returns None (TRL leaves it
+out) when an infrastructure failure or a state that differs from the recording touched the rollout. The rollouts
+share a `themisto_env.env.group.StateGroup` ([`SharedStates`][themisto_env.bridges.rl.SharedStates]): those of one
+sample (a GRPO group) share one kernel in its state and its answers (``cache_answers``); ``share=False`` gives each
+rollout a kernel of its own.
 """
 
 from __future__ import annotations
