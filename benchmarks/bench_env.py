@@ -60,9 +60,11 @@ def main() -> None:
 
     env = ThemistoEnv(task="next-cell", observation="static", dataset=args.data, backend=args.backend)
     # By default a trajectory without a restart midway: nbclient cannot restart, so it would not compare.
-    no_restart = [t for t in env.episode_ids if not any(s.restarted_before for s in env.trajectories[t].steps[1:])]
-    tid = args.trajectory or (no_restart or env.episode_ids)[0]
-    trajectory = env.trajectories[tid]
+    no_restart = [
+        t for t in env.episode.episode_ids if not any(s.restarted_before for s in env.episode.trajectories[t].steps[1:])
+    ]
+    tid = args.trajectory or (no_restart or env.episode.episode_ids)[0]
+    trajectory = env.episode.trajectories[tid]
     sources = [s.source for s in trajectory.steps]
     if any(s.restarted_before for s in trajectory.steps[1:]):
         console.print("[yellow]note: the trajectory restarts its kernel midway; nbclient does not[/yellow]")
@@ -83,7 +85,7 @@ def main() -> None:
         task="next-cell", observation="tools", dataset=args.data, backend=args.backend, tool_budget=10**6
     )
     tools_env.reset(options={"trajectory": tid})
-    kernel = tools_env.tool_context().kernel
+    kernel = tools_env.episode.tool_context().kernel
     for _ in range(3):
         tools_env.step(ToolCall(tool="list_variables"))
         kernel.execute("1+1")

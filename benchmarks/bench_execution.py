@@ -58,8 +58,8 @@ class Outcome:
 
 def episode(env: ThemistoEnv, tid: str) -> tuple[float, Outcome]:
     """Seconds of one whole episode predicting the real target cells, and what it reported."""
-    trajectory = env.trajectories[tid]
-    samples = env.episode_samples[tid]
+    trajectory = env.episode.trajectories[tid]
+    samples = env.episode.episode_samples[tid]
     outcome = Outcome()
     started = time.perf_counter()
     env.reset(options={"trajectory": tid})
@@ -97,7 +97,7 @@ def main() -> None:
     text_only = ThemistoEnv(
         task="next-cell", observation="static", backend=args.backend, dataset=args.data, execution_score=False
     )
-    tids = scored.episode_ids[: args.trajectories]
+    tids = scored.episode.episode_ids[: args.trajectories]
     seconds: dict[str, dict[str, list[float]]] = {tid: {"scored": [], "text": []} for tid in tids}  # per round
     outcomes = {tid: Outcome() for tid in tids}
     bare: list[float] = []
@@ -148,14 +148,14 @@ def main() -> None:
 
     total = Outcome()
     for tid in tids:
-        row(tid, len(scored.episode_samples[tid]), seconds[tid]["scored"], seconds[tid]["text"], outcomes[tid])
+        row(tid, len(scored.episode.episode_samples[tid]), seconds[tid]["scored"], seconds[tid]["text"], outcomes[tid])
         total.add(outcomes[tid])
     # Over all trajectories: each round's episodes summed, so every sample weighs alike.
     rounds = range(args.rounds)
     table.add_section()
     row(
         "all",
-        sum(len(scored.episode_samples[tid]) for tid in tids),
+        sum(len(scored.episode.episode_samples[tid]) for tid in tids),
         [sum(seconds[tid]["scored"][r] for tid in tids) for r in rounds],
         [sum(seconds[tid]["text"][r] for tid in tids) for r in rounds],
         total,

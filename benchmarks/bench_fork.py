@@ -429,7 +429,7 @@ def rollouts(count: int, choices: list[tuple[str, int]], fork: bool) -> tuple[li
         times, bare = [], []
         for choice in picks:
             times.append(timed(lambda c=choice: one(c)))
-            kernel = env.tool_context().kernel
+            kernel = env.episode.tool_context().kernel
             bare.append(timed(lambda k=kernel: k.execute("1+1")))
         return times, bare
     finally:

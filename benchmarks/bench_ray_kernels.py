@@ -55,7 +55,7 @@ def rollouts(dataset: Dataset, count: int, seed: int, ray: str | None) -> dict[s
                 timings = {kind: [] for kind in timings}
             t = time.perf_counter()
             env.reset(options={"sample": rng.choice(samples)})
-            env.serve_state()
+            env.episode.serve_state()
             timings["reset"].append(time.perf_counter() - t)
             for call in TOOLS:
                 t = time.perf_counter()

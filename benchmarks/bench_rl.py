@@ -80,7 +80,7 @@ def rollouts(env: ThemistoEnv, choices: list[tuple[str, int]]) -> tuple[float, f
     times, bare = [], []
     for choice in choices:
         times.append(timed(lambda c=choice: rollout(env, c)))  # type: ignore[misc]
-        kernel = env.tool_context().kernel  # the same kernel unless a state needed a fresh one
+        kernel = env.episode.tool_context().kernel  # the same kernel unless a state needed a fresh one
         bare.append(timed(lambda k=kernel: k.execute("1+1")))
     return statistics.median(times), statistics.median(bare)
 
@@ -99,7 +99,7 @@ def episode(env: ThemistoEnv, tid: str, *, serve: bool) -> None:
     terminated = False
     while not terminated:
         if serve:
-            env.serve_state()
+            env.episode.serve_state()
         terminated = env.step(Prediction(text=""))[2]
 
 
@@ -140,14 +140,18 @@ def main() -> None:
     console.print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; backend={args.backend}")
     rng = random.Random(args.seed)
     probe = make_env(args, eager=False)
-    choices = [(tid, i) for tid in probe.episode_ids for i in range(len(probe.episode_samples[tid]))]
+    choices = [(tid, i) for tid in probe.episode.episode_ids for i in range(len(probe.episode.episode_samples[tid]))]
     picks = [rng.choice(choices) for _ in range(args.rollouts)]
     # A trajectory without a restart midway (straight execution cannot restart), its middle sample.
-    plain = [t for t in probe.episode_ids if not any(s.restarted_before for s in probe.trajectories[t].steps[1:])]
-    tid = (plain or probe.episode_ids)[0]
-    trajectory = probe.trajectories[tid]
-    middle = len(probe.episode_samples[tid]) // 2
-    step = probe.episode_samples[tid][middle].step
+    plain = [
+        t
+        for t in probe.episode.episode_ids
+        if not any(s.restarted_before for s in probe.episode.trajectories[t].steps[1:])
+    ]
+    tid = (plain or probe.episode.episode_ids)[0]
+    trajectory = probe.episode.trajectories[tid]
+    middle = len(probe.episode.episode_samples[tid]) // 2
+    step = probe.episode.episode_samples[tid][middle].step
     probe.close()
     rows: list[tuple[str, str, str, str, str]] = []
 
@@ -178,28 +182,28 @@ def main() -> None:
         first = make_env(args, eager, observation="tools")  # the first env of its kind in the process
         try:
             first_reset = timed(lambda e=first: e.reset(options=target))
-            first_served = first_reset + timed(first.serve_state)
+            first_served = first_reset + timed(first.episode.serve_state)
         finally:
             first.close()
         keeper = make_env(args, eager, observation="tools")  # another env of the kind stays open
         try:
             keeper.reset(options={"trajectory": picks[0][0], "sample": picks[0][1]})
-            keeper.serve_state()
+            keeper.episode.serve_state()
             new_reset, new_served, warm = [], [], []
             for _ in range(args.resets):
-                if keeper.server.pool is not None:  # untimed: let the shared pool refill, as between episodes
-                    while not keeper.server.pool.ready:
+                if keeper.episode.server.pool is not None:  # untimed: let the shared pool refill, as between episodes
+                    while not keeper.episode.server.pool.ready:
                         time.sleep(0.05)
                 env = make_env(args, eager, observation="tools")
                 try:
                     new_reset.append(timed(lambda e=env: e.reset(options=target)))
-                    new_served.append(new_reset[-1] + timed(env.serve_state))
+                    new_served.append(new_reset[-1] + timed(env.episode.serve_state))
                 finally:
                     env.close()
             for pick in picks[1 : 1 + max(5, args.resets)]:
                 keeper.reset(options={"trajectory": pick[0], "sample": pick[1]})
-                keeper.serve_state()  # the kernel is somewhere else
-                warm.append(timed(lambda e=keeper: e.reset(options=target)) + timed(keeper.serve_state))
+                keeper.episode.serve_state()  # the kernel is somewhere else
+                warm.append(timed(lambda e=keeper: e.reset(options=target)) + timed(keeper.episode.serve_state))
         finally:
             keeper.close()
         r, s, w = statistics.median(new_reset), statistics.median(new_served), statistics.median(warm)
@@ -239,7 +243,7 @@ def main() -> None:
                 goal(f"episode vs straight ({'served' if serve else 'do-nothing'})", over, "<= +10%", 10, higher=False)
 
     # -- GRPO steps ---------------------------------------------------------------------------------------
-    ids = [sample.id for sample in probe.samples]
+    ids = [sample.id for sample in probe.episode.samples]
     batches = [rng.sample(ids, args.prompts) for _ in range(args.grpo_steps)]
     grpo = {share: grpo_steps(args, share, batches, args.generations) for share in (False, True)}
     rollouts_per_step = args.prompts * args.generations

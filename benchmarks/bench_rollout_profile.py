@@ -161,7 +161,7 @@ def main() -> None:
             if profile is not None:
                 profile.disable()
             timers.on = False
-            kernel = env.tool_context().kernel
+            kernel = env.episode.tool_context().kernel
             started = time.perf_counter()
             kernel.execute("1+1")
             bare.append(time.perf_counter() - started)

@@ -55,28 +55,30 @@ def main() -> None:
     console.print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; backend={args.backend}")
     checked = ThemistoEnv(task="next-cell", observation="static", backend=args.backend, dataset=args.data)
     unchecked = ThemistoEnv(task="next-cell", observation="static", backend=args.backend, dataset=args.data)
-    for trajectory in unchecked.trajectories.values():  # hide the recordings: nothing to check against
+    for trajectory in unchecked.episode.trajectories.values():  # hide the recordings: nothing to check against
         trajectory.fingerprint_version = -1
     try:
         per_sample = {"checked": [], "unchecked": []}
         bare: list[float] = []
         for _ in range(args.rounds):
-            for tid in checked.episode_ids:
+            for tid in checked.episode.episode_ids:
                 for name, env in (("checked", checked), ("unchecked", unchecked)):
                     seconds, served = episode_seconds(env, tid)
                     per_sample[name].append(seconds / served)
-            kernel = checked.tool_context().kernel
+            kernel = checked.episode.tool_context().kernel
             for _ in range(20):
                 started = time.perf_counter()
                 kernel.execute("1+1")
                 bare.append(time.perf_counter() - started)
         # Where the cost lies: the fingerprint of every served state, in the kernel and on the host.
-        kernel = checked.tool_context().kernel
+        kernel = checked.episode.tool_context().kernel
         inside, compare = [], []
-        for tid in checked.episode_ids:
-            trajectory = checked.trajectories[tid]
-            for sample in checked.episode_samples[tid][:: max(1, len(checked.episode_samples[tid]) // 8)]:
-                checked.reset(options={"trajectory": tid, "sample": checked.episode_samples[tid].index(sample)})
+        for tid in checked.episode.episode_ids:
+            trajectory = checked.episode.trajectories[tid]
+            for sample in checked.episode.episode_samples[tid][
+                :: max(1, len(checked.episode.episode_samples[tid]) // 8)
+            ]:
+                checked.reset(options={"trajectory": tid, "sample": checked.episode.episode_samples[tid].index(sample)})
                 result = kernel.execute(
                     "import time as _t, sys as _s\n_a = _t.perf_counter()\n"
                     "_s.modules['_themisto_helper'].namespace_fingerprint()\nprint(_t.perf_counter() - _a)"

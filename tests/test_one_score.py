@@ -29,6 +29,7 @@ from themisto_env.env.actions import Prediction
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.episode import Episode
 from themisto_env.env.info import StepInfo
+from themisto_env.env.state_server import StateServer
 from themisto_env.env.tools import ToolCall
 from themisto_env.metrics import RewardWeights, reward, score
 from themisto_env.run.config import RunConfig
@@ -121,7 +122,7 @@ FIXTURE_ENVS: list[Callable[[], list[ThemistoEnv]]] = []
 KILLED: list[int] = []
 
 
-def kill_kernel_of(env: ThemistoEnv | Episode) -> None:
+def kill_kernel_of(env: Episode | StateServer) -> None:
     """SIGKILL the kernel serving ``env``'s current sample, by its pid, and wait until it is gone.
 
     A kernel an earlier case killed and nothing has asked since (TRL's shared states answer a repeated call
@@ -221,7 +222,7 @@ def gym_envs() -> Iterator[dict[bool, ThemistoEnv]]:
 @pytest.fixture(scope="module")
 def sample(gym_envs: dict[bool, ThemistoEnv]) -> Sample:
     """The bundled data's first next-cell sample (a run is pinned to it by ``sample_ids``)."""
-    return gym_envs[False].samples[0]
+    return gym_envs[False].episode.samples[0]
 
 
 @pytest.fixture(scope="module")
@@ -238,10 +239,10 @@ def shared_states() -> Iterator[dict[bool, SharedStates]]:
 
 def through_gym(env: ThemistoEnv, sample: Sample, case: Case) -> tuple[Outcome, dict[str, Any]]:
     tid, index = next(
-        (t, i) for t, samples in env.episode_samples.items() for i, s in enumerate(samples) if s.id == sample.id
+        (t, i) for t, samples in env.episode.episode_samples.items() for i, s in enumerate(samples) if s.id == sample.id
     )
     env.reset(options={"trajectory": tid, "sample": index})
-    script, total = Script(case.script, lambda: kill_kernel_of(env)), 0.0
+    script, total = Script(case.script, lambda: kill_kernel_of(env.episode)), 0.0
     while (tool := script.next_tool()) is not None:
         _, step_reward, _, _, info = env.step(ToolCall(tool=tool))
         assert step_reward == pytest.approx(-TOOL_COST), "each tool step pays the tool cost"
@@ -386,7 +387,7 @@ def test_every_path_gives_the_same_reward_and_flags(
             task="next-cell",
             rule=ScoringRule(weights=RewardWeights(), tool_cost=TOOL_COST, execution_score=case.execution),
             tools_used=tools,
-            execution=gym_envs[case.execution].execution_run(sample),
+            execution=gym_envs[case.execution].episode.execution_run(sample),
         ).reward
     )
 

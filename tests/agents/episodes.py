@@ -29,7 +29,7 @@ def run_agent(
 ) -> list[SampleResult]:
     """Play every episode (trajectory) of ``env`` with ``agent``; one result per scored sample."""
     results: list[SampleResult] = []
-    episodes = len(env.unwrapped.episode_ids)  # type: ignore[attr-defined]
+    episodes = len(env.unwrapped.episode.episode_ids)  # type: ignore[attr-defined]
     for episode in range(episodes):
         obs, info = env.reset(options={"trajectory": episode})
         agent.reset(info)

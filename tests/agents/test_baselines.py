@@ -55,7 +55,7 @@ def test_retrieval_predicts_the_output_of_the_most_similar_cell_with_an_output()
 def test_baselines_play_whole_episodes(make_env: MakeEnv, task: str, name: str) -> None:
     env = make_env(task, "static")
     results = run_agent(env, make_agent(name))
-    assert len(results) == len(env.unwrapped.samples)  # type: ignore[attr-defined]
+    assert len(results) == len(env.unwrapped.episode.samples)  # type: ignore[attr-defined]
     for result in results:
         assert all(0.0 <= value <= 1.0 for value in result.scores.values())
         assert result.tool_calls == [] and result.usage.tool_calls == 0

@@ -192,7 +192,7 @@ def test_llm_agents_play_whole_episodes_async_on_next_cell(make_env: MakeEnv) ->
     ]
     agent = make_agent("llm-tools", chat_model=ScriptedChatModel(replies, cycle=True))
     results = run_agent(env, agent, use_async=True)
-    assert len(results) == len(env.unwrapped.samples)  # type: ignore[attr-defined]
+    assert len(results) == len(env.unwrapped.episode.samples)  # type: ignore[attr-defined]
     assert all(r.prediction == "df.head()" and len(r.tool_calls) == 1 for r in results)
     assert all(r.usage.model_calls == 2 and r.usage.input_tokens == 130 for r in results)
     assert any(r.scores["exact_match"] == 1.0 for r in results)
@@ -252,8 +252,10 @@ def test_each_draw_of_pass_at_k_starts_a_fresh_conversation(make_env: MakeEnv) -
     env = make_env("output", "tools", attempts=2)
     config = RunConfig(agent="llm-tools", task="output", attempts=2)
     inner = env.unwrapped
-    tid = inner.episode_ids[0]
-    rows = episode_rows(config, inner, agent, {"observation": "tools"}, tid, 0, {inner.episode_samples[tid][0].id})
+    tid = inner.episode.episode_ids[0]
+    rows = episode_rows(
+        config, inner, agent, {"observation": "tools"}, tid, 0, {inner.episode.episode_samples[tid][0].id}
+    )
     row = next(rows)
     assert row.draws is not None and [d.prediction for d in row.draws] == ["(40, 3)", "(1, 1)"]
     assert len(model.prompts) == 3

@@ -176,11 +176,11 @@ def test_the_output_task_shows_the_cell_about_to_run(env_dataset: dict[str, str]
     task = themisto(task="output", data=env_dataset["dataset"], snapshot_dir=env_dataset["snapshot_dir"])
     env = ThemistoEnv(task="output", dataset=env_dataset["dataset"], snapshot_dir=env_dataset["snapshot_dir"])
     try:
-        ours_by_id = {s.id: s for s in env.samples}  # the task's dataset is in --limit's selection order
+        ours_by_id = {s.id: s for s in env.episode.samples}  # the task's dataset is in --limit's selection order
         assert sorted(s.id for s in task.dataset) == sorted(ours_by_id)
         for sample in task.dataset:
             ours = ours_by_id[str(sample.id)]
-            cell = env.trajectories[ours.trajectory_id].steps[ours.step].source
+            cell = env.episode.trajectories[ours.trajectory_id].steps[ours.step].source
             assert sample.target == ours.target
             assert f"```python\n{cell}" in sample.input[1].text  # type: ignore[index]
     finally:

@@ -200,11 +200,11 @@ def halves(dataset_copy: Path) -> dict[str, object]:
 def test_the_env_serves_only_its_side(halves: dict, built: dict[str, str]) -> None:
     env = ThemistoEnv(dataset=halves["dataset"], split="train", snapshot_dir=built["snapshot_dir"], warm_kernels=0)
     try:
-        assert {s.id for s in env.samples} == set(halves["train"])
-        assert env.config.split == "train"
+        assert {s.id for s in env.episode.samples} == set(halves["train"])
+        assert env.episode.config.split == "train"
         for seed in range(4):
             env.reset(seed=seed)
-            assert env.current_sample.id in halves["train"]
+            assert env.episode.current_sample.id in halves["train"]
         with pytest.raises(SplitError, match="on the test side"):
             env.reset(options={"sample": halves["test"][0]})
         with pytest.raises(SplitError):

@@ -47,7 +47,7 @@ def test_registered_ids_pass_the_gymnasium_checker(env_dataset: dict[str, str], 
 def test_an_episode_scores_every_sample_once_then_terminates(env_dataset: dict[str, str]) -> None:
     env = make(env_dataset)
     obs, info = env.reset(seed=1)
-    expected = [s.id for s in env.samples]
+    expected = [s.id for s in env.episode.samples]
     scored = []
     terminated = False
     while not terminated:
@@ -63,7 +63,7 @@ def test_an_episode_scores_every_sample_once_then_terminates(env_dataset: dict[s
 def test_a_perfect_prediction_gets_full_reward(env_dataset: dict[str, str]) -> None:
     env = make(env_dataset, "themisto/NextCell-v0")
     env.reset(options={"sample": 2})
-    target = env.current_sample.target
+    target = env.episode.current_sample.target
     _, reward, *_, info = env.step(Prediction(text=target))
     assert reward == pytest.approx(1.0)
     assert info["scores"]["exact_match"] == 1.0
@@ -73,11 +73,11 @@ def test_a_perfect_prediction_gets_full_reward(env_dataset: dict[str, str]) -> N
 def test_reset_at_a_sample_restores_a_snapshot_instead_of_replaying(env_dataset: dict[str, str]) -> None:
     env = make(env_dataset, "themisto/NextCell-v0")
     obs, info = env.reset(options={"sample": 5})
-    kernel = env.tool_context().kernel
+    kernel = env.episode.tool_context().kernel
     state = kernel.introspect.namespace_state()
     assert state.execution_count == 1, "no cell may be executed to reach a sample with a snapshot"
     assert {"sales", "total", "by_region"} <= set(state.names)
-    assert info["step"] == env.current_sample.step
+    assert info["step"] == env.episode.current_sample.step
     assert f"# In [{info['step']}]:" in obs["history"] and f"# In [{info['step'] + 1}]:" not in obs["history"]
     env.close()
 
@@ -85,15 +85,15 @@ def test_reset_at_a_sample_restores_a_snapshot_instead_of_replaying(env_dataset:
 def test_nothing_reachable_reveals_the_target(env_dataset: dict[str, str]) -> None:
     env = make(env_dataset, "themisto/NextCell-v0", history_length=100)
     obs, info = env.reset(options={"sample": 0})
-    steps = env.trajectories[info["trajectory_id"]].steps
+    steps = env.episode.trajectories[info["trajectory_id"]].steps
     while True:
-        sample = env.current_sample
+        sample = env.episode.current_sample
         later = [s.source for s in steps[sample.step :]]
         for text in (obs["history"], obs["runtime"], obs["tool_result"], repr(info)):
             for source in later:
                 if source not in "".join(s.source for s in steps[: sample.step]):
                     assert source not in text, f"a future cell leaks at step {sample.step}"
-        names = env.tool_context().kernel.introspect.namespace_state().names
+        names = env.episode.tool_context().kernel.introspect.namespace_state().names
         created_by_target = set(steps[sample.step].variables) - set(steps[sample.step - 1].variables)
         assert not created_by_target & set(names), "the kernel already holds what the target creates"
         obs, _, terminated, _, info = env.step(Prediction(text="x"))
@@ -105,7 +105,7 @@ def test_nothing_reachable_reveals_the_target(env_dataset: dict[str, str]) -> No
 def test_tools_are_read_only_and_bounded(env_dataset: dict[str, str]) -> None:
     env = make(env_dataset, tool_budget=len(TOOL_NAMES) + 1)
     env.reset(options={"sample": 4})
-    kernel = env.tool_context().kernel
+    kernel = env.episode.tool_context().kernel
     before = kernel.introspect.namespace_state()
     calls = [
         ToolCall(tool="list_variables"),
@@ -120,8 +120,8 @@ def test_tools_are_read_only_and_bounded(env_dataset: dict[str, str]) -> None:
     for call in calls:
         obs, reward, terminated, _, info = env.step(encode_action(call))
         assert info["tool_result"]["ok"], (call, info["tool_result"])
-        assert reward == pytest.approx(-env.config.tool_cost) and not terminated
-        assert 0 < len(obs["tool_result"]) <= env.config.max_text_chars
+        assert reward == pytest.approx(-env.episode.config.tool_cost) and not terminated
+        assert 0 < len(obs["tool_result"]) <= env.episode.config.max_text_chars
     assert "region" in env.step(ToolCall(tool="dataframe_head", args={"name": "sales"}))[0]["tool_result"]
     assert kernel.introspect.namespace_state() == before
     env.close()
@@ -159,11 +159,11 @@ def test_static_mode_refuses_tools_and_full_mode_dumps_the_runtime(env_dataset: 
 def test_a_dead_kernel_is_recovered_and_never_scored(env_dataset: dict[str, str]) -> None:
     env = make(env_dataset)
     env.reset(options={"sample": 3})
-    kernel = env.tool_context().kernel
+    kernel = env.episode.tool_context().kernel
     os.kill(kernel.launcher.pid(), signal.SIGKILL)
     obs, reward, terminated, _, info = env.step(ToolCall(tool="list_variables"))
     assert "infrastructure_error" in info and "recovered" in info["infrastructure_error"]
-    assert "scores" not in info and obs["tools_left"] == env.config.tool_budget
+    assert "scores" not in info and obs["tools_left"] == env.episode.config.tool_budget
     obs, *_ = env.step(ToolCall(tool="inspect_variable", args={"name": "sales"}))
     assert "DataFrame" in obs["tool_result"], "the state is back after recovery"
     env.close()
@@ -173,8 +173,8 @@ def test_a_dead_kernel_is_recovered_and_never_scored(env_dataset: dict[str, str]
 def test_execution_score_runs_the_prediction_and_rolls_back(env_dataset: dict[str, str]) -> None:
     env = make(env_dataset, "themisto/NextCell-v0", execution_score=True)
     env.reset(options={"sample": 5})
-    target = env.current_sample.target
-    kernel = env.tool_context().kernel
+    target = env.episode.current_sample.target
+    kernel = env.episode.tool_context().kernel
     before = set(kernel.introspect.namespace_state().names)
     _, _, _, _, right = env.step(Prediction(text=target))
     assert right["execution_score"] == pytest.approx(1.0)

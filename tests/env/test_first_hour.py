@@ -32,7 +32,7 @@ def test_a_tool_call_past_the_budget_is_refused_and_the_sample_stays_open(env_da
         assert reward == 0.0 and not terminated, "a refusal costs nothing and ends nothing"
         assert "budget" in obs["tool_result"] and "Prediction" in obs["tool_result"]
         assert info["sample_id"] == sample and "scores" not in info and info.get("tool_refused")
-        target = env.current_sample.target  # type: ignore[union-attr]
+        target = env.episode.current_sample.target  # type: ignore[union-attr]
         _, reward, _, _, info = env.step(Prediction(text=target))
         assert info["scored_sample_id"] == sample and info["scores"]["exact_match"] == 1.0
         assert info["reward"] == pytest.approx(1.0 - 0.05), "one paid call; the refused one cost nothing"
@@ -44,18 +44,18 @@ def test_a_tool_call_past_the_budget_is_refused_and_the_sample_stays_open(env_da
 def test_reset_takes_a_sample_id_or_an_index(env_dataset: dict[str, str]) -> None:
     env = make(env_dataset, observation="static")
     try:
-        wanted = env.samples[3]
+        wanted = env.episode.samples[3]
         _, info = env.reset(options={"sample": wanted.id})
         assert info["sample_id"] == wanted.id
         tid = wanted.trajectory_id
         _, info = env.reset(options={"trajectory": tid, "sample": 2})
-        assert info["sample_id"] == env.episode_samples[tid][2].id  # an index into the trajectory's samples
+        assert info["sample_id"] == env.episode.episode_samples[tid][2].id  # an index into the trajectory's samples
         near = wanted.id.rsplit("/", 1)[0] + "/9999"
         with pytest.raises(ConfigError, match=r"no sample .*9999.*did you mean"):
             env.reset(options={"sample": near})
         with pytest.raises(ConfigError, match=r"output sample.*this env's task is next-cell"):
             env.reset(options={"sample": wanted.id.replace("/next-cell/", "/output/")})
-        other = next(t for t in env.episode_ids if t != tid) if len(env.episode_ids) > 1 else None
+        other = next(t for t in env.episode.episode_ids if t != tid) if len(env.episode.episode_ids) > 1 else None
         if other is not None:
             with pytest.raises(ConfigError, match="not of trajectory"):
                 env.reset(options={"trajectory": other, "sample": wanted.id})
@@ -121,7 +121,7 @@ def test_an_unknown_sample_id_is_named_with_what_exists() -> None:
         message = str(raised.value)
         assert "\n" not in message and "is an such sample" not in message, message
         assert "no sample 'no/such/sample'" in message, "it names the id asked for"
-        assert env.samples[0].id.rsplit("/", 2)[0] in message or "e.g." in message, "it shows what exists"
+        assert env.episode.samples[0].id.rsplit("/", 2)[0] in message or "e.g." in message, "it shows what exists"
         assert "TRAJECTORY/TASK/STEP" in message
     finally:
         env.close()

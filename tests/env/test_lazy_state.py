@@ -41,7 +41,7 @@ def live(env: ThemistoEnv) -> tuple[Any, ...]:
     process's, larger in a warm kernel that has the dataset's modules loaded.)"""
     listing = env.step(ToolCall(tool="list_variables"))[0]["tool_result"]
     memory = env.step(ToolCall(tool="memory_usage"))[0]["tool_result"].split("\n", 1)[1]
-    kernel = env.tool_context().kernel
+    kernel = env.episode.tool_context().kernel
     return listing, memory, sorted(kernel.introspect.namespace_state().names), kernel.introspect.fingerprint()
 
 
@@ -53,8 +53,8 @@ def eager_states(data: dict[str, Any]) -> dict[int, tuple[Any, ...]]:
     try:
         env.reset(options={"trajectory": 0, "sample": 0})
         while True:
-            step = env.current_sample.step
-            assert env.state_report is not None and env.state_report.check == "verified"
+            step = env.episode.current_sample.step
+            assert env.episode.state_report is not None and env.episode.state_report.check == "verified"
             states[step] = live(env)
             if env.step(Prediction(text=""))[2]:
                 return states
@@ -95,12 +95,12 @@ def test_a_tool_after_lazily_skipped_samples_sees_exactly_the_recorded_state(
         assert info["state"]["check"] == "not served"
         seen = 0
         while True:
-            step = env.current_sample.step
+            step = env.episode.current_sample.step
             if seen % skip == skip - 1:
                 assert live(env) == eager_states[step], f"skip {skip}, step {step}"
-                assert env.state_report.check == "verified", env.state_report
+                assert env.episode.state_report.check == "verified", env.episode.state_report
             else:
-                assert env.state_report is None, "a sample nothing asked about was served"
+                assert env.episode.state_report is None, "a sample nothing asked about was served"
             seen += 1
             *_, terminated, _, info = env.step(Prediction(text=""))
             if terminated:
@@ -112,7 +112,7 @@ def test_resets_anywhere_then_a_tool_match_the_eager_env(
     env: ThemistoEnv, eager_states: dict[int, tuple[Any, ...]]
 ) -> None:
     """Random access, both directions, several resets without a tool between them."""
-    samples = env.episode_samples["faults-faults"]
+    samples = env.episode.episode_samples["faults-faults"]
     order = [len(samples) - 1, 0, 3, 3, 1, len(samples) - 2, 2]
     for n, index in enumerate(order):
         env.reset(options={"trajectory": 0, "sample": index})
@@ -127,15 +127,15 @@ def test_nothing_is_served_or_started_until_a_state_is_needed(data: dict[str, An
         env.reset(options={"trajectory": 0, "sample": 0})
         rows = []
         while True:
-            *_, terminated, _, info = env.step(Prediction(text=env.current_sample.target))
+            *_, terminated, _, info = env.step(Prediction(text=env.episode.current_sample.target))
             rows.append(info)
             if terminated:
                 break
         assert all(r["scores"]["exact_match"] == 1.0 for r in rows)
         assert all(r["scored_state"]["check"] == "not served" for r in rows), "scored from the recording"
         assert not any(r.get("state_mismatch") or r.get("infrastructure_error") for r in rows)
-        assert not env._state.started, "a static episode started a kernel"
-        assert env.serve_state().check == "verified", "asked for, the last sample's state is served"
+        assert not env.episode.server.kernel_owner.started, "a static episode started a kernel"
+        assert env.episode.serve_state().check == "verified", "asked for, the last sample's state is served"
     finally:
         env.close()
 
@@ -161,26 +161,26 @@ def test_warm_kernels_are_handed_out_once_and_closed_with_the_env(data: dict[str
     env = make_env(data, fork=False)
     pids: list[int] = []
     try:
-        assert env.server.preload, "the dataset's imports are preloaded"
-        samples = env.episode_samples["faults-faults"]
+        assert env.episode.server.preload, "the dataset's imports are preloaded"
+        samples = env.episode.episode_samples["faults-faults"]
         restart = next(i for i, s in enumerate(samples) if s.step == RESTART_STEP)
         env.reset(options={"trajectory": 0, "sample": restart - 1})
-        env.serve_state()
-        kernel = env.tool_context().kernel
+        env.episode.serve_state()
+        kernel = env.episode.tool_context().kernel
         pids.append(kernel.launcher.pid())
         assert kernel.execute("import sys; print('pandas' in sys.modules)").outputs[0]["text"].strip() == "True"
         env.reset(options={"trajectory": 0, "sample": restart - 1})
         env.step(Prediction(text=""))  # now at the sample after the restart
-        assert env.current_sample.step == RESTART_STEP
-        kernel = env.tool_context().kernel
+        assert env.episode.current_sample.step == RESTART_STEP
+        kernel = env.episode.tool_context().kernel
         assert kernel.introspect.fingerprint() == {} and kernel.restarts == 0, "a new pooled kernel, not a restart"
         pids.append(kernel.launcher.pid())
-        env.server.pool.fill()
-        spare = env.server.pool.take()  # the spare the pool refilled: not one handed out before
+        env.episode.server.pool.fill()
+        spare = env.episode.server.pool.take()  # the spare the pool refilled: not one handed out before
         pids.append(spare.launcher.pid())
         spare.close()
         assert len(set(pids)) == len(pids), pids
-        assert env.tool_context().kernel.launcher.pid() == pids[1]
+        assert env.episode.tool_context().kernel.launcher.pid() == pids[1]
     finally:
         env.close()
     assert not pids_alive(pids), "a kernel outlived its env"
@@ -193,12 +193,12 @@ def test_a_kernel_killed_while_lazily_skipped_is_recovered_when_needed(
     forking, the state may come from a copy of a snapshot's template instead: the dead kernel is then
     replaced without being used, and no fault touches the sample.)"""
     env.reset(options={"trajectory": 0, "sample": 0})
-    env.serve_state()
-    killed = env.tool_context().kernel.launcher.pid()
+    env.episode.serve_state()
+    killed = env.episode.tool_context().kernel.launcher.pid()
     os.kill(killed, 9)
     env.step(Prediction(text=""))
     env.step(Prediction(text=""))
-    sample = env.current_sample
+    sample = env.episode.current_sample
     assert live(env) == eager_states[sample.step]
     *_, info = env.step(Prediction(text=""))
     assert info["scored_sample_id"] == sample.id
@@ -206,7 +206,7 @@ def test_a_kernel_killed_while_lazily_skipped_is_recovered_when_needed(
     if info["scored_state"].get("served_by") != "fork" or info.get("recovered"):
         assert "KernelDiedError" in info["recovered"][0], info
     assert not info.get("infrastructure_error") and not info.get("state_mismatch")
-    assert env.tool_context().kernel.launcher.pid() != killed
+    assert env.episode.tool_context().kernel.launcher.pid() != killed
 
 
 @pytest.mark.slow
@@ -219,19 +219,19 @@ def test_envs_of_one_kind_share_warm_kernels_and_the_last_close_ends_them(
     pids: list[int] = []
     try:
         first.reset(options={"trajectory": 0, "sample": 1})
-        assert live(first) == eager_states[first.current_sample.step]
-        pids.append(first.tool_context().kernel.launcher.pid())
+        assert live(first) == eager_states[first.episode.current_sample.step]
+        pids.append(first.episode.tool_context().kernel.launcher.pid())
         second.reset(options={"trajectory": 0, "sample": 2})
-        assert second.server.pool is first.server.pool, "one pool for envs of one kind"
-        assert live(second) == eager_states[second.current_sample.step]
-        pids.append(second.tool_context().kernel.launcher.pid())
+        assert second.episode.server.pool is first.episode.server.pool, "one pool for envs of one kind"
+        assert live(second) == eager_states[second.episode.current_sample.step]
+        pids.append(second.episode.tool_context().kernel.launcher.pid())
         assert pids[0] != pids[1], "a kernel is handed out once"
         first.close()
         assert pids_alive(pids) == [pids[1]], "the closed env's kernel is gone, the other's runs"
-        assert not second.server.pool.closed
+        assert not second.episode.server.pool.closed
         second.reset(options={"trajectory": 0, "sample": 3})
-        assert live(second) == eager_states[second.current_sample.step]
-        pool = second.server.pool
+        assert live(second) == eager_states[second.episode.current_sample.step]
+        pool = second.episode.server.pool
     finally:
         first.close()
         second.close()
@@ -246,19 +246,19 @@ def test_envs_of_one_kind_fork_from_one_template_and_closing_one_leaves_the_othe
     first, second = make_env(data, tool_budget=10**6), make_env(data, tool_budget=10**6)
     try:
         first.reset(options={"trajectory": 0, "sample": 1})
-        assert live(first) == eager_states[first.current_sample.step]
+        assert live(first) == eager_states[first.episode.current_sample.step]
         second.reset(options={"trajectory": 0, "sample": 2})
-        assert live(second) == eager_states[second.current_sample.step]
-        kernels = [env.tool_context().kernel for env in (first, second)]
+        assert live(second) == eager_states[second.episode.current_sample.step]
+        kernels = [env.episode.tool_context().kernel for env in (first, second)]
         pids = [kernel.launcher.pid() for kernel in kernels]
         assert pids[0] != pids[1] and all(pids)
         roots = [kernel.launcher.template.base or kernel.launcher.template for kernel in kernels]
         assert roots[0] is roots[1], "one template for envs of one kind"
-        assert first.state_report is not None and first.state_report.served_by == "fork"
+        assert first.episode.state_report is not None and first.episode.state_report.served_by == "fork"
         first.close()
         assert pids_alive(pids) == [pids[1]], "the closed env's kernel is gone, the other's runs"
         second.reset(options={"trajectory": 0, "sample": 3})
-        assert live(second) == eager_states[second.current_sample.step]
+        assert live(second) == eager_states[second.episode.current_sample.step]
     finally:
         first.close()
         second.close()

@@ -13,7 +13,7 @@ from themisto_env.env.config import env_config_and_dataset
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.episode import Episode
 from themisto_env.env.outcomes import ToolOutcome
-from themisto_env.env.record import MAX_TOOL_REFUNDS, SampleRecord
+from themisto_env.env.record import MAX_TOOL_REFUNDS, SANDBOX_FAILED, SampleRecord
 from themisto_env.env.scorer import Scorer
 from themisto_env.env.state_server import StateServer
 from themisto_env.env.tools import ToolCall
@@ -43,7 +43,7 @@ def test_an_episode_without_gym_steps_as_the_gym_env(env_dataset: dict[str, str]
     env = ThemistoEnv(**options)
     episode = Episode.open(**options)
     try:
-        where = {"trajectory": env.episode_ids[0], "sample": 0}
+        where = {"trajectory": env.episode.episode_ids[0], "sample": 0}
         assert env.reset(options=where) == episode.reset(options=where)
         steps, terminated = 0, False
         while not terminated:
@@ -66,13 +66,13 @@ def test_a_scorer_alone_scores_as_the_env(env_dataset: dict[str, str]) -> None:
     config, dataset = env_config_and_dataset(options)
     env = ThemistoEnv(**options)
     try:
-        env.reset(options={"trajectory": env.episode_ids[0], "sample": 0})
-        sample = env.current_sample
+        env.reset(options={"trajectory": env.episode.episode_ids[0], "sample": 0})
+        sample = env.episode.current_sample
         assert sample is not None
         with Scorer(config, dataset) as scorer:
             alone = scorer.score(sample, sample.target)
             assert scorer.disposable is not None, "the execution score ran in its disposable kernels"
-        assert alone == env.score_prediction(sample.target)
+        assert alone == env.episode.score_prediction(sample.target)
         assert alone.execution_score is not None and alone.reward is not None
     finally:
         env.close()
@@ -95,12 +95,11 @@ def test_a_state_server_alone_serves_checks_and_answers_tools(env_dataset: dict[
 
 def test_the_record_counts_pays_and_refunds_in_one_place() -> None:
     record = SampleRecord(tool_budget=2, tool_cost=0.25)
-    record.count_call()
-    assert record.pay_call() == -0.25 and record.tools_left == 1
+    assert record.invalid_turn("bad").reward == -0.25 and record.tools_left == 1
+    call = ToolCall(tool="list_variables")
     for n in range(MAX_TOOL_REFUNDS + 1):  # the sandbox failed the call: given back up to the cap
-        record.count_call()
-        record.pay_call()
-        record.tool_failed(ToolOutcome(None, (f"KernelDiedError: {n}",)))
+        turn = record.tool_turn(call, lambda _, n=n: ToolOutcome(None, (f"KernelDiedError: {n}",)))
+        assert turn.text == SANDBOX_FAILED and turn.reward == -0.25
     assert record.tools_used == 2 and record.budget_spent, "refunded up to the cap, then counted"
     assert record.faults == [f"KernelDiedError: {n}" for n in range(MAX_TOOL_REFUNDS + 1)]
     assert record.tool_cost_paid == pytest.approx(0.25 * (MAX_TOOL_REFUNDS + 2)), "every call paid"

@@ -80,7 +80,7 @@ def run_rows(env: ThemistoEnv, act: Any = None) -> dict[int, dict[str, Any]]:
     rows: dict[int, dict[str, Any]] = {}
     obs, info = env.reset(options={"trajectory": 0, "sample": 0})
     while True:
-        sample = env.current_sample
+        sample = env.episode.current_sample
         assert sample is not None
         served = served_state(env)
         if act is not None:
@@ -97,7 +97,7 @@ def served_state(env: ThemistoEnv) -> dict[str, Any]:
     from themisto_env.env.tools import run_tool
 
     try:
-        context = env.tool_context()
+        context = env.episode.tool_context()
         return {
             "fingerprint": context.kernel.introspect.fingerprint(),
             "variables": run_tool(ToolCall(tool="list_variables"), context).text,
@@ -140,9 +140,9 @@ def test_every_sample_is_served_in_its_recorded_state(env: ThemistoEnv, fault_da
     trajectory = read_trajectories(fault_data["dataset"])[0]
     env.reset(options={"trajectory": 0, "sample": 0})
     while True:
-        sample = env.current_sample
-        assert env.serve_state().check == "verified", env.state_report
-        live = env.tool_context().kernel.introspect.fingerprint()
+        sample = env.episode.current_sample
+        assert env.episode.serve_state().check == "verified", env.episode.state_report
+        live = env.episode.tool_context().kernel.introspect.fingerprint()
         assert not diff_fingerprints(expected_fingerprint(trajectory, sample.step) or {}, live)
         *_, terminated, _, _ = env.step(Prediction(text=""))
         if terminated:
@@ -154,9 +154,9 @@ def test_reset_and_stepping_serve_the_same_state(env: ThemistoEnv) -> None:
     stepped: dict[int, tuple[dict[str, str], str]] = {}
     env.reset(options={"trajectory": 0, "sample": 0})
     while True:
-        sample = env.current_sample
+        sample = env.episode.current_sample
         listing = env.step(ToolCall(tool="list_variables"))[0]["tool_result"]
-        stepped[sample.step] = (env.tool_context().kernel.introspect.fingerprint(), listing)
+        stepped[sample.step] = (env.episode.tool_context().kernel.introspect.fingerprint(), listing)
         if env.step(Prediction(text=""))[2]:
             break
     for index, step in enumerate(sorted(stepped)):
@@ -164,18 +164,20 @@ def test_reset_and_stepping_serve_the_same_state(env: ThemistoEnv) -> None:
         assert info["state"]["check"] == "not served", "a reset touches no kernel"
         obs, *_, info = env.step(ToolCall(tool="list_variables"))
         assert info["state"]["check"] == "verified", info["state"]
-        assert (env.tool_context().kernel.introspect.fingerprint(), obs["tool_result"]) == stepped[step], f"step {step}"
+        assert (env.episode.tool_context().kernel.introspect.fingerprint(), obs["tool_result"]) == stepped[step], (
+            f"step {step}"
+        )
 
 
 def test_a_sample_after_a_restart_starts_from_an_empty_namespace(env: ThemistoEnv) -> None:
-    index = next(i for i, s in enumerate(env.episode_samples["faults-faults"]) if s.step == RESTART_STEP)
+    index = next(i for i, s in enumerate(env.episode.episode_samples["faults-faults"]) if s.step == RESTART_STEP)
     env.reset(options={"trajectory": 0, "sample": index - 1})  # reached by stepping
     env.step(Prediction(text=""))
-    assert env.current_sample.step == RESTART_STEP
-    assert env.tool_context().kernel.introspect.fingerprint() == {}
+    assert env.episode.current_sample.step == RESTART_STEP
+    assert env.episode.tool_context().kernel.introspect.fingerprint() == {}
     assert "No user variables" in env.step(ToolCall(tool="list_variables"))[0]["tool_result"]
     env.reset(options={"trajectory": 0, "sample": index})  # reached by reset
-    assert env.tool_context().kernel.introspect.fingerprint() == {}
+    assert env.episode.tool_context().kernel.introspect.fingerprint() == {}
 
 
 def test_names_a_snapshot_cannot_hold_are_rebuilt_and_stepping_on_matches_the_recording(
@@ -183,11 +185,11 @@ def test_names_a_snapshot_cannot_hold_are_rebuilt_and_stepping_on_matches_the_re
 ) -> None:
     trajectory = read_trajectories(fault_data["dataset"])[0]
     assert "g" in trajectory.steps[7].snapshot_skipped, "the generator cannot be pickled"
-    index = next(i for i, s in enumerate(env.episode_samples["faults-faults"]) if s.step == 7)
+    index = next(i for i, s in enumerate(env.episode.episode_samples["faults-faults"]) if s.step == 7)
     env.reset(options={"trajectory": 0, "sample": index})
-    report = env.serve_state()
+    report = env.episode.serve_state()
     assert report.check == "verified" and "keeping g" in report.route, report
-    kernel = env.tool_context().kernel
+    kernel = env.episode.tool_context().kernel
     assert kernel.execute("rows.append(next(g)); rows").outputs[0]["data"]["text/plain"] == "[1, 2, 3, 4]"
 
 
@@ -195,7 +197,7 @@ def test_names_a_snapshot_cannot_hold_are_rebuilt_and_stepping_on_matches_the_re
 
 
 def _kill(env: ThemistoEnv) -> None:
-    launcher = env.tool_context().kernel.launcher
+    launcher = env.episode.tool_context().kernel.launcher
     # a container's kernel is found among its init's children through /proc: under load, not at once
     assert wait_for(lambda: launcher.pid() is not None, 10), "the kernel's process is not visible"
     pid = launcher.pid()
@@ -206,7 +208,7 @@ def _kill(env: ThemistoEnv) -> None:
 def _kill_prediction(env: ThemistoEnv) -> None:
     """Kill the disposable kernel that runs the prediction, once it runs it."""
     for _ in range(400):
-        running = env.disposable_kernels().running
+        running = env.episode.scorer.disposable_kernels().running
         if running is not None and (pid := running.launcher.pid()) is not None:
             os.kill(pid, signal.SIGKILL)
             return
@@ -273,7 +275,7 @@ def test_a_prediction_that_kills_the_kernel_is_its_own_failure_and_touches_no_ot
     env.reset(options={"trajectory": 0, "sample": 0})
     try:
         while True:
-            sample = env.current_sample
+            sample = env.episode.current_sample
             served = served_state(env)
             text = sample.target.splitlines()[0]
             if sample.step == 5:
@@ -345,10 +347,10 @@ def test_damaged_snapshots_are_set_aside_and_the_state_rebuilt(
         path.write_bytes(bytes(raw))
     env = make_env(data, backend=backend)
     try:
-        samples = list(enumerate(env.episode_samples["faults-faults"]))
+        samples = list(enumerate(env.episode.episode_samples["faults-faults"]))
         for index, sample in reversed(samples):  # backwards: each reset needs a snapshot, none is forward
             env.reset(options={"trajectory": 0, "sample": index})
-            report = env.serve_state()
+            report = env.episode.serve_state()
             assert report.check == "verified", (sample.step, report)
             route = report.route
             assert "snapshot after" not in route or "keeping" in route, route
@@ -409,13 +411,13 @@ def test_every_bundled_sample_has_the_same_state_by_reset_as_by_stepping() -> No
     fingerprint and tool answers whether reached by stepping through the episode or by a reset."""
     env = ThemistoEnv(task="next-cell", observation="tools", tool_budget=2)
     try:
-        for tid in env.episode_ids:
+        for tid in env.episode.episode_ids:
             stepped = []
             env.reset(options={"trajectory": tid, "sample": 0})
             while True:
                 obs, *_, info = env.step(ToolCall(tool="list_variables"))
-                assert info["state"]["check"] == "verified", (tid, env.current_sample.step, info["state"])
-                stepped.append((env.tool_context().kernel.introspect.fingerprint(), obs["tool_result"]))
+                assert info["state"]["check"] == "verified", (tid, env.episode.current_sample.step, info["state"])
+                stepped.append((env.episode.tool_context().kernel.introspect.fingerprint(), obs["tool_result"]))
                 obs, _, terminated, _, info = env.step(Prediction(text=""))
                 if terminated:
                     break
@@ -423,7 +425,9 @@ def test_every_bundled_sample_has_the_same_state_by_reset_as_by_stepping() -> No
                 env.reset(options={"trajectory": tid, "sample": index})
                 obs, *_, info = env.step(ToolCall(tool="list_variables"))
                 assert info["state"]["check"] == "verified", (tid, index, info["state"])
-                assert (env.tool_context().kernel.introspect.fingerprint(), obs["tool_result"]) == stepped[index], (
+                assert (env.episode.tool_context().kernel.introspect.fingerprint(), obs["tool_result"]) == stepped[
+                    index
+                ], (
                     tid,
                     index,
                 )
@@ -461,7 +465,7 @@ def test_a_lost_engine_mid_episode_keeps_the_scored_sample_and_stops_in_one_line
         env.reset(options={"trajectory": 0, "sample": 0})
         *_, info = env.step(Prediction(text=""))
         assert "scores" in info
-        name = env.tool_context().kernel.launcher.container_name
+        name = env.episode.tool_context().kernel.launcher.container_name
         proxy.real_client().api.kill(name)  # what an engine restart does to its containers
         proxy.stop()
         *_, info = env.step(Prediction(text="x"))  # scored from the recording: no state was needed

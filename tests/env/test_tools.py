@@ -290,7 +290,7 @@ def test_answers_kept_by_a_state_server_are_dropped_when_its_context_is_handed_o
     try:
         env.reset(seed=3)
         env.step(ToolCall(tool="list_variables"))
-        env.tool_context().kernel.execute("added_by_hand = [1, 2, 3]")
+        env.episode.tool_context().kernel.execute("added_by_hand = [1, 2, 3]")
         obs, *_ = env.step(ToolCall(tool="list_variables"))
         assert "added_by_hand" in obs["tool_result"]
     finally:

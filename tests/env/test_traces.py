@@ -43,8 +43,8 @@ def _ancestors(span: ReadableSpan, by_id: dict[int, ReadableSpan]) -> list[str]:
 
 
 def test_an_episode_is_one_trace_of_its_turns_in_order(env: ThemistoEnv, spans: InMemorySpanExporter) -> None:
-    last = len(env.episode_samples[env.episode_ids[0]]) - 2
-    _, info = env.reset(options={"trajectory": env.episode_ids[0], "sample": last})  # two samples left
+    last = len(env.episode.episode_samples[env.episode.episode_ids[0]]) - 2
+    _, info = env.reset(options={"trajectory": env.episode.episode_ids[0], "sample": last})  # two samples left
     scored: list[dict[str, Any]] = []
     terminated = False
     while not terminated:
@@ -114,7 +114,7 @@ def test_tracing_off_records_nothing_and_changes_nothing(env: ThemistoEnv) -> No
 @pytest.mark.slow
 def test_a_killed_kernel_shows_on_its_tool_call_as_an_error(env: ThemistoEnv, spans: InMemorySpanExporter) -> None:
     env.reset(options={"sample": 3})
-    kernel = env.tool_context().kernel
+    kernel = env.episode.tool_context().kernel
     os.kill(kernel.launcher.pid(), signal.SIGKILL)
     _, _, _, _, info = env.step(ToolCall(tool="list_variables"))
     assert "recovered" in info["infrastructure_error"]

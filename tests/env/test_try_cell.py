@@ -56,7 +56,7 @@ def make_env() -> Iterator[MakeEnv]:
 def env_state(env: ThemistoEnv) -> tuple[Any, ...]:
     """What a candidate must never change: the env kernel's namespace (ids, ``_``, ``Out``, counter), its
     fingerprint (display options included), its process and its restarts."""
-    kernel = env.tool_context().kernel
+    kernel = env.episode.tool_context().kernel
     return kernel.introspect.namespace_state(), kernel.introspect.fingerprint(), kernel.launcher.pid(), kernel.restarts
 
 
@@ -81,7 +81,7 @@ def test_the_answer_shows_outputs_and_changed_variables_and_costs_a_call(make_en
     )
     obs, reward, terminated, _, info = env.step(encode_action(try_cell(code)))  # as a Dict-space action
     text = obs["tool_result"]
-    assert reward == pytest.approx(-env.config.tool_cost) and not terminated
+    assert reward == pytest.approx(-env.episode.config.tool_cost) and not terminated
     assert obs["tools_left"] == 2 and info["tool_result"]["ok"], text
     assert "status: ok" in text and "hello from the candidate\n42" in text
     rows = table_rows(text)
@@ -97,7 +97,7 @@ def test_the_answer_shows_outputs_and_changed_variables_and_costs_a_call(make_en
     assert "status: raised NameError: name 'undefined_name' is not defined" in obs["tool_result"]
     assert "changed variables: none" in obs["tool_result"]
 
-    _, _, _, _, info = env.step(Prediction(text=env.trajectories[TRAJECTORY].steps[STEP].source))
+    _, _, _, _, info = env.step(Prediction(text=env.episode.trajectories[TRAJECTORY].steps[STEP].source))
     assert [call["tool"] for call in info["tool_calls"]] == ["try_cell", "try_cell"]
     assert info["scores"]["exact_match"] == 1.0 and "infrastructure_error" not in info
 
@@ -113,7 +113,11 @@ def test_the_budget_counts_try_cell_like_any_tool(make_env: MakeEnv, monkeypatch
     env = make_env(tool_budget=1)
     env.reset(options={"trajectory": TRAJECTORY, "sample": SAMPLE})
     obs, reward, _, _, _ = env.step(try_cell("1 + 1"))
-    assert obs["tools_left"] == 0 and reward == pytest.approx(-env.config.tool_cost) and "ran" in obs["tool_result"]
+    assert (
+        obs["tools_left"] == 0
+        and reward == pytest.approx(-env.episode.config.tool_cost)
+        and "ran" in obs["tool_result"]
+    )
     obs, reward, _, _, info = env.step(try_cell("2 + 2"))  # no calls left: refused, the sample stays open
     assert info["tool_refused"] and "scores" not in info and reward == 0.0 and "budget" in obs["tool_result"]
     _, _, _, _, info = env.step(Prediction(text=""))
@@ -143,7 +147,7 @@ def test_a_failure_to_serve_the_state_is_infrastructure_not_the_agents(
 @pytest.mark.slow
 def test_hostile_candidates_are_answered_and_reach_nothing(make_env: MakeEnv) -> None:
     env = make_env(tool_budget=5, execution_score=True, limits={"timeout_s": 5})
-    trajectory = env.trajectories[TRAJECTORY]
+    trajectory = env.episode.trajectories[TRAJECTORY]
     env.reset(options={"trajectory": TRAJECTORY, "sample": SAMPLE})
     before = env_state(env)
     hostile = {
@@ -164,7 +168,9 @@ def test_hostile_candidates_are_answered_and_reach_nothing(make_env: MakeEnv) ->
     tried = score_samples(env, trajectory, 2)
     env.reset(options={"trajectory": TRAJECTORY, "sample": SAMPLE})  # the same samples, nothing tried
     assert score_samples(env, trajectory, 2) == tried, "the tries changed a score"
-    assert [row["sample"] for row in tried] == [s.id for s in env.episode_samples[TRAJECTORY][SAMPLE : SAMPLE + 2]]
+    assert [row["sample"] for row in tried] == [
+        s.id for s in env.episode.episode_samples[TRAJECTORY][SAMPLE : SAMPLE + 2]
+    ]
     for row in tried:
         assert row["check"] == "verified" and row["exact_match"] == 1.0, row
         assert row["infrastructure_error"] is row["state_mismatch"] is row["prediction_failed"] is None, row
@@ -174,8 +180,8 @@ def score_samples(env: ThemistoEnv, trajectory: Any, n: int) -> list[dict[str, A
     """Predict the next ``n`` targets exactly (execution score on); what each scored row says."""
     rows = []
     for _ in range(n):
-        step = env.current_sample.step
-        assert env.tool_context().kernel.introspect.fingerprint() == expected_fingerprint(trajectory, step)
+        step = env.episode.current_sample.step
+        assert env.episode.tool_context().kernel.introspect.fingerprint() == expected_fingerprint(trajectory, step)
         _, _, _, _, info = env.step(Prediction(text=trajectory.steps[step].source))
         rows.append(
             {
@@ -202,7 +208,7 @@ def test_trying_the_target_reveals_only_the_candidates_own_run(
 
     monkeypatch.setattr(DisposableKernels, "run", spied)
     env = make_env(tool_budget=2)
-    trajectory = env.trajectories[TRAJECTORY]
+    trajectory = env.episode.trajectories[TRAJECTORY]
     target = trajectory.steps[STEP]
     recorded = [render_outputs(step.outputs) for step in trajectory.steps[STEP:]]
     later = [step.source for step in trajectory.steps[STEP:]]
@@ -236,11 +242,13 @@ def test_the_output_task_refuses_in_one_line() -> None:
         obs, info = env.reset(options={"sample": 1})
         assert "try_cell" not in info["tool_names"], "not offered to agents where it would reveal the output"
         assert "try_cell" in TOOL_NAMES  # the action space is the same for both tasks
-        sample = env.current_sample
-        obs, _, _, _, info = env.step(try_cell(env.trajectories[sample.trajectory_id].steps[sample.step].source))
+        sample = env.episode.current_sample
+        obs, _, _, _, info = env.step(
+            try_cell(env.episode.trajectories[sample.trajectory_id].steps[sample.step].source)
+        )
         assert not info["tool_result"]["ok"] and obs["tools_left"] == 1  # costs a call, like any failing tool
         assert obs["tool_result"] == f"Error: {NOT_AVAILABLE}" and "\n" not in obs["tool_result"]
-        assert env.scorer.disposable is None, "nothing ran"
+        assert env.episode.scorer.disposable is None, "nothing ran"
     finally:
         env.close()
 

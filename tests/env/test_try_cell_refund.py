@@ -27,7 +27,7 @@ def test_the_try_cell_refund_is_capped(env_dataset: dict[str, str]) -> None:
     env = gym.make("themisto/NextCell-v0", **env_dataset, observation="tools", tool_budget=budget).unwrapped
     try:
         env.reset(seed=0)
-        env.scorer.disposable_kernels = BrokenKernels  # type: ignore[method-assign]
+        env.episode.scorer.disposable_kernels = BrokenKernels  # type: ignore[method-assign]
         calls = 0
         while calls < 20:
             calls += 1

@@ -142,7 +142,7 @@ def test_output_samples_follow_what_the_person_saw(built: dict[str, Path]) -> No
 
     env = ThemistoEnv(task="output", dataset=str(built["dataset"]), snapshot_dir=str(built["snapshots"]))
     try:
-        served = {s.id for s in env.samples}
+        served = {s.id for s in env.episode.samples}
         assert served and not served & disagreeing
         assert "old-notebook/output/7" not in served  # random.random(): the replay's number is not the person's
     finally:

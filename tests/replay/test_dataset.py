@@ -53,8 +53,8 @@ def test_samples_are_what_make_samples_gives_and_what_the_env_serves(env_dataset
     assert len(dataset.samples("next-cell", loose)) > len(dataset.samples("next-cell"))
     env = ThemistoEnv(dataset=env_dataset["dataset"], snapshot_dir=env_dataset["snapshot_dir"])
     try:
-        assert env.dataset is dataset, "the env opens the same dataset object"
-        assert env.samples == dataset.samples("next-cell")
+        assert env.episode.dataset is dataset, "the env opens the same dataset object"
+        assert env.episode.samples == dataset.samples("next-cell")
     finally:
         env.close()
     shared = ThemistoEnv(task="output", dataset=dataset, snapshot_dir=env_dataset["snapshot_dir"])

@@ -135,7 +135,7 @@ def test_the_exported_folder_serves_the_original_states(
 
     def answers(env: ThemistoEnv) -> list[tuple[str, str, str]]:
         seen = []
-        for tid in env.episode_ids:
+        for tid in env.episode.episode_ids:
             env.reset(options={"trajectory": tid})
             while True:
                 obs, _, _, _, info = env.step(ToolCall(tool="list_variables"))

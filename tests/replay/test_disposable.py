@@ -28,10 +28,10 @@ def env(env_dataset: dict[str, str]) -> Iterator[ThemistoEnv]:
 
 @pytest.mark.slow
 def test_every_recorded_target_passes_its_own_execution_score(env: ThemistoEnv) -> None:
-    kernels = env.disposable_kernels()
+    kernels = env.episode.scorer.disposable_kernels()
     failing = {}
-    for sample in env.samples:
-        trajectory = env.trajectories[sample.trajectory_id]
+    for sample in env.episode.samples:
+        trajectory = env.episode.trajectories[sample.trajectory_id]
         scored = execution_score(kernels, trajectory, sample.step, trajectory.steps[sample.step].source, timeout_s=30)
         assert scored is not None
         if not scored.passed:
@@ -49,10 +49,10 @@ def test_every_recorded_target_passes_its_own_execution_score(env: ThemistoEnv) 
     ],
 )
 def test_a_forged_measurement_is_unreadable_not_a_crash(env: ThemistoEnv, lie: str) -> None:
-    sample = env.samples[1]
-    trajectory = env.trajectories[sample.trajectory_id]
+    sample = env.episode.samples[1]
+    trajectory = env.episode.trajectories[sample.trajectory_id]
     code = f"{SEALED}for _c in _h.SEALED.values():\n    _c['call'] = {lie}\n"
-    run = env.disposable_kernels().run(trajectory, sample.step, code, timeout_s=30)
+    run = env.episode.scorer.disposable_kernels().run(trajectory, sample.step, code, timeout_s=30)
     assert run.failure == "unreadable", run
     scored = score_run(run, trajectory, sample.step)
     assert scored is not None and scored.value == 0.0 and scored.failure == "unreadable"
@@ -60,9 +60,9 @@ def test_a_forged_measurement_is_unreadable_not_a_crash(env: ThemistoEnv, lie: s
 
 def test_empty_code_needs_no_kernel(env: ThemistoEnv) -> None:
     kernels = DisposableKernels("local")
-    sample = env.samples[0]
+    sample = env.episode.samples[0]
     try:
-        run = kernels.run(env.trajectories[sample.trajectory_id], sample.step, "  \n", timeout_s=5)
+        run = kernels.run(env.episode.trajectories[sample.trajectory_id], sample.step, "  \n", timeout_s=5)
         assert run.status == "ok" and run.changed == {} and run.outputs == []
         assert not kernels.pool._threads, "a kernel was started for nothing"
     finally:

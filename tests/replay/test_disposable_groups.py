@@ -29,15 +29,15 @@ def env(env_dataset: dict[str, str]) -> Iterator[ThemistoEnv]:
 
 @pytest.fixture(scope="module")
 def kernels(env: ThemistoEnv) -> DisposableKernels:
-    return env.disposable_kernels()
+    return env.episode.scorer.disposable_kernels()
 
 
 @pytest.fixture(scope="module")
 def forked_sample(env: ThemistoEnv, kernels: DisposableKernels) -> tuple[object, int]:
     """A sample whose state is served as a copy of a state template (the group's copies are forked)."""
     owner = TrajectoryKernel(kernels.pool.take, template=kernels.template)
-    for sample in env.samples:
-        trajectory = env.trajectories[sample.trajectory_id]
+    for sample in env.episode.samples:
+        trajectory = env.episode.trajectories[sample.trajectory_id]
         if sample.step > 3 and owner.copy_source(trajectory, sample.step) is not None:
             return trajectory, sample.step
     pytest.fail("no sample of the test dataset is served by a fork")

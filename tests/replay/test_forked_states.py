@@ -36,8 +36,8 @@ def _owner(template: KernelTemplate, snapshot_dir: str) -> TrajectoryKernel:
 def test_the_next_state_is_served_by_the_spare_prepared_for_it(
     env: ThemistoEnv, template: KernelTemplate, env_dataset: dict[str, str]
 ) -> None:
-    sample = next(s for s in reversed(env.samples) if s.step > 3)
-    trajectory = env.trajectories[sample.trajectory_id]
+    sample = next(s for s in reversed(env.episode.samples) if s.step > 3)
+    trajectory = env.episode.trajectories[sample.trajectory_id]
     first, second = _owner(template, env_dataset["snapshot_dir"]), _owner(template, env_dataset["snapshot_dir"])
     try:
         source = second.copy_source(trajectory, sample.step)
@@ -61,8 +61,8 @@ def test_the_next_state_is_served_by_the_spare_prepared_for_it(
 def test_nothing_is_prepared_where_the_kernel_replays_forward(
     env: ThemistoEnv, template: KernelTemplate, env_dataset: dict[str, str]
 ) -> None:
-    sample = next(s for s in env.samples if s.step > 3)
-    trajectory = env.trajectories[sample.trajectory_id]
+    sample = next(s for s in env.episode.samples if s.step > 3)
+    trajectory = env.episode.trajectories[sample.trajectory_id]
     owner = _owner(template, env_dataset["snapshot_dir"])
     try:
         assert owner.serve(trajectory, sample.step).check == "verified"

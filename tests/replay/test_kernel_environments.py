@@ -232,12 +232,12 @@ def test_the_env_serves_the_dataset_in_its_environment_with_no_option(
 ) -> None:
     env = ThemistoEnv(dataset=str(built), task="next-cell", warm_kernels=0)
     try:
-        assert env.environment == old_env.id
+        assert env.episode.environment == old_env.id
         env.reset(seed=0, options={"trajectory": 0, "sample": 0})
-        report = env.serve_state()
+        report = env.episode.serve_state()
         assert report.check == "verified" and report.route.startswith("snapshot")
         assert not report.refused_snapshots
-        assert env.tool_context().kernel.execute("pd.__version__").outputs[0]["data"]["text/plain"] == "'1.5.3'"
+        assert env.episode.tool_context().kernel.execute("pd.__version__").outputs[0]["data"]["text/plain"] == "'1.5.3'"
     finally:
         env.close()
 
@@ -245,9 +245,9 @@ def test_the_env_serves_the_dataset_in_its_environment_with_no_option(
 def test_a_kernel_of_another_environment_replays_instead_of_restoring(built: Path) -> None:
     env = ThemistoEnv(dataset=str(built), task="next-cell", warm_kernels=0, environment="default")
     try:
-        assert env.environment is None
+        assert env.episode.environment is None
         env.reset(seed=0, options={"trajectory": 0, "sample": 0})
-        report = env.serve_state()
+        report = env.episode.serve_state()
         assert report.refused_snapshots
         # The latest snapshot is refused and its step replayed; the replay may start from an earlier snapshot
         # that a kernel of this kernel environment wrote too (the same bytes: a namespace of modules only,
@@ -258,9 +258,9 @@ def test_a_kernel_of_another_environment_replays_instead_of_restoring(built: Pat
             (trajectory,) = read_trajectories(built)
             digest = trajectory.steps[int(restored)].snapshot
             assert digest not in report.refused_snapshots
-            assert "default" in env.tool_context().kernel.store.environments(digest)
+            assert "default" in env.episode.tool_context().kernel.store.environments(digest)
         # The replay ran in today's pandas: its modules are not the recorded ones (the check says so).
-        assert env.tool_context().kernel.execute("pd.__version__").outputs[0]["data"]["text/plain"] != "'1.5.3'"
+        assert env.episode.tool_context().kernel.execute("pd.__version__").outputs[0]["data"]["text/plain"] != "'1.5.3'"
         assert "written in another kernel environment" in report.as_dict()["snapshots_refused"]  # info["state"]
     finally:
         env.close()

@@ -33,8 +33,8 @@ def test_served_by_says_what_the_trace_says(
     env: ThemistoEnv, env_dataset: dict[str, str], spans: Any, backend: str, store_access: str, copied_by: str
 ) -> None:
     require_backend(backend)
-    sample = next(s for s in reversed(env.samples) if s.step > 3)  # served from a snapshot
-    trajectory = env.trajectories[sample.trajectory_id]
+    sample = next(s for s in reversed(env.episode.samples) if s.step > 3)  # served from a snapshot
+    trajectory = env.episode.trajectories[sample.trajectory_id]
     snapshots = env_dataset["snapshot_dir"]
     with KernelTemplate(backend, store_access=store_access, snapshot_dir=snapshots, spares=0) as template:
         owner = TrajectoryKernel(template.kernel, template=lambda: template)

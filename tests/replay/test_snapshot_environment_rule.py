@@ -38,10 +38,10 @@ def test_a_snapshot_of_another_environment_is_refused_with_one_reason_everywhere
         task="next-cell", dataset=env_dataset["dataset"], snapshot_dir=str(foreign_store.root), warm_kernels=0
     )
     try:
-        trajectory_id = env.episode_ids[0]
-        last = len(env.episode_samples[trajectory_id]) - 1
+        trajectory_id = env.episode.episode_ids[0]
+        last = len(env.episode.episode_samples[trajectory_id]) - 1
         env.reset(options={"trajectory": trajectory_id, "sample": last})
-        report = env.serve_state()
+        report = env.episode.serve_state()
         # the state server asked the store, refused the snapshot and replayed (still the recorded state)
         assert report.refused_snapshots and not report.route.startswith("snapshot"), report
         assert report.check == "verified", report
@@ -49,7 +49,7 @@ def test_a_snapshot_of_another_environment_is_refused_with_one_reason_everywhere
         reason = foreign_store.refusal(digest, None)
         assert reason is not None and "\n" not in reason
         assert f"written in kernel environment {OTHER}, not in this kernel's (default)" in reason
-        kernel = env.tool_context().kernel
+        kernel = env.episode.tool_context().kernel
         with pytest.raises(SnapshotEnvironmentError) as restored:
             kernel.snapshots.restore(digest)
         assert str(restored.value) == reason

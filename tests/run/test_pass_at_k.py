@@ -238,7 +238,7 @@ class AlternatingAgent(BaseAgent):
 def test_different_draws_give_pass_at_k_above_pass_at_1(env_dataset: dict[str, str], tmp_path: Path) -> None:
     data = {"dataset": env_dataset["dataset"], "snapshot_dir": env_dataset["snapshot_dir"]}
     env = ThemistoEnv(**data)
-    targets = {s.id: s.target for s in env.samples}
+    targets = {s.id: s.target for s in env.episode.samples}
     env.close()
     AlternatingAgent.seen.clear()
     config = RunConfig(

@@ -151,7 +151,7 @@ def test_an_episode_on_ray_kernels_is_served_and_scored_as_on_this_machine(
     env = make_env(fault_data, ray=ray_address)
     try:
         rows = run_rows(env)
-        assert type(env.tool_context().kernel).__name__ == "RemoteKernel"
+        assert type(env.episode.tool_context().kernel).__name__ == "RemoteKernel"
     finally:
         env.close()
     assert_same_except(rows, clean_rows, flagged_steps=set())
@@ -169,9 +169,9 @@ def test_snapshots_travel_to_nodes_that_lack_them(
     try:
         for index, step in enumerate(sorted(clean_rows)):
             _, info = env.reset(options={"trajectory": 0, "sample": index})
-            assert env.current_sample is not None and env.current_sample.step == step
-            assert env.state_report is not None
-            routes[step] = env.state_report.route
+            assert env.episode.current_sample is not None and env.episode.current_sample.step == step
+            assert env.episode.state_report is not None
+            routes[step] = env.episode.state_report.route
             assert info["state"]["check"] == "verified", (step, info["state"])
             assert served_state(env) == clean_rows[step]["served"], f"step {step} was served in another state"
     finally:
@@ -187,7 +187,7 @@ def test_a_lost_actor_mid_episode_flags_that_sample_only(
 
     def lose_actor_then_call(env: Any, sample: Any) -> None:
         if sample.step == 3:
-            ray.kill(env.tool_context().kernel._actor)
+            ray.kill(env.episode.tool_context().kernel._actor)
             obs, *_, info = env.step(ToolCall(tool="list_variables"))
             assert "sandbox failed" in obs["tool_result"] and "infrastructure_error" in info
 
@@ -206,7 +206,7 @@ def test_killing_the_owner_takes_its_actors_and_kernels(fault_data: dict[str, An
         env = ThemistoEnv(dataset={fault_data["dataset"]!r}, snapshot_dir={fault_data["snapshot_dir"]!r},
                           observation="tools", ray={ray_address!r})
         env.reset(options={{"trajectory": 0, "sample": 1}})
-        kernel = env.tool_context().kernel
+        kernel = env.episode.tool_context().kernel
         print(kernel.node, flush=True)
         print(kernel._invoke("launcher.pid"), flush=True)
         print(kernel.run_dir, flush=True)
@@ -267,7 +267,7 @@ def test_the_trl_execution_reward_and_the_vector_envs_put_their_kernels_on_ray(
         vector.reset(seed=0)
         observations, *_ = vector.step(batch_actions([ToolCall(tool="list_variables")] * 2))
         assert all("sandbox failed" not in text for text in observations["tool_result"])
-        kernels = [env.unwrapped.tool_context().kernel for env in vector.envs]
+        kernels = [env.unwrapped.episode.tool_context().kernel for env in vector.envs]
         assert all(type(k).__name__ == "RemoteKernel" for k in kernels) and len({k.node for k in kernels}) == 2
         vector.step(batch_actions([Prediction(text="x")] * 2))
     finally:

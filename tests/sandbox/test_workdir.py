@@ -191,7 +191,7 @@ def test_episodes_read_variables_derived_from_files(dataset: Path, originals: di
     try:
         for name, variable, expected in (("writeback", "back", "count"), ("sales", "totals", "Edsger")):
             tid = by_name(dataset)[name].id
-            samples = env.episode_samples[tid]
+            samples = env.episode.episode_samples[tid]
             env.reset(options={"trajectory": tid, "sample": len(samples) - 1})  # a late sample
             observation, _, _, _, info = env.step(ToolCall(tool="inspect_variable", args={"name": variable}))
             assert info["state"]["check"] == "verified", info["state"]
@@ -361,13 +361,13 @@ def test_try_cell_runs_in_a_copy_with_the_files_of_the_state(
     )
     try:
         tid = by_name(dataset)["writeback"].id
-        samples = env.episode_samples[tid]
+        samples = env.episode.episode_samples[tid]
         env.reset(options={"trajectory": tid, "sample": len(samples) - 1})  # before the last step
         code = "import os\nprint(repr(open('notes.txt').read()), sorted(os.listdir('.')))\nos.remove('notes.txt')"
         for _ in range(2):  # what the first try removed is back for the second: each try gets its own copy
             observation, _, _, _, info = env.step(ToolCall(tool="try_cell", args={"code": code}))
             assert "'first run\\n3 sensors\\n' ['notes.txt', 'out', 'writeback.ipynb']" in observation["tool_result"]
-        assert env.serve_state().check == "verified"
+        assert env.episode.serve_state().check == "verified"
     finally:
         env.close()
     assert {n: folder_digest(n) for n in originals} == originals

@@ -321,7 +321,7 @@ class Harness:
         self.backend = backend
         self.forked = forked
         self.runs: list[CodeRun] = []
-        kernels = env.disposable_kernels()
+        kernels = env.episode.scorer.disposable_kernels()
         run, run_code = kernels.run, kernels._run_code
         #: Each run's kernel: whether it was an isolated copy (a uid or namespaces of its own)
         self.isolated_copy: list[bool] = []
@@ -342,7 +342,7 @@ class Harness:
 
     def index(self, prefix: str) -> int:
         """The index (in its trajectory) of the sample whose target starts with ``prefix``."""
-        samples = self.env.episode_samples[self.env.episode_ids[0]]
+        samples = self.env.episode.episode_samples[self.env.episode.episode_ids[0]]
         return next(i for i, s in enumerate(samples) if s.target.startswith(prefix))
 
     def _predict(self, code: str) -> tuple[dict[str, Any], CodeRun]:
@@ -354,11 +354,11 @@ class Harness:
     def _served(self) -> dict[str, Any]:
         """The env's own kernel at the current sample: its fingerprint against the recording, and what
         the tools answer (display options would show in them)."""
-        sample, env = self.env.current_sample, self.env
+        sample, env = self.env.episode.current_sample, self.env
         assert sample is not None
-        context = env.tool_context()
+        context = env.episode.tool_context()
         live = context.kernel.introspect.fingerprint()
-        recorded = expected_fingerprint(env.trajectories[sample.trajectory_id], sample.step)
+        recorded = expected_fingerprint(env.episode.trajectories[sample.trajectory_id], sample.step)
         assert recorded is not None
         names = sorted(n for n, fp in live.items() if not fp.startswith("module|") and not n.startswith("<"))
         calls = [ToolCall(tool="list_variables"), ToolCall(tool="dataframe_describe", args={"name": "sales"})]
@@ -374,16 +374,16 @@ class Harness:
         checks that nothing H started is left running."""
         env = self.env
         env.reset(options={"trajectory": 0, "sample": index})
-        sample = env.current_sample
+        sample = env.episode.current_sample
         assert sample is not None
         before_s = self._served()
         hostile, run = self._predict(code.replace("TARGET", sample.target))
-        assert env.current_sample == sample, "the second prediction of S is still to come"
+        assert env.episode.current_sample == sample, "the second prediction of S is still to come"
         after_s = self._served()
         assert after_s == before_s, "H reached the env's own kernel"
         assert not after_s["differences"], after_s["differences"]
         again, _ = self._predict(sample.target)
-        following = env.current_sample
+        following = env.episode.current_sample
         assert following is not None and following.step > sample.step
         served = self._served()
         next_target, _ = self._predict(following.target)
@@ -402,7 +402,7 @@ class Harness:
         return self.outcome(f"clean {prefix}", prefix, "TARGET")
 
     def target(self, prefix: str) -> str:
-        return self.env.episode_samples[self.env.episode_ids[0]][self.index(prefix)].target
+        return self.env.episode.episode_samples[self.env.episode.episode_ids[0]][self.index(prefix)].target
 
     def alone(self, prefix: str, code: str) -> dict[str, Any]:
         """One prediction at a fresh episode's sample (its first draw), for comparisons."""
@@ -412,11 +412,11 @@ class Harness:
     def held(self) -> set[str]:
         """The containers the env holds now (its own kernel, the ready kernels of the disposable pool and
         of the env's warm pool), once discarded kernels are gone and the pools have refilled."""
-        kernels = self.env.disposable_kernels()
-        warm = self.env.server.pool
+        kernels = self.env.episode.scorer.disposable_kernels()
+        warm = self.env.episode.server.pool
         for thread in [*kernels._closing, *kernels.pool._threads, *(warm._threads if warm else [])]:
             thread.join(timeout=60)
-        kernels_held = [self.env.tool_context().kernel, *kernels.pool._ready, *(warm._ready if warm else [])]
+        kernels_held = [self.env.episode.tool_context().kernel, *kernels.pool._ready, *(warm._ready if warm else [])]
         held = {getattr(kernel.launcher, "container_name", None) for kernel in kernels_held}
         return held | _template_containers()
 
@@ -425,7 +425,7 @@ class Harness:
             held = self.held()
             assert _containers() - BASELINE == held, "a container of a discarded kernel is left"
         else:  # what the closing discarded kernels took along
-            for thread in self.env.disposable_kernels()._closing:
+            for thread in self.env.episode.scorer.disposable_kernels()._closing:
                 thread.join(timeout=60)
         assert not _sleepers(), "a child process of a prediction outlived its kernel"
 

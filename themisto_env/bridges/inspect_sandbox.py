@@ -43,7 +43,6 @@ from themisto_env.env.episode import Episode
 from themisto_env.env.info import StepInfo
 from themisto_env.env.tools import TRY_CELL, ToolCall
 from themisto_env.errors import ConfigError, InfrastructureError
-from themisto_env.scoring.execution import ExecutionScore, execution_score
 from themisto_env.scoring.score import SampleScore
 
 #: The sandbox type's name (``sandbox="themisto"``, ``--sandbox themisto``).
@@ -183,10 +182,8 @@ class ThemistoSandbox(SandboxEnvironment):
         step = StepInfo.model_validate(info)
         if step.infrastructure_error is not None:
             self.infrastructure_errors.append(step.infrastructure_error)
-        result = step.tool_result
-        if result is None:  # not run: refused (the env's refusal), a bad action, tools off, the machinery failed
-            return ToolAnswer(tool, False, str(obs["tool_result"]))
-        return ToolAnswer(tool, bool(result["ok"]), str(result["text"]))
+        result = step.tool_result  # None: not run (refused, a bad action, tools off, the machinery failed)
+        return ToolAnswer(tool, result is not None and bool(result["ok"]), self.episode.tool_text)
 
     async def score(self, prediction: str) -> SampleScore:
         """The prediction's [`SampleScore`][themisto_env.scoring.SampleScore], as the episode's prediction step
@@ -197,24 +194,6 @@ class ThemistoSandbox(SandboxEnvironment):
                 scored = await anyio.to_thread.run_sync(self.episode.score_prediction, prediction)
                 self._scored = (prediction, scored)
             return self._scored[1]
-
-    async def execution_score(self, code: str) -> ExecutionScore | None:
-        """The execution score of a next-cell prediction: ``code`` run in a disposable kernel in the
-        sample's state, its effects compared with the recorded ones (None: the dataset recorded none).
-
-        Raises:
-            InfrastructureError: The disposable kernel could not be brought to the state.
-        """
-        scorer, sample = self.episode.scorer, self.episode.current_sample
-        assert sample is not None
-        trajectory = self.episode.trajectories[sample.trajectory_id]
-
-        def run() -> ExecutionScore | None:
-            kernels = scorer.disposable_kernels()
-            return execution_score(kernels, trajectory, sample.step, code, timeout_s=scorer.code_timeout_s)
-
-        async with self._lock:
-            return await anyio.to_thread.run_sync(run)
 
     # -- the SandboxEnvironment contract --------------------------------------------------------------
 

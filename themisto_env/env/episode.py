@@ -7,15 +7,16 @@
 - an [`EpisodeRecord`][themisto_env.env.EpisodeRecord], the samples left and the current draw's tool calls,
   budget, cost and faults.
 
-The gym env adds its spaces, seeding and rendering; a bridge that steps an episode (the OpenEnv environment)
-uses an [`Episode`][themisto_env.env.Episode] directly and is paid exactly what the gym env pays.
+Every face steps an [`Episode`][themisto_env.env.Episode]: the gym env adds its spaces, seeding and rendering; the
+bridges (TRL, inspect, verifiers, OpenEnv) step one each and are paid exactly what the gym env pays. Episodes over
+one `themisto_env.env.group.StateGroup` (a GRPO group's rollouts) share its servers and its answers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,10 +39,13 @@ from themisto_env.replay.state_check import StateReport
 from themisto_env.sandbox.kernel.spec import KernelSpec
 from themisto_env.scoring.score import ExecutionRun, SampleScore
 
-__all__ = ["Episode", "Step"]
+if TYPE_CHECKING:
+    from themisto_env.env.group import StateGroup
+
+__all__ = ["Episode", "StepResult"]
 
 #: What a step returns: observation, reward, terminated, truncated, info (gymnasium's order).
-Step = tuple[dict[str, Any], float, bool, bool, dict[str, Any]]
+StepResult = tuple[dict[str, Any], float, bool, bool, dict[str, Any]]
 
 
 class Episode:
@@ -56,6 +60,8 @@ class Episode:
         server: The state server to serve the samples' states on (default: a new one, closed with the
             episode).
         scorer: The scorer of the predictions (default: a new one, closed with the episode).
+        group: The states this episode shares with others (`StateGroup`: their kind of kernel, servers, scorer
+            and answers; closed with the group): in place of ``spec``, ``server`` and ``scorer``.
 
     Raises:
         ConfigError: The dataset has no samples of the task.
@@ -69,9 +75,14 @@ class Episode:
         spec: KernelSpec | None = None,
         server: StateServer | None = None,
         scorer: Scorer | None = None,
+        group: StateGroup | None = None,
     ) -> None:
         self.config = config
         self.dataset = dataset
+        #: The group whose servers and answers this episode shares (None: a server of its own).
+        self.group = group
+        if group is not None:
+            spec, scorer = group.spec, group.scorer()
         if spec is None:
             spec = server.spec if server is not None else scorer.spec if scorer is not None else None
         #: The kind of the episode's kernels, built once for its parts.
@@ -87,13 +98,17 @@ class Episode:
             raise ConfigError(f"no {config.task} samples in {dataset.path} under {config.sample_rule}")
         #: The tools an agent is offered (those that run code would reveal the output in the output task).
         self.tool_names = tuple(tool.name for tool in task_tools(config.task))
-        self._owns = (server is None, scorer is None)
-        self.server = server if server is not None else StateServer(config, dataset, spec=self.spec)
+        self._owns = (server is None and group is None, scorer is None)
+        if server is None and group is None:
+            server = StateServer(config, dataset, spec=self.spec)
+        self._server = server
+        self._group_report: StateReport | None = None  # in a group: how the sample's state was last seen
         self.scorer = scorer if scorer is not None else Scorer(config, dataset, spec=self.spec)
         if config.execution_score and config.task == "next-cell":
             warn_unisolated(config.backend, "the execution score")
         self.record = EpisodeRecord(config)
-        self._last_tool = ""  # the observation's tool_result
+        #: The last tool turn's answer as the agent reads it (the observation's ``tool_result``, before fitting).
+        self.tool_text = ""
         self._runtime_text = ""  # the observation's runtime (full mode)
         self._rng: np.random.Generator | None = None
         #: Where the episode's time goes: seconds of ``state``, ``tools`` and ``scoring`` (and ``model``, where
@@ -111,6 +126,16 @@ class Episode:
         [`Dataset`][themisto_env.replay.Dataset])."""
         config, dataset = env_config_and_dataset(options)
         return cls(config, dataset)
+
+    @property
+    def server(self) -> StateServer:
+        """The state server of the current sample's state (in a group: the group's, moved to the sample)."""
+        if self.group is None:
+            assert self._server is not None
+            return self._server
+        if self.record.sample is None:
+            raise ConfigError("call reset() before using the state")
+        return self.group.server_for(self.record.sample.id, self)
 
     # -- the turns ----------------------------------------------------------------------------------------
 
@@ -155,7 +180,8 @@ class Episode:
     def _reset(
         self, options: Mapping[str, Any] | None, rng: np.random.Generator | None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        self.server.raise_lost_backend()
+        if self.group is None:
+            self.server.raise_lost_backend()
         if isinstance(options, dict):  # a split's side refuses the other side's, by name (SplitError)
             asked_tid, asked_sample = options.get("trajectory"), options.get("sample")
             self.dataset.check_served(
@@ -171,17 +197,19 @@ class Episode:
         if not 0 <= start < len(samples):
             raise ConfigError(f"trajectory {tid} has {len(samples)} samples; sample {start} is out of range")
         self.record.start(self.trajectories[tid], samples[start:])
-        self.server.warm_up()  # a kernel on its way before the first state is needed
+        if self.group is None:
+            self.server.warm_up()  # a kernel on its way before the first state is needed
         return self._begin_sample(), self.info()
 
-    def step(self, action: Any) -> Step:
+    def step(self, action: Any) -> StepResult:
         """Take one action: a tool call (answered in the observation's ``tool_result``; ``-tool_cost``) or a
         prediction (scored; the sample's reward less what its tool steps paid). See
         `themisto_env.env.core` for the turn structure.
 
         Raises:
             ConfigError: No episode was started.
-            BackendUnavailableError: The backend is gone.
+            BackendUnavailableError: The backend is gone (not recovered from: the sample it hit is left
+                unscored; a step that scored a sample first returns that score and the next call raises).
         """
         with self.traced():
             stepped = self._step(action)
@@ -189,10 +217,11 @@ class Episode:
             self._end_span()
         return stepped
 
-    def _step(self, action: Any) -> Step:
+    def _step(self, action: Any) -> StepResult:
         if self.record.sample is None:
             raise ConfigError("call reset() before step()")
-        self.server.raise_lost_backend()
+        if self.group is None:
+            self.server.raise_lost_backend()
         extra: dict[str, Any] = {}
         try:
             parsed: Action | None = parse_action(action)
@@ -216,15 +245,18 @@ class Episode:
             extra["infrastructure_error"] = turn.outcome.error
         elif turn.outcome is not None and turn.outcome.result is not None:
             extra["tool_result"] = asdict(turn.outcome.result)
-        self._last_tool = turn.text
+        self.tool_text = turn.text
         return self.observation(), turn.reward, False, False, self.info(**extra)
 
     def _begin_sample(self) -> dict[str, Any]:
         self._sample_mark = self.clock.mark()
         sample = self.record.begin_sample()
         assert self.record.trajectory is not None
-        self._last_tool = ""
+        self.tool_text = ""
         self._runtime_text = ""
+        self._group_report = None
+        if self.group is not None:  # served on the group's server when a tool needs it
+            return self.observation()
         self.server.select(self.record.trajectory, sample.step)
         if not self.config.lazy_state or self.config.observation == "full":
             self.record.current.add_faults(self.server.served_faults())
@@ -236,10 +268,16 @@ class Episode:
         return self.observation()
 
     def _run_tool(self, call: ToolCall) -> ToolOutcome:
-        assert self.record.sample is not None
-        return self.server.call_tool(call, self.scorer.try_code(self.record.sample))
+        sample = self.record.sample
+        assert sample is not None
+        if self.group is None:
+            return self.server.call_tool(call, self.scorer.try_code(sample))
+        outcome, report = self.group.call_tool(self, sample.id, call, self.scorer.try_code(sample))
+        if outcome.result is not None and report is not None:
+            self._group_report = report
+        return outcome
 
-    def _submit(self, prediction: Prediction, extra: dict[str, Any]) -> Step:
+    def _submit(self, prediction: Prediction, extra: dict[str, Any]) -> StepResult:
         """Score the prediction (the step pays the sample's reward less what its tool steps already paid:
         the sample's steps sum to ``SampleScore.reward``, or to 0 when the sample is unscored)."""
         record = self.record
@@ -251,13 +289,13 @@ class Episode:
         extra.update(dict(scored))
         extra["tool_calls"] = list(current.tool_calls)
         extra["scored_sample_id"] = sample.id
-        report = self.server.report
+        report = self.state_report
         if report is not None and report.faults:
             extra["recovered"] = list(report.faults)
         extra["scored_state"] = report.as_dict() if report is not None else not_served()
         extra["scored_draw"] = record.draw
         if record.finish_draw(scored):  # another prediction for the same sample, same state
-            self._last_tool = ""
+            self.tool_text = ""
             return self.observation(), value, False, False, self.info(**extra)
         terminated = not record.queue
         if terminated:
@@ -282,7 +320,7 @@ class Episode:
             record.sample.step,
             tools_left=record.current.tools_left,
             runtime=self._runtime_text,
-            tool_result=self._last_tool,
+            tool_result=self.tool_text,
         )
 
     def info(self, **extra: Any) -> dict[str, Any]:
@@ -290,7 +328,7 @@ class Episode:
         there), with ``extra``'s keys."""
         sample = self.record.sample
         assert sample is not None
-        report = self.server.report
+        report = self.state_report
         return StepInfo(
             sample_id=sample.id,
             trajectory_id=sample.trajectory_id,
@@ -312,24 +350,28 @@ class Episode:
     @property
     def state_report(self) -> StateReport | None:
         """How the current sample's state was served and checked (None while it is not served yet)."""
-        return self.server.report
+        return self.server.report if self.group is None else self._group_report
 
     def serve_state(self) -> StateReport:
         """Bring the kernel to the current sample's state now, if it is not there yet, and say how it was
         served and checked (done on its own when a tool or the ``full`` mode needs it)."""
         if self.record.sample is None:
             raise ConfigError("call reset() before serve_state()")
-        self.record.current.add_faults(self.server.served_faults())
-        assert self.server.report is not None
-        return self.server.report
+        server = self.server
+        self.record.current.add_faults(server.served_faults())
+        assert server.report is not None
+        self._group_report = server.report if self.group is not None else None
+        return server.report
 
     def tool_context(self) -> ToolContext:
         """The tools' view of the current state (for langchain tools bound to this episode)."""
         sample = self.record.sample
         if self.record.trajectory is None or sample is None:
             raise ConfigError("call reset() before using tools")
-        self.record.current.add_faults(self.server.served_faults())
-        return self.server.tool_context(self.scorer.try_code(sample))
+        server = self.server
+        self.record.current.add_faults(server.served_faults())
+        self._group_report = server.report if self.group is not None else None
+        return server.tool_context(self.scorer.try_code(sample))
 
     def score_prediction(self, text: str) -> SampleScore:
         """Score a prediction of the current sample as the next prediction step would, without taking the
@@ -337,7 +379,7 @@ class Episode:
         sample = self.record.sample
         if sample is None:
             raise ConfigError("call reset() before score_prediction()")
-        return self.scorer.score(sample, text, **self.record.current.score_args(self.server.report))
+        return self.scorer.score(sample, text, **self.record.current.score_args(self.state_report))
 
     def execution_run(self, sample: Sample) -> ExecutionRun | None:
         """How a prediction of ``sample`` runs for the execution score (see
@@ -345,11 +387,11 @@ class Episode:
         return self.scorer.execution_run(sample)
 
     def close(self) -> None:
-        """Close the parts this episode made (a server or scorer given to it stays open)."""
+        """Close the parts this episode made (a server, scorer or group given to it stays open)."""
         self._end_span()
         owns_server, owns_scorer = self._owns
-        if owns_server:
-            self.server.close()
+        if owns_server and self._server is not None:
+            self._server.close()
         if owns_scorer:
             self.scorer.close()
 

@@ -1,9 +1,9 @@
 """The episode's record: which samples are left, the sample and draw being predicted, and for that draw its
 tool calls, the tool budget and cost, and the infrastructure faults that touch it.
 
-`SampleRecord` is the one place that writes a sample's tool count, cost and faults (the gym env's
-steps, and the bridges that keep a record per rollout); [`EpisodeRecord`][themisto_env.env.EpisodeRecord] holds the
-queue of an episode's samples and the current sample's record.
+`SampleRecord` is the one place that writes a sample's tool count, cost and faults (the episode's tool turns,
+whichever face steps it); [`EpisodeRecord`][themisto_env.env.EpisodeRecord] holds the queue of an episode's samples
+and the current sample's record.
 """
 
 from __future__ import annotations
@@ -73,11 +73,6 @@ class SampleRecord:
         self.tool_calls: list[dict[str, Any]] = []
         self.faults: list[str] = []
 
-    @classmethod
-    def of(cls, config: EnvConfig) -> SampleRecord:
-        """A record under ``config``'s tool budget and cost."""
-        return cls(config.tool_budget, config.tool_cost)
-
     @property
     def tools_left(self) -> int:
         """Tool calls the draw may still make."""
@@ -96,78 +91,47 @@ class SampleRecord:
         )
 
     def tool_turn(self, call: ToolCall, run: Callable[[ToolCall], ToolOutcome]) -> ToolTurn:
-        """One tool turn, as the gym env and every bridge take it: refused past the budget (nothing runs, it
-        costs nothing); else counted, run, recorded (a call the machinery failed is answered
-        `SANDBOX_FAILED` and given back, see `took`) and paid.
+        """One tool turn of the episode: refused past the budget (nothing runs, it costs nothing); else counted,
+        run, recorded and paid. A call the machinery failed is answered `SANDBOX_FAILED` and given back while
+        the sample has at most `MAX_TOOL_REFUNDS` faults; one that ran is listed in `tool_calls`.
 
         Args:
             call: The tool call.
-            run: Runs it on the sample's state (a state server's `call_tool`, or a shared answer).
-
-        Returns:
-            What the agent reads, the turn's reward, and the call's outcome.
+            run: Runs it on the sample's state (the episode's server, or its group's answer).
         """
         if self.budget_spent:
             return ToolTurn(self.refusal(), refused=True)
-        self.count_call()
+        self.tools_used += 1
         outcome = run(call)
-        self.took(call, outcome)
-        text = SANDBOX_FAILED if outcome.result is None else outcome.result.text
-        return ToolTurn(text, self.pay_call(), outcome=outcome)
+        self.faults.extend(outcome.faults)
+        if outcome.result is None:
+            if len(self.faults) <= MAX_TOOL_REFUNDS:  # not the agent's fault, up to a cap per sample
+                self.tools_used -= 1
+            return ToolTurn(SANDBOX_FAILED, self._pay(), outcome=outcome)
+        self.tool_calls.append({"tool": call.tool, "args": call.args, "ok": outcome.result.ok})
+        return ToolTurn(outcome.result.text, self._pay(), outcome=outcome)
 
     def invalid_turn(self, error: str) -> ToolTurn:
         """A turn whose action cannot run (malformed, or tools off): refused past the budget as any turn,
         else counted and paid, and answered `Invalid action: ...`."""
         if self.budget_spent:
             return ToolTurn(self.refusal(), refused=True)
-        self.count_call()
-        return ToolTurn(f"Invalid action: {error}", self.pay_call())
-
-    def count_call(self) -> None:
-        """A tool call is taken (counted against the budget; paid by `pay_call`)."""
         self.tools_used += 1
+        return ToolTurn(f"Invalid action: {error}", self._pay())
 
-    def pay_call(self) -> float:
+    def _pay(self) -> float:
         """The taken call's cost: recorded, and returned as the step's reward (``-tool_cost``)."""
         self.tool_cost_paid += self.tool_cost
         return -self.tool_cost
-
-    def called(self, call: ToolCall, ok: bool) -> None:
-        """A call that ran (``ok``: the tool answered, not an error)."""
-        self.tool_calls.append({"tool": call.tool, "args": call.args, "ok": ok})
 
     def add_faults(self, faults: Iterable[str]) -> None:
         """Infrastructure failures that touch the sample (serving its state, answering its tools)."""
         self.faults.extend(faults)
 
-    def tool_failed(self, outcome: ToolOutcome) -> None:
-        """The machinery failed a call (it did not run): its faults recorded and the call given back, while
-        the sample has at most `MAX_TOOL_REFUNDS` faults."""
-        self.add_faults(outcome.faults)
-        if len(self.faults) <= MAX_TOOL_REFUNDS:  # not the agent's fault, up to a cap per sample
-            self.tools_used -= 1
-
-    def took(self, call: ToolCall, outcome: ToolOutcome) -> None:
-        """A counted call's outcome (after `count_call`): a call the machinery failed is given back as
-        `tool_failed` says; one that ran is listed, with the faults met on its way."""
-        if outcome.result is None:
-            self.tool_failed(outcome)
-            return
-        self.add_faults(outcome.faults)
-        self.called(call, outcome.result.ok)
-
     def score_args(self, report: StateReport | None) -> dict[str, Any]:
         """What [`score`][themisto_env.env.Scorer.score] takes of this record and the sample's served
         state: ``tools_used``, ``faults``, ``state_mismatch``."""
         return {"tools_used": self.tools_used, "faults": self.faults, "state_mismatch": state_mismatch(report)}
-
-    def scored(self, score: SampleScore) -> None:
-        """The draw was scored: its faults are now the score's (a later draw of the sample starts from them)."""
-        self.faults = [score.infrastructure_error] if score.infrastructure_error else []
-
-    def next_draw(self) -> None:
-        """The next prediction of the same sample (pass@k): no tool calls yet, nothing paid."""
-        self.tools_used, self.tool_calls, self.tool_cost_paid = 0, [], 0.0
 
 
 class EpisodeRecord:
@@ -190,7 +154,7 @@ class EpisodeRecord:
         self.queue: list[Sample] = []
         self.sample: Sample | None = None
         self.draw = 0
-        self.current = SampleRecord.of(config)
+        self.current = SampleRecord(config.tool_budget, config.tool_cost)
 
     @property
     def samples_left(self) -> int:
@@ -207,17 +171,18 @@ class EpisodeRecord:
     def begin_sample(self) -> Sample:
         """The queue's first sample becomes the current one, with a new record."""
         self.sample = self.queue[0]
-        self.current = SampleRecord.of(self.config)
+        self.current = SampleRecord(self.config.tool_budget, self.config.tool_cost)
         return self.sample
 
     def finish_draw(self, scored: SampleScore) -> bool:
         """The current draw was scored. Returns True when the same sample takes another prediction (its
-        record starts over, see `SampleRecord.next_draw`), False when it leaves the queue (its record
+        record starts over: no tool calls yet, nothing paid), False when it leaves the queue (its record
         stays as it was until the next sample begins: the last observation shows its tools left)."""
-        self.current.scored(scored)
+        current = self.current  # its faults are now the score's (a later draw of the sample starts from them)
+        current.faults = [scored.infrastructure_error] if scored.infrastructure_error else []
         if self.draw + 1 < self.config.attempts:  # another prediction for the same sample, same state
             self.draw += 1
-            self.current.next_draw()
+            current.tools_used, current.tool_calls, current.tool_cost_paid = 0, [], 0.0
             return True
         self.draw = 0
         self.queue.pop(0)

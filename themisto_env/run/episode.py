@@ -95,7 +95,7 @@ class Episode:
     ) -> None:
         self.config, self.env, self.agent, self.options, self.wanted = config, env, agent, options, wanted
         self.tid, self.first = tid, first
-        self.left = {s.id for s in env.episode_samples[tid][first:]} & wanted
+        self.left = {s.id for s in env.episode.episode_samples[tid][first:]} & wanted
         self._begin_sample({})
 
     def _begin_sample(self, info: dict[str, Any]) -> None:
@@ -113,7 +113,7 @@ class Episode:
 
     def wants_answer(self) -> bool:
         """Whether the agent is asked for the current sample (other samples get an empty prediction)."""
-        sample = self.env.current_sample
+        sample = self.env.episode.current_sample
         return sample is not None and sample.id in self.wanted
 
     def model_failed(self, exc: ModelError) -> Prediction:
@@ -128,9 +128,9 @@ class Episode:
         if "scored_sample_id" not in info:  # a tool call
             return None, info
         scored = StepInfo.model_validate(info)
-        sample = next(s for s in self.env.episode_samples[self.tid] if s.id == scored.scored_sample_id)
+        sample = next(s for s in self.env.episode.episode_samples[self.tid] if s.id == scored.scored_sample_id)
         self.drawn.append(Drawn(action, reward, scored, agent_record(self.agent)))
-        if (scored.scored_draw or 0) + 1 < self.env.config.attempts and not done:
+        if (scored.scored_draw or 0) + 1 < self.env.episode.config.attempts and not done:
             # The same sample again, as it began (the env serves its observation), as the next draw:
             # the agent starts afresh and never sees the previous draw's score.
             return None, {**self.sample_info, "draw": scored.draw}

@@ -428,5 +428,5 @@ def test_the_trl_example_rollout_earns_the_in_process_reward(server: Server) -> 
 
 def _position(env: ThemistoEnv, sample_id: str) -> dict[str, object]:
     trajectory = sample_id.rsplit("/", 2)[0]
-    index = [s.id for s in env.episode_samples[trajectory]].index(sample_id)
+    index = [s.id for s in env.episode.episode_samples[trajectory]].index(sample_id)
     return {"trajectory": trajectory, "sample": index}

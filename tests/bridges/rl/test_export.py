@@ -15,11 +15,11 @@ from themisto_env.errors import ConfigError
 def _env_observations(env: ThemistoEnv) -> dict[str, dict[str, Any]]:
     """What the env itself shows at every sample, walking each trajectory with empty predictions."""
     seen: dict[str, dict[str, Any]] = {}
-    for tid in env.episode_ids:
+    for tid in env.episode.episode_ids:
         obs, _ = env.reset(options={"trajectory": tid})
         terminated = False
         while not terminated:
-            seen[env.current_sample.id] = obs
+            seen[env.episode.current_sample.id] = obs
             obs, _, terminated, _, _ = env.step(Prediction(text=""))
     return seen
 
@@ -32,8 +32,8 @@ def test_rows_are_the_env_samples_with_the_env_observation(env_dataset: dict[str
         observations = _env_observations(env)
     finally:
         env.close()
-    assert [r["sample_id"] for r in rows] == [s.id for s in env.samples]
-    assert [r["target"] for r in rows] == [s.target for s in env.samples]
+    assert [r["sample_id"] for r in rows] == [s.id for s in env.episode.samples]
+    assert [r["target"] for r in rows] == [s.target for s in env.episode.samples]
     for row in rows:
         obs = observations[row["sample_id"]]
         assert row["history"] == obs["history"] and row["cell"] == obs["cell"]

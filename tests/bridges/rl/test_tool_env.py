@@ -35,10 +35,12 @@ def eager_answers(env_dataset: dict[str, str], sample_id: str) -> tuple[list[str
     """The same calls through an eager env's step API, and its kernel's namespace and fingerprint."""
     env = ThemistoEnv(task="next-cell", lazy_state=False, warm_kernels=0, tool_budget=100, **env_dataset)
     try:
-        index = next((t, i) for t, s in env.episode_samples.items() for i, x in enumerate(s) if x.id == sample_id)
+        index = next(
+            (t, i) for t, s in env.episode.episode_samples.items() for i, x in enumerate(s) if x.id == sample_id
+        )
         env.reset(options={"trajectory": index[0], "sample": index[1]})
         answers = [env.step(ToolCall(tool=tool, args=args))[0]["tool_result"] for tool, args in CALLS]
-        kernel = env.tool_context().kernel
+        kernel = env.episode.tool_context().kernel
         return answers, (sorted(kernel.introspect.namespace_state().names), kernel.introspect.fingerprint())
     finally:
         env.close()
@@ -91,7 +93,7 @@ def test_more_samples_than_kernels_move_the_least_recently_used(env_dataset: dic
             env = ThemistoEnv(task="next-cell", lazy_state=False, warm_kernels=0, **env_dataset)
             try:
                 index = next(
-                    (t, i) for t, s in env.episode_samples.items() for i, x in enumerate(s) if x.id == sample_id
+                    (t, i) for t, s in env.episode.episode_samples.items() for i, x in enumerate(s) if x.id == sample_id
                 )
                 env.reset(options={"trajectory": index[0], "sample": index[1]})
                 want = env.step(ToolCall(tool="list_variables"))[0]["tool_result"]
@@ -188,7 +190,7 @@ def gym_tool_steps(env_dataset: dict[str, str], sample_id: str, budget: int, cal
     """The infos of ``calls`` tool calls and a prediction of the target through the gym env."""
     env = ThemistoEnv(task="next-cell", tool_budget=budget, tool_cost=0.05, **env_dataset)
     try:
-        target = next(s.target for s in env.samples if s.id == sample_id)
+        target = next(s.target for s in env.episode.samples if s.id == sample_id)
         env.reset(options={"sample": sample_id})
         infos = [env.step(ToolCall(tool="list_variables"))[4] for _ in range(calls)]
         return [*infos, env.step(Prediction(text=target))[4]]
@@ -249,11 +251,11 @@ def test_the_rollouts_turns_are_the_envs_turns(env_dataset: dict[str, str], late
         gym = []
         for call in calls:
             if call == "kill":
-                os.kill(env.tool_context().kernel.launcher.pid(), signal.SIGKILL)
+                os.kill(env.episode.tool_context().kernel.launcher.pid(), signal.SIGKILL)
                 continue
             obs, reward, *_ = env.step(ToolCall(tool=call[0], args=call[1]))
             gym.append((obs["tool_result"], reward))
-        gym_record = _counts(env.record.current)
+        gym_record = _counts(env.episode.record.current)
     finally:
         env.close()
     with SharedStates(task="next-cell", tool_budget=2, tool_cost=0.05, cache_answers=False, **env_dataset) as states:

@@ -50,7 +50,7 @@ def test_tool_calls_and_predictions_in_a_batch(env_dataset: dict[str, str], vect
 
 def test_same_step_autoreset_scores_each_sample_once_per_episode(env_dataset: dict[str, str]) -> None:
     env = ThemistoEnv(task="next-cell", observation="static", **env_dataset)
-    expected = [s.id for s in env.samples]
+    expected = [s.id for s in env.episode.samples]
     env.close()
     envs = make_vector_env(2, task="next-cell", autoreset="same-step", observation="static", **env_dataset)
     try:

@@ -1,0 +1,157 @@
+"""States shared by a group of episodes: `StateGroup`, one state server per sample for the episodes of that
+sample (a GRPO group's rollouts), the scorer they share, and the one cache of their read-only tool answers."""
+
+from __future__ import annotations
+
+import json
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
+
+from themisto_env.data.samples import Sample
+from themisto_env.env.config import EnvConfig
+from themisto_env.env.kernel_spec import env_kernel_spec
+from themisto_env.env.outcomes import ToolOutcome, fault_text
+from themisto_env.env.scorer import Scorer
+from themisto_env.env.state_server import StateServer
+from themisto_env.env.tools import TOOLS, ToolCall, ToolResult
+from themisto_env.errors import ConfigError, InfrastructureError
+from themisto_env.replay.dataset import Dataset
+from themisto_env.replay.disposable import CodeRun
+from themisto_env.replay.state_check import StateReport
+
+__all__ = ["StateGroup"]
+
+
+class StateGroup:
+    """The state servers a group of episodes shares, their scorer, and the one cache of tool answers.
+
+    Episodes of one sample over a group (a GRPO group's rollouts) share one server (one kernel) in its
+    state, up to ``max_kernels`` samples at once (the least recently used one moves to a new sample when all
+    are taken); a read-only call one of them made is answered to the others from that kernel's answer
+    (``cache_answers``: the state is the same and the tools are read-only), forgotten when the kernel moves
+    or fails. With ``share=False`` each episode has a server of its own.
+
+    Args:
+        config: The options every episode is served and scored under.
+        dataset: The dataset the samples come from.
+        share: Episodes of the same sample share one kernel.
+        max_kernels: With ``share``, how many samples' states are kept live at once.
+        cache_answers: With ``share``, answer a repeated call (same tool, same arguments) from the group.
+
+    Attributes:
+        samples: The task's samples by id.
+        answers: The answers given for each live sample: (tool, arguments as JSON) -> the kernel's result.
+    """
+
+    def __init__(
+        self,
+        config: EnvConfig,
+        dataset: Dataset,
+        *,
+        share: bool = True,
+        max_kernels: int = 4,
+        cache_answers: bool = True,
+    ) -> None:
+        if max_kernels < 1:
+            raise ConfigError(f"max_kernels must be at least 1, got {max_kernels}")
+        self.config, self.dataset = config, dataset
+        self.share, self.max_kernels, self.cache_answers = share, max_kernels, cache_answers and share
+        #: The kind of kernel of every server and the scorer made here (built once).
+        self.spec = env_kernel_spec(config, dataset)
+        self.environment = self.spec.environment
+        self.samples: dict[str, Sample] = {s.id: s for s in dataset.samples(config.task, config.sample_rule)}
+        self.answers: dict[str, dict[tuple[str, str], ToolResult]] = {}
+        self._scorer: Scorer | None = None
+        self._live: OrderedDict[str, StateServer] = OrderedDict()  # sample id -> its shared server
+        self._own: weakref.WeakKeyDictionary[object, StateServer] = weakref.WeakKeyDictionary()  # share=False
+        self._owned: list[StateServer] = []  # every server made here (closed by close())
+        self._lock = threading.RLock()
+        self._closed = False
+
+    def scorer(self) -> Scorer:
+        """The scorer of the episodes' predictions (closed by `close`)."""
+        with self._lock:
+            self._check_open()
+            if self._scorer is None:
+                self._scorer = Scorer(self.config, self.dataset, spec=self.spec)
+            return self._scorer
+
+    def server_for(self, sample_id: str, owner: object = None) -> StateServer:
+        """The server of ``sample_id``'s state, moved to it if it served another sample: the sample's shared
+        server, or (without sharing) ``owner``'s own."""
+        with self._lock:
+            self._check_open()
+            if not self.share and owner is not None:
+                server = self._own.get(owner) or self._new_server()
+                self._own[owner] = server
+            elif sample_id in self._live:
+                self._live.move_to_end(sample_id)
+                return self._live[sample_id]
+            else:
+                if len(self._live) < self.max_kernels:
+                    server = self._new_server()
+                else:
+                    moved, server = self._live.popitem(last=False)  # the least recently used state moves on
+                    self.answers.pop(moved, None)
+                self._live[sample_id] = server
+            sample = self.samples[sample_id]
+            if server.trajectory is None or server.trajectory.id != sample.trajectory_id or server.step != sample.step:
+                server.select(self.dataset.trajectories[sample.trajectory_id], sample.step)
+                server.warm_up()
+            return server
+
+    def call_tool(
+        self, owner: object, sample_id: str, call: ToolCall, try_code: Callable[[str], CodeRun] | None
+    ) -> tuple[ToolOutcome, StateReport | None]:
+        """Answer ``owner``'s call from the group's answers or the sample's server; the outcome, and how the
+        state was served (None: answered from the group). The machinery failing (a lost backend, a state that
+        cannot be selected) is a fault of the outcome, never the tool's answer."""
+        tool = TOOLS.get(call.tool)
+        shared = self.cache_answers and tool is not None and tool.read_only
+        key = (call.tool, json.dumps(call.args, sort_keys=True))
+        with self._lock:
+            cached = self.answers.get(sample_id, {}).get(key) if shared else None
+            if cached is not None:
+                return ToolOutcome(cached), None
+            report = None
+            try:
+                server = self.server_for(sample_id, owner)
+                outcome = server.call_tool(call, try_code)
+                report = server.report
+            except InfrastructureError as exc:
+                outcome = ToolOutcome(None, (fault_text(exc),))
+            if outcome.faults:
+                self.answers.pop(sample_id, None)  # the kernel was replaced
+            elif shared and outcome.result is not None and (report is None or report.check != "mismatch"):
+                self.answers.setdefault(sample_id, {})[key] = outcome.result
+            return outcome, report
+
+    def _new_server(self) -> StateServer:
+        server = StateServer(self.config, self.dataset, spec=self.spec)
+        self._owned.append(server)
+        return server
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConfigError("the shared states are closed")
+
+    def close(self) -> None:
+        """Close every server, kernel and scorer made here. Idempotent."""
+        with self._lock:
+            self._closed = True
+            servers, self._owned = self._owned, []
+            self._live.clear()
+            self.answers.clear()
+            scorer, self._scorer = self._scorer, None
+        for server in servers:
+            server.close()
+        if scorer is not None:
+            scorer.close()
+
+    def __enter__(self) -> StateGroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
