@@ -18,7 +18,7 @@ Notebooks: by default the three test notebooks (``tests/fixtures/notebooks``: sa
 PKG==VER:PATH_IN_SDIST[:EXTRA,EXTRA]`` downloads the package's source distribution into ``--cache`` (pip
 download, nothing vendored here), unpacks it and adds the notebook at that path, with ``PKG==VER`` and the
 extra requirements as its pinned environment. Environments are made with
-`themisto_env.replay.kernel_environments.create` (anonymous: known by their content id; cached).
+`themisto_env.sandbox.environments.manage.create` (anonymous: known by their content id; cached).
 
     python benchmarks/bench_agreement.py [--no-defaults] [--notebook PATH[::REQS]]... [--pypi SPEC]...
         [--timeout 120] [--cache DIR] [--json FILE] [--details]
@@ -118,8 +118,8 @@ def environment_for(case: Case) -> tuple[str | None, str]:
     """The environment id (None: this Python) and the Python that runs the notebook's kernel."""
     if case.requirements is None:
         return None, sys.executable
-    from themisto_env.replay.kernel_environment_spec import make_spec
-    from themisto_env.replay.kernel_environments import create
+    from themisto_env.sandbox.environments.environment_spec import make_spec
+    from themisto_env.sandbox.environments.manage import create
 
     t0 = time.perf_counter()
     record, cached = create(None, make_spec(case.requirements))

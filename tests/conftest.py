@@ -178,6 +178,12 @@ def docker_engine() -> None:
     require_backend("docker")
 
 
+@pytest.fixture(scope="session")
+@needs("environments")
+def pinned_environments() -> None:
+    """Pinned kernel environments may be made (venvs pip builds in the user cache: minutes when cold)."""
+
+
 @pytest.fixture
 def snapshot_dir(tmp_path: Path) -> Path:
     """A private snapshot store for one test."""

@@ -141,11 +141,11 @@ def data_build(
         build_projects(sources[0], out, backend, snapshots, limits, min_cell_timeout, workers, ray, installer)
         return
     if requirements is not None:
-        from themisto_env.replay import kernel_environments
-        from themisto_env.replay.kernel_environment_spec import make_spec
+        from themisto_env.sandbox.environments import manage
+        from themisto_env.sandbox.environments.environment_spec import make_spec
 
         spec = make_spec(requirements)
-        kernel_env = kernel_environments.create(None, spec, console=Console(stderr=True))[0].id
+        kernel_env = manage.create(None, spec, console=Console(stderr=True))[0].id
 
     limits = SandboxLimits(timeout_s=helper_timeout, workdir_mb=workdir_limit_mb)
     with trace_export.configured(trace):  # and the OTEL_* variables

@@ -3,9 +3,8 @@
 Owns building a dataset by replaying sessions in kernels (``build``: each session by ``session_replay``,
 on threads or Ray actors by ``build_workers`` and ``build_ray``), serving a sample's state by
 restoring a snapshot or replaying recorded cells (``state``, with ``state_check`` and ``recorded_cells``),
-running model-written code in disposable copies (``disposable``), the kernel environments that pin the
-packages a replay runs with (``kernel_environments`` and its ``kernel_environment_*`` parts), finding or
-building a dataset (``resolve``) and opening one (``dataset``: [`Dataset`][themisto_env.replay.Dataset],
+running model-written code in disposable copies (``disposable``), finding or building a dataset and the
+kernel environment it runs in (``resolve``), and opening one (``dataset``: [`Dataset`][themisto_env.replay.Dataset],
 checked, cached per process, its samples listed without an env). Names are re-exported lazily: importing this
 package starts and imports nothing.
 """

@@ -36,6 +36,7 @@ from themisto_env.data.sessions import Session
 from themisto_env.data.trajectory import (
     FILES,
     TRAJECTORIES,
+    EnvironmentRef,
     Manifest,
     Trajectory,
     append_trajectory,
@@ -49,7 +50,6 @@ from themisto_env.replay.build_sources import read_sources
 from themisto_env.replay.build_timing import TimedKernel, measuring, timing_summary
 from themisto_env.replay.build_workers import ReplayJob, replay_here, replay_on_threads
 from themisto_env.replay.figures import BUILD_IMAGE_BYTES
-from themisto_env.replay.kernel_environments import use_kernel_environment
 from themisto_env.replay.session_replay import (
     CellLimit,
     WorkFolder,
@@ -59,10 +59,13 @@ from themisto_env.replay.session_replay import (
     trajectory_id,
     work_folder,
 )
+from themisto_env.sandbox.environments.docker_image import ready
+from themisto_env.sandbox.environments.environment_registry import names_of, note_dataset, resolve
+from themisto_env.sandbox.environments.environment_spec import REQUIREMENTS_FILE
 from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.kernel.helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.models import SandboxLimits
-from themisto_env.sandbox.store.snapshots import SnapshotStore
+from themisto_env.sandbox.store.snapshots import DEFAULT_ENVIRONMENT, SnapshotStore
 from themisto_env.sandbox.store.workdir import FileStore
 
 PACKAGES = ("ipykernel", "dill", "numpy", "pandas", "scikit-learn", "matplotlib")
@@ -371,10 +374,36 @@ def write_in_order(out: Path, order: Sequence[str]) -> None:
     write_text_atomic(path, "".join(lines[tid] for tid in [*kept, *wanted]))
 
 
+def use_kernel_environment(name_or_id: str | None, *, backend: str, manifest: Manifest, out: str | Path) -> str | None:
+    """For ``themisto data build --kernel-env``: the environment's id (None: the tool's own Python), recorded in
+    ``manifest`` with its requirements (also written to ``out/environment-requirements.txt``).
+
+    Raises:
+        ConfigError: No such environment.
+        BackendUnavailableError: Its docker image is needed and cannot be built.
+    """
+    if name_or_id is None or name_or_id == DEFAULT_ENVIRONMENT:
+        manifest.environment = None
+        return None
+    record = ready(resolve(name_or_id), backend)
+    names = names_of(record.id)
+    manifest.environment = EnvironmentRef(
+        id=record.id,
+        name=name_or_id if name_or_id in names else (names[0] if names else None),
+        python=record.spec.python,
+        requirements=record.spec.requirements_txt(),
+        apt=record.spec.apt,
+    )
+    (Path(out) / REQUIREMENTS_FILE).write_text(record.spec.requirements_txt())
+    note_dataset(record.id, out)
+    return record.id
+
+
 __all__ = [
     "PACKAGES",
     "BuildReport",
     "build_dataset",
     "is_built",
+    "use_kernel_environment",
     "write_in_order",
 ]

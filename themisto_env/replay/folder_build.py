@@ -31,8 +31,8 @@ from typing import Any
 from themisto_env.data.trajectory import iter_trajectories
 from themisto_env.data.writes import write_text_atomic
 from themisto_env.errors import ConfigError, ThemistoError
-from themisto_env.replay.kernel_environment_venv import Installer
 from themisto_env.replay.project_packages import ProjectPackages, project_packages
+from themisto_env.sandbox.environments.venv import Installer
 from themisto_env.sandbox.models import SandboxLimits
 
 __all__ = ["REPORT", "FolderBuildReport", "NotebookBuild", "build_folder", "find_notebooks"]
@@ -150,8 +150,8 @@ def build_folder(
     Raises:
         ConfigError: ``folder`` is not a folder or holds no notebook.
     """
-    from themisto_env.replay import kernel_environments
-    from themisto_env.replay.kernel_environment_spec import make_spec
+    from themisto_env.sandbox.environments import manage
+    from themisto_env.sandbox.environments.environment_spec import make_spec
 
     started = time.perf_counter()
     root = Path(folder)
@@ -191,7 +191,7 @@ def build_folder(
             news(f"kernel environment {label}: {', '.join(requirements)} ({len(members)} notebook(s))")
             made = time.perf_counter()
             try:
-                record, cached = kernel_environments.create(None, spec, installer=installer)
+                record, cached = manage.create(None, spec, installer=installer)
             except ThemistoError as exc:
                 info["error"] = " ".join(str(exc).split())
                 report.environments[label] = {"id": spec.id, **info}

@@ -44,7 +44,7 @@ from themisto_env.data.writes import write_text_atomic
 from themisto_env.env.config import env_config_and_dataset
 from themisto_env.errors import ConfigError, ModelError
 from themisto_env.redaction import redact
-from themisto_env.replay.kernel_environments import dataset_kernel_environment
+from themisto_env.replay.resolve import dataset_kernel_environment
 from themisto_env.run.config import RunConfig
 from themisto_env.run.episode import env_options, make_run_agent
 from themisto_env.run.executors import executor, executor_name
