@@ -3,7 +3,7 @@ as often as nbclient executing the same notebook in the same pinned environment?
 
 For each notebook (with an optional requirements file), in one run:
 
-(a) themisto: [`themisto_env.replay.build.build_dataset`][themisto_env.replay.build_dataset] replays it (in a private
+(a) themisto: [`themisto_env.build.builder.build_dataset`][themisto_env.build.build_dataset] replays it (in a private
 copy of its folder, in the
     kernel environment made from its requirements when it has some, else this Python); the per-step
     agreement is read back from the dataset;
@@ -157,9 +157,9 @@ def score(side: Side, recorded: list[dict[str, Any]], replayed: list[dict[str, A
 
 
 def run_themisto(case: Case, env_id: str | None, timeout: float, scratch: Path) -> Side:
+    from themisto_env.build.builder import build_dataset
     from themisto_env.data.agreement import agreement
     from themisto_env.data.trajectory import iter_trajectories
-    from themisto_env.replay.build import build_dataset
     from themisto_env.sandbox.models import SandboxLimits
 
     side = Side()

@@ -25,7 +25,7 @@ The parts: `environment_spec` (specs, records, Pythons), `environment_registry` 
 on disk), `venv` (making the venv), `docker_image` (the docker image) and `location` (where one lives, by id,
 for the backends). This module makes and removes environments; a dataset's choice of one is
 `themisto_env.replay.resolve.dataset_kernel_environment`, and the build's record of it
-`themisto_env.replay.build.use_kernel_environment`.
+`themisto_env.build.builder.use_kernel_environment`.
 """
 
 from __future__ import annotations

@@ -19,11 +19,11 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.conftest import needs
+from themisto_env.build.builder import use_kernel_environment
 from themisto_env.cli import app
 from themisto_env.data.trajectory import read_manifest, read_trajectories
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.errors import BackendUnavailableError, ConfigError, SnapshotEnvironmentError
-from themisto_env.replay.build import use_kernel_environment
 from themisto_env.replay.resolve import dataset_kernel_environment
 from themisto_env.sandbox.environments import docker_image, environment_registry, environment_spec, manage, venv
 from themisto_env.sandbox.environments.location import environment_dir, environment_image

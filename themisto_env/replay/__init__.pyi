@@ -1,9 +1,6 @@
 """The public names of [`themisto_env.replay`][themisto_env.replay], a line each (``__init__.py`` imports each on first
 use)."""
 
-from .build import BuildReport as BuildReport
-from .build import build_dataset as build_dataset
-from .build import use_kernel_environment as use_kernel_environment
 from .dataset import Dataset as Dataset
 from .disposable import CodeRun as CodeRun
 from .disposable import DisposableKernels as DisposableKernels

@@ -39,7 +39,7 @@ def resolve_dataset(dataset: str | Path | None = None, *, backend: str = "local"
     if dataset is not None:
         read_manifest(dataset)
         return Path(dataset)
-    from themisto_env.replay.build import build_dataset
+    from themisto_env.build.builder import build_dataset
 
     folder = bundled_dataset_dir(backend)
     stamp = _manifest_stamp(folder)
@@ -111,10 +111,10 @@ def _clear(folder: Path) -> None:
 
 
 def _complete(folder: Path, backend: str) -> bool:
+    from themisto_env.build.builder import is_built
+    from themisto_env.build.session_replay import trajectory_id
+    from themisto_env.build.sources import load_sessions
     from themisto_env.data.trajectory import iter_trajectories
-    from themisto_env.replay.build import is_built
-    from themisto_env.replay.build_sources import load_sessions
-    from themisto_env.replay.session_replay import trajectory_id
     from themisto_env.sandbox.store.snapshots import SnapshotStore
 
     built = {t.id: t for t in iter_trajectories(folder)}

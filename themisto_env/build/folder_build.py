@@ -31,7 +31,7 @@ from typing import Any
 from themisto_env.data.trajectory import iter_trajectories
 from themisto_env.data.writes import write_text_atomic
 from themisto_env.errors import ConfigError, ThemistoError
-from themisto_env.replay.project_packages import ProjectPackages, project_packages
+from themisto_env.build.project_packages import ProjectPackages, project_packages
 from themisto_env.sandbox.environments.venv import Installer
 from themisto_env.sandbox.models import SandboxLimits
 
@@ -134,9 +134,9 @@ def build_folder(
         backend: The sandbox backend.
         snapshots: Snapshot the namespace after every step.
         limits: Sandbox limits (``timeout_s``: the helper-call limit, as in
-            `themisto_env.replay.build.build_dataset`).
+            `themisto_env.build.builder.build_dataset`).
         min_cell_timeout: The least a cell with a recorded time is given (as in
-            `themisto_env.replay.build.build_dataset`).
+            `themisto_env.build.builder.build_dataset`).
         snapshot_dir: The snapshot store (None: the cache's).
         workers: Notebooks replayed at once (per environment), each in its own kernel.
         ray: Replay on Ray actors (as ``themisto data build --ray``).
@@ -235,7 +235,7 @@ def _build_batch(
     """Build notebooks of one environment into ``dataset``; a build that stops (one notebook's first
     session failed before anything was written) is made again notebook by notebook, so that it stops only
     the notebook that stopped it."""
-    from themisto_env.replay.build import build_dataset
+    from themisto_env.build.builder import build_dataset
 
     building = time.perf_counter()
     try:

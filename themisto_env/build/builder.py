@@ -1,6 +1,6 @@
 """Building trajectories: replay recorded sessions in a sandbox kernel and record the runtime state.
 
-``themisto data build SRC... --out DIR`` calls [`build_dataset`][themisto_env.replay.build_dataset]. Each session is
+``themisto data build SRC... --out DIR`` calls [`build_dataset`][themisto_env.build.build_dataset]. Each session is
 replayed in a kernel of the chosen backend, execution by execution, as the person performed them (restarting the
 kernel where they did); after each execution the replayed outputs, time, memory, per-variable sizes and
 a namespace snapshot are recorded.
@@ -14,7 +14,7 @@ files it had here. A session that fails midway (its kernel dies) keeps what was 
 and says where and why; building again into the same folder skips what is already built.
 
 Sessions can be replayed on several kernels at once (``workers``: threads, one kernel each) or on Ray
-actors across a cluster (``ray``; see `themisto_env.replay.build_ray` for what every node needs):
+actors across a cluster (``ray``; see `themisto_env.build.ray_workers` for what every node needs):
 each session is replayed whole by one worker, each trajectory is appended to the dataset as it finishes
 (a killed build keeps it), and the dataset ends in the sources' order, as a one-kernel build leaves it:
 the trajectories are the same either way, only timings differ. A store that cannot be written (a full
@@ -46,11 +46,11 @@ from themisto_env.data.trajectory import (
 from themisto_env.data.writes import write_text_atomic
 from themisto_env.errors import ConfigError
 from themisto_env.progress import ProgressLine
-from themisto_env.replay.build_sources import read_sources
-from themisto_env.replay.build_timing import TimedKernel, measuring, timing_summary
-from themisto_env.replay.build_workers import ReplayJob, replay_here, replay_on_threads
-from themisto_env.replay.figures import BUILD_IMAGE_BYTES
-from themisto_env.replay.session_replay import (
+from themisto_env.build.sources import read_sources
+from themisto_env.build.timing import TimedKernel, measuring, timing_summary
+from themisto_env.build.workers import ReplayJob, replay_here, replay_on_threads
+from themisto_env.build.figures import BUILD_IMAGE_BYTES
+from themisto_env.build.session_replay import (
     CellLimit,
     WorkFolder,
     replay_session,
@@ -88,7 +88,7 @@ class BuildReport:
         cut: Cells the per-cell limit cut (their steps are ``timeout``): trajectory id -> step indexes.
         longest_limit_s: The longest limit a cut cell had (what a rebuild must exceed).
         timings: Per trajectory replayed in this process, the seconds of its replay and of its parts
-            (`themisto_env.replay.build_timing`; none for sessions replayed on Ray).
+            (`themisto_env.build.timing`; none for sessions replayed on Ray).
     """
 
     built: list[str] = field(default_factory=list)
@@ -104,7 +104,7 @@ class BuildReport:
     timings: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def timing(self, trajectories: Sequence[Trajectory] = ()) -> dict[str, Any]:
-        """The build's timing figures (`themisto_env.replay.build_timing.timing_summary`), the
+        """The build's timing figures (`themisto_env.build.timing.timing_summary`), the
         executions counted from ``trajectories`` (the dataset's)."""
         return timing_summary(self.timings, {t.id: len(t.steps) for t in trajectories})
 
@@ -176,7 +176,7 @@ def build_dataset(
         cell_timeout: One limit for every cell, in seconds (default: a multiple of the cell's recorded
             time, never below ``min_cell_timeout``; 10 minutes for a cell with no recorded time).
         min_cell_timeout: The least a cell with a recorded time is given, in seconds (see
-            `themisto_env.replay.session_replay.CellLimit`; None: ``limits.timeout_s``).
+            `themisto_env.build.session_replay.CellLimit`; None: ``limits.timeout_s``).
 
     Raises:
         ConfigError: ``workers`` is below 1.
@@ -334,7 +334,7 @@ def _build(
         log = _BuildLog(out, report, bar, manifest, len(jobs))
         longest_first = sorted(jobs, key=lambda job: -job.executions)
         if ray is not None and jobs:
-            from themisto_env.replay.build_ray import replay_on_ray
+            from themisto_env.build.ray_workers import replay_on_ray
 
             replay_on_ray(
                 longest_first, workers, ray, backend=backend, limits=limits, snapshot_dir=snapshot_dir,
