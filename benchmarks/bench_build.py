@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from themisto_env.build.session_replay import replay_session
-from themisto_env.build.sources import load_sessions
+from themisto_env.build.session_sources import load_sessions
 from themisto_env.data.bundled import bundled_log_path
 from themisto_env.sandbox.kernel.core import Kernel
 

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from themisto_env.errors import BackendUnavailableError
-from themisto_env.sandbox.store.snapshots import default_cache_dir
+from themisto_env.sandbox.store.snapshot_store import default_cache_dir
 
 #: Repository part of an environment's kernel image (the tag is the environment's id).
 ENV_IMAGE_REPOSITORY = "themisto-kernel-env"

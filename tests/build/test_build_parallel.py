@@ -26,7 +26,7 @@ import pytest
 from tests.conftest import needs, wait_for
 from themisto_env.data.trajectory import MANIFEST, TRAJECTORIES
 from themisto_env.build.builder import build_dataset
-from themisto_env.sandbox.store.snapshots import SnapshotStore
+from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 
 DATA = Path(__file__).parents[1] / "fixtures"
 SOURCES = [DATA / "june_small.jsonl", DATA / "june_small.csv", DATA / "small.ipynb"]

@@ -376,7 +376,7 @@ def test_try_cell_runs_in_a_copy_with_the_files_of_the_state(
 def test_a_folder_source_takes_its_notebooks_and_logs_not_the_notebooks_data_files(tmp_path: Path) -> None:
     import shutil
 
-    from themisto_env.build.sources import source_files
+    from themisto_env.build.session_sources import source_files
 
     folder = tmp_path / "project"
     shutil.copytree(NOTEBOOKS / "sales", folder)

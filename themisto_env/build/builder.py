@@ -46,7 +46,7 @@ from themisto_env.data.trajectory import (
 from themisto_env.data.writes import write_text_atomic
 from themisto_env.errors import ConfigError
 from themisto_env.progress import ProgressLine
-from themisto_env.build.sources import read_sources
+from themisto_env.build.session_sources import read_sources
 from themisto_env.build.timing import TimedKernel, measuring, timing_summary
 from themisto_env.build.workers import ReplayJob, replay_here, replay_on_threads
 from themisto_env.build.figures import BUILD_IMAGE_BYTES
@@ -65,7 +65,7 @@ from themisto_env.sandbox.environments.environment_spec import REQUIREMENTS_FILE
 from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.kernel.helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.models import SandboxLimits
-from themisto_env.sandbox.store.snapshots import DEFAULT_ENVIRONMENT, SnapshotStore
+from themisto_env.sandbox.store.snapshot_store import DEFAULT_ENVIRONMENT, SnapshotStore
 from themisto_env.sandbox.store.workdir import FileStore
 
 PACKAGES = ("ipykernel", "dill", "numpy", "pandas", "scikit-learn", "matplotlib")

@@ -48,7 +48,7 @@ from themisto_env.sandbox.ray.cluster import (
     interruptible_children,
     owner_variables,
 )
-from themisto_env.sandbox.store.snapshots import SnapshotStore
+from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 from themisto_env.sandbox.store.workdir import EMPTY_TREE, FileStore, FileTree
 
 if TYPE_CHECKING:

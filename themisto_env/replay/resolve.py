@@ -15,7 +15,7 @@ from themisto_env.errors import BackendUnavailableError, DataError
 from themisto_env.sandbox.environments import environment_registry
 from themisto_env.sandbox.environments.docker_image import ready
 from themisto_env.sandbox.environments.environment_spec import REQUIREMENTS_FILE
-from themisto_env.sandbox.store.snapshots import DEFAULT_ENVIRONMENT, default_cache_dir
+from themisto_env.sandbox.store.snapshot_store import DEFAULT_ENVIRONMENT, default_cache_dir
 
 
 def bundled_dataset_dir(backend: str = "local") -> Path:
@@ -113,9 +113,9 @@ def _clear(folder: Path) -> None:
 def _complete(folder: Path, backend: str) -> bool:
     from themisto_env.build.builder import is_built
     from themisto_env.build.session_replay import trajectory_id
-    from themisto_env.build.sources import load_sessions
+    from themisto_env.build.session_sources import load_sessions
     from themisto_env.data.trajectory import iter_trajectories
-    from themisto_env.sandbox.store.snapshots import SnapshotStore
+    from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 
     built = {t.id: t for t in iter_trajectories(folder)}
     store = SnapshotStore()

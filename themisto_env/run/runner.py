@@ -14,7 +14,7 @@ rate limits, 5xx, timeouts; or a 400, 401, malformed reply, never retried) is wr
 summary's ``model_errors``, and is retried on resume. The episode goes on with the next sample (an empty
 prediction moves the env on). ``max_retries`` (``--max-retries``) sets the LLM agents' retries;
 ``fail_on_error`` (``--fail-on-error RATE``) stops the run with one line when more than that fraction of
-the samples run so far have model errors (`themisto_env.run.progress`); the rows written so far are
+the samples run so far have model errors (`themisto_env.run.tally`); the rows written so far are
 kept and the summary is written.
 
 With ``attempts=K`` (``themisto run --attempts K``) the agent predicts each sample K times; the sample's row,
@@ -46,12 +46,12 @@ from themisto_env.errors import ConfigError, ModelError
 from themisto_env.redaction import redact
 from themisto_env.replay.resolve import dataset_kernel_environment
 from themisto_env.run.config import RunConfig
-from themisto_env.run.episode import env_options, make_run_agent
 from themisto_env.run.executors import executor, executor_name
 from themisto_env.run.plan import plan_run
-from themisto_env.run.progress import RunProgress
 from themisto_env.run.results import RESULTS, SUMMARY, append_row, done_samples, read_results, secrets, write_config
+from themisto_env.run.rollout import env_options, make_run_agent
 from themisto_env.run.summary import summarize
+from themisto_env.run.tally import RunProgress
 
 
 def run(config: RunConfig, out: str | Path, *, progress: bool = True, force: bool = False) -> dict[str, Any]:
