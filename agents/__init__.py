@@ -9,7 +9,7 @@ in a dozen lines),
 [`register_agent`][themisto_env.agents.register_agent].
 - ``baselines``: ``repeat-previous`` and ``retrieval`` (history only).
 - ``runtime_rules``: ``runtime-rules``, which answers from the kernel through the observation tools
-  (helped by ``cell_names``: what a cell reads; ``displayed``: what it ends by displaying;
+  (helped by ``needed_names``: what a cell reads; ``displayed``: what it ends by displaying;
   ``tool_answers``: the tools' text read back; ``frame_text``: a notebook's DataFrame layout).
 - ``llm`` and ``llm_tools``: ``llm-static``, ``llm-full``, ``llm-tools`` on any langchain-core chat model;
   ``prompting`` (templates in ``prompts/default.yaml``), ``parsing`` (reading replies), ``providers``

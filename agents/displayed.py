@@ -11,7 +11,7 @@ import ast
 from dataclasses import dataclass
 from typing import Literal
 
-from themisto_env.agents.cell_names import parse_cell
+from themisto_env.agents.needed_names import parse_cell
 
 DisplayKind = Literal["value", "shape", "len", "type", "head", "describe", "info", "dtypes", "tuple"]
 

@@ -15,8 +15,8 @@ import difflib
 import re
 
 from themisto_env.agents.base import Observation
-from themisto_env.agents.cell_names import parse_cell
 from themisto_env.agents.history import parse_history
+from themisto_env.agents.needed_names import parse_cell
 from themisto_env.agents.runtime_dump import read_dump
 from themisto_env.agents.runtime_rules import Plan, imported_names
 from themisto_env.agents.tool_answers import info_columns, is_pandas, variable_types

@@ -51,10 +51,10 @@ from typing import Literal
 
 from themisto_env.agents.base import Action, BaseAgent, Info, Observation
 from themisto_env.agents.baselines import repeat_previous, retrieve
-from themisto_env.agents.cell_names import column_lookups, needed_names, parse_cell
 from themisto_env.agents.displayed import SCALAR_KINDS, DisplayedExpression, displayed_expression
 from themisto_env.agents.frame_text import notebook_frame_text
 from themisto_env.agents.history import parse_history
+from themisto_env.agents.needed_names import column_lookups, needed_names, parse_cell
 from themisto_env.agents.tool_answers import (
     Inspection,
     displayed_class,

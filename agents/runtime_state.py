@@ -28,9 +28,9 @@ from __future__ import annotations
 import ast
 
 from themisto_env.agents.base import Action, Info, Observation
-from themisto_env.agents.cell_names import parse_cell
 from themisto_env.agents.displayed import DisplayedExpression, displayed_expression
 from themisto_env.agents.history import parse_history
+from themisto_env.agents.needed_names import parse_cell
 from themisto_env.agents.runtime_dump import dump_answer, read_dump
 from themisto_env.agents.runtime_repair import dump_repair, repair_plan
 from themisto_env.agents.runtime_rules import (

@@ -3,7 +3,7 @@ as often as nbclient executing the same notebook in the same pinned environment?
 
 For each notebook (with an optional requirements file), in one run:
 
-(a) themisto: [`themisto_env.replay.build.build_dataset`][themisto_env.replay.build_dataset] replays it (in a private
+(a) themisto: [`themisto_env.build.builder.build_dataset`][themisto_env.build.build_dataset] replays it (in a private
 copy of its folder, in the
     kernel environment made from its requirements when it has some, else this Python); the per-step
     agreement is read back from the dataset;
@@ -18,7 +18,7 @@ Notebooks: by default the three test notebooks (``tests/fixtures/notebooks``: sa
 PKG==VER:PATH_IN_SDIST[:EXTRA,EXTRA]`` downloads the package's source distribution into ``--cache`` (pip
 download, nothing vendored here), unpacks it and adds the notebook at that path, with ``PKG==VER`` and the
 extra requirements as its pinned environment. Environments are made with
-`themisto_env.replay.kernel_environments.create` (anonymous: known by their content id; cached).
+`themisto_env.sandbox.environments.manage.create` (anonymous: known by their content id; cached).
 
     python benchmarks/bench_agreement.py [--no-defaults] [--notebook PATH[::REQS]]... [--pypi SPEC]...
         [--timeout 120] [--cache DIR] [--json FILE] [--details]
@@ -118,8 +118,8 @@ def environment_for(case: Case) -> tuple[str | None, str]:
     """The environment id (None: this Python) and the Python that runs the notebook's kernel."""
     if case.requirements is None:
         return None, sys.executable
-    from themisto_env.replay.kernel_environment_spec import make_spec
-    from themisto_env.replay.kernel_environments import create
+    from themisto_env.sandbox.environments.environment_spec import make_spec
+    from themisto_env.sandbox.environments.manage import create
 
     t0 = time.perf_counter()
     record, cached = create(None, make_spec(case.requirements))
@@ -157,9 +157,9 @@ def score(side: Side, recorded: list[dict[str, Any]], replayed: list[dict[str, A
 
 
 def run_themisto(case: Case, env_id: str | None, timeout: float, scratch: Path) -> Side:
+    from themisto_env.build.builder import build_dataset
     from themisto_env.data.agreement import agreement
     from themisto_env.data.trajectory import iter_trajectories
-    from themisto_env.replay.build import build_dataset
     from themisto_env.sandbox.models import SandboxLimits
 
     side = Side()

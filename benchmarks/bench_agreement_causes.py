@@ -30,9 +30,9 @@ from typing import Any
 
 import nbformat
 
+from themisto_env.build.builder import build_dataset
 from themisto_env.data.agreement import DISAGREEMENTS
 from themisto_env.data.trajectory import read_trajectories
-from themisto_env.replay.build import build_dataset
 
 
 def _out(text: str) -> dict[str, Any]:

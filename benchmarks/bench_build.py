@@ -5,7 +5,7 @@ Run from the repository root::
     python benchmarks/bench_build.py [--backend local] [--sessions 1] [--repeat 1] [--ks 5,15,30]
 
 On the bundled JuNE log (``themisto_env.data.bundled.bundled_log_path()``), limited to its first
-``--sessions`` sessions, one kernel replays each session with `themisto_env.replay.build.replay_session`
+``--sessions`` sessions, one kernel replays each session with `themisto_env.build.builder.replay_session`
 with and without snapshots (alternating, after an untimed warm-up replay of its first 5 cells) and
 reports executions per
 second (median over ``--repeat``), and the snapshot size per step (median, max). Then, on the first
@@ -25,9 +25,9 @@ import time
 from rich.console import Console
 from rich.table import Table
 
+from themisto_env.build.session_replay import replay_session
+from themisto_env.build.session_sources import load_sessions
 from themisto_env.data.bundled import bundled_log_path
-from themisto_env.replay.build_sources import load_sessions
-from themisto_env.replay.session_replay import replay_session
 from themisto_env.sandbox.kernel.core import Kernel
 
 

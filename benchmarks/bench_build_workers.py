@@ -8,7 +8,7 @@ Run from the repository root::
 The source is the bundled JuNE log (6 sessions, 321 executions) repeated ``--copies`` times (each copy's
 kernel and session ids prefixed, so that every copy is a session of its own; 5 copies are the issue's
 1,605 executions). Each configuration is one
-[`themisto_env.replay.build.build_dataset`][themisto_env.replay.build_dataset] into a fresh dataset folder and a fresh
+[`themisto_env.build.builder.build_dataset`][themisto_env.build.build_dataset] into a fresh dataset folder and a fresh
 snapshot store, timed end to end (kernel starts included), after an untimed warm-up (a kernel that imports the packages
 the sessions use, so that every configuration finds them in the page cache). ``--ray`` adds a build on a private local
 Ray instance with the largest worker count (its start-up is inside the timing). With ``--rounds R`` every configuration
@@ -42,9 +42,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from themisto_env.build.builder import build_dataset
 from themisto_env.data.bundled import bundled_log_path
 from themisto_env.data.trajectory import TRAJECTORIES
-from themisto_env.replay.build import build_dataset
 from themisto_env.sandbox.kernel.core import Kernel
 
 GOAL = 1.7

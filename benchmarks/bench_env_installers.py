@@ -4,7 +4,7 @@ Run from the repository root (uv on the PATH, or ``THEMISTO_UV=/path/to/uv``; ``
 
     python benchmarks/bench_env_installers.py [--requirements FILE] [--rounds 3]
 
-Each measurement is `themisto_env.replay.kernel_environment_venv.make_venv` of the same spec (default:
+Each measurement is `themisto_env.sandbox.environments.venv.make_venv` of the same spec (default:
 ``tests/fixtures/environments/requirements.txt``, pandas 1.5.3 and numpy 1.26.4, plus ipykernel and dill as
 every environment) into a fresh environments folder (``THEMISTO_CACHE`` set to a new temporary folder), so
 the venv is made every time. Package caches (pip's and uv's) live in one temporary folder for the whole run:
@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from themisto_env.replay.kernel_environment_spec import make_spec
-from themisto_env.replay.kernel_environment_venv import make_venv, uv_command
+from themisto_env.sandbox.environments.environment_spec import make_spec
+from themisto_env.sandbox.environments.venv import make_venv, uv_command
 
 ROOT = Path(__file__).resolve().parents[1]
 

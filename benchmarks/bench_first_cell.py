@@ -30,7 +30,7 @@ from rich.table import Table
 from themisto_env.replay.dataset import Dataset
 from themisto_env.replay.disposable import imported_modules
 from themisto_env.sandbox.kernel.core import Kernel
-from themisto_env.sandbox.store.snapshots import SnapshotStore
+from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 from themisto_env.sandbox.template.core import KernelTemplate
 
 CELLS = ("first", "second", "third, after 100 ms idle")

@@ -7,7 +7,7 @@ Run from the repository root::
 The folder: two projects, ``alpha`` (``requirements.txt``: six 1.16.0) and ``beta`` (``pyproject.toml``:
 tabulate 0.9.0), each with ``--notebooks`` notebooks of ``--cells`` small cells (list and dict work, prints,
 a file of the notebook's folder read). Their two kernel environments are made once before the timing
-(made again only when missing). Each configuration is one `themisto_env.replay.folder_build.build_folder`
+(made again only when missing). Each configuration is one `themisto_env.build.folder_build.build_folder`
 into a fresh output folder and snapshot store; the figure is executions per second of replay
 (``build_seconds``: kernel starts, replays and snapshots; environments and the import scan are outside).
 Configurations alternate, the order reversed every other round; medians are printed.
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import nbformat
 
-from themisto_env.replay import kernel_environments
-from themisto_env.replay.folder_build import build_folder
-from themisto_env.replay.kernel_environment_spec import make_spec
+from themisto_env.build.folder_build import build_folder
+from themisto_env.sandbox.environments import manage
+from themisto_env.sandbox.environments.environment_spec import make_spec
 
 
 def cells(project: str, n: int) -> list[str]:
@@ -79,7 +79,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-folder-"))
     make_tree(work / "tree", args.notebooks, args.cells)
     for text in ("six==1.16.0", "tabulate==0.9.0"):
-        kernel_environments.create(None, make_spec(text))
+        manage.create(None, make_spec(text))
     rates: dict[int, list[float]] = {w: [] for w in counts}
     executions = 0
     for round_ in range(args.rounds):

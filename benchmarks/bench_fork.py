@@ -61,7 +61,7 @@ from themisto_env.env.tools import ToolCall
 from themisto_env.replay.dataset import Dataset
 from themisto_env.replay.disposable import imported_modules
 from themisto_env.sandbox.kernel.core import Kernel
-from themisto_env.sandbox.store.snapshots import SnapshotStore
+from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 from themisto_env.sandbox.template.core import KernelTemplate
 from themisto_env.sandbox.template.shared import close_shared_templates
 

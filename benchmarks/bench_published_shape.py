@@ -16,13 +16,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from themisto_env.build.builder import build_dataset
 from themisto_env.data.bundled import bundled_log_path
 from themisto_env.data.june import sessions_from_events
 from themisto_env.data.june_files import read_events, write_events
 from themisto_env.data.kind_and_size import published_events
 from themisto_env.data.samples import TASKS, sample_counts
 from themisto_env.data.trajectory import read_trajectories
-from themisto_env.replay.build import build_dataset
 
 
 def _build(log: Path, out: Path, snapshots: Path, workers: int) -> dict[str, Any]:

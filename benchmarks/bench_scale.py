@@ -45,7 +45,7 @@ import themisto_env.env.core as env_module
 import themisto_env.run.executors.serial as serial_module
 from themisto_env.data.trajectory import read_trajectories
 from themisto_env.run.config import RunConfig
-from themisto_env.run.episode import make_run_agent
+from themisto_env.run.rollout import make_run_agent
 from themisto_env.run.runner import run
 from themisto_env.sandbox.kernel.core import Kernel
 
@@ -115,7 +115,7 @@ def instrumented(profiler: Profiler) -> Iterator[None]:
 def warm_snapshots(data: str | None) -> tuple[int, int]:
     """Read every snapshot of the dataset once (page cache); return (files, bytes)."""
     from themisto_env.replay.resolve import resolve_dataset
-    from themisto_env.sandbox.store.snapshots import SnapshotStore
+    from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 
     folder = resolve_dataset(data)
     store = SnapshotStore()

@@ -29,8 +29,8 @@ from typing import Any
 
 import nbformat
 
-from themisto_env.replay import second_replay
-from themisto_env.replay.build import build_dataset
+from themisto_env.build import second_replay
+from themisto_env.build.builder import build_dataset
 from themisto_env.sandbox.kernel.core import Kernel
 
 

@@ -1,6 +1,9 @@
 """The public names of [`themisto_env.sandbox`][themisto_env.sandbox], a line each (``__init__.py`` imports each on
 first use)."""
 
+from .environments.environment_registry import list_kernel_environments as list_kernel_environments
+from .environments.environment_spec import KernelEnvironmentRecord as KernelEnvironmentRecord
+from .environments.environment_spec import KernelEnvironmentSpec as KernelEnvironmentSpec
 from .kernel.contract import IntrospectionLike as IntrospectionLike
 from .kernel.contract import KernelLike as KernelLike
 from .kernel.contract import SnapshotsLike as SnapshotsLike

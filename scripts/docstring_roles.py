@@ -81,7 +81,7 @@ MOVED = {
     "ray_placement": "ray.placement",
     "ray_kernel": "ray.kernel",
     "kernel_host": "ray.host",
-    "snapshots": "store.snapshots",
+    "snapshots": "store.snapshot_store",
     "workdir": "store.workdir",
     "lifetime": "lifetime.reaper",
     "owners": "lifetime.owners",

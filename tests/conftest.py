@@ -178,6 +178,12 @@ def docker_engine() -> None:
     require_backend("docker")
 
 
+@pytest.fixture(scope="session")
+@needs("environments")
+def pinned_environments() -> None:
+    """Pinned kernel environments may be made (venvs pip builds in the user cache: minutes when cold)."""
+
+
 @pytest.fixture
 def snapshot_dir(tmp_path: Path) -> Path:
     """A private snapshot store for one test."""
@@ -228,7 +234,7 @@ def nothing_left_running() -> Iterator[None]:
 def env_dataset(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """A trajectory dataset built by the real builder from a small notebook, with its snapshot store."""
     from tests.env_fixtures import write_notebook
-    from themisto_env.replay.build import build_dataset
+    from themisto_env.build.builder import build_dataset
 
     root = tmp_path_factory.mktemp("env-dataset")
     notebook = write_notebook(root / "sales.ipynb")

@@ -1,6 +1,6 @@
 """The package's layers: imports go one way, and no module reaches into another module's private names.
 
-The direction (cli | bridges | run -> agents -> env -> scoring -> replay -> data -> sandbox, with errors,
+The direction (cli | bridges | run -> agents -> env -> scoring -> replay -> build -> data -> sandbox, with errors,
 redaction and metrics as leaves) is stated as import-linter contracts in pyproject.toml and checked by
 ``scripts/lint_imports.py``. Private reaches are checked here by parsing every module: ``from X import
 _name``, ``import X._mod`` and ``X._name`` are allowed only inside the package that owns ``_name``

@@ -52,7 +52,7 @@ def test_a_terminal_gets_a_live_bar(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_build_shows_its_progress_on_stderr(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     """The builder's progress goes to stderr (stdout stays for what a command prints), as lines here."""
     from tests.env_fixtures import write_notebook
-    from themisto_env.replay.build import build_dataset
+    from themisto_env.build.builder import build_dataset
 
     notebook = write_notebook(tmp_path / "sales.ipynb")
     build_dataset([notebook], tmp_path / "dataset", snapshots=False, snapshot_dir=tmp_path / "snapshots")

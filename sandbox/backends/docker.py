@@ -30,7 +30,7 @@ from themisto_env.sandbox.backends.containers import (
     signal_name,
 )
 from themisto_env.sandbox.engine import docker_client, engine, image_exists, unreachable
-from themisto_env.sandbox.environments import environment_image
+from themisto_env.sandbox.environments.location import environment_image
 from themisto_env.sandbox.image.spec import default_image
 from themisto_env.sandbox.kernel.launcher import KernelLauncher
 from themisto_env.sandbox.lifetime.leftovers import engine_unreachable

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from themisto_env.errors import BackendUnavailableError, KernelStartError
-from themisto_env.sandbox.environments import environment_python
+from themisto_env.sandbox.environments.location import environment_python
 from themisto_env.sandbox.kernel.launcher import KERNEL_ENVIRONMENT, KernelLauncher
 from themisto_env.sandbox.lifetime.owners import process_record
 

@@ -48,7 +48,7 @@ from themisto_env.sandbox.kernel.answers import (
     VariableListing,
 )
 from themisto_env.sandbox.models import ExecutionResult, RestoreResult, SandboxLimits, SnapshotInfo
-from themisto_env.sandbox.store.snapshots import SnapshotStore
+from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 from themisto_env.sandbox.store.workdir import FileStore, FileTree
 
 __all__ = [

@@ -49,7 +49,7 @@ from themisto_env.sandbox.kernel.snapshots import KernelSnapshots
 from themisto_env.sandbox.kernel.spec import KernelFields, KernelSpec
 from themisto_env.sandbox.lifetime import reaper as lifetime
 from themisto_env.sandbox.models import ExecutionResult, SandboxLimits
-from themisto_env.sandbox.store.snapshots import SnapshotStore
+from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 
 __all__ = ["Kernel"]
 

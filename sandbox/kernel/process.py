@@ -32,7 +32,7 @@ from themisto_env.sandbox.lifetime import run_root as run_roots
 from themisto_env.sandbox.lifetime.leftovers import discard_run_dir
 from themisto_env.sandbox.lifetime.owners import RUN_DIR_PREFIX, write_owner
 from themisto_env.sandbox.models import SandboxLimits
-from themisto_env.sandbox.store.snapshots import SnapshotStore
+from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 
 #: Folders of the run directory: snapshots handed in to the kernel, and written out for the host to check.
 SNAPSHOT_INBOX, SNAPSHOT_OUTBOX = "snapshots-in", "snapshots-out"

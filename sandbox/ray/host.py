@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from themisto_env.sandbox.ray.cluster import adopt_owner_variables, import_ray, interruptible_children
-from themisto_env.sandbox.store.snapshots import default_cache_dir, write_atomic
+from themisto_env.sandbox.store.snapshot_store import default_cache_dir, write_atomic
 from themisto_env.sandbox.store.workdir import FileStore, FileTree
 
 __all__ = ["KernelHost"]

@@ -49,7 +49,7 @@ from themisto_env.sandbox.models import ExecutionResult
 from themisto_env.sandbox.ray.cluster import connect, import_ray, owner_variables
 from themisto_env.sandbox.ray.host import KernelHost
 from themisto_env.sandbox.ray.parts import RemoteIntrospection, RemoteSnapshots
-from themisto_env.sandbox.store.snapshots import SnapshotStore
+from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 
 __all__ = ["RemoteKernel", "live_remote_kernels", "make_kernel", "remote_kernel_memory"]
 

@@ -24,7 +24,7 @@ from themisto_env.sandbox.kernel.answers import (
 )
 from themisto_env.sandbox.kernel.contract import MEASURE_TIMEOUT_S
 from themisto_env.sandbox.models import RestoreResult, SnapshotInfo
-from themisto_env.sandbox.store.snapshots import SnapshotStore
+from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 from themisto_env.sandbox.store.workdir import FileStore, FileTree
 
 __all__ = ["ActorCalls", "RemoteIntrospection", "RemoteSnapshots"]

@@ -19,7 +19,7 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 
 from themisto_env.errors import DataError
-from themisto_env.sandbox.store.snapshots import write_atomic
+from themisto_env.sandbox.store.snapshot_store import write_atomic
 
 #: Relative POSIX path -> sha256 (hex) of the file's content.
 FileTree = dict[str, str]

@@ -65,7 +65,7 @@ from themisto_env.sandbox.lifetime import run_root as run_roots
 from themisto_env.sandbox.lifetime.leftovers import remove_run_dir
 from themisto_env.sandbox.lifetime.owners import RUN_DIR_PREFIX, write_owner
 from themisto_env.sandbox.models import SandboxLimits
-from themisto_env.sandbox.store.snapshots import SnapshotStore
+from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 from themisto_env.sandbox.template.launchers import ISOLATED_COPIES, REQUEST_TIMEOUT_S, TEMPLATE_LAUNCHERS
 from themisto_env.sandbox.template.spares import (
     FILLING,

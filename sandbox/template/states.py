@@ -22,7 +22,7 @@ from themisto_env.errors import KernelStartError, SnapshotCorruptError, Snapshot
 from themisto_env.sandbox.kernel.contract import KernelLike
 from themisto_env.sandbox.kernel.spec import KernelSpec
 from themisto_env.sandbox.models import SandboxLimits
-from themisto_env.sandbox.store.snapshots import SnapshotStore
+from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 from themisto_env.sandbox.template.launchers import REQUEST_TIMEOUT_S
 
 __all__ = ["NO_STATE_TEMPLATES", "NO_STATE_TEMPLATES_ISOLATED", "STATE_TEMPLATES", "StateTemplates"]

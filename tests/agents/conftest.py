@@ -20,7 +20,7 @@ MakeEnv = Callable[..., gym.Env[dict[str, Any], dict[str, Any]]]
 @pytest.fixture(scope="session")
 def agents_dataset(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The sessions of `tests.agents.sessions` replayed into a dataset, with a private snapshot store."""
-    from themisto_env.replay.build import build_dataset
+    from themisto_env.build.builder import build_dataset
 
     root: Path = tmp_path_factory.mktemp("agents-dataset")
     log = write_log(root / "june.jsonl")

@@ -240,7 +240,7 @@ def test_each_draw_of_pass_at_k_starts_a_fresh_conversation(make_env: MakeEnv) -
     """With K predictions per sample, llm-tools starts each draw from the sample's own prompt: it never
     sees its previous answer, and its model-call limit and usage are per draw (summed in the row)."""
     from themisto_env.run.config import RunConfig
-    from themisto_env.run.episode import episode_rows
+    from themisto_env.run.rollout import episode_rows
 
     replies = [
         AIMessage("", tool_calls=[_tool_call("list_variables", {}, "a")], usage_metadata=_usage(100, 5)),

@@ -29,7 +29,7 @@ from themisto_env.agents.providers import PROVIDERS, Provider
 from themisto_env.cli import main
 from themisto_env.env.actions import Prediction
 from themisto_env.errors import ModelError
-from themisto_env.run import progress, results
+from themisto_env.run import results, tally
 from themisto_env.run.config import RunConfig
 from themisto_env.run.results import read_results
 from themisto_env.run.runner import run
@@ -208,7 +208,7 @@ def test_a_sample_whose_calls_fail_is_a_model_error_row_retried_on_resume(
 def test_fail_on_error_stops_the_run(
     fresh: StandIn, env_dataset: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(progress, "FAIL_ON_ERROR_MIN_SAMPLES", 2)
+    monkeypatch.setattr(tally, "FAIL_ON_ERROR_MIN_SAMPLES", 2)
     fresh.play(default=error(500, "down"))
     with pytest.raises(ModelError, match=r"stopped: 2 of 2 samples failed .*--fail-on-error 0.5"):
         run(config(fresh, env_dataset, limit=4, max_retries=0, fail_on_error=0.5), tmp_path, progress=False)
@@ -241,7 +241,7 @@ def test_cli_fail_on_error_is_one_verbatim_line(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setattr(progress, "FAIL_ON_ERROR_MIN_SAMPLES", 2)
+    monkeypatch.setattr(tally, "FAIL_ON_ERROR_MIN_SAMPLES", 2)
     cfg = config(fresh, env_dataset).model_dump(exclude_defaults=True)
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
     fresh.play(default=error(400, "Invalid [messages]: see pip install 'themisto-env[openai]'"))

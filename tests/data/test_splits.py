@@ -42,7 +42,7 @@ RULE = SplitRule(by="trajectory", test_size=0.5, seed=0)
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """A dataset of the six notebooks built by the real builder, with its snapshot store."""
-    from themisto_env.replay.build import build_dataset
+    from themisto_env.build.builder import build_dataset
 
     root = tmp_path_factory.mktemp("split-dataset")
     paths = []
@@ -111,8 +111,8 @@ def test_an_empty_side_is_refused_with_seeds_that_fill_both() -> None:
 
 def test_the_default_split_of_the_bundled_data_has_both_sides() -> None:
     """What a user of the bundled data gets with no options: both sides non-empty by every grouping."""
-    from themisto_env.replay.build_sources import load_sessions
-    from themisto_env.replay.session_replay import trajectory_id
+    from themisto_env.build.session_replay import trajectory_id
+    from themisto_env.build.session_sources import load_sessions
 
     sessions = load_sessions([bundled_log_path()])
     trajectories = [_trajectory(trajectory_id(s), s.user_id, s.notebook_name) for s in sessions]

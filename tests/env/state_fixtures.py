@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from themisto_env.build.session_replay import replay_session
 from themisto_env.data.sessions import RecordedExecution, Session
 from themisto_env.data.trajectory import Manifest, append_trajectory, write_manifest
-from themisto_env.replay.session_replay import replay_session
 from themisto_env.sandbox.kernel.core import Kernel
 
 #: Steps of the "faults" trajectory (index: source); ``{flag}`` is a file that, once it exists, makes

@@ -151,8 +151,8 @@ class ToolsForeverAgent(BaseAgent):
 
 def test_a_run_moves_on_from_an_agent_that_never_predicts(env_dataset: dict[str, str], tmp_path: Path) -> None:
     from themisto_env.run.config import RunConfig
-    from themisto_env.run.episode import REFUSALS_BEFORE_SUBMISSION
     from themisto_env.run.results import read_results
+    from themisto_env.run.rollout import REFUSALS_BEFORE_SUBMISSION
     from themisto_env.run.runner import run
 
     config = RunConfig(

@@ -8,7 +8,7 @@ import pytest
 
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.episode import Episode
-from themisto_env.replay.kernel_environments import dataset_kernel_environment
+from themisto_env.replay.resolve import dataset_kernel_environment
 
 
 @pytest.fixture

@@ -15,12 +15,12 @@ import nbformat
 import pytest
 from typer.testing import CliRunner
 
+from themisto_env.build.builder import build_dataset
 from themisto_env.cli import app
 from themisto_env.data.agreement import DISAGREEMENTS
 from themisto_env.data.samples import SampleRule, make_samples, sample_counts
 from themisto_env.data.stats import dataset_info
 from themisto_env.data.trajectory import Trajectory, read_trajectories
-from themisto_env.replay.build import build_dataset
 from themisto_env.sandbox.models import SandboxLimits
 
 pytestmark = pytest.mark.slow

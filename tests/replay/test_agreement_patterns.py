@@ -25,8 +25,8 @@ from typing import Any
 import nbformat
 import pytest
 
+from themisto_env.build.builder import build_dataset
 from themisto_env.data.trajectory import Trajectory, read_trajectories
-from themisto_env.replay.build import build_dataset
 
 pytestmark = pytest.mark.slow
 

@@ -49,8 +49,8 @@ NOTEBOOKS = {
 def original(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Two notebooks (one reading a file of its folder) built with their own snapshot store, and a split
     written that puts one on each side."""
+    from themisto_env.build.builder import build_dataset
     from themisto_env.data.splits import assign
-    from themisto_env.replay.build import build_dataset
 
     root = tmp_path_factory.mktemp("export-original")
     paths = []

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from themisto_env.build.builder import build_dataset
 from themisto_env.cli import app
 from themisto_env.data.june_events import JuneEvent
 from themisto_env.data.june_files import write_events
@@ -23,7 +24,6 @@ from themisto_env.data.samples import make_samples
 from themisto_env.data.splits import SplitRule
 from themisto_env.data.stats import dataset_info
 from themisto_env.data.trajectory import Trajectory, read_trajectories
-from themisto_env.replay.build import build_dataset
 from themisto_env.replay.dataset import Dataset
 from themisto_env.replay.dataset_export import export_dataset_folder
 from themisto_env.sandbox import Kernel

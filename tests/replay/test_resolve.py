@@ -13,7 +13,7 @@ from themisto_env.replay import resolve as data
 def test_a_fresh_cache_builds_the_bundled_data_and_a_built_one_is_checked_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import themisto_env.replay.build as build
+    import themisto_env.build.builder as build
 
     folder = tmp_path / "cache" / "bundled-x-local"
     builds: list[Path] = []

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from themisto_env.build.builder import build_dataset
 from themisto_env.data.bundled import bundled_log_path
 from themisto_env.data.trajectory import read_trajectories
-from themisto_env.replay.build import build_dataset
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ import pytest
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.errors import SnapshotEnvironmentError
 from themisto_env.sandbox.kernel.spec import KernelSpec
-from themisto_env.sandbox.store.snapshots import SnapshotStore
+from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 from themisto_env.sandbox.template.core import KernelTemplate
 
 OTHER = "0123456789ab"  # a kernel environment id of none of these kernels

@@ -326,9 +326,9 @@ def test_a_concurrent_run_stopped_by_errors_spends_few_calls_and_keeps_its_rows(
 ) -> None:
     from tests.agents.stand_in import error
     from themisto_env.errors import ModelError
-    from themisto_env.run import progress
+    from themisto_env.run import tally
 
-    monkeypatch.setattr(progress, "FAIL_ON_ERROR_MIN_SAMPLES", 2)
+    monkeypatch.setattr(tally, "FAIL_ON_ERROR_MIN_SAMPLES", 2)
     server.play(default=error(400, "bad request"))
     with pytest.raises(ModelError, match="stopped"):
         run(llm_config(server, env_dataset, max_connections=3, fail_on_error=0.0), tmp_path, progress=False)

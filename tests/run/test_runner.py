@@ -106,7 +106,7 @@ def test_executors_are_chosen_by_name_and_an_unknown_name_says_the_nearest() -> 
 def test_the_episode_loop_runs_in_place_without_an_event_loop_and_is_closed_with_its_rows() -> None:
     import asyncio
 
-    from themisto_env.run.episode import in_place, run_in_place
+    from themisto_env.run.rollout import in_place, run_in_place
 
     events: list[str] = []
 

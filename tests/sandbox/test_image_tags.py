@@ -95,7 +95,7 @@ def test_bundled_data_written_with_other_versions_is_built_again(
 ) -> None:
     """A bundled-data folder of this package set whose snapshots another Python wrote (a package outside the
     kernel's set at another version) is built again here rather than served to a kernel that lacks them."""
-    import themisto_env.replay.build as build
+    import themisto_env.build.builder as build
     from themisto_env.data.trajectory import Manifest
     from themisto_env.replay import resolve
 

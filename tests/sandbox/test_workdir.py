@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require_backend
+from themisto_env.build.builder import build_dataset
 from themisto_env.data.trajectory import Trajectory, read_manifest, read_trajectories
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.tools import ToolCall
 from themisto_env.errors import DataError
-from themisto_env.replay.build import build_dataset
 from themisto_env.replay.state import TrajectoryKernel
 from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.kernel.pool import KernelPool
@@ -376,7 +376,7 @@ def test_try_cell_runs_in_a_copy_with_the_files_of_the_state(
 def test_a_folder_source_takes_its_notebooks_and_logs_not_the_notebooks_data_files(tmp_path: Path) -> None:
     import shutil
 
-    from themisto_env.replay.build_sources import source_files
+    from themisto_env.build.session_sources import source_files
 
     folder = tmp_path / "project"
     shutil.copytree(NOTEBOOKS / "sales", folder)

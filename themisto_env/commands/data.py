@@ -17,7 +17,7 @@ from themisto_env.commands.common import Backend, console
 from themisto_env.errors import ConfigError
 
 if TYPE_CHECKING:
-    from themisto_env.replay.build import BuildReport
+    from themisto_env.build.builder import BuildReport
     from themisto_env.sandbox.models import SandboxLimits
 
 data_app = typer.Typer(help="Build and inspect trajectory datasets.", no_args_is_help=True)
@@ -115,7 +115,7 @@ def data_build(
 
     A build killed midway keeps the sessions it finished: the same command again replays the rest.
     """
-    from themisto_env.replay.build import build_dataset
+    from themisto_env.build.builder import build_dataset
     from themisto_env.sandbox.models import SandboxLimits
 
     if kernel_env is not None and requirements is not None:
@@ -141,11 +141,11 @@ def data_build(
         build_projects(sources[0], out, backend, snapshots, limits, min_cell_timeout, workers, ray, installer)
         return
     if requirements is not None:
-        from themisto_env.replay import kernel_environments
-        from themisto_env.replay.kernel_environment_spec import make_spec
+        from themisto_env.sandbox.environments import manage
+        from themisto_env.sandbox.environments.environment_spec import make_spec
 
         spec = make_spec(requirements)
-        kernel_env = kernel_environments.create(None, spec, console=Console(stderr=True))[0].id
+        kernel_env = manage.create(None, spec, console=Console(stderr=True))[0].id
 
     limits = SandboxLimits(timeout_s=helper_timeout, workdir_mb=workdir_limit_mb)
     with trace_export.configured(trace):  # and the OTEL_* variables
@@ -194,7 +194,7 @@ def build_projects(
     installer: str,
 ) -> None:
     """``themisto data build FOLDER --project-envs``: build, then a row per notebook."""
-    from themisto_env.replay.folder_build import REPORT, build_folder
+    from themisto_env.build.folder_build import REPORT, build_folder
 
     def say(line: str) -> None:
         console.print(escape(line), soft_wrap=True)

@@ -81,7 +81,7 @@ def print_build_samples(corpus: dict[str, Any], folder: str) -> None:
 
 def print_build_timing(timing: dict[str, Any], workers: int) -> None:
     """A build's timing line: executions per second per worker and the shares of snapshots and second
-    replays in the replay time (`themisto_env.replay.build_timing.timing_summary`); nothing when no
+    replays in the replay time (`themisto_env.build.timing.timing_summary`); nothing when no
     session was replayed here."""
     rate = timing["executions_per_s_per_worker"]
     if rate is None:

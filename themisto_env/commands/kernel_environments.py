@@ -1,6 +1,6 @@
 """``themisto kernel-env``: make, list and remove kernel environments.
 
-The work is `themisto_env.replay.kernel_environments`'s; this module is the command line.
+The work is `themisto_env.sandbox.environments.manage`'s; this module is the command line.
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ def kernel_env_create(
     requirements plus ipykernel and dill at versions compatible with them. Instant when it exists."""
     import time
 
-    from themisto_env.replay import kernel_environments
-    from themisto_env.replay.kernel_environment_spec import make_spec
+    from themisto_env.sandbox.environments import manage
+    from themisto_env.sandbox.environments.environment_spec import make_spec
 
     started = time.perf_counter()
     spec = make_spec(requirements, apt=apt, python=python)
-    record, cached = kernel_environments.create(name, spec, docker=docker, console=Console(stderr=True))
+    record, cached = manage.create(name, spec, docker=docker, console=Console(stderr=True))
     how = "exists" if cached else f"built in {time.perf_counter() - started:.0f} s"
     console.print(
         f"kernel environment [bold]{escape(name)}[/]: {record.id} ({how}); Python {record.python_version}, "
@@ -54,7 +54,7 @@ def kernel_env_create(
 @kernel_env_app.command("list")
 def kernel_env_list(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """The kernel environments on this machine (--json also names their docker images)."""
-    from themisto_env.replay.kernel_environment_registry import list_kernel_environments, names_of
+    from themisto_env.sandbox.environments.environment_registry import list_kernel_environments, names_of
 
     if as_json:
         rows = [
@@ -90,10 +90,10 @@ def kernel_env_rm(
 ) -> None:
     """Remove a kernel environment's name; the kernel environment (venv and image) goes once no name points
     at it."""
-    from themisto_env.replay import kernel_environments
-    from themisto_env.replay.kernel_environment_registry import names_of
+    from themisto_env.sandbox.environments import manage
+    from themisto_env.sandbox.environments.environment_registry import names_of
 
-    record = kernel_environments.remove(name, force=force)
+    record = manage.remove(name, force=force)
     left = names_of(record.id)
     console.print(
         f"removed {escape(name)}" + (f"; {record.id} kept for {escape(', '.join(left))}" if left else f" ({record.id})")

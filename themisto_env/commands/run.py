@@ -13,8 +13,8 @@ from rich.table import Table
 from themisto_env import trace_export
 from themisto_env.commands.common import HistoryLength, ToolBudget, ToolCost, console, env_options
 from themisto_env.metrics import API_SEQUENCE_METRICS, METRICS
-from themisto_env.run.progress import nothing_scored
 from themisto_env.run.results import model_label
+from themisto_env.run.tally import nothing_scored
 
 
 def run_command(

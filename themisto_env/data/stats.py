@@ -19,7 +19,7 @@ from themisto_env.data.trajectory import (
     read_manifest,
     read_trajectories,
 )
-from themisto_env.sandbox.store.snapshots import SnapshotStore
+from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 
 
 def _share(hits: int, total: int) -> float | None:

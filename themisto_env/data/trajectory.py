@@ -33,7 +33,7 @@ versions are read (their missing fields take defaults); a newer one is refused."
 MANIFEST = "manifest.json"
 FIGURE_FILES_KEY = "themisto_files"
 """The metadata key of a step's output naming its figures kept in ``files/`` (mime type -> sha256; see
-`themisto_env.replay.figures`)."""
+`themisto_env.build.figures`)."""
 TRAJECTORIES = "trajectories.jsonl"
 FILES = "files"
 

@@ -1,13 +1,10 @@
-"""Kernels brought to recorded states.
+"""Datasets, and kernels brought to their recorded states.
 
-Owns building a dataset by replaying sessions in kernels (``build``: each session by ``session_replay``,
-on threads or Ray actors by ``build_workers`` and ``build_ray``), serving a sample's state by
-restoring a snapshot or replaying recorded cells (``state``, with ``state_check`` and ``recorded_cells``),
-running model-written code in disposable copies (``disposable``), the kernel environments that pin the
-packages a replay runs with (``kernel_environments`` and its ``kernel_environment_*`` parts), finding or
-building a dataset (``resolve``) and opening one (``dataset``: [`Dataset`][themisto_env.replay.Dataset],
-checked, cached per process, its samples listed without an env). Names are re-exported lazily: importing this
-package starts and imports nothing.
+Opens a dataset (``dataset``: [`Dataset`][themisto_env.replay.Dataset], checked, cached per process, its samples
+listed without an env), finds it or builds the bundled data on first use (``resolve``, over
+`themisto_env.build`) and exports it (``dataset_export``); serves a sample's state by restoring a snapshot or
+replaying recorded cells (``state``, with ``state_check`` and ``recorded_cells``) and runs model-written code in
+disposable copies (``disposable``). Names are re-exported lazily: importing this package starts and imports nothing.
 """
 
 from __future__ import annotations

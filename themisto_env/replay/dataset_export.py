@@ -35,7 +35,7 @@ from themisto_env.data.trajectory import FILES, MANIFEST, TRAJECTORIES, Trajecto
 from themisto_env.data.writes import write_text_atomic
 from themisto_env.errors import ConfigError
 from themisto_env.replay.dataset import SNAPSHOTS, Dataset
-from themisto_env.sandbox.store.snapshots import SnapshotStore
+from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 
 __all__ = ["ExportReport", "export_dataset_folder"]
 

@@ -1,4 +1,5 @@
-"""Where trajectories come from: a built dataset folder, or the bundled data (built on first use)."""
+"""Where trajectories come from: a built dataset folder, or the bundled data (built on first use); and the kernel
+environment a dataset's kernels run in."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ import sys
 from pathlib import Path
 
 from themisto_env.data.bundled import bundled_log_path
-from themisto_env.data.trajectory import MANIFEST, read_manifest
-from themisto_env.errors import DataError
-from themisto_env.sandbox.store.snapshots import default_cache_dir
+from themisto_env.data.trajectory import MANIFEST, EnvironmentRef, read_manifest
+from themisto_env.errors import BackendUnavailableError, DataError
+from themisto_env.sandbox.environments import environment_registry
+from themisto_env.sandbox.environments.docker_image import ready
+from themisto_env.sandbox.environments.environment_spec import REQUIREMENTS_FILE
+from themisto_env.sandbox.store.snapshot_store import DEFAULT_ENVIRONMENT, default_cache_dir
 
 
 def bundled_dataset_dir(backend: str = "local") -> Path:
@@ -35,7 +39,7 @@ def resolve_dataset(dataset: str | Path | None = None, *, backend: str = "local"
     if dataset is not None:
         read_manifest(dataset)
         return Path(dataset)
-    from themisto_env.replay.build import build_dataset
+    from themisto_env.build.builder import build_dataset
 
     folder = bundled_dataset_dir(backend)
     stamp = _manifest_stamp(folder)
@@ -107,11 +111,11 @@ def _clear(folder: Path) -> None:
 
 
 def _complete(folder: Path, backend: str) -> bool:
+    from themisto_env.build.builder import is_built
+    from themisto_env.build.session_replay import trajectory_id
+    from themisto_env.build.session_sources import load_sessions
     from themisto_env.data.trajectory import iter_trajectories
-    from themisto_env.replay.build import is_built
-    from themisto_env.replay.build_sources import load_sessions
-    from themisto_env.replay.session_replay import trajectory_id
-    from themisto_env.sandbox.store.snapshots import SnapshotStore
+    from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 
     built = {t.id: t for t in iter_trajectories(folder)}
     store = SnapshotStore()
@@ -119,3 +123,41 @@ def _complete(folder: Path, backend: str) -> bool:
         (t := built.get(trajectory_id(session))) is not None and is_built(t, session, backend, store, snapshots=True)
         for session in load_sessions([bundled_log_path()])
     )
+
+
+def create_command(ref: EnvironmentRef, folder: str | Path) -> str:
+    """The command that makes a dataset's environment again (from ``environment-requirements.txt``)."""
+    parts = [
+        "themisto kernel-env create",
+        ref.name or f"env-{ref.id}",
+        "--requirements",
+        str(Path(folder) / REQUIREMENTS_FILE),
+    ]
+    parts += [f"--apt {package}" for package in ref.apt]
+    parts.append(f"--python {ref.python}")
+    return " ".join(parts)
+
+
+def dataset_kernel_environment(folder: str | Path, choice: str | None = None, *, backend: str = "local") -> str | None:
+    """The environment a dataset's kernels run in: ``choice`` (a name or id; ``default``: the tool's own
+    Python), else the one its manifest records.
+
+    Raises:
+        BackendUnavailableError: The dataset's environment is not on this machine (the message is the
+            command that makes it again), or its docker image cannot be built.
+        ConfigError: ``choice`` names no environment here.
+    """
+    if choice == DEFAULT_ENVIRONMENT:
+        return None
+    if choice is not None:
+        return ready(environment_registry.resolve(choice), backend).id
+    ref = read_manifest(folder).environment
+    if ref is None:
+        return None
+    record = environment_registry.read_record(ref.id)
+    if record is None:
+        raise BackendUnavailableError(
+            f"{folder} was replayed in kernel environment {ref.id}, which is not on this machine: make it with "
+            f"`{create_command(ref, folder)}`"
+        )
+    return ready(record, backend).id

@@ -1,8 +1,8 @@
 """Evaluation runs: an agent over a task's samples, into results.jsonl and summary.json, and what reads them.
 
 Owns the run's config (``config``), [`run`][themisto_env.run.run] (``runner``) and its parts: the plan (``plan``: limit,
-resume, episodes), the one episode loop (``episode``), a sample's row (``rows``), the executors by name
-(``executors``: serial, processes, concurrent, ray), the bookkeeping (``progress``); the results model and
+resume, episodes), a trajectory's rollout (``rollout``), a sample's row (``rows``), the executors by name
+(``executors``: serial, processes, concurrent, ray), the bookkeeping (``tally``); the results model and
 files (``results``: [`ResultRow`][themisto_env.run.ResultRow], what every reader reads) and the summary (``summary``);
 and the
 readers: the report (``report``), the HTML view (``view``, ``view_page``) and the comparison of two runs

@@ -1,6 +1,6 @@
 """Building a sample's [`ResultRow`][themisto_env.run.ResultRow] from the env steps that scored it.
 
-The episode loop (`themisto_env.run.episode`) collects, for each prediction of a sample, a
+The episode loop (`themisto_env.run.rollout`) collects, for each prediction of a sample, a
 `Drawn`: the action, the env's reward and ``info`` (read through
 `StepInfo`, whose score fields are [`SampleScore`][themisto_env.scoring.SampleScore]'s),
 and what the agent says of the prediction (`agent_record`). `make_row` turns them into the row.

@@ -3,8 +3,8 @@
 Each sample becomes one [`ResultRow`][themisto_env.run.ResultRow] of ``OUT/results.jsonl``, appended as soon as
 it is scored, and ``OUT/summary.json`` is written at the end. Run again on the same folder, it skips the
 samples already scored and retries those with an infrastructure failure or a model error (docs/agents.md).
-The parts: `plan` (which samples remain), `episode` (the episode loop), `rows`, `executors` (``serial``,
-``processes``, ``concurrent``, ``ray``), `progress` (counts, when to stop), `results` and `summary`.
+The parts: `plan` (which samples remain), `rollout` (the episode loop), `rows`, `executors` (``serial``,
+``processes``, ``concurrent``, ``ray``), `tally` (counts, when to stop), `results` and `summary`.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from themisto_env.data.writes import write_text_atomic
 from themisto_env.env.config import env_config_and_dataset
 from themisto_env.errors import ConfigError, ModelError
 from themisto_env.redaction import redact
-from themisto_env.replay.kernel_environments import dataset_kernel_environment
+from themisto_env.replay.resolve import dataset_kernel_environment
 from themisto_env.run.config import RunConfig
-from themisto_env.run.episode import env_options, make_run_agent
 from themisto_env.run.executors import executor, executor_name
 from themisto_env.run.plan import plan_run
-from themisto_env.run.progress import RunProgress
 from themisto_env.run.results import RESULTS, SUMMARY, append_row, done_samples, read_results, secrets, write_config
+from themisto_env.run.rollout import env_options, make_run_agent
 from themisto_env.run.summary import summarize
+from themisto_env.run.tally import RunProgress
 
 
 def run(config: RunConfig, out: str | Path, *, progress: bool = True, force: bool = False) -> dict[str, Any]:

@@ -14,10 +14,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from themisto_env.build.figures import figures
 from themisto_env.data.trajectory import Step, read_trajectories
 from themisto_env.errors import DataError, ThemistoError
 from themisto_env.metrics import METRICS
-from themisto_env.replay.figures import figures
 from themisto_env.replay.resolve import bundled_dataset_dir
 from themisto_env.run.compare import run_label
 from themisto_env.run.results import CONFIG, ResultRow, read_results

@@ -26,8 +26,8 @@ def split_training_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, s
     import nbformat
 
     from tests.env_fixtures import CELLS, write_notebook
+    from themisto_env.build.builder import build_dataset
     from themisto_env.data.splits import SplitRule, assign
-    from themisto_env.replay.build import build_dataset
     from themisto_env.replay.dataset import Dataset
 
     root = tmp_path_factory.mktemp("split-training")

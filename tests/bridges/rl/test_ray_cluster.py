@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from tests.bridges.rl.conftest import train_example
+from tests.build.test_build_parallel import SOURCES, assert_same_dataset
+from tests.build.test_build_parallel import one_kernel as one_kernel
 from tests.conftest import needs, wait_for
 from tests.env.test_served_states import ALL_SAMPLES
 from tests.env.test_served_states import fault_data as fault_data
-from tests.replay.test_build_parallel import SOURCES, assert_same_dataset
-from tests.replay.test_build_parallel import one_kernel as one_kernel
-from themisto_env.replay.build import build_dataset
+from themisto_env.build.builder import build_dataset
 from themisto_env.run.config import RunConfig
 from themisto_env.run.results import read_results
 from themisto_env.run.runner import run

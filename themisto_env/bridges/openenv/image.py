@@ -179,7 +179,7 @@ def _bundled_data(progress: bool) -> tuple[Path, tuple[Path, ...], str]:
     its snapshot files, and a hash of both."""
     from themisto_env.data.trajectory import iter_trajectories
     from themisto_env.replay.resolve import resolve_dataset
-    from themisto_env.sandbox.store.snapshots import SnapshotStore
+    from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 
     folder = resolve_dataset(None, backend="local", progress=progress).resolve()
     store = SnapshotStore()

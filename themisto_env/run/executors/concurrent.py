@@ -17,11 +17,11 @@ from typing import Any
 
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.run.config import RunConfig
-from themisto_env.run.episode import aepisode_rows, env_options, make_run_agent
 from themisto_env.run.executors import Rows
 from themisto_env.run.executors.sharing import first_failure, in_flight, limit_threads
 from themisto_env.run.plan import EpisodePlan
 from themisto_env.run.results import ResultRow
+from themisto_env.run.rollout import aepisode_rows, env_options, make_run_agent
 
 
 async def concurrent_episodes(

@@ -13,11 +13,11 @@ from themisto_env import trace_export
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.errors import InfrastructureError, ThemistoError
 from themisto_env.run.config import RunConfig
-from themisto_env.run.episode import env_options, episode_rows, make_run_agent
 from themisto_env.run.executors import Rows
 from themisto_env.run.executors.concurrent import concurrent_episodes
 from themisto_env.run.executors.sharing import first_failure, in_flight, limit_threads
 from themisto_env.run.plan import EpisodePlan
+from themisto_env.run.rollout import env_options, episode_rows, make_run_agent
 
 
 def _worker(config_json: str, tasks: Any, queue: Any, number: int = 0) -> None:

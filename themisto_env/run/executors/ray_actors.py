@@ -28,8 +28,8 @@ class EpisodeWorker:
     def __init__(self, config_json: str) -> None:
         from themisto_env.env.core import ThemistoEnv
         from themisto_env.run.config import RunConfig
-        from themisto_env.run.episode import env_options, make_run_agent
         from themisto_env.run.executors.sharing import limit_threads
+        from themisto_env.run.rollout import env_options, make_run_agent
 
         self.config = RunConfig.model_validate_json(config_json)
         limit_threads(self.config.workers)  # Ray sets OMP_NUM_THREADS for its actors; the rest follow
@@ -40,7 +40,7 @@ class EpisodeWorker:
 
     def run(self, plan: tuple[str, int, tuple[str, ...]]) -> list[ResultRow]:
         """The rows of one episode (an `EpisodePlan`)."""
-        from themisto_env.run.episode import episode_rows
+        from themisto_env.run.rollout import episode_rows
 
         with interruptible_children():  # Ray blocks SIGINT in its workers; kernels started here inherit it
             return list(episode_rows(self.config, self.env, self.agent, self.options, *plan))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.run.config import RunConfig
-from themisto_env.run.episode import env_options, episode_rows, make_run_agent
 from themisto_env.run.executors import Rows
 from themisto_env.run.plan import EpisodePlan
+from themisto_env.run.rollout import env_options, episode_rows, make_run_agent
 
 
 def serial_rows(config: RunConfig, plans: list[EpisodePlan]) -> Rows:

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from themisto_env.errors import BackendUnavailableError, ConfigError
-from themisto_env.replay.kernel_environment_registry import locked, write_record
-from themisto_env.replay.kernel_environment_spec import KernelEnvironmentRecord
-from themisto_env.replay.kernel_environment_venv import run_step
-from themisto_env.sandbox.environments import environment_image, environments_dir
+from themisto_env.sandbox.environments.environment_registry import locked, write_record
+from themisto_env.sandbox.environments.environment_spec import KernelEnvironmentRecord
+from themisto_env.sandbox.environments.location import environment_image, environments_dir
+from themisto_env.sandbox.environments.venv import run_step
 
 if TYPE_CHECKING:
     from rich.console import Console

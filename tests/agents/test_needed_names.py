@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from themisto_env.agents.cell_names import column_lookups, needed_names
+from themisto_env.agents.needed_names import column_lookups, needed_names
 
 NEEDED = [
     ("plt.figure()\ndf['a'].hist()\nplt.title('a')", ["plt", "df"]),

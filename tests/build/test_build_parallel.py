@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import needs, wait_for
+from themisto_env.build.builder import build_dataset
 from themisto_env.data.trajectory import MANIFEST, TRAJECTORIES
-from themisto_env.replay.build import build_dataset
-from themisto_env.sandbox.store.snapshots import SnapshotStore
+from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 
 DATA = Path(__file__).parents[1] / "fixtures"
 SOURCES = [DATA / "june_small.jsonl", DATA / "june_small.csv", DATA / "small.ipynb"]
@@ -235,7 +235,7 @@ def test_a_lost_ray_worker_loses_no_session(one_kernel: dict[str, Path], ray_ins
     the other actor, the dataset is the one-kernel build's, and the dead actor's kernel does not outlive it."""
     import threading
 
-    from themisto_env.replay.build_ray import ACTOR_PREFIX
+    from themisto_env.build.ray_workers import ACTOR_PREFIX
 
     scratch = Path(tempfile.mkdtemp(prefix="r-"))  # the actors' kernels' run directories (short: IPC paths)
     ray_instance.init(

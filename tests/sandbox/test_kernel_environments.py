@@ -19,18 +19,14 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.conftest import needs
+from themisto_env.build.builder import use_kernel_environment
 from themisto_env.cli import app
 from themisto_env.data.trajectory import read_manifest, read_trajectories
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.errors import BackendUnavailableError, ConfigError, SnapshotEnvironmentError
-from themisto_env.replay import (
-    kernel_environment_image,
-    kernel_environment_registry,
-    kernel_environment_spec,
-    kernel_environment_venv,
-    kernel_environments,
-)
-from themisto_env.sandbox.environments import environment_dir, environment_image
+from themisto_env.replay.resolve import dataset_kernel_environment
+from themisto_env.sandbox.environments import docker_image, environment_registry, environment_spec, manage, venv
+from themisto_env.sandbox.environments.location import environment_dir, environment_image
 from themisto_env.sandbox.kernel.core import Kernel
 
 DATA = Path(__file__).parents[1] / "fixtures"
@@ -50,9 +46,9 @@ CELLS = [
 
 @pytest.fixture(scope="module")
 @needs("environments")
-def old_env() -> kernel_environment_spec.KernelEnvironmentRecord:
+def old_env() -> environment_spec.KernelEnvironmentRecord:
     """The environment of ``tests/fixtures/environments/requirements.txt`` (made on first use)."""
-    record, _ = kernel_environments.create(NAME, kernel_environment_spec.make_spec(REQUIREMENTS))
+    record, _ = manage.create(NAME, environment_spec.make_spec(REQUIREMENTS))
     return record
 
 
@@ -73,14 +69,14 @@ def write_notebook(path: Path, cells: list[str]) -> Path:
 
 
 def test_the_id_is_the_content() -> None:
-    spec = kernel_environment_spec.make_spec("pandas==1.5.3\nnumpy==1.26.4\n")
-    same = kernel_environment_spec.make_spec("# pinned\n  NumPy == 1.26.4   # old\n\nPandas==1.5.3\n")
+    spec = environment_spec.make_spec("pandas==1.5.3\nnumpy==1.26.4\n")
+    same = environment_spec.make_spec("# pinned\n  NumPy == 1.26.4   # old\n\nPandas==1.5.3\n")
     assert same.requirements == spec.requirements == ["numpy==1.26.4", "pandas==1.5.3"]
     assert same.id == spec.id
-    assert kernel_environment_spec.make_spec("pandas==1.5.2\nnumpy==1.26.4\n").id != spec.id
-    assert kernel_environment_spec.make_spec("pandas==1.5.3\nnumpy==1.26.4\n", apt=["libgomp1"]).id != spec.id
-    assert kernel_environment_spec.make_spec("pandas==1.5.3\nnumpy==1.26.4\n", python="3.10").id != spec.id
-    assert kernel_environment_spec.make_spec(REQUIREMENTS).id == spec.id  # the file's comment does not count
+    assert environment_spec.make_spec("pandas==1.5.2\nnumpy==1.26.4\n").id != spec.id
+    assert environment_spec.make_spec("pandas==1.5.3\nnumpy==1.26.4\n", apt=["libgomp1"]).id != spec.id
+    assert environment_spec.make_spec("pandas==1.5.3\nnumpy==1.26.4\n", python="3.10").id != spec.id
+    assert environment_spec.make_spec(REQUIREMENTS).id == spec.id  # the file's comment does not count
 
 
 @pytest.mark.parametrize(
@@ -94,60 +90,58 @@ def test_the_id_is_the_content() -> None:
 )
 def test_bad_specs_are_one_line_errors(text: str, apt: list[str] | None, python: str | None, message: str) -> None:
     with pytest.raises(ConfigError, match=message) as caught:
-        kernel_environment_spec.make_spec(text, apt=apt, python=python)
+        environment_spec.make_spec(text, apt=apt, python=python)
     assert "\n" not in str(caught.value)
 
 
 def test_a_python_that_is_not_here_names_those_that_are() -> None:
-    spec = kernel_environment_spec.make_spec("", python="3.99")
+    spec = environment_spec.make_spec("", python="3.99")
     with pytest.raises(ConfigError, match=r"no Python 3\.99 on this machine \(available: [^)]*3\.11") as caught:
-        kernel_environments.create("themisto-test-no-such-python", spec)
+        manage.create("themisto-test-no-such-python", spec)
     assert "\n" not in str(caught.value)
-    assert "themisto-test-no-such-python" not in kernel_environment_registry.read_registry()
+    assert "themisto-test-no-such-python" not in environment_registry.read_registry()
 
 
 @pytest.mark.slow
 def test_requirements_pip_cannot_meet_are_one_line_errors() -> None:
-    spec = kernel_environment_spec.make_spec("pandas==0.0.1\n")
+    spec = environment_spec.make_spec("pandas==0.0.1\n")
     with pytest.raises(
         ConfigError, match=r"installing 1 requirement\(s\) .* failed \(exit 1\): .*pandas==0\.0\.1"
     ) as caught:
-        kernel_environments.create("themisto-test-unmeetable", spec)
+        manage.create("themisto-test-unmeetable", spec)
     assert "\n" not in str(caught.value) and "; log: " in str(caught.value)
-    assert kernel_environment_registry.read_record(spec.id) is None and not environment_dir(spec.id).exists()
-    assert "themisto-test-unmeetable" not in kernel_environment_registry.read_registry()
+    assert environment_registry.read_record(spec.id) is None and not environment_dir(spec.id).exists()
+    assert "themisto-test-unmeetable" not in environment_registry.read_registry()
 
 
 def test_bad_names_are_refused() -> None:
     for bad in ("default", "0123456789ab", "a b", ""):
         with pytest.raises(ConfigError, match="bad environment name"):
-            kernel_environments.create(bad, kernel_environment_spec.make_spec(""))
+            manage.create(bad, environment_spec.make_spec(""))
 
 
 def test_debian_packages_already_installed_are_left_alone(tmp_path: Path) -> None:
     """``--apt`` for a venv installs on the host only what is missing (dpkg is always there)."""
     log = tmp_path / "apt.log"
     log.write_text("")
-    kernel_environment_venv.ensure_apt_on_host(["dpkg"], log, None)
+    venv.ensure_apt_on_host(["dpkg"], log, None)
     assert log.read_text() == ""  # no apt-get ran
 
 
 # -- a venv with older packages --------------------------------------------------------------------------
 
 
-def test_created_once_then_cached(old_env: kernel_environment_spec.KernelEnvironmentRecord) -> None:
+def test_created_once_then_cached(old_env: environment_spec.KernelEnvironmentRecord) -> None:
     assert old_env.packages["pandas"] == "1.5.3" and old_env.packages["numpy"] == "1.26.4"
     assert {"ipykernel", "dill"} <= old_env.packages.keys()  # resolved by pip beside the pins
-    record, cached = kernel_environments.create(NAME, kernel_environment_spec.make_spec(REQUIREMENTS))
+    record, cached = manage.create(NAME, environment_spec.make_spec(REQUIREMENTS))
     assert cached and record.id == old_env.id
-    assert NAME in kernel_environment_registry.names_of(old_env.id)
-    assert (
-        kernel_environment_registry.resolve(NAME).id == old_env.id == kernel_environment_registry.resolve(old_env.id).id
-    )
+    assert NAME in environment_registry.names_of(old_env.id)
+    assert environment_registry.resolve(NAME).id == old_env.id == environment_registry.resolve(old_env.id).id
 
 
 def test_a_kernel_in_the_environment_has_its_packages(
-    old_env: kernel_environment_spec.KernelEnvironmentRecord, snapshots: Path
+    old_env: environment_spec.KernelEnvironmentRecord, snapshots: Path
 ) -> None:
     with Kernel("local", environment=old_env.id, snapshot_dir=snapshots) as kernel:
         result = kernel.execute("import sys, numpy, pandas\nprint(pandas.__version__, numpy.__version__, sys.prefix)")
@@ -179,7 +173,7 @@ def test_a_missing_environment_says_how_to_make_it(snapshots: Path) -> None:
 
 
 def test_snapshots_are_restored_only_in_the_environment_that_wrote_them(
-    old_env: kernel_environment_spec.KernelEnvironmentRecord, snapshots: Path
+    old_env: environment_spec.KernelEnvironmentRecord, snapshots: Path
 ) -> None:
     with Kernel("local", environment=old_env.id, snapshot_dir=snapshots) as old:
         old.execute("import pandas as pd\ndf = pd.DataFrame({'a': [1, 2]})")
@@ -202,7 +196,7 @@ def test_snapshots_are_restored_only_in_the_environment_that_wrote_them(
 
 @pytest.fixture(scope="module")
 def built(
-    old_env: kernel_environment_spec.KernelEnvironmentRecord, tmp_path_factory: pytest.TempPathFactory
+    old_env: environment_spec.KernelEnvironmentRecord, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Path]:
     """A dataset of `CELLS` built with ``themisto data build --kernel-env`` (its snapshots in the user cache)."""
     root = tmp_path_factory.mktemp("env-built")
@@ -212,23 +206,21 @@ def built(
     yield root / "ds"
 
 
-def test_the_manifest_records_the_environment(
-    built: Path, old_env: kernel_environment_spec.KernelEnvironmentRecord
-) -> None:
+def test_the_manifest_records_the_environment(built: Path, old_env: environment_spec.KernelEnvironmentRecord) -> None:
     manifest = read_manifest(built)
     assert manifest.environment is not None
     assert (manifest.environment.id, manifest.environment.name) == (old_env.id, NAME)
     assert manifest.environment.requirements == "numpy==1.26.4\npandas==1.5.3\n"
-    assert (built / kernel_environment_spec.REQUIREMENTS_FILE).read_text() == manifest.environment.requirements
+    assert (built / environment_spec.REQUIREMENTS_FILE).read_text() == manifest.environment.requirements
     assert manifest.packages["pandas"] == "1.5.3"  # what the snapshots need: the environment's
     (trajectory,) = read_trajectories(built)
     assert trajectory.environment == old_env.id
     assert all(step.status == "ok" and step.snapshot for step in trajectory.steps)
-    assert str(built.resolve()) in kernel_environment_registry.datasets_using(old_env.id)
+    assert str(built.resolve()) in environment_registry.datasets_using(old_env.id)
 
 
 def test_the_env_serves_the_dataset_in_its_environment_with_no_option(
-    built: Path, old_env: kernel_environment_spec.KernelEnvironmentRecord
+    built: Path, old_env: environment_spec.KernelEnvironmentRecord
 ) -> None:
     env = ThemistoEnv(dataset=str(built), task="next-cell", warm_kernels=0)
     try:
@@ -276,7 +268,7 @@ def test_a_dataset_whose_environment_is_missing_says_how_to_make_it(built: Path,
         ThemistoEnv(dataset=str(copy), task="next-cell")
     message = str(caught.value)
     assert "\n" not in message and "0123456789ab" in message
-    requirements = copy / kernel_environment_spec.REQUIREMENTS_FILE
+    requirements = copy / environment_spec.REQUIREMENTS_FILE
     assert f"`themisto kernel-env create {NAME} --requirements {requirements} --python 3.11`" in message
 
 
@@ -302,13 +294,13 @@ def test_the_legacy_notebook_agrees_in_its_environment(tmp_path: Path, pinned_en
     assert all(s.agrees for s in trajectory.steps)
     environment = read_manifest(tmp_path / "ds").environment
     assert environment is not None
-    assert environment.id == kernel_environment_spec.make_spec(LEGACY.parent / "requirements.txt").id
+    assert environment.id == environment_spec.make_spec(LEGACY.parent / "requirements.txt").id
 
 
 # -- the command line ------------------------------------------------------------------------------------
 
 
-def test_kernel_env_create_list_and_rm(old_env: kernel_environment_spec.KernelEnvironmentRecord) -> None:
+def test_kernel_env_create_list_and_rm(old_env: environment_spec.KernelEnvironmentRecord) -> None:
     runner = CliRunner()
     alias = "themisto-test-alias"
     result = runner.invoke(app, ["kernel-env", "create", alias, "--requirements", str(REQUIREMENTS)])
@@ -320,15 +312,15 @@ def test_kernel_env_create_list_and_rm(old_env: kernel_environment_spec.KernelEn
     assert "packages" in table and "1.5" not in table  # a table of environments, not of packages
     result = runner.invoke(app, ["kernel-env", "rm", alias])
     assert result.exit_code == 0 and NAME in result.output.split("kept for")[1]  # the environment stays
-    assert kernel_environment_registry.read_record(old_env.id) is not None
+    assert environment_registry.read_record(old_env.id) is not None
 
 
-def recorded(spec: kernel_environment_spec.KernelEnvironmentSpec) -> kernel_environment_spec.KernelEnvironmentRecord:
+def recorded(spec: environment_spec.KernelEnvironmentSpec) -> environment_spec.KernelEnvironmentRecord:
     """An environment's record with a stand-in venv (nothing is installed): for the registry's logic."""
-    record = kernel_environment_spec.KernelEnvironmentRecord(id=spec.id, spec=spec)
+    record = environment_spec.KernelEnvironmentRecord(id=spec.id, spec=spec)
     record.python.parent.mkdir(parents=True)
     record.python.write_text("")
-    kernel_environment_registry.write_record(record)
+    environment_registry.write_record(record)
     return record
 
 
@@ -336,47 +328,43 @@ def test_a_changed_requirements_file_moves_the_name(tmp_path: Path, monkeypatch:
     """In a cache of its own: the name follows the new requirements; a dataset keeps its id."""
     monkeypatch.setenv("THEMISTO_CACHE", str(tmp_path / "cache"))
     old, new = (
-        recorded(kernel_environment_spec.make_spec("six==1.16.0\n")),
-        recorded(kernel_environment_spec.make_spec("six==1.17.0\n")),
+        recorded(environment_spec.make_spec("six==1.16.0\n")),
+        recorded(environment_spec.make_spec("six==1.17.0\n")),
     )
-    assert kernel_environments.create("mine", old.spec) == (old, True)  # exists: nothing is built
-    assert kernel_environment_registry.resolve("mine").id == old.id
-    assert kernel_environments.create("mine", new.spec)[0].id == new.id
-    assert (
-        kernel_environment_registry.resolve("mine").id == new.id and kernel_environment_registry.names_of(old.id) == []
-    )
+    assert manage.create("mine", old.spec) == (old, True)  # exists: nothing is built
+    assert environment_registry.resolve("mine").id == old.id
+    assert manage.create("mine", new.spec)[0].id == new.id
+    assert environment_registry.resolve("mine").id == new.id and environment_registry.names_of(old.id) == []
     dataset = tmp_path / "ds"
     dataset.mkdir()
     from themisto_env.data.trajectory import Manifest, write_manifest
 
     manifest = Manifest(backend="local", snapshots=True, sources=[])
-    assert kernel_environments.use_kernel_environment(old.id, backend="local", manifest=manifest, out=dataset) == old.id
+    assert use_kernel_environment(old.id, backend="local", manifest=manifest, out=dataset) == old.id
     write_manifest(dataset, manifest)
-    assert kernel_environments.dataset_kernel_environment(dataset) == old.id  # by id, wherever the name went
-    assert kernel_environments.dataset_kernel_environment(dataset, "mine") == new.id
-    assert kernel_environments.dataset_kernel_environment(dataset, "default") is None
+    assert dataset_kernel_environment(dataset) == old.id  # by id, wherever the name went
+    assert dataset_kernel_environment(dataset, "mine") == new.id
+    assert dataset_kernel_environment(dataset, "default") is None
 
 
 def test_env_rm_refuses_while_a_dataset_uses_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """In a cache of its own: a recorded environment (no venv is built) used by one dataset."""
     monkeypatch.setenv("THEMISTO_CACHE", str(tmp_path / "cache"))
-    spec = kernel_environment_spec.make_spec("six==1.16.0\n")
+    spec = environment_spec.make_spec("six==1.16.0\n")
     record = recorded(spec)
-    kernel_environment_registry.write_registry({"only": spec.id})
+    environment_registry.write_registry({"only": spec.id})
     dataset = tmp_path / "ds"
     dataset.mkdir()
     from themisto_env.data.trajectory import EnvironmentRef, Manifest, write_manifest
 
     ref = EnvironmentRef(id=spec.id, name="only", python=spec.python, requirements=spec.requirements_txt())
     write_manifest(dataset, Manifest(backend="local", snapshots=True, sources=[], environment=ref))
-    kernel_environment_registry.note_dataset(spec.id, dataset)
+    environment_registry.note_dataset(spec.id, dataset)
     with pytest.raises(ConfigError, match=r"is used by 1 dataset\(s\), e\.g\. .*ds; `themisto kernel-env rm --force`"):
-        kernel_environments.remove("only")
-    assert kernel_environment_registry.read_record(spec.id) is not None and kernel_environment_registry.names_of(
-        spec.id
-    ) == ["only"]
-    kernel_environments.remove("only", force=True)
-    assert kernel_environment_registry.read_record(spec.id) is None and not record.folder.exists()
+        manage.remove("only")
+    assert environment_registry.read_record(spec.id) is not None and environment_registry.names_of(spec.id) == ["only"]
+    manage.remove("only", force=True)
+    assert environment_registry.read_record(spec.id) is None and not record.folder.exists()
 
 
 # -- docker ----------------------------------------------------------------------------------------------
@@ -384,10 +372,10 @@ def test_env_rm_refuses_while_a_dataset_uses_it(tmp_path: Path, monkeypatch: pyt
 
 @pytest.mark.docker
 def test_a_docker_kernel_runs_the_environments_image(
-    old_env: kernel_environment_spec.KernelEnvironmentRecord, snapshots: Path, docker_engine: None
+    old_env: environment_spec.KernelEnvironmentRecord, snapshots: Path, docker_engine: None
 ) -> None:
     """The image is built from the venv's exact versions on first use (about a minute; then cached)."""
-    record = kernel_environment_image.ready(kernel_environment_registry.resolve(NAME), "docker")
+    record = docker_image.ready(environment_registry.resolve(NAME), "docker")
     assert record.image == environment_image(old_env.id)
     with Kernel("docker", environment=old_env.id, snapshot_dir=snapshots) as kernel:
         result = kernel.execute("import pandas, numpy\nprint(pandas.__version__, numpy.__version__)")

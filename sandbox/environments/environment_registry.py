@@ -16,14 +16,17 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from themisto_env.errors import ConfigError
-from themisto_env.replay.kernel_environment_spec import (
+from themisto_env.sandbox.environments.environment_spec import (
     DATASETS,
     ENVIRONMENT_ID,
     RECORD,
     REGISTRY,
     KernelEnvironmentRecord,
 )
-from themisto_env.sandbox.environments import environment_dir, environments_dir
+from themisto_env.sandbox.environments.location import environment_dir, environments_dir
+
+#: A dataset's manifest (`themisto_env.data.trajectory.MANIFEST`: the data layer, above this one).
+_MANIFEST = "manifest.json"
 
 
 def read_registry() -> dict[str, str]:
@@ -118,15 +121,14 @@ def note_dataset(env_id: str, folder: str | Path) -> None:
 
 
 def datasets_using(env_id: str) -> list[str]:
-    """Dataset folders (of those built here) whose manifest still names this environment."""
-    from themisto_env.data.trajectory import read_manifest
-
+    """Dataset folders (of those built here) whose manifest still names this environment (read as JSON: the
+    manifest's model is the data layer's; a folder whose manifest is gone or unreadable uses none)."""
     path = environment_dir(env_id) / DATASETS
     users = []
     for line in path.read_text().splitlines() if path.exists() else []:
         with contextlib.suppress(Exception):
-            manifest = read_manifest(line)
-            if manifest.environment is not None and manifest.environment.id == env_id:
+            environment = json.loads((Path(line) / _MANIFEST).read_text()).get("environment")
+            if isinstance(environment, dict) and environment.get("id") == env_id:
                 users.append(line)
     return users
 

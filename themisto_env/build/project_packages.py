@@ -29,7 +29,7 @@ import nbformat
 import yaml
 
 from themisto_env.errors import ConfigError
-from themisto_env.replay.kernel_environment_spec import normalise_requirements
+from themisto_env.sandbox.environments.environment_spec import normalise_requirements
 from themisto_env.syntax import parse as parse_python
 
 __all__ = ["IMPORT_DISTRIBUTIONS", "PROJECT_FILES", "ProjectPackages", "notebook_imports", "project_packages"]

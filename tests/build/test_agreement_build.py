@@ -11,13 +11,13 @@ import nbformat
 import pytest
 from typer.testing import CliRunner
 
+from themisto_env.build.builder import build_dataset
 from themisto_env.cli import app
 from themisto_env.data.agreement import NORMALIZATION_VERSION
 from themisto_env.data.samples import SampleRule, make_samples, sample_counts
 from themisto_env.data.stats import dataset_info
 from themisto_env.data.trajectory import read_manifest, read_trajectories
 from themisto_env.env.core import ThemistoEnv
-from themisto_env.replay.build import build_dataset
 
 pytestmark = pytest.mark.slow
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from themisto_env.errors import ConfigError
-from themisto_env.sandbox.environments import environment_dir
-from themisto_env.sandbox.store.snapshots import DEFAULT_ENVIRONMENT
+from themisto_env.sandbox.environments.location import environment_dir
+from themisto_env.sandbox.store.snapshot_store import DEFAULT_ENVIRONMENT
 
 #: What the kernel side of themisto needs in every environment (ipykernel brings IPython, which the
 #: in-kernel helper imports; dill writes and loads snapshots). Unpinned: pip picks versions compatible

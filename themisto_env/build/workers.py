@@ -10,7 +10,7 @@ dataset as it finishes and counts progress), called under one lock. The first er
 (a kernel that cannot start, a full disk) stops the others after their current execution and is raised
 here once every kernel is closed; so is an interrupt (Ctrl-C).
 
-`themisto_env.replay.build_ray` does the same on Ray actors across a cluster.
+`themisto_env.build.ray_workers` does the same on Ray actors across a cluster.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Protocol
 from themisto_env.sandbox.kernel.contract import KernelLike
 
 if TYPE_CHECKING:
+    from themisto_env.build.session_replay import WorkFolder
     from themisto_env.data.sessions import Session
     from themisto_env.data.trajectory import Trajectory
-    from themisto_env.replay.session_replay import WorkFolder
 
 
 @dataclass(frozen=True)

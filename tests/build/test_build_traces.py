@@ -9,8 +9,8 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tests.env_fixtures import CELLS, write_notebook
+from themisto_env.build.builder import build_dataset
 from themisto_env.data.trajectory import read_trajectories
-from themisto_env.replay.build import build_dataset
 
 
 @pytest.mark.slow

@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from themisto_env.errors import ConfigError
-from themisto_env.replay.kernel_environment_spec import (
+from themisto_env.sandbox.environments.environment_spec import (
     KERNEL_NEEDS,
     RECORD,
     KernelEnvironmentRecord,
     KernelEnvironmentSpec,
     find_python,
 )
-from themisto_env.sandbox.environments import environment_dir
+from themisto_env.sandbox.environments.location import environment_dir
 
 if TYPE_CHECKING:
     from rich.console import Console

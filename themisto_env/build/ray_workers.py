@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from themisto_env.build.session_replay import CellLimit, replay_session
 from themisto_env.data.trajectory import Trajectory
 from themisto_env.errors import DataError, InfrastructureError, ThemistoError
-from themisto_env.replay.session_replay import CellLimit, replay_session
 from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.ray.cluster import (
@@ -29,11 +29,11 @@ from themisto_env.sandbox.ray.cluster import (
     interruptible_children,
     owner_variables,
 )
-from themisto_env.sandbox.store.snapshots import SnapshotStore
+from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 from themisto_env.sandbox.store.workdir import EMPTY_TREE, FileStore, FileTree
 
 if TYPE_CHECKING:
-    from themisto_env.replay.build_workers import ReplayJob, ReplaySink
+    from themisto_env.build.workers import ReplayJob, ReplaySink
 
 ATTEMPTS = 2
 """How many workers a session is handed to before it is listed as failed (a worker lost each time)."""

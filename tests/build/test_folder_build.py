@@ -11,12 +11,12 @@ import nbformat
 import pytest
 from typer.testing import CliRunner
 
+from themisto_env.build.folder_build import REPORT, find_notebooks
+from themisto_env.build.project_packages import notebook_imports, project_packages
 from themisto_env.cli import app
 from themisto_env.errors import DataError
 from themisto_env.replay.dataset import Dataset
-from themisto_env.replay.folder_build import REPORT, find_notebooks
-from themisto_env.replay.kernel_environment_spec import make_spec
-from themisto_env.replay.project_packages import notebook_imports, project_packages
+from themisto_env.sandbox.environments.environment_spec import make_spec
 
 
 def write_notebook(path: Path, cells: list[str]) -> Path:

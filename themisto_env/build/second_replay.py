@@ -14,14 +14,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from themisto_env.build.as_recorded import run_recorded
+from themisto_env.build.figures import without_over_cap
+from themisto_env.build.timing import KEEP_STATE, SECOND_REPLAY, timed
 from themisto_env.data.agreement import normalize_outputs
 from themisto_env.data.cell_names import names_read
 from themisto_env.data.sessions import RecordedExecution
 from themisto_env.data.trajectory import Step, written_names
 from themisto_env.errors import InfrastructureError, SnapshotError
-from themisto_env.replay.build_timing import KEEP_STATE, SECOND_REPLAY, timed
-from themisto_env.replay.figures import without_over_cap
-from themisto_env.replay.recorded_cells import run_recorded
 from themisto_env.sandbox.kernel.contract import KernelLike
 from themisto_env.sandbox.models import ExecutionResult
 from themisto_env.sandbox.store.workdir import FileStore

@@ -2,7 +2,7 @@
 
 A build measures each session it replays (`measuring`): the replay's wall time and, inside it, the time of
 every snapshot the kernel saved (`TimedKernel`) and of the second replays (`timed`, called by
-`themisto_env.replay.second_replay`). The figures go into the build's report, never into the dataset, and
+`themisto_env.build.second_replay`). The figures go into the build's report, never into the dataset, and
 cost one clock read per snapshot and step. Outside a measured replay `timed` does nothing.
 """
 

@@ -7,7 +7,7 @@ into place, so the store never holds a partial file. Kernels see the store read-
 digest, so building a trajectory twice stores each distinct state once.
 
 Beside each snapshot, ``<digest>.env`` names the kernel environments that wrote it (see
-`themisto_env.sandbox.environments`): a kernel restores only snapshots written in its own environment.
+`themisto_env.sandbox.environments.location`): a kernel restores only snapshots written in its own environment.
 That rule lives here, once (`SnapshotStore.refusal`, `SnapshotStore.check_environment`): the kernel's
 restore, the template's state and the state server's choice of a route all ask the store.
 """

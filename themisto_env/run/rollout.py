@@ -1,6 +1,6 @@
-"""The episode loop: one agent and one env score the wanted samples of one trajectory.
+"""A rollout: one agent and one env score the wanted samples of one trajectory.
 
-There is one loop, `aepisode_rows`, an async generator of
+The rollout is `aepisode_rows`, an async generator of
 [`ResultRow`][themisto_env.run.ResultRow] s. How it asks the agent (``act``) and calls the env
 (``call``) is the caller's:
 

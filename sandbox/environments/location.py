@@ -1,7 +1,7 @@
 """Where a kernel environment lives, by its id: the sandbox side of ``themisto kernel-env``.
 
 A kernel environment (made by ``themisto kernel-env create``, see
-`themisto_env.replay.kernel_environments`) is named by a content id (a hash of its Python version,
+`themisto_env.sandbox.environments.manage`) is named by a content id (a hash of its Python version,
 requirements and Debian packages). From the id alone the launchers find it: a venv at
 ``<cache>/environments/<id>/venv`` for the ``local`` and ``bwrap`` backends, an image
 ``themisto-kernel-env:<id>`` for ``docker``. Nothing here builds anything.
@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from themisto_env.errors import BackendUnavailableError
-from themisto_env.sandbox.store.snapshots import default_cache_dir
+from themisto_env.sandbox.store.snapshot_store import default_cache_dir
 
 #: Repository part of an environment's kernel image (the tag is the environment's id).
 ENV_IMAGE_REPOSITORY = "themisto-kernel-env"

@@ -3,7 +3,7 @@
 `replay_session` restarts the kernel, gives it the session's working folder (`WorkFolder`),
 runs the recorded executions one by one as the person did (restarting where they did) and records after
 each the replayed outputs, time, memory, per-variable sizes, the namespace fingerprint, a snapshot and
-the working folder's files. `themisto_env.replay.build` hands sessions to kernels and writes the
+the working folder's files. `themisto_env.build.builder` hands sessions to kernels and writes the
 dataset.
 """
 
@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from themisto_env import tracing
+from themisto_env.build.as_recorded import run_recorded
+from themisto_env.build.figures import keep_figures
+from themisto_env.build.second_replay import MAX_SECOND_REPLAYS, SecondReplays
 from themisto_env.data.agreement import NORMALIZATION_VERSION, ReplayContext, agreement
 from themisto_env.data.recorded_packages import canonical_name, recorded_versions, version_drift
 from themisto_env.data.sessions import RecordedExecution, Session
 from themisto_env.data.trajectory import Step, Trajectory, dump_json, refresh_agreement
 from themisto_env.errors import DataError, InfrastructureError, SnapshotError
-from themisto_env.replay.figures import keep_figures
-from themisto_env.replay.recorded_cells import run_recorded
-from themisto_env.replay.second_replay import MAX_SECOND_REPLAYS, SecondReplays
 from themisto_env.sandbox.kernel.contract import KernelLike
 from themisto_env.sandbox.kernel.helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.models import SandboxLimits
@@ -214,13 +214,13 @@ def replay_session(
 
     With ``work``, the kernel's working folder is set to its files first, and the folder's content
     digest is recorded after every step (its files kept in ``work.store``, and the figures the output
-    cap would drop: `themisto_env.replay.figures`); without, the working folder is left as it is
+    cap would drop: `themisto_env.build.figures`); without, the working folder is left as it is
     and nothing about it is recorded. Each cell runs under ``limit``'s limit
     for it (default: `CellLimit` with the kernel's ``limits.timeout_s`` as the floor).
 
     With snapshots, a cell whose replay differs from the recording for no cause its outputs show is
     replayed a second time from a copy of the state before it, within a bound
-    (`themisto_env.replay.second_replay`). The package versions the source recorded
+    (`themisto_env.build.second_replay`). The package versions the source recorded
     (`recorded_versions`) are compared with the kernel's.
 
     A kernel that dies midway ends the trajectory there: it is returned with ``complete=False`` and a

@@ -9,11 +9,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from themisto_env.build.builder import build_dataset
+from themisto_env.build.figures import figures
 from themisto_env.data.samples import target_text
 from themisto_env.data.stats import dataset_info
 from themisto_env.data.trajectory import FIGURE_FILES_KEY, read_trajectories
-from themisto_env.replay.build import build_dataset
-from themisto_env.replay.figures import figures
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.outputs import DROPPED_KEY, OVER_CAP_KEY, OutputCollector
 

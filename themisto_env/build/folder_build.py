@@ -18,11 +18,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from themisto_env.build.project_packages import ProjectPackages, project_packages
 from themisto_env.data.trajectory import iter_trajectories
 from themisto_env.data.writes import write_text_atomic
 from themisto_env.errors import ConfigError, ThemistoError
-from themisto_env.replay.kernel_environment_venv import Installer
-from themisto_env.replay.project_packages import ProjectPackages, project_packages
+from themisto_env.sandbox.environments.venv import Installer
 from themisto_env.sandbox.models import SandboxLimits
 
 __all__ = ["REPORT", "FolderBuildReport", "NotebookBuild", "build_folder", "find_notebooks"]
@@ -124,9 +124,9 @@ def build_folder(
         backend: The sandbox backend.
         snapshots: Snapshot the namespace after every step.
         limits: Sandbox limits (``timeout_s``: the helper-call limit, as in
-            `themisto_env.replay.build.build_dataset`).
+            `themisto_env.build.builder.build_dataset`).
         min_cell_timeout: The least a cell with a recorded time is given (as in
-            `themisto_env.replay.build.build_dataset`).
+            `themisto_env.build.builder.build_dataset`).
         snapshot_dir: The snapshot store (None: the cache's).
         workers: Notebooks replayed at once (per environment), each in its own kernel.
         ray: Replay on Ray actors (as ``themisto data build --ray``).
@@ -140,8 +140,8 @@ def build_folder(
     Raises:
         ConfigError: ``folder`` is not a folder or holds no notebook.
     """
-    from themisto_env.replay import kernel_environments
-    from themisto_env.replay.kernel_environment_spec import make_spec
+    from themisto_env.sandbox.environments import manage
+    from themisto_env.sandbox.environments.environment_spec import make_spec
 
     started = time.perf_counter()
     root = Path(folder)
@@ -181,7 +181,7 @@ def build_folder(
             news(f"kernel environment {label}: {', '.join(requirements)} ({len(members)} notebook(s))")
             made = time.perf_counter()
             try:
-                record, cached = kernel_environments.create(None, spec, installer=installer)
+                record, cached = manage.create(None, spec, installer=installer)
             except ThemistoError as exc:
                 info["error"] = " ".join(str(exc).split())
                 report.environments[label] = {"id": spec.id, **info}
@@ -225,7 +225,7 @@ def _build_batch(
     """Build notebooks of one environment into ``dataset``; a build that stops (one notebook's first
     session failed before anything was written) is made again notebook by notebook, so that it stops only
     the notebook that stopped it."""
-    from themisto_env.replay.build import build_dataset
+    from themisto_env.build.builder import build_dataset
 
     building = time.perf_counter()
     try:

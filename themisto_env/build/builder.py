@@ -1,10 +1,10 @@
 """Building trajectories: replay recorded sessions in a sandbox kernel and record the runtime state.
 
-``themisto data build SRC... --out DIR`` calls [`build_dataset`][themisto_env.replay.build_dataset]: each session
+``themisto data build SRC... --out DIR`` calls [`build_dataset`][themisto_env.build.build_dataset]: each session
 is replayed execution by execution in a kernel of the chosen backend, in a private copy of its working
 folder, recording after each step the outputs, time, memory, variable sizes, a namespace snapshot and the
 folder's digest. Sessions can run on several kernels (``workers``) or Ray actors
-(`themisto_env.replay.build_ray`), one session per worker; the dataset is the same either way, each
+(`themisto_env.build.ray_workers`), one session per worker; the dataset is the same either way, each
 trajectory is appended as it finishes, and building again into the folder skips what is built.
 """
 
@@ -18,11 +18,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from themisto_env.build.figures import BUILD_IMAGE_BYTES
+from themisto_env.build.session_replay import (
+    CellLimit,
+    WorkFolder,
+    replay_session,
+    session_digest,
+    session_folder,
+    trajectory_id,
+    work_folder,
+)
+from themisto_env.build.session_sources import read_sources
+from themisto_env.build.timing import TimedKernel, measuring, timing_summary
+from themisto_env.build.workers import ReplayJob, replay_here, replay_on_threads
 from themisto_env.data.agreement import NORMALIZATION_VERSION
 from themisto_env.data.sessions import Session
 from themisto_env.data.trajectory import (
     FILES,
     TRAJECTORIES,
+    EnvironmentRef,
     Manifest,
     Trajectory,
     append_trajectory,
@@ -32,24 +46,13 @@ from themisto_env.data.trajectory import (
 from themisto_env.data.writes import write_text_atomic
 from themisto_env.errors import ConfigError
 from themisto_env.progress import ProgressLine
-from themisto_env.replay.build_sources import read_sources
-from themisto_env.replay.build_timing import TimedKernel, measuring, timing_summary
-from themisto_env.replay.build_workers import ReplayJob, replay_here, replay_on_threads
-from themisto_env.replay.figures import BUILD_IMAGE_BYTES
-from themisto_env.replay.kernel_environments import use_kernel_environment
-from themisto_env.replay.session_replay import (
-    CellLimit,
-    WorkFolder,
-    replay_session,
-    session_digest,
-    session_folder,
-    trajectory_id,
-    work_folder,
-)
+from themisto_env.sandbox.environments.docker_image import ready
+from themisto_env.sandbox.environments.environment_registry import names_of, note_dataset, resolve
+from themisto_env.sandbox.environments.environment_spec import REQUIREMENTS_FILE
 from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.kernel.helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.models import SandboxLimits
-from themisto_env.sandbox.store.snapshots import SnapshotStore
+from themisto_env.sandbox.store.snapshot_store import DEFAULT_ENVIRONMENT, SnapshotStore
 from themisto_env.sandbox.store.workdir import FileStore
 
 PACKAGES = ("ipykernel", "dill", "numpy", "pandas", "scikit-learn", "matplotlib")
@@ -72,7 +75,7 @@ class BuildReport:
         cut: Cells the per-cell limit cut (their steps are ``timeout``): trajectory id -> step indexes.
         longest_limit_s: The longest limit a cut cell had (what a rebuild must exceed).
         timings: Per trajectory replayed in this process, the seconds of its replay and of its parts
-            (`themisto_env.replay.build_timing`; none for sessions replayed on Ray).
+            (`themisto_env.build.timing`; none for sessions replayed on Ray).
     """
 
     built: list[str] = field(default_factory=list)
@@ -88,7 +91,7 @@ class BuildReport:
     timings: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def timing(self, trajectories: Sequence[Trajectory] = ()) -> dict[str, Any]:
-        """The build's timing figures (`themisto_env.replay.build_timing.timing_summary`), the
+        """The build's timing figures (`themisto_env.build.timing.timing_summary`), the
         executions counted from ``trajectories`` (the dataset's)."""
         return timing_summary(self.timings, {t.id: len(t.steps) for t in trajectories})
 
@@ -160,7 +163,7 @@ def build_dataset(
         cell_timeout: One limit for every cell, in seconds (default: a multiple of the cell's recorded
             time, never below ``min_cell_timeout``; 10 minutes for a cell with no recorded time).
         min_cell_timeout: The least a cell with a recorded time is given, in seconds (see
-            `themisto_env.replay.session_replay.CellLimit`; None: ``limits.timeout_s``).
+            `themisto_env.build.session_replay.CellLimit`; None: ``limits.timeout_s``).
 
     Raises:
         ConfigError: ``workers`` is below 1.
@@ -318,7 +321,7 @@ def _build(
         log = _BuildLog(out, report, bar, manifest, len(jobs))
         longest_first = sorted(jobs, key=lambda job: -job.executions)
         if ray is not None and jobs:
-            from themisto_env.replay.build_ray import replay_on_ray
+            from themisto_env.build.ray_workers import replay_on_ray
 
             replay_on_ray(
                 longest_first, workers, ray, backend=backend, limits=limits, snapshot_dir=snapshot_dir,
@@ -358,10 +361,36 @@ def write_in_order(out: Path, order: Sequence[str]) -> None:
     write_text_atomic(path, "".join(lines[tid] for tid in [*kept, *wanted]))
 
 
+def use_kernel_environment(name_or_id: str | None, *, backend: str, manifest: Manifest, out: str | Path) -> str | None:
+    """For ``themisto data build --kernel-env``: the environment's id (None: the tool's own Python), recorded in
+    ``manifest`` with its requirements (also written to ``out/environment-requirements.txt``).
+
+    Raises:
+        ConfigError: No such environment.
+        BackendUnavailableError: Its docker image is needed and cannot be built.
+    """
+    if name_or_id is None or name_or_id == DEFAULT_ENVIRONMENT:
+        manifest.environment = None
+        return None
+    record = ready(resolve(name_or_id), backend)
+    names = names_of(record.id)
+    manifest.environment = EnvironmentRef(
+        id=record.id,
+        name=name_or_id if name_or_id in names else (names[0] if names else None),
+        python=record.spec.python,
+        requirements=record.spec.requirements_txt(),
+        apt=record.spec.apt,
+    )
+    (Path(out) / REQUIREMENTS_FILE).write_text(record.spec.requirements_txt())
+    note_dataset(record.id, out)
+    return record.id
+
+
 __all__ = [
     "PACKAGES",
     "BuildReport",
     "build_dataset",
     "is_built",
+    "use_kernel_environment",
     "write_in_order",
 ]

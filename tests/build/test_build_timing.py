@@ -8,9 +8,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from themisto_env.data.trajectory import read_trajectories
-from themisto_env.replay.build import build_dataset
-from themisto_env.replay.build_timing import (
+from themisto_env.build.builder import build_dataset
+from themisto_env.build.timing import (
     KEEP_STATE,
     REPLAY,
     SECOND_REPLAY,
@@ -19,6 +18,7 @@ from themisto_env.replay.build_timing import (
     timed,
     timing_summary,
 )
+from themisto_env.data.trajectory import read_trajectories
 
 CELLS = [
     ("import random", []),
