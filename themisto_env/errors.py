@@ -27,6 +27,12 @@ Every error this package raises on purpose is a ``ThemistoError``::
         │   ├── SnapshotCorruptError     a snapshot's bytes do not hash to its name (set aside, never loaded)
         │   └── SnapshotEnvironmentError a snapshot was written in another kernel environment (never loaded)
         └── ReplayDivergedError      a replayed cell ended otherwise than recorded (timeout, restart, error)
+
+and every warning it gives on purpose a ``ThemistoWarning`` (a ``UserWarning``)::
+
+    ThemistoWarning
+    └── PrebuildWarning          a kernel template could not build the kernel application before forking:
+                                 its copies build their own, slower (the cause is in the message)
 """
 
 from __future__ import annotations
@@ -198,6 +204,15 @@ class ReplayDivergedError(InfrastructureError):
     """A recorded cell, replayed to reach a sample's state, ended otherwise than when it was recorded."""
 
 
+class ThemistoWarning(UserWarning):
+    """A warning this package gives on purpose: something works, but not as it should."""
+
+
+class PrebuildWarning(ThemistoWarning):
+    """A kernel template could not build the kernel application before forking (an upgrade of ipykernel or
+    IPython, a kernel class or config of the user's): each copy builds its own after the fork, slower."""
+
+
 def did_you_mean(word: object, choices: Iterable[str], *, cutoff: float = 0.5, listed: bool = True) -> str:
     """The one "did you mean" of every entry point: ``"; did you mean 'tools'?"`` for the choice nearest to
     ``word`` (difflib), else ``"; valid: a, b, c"`` (every choice), else ``""`` (no choices).
@@ -269,6 +284,7 @@ __all__ = [
     "KernelStartError",
     "KernelTimeoutError",
     "ModelError",
+    "PrebuildWarning",
     "ProviderError",
     "ReplayDivergedError",
     "SnapshotCorruptError",
@@ -276,6 +292,7 @@ __all__ = [
     "SnapshotError",
     "SplitError",
     "ThemistoError",
+    "ThemistoWarning",
     "UnknownNameError",
     "did_you_mean",
     "options_error",

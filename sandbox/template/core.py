@@ -67,6 +67,7 @@ from themisto_env.sandbox.lifetime.owners import RUN_DIR_PREFIX, write_owner
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.store.snapshots import SnapshotStore
 from themisto_env.sandbox.template.launchers import ISOLATED_COPIES, REQUEST_TIMEOUT_S, TEMPLATE_LAUNCHERS
+from themisto_env.sandbox.template.prebuild import note_prebuild
 from themisto_env.sandbox.template.spares import (
     FILLING,
     REFILL_DELAY_S,
@@ -150,6 +151,9 @@ class KernelTemplate(StateTemplates, SpareKernels):
         #: Why forking this template is unsafe (Python threads, open sockets or files, a CUDA context), as the
         #: template found at its start (a state template: after loading its snapshot); empty when safe.
         self.hazards: list[str] = []
+        #: Why it could not build the kernel application before forking (its copies build their own, slower:
+        #: warned as a `PrebuildWarning`), as it said at its start; None when built.
+        self.prebuild_error: str | None = None
         self.socket_path: Path | None = None
         self._process: Any = None  # the template's launcher (a local, bwrap or docker one)
         #: The identities of the copies forked and not yet started (by connection file), where copies take one
@@ -252,6 +256,7 @@ class KernelTemplate(StateTemplates, SpareKernels):
                 if not answer.get("ok"):
                     raise KernelStartError(f"the kernel template cannot serve: {answer.get('error')}")
                 self.hazards = list(answer.get("hazards") or [])
+                self.prebuild_error = note_prebuild(answer, f"the {self.backend} kernel template")
                 return
             except TemplateGoneError:
                 if time.monotonic() > deadline:

@@ -101,7 +101,7 @@ def _become_state_template(template: Any, request: dict[str, Any]) -> None:
     template.app = base = None
     _drop_app()  # the template's shell is over its own namespace: this state's is built over the state's
     if template.error is None:
-        template.app = _prebuild(namespace, listed)
+        template.app, template.prebuild_error = _prebuild(namespace, listed)
     gc.collect()
     gc.freeze()
     template.serve()
