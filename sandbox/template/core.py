@@ -29,7 +29,7 @@ host as a bwrap kernel): the env's own kernels share its user, while copies for 
 their own; `themisto_env.sandbox.template.zygote`) and make no state templates (`NO_STATE_TEMPLATES_ISOLATED`).
 ``docker`` copies (``store_access="copy"`` only: kernels for model-written code) run in their template's
 container, each under a uid of its own with its own rlimits and folders
-(`themisto_env.sandbox.kernel.identity`), so one copy cannot reach another or the template; they have
+(`themisto_env.sandbox.kernel.copy_uid`), so one copy cannot reach another or the template; they have
 no state templates (see `NO_STATE_TEMPLATES`): each copy restores a state itself.
 """
 
@@ -55,8 +55,8 @@ from themisto_env.errors import (
     TemplateGoneError,
 )
 from themisto_env.sandbox.kernel.contract import KernelLike
+from themisto_env.sandbox.kernel.copy_uid import CopyIdentity, can_give_identities, new_identity
 from themisto_env.sandbox.kernel.forked import exited
-from themisto_env.sandbox.kernel.identity import CopyIdentity, can_give_identities, new_identity
 from themisto_env.sandbox.kernel.launcher import KERNEL_ENVIRONMENT, launcher_class
 from themisto_env.sandbox.kernel.process import SNAPSHOT_INBOX, SNAPSHOT_OUTBOX
 from themisto_env.sandbox.kernel.spec import FORKING_BACKENDS, KernelFields, KernelSpec

@@ -26,7 +26,8 @@ from themisto_env.sandbox.template.zygote._app import (
     _warm_first_cell,
 )
 from themisto_env.sandbox.template.zygote._channel import _arm_wakeup, _listen, _name_process, _redirect_output
-from themisto_env.sandbox.template.zygote._identity import _isolate_copy, _settle_memory
+from themisto_env.sandbox.template.zygote._copy_namespaces import _isolate_copy
+from themisto_env.sandbox.template.zygote._copy_uid import _settle_memory
 
 
 def _become_kernel(template: Any, request: dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from themisto_env.sandbox.template.zygote._channel import _arm_wakeup, _listen, _read_line, _send
 from themisto_env.sandbox.template.zygote._children import _become_kernel, _become_state_template
-from themisto_env.sandbox.template.zygote._identity import _die_with, _reap_identity, _take_identity
+from themisto_env.sandbox.template.zygote._copy_uid import _die_with, _reap_identity, _take_identity
 
 #: How often an idle template checks that its parent still lives.
 PARENT_POLL_S = 1.0
