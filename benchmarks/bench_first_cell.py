@@ -6,7 +6,7 @@ Run from the repository root (the bundled data is built into the cache the first
 
 Two templates of the median bundled snapshot's state, one spare each, alternating: **now** (IPython's
 display formatters and ``%logstart`` logger built in the template, the pure parts of a cell run there and in
-each copy before it answers) and **before** (``THEMISTO_FORK_PREBUILD=app``: those parts built on the copy's
+each copy before it answers) and **before** (``prebuild_modes.prebuild_mode("app")``: those parts built on the copy's
 first cell). For each spare handed out: three ``1+1`` (the first, the second at once, the third after 100 ms
 idle: a later cell that also wakes the kernel's threads), each timed in this process (wall), with the
 kernel's CPU (``/proc/PID/task/*/schedstat``: every thread, nanoseconds) and minor page faults (a page the
@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from prebuild_modes import prebuild_mode  # the benchmarks' own switch, beside this script
 from rich.console import Console
 from rich.table import Table
 
@@ -77,17 +78,10 @@ def main() -> None:
     written = {s.snapshot for t in trajectories for s in t.steps if s.snapshot and s.snapshot in store}
     digest = sorted(written, key=lambda d: store.path(d).stat().st_size)[len(written) // 2]
     templates: dict[str, KernelTemplate] = {}
-    saved = os.environ.get("THEMISTO_FORK_PREBUILD")
-    try:
-        for kind, flag in (("before", "app"), ("now", "1")):
-            os.environ["THEMISTO_FORK_PREBUILD"] = flag
+    for kind, flag in (("before", "app"), ("now", "1")):
+        with prebuild_mode(flag):
             templates[kind] = KernelTemplate("local", preload=preload, snapshot_dir=dataset.snapshot_dir, spares=1)
             templates[kind].start()
-    finally:
-        if saved is None:
-            os.environ.pop("THEMISTO_FORK_PREBUILD", None)
-        else:
-            os.environ["THEMISTO_FORK_PREBUILD"] = saved
     rows: dict[str, list[dict[str, float]]] = {kind: [] for kind in templates}
     try:
         for template in templates.values():

@@ -51,6 +51,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jupyter_client.manager import start_new_kernel
+from prebuild_modes import prebuild_mode  # the benchmarks' own switch, beside this script
 from rich.console import Console
 from rich.table import Table
 
@@ -192,10 +193,10 @@ def copy_latency(rounds: int, preload: tuple[str, ...], store_root: Path, digest
     """A copy of one state, to its first ``1+1`` (issue "copies at the kernel's round trip"), side by side:
     with a spare ready (handed out; its hand-out alone too), the next spare forked at a lower priority or later
     (now) or at once at the same priority (before); and without one (forked on request), the kernel application
-    built before the fork (now), only its shell (``THEMISTO_FORK_PREBUILD=shell``: the child still lists every
-    loaded module and looks for startup files) or all of it after the fork (``THEMISTO_FORK_PREBUILD=0``); the
-    parts IPython builds on a first cell (display formatters) built in the copy on its first cell and not warmed
-    before it answers (``THEMISTO_FORK_PREBUILD=app``) or before the fork and warmed (now)."""
+    built before the fork (now), only its shell (`prebuild_mode` ``"shell"``: the child still lists every
+    loaded module and looks for startup files) or all of it after the fork (``"0"``); the parts IPython builds on
+    a first cell (display formatters) built in the copy on its first cell and not warmed before it answers
+    (``"app"``) or before the fork and warmed (now)."""
     kinds = (
         ("no spare, application built after the fork (before)", "0", 0, 0, 0.0),
         ("no spare, shell built before the fork (before)", "shell", 0, 0, 0.0),
@@ -207,18 +208,11 @@ def copy_latency(rounds: int, preload: tuple[str, ...], store_root: Path, digest
         ("spare ready, next spare forked 50 ms later", "1", 1, 0, 0.05),
         ("spare ready, next spare forked 50 ms later at nice 10", "1", 1, 10, 0.05),
     )
-    saved = os.environ.get("THEMISTO_FORK_PREBUILD")
     templates: dict[str, KernelTemplate] = {}
-    try:
-        for name, flag, spares, nice, delay in kinds:
-            os.environ["THEMISTO_FORK_PREBUILD"] = flag
+    for name, flag, spares, nice, delay in kinds:
+        with prebuild_mode(flag):
             templates[name] = KernelTemplate("local", preload=preload, snapshot_dir=store_root, spares=spares).start()
-            templates[name].spare_nice, templates[name].refill_delay_s = nice, delay
-    finally:
-        if saved is None:
-            os.environ.pop("THEMISTO_FORK_PREBUILD", None)
-        else:
-            os.environ["THEMISTO_FORK_PREBUILD"] = saved
+        templates[name].spare_nice, templates[name].refill_delay_s = nice, delay
     times: dict[str, list[float]] = {name: [] for name, *_ in kinds}
     for name, _, spares, *_ in kinds:
         if spares:
@@ -255,37 +249,31 @@ def copy_latency(rounds: int, preload: tuple[str, ...], store_root: Path, digest
 
 def prebuilt_memory(preload: tuple[str, ...], store_root: Path, kernels: int = 8) -> dict[str, dict[str, float]]:
     """Median PSS, private and shared dirty MiB of idle forked kernels (a ``1+1`` and a listing each), the
-    kernel application built after the fork (``THEMISTO_FORK_PREBUILD=0``, before issue 38), only its shell
-    before the fork (``shell``), and all of it before the fork."""
+    kernel application built after the fork (`prebuild_mode` ``"0"``, before issue 38), only its shell
+    before the fork (``"shell"``), and all of it before the fork."""
     figures: dict[str, dict[str, float]] = {}
-    saved = os.environ.get("THEMISTO_FORK_PREBUILD")
-    try:
-        for name, flag in (
-            ("built after the fork (before)", "0"),
-            ("shell built before the fork (before)", "shell"),
-            ("built before the fork", "1"),
-        ):
-            os.environ["THEMISTO_FORK_PREBUILD"] = flag
-            with KernelTemplate("local", preload=preload, snapshot_dir=store_root, spares=0) as template:
-                opened = [template.kernel() for _ in range(kernels)]
-                try:
-                    for kernel in opened:
-                        kernel.execute("1+1")
-                        kernel.introspect.list_variables()
-                    time.sleep(1.0)
-                    rows = [smaps_rollup(kernel.launcher.pid() or 0) for kernel in opened]
-                finally:
-                    for kernel in opened:
-                        kernel.close()
-            figures[name] = {
-                key: statistics.median(row.get(key, 0.0) for row in rows)
-                for key in ("Pss", "Private_Dirty", "Shared_Dirty")
-            }
-    finally:
-        if saved is None:
-            os.environ.pop("THEMISTO_FORK_PREBUILD", None)
-        else:
-            os.environ["THEMISTO_FORK_PREBUILD"] = saved
+    for name, flag in (
+        ("built after the fork (before)", "0"),
+        ("shell built before the fork (before)", "shell"),
+        ("built before the fork", "1"),
+    ):
+        with prebuild_mode(flag):
+            template = KernelTemplate("local", preload=preload, snapshot_dir=store_root, spares=0).start()
+        with template:
+            opened = [template.kernel() for _ in range(kernels)]
+            try:
+                for kernel in opened:
+                    kernel.execute("1+1")
+                    kernel.introspect.list_variables()
+                time.sleep(1.0)
+                rows = [smaps_rollup(kernel.launcher.pid() or 0) for kernel in opened]
+            finally:
+                for kernel in opened:
+                    kernel.close()
+        figures[name] = {
+            key: statistics.median(row.get(key, 0.0) for row in rows)
+            for key in ("Pss", "Private_Dirty", "Shared_Dirty")
+        }
     return figures
 
 

@@ -67,7 +67,7 @@ MOVED = {
     "template": "template.core",
     "zygote": "template.zygote",
     "template_launcher": "kernel.forked",
-    "copy_identity": "kernel.identity",
+    "copy_identity": "kernel.copy_uid",
     "docker_template": "template.docker",
     "local": "backends.local",
     "docker": "backends.docker",

@@ -2,7 +2,8 @@
 
 Two branches matter most to a caller: an ``InfrastructureError`` is the machinery's failure (a kernel
 died, a backend is missing), never scored as a wrong answer; a ``ModelError`` is a model call that still
-failed after its retries. The whole tree is drawn in the API reference (docs/reference/errors.md).
+failed after its retries. Warnings given on purpose are ``ThemistoWarning``s (``PrebuildWarning``: a kernel
+template could not prebuild). The whole tree is drawn in the API reference (docs/reference/errors.md).
 """
 
 from __future__ import annotations
@@ -174,6 +175,15 @@ class ReplayDivergedError(InfrastructureError):
     """A recorded cell, replayed to reach a sample's state, ended otherwise than when it was recorded."""
 
 
+class ThemistoWarning(UserWarning):
+    """A warning this package gives on purpose: something works, but not as it should."""
+
+
+class PrebuildWarning(ThemistoWarning):
+    """A kernel template could not build the kernel application before forking (an upgrade of ipykernel or
+    IPython, a kernel class or config of the user's): each copy builds its own after the fork, slower."""
+
+
 def did_you_mean(word: object, choices: Iterable[str], *, cutoff: float = 0.5, listed: bool = True) -> str:
     """The one "did you mean" of every entry point: ``"; did you mean 'tools'?"`` for the choice nearest to
     ``word`` (difflib), else ``"; valid: a, b, c"`` (every choice), else ``""`` (no choices).
@@ -245,6 +255,7 @@ __all__ = [
     "KernelStartError",
     "KernelTimeoutError",
     "ModelError",
+    "PrebuildWarning",
     "ProviderError",
     "ReplayDivergedError",
     "SnapshotCorruptError",
@@ -252,6 +263,7 @@ __all__ = [
     "SnapshotError",
     "SplitError",
     "ThemistoError",
+    "ThemistoWarning",
     "UnknownNameError",
     "did_you_mean",
     "options_error",

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from themisto_env.errors import InfrastructureError, KernelStartError, TemplateGoneError
-from themisto_env.sandbox.kernel.identity import CopyIdentity, namespace_limit_events
+from themisto_env.sandbox.kernel.copy_namespaces import namespace_limit_events
+from themisto_env.sandbox.kernel.copy_uid import CopyIdentity
 from themisto_env.sandbox.kernel.launcher import KernelLauncher, launcher_class
 from themisto_env.sandbox.lifetime.owners import process_record
 from themisto_env.sandbox.models import SandboxLimits

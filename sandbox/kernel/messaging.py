@@ -35,6 +35,7 @@ from themisto_env.errors import (
     KernelTimeoutError,
     UnknownNameError,
 )
+from themisto_env.sandbox.compat.jupyter import opened_channels
 from themisto_env.sandbox.kernel.helper import helper_source
 from themisto_env.sandbox.kernel.process import KernelProcess, bind_thread_loop
 from themisto_env.sandbox.models import ExecutionResult
@@ -385,13 +386,12 @@ def _close_channels(client: BlockingKernelClient) -> None:
     """Close the sockets of the channels ``client`` opened (shell and iopub here). jupyter_client's
     ``stop_channels`` reads every channel's property, which *opens* the ones never used (stdin, control,
     heartbeat) just to find them not running: with a shared context those sockets would stay open."""
-    channels = [getattr(client, f"_{name}_channel", None) for name in ("shell", "iopub", "stdin", "control", "hb")]
-    if not all(hasattr(client, f"_{name}_channel") for name in ("shell", "iopub")):
+    channels = opened_channels(client)
+    if channels is None:
         client.stop_channels()  # another jupyter_client layout: its own way
         return
     for channel in channels:
-        if channel is not None:
-            channel.close()  # its socket, linger 0 (no channel here runs a thread: hb is never opened)
+        channel.close()  # its socket, linger 0 (no channel here runs a thread: hb is never opened)
 
 
 class _Silent(Exception):

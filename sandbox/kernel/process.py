@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import os
 import tempfile
 import threading
@@ -23,10 +22,10 @@ import uuid
 from pathlib import Path
 from typing import Any, Literal
 
-import jupyter_core.utils
 from jupyter_client.connect import write_connection_file
 
 from themisto_env.errors import InfrastructureError
+from themisto_env.sandbox.compat.jupyter import thread_loop_variable
 from themisto_env.sandbox.kernel.launcher import KernelLauncher
 from themisto_env.sandbox.lifetime import run_root as run_roots
 from themisto_env.sandbox.lifetime.leftovers import discard_run_dir
@@ -53,9 +52,9 @@ def release_thread_loop() -> None:
     """
     if threading.current_thread() is threading.main_thread():
         return
-    made = getattr(jupyter_core.utils, "_loop", None)  # jupyter_core's per-thread loop (a ContextVar)
-    loop = made.get() if isinstance(made, contextvars.ContextVar) else None
-    if not isinstance(loop, asyncio.AbstractEventLoop) or loop.is_running() or loop.is_closed():
+    made = thread_loop_variable()
+    loop = made.get() if made is not None else None
+    if made is None or not isinstance(loop, asyncio.AbstractEventLoop) or loop.is_running() or loop.is_closed():
         return
     made.set(None)
     with contextlib.suppress(RuntimeError):
@@ -75,8 +74,8 @@ def bind_thread_loop() -> None:
     the context they were copied from, and the second to run it fails ("This event loop is already
     running"). Called before blocking calls; a no-op once the thread's own loop is bound.
     """
-    made = getattr(jupyter_core.utils, "_loop", None)
-    if not isinstance(made, contextvars.ContextVar):
+    made = thread_loop_variable()
+    if made is None:
         return
     mine = getattr(_THREAD_LOOPS, "loop", None)
     if mine is not None and not mine.is_closed() and made.get() is mine:

@@ -17,19 +17,25 @@ from importlib import resources
 
 from themisto_env.errors import InfrastructureError
 
-__all__ = ["assemble"]
+__all__ = ["SHARED_PARTS", "assemble"]
+
+#: The parts every in-kernel program starts with (the helper, the template's program): the one module that may
+#: use other libraries' private names in a kernel.
+SHARED_PARTS = ("themisto_env.sandbox.compat.in_kernel",)
 
 #: The one future import of an assembled program (each part has its own; it must come first in a module).
 FUTURE = "from __future__ import annotations"
 
 
-def assemble(package: str, parts: Sequence[str]) -> str:
+def assemble(package: str, parts: Sequence[str], *, shared: Sequence[str] = ()) -> str:
     """The one source of the program whose parts are the modules `parts` of `package`, in that order.
 
     Args:
         package: The package holding the parts (``themisto_env.sandbox.kernel.helper``); its docstring is the
             program's.
         parts: The parts' module names, each after those it imports from.
+        shared: Parts of other packages, by their full names, put first (self-contained: they import no
+            part); a part imports from them by those names.
 
     Returns:
         The package's docstring, the one future import, then each part's code without its future import and
@@ -39,23 +45,28 @@ def assemble(package: str, parts: Sequence[str]) -> str:
         InfrastructureError: A part imports a part after it, or another module of `themisto_env`.
     """
     own = re.compile(rf"^from {re.escape(package)}\.(\w+) import ")
+    common = re.compile(rf"^from ({'|'.join(re.escape(name) for name in shared) or '$^'}) import ")
     doc = importlib.import_module(package).__doc__
     chunks = [*([_string(doc)] if doc else []), FUTURE]
-    for index, part in enumerate(parts):
+    files = [(*name.rsplit(".", 1), name) for name in shared] + [(package, part, part) for part in parts]
+    for index, (home, module, part) in enumerate(files):
         chunks += ["", "", f"# -- the part {part} --"]
         skipping = False
-        for line in resources.files(package).joinpath(f"{part}.py").read_text().splitlines():
+        for line in resources.files(home).joinpath(f"{module}.py").read_text().splitlines():
             if skipping:  # inside a parenthesised import of another part
                 skipping = not line.startswith(")")
                 continue
+            if common.match(line) and index >= len(shared):
+                skipping = line.rstrip().endswith("(")
+                continue
             found = own.match(line)
             if found:
-                if found.group(1) not in parts[:index]:
-                    raise InfrastructureError(f"{package}.{part} imports {found.group(1)}, not a part before it")
+                if index < len(shared) or found.group(1) not in parts[: index - len(shared)]:
+                    raise InfrastructureError(f"{home}.{part} imports {found.group(1)}, not a part before it")
                 skipping = line.rstrip().endswith("(")
                 continue
             if line.startswith(("from themisto_env", "import themisto_env")):
-                raise InfrastructureError(f"{package}.{part} imports from themisto_env: the kernel may not have it")
+                raise InfrastructureError(f"{home}.{module} imports from themisto_env: the kernel may not have it")
             if line.strip() != FUTURE:
                 chunks.append(line)
     return "\n".join(chunks) + "\n"

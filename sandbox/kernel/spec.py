@@ -158,7 +158,7 @@ class KernelSpec:
         anyway), on ``docker``, where each copy takes a uid of its own in its template's container, and on
         ``bwrap``, where each copy takes user, pid, mount, network and IPC namespaces of its own inside its
         template's sandbox; where the host refuses nested user namespaces
-        (`themisto_env.sandbox.kernel.identity.nested_namespaces_refused` says why), each bwrap kernel for
+        (`themisto_env.sandbox.kernel.copy_namespaces.nested_namespaces_refused` says why), each bwrap kernel for
         model-written code is started in a sandbox of its own. The env's own kernel (``read``) is forked on
         ``local`` and ``bwrap``, started on ``docker``.
         """
@@ -169,7 +169,7 @@ class KernelSpec:
         if self.backend not in FORKING_BACKENDS:
             return f"the {self.backend} backend does not fork"
         if self.store_access == "copy" and self.backend == "bwrap":
-            from themisto_env.sandbox.kernel.identity import nested_namespaces_refused
+            from themisto_env.sandbox.kernel.copy_namespaces import nested_namespaces_refused
 
             refused = nested_namespaces_refused()
             if refused is not None:

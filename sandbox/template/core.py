@@ -29,7 +29,7 @@ host as a bwrap kernel): the env's own kernels share its user, while copies for 
 their own; `themisto_env.sandbox.template.zygote`) and make no state templates (`NO_STATE_TEMPLATES_ISOLATED`).
 ``docker`` copies (``store_access="copy"`` only: kernels for model-written code) run in their template's
 container, each under a uid of its own with its own rlimits and folders
-(`themisto_env.sandbox.kernel.identity`), so one copy cannot reach another or the template; they have
+(`themisto_env.sandbox.kernel.copy_uid`), so one copy cannot reach another or the template; they have
 no state templates (see `NO_STATE_TEMPLATES`): each copy restores a state itself.
 """
 
@@ -55,8 +55,8 @@ from themisto_env.errors import (
     TemplateGoneError,
 )
 from themisto_env.sandbox.kernel.contract import KernelLike
+from themisto_env.sandbox.kernel.copy_uid import CopyIdentity, can_give_identities, new_identity
 from themisto_env.sandbox.kernel.forked import exited
-from themisto_env.sandbox.kernel.identity import CopyIdentity, can_give_identities, new_identity
 from themisto_env.sandbox.kernel.launcher import KERNEL_ENVIRONMENT, launcher_class
 from themisto_env.sandbox.kernel.process import SNAPSHOT_INBOX, SNAPSHOT_OUTBOX
 from themisto_env.sandbox.kernel.spec import FORKING_BACKENDS, KernelFields, KernelSpec
@@ -67,6 +67,7 @@ from themisto_env.sandbox.lifetime.owners import RUN_DIR_PREFIX, write_owner
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 from themisto_env.sandbox.template.launchers import ISOLATED_COPIES, REQUEST_TIMEOUT_S, TEMPLATE_LAUNCHERS
+from themisto_env.sandbox.template.prebuild import note_prebuild
 from themisto_env.sandbox.template.spares import (
     FILLING,
     REFILL_DELAY_S,
@@ -150,6 +151,9 @@ class KernelTemplate(StateTemplates, SpareKernels):
         #: Why forking this template is unsafe (Python threads, open sockets or files, a CUDA context), as the
         #: template found at its start (a state template: after loading its snapshot); empty when safe.
         self.hazards: list[str] = []
+        #: Why it could not build the kernel application before forking (its copies build their own, slower:
+        #: warned as a `PrebuildWarning`), as it said at its start; None when built.
+        self.prebuild_error: str | None = None
         self.socket_path: Path | None = None
         self._process: Any = None  # the template's launcher (a local, bwrap or docker one)
         #: The identities of the copies forked and not yet started (by connection file), where copies take one
@@ -252,6 +256,7 @@ class KernelTemplate(StateTemplates, SpareKernels):
                 if not answer.get("ok"):
                     raise KernelStartError(f"the kernel template cannot serve: {answer.get('error')}")
                 self.hazards = list(answer.get("hazards") or [])
+                self.prebuild_error = note_prebuild(answer, f"the {self.backend} kernel template")
                 return
             except TemplateGoneError:
                 if time.monotonic() > deadline:

@@ -6,7 +6,7 @@ its process is the template's program (`themisto_env.sandbox.template.zygote`), 
 capability dropped except ``CAP_SETUID`` and ``CAP_SETGID``: just what it takes to give each forked copy a
 uid of its own (``_take_identity``), which drops both for good in that copy. The host sees the container's
 processes (one kernel, no user namespace): it gives each copy's folders to its uid beforehand
-(`themisto_env.sandbox.kernel.identity`) and watches and signals copies through the pidfds the template
+(`themisto_env.sandbox.kernel.copy_uid`) and watches and signals copies through the pidfds the template
 sends.
 
 The template never loads a snapshot (unpickling runs the dataset's code, which must not run with the

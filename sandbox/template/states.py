@@ -24,6 +24,7 @@ from themisto_env.sandbox.kernel.spec import KernelSpec
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 from themisto_env.sandbox.template.launchers import REQUEST_TIMEOUT_S
+from themisto_env.sandbox.template.prebuild import note_prebuild
 
 __all__ = ["NO_STATE_TEMPLATES", "NO_STATE_TEMPLATES_ISOLATED", "STATE_TEMPLATES", "StateTemplates"]
 
@@ -192,6 +193,7 @@ class StateTemplates:
             kind = SnapshotCorruptError if "does not match" in error or "not a namespace" in error else SnapshotError
             raise kind(f"snapshot {str(self.digest)[:12]} did not load in the kernel template: {error}")
         self.hazards = list(answer.get("hazards") or [])
+        self.prebuild_error = note_prebuild(answer, f"the state template of {str(self.digest)[:12]}")
 
     def copies(self, digest: str | None, n: int, *, limits: SandboxLimits | None = None) -> list[KernelLike]:
         """``n`` started kernels in the state of snapshot ``digest`` (or empty, with None), forked.

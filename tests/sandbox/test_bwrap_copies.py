@@ -22,7 +22,7 @@ import pytest
 
 from themisto_env.bridges.rl import ExecutionReward, export_samples
 from themisto_env.errors import KernelDiedError
-from themisto_env.sandbox.kernel import identity
+from themisto_env.sandbox.kernel import copy_namespaces
 from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.kernel.spec import KernelSpec
 from themisto_env.sandbox.models import SandboxLimits
@@ -83,7 +83,7 @@ def _kernel_pids(kernel: Kernel) -> list[int]:
     keeper = _keeper(kernel)
     [init] = Path(f"/proc/{keeper}/task/{keeper}/children").read_text().split()
     children = Path(f"/proc/{init}/task/{init}/children").read_text().split()
-    [pids] = [p for p in map(_nspids, map(int, children)) if p[-1] == identity.COPY_KERNEL_PID]
+    [pids] = [p for p in map(_nspids, map(int, children)) if p[-1] == copy_namespaces.COPY_KERNEL_PID]
     return pids
 
 
@@ -95,7 +95,7 @@ def _wait_empty(namespace: str, seconds: float = 10.0) -> list[int]:
 
 
 def test_the_fork_policy_forks_bwrap_model_code(bwrap_backend: None) -> None:
-    assert identity.nested_namespaces_refused() is None
+    assert copy_namespaces.nested_namespaces_refused() is None
     assert KernelSpec("bwrap", store_access="copy", fork=True).not_forked is None
 
 
@@ -109,9 +109,9 @@ def test_a_host_that_refuses_nested_namespaces_starts_bwrap_model_code(
     refusing.chmod(0o755)
     monkeypatch.setattr(shutil, "which", lambda name: str(refusing) if name == "bwrap" else None)
     monkeypatch.setattr(os, "geteuid", lambda: 1001)
-    reason = identity.nested_namespaces_refused.__wrapped__()
+    reason = copy_namespaces.nested_namespaces_refused.__wrapped__()
     assert reason is not None and "setting up uid map: Permission denied" in reason, reason
-    monkeypatch.setattr(identity, "nested_namespaces_refused", lambda: reason)
+    monkeypatch.setattr(copy_namespaces, "nested_namespaces_refused", lambda: reason)
     spec = KernelSpec("bwrap", store_access="copy", fork=True)
     assert spec.not_forked is not None and "cannot isolate themselves" in spec.not_forked and reason in spec.not_forked
     assert spec.with_access("read").not_forked is None, "the env's own bwrap kernels are forked all the same"

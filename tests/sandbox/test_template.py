@@ -21,11 +21,12 @@ from jupyter_client.blocking.client import BlockingKernelClient
 
 from tests.conftest import wait_for
 from tests.sandbox.conftest import wait_ended
-from themisto_env.errors import KernelDiedError, SnapshotCorruptError, TemplateGoneError
+from themisto_env.errors import KernelDiedError, PrebuildWarning, SnapshotCorruptError, TemplateGoneError
 from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.kernel.process import CONNECTION_FILE
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.template.core import KernelTemplate
+from themisto_env.sandbox.template.prebuild import prebuild_failures
 from themisto_env.sandbox.template.shared import shared_template
 from themisto_env.sandbox.template.states import STATE_TEMPLATES
 
@@ -263,6 +264,46 @@ def test_a_forked_kernel_runs_pythonstartup_as_a_started_one(tmp_path: Path, mon
             assert kernel.execute("%who").text() == "Interactive namespace is empty."
 
 
+#: A preloaded module that makes the template's prebuild fail for real: an IPython shell cannot be built in the
+#: template's own process (a kernel forked from it builds its shell as usual).
+BREAKS_PREBUILD = """
+import os
+from IPython.core.interactiveshell import InteractiveShell
+
+TEMPLATE_PID = os.getpid()
+_init_history = InteractiveShell.init_history
+
+
+def init_history(self):
+    if os.getpid() == TEMPLATE_PID:
+        raise RuntimeError("no shell is built in this template")
+    return _init_history(self)
+
+
+InteractiveShell.init_history = init_history
+"""
+
+
+def test_a_failed_prebuild_is_warned_with_its_cause_and_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, template: KernelTemplate
+) -> None:
+    """A template that cannot build the kernel application before forking says so (a `PrebuildWarning` with
+    the cause, and the count the server's metrics show); its kernels, built after the fork, still work."""
+    assert template.prebuild_error is None  # the usual template: built, nothing said
+    (tmp_path / "breaks_prebuild.py").write_text(BREAKS_PREBUILD)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    before = prebuild_failures()
+    with pytest.warns(PrebuildWarning, match="RuntimeError: no shell is built in this template") as said:
+        broken = KernelTemplate("local", preload=("breaks_prebuild",), snapshot_dir=tmp_path / "store", spares=0)
+        broken.start()
+    with broken, broken.kernel() as kernel:
+        assert len(said) == 1 and "the local kernel template" in str(said[0].message)
+        assert prebuild_failures() == before + 1
+        assert broken.prebuild_error == "RuntimeError: no shell is built in this template"
+        assert kernel.execute("import breaks_prebuild; 6 * 7").text() == "42"
+        assert kernel.execute("%who").text().split() == ["breaks_prebuild"]
+
+
 def test_copies_draw_the_same_random_numbers_unless_reseeded(
     template: KernelTemplate, state: tuple[str, dict[str, str]]
 ) -> None:
@@ -336,6 +377,7 @@ OWNER = """
 import json, sys
 from themisto_env.sandbox.lifetime import reaper as lifetime
 from themisto_env.sandbox.template.core import KernelTemplate
+from themisto_env.sandbox.template.prebuild import prebuild_failures
 template = KernelTemplate("local", snapshot_dir=sys.argv[1]).start()
 kernel = template.kernel()
 kernel.execute("x = 1")

@@ -10,6 +10,8 @@ import contextlib
 import sys
 from typing import Any
 
+from themisto_env.sandbox.compat.in_kernel import pandas_options
+
 #: numpy's default print options (those a cell may change; others are ignored).
 _NUMPY_PRINT_DEFAULTS = {
     "edgeitems": 3,
@@ -34,8 +36,8 @@ def _display_options() -> dict[str, dict[str, Any]]:
     """The display options of pandas and numpy that differ from their defaults."""
     options: dict[str, dict[str, Any]] = {}
     pd = sys.modules.get("pandas")
-    registered = getattr(getattr(getattr(pd, "_config", None), "config", None), "_registered_options", None)
-    if pd is not None and isinstance(registered, dict):
+    registered = pandas_options(pd)
+    if pd is not None and registered is not None:
         for key in sorted(k for k in registered if k.startswith("display.")):
             with contextlib.suppress(Exception):
                 value = pd.get_option(key)
@@ -57,7 +59,7 @@ def set_display_options(options: dict[str, dict[str, Any]]) -> None:
     if "pandas" in options or "pandas" in sys.modules:
         import pandas as pd
 
-        registered = pd._config.config._registered_options
+        registered = pandas_options(pd) or {}
         for key in [k for k in registered if k.startswith("display.")]:
             want = options.get("pandas", {}).get(key, registered[key].defval)
             with contextlib.suppress(Exception):

@@ -11,6 +11,7 @@ import sys
 import types
 from typing import Any
 
+from themisto_env.sandbox.compat.in_kernel import pandas_backing_array, pandas_blocks
 from themisto_env.sandbox.kernel.helper._display import OPTIONS_KEY, _display_options
 from themisto_env.sandbox.kernel.helper._namespace import _shape, _type_name, _user_ns, user_names
 
@@ -56,7 +57,7 @@ def _values_digest(values: Any, h: Any) -> bool:
     pd = sys.modules["pandas"]
     if isinstance(values, pd.Categorical):
         return _index_digest(values.categories, h) and _array_digest(np.asarray(values.codes), h)
-    backing = getattr(values, "_ndarray", None)  # DatetimeArray, TimedeltaArray, NumpyExtensionArray
+    backing = pandas_backing_array(values)
     if isinstance(backing, np.ndarray) and not backing.dtype.hasobject:
         values = backing
     if isinstance(values, np.ndarray) and not values.dtype.hasobject:
@@ -98,7 +99,7 @@ def _frame_digest(obj: Any, h: Any) -> bool:
     if not _index_digest(obj.index, h):
         return False
     digests: list[bytes | None] = [None] * obj.shape[1]
-    blocks = getattr(getattr(obj, "_mgr", None), "blocks", None)
+    blocks = pandas_blocks(obj)
     for block in blocks or ():  # pandas' blocks, each column hashed on its own
         values = block.values
         for j, position in enumerate(block.mgr_locs.as_array):

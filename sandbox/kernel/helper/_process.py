@@ -12,6 +12,7 @@ import os
 import sys
 from typing import Any
 
+from themisto_env.sandbox.compat.in_kernel import cell_files_in, warning_filters_changed
 from themisto_env.sandbox.kernel.helper._namespace import _shell
 from themisto_env.sandbox.kernel.helper._randomness import keep_random_state
 
@@ -54,11 +55,7 @@ def stable_cell_names() -> bool:
     it, so tracebacks and ``inspect.getsource`` show the cell's code; no file is written. Returns whether
     ipykernel's compiler was found (a kernel without it names cells ``<ipython-input-N-...>``, stable
     already)."""
-    compiler = sys.modules.get("ipykernel.compiler")
-    if compiler is None or not hasattr(compiler, "get_tmp_directory"):
-        return False
-    compiler.get_tmp_directory = lambda: CELL_FOLDER
-    return True
+    return cell_files_in(CELL_FOLDER)
 
 
 #: The process state before the latest step, kept by `keep_process_state` (one at a time).
@@ -187,7 +184,7 @@ def put_back_process_state() -> dict[str, list[str]]:
                 delattr(sys.modules[parent], child)
     warnings.filters[:] = state["filters"]
     with contextlib.suppress(Exception):
-        warnings._filters_mutated()  # type: ignore[attr-defined]
+        warning_filters_changed()
     with contextlib.suppress(OSError):  # a cell that ran `%cd data` runs it again from where it was
         os.chdir(state["cwd"])
     return {"extensions": unloaded, "modules": forgotten}

@@ -10,6 +10,7 @@ import contextlib
 import sys
 from typing import Any
 
+from themisto_env.sandbox.compat.in_kernel import legacy_bit_generator
 from themisto_env.sandbox.kernel.helper._namespace import _user_ns, user_names
 
 #: The global random generators' states kept by `keep_random_state`, by key (in this module, not
@@ -78,7 +79,7 @@ def _unseeded(obj: Any, np: Any) -> bool:
     if isinstance(obj, np.random.Generator):
         bits = obj.bit_generator
     elif isinstance(obj, np.random.RandomState):
-        bits = getattr(obj, "_bit_generator", None)
+        bits = legacy_bit_generator(obj)
     else:
         return False
     entropy = getattr(getattr(bits, "seed_seq", None), "entropy", None)

@@ -35,16 +35,17 @@ from functools import cache
 from pathlib import Path
 
 from themisto_env.sandbox.kernel.helper import helper_source
-from themisto_env.sandbox.kernel.sources import assemble
+from themisto_env.sandbox.kernel.sources import SHARED_PARTS, assemble
 
 __all__ = ["HELPER_FILE", "ISOLATE_VARIABLE", "PARTS", "PROGRAM_FILE", "program_source", "write_program"]
 
 #: The variable that tells a bwrap template's copies to isolate themselves, with their limits (the program reads
-#: it under this name: `_identity.ISOLATE_VARIABLE`, checked equal by tests/sandbox/test_program_sources.py).
+#: it under this name: `_copy_namespaces.ISOLATE_VARIABLE`, checked equal by tests/sandbox/test_program_sources.py).
 ISOLATE_VARIABLE = "THEMISTO_ISOLATE_COPIES"
 
-#: The program's parts, each after the parts it imports from: the order of its one file.
-PARTS = ("_channel", "_identity", "_app", "_children", "_server", "_main")
+#: The program's parts, each after the parts it imports from: the order of its one file (after the shared part
+#: `themisto_env.sandbox.compat.in_kernel`, the only one that may use other libraries' private names).
+PARTS = ("_channel", "_copy_uid", "_copy_namespaces", "_app", "_children", "_server", "_main")
 #: The program's file name in a template's run directory (the command line ends in it: ``... zygote.py``).
 PROGRAM_FILE = "zygote.py"
 #: The in-kernel helper's file name in a template's run directory (the program installs it before forking).
@@ -54,7 +55,7 @@ HELPER_FILE = "helper.py"
 @cache
 def program_source() -> str:
     """The template's program as one source (its parts joined: see the module's docstring)."""
-    return assemble(__name__, PARTS)
+    return assemble(__name__, PARTS, shared=SHARED_PARTS)
 
 
 def write_program(folder: Path) -> Path:

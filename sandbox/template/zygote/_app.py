@@ -2,7 +2,8 @@
 loop), finished in each forked child; the random generators and dill's ``__main__`` in a copy.
 
 A part of the template's program (see `themisto_env.sandbox.template.zygote`): sent whole with the other
-parts, it imports only the standard library, ipykernel and dill, and names of the parts before it.
+parts, it imports only the standard library, ipykernel and dill, and names of the parts before it. What it needs
+of their private names is in the shared part `themisto_env.sandbox.compat.in_kernel`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,15 @@ import sys
 import types
 from pathlib import Path
 from typing import Any
+
+from themisto_env.sandbox.compat.in_kernel import (
+    forget_trait_value,
+    give_kernel_module_files,
+    give_shell_module_names,
+    point_dill_at_main,
+    with_kernel_module_seeing,
+    without_configuration,
+)
 
 #: The in-kernel helper's module name (as in kernel_messaging.HELPER_MODULE).
 HELPER_MODULE = "_themisto_helper"
@@ -33,19 +43,15 @@ def _prebuild_app(namespace: dict[str, Any] | None, modules: tuple[list[str], se
     ``namespace``, and what each kernel's start would find by looking over every loaded module or for startup
     files (`ForkedKernelApp`). Returns the application; each forked child finishes it (`_finish_app`), so its
     pages stay shared. ``modules``: those lists already made (a state template's: its template's, with what
-    its snapshot imported; `_listed_modules`). ``THEMISTO_FORK_PREBUILD=shell`` builds only the configuration
-    and the shell (the step before this one, a benchmark's row); ``=app`` all but what a first cell builds
-    (`_build_lazy_parts`, the step before that).
+    its snapshot imported; `_listed_modules`).
 
     ipykernel builds the shell inside its kernel object, after the sockets; the shell is a singleton, so the
     kernel object a child makes takes this one (``shell_class.instance``) and the child only points it at
     that kernel."""
     from ipykernel.ipkernel import IPythonKernel
-    from ipykernel.kernelapp import IPKernelApp
     from IPython.core.application import BaseIPythonApplication
 
-    shell_only = os.environ.get("THEMISTO_FORK_PREBUILD") == "shell"  # a benchmark's row (bench_fork.py)
-    app = (IPKernelApp if shell_only else _forked_app_class()).instance(user_ns=namespace)
+    app = _forked_app_class().instance(user_ns=namespace)
     BaseIPythonApplication.initialize(app, list(KERNEL_ARGS))  # IPKernelApp.initialize's first step
     kernel_class = app.kernel_class
     if not issubclass(kernel_class, IPythonKernel):
@@ -70,14 +76,12 @@ def _prebuild_app(namespace: dict[str, Any] | None, modules: tuple[list[str], se
     # names `%reset --aggressive` keeps.
     app.kernel_modules, app.module_names = modules or _listed_modules()
     app.startup_files = _has_startup_files(app)
-    if not shell_only and "storemagic" in app.default_extensions:  # IPython's own: a child finds it loaded
+    if "storemagic" in app.default_extensions:  # IPython's own: a child finds it loaded
         shell.extension_manager.load_extension("storemagic")
-    # ``THEMISTO_FORK_PREBUILD=app``: the first cell's parts built in the child, on its first cell (a benchmark's
-    # "before" row); otherwise built here, and warmed in each child before it answers (`_warm_first_cell`)
-    app.first_cell_built = not shell_only and os.environ.get("THEMISTO_FORK_PREBUILD") != "app"
-    if app.first_cell_built:
-        with contextlib.suppress(Exception):  # an IPython of other parts: they are built on the first cell
-            _build_lazy_parts(shell)
+    # the first cell's parts built here, and warmed in each child before it answers (`_warm_first_cell`)
+    app.first_cell_built = True
+    with contextlib.suppress(Exception):  # an IPython of other parts: they are built on the first cell
+        _build_lazy_parts(shell)
     return app
 
 
@@ -117,16 +121,15 @@ def _unbuilt_printer_tables(shell: Any) -> list[tuple[Any, str]]:
         (formatter, name)
         for formatter in shell.display_formatter.formatters.values()
         for name in IMPORT_DEPENDENT_TABLES
-        if name not in getattr(formatter, "_trait_values", {})
+        if not formatter.trait_has_value(name)
     ]
 
 
 def _leave_lazy(unbuilt: list[tuple[Any, str]]) -> None:
     """Drop the tables a warm-up built (`_unbuilt_printer_tables`): traitlets builds a default again when it is
-    next read (it keeps built values in ``_trait_values``, with no public way to forget one)."""
+    next read."""
     for formatter, name in unbuilt:
-        with contextlib.suppress(AttributeError):
-            formatter._trait_values.pop(name, None)
+        forget_trait_value(formatter, name)
 
 
 def _listed_modules() -> tuple[list[str], set[str]]:
@@ -185,15 +188,9 @@ def _forked_app_class() -> type:
         startup_files: bool
 
         def init_kernel(self) -> None:
-            import ipykernel.ipkernel
-
-            ipykernel.ipkernel.sys = _sys_unlisted()  # type: ignore[attr-defined]
-            try:
-                super().init_kernel()
-            finally:
-                ipykernel.ipkernel.sys = sys  # type: ignore[attr-defined]
+            with_kernel_module_seeing(_sys_unlisted(), super().init_kernel)
             kernel = self.kernel
-            kernel._kernel_modules = self.kernel_modules
+            give_kernel_module_files(kernel, self.kernel_modules)
             debugger = getattr(kernel, "debugger", None)
             if debugger is not None:
                 debugger.kernel_modules = self.kernel_modules
@@ -207,24 +204,26 @@ def _forked_app_class() -> type:
                 shell.user_ns_hidden.update(shell.user_ns)
             sys.stdout.flush()
             sys.stderr.flush()
-            shell._sys_modules_keys = self.module_names
+            give_shell_module_names(shell, self.module_names)
 
     return ForkedKernelApp
 
 
-def _prebuild(namespace: dict[str, Any] | None, modules: tuple[list[str], set[str]] | None = None) -> Any:
-    """`_prebuild_app`, or None (said in the template's log) where it fails: each child then builds
-    its whole application after the fork, as ipykernel does."""
-    if os.environ.get("THEMISTO_FORK_PREBUILD", "1") == "0":  # a benchmark's "before" (bench_fork.py)
-        return None
+def _prebuild(
+    namespace: dict[str, Any] | None, modules: tuple[list[str], set[str]] | None = None
+) -> tuple[Any, str | None]:
+    """`_prebuild_app` and None, or None and why it failed (also in the template's log; the host warns with
+    it, from the template's status): each child then builds its whole application after the fork, as
+    ipykernel does."""
     try:
-        return _prebuild_app(namespace, modules)
+        return _prebuild_app(namespace, modules), None
     except Exception as exc:
+        cause = f"{type(exc).__name__}: {exc}"[:2000]
         with contextlib.suppress(Exception):
-            sys.stderr.write(f"themisto template: kernels build their application after the fork ({exc})\n")
+            sys.stderr.write(f"themisto template: kernels build their application after the fork ({cause})\n")
         with contextlib.suppress(Exception):
             _drop_app()
-        return None
+        return None, cause
 
 
 def _drop_app() -> None:
@@ -232,12 +231,9 @@ def _drop_app() -> None:
     from ipykernel.kernelapp import IPKernelApp
     from IPython.core.interactiveshell import InteractiveShell
 
-    shell, app = InteractiveShell._instance, IPKernelApp._instance
-    if shell is not None:
-        type(shell).clear_instance()  # its class's singleton and its bases' (ZMQInteractiveShell, InteractiveShell)
-    if app is not None:
-        type(app).clear_instance()  # ForkedKernelApp's and IPKernelApp's
-    del shell, app
+    for singleton in (InteractiveShell, IPKernelApp):
+        if singleton.initialized():  # its class's singleton and its bases' (ZMQInteractiveShell, InteractiveShell;
+            type(singleton.instance()).clear_instance()  # ForkedKernelApp's and IPKernelApp's)
     gc.collect()
 
 
@@ -245,15 +241,8 @@ def _finish_app(app: Any, connection_file: str) -> Any:
     """In a forked child: the rest of ``IPKernelApp.initialize`` on a prebuilt application (its sockets,
     heartbeat, output streams, signals, kernel object, extensions and startup code), in ipykernel's own
     order: its ``initialize`` runs with the first step, already done in the template, skipped."""
-    from IPython.core.application import BaseIPythonApplication
-
     app.connection_file = connection_file
-    configured = BaseIPythonApplication.initialize
-    BaseIPythonApplication.initialize = lambda self, argv=None: None  # this child's copy of the class only
-    try:
-        app.initialize([])
-    finally:
-        BaseIPythonApplication.initialize = configured
+    without_configuration(lambda: app.initialize([]))  # this child's copy of the class only
     shell = app.shell
     shell.kernel = app.kernel  # made by the kernel object in ipykernel's own order; ours predates it
     shell.parent = app.kernel
@@ -314,6 +303,4 @@ def _reseed() -> None:
 
 def _adopt_main_module() -> None:
     """dill binds ``__main__`` when it is first imported: point it at the current one (the user module)."""
-    dill_module = sys.modules.get("dill._dill")
-    if dill_module is not None:
-        dill_module._main_module = sys.modules["__main__"]
+    point_dill_at_main()

@@ -26,7 +26,8 @@ from themisto_env.sandbox.template.zygote._app import (
     _warm_first_cell,
 )
 from themisto_env.sandbox.template.zygote._channel import _arm_wakeup, _listen, _name_process, _redirect_output
-from themisto_env.sandbox.template.zygote._identity import _isolate_copy, _settle_memory
+from themisto_env.sandbox.template.zygote._copy_namespaces import _isolate_copy
+from themisto_env.sandbox.template.zygote._copy_uid import _settle_memory
 
 
 def _become_kernel(template: Any, request: dict[str, Any]) -> None:
@@ -101,7 +102,7 @@ def _become_state_template(template: Any, request: dict[str, Any]) -> None:
     template.app = base = None
     _drop_app()  # the template's shell is over its own namespace: this state's is built over the state's
     if template.error is None:
-        template.app = _prebuild(namespace, listed)
+        template.app, template.prebuild_error = _prebuild(namespace, listed)
     gc.collect()
     gc.freeze()
     template.serve()

@@ -17,6 +17,7 @@ import sys
 import types
 from typing import Any
 
+from themisto_env.sandbox.compat.in_kernel import compiled_patterns
 from themisto_env.sandbox.template.zygote._app import HELPER_MODULE, KERNEL_ARGS, _prebuild
 from themisto_env.sandbox.template.zygote._channel import _name_process, _redirect_output
 from themisto_env.sandbox.template.zygote._server import Template
@@ -42,10 +43,8 @@ def _kernel_imports(folder: str) -> dict[str, list[Any]]:
             from ipykernel.kernelapp import IPKernelApp
 
             IPKernelApp.instance().initialize(["-f", connection_file, *KERNEL_ARGS])
-            import re
-
             names = [name for name in sys.modules if name not in before]
-            patterns = [[key[1], int(key[2])] for key in list(re._cache) if key[0] is str]  # type: ignore[attr-defined]
+            patterns = compiled_patterns()
             os.write(write_end, json.dumps({"modules": names, "patterns": patterns}).encode())
             code = 0
         finally:
@@ -116,7 +115,7 @@ def main() -> None:
     _warm_up(os.path.dirname(config["socket"]))
     _name_process("themisto-tmpl")
     template = Template(config["socket"], parent=os.getppid())
-    template.app = _prebuild(None)
+    template.app, template.prebuild_error = _prebuild(None)
     gc.collect()
     gc.freeze()
     print("ready", flush=True)

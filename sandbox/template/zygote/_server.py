@@ -19,7 +19,7 @@ from typing import Any
 
 from themisto_env.sandbox.template.zygote._channel import _arm_wakeup, _listen, _read_line, _send
 from themisto_env.sandbox.template.zygote._children import _become_kernel, _become_state_template
-from themisto_env.sandbox.template.zygote._identity import _die_with, _reap_identity, _take_identity
+from themisto_env.sandbox.template.zygote._copy_uid import _die_with, _reap_identity, _take_identity
 
 #: How often an idle template checks that its parent still lives.
 PARENT_POLL_S = 1.0
@@ -39,6 +39,8 @@ class Template:
         #: The kernel application built before the fork (its configuration and IPython shell: nothing that
         #: holds a thread, a socket or a loop); None where that failed (a child then builds it all).
         self.app: Any = None
+        #: Why the application could not be built before the fork (each child then builds its own), or None.
+        self.prebuild_error: str | None = None
         self.listener = _listen(socket_path)
         self.wakeup = _arm_wakeup()
 
@@ -83,6 +85,7 @@ class Template:
             self._reap()
             pid = request.get("pid")
             answer: dict[str, Any] = {"ok": self.error is None, "error": self.error, "pid": os.getpid()}
+            answer["prebuild_error"] = self.prebuild_error
             answer["hazards"] = fork_hazards({self.listener.fileno(), self.wakeup, connection.fileno()})
             if self.namespace is not None:
                 answer["names"] = sorted(n for n in self.namespace if not n.startswith("_"))

@@ -58,6 +58,7 @@ FAMILIES = {
     "themisto_sessions_limit": "gauge",
     "themisto_kernels_alive": "gauge",
     "themisto_kernel_templates_alive": "gauge",
+    "themisto_template_prebuild_failures": "counter",
     "themisto_state_serve_seconds": "histogram",
     "themisto_tool_call_seconds": "histogram",
     "themisto_faults": "counter",

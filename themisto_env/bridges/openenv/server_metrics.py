@@ -24,7 +24,7 @@ import psutil
 from fastapi import FastAPI
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from themisto_env import errors
@@ -33,6 +33,7 @@ from themisto_env.replay.state_check import StateReport
 from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.lifetime.reaper import tracked
 from themisto_env.sandbox.ray.kernel import live_remote_kernels, remote_kernel_memory
+from themisto_env.sandbox.template.prebuild import prebuild_failures
 from themisto_env.sandbox.template.shared import live_shared_templates
 
 __all__ = [
@@ -229,12 +230,12 @@ class _LiveFigures(Collector):
                 self._memory = (now, process_tree_memory())
             return self._memory[1]
 
-    def describe(self) -> Iterator[GaugeMetricFamily]:
+    def describe(self) -> Iterator[Metric]:
         yield from self._families()
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         metrics = self._metrics
-        open_, limit, kernels, templates, memory, processes, *ray = self._families()
+        open_, limit, kernels, templates, prebuilds, memory, processes, *ray = self._families()
         open_.add_metric([], metrics.sessions())
         limit.add_metric([], metrics.max_sessions)
         local = sum(1 for k in tracked() if isinstance(k, Kernel) and _alive(k))
@@ -243,11 +244,12 @@ class _LiveFigures(Collector):
         base, states = live_shared_templates()
         templates.add_metric(["kernel"], base)
         templates.add_metric(["state"], states)
+        prebuilds.add_metric([], prebuild_failures())
         pss, rss, count = self._tree_memory()
         memory.add_metric(["pss"], pss)
         memory.add_metric(["rss"], rss)
         processes.add_metric([], count)
-        yield from (open_, limit, kernels, templates, memory, processes)
+        yield from (open_, limit, kernels, templates, prebuilds, memory, processes)
         if ray:
             ray_memory, ray_reporting = ray
             total, answered = remote_kernel_memory()
@@ -255,8 +257,8 @@ class _LiveFigures(Collector):
             ray_reporting.add_metric([], answered)
             yield from ray
 
-    def _families(self) -> list[GaugeMetricFamily]:
-        families = [
+    def _families(self) -> list[Metric]:
+        families: list[Metric] = [
             GaugeMetricFamily("themisto_sessions_open", "WebSocket sessions open now (each one episode)."),
             GaugeMetricFamily("themisto_sessions_limit", "Sessions the server holds at once (--max-sessions)."),
             GaugeMetricFamily(
@@ -271,6 +273,12 @@ class _LiveFigures(Collector):
                 "kernel templates, and state templates under them. None with --ray: kernels on Ray are "
                 "started, not forked.",
                 labels=["kind"],
+            ),
+            CounterMetricFamily(
+                "themisto_template_prebuild_failures",
+                "Kernel templates (and state templates) of this process that could not build the kernel "
+                "application before forking: their copies build their own after the fork, slower (each "
+                "one warned with its cause).",
             ),
             GaugeMetricFamily(
                 "themisto_process_tree_memory_bytes",
