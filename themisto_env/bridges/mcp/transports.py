@@ -135,8 +135,13 @@ def http_app(
 
 def mount_mcp(app: Any, endpoint: McpEndpoint) -> None:
     """Add ``endpoint`` at `MCP_PATH` to a Starlette/FastAPI ``app`` (its token gate, if any, is the app's),
-    its lifespan around the app's own."""
-    app.router.routes.append(Route(MCP_PATH, endpoint=endpoint, methods=["GET", "POST", "DELETE"]))
+    its lifespan around the app's own. An HTTP route the app had there goes (OpenEnv's ``POST /mcp`` serves
+    only its own MCP environments; its WebSocket ``/mcp`` stays)."""
+    routes = app.router.routes
+    routes[:] = [
+        route for route in routes if not (getattr(route, "path", None) == MCP_PATH and hasattr(route, "methods"))
+    ]
+    routes.insert(0, Route(MCP_PATH, endpoint=endpoint, methods=["GET", "POST", "DELETE"]))
     inner = app.router.lifespan_context
 
     @contextlib.asynccontextmanager
