@@ -63,9 +63,9 @@ class McpEndpoint:
             )
         self.sessions = sessions
         self.idle_timeout_s = idle_timeout_s
-        self.manager = StreamableHTTPSessionManager(
-            app=server, security_settings=security, session_idle_timeout=idle_timeout_s
-        )
+        # no session_idle_timeout of the SDK's: it cancels a session's call in progress at its deadline (a
+        # state served, a cell tried can take longer); the reaper here closes only sessions between calls
+        self.manager = StreamableHTTPSessionManager(app=server, security_settings=security)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         await self.manager.handle_request(scope, receive, send)
