@@ -5,7 +5,8 @@
 * `server`: the SDK's low-level server over the sessions: answers, tool errors, faults, the prompt;
 * `transports`: stdio, streamable HTTP (alone, or mounted beside the OpenEnv routes), the token;
 * `app`: the episode server ready to run;
-* `attach`: attach mode, the read-only tools on a running Jupyter kernel (``--attach CONNECTION_FILE``).
+* `attach`: attach mode, the read-only tools on a running Jupyter kernel (``--attach CONNECTION_FILE``);
+* `inspect_source`: inspect_ai's MCP tool source for ``themisto mcp`` (`inspect_tools`).
 
 The ``mcp`` SDK is imported on first use of a name here.
 """
