@@ -99,3 +99,21 @@ def test_the_end_of_a_stdio_session_frees_its_kernels() -> None:
     server, kernels = anyio.run(session)
     _gone, alive = psutil.wait_procs([server, *kernels], timeout=30)
     assert not alive, f"left running after the session ended: {[p.pid for p in alive]}"
+
+
+def test_a_dead_kernel_is_a_protocol_error_marked_as_a_fault_and_the_session_goes_on() -> None:
+    from mcp import MCPError
+
+    async def calls() -> None:
+        async with stdio_session() as client:
+            await client.call_tool("start_sample", {"sample_id": SAMPLE})
+            assert not (await client.call_tool("list_variables", {})).is_error
+            (server,) = mcp_servers()
+            for kernel in kernels_under(server.pid):  # the machinery fails under the session
+                kernel.kill()
+            with pytest.raises(MCPError, match="infrastructure fault"):
+                await client.call_tool("inspect_variable", {"name": "_no_such_variable"})
+            again = await client.call_tool("inspect_variable", {"name": "_no_such_variable"})
+            assert again.is_error and "no variable named" in again.content[0].text  # the kernel answers again
+
+    anyio.run(calls)
