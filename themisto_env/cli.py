@@ -1,7 +1,8 @@
 """The ``themisto`` command line: the console entry point (``themisto_env.cli:main``) and the app it runs.
 
 Each group and command lives in `themisto_env.commands` (``sandbox``, ``kernel-env``, ``data``, ``run``,
-``agents``, ``eval-set``, ``compare``, ``report``, ``view``); this module assembles them into one Typer app.
+``agents``, ``eval-set``, ``compare``, ``report``, ``view``, ``serve``, ``mcp``); this module assembles them
+into one Typer app.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from themisto_env.commands.common import storage_error_line
 from themisto_env.commands.data import data_app
 from themisto_env.commands.evalset import eval_set_command
 from themisto_env.commands.kernel_environments import kernel_env_app
+from themisto_env.commands.mcp import mcp_command
 from themisto_env.commands.results import compare_command, report_command, view_command
 from themisto_env.commands.run import agents_command, run_command
 from themisto_env.commands.sandbox import sandbox_app
@@ -56,6 +58,7 @@ app.command("compare")(compare_command)
 app.command("report")(report_command)
 app.command("view")(view_command)
 app.command("serve")(serve_command)
+app.command("mcp")(mcp_command)
 
 
 HELP_WIDTH = 120

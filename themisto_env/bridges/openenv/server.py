@@ -18,7 +18,9 @@ closed after it; an episode needs the WebSocket). What is ours:
   non-loopback address without one;
 * our errors over HTTP are one JSON line: a bad option or action 400, a lost sandbox 503 (OpenEnv answers
   a malformed body 422 itself); over the WebSocket they are OpenEnv's error messages and the session
-  stays usable.
+  stays usable;
+* ``/mcp``: the same env over MCP's streamable HTTP (`themisto_env.bridges.mcp`), behind the same token:
+  each MCP session is one episode of its own, closed on the client's ``DELETE`` or past ``idle_timeout_s``.
 """
 
 from __future__ import annotations
@@ -208,6 +210,11 @@ def create_server_app(
     app = FastAPI(title="themisto-env (OpenEnv)")
     env_server.register_routes(app)
     add_metrics_route(app, metrics)
+    from themisto_env.bridges.mcp import episode_endpoint, mount_mcp
+
+    mount_mcp(
+        app, episode_endpoint(options, idle_timeout_s=idle_timeout_s, host="", workers=workers or DEFAULT_WORKERS)
+    )
 
     @app.exception_handler(ThemistoError)
     async def _themisto_error(request: Request, exc: ThemistoError) -> JSONResponse:
