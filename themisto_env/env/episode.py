@@ -14,7 +14,6 @@ uses an [`Episode`][themisto_env.env.Episode] directly and is paid exactly what 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -215,7 +214,7 @@ class Episode:
         elif turn.outcome is not None and turn.outcome.result is None:
             extra["infrastructure_error"] = turn.outcome.error
         elif turn.outcome is not None and turn.outcome.result is not None:
-            extra["tool_result"] = asdict(turn.outcome.result)
+            extra["tool_result"] = turn.outcome.result.as_dict()
         self._last_tool = turn.text
         return self.observation(), turn.reward, False, False, self.info(**extra)
 
