@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from themisto_env.env.tools._answers import RecentExecutions, ShownExecution, SourceAnswer
 from themisto_env.env.tools._history import find_definition
 from themisto_env.env.tools._models import ObservationTool, ToolContext, ToolError, ToolSpec
+from themisto_env.env.tools._render import render
 from themisto_env.env.tools._text import clip
 from themisto_env.env.tools._try import TryCellArgs, try_cell
 from themisto_env.errors import HelperError, IntrospectionRefused
@@ -102,8 +103,14 @@ def _listing(ctx: ToolContext) -> VariableListing:
 
 
 def list_variables(ctx: ToolContext, args: NoArgs) -> VariableListing:
-    """The user's variables: name, type, size (the recorded one where there is one), shape or length."""
-    return _listing(ctx)
+    """The user's variables: name, type, size (the recorded one where there is one), shape or length; the
+    first rows by name whose lines fit in ``ctx.max_chars`` (``total`` counts them all)."""
+    listing = _listing(ctx)
+    text = render(listing)
+    if len(text) <= ctx.max_chars:
+        return listing
+    fit = clip(text, ctx.max_chars).count("\n") - 2  # the title, the table's header and the cut marker
+    return listing.model_copy(update={"variables": listing.variables[: max(fit, 0)]})
 
 
 def inspect_variable(ctx: ToolContext, args: InspectVariableArgs) -> VariableDetail:
