@@ -216,7 +216,7 @@ class IntrospectionLike(Protocol):
     call of `ANSWERS`, inherited by subclassing this protocol.
     """
 
-    def ask(self, call: str, **args: Any) -> Any:
+    def ask(self, call: str, /, **args: Any) -> Any:
         """The helper's answer to ``call`` (a name of `ANSWERS`) with these JSON-able arguments, validated into
         the call's model.
 

@@ -41,7 +41,7 @@ class KernelIntrospection(IntrospectionLike):
         memory = self.process.launcher.memory_bytes()
         return memory if memory is not None else self.messaging.call("kernel_memory")
 
-    def ask(self, call: str, **args: Any) -> Any:
+    def ask(self, call: str, /, **args: Any) -> Any:
         """The helper's answer to ``call`` (a name of `ANSWERS`), validated into its model (see
         `IntrospectionLike.ask`)."""
         return ANSWERS[call].model_validate(self.messaging.call(call, **args))

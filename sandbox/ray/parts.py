@@ -142,10 +142,10 @@ class RemoteIntrospection(IntrospectionLike):
     def __init__(self, kernel: ActorCalls) -> None:
         self._kernel = kernel
 
-    def _ask(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        return self._kernel._invoke(f"introspect.{name}", *args, **kwargs)
+    def _ask(self, method: str, /, *args: Any, **kwargs: Any) -> Any:
+        return self._kernel._invoke(f"introspect.{method}", *args, **kwargs)
 
-    def ask(self, call: str, **args: Any) -> Any:
+    def ask(self, call: str, /, **args: Any) -> Any:
         return self._ask("ask", call, **args)
 
     def variable_sizes(self) -> dict[str, int]:
