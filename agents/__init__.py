@@ -10,7 +10,7 @@ in a dozen lines),
 - ``baselines``: ``repeat-previous`` and ``retrieval`` (history only).
 - ``runtime_rules``: ``runtime-rules``, which answers from the kernel through the observation tools
   (helped by ``needed_names``: what a cell reads; ``displayed``: what it ends by displaying;
-  ``tool_answers``: the tools' text read back; ``frame_text``: a notebook's DataFrame layout).
+  ``frame_text``: a notebook's DataFrame layout; the tools' answers are read typed).
 - ``llm`` and ``llm_tools``: ``llm-static``, ``llm-full``, ``llm-tools`` on any langchain-core chat model;
   ``prompting`` (templates in ``prompts/default.yaml``), ``parsing`` (reading replies), ``providers``
   (`make_chat_model`), ``fake_chat`` (a scripted model).

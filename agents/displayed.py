@@ -8,6 +8,7 @@ mention earlier (so the kernel's value is the one displayed).
 from __future__ import annotations
 
 import ast
+import builtins
 from dataclasses import dataclass
 from typing import Literal
 
@@ -100,4 +101,23 @@ def _classify(expr: ast.expr) -> DisplayedExpression | None:
     return None
 
 
-__all__ = ["SCALAR_KINDS", "DisplayKind", "DisplayedExpression", "displayed_expression"]
+def is_pandas(type_name: str, cls: str) -> bool:
+    """Whether a type name is pandas' ``cls`` (``pandas.DataFrame`` in pandas 3, ``pandas.core.frame...``)."""
+    return type_name.startswith("pandas.") and type_name.rsplit(".", 1)[-1] == cls
+
+
+def displayed_class(type_name: str) -> str:
+    """How IPython displays a class (``type(x)``): ``int``, ``numpy.float64``, ``__main__.Model``."""
+    if "." in type_name or isinstance(getattr(builtins, type_name, None), type):
+        return type_name
+    return f"__main__.{type_name}"
+
+
+__all__ = [
+    "SCALAR_KINDS",
+    "DisplayKind",
+    "DisplayedExpression",
+    "displayed_class",
+    "displayed_expression",
+    "is_pandas",
+]

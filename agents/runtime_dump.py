@@ -12,8 +12,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from themisto_env.agents.displayed import DisplayedExpression
-from themisto_env.agents.tool_answers import displayed_class
+from themisto_env.agents.displayed import DisplayedExpression, displayed_class
 
 _LINE = re.compile(
     r"^(?P<name>[A-Za-z_]\w*): (?P<type>\S+)(?: shape=(?P<shape>\([\d, ]*\)))?"

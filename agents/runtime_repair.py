@@ -15,11 +15,11 @@ import difflib
 import re
 
 from themisto_env.agents.base import Observation
+from themisto_env.agents.displayed import is_pandas
 from themisto_env.agents.history import parse_history
 from themisto_env.agents.needed_names import parse_cell
 from themisto_env.agents.runtime_dump import read_dump
-from themisto_env.agents.runtime_rules import Plan, imported_names
-from themisto_env.agents.tool_answers import info_columns, is_pandas, variable_types
+from themisto_env.agents.runtime_rules import Plan, frame_columns, imported_names, variable_types
 from themisto_env.env.tools import ToolCall
 
 _NAME_ERROR = re.compile(r"NameError: name '([^']+)' is not defined")
@@ -98,7 +98,7 @@ def repair_plan(observation: Observation) -> Plan:
     columns: set[str] = set()
     frames = [n for n in _cell_names(last) if is_pandas(types.get(n, ""), "DataFrame")][:MAX_FRAMES]
     for frame in frames:
-        columns |= info_columns((yield ToolCall(tool="dataframe_info", args={"name": frame}))) or set()
+        columns |= set(frame_columns((yield ToolCall(tool="dataframe_info", args={"name": frame}))) or ())
     return fixed_cell(last, kind, missing, columns)
 
 

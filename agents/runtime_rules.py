@@ -39,38 +39,78 @@ Next-cell prediction
 The static baseline is ``retrieval`` for output prediction and ``repeat-previous`` for next-cell
 prediction by default (``fallback=...`` chooses one for both).
 
-What a cell displays is read by `displayed`, the tools' answers by
-`tool_answers`; this module holds the rules and the agent.
+What a cell displays is read by `displayed`; the tools' answers are read as they come, typed
+(``info["tool_result"]["data"]``, validated into the tool's answer model); this module holds the rules and
+the agent.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable, Generator
-from typing import Literal
+from typing import Any, Literal
+
+from pydantic import BaseModel
 
 from themisto_env.agents.base import Action, BaseAgent, Info, Observation
 from themisto_env.agents.baselines import repeat_previous, retrieve
-from themisto_env.agents.displayed import SCALAR_KINDS, DisplayedExpression, displayed_expression
+from themisto_env.agents.displayed import (
+    SCALAR_KINDS,
+    DisplayedExpression,
+    displayed_class,
+    displayed_expression,
+    is_pandas,
+)
 from themisto_env.agents.frame_text import notebook_frame_text
 from themisto_env.agents.history import parse_history
 from themisto_env.agents.needed_names import column_lookups, needed_names, parse_cell
-from themisto_env.agents.tool_answers import (
-    Inspection,
-    displayed_class,
-    dtypes_repr,
-    frame_body,
-    info_columns,
-    is_pandas,
-    read_inspection,
-    says_undefined,
-    variable_types,
-)
 from themisto_env.env.actions import Prediction
-from themisto_env.env.tools import ToolCall
+from themisto_env.env.tools import TOOLS, ToolCall
+from themisto_env.sandbox.kernel.answers import FrameView, VariableDetail, VariableListing
 
-#: A rule: yields tool calls, is sent each call's result text, returns the prediction (None: fall back).
-Plan = Generator[ToolCall, str, str | None]
+#: A rule: yields tool calls, is sent each call's result (`Answer`), returns the prediction (None: fall back).
+Plan = Generator[ToolCall, "Answer", str | None]
+
+#: The marker with which a bounded text says how much was cut.
+CUT_MARKER = re.compile(r"\n?\.\.\. \[[\d,]+ more characters\]\s*\Z")
+
+#: The error of an inspect_variable call on a name the kernel does not define.
+UNDEFINED = "no variable named"
+
+
+class Answer:
+    """A tool call's result as a rule reads it: the typed answer (None on an error) and the error."""
+
+    def __init__(self, tool_result: dict[str, Any] | None) -> None:
+        result = tool_result or {}
+        data, tool = result.get("data"), TOOLS.get(str(result.get("tool")))
+        self.data: BaseModel | None = tool.answer.model_validate(data) if data is not None and tool else None
+        self.error: str | None = result.get("error") if result else "no answer"
+
+    def of(self, model: type[Any]) -> Any:
+        """The answer if it is a ``model``, else None (and None for a variable whose value was shortened)."""
+        if isinstance(self.data, VariableDetail) and self.data.shortened:
+            return None
+        return self.data if isinstance(self.data, model) else None
+
+
+def variable_types(answer: Answer) -> dict[str, str] | None:
+    """Name -> type of a ``list_variables`` answer (None when the tool failed)."""
+    listing: VariableListing | None = answer.of(VariableListing)
+    return {row.name: row.type for row in listing.variables} if listing is not None else None
+
+
+def frame_columns(answer: Answer) -> dict[str, str] | None:
+    """Column -> dtype of a ``dataframe_info`` answer (None for an error or a frame too wide to list)."""
+    view: FrameView | None = answer.of(FrameView)
+    return view.dtypes or None if view is not None else None
+
+
+def uncut(text: str) -> str:
+    """A bounded text without its cut marker."""
+    return CUT_MARKER.sub("", text)
+
 
 Fallback = Literal["auto", "retrieval", "repeat-previous"]
 
@@ -103,13 +143,14 @@ def output_plan(observation: Observation, budget: int) -> Plan:
             if budget - reserve < 1:
                 break
             budget -= 1
-            if says_undefined((yield _inspect(name))):
+            error = (yield _inspect(name)).error
+            if error is not None and error.startswith(UNDEFINED):
                 return f"NameError: name '{name}' is not defined"
         for name, column in lookups if types is not None else ():
             if not is_pandas(types.get(name, ""), "DataFrame") or budget - reserve < 1:  # type: ignore[union-attr]
                 continue
             budget -= 1
-            columns = info_columns((yield ToolCall(tool="dataframe_info", args={"name": name})))
+            columns = frame_columns((yield ToolCall(tool="dataframe_info", args={"name": name})))
             if columns is not None and column not in columns:
                 return f"KeyError: '{column}'"
     if expr is None:
@@ -122,20 +163,19 @@ def display_plan(expr: DisplayedExpression) -> Plan:
     if expr.kind in ("head", "describe", "info"):
         tool = {"head": "dataframe_head", "describe": "dataframe_describe", "info": "dataframe_info"}[expr.kind]
         args: dict[str, object] = {"name": expr.name, **({"n": expr.n} if expr.kind == "head" else {})}
-        result = yield ToolCall(tool=tool, args=args)
-        body = frame_body(result)
-        if body is None:
+        view: FrameView | None = (yield ToolCall(tool=tool, args=args)).of(FrameView)
+        if view is None:
             return None
-        return body if expr.kind == "info" else notebook_frame_text(body)
+        return uncut(view.text) if expr.kind == "info" else notebook_frame_text(uncut(view.text))
     if expr.kind == "tuple":
-        inspected: dict[str, Inspection | None] = {}
+        inspected: dict[str, VariableDetail | None] = {}
         for name in dict.fromkeys(part.name for part in expr.parts):
-            inspected[name] = read_inspection((yield _inspect(name)))
+            inspected[name] = (yield _inspect(name)).of(VariableDetail)
         texts = [_scalar(part, inspected[part.name]) for part in expr.parts]
         if any(text is None or "\n" in text for text in texts):
             return None
         return _tuple_repr([text for text in texts if text is not None])
-    facts = read_inspection((yield _inspect(expr.name)))
+    facts: VariableDetail | None = (yield _inspect(expr.name)).of(VariableDetail)
     if expr.kind in SCALAR_KINDS:
         return _scalar(expr, facts)
     if facts is None:
@@ -143,25 +183,34 @@ def display_plan(expr: DisplayedExpression) -> Plan:
     # dtypes
     if not is_pandas(facts.type, "DataFrame"):
         return f"dtype('{facts.dtype}')" if facts.dtype else None
-    info = yield ToolCall(tool="dataframe_info", args={"name": expr.name})
-    body = frame_body(info)
-    return dtypes_repr(body) if body is not None else None
+    dtypes = frame_columns((yield ToolCall(tool="dataframe_info", args={"name": expr.name})))
+    return repr(_series(dtypes)) if dtypes is not None else None
+
+
+def _series(dtypes: dict[str, str]) -> Any:
+    """``df.dtypes`` as a Series of dtype names (its repr is what a notebook shows)."""
+    import pandas as pd
+
+    return pd.Series(list(dtypes.values()), index=list(dtypes), dtype=object)
 
 
 def _inspect(name: str) -> ToolCall:
     return ToolCall(tool="inspect_variable", args={"name": name, "max_chars": 4000})
 
 
-def _scalar(expr: DisplayedExpression, facts: Inspection | None) -> str | None:
+def _scalar(expr: DisplayedExpression, facts: VariableDetail | None) -> str | None:
     """The text of a ``value``, ``shape``, ``len`` or ``type`` expression from the variable's inspection."""
     if facts is None:
         return None
     if expr.kind == "value":
-        return facts.value
+        return uncut(facts.repr)
     if expr.kind == "shape":
-        return facts.shape
+        shape = facts.shape
+        return None if shape is None else "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
     if expr.kind == "len":
-        return facts.length
+        if facts.shape is not None:
+            return str(facts.shape[0]) if facts.shape else None
+        return str(facts.length) if facts.length is not None else None
     return displayed_class(facts.type)
 
 
@@ -181,8 +230,7 @@ def next_cell_plan(observation: Observation) -> Plan:
     name = assigned_name(cells[-1].source)
     if name is None:
         return None
-    listing = yield ToolCall(tool="list_variables", args={})
-    types = variable_types(listing) or {}
+    types = variable_types((yield ToolCall(tool="list_variables", args={}))) or {}
     if name not in types:
         return None
     frame = is_pandas(types[name], "DataFrame") or is_pandas(types[name], "Series")
@@ -270,7 +318,7 @@ class RuntimeRulesAgent(BaseAgent):
         if plan is None:
             return Prediction(text=self._static(first, task))
         try:
-            call = plan.send(str(observation.get("tool_result", ""))) if self._started else next(plan)
+            call = plan.send(Answer(info.get("tool_result"))) if self._started else next(plan)
             self._started = True
         except StopIteration as done:
             self._plan = None
@@ -285,4 +333,14 @@ class RuntimeRulesAgent(BaseAgent):
         return call
 
 
-__all__ = ["RuntimeRulesAgent", "assigned_name", "display_plan", "imported_names", "next_cell_plan", "output_plan"]
+__all__ = [
+    "Answer",
+    "RuntimeRulesAgent",
+    "assigned_name",
+    "display_plan",
+    "frame_columns",
+    "imported_names",
+    "next_cell_plan",
+    "output_plan",
+    "variable_types",
+]

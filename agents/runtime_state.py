@@ -28,7 +28,7 @@ from __future__ import annotations
 import ast
 
 from themisto_env.agents.base import Action, Info, Observation
-from themisto_env.agents.displayed import DisplayedExpression, displayed_expression
+from themisto_env.agents.displayed import DisplayedExpression, displayed_expression, is_pandas
 from themisto_env.agents.history import parse_history
 from themisto_env.agents.needed_names import parse_cell
 from themisto_env.agents.runtime_dump import dump_answer, read_dump
@@ -42,7 +42,6 @@ from themisto_env.agents.runtime_rules import (
     next_cell_plan,
     output_plan,
 )
-from themisto_env.agents.tool_answers import is_pandas
 from themisto_env.env.actions import Prediction
 
 #: The kinds whose ``print`` shows what their display shows (``type`` and ``info`` print otherwise).

@@ -1,9 +1,8 @@
 """What the in-kernel helper answers about the user's state: one model per introspection call.
 
-[`Kernel`][themisto_env.sandbox.Kernel] validates each answer of
-`helper` into these models (``kernel.introspect.list_variables``,
-``kernel.introspect.inspect_variable``, ...), so callers read fields, never dict keys. Sizes are approximate deep
-sizes in bytes (numpy ``nbytes``, pandas deep memory usage, containers recursively).
+`ANSWERS` maps each helper call to its model; every kernel's ``introspect.ask(call, **args)`` validates the
+helper's answer into it, so callers read fields, never dict keys. Sizes are approximate deep sizes in bytes
+(numpy ``nbytes``, pandas deep memory usage, containers recursively).
 """
 
 from __future__ import annotations
@@ -79,6 +78,14 @@ class VariableDetail(_Answer):
     dtypes: dict[str, str] | None = None
     repr: str
 
+    @property
+    def shortened(self) -> bool:
+        """Whether the repr of a builtin left items or characters out (it marks its cuts with ``...``)."""
+        length, text = self.length, self.repr
+        if length is None or self.type not in ("str", "bytes", "list", "tuple", "dict", "set", "frozenset"):
+            return False
+        return len(text) < length if self.type in ("str", "bytes") else length > 50 and "..." in text
+
 
 class FrameView(_Answer):
     """A view of a pandas DataFrame or Series as text.
@@ -87,11 +94,16 @@ class FrameView(_Answer):
         name: The variable's name.
         view: ``head`` (the first rows), ``info`` (``df.info()``) or ``describe`` (``df.describe()``).
         text: The view as pandas prints it, cut to the ``max_chars`` asked for.
+        n: The rows asked for (``head`` only).
+        dtypes: Column name -> dtype (``info`` only, where it lists the columns: at most pandas'
+            ``display.max_info_columns``).
     """
 
     name: str
     view: FrameViewName
     text: str
+    n: int | None = None
+    dtypes: dict[str, str] | None = None
 
 
 class MemoryRow(_Answer):
@@ -155,7 +167,19 @@ class NamespaceState(_Answer):
     history_length: int
 
 
+#: The helper's calls that answer with a model, by call name: ``introspect.ask(call, **args)`` validates
+#: the answer into it. A new question of the kernel is a helper function and a line here.
+ANSWERS: dict[str, type[BaseModel]] = {
+    "list_variables": VariableListing,
+    "inspect_variable": VariableDetail,
+    "dataframe": FrameView,
+    "memory": MemoryReport,
+    "source": SourceText,
+    "state_fingerprint": NamespaceState,
+}
+
 __all__ = [
+    "ANSWERS",
     "FrameView",
     "FrameViewName",
     "MemoryReport",

@@ -29,6 +29,7 @@ from themisto_env.errors import (
     SnapshotError,
     UnknownNameError,
 )
+from themisto_env.sandbox.kernel.answers import ANSWERS
 from themisto_env.sandbox.kernel.contract import (
     IntrospectionLike,
     KernelLike,
@@ -222,18 +223,18 @@ def _check_readonly_introspection(new: Kernels) -> str:
     with new() as k:
         k.execute("import pandas as pd\nframe = pd.DataFrame({'x': [1, 2]})\nfn = lambda v: v\nframe")
         before = k.introspect.namespace_state()
-        k.introspect.list_variables()
-        k.introspect.inspect_variable("frame")
+        asked = 0
+        for call in ANSWERS:  # every typed question, of no name and of each name (arguments it lacks: refused)
+            for args in ({}, {"name": "frame"}, {"name": "fn"}, {"name": "nope"}):
+                with suppress(HelperError):
+                    k.introspect.ask(call, **args)
+                    asked += 1
         k.introspect.dataframe("frame", "describe")
-        k.introspect.memory()
         k.introspect.variable_sizes()
-        k.introspect.source("fn")
-        with suppress(UnknownNameError):
-            k.introspect.inspect_variable("nope")
         k.snapshots.save()
         after = k.introspect.namespace_state()
         assert before == after, (before, after)
-    return "namespace, _, Out, counter and history unchanged"
+    return f"namespace, _, Out, counter and history unchanged by {asked} answers of {len(ANSWERS)} calls"
 
 
 def _check_helper_errors(new: Kernels) -> str:

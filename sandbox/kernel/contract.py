@@ -8,8 +8,8 @@ Its members (15, and `__enter__`/`__exit__`; a test holds the set to this list):
 - lifetime: `start`, `close` (also as a context manager), `is_alive`, `interrupt`, `restart`;
 - execution: `execute` (a cell, as a user runs it) and `call` (a function of the in-kernel helper);
 - parts: `snapshots` (`SnapshotsLike`: save and restore the user namespace, the working folder's files)
-  and `introspect` (`IntrospectionLike`: the read-only questions about the user's state, the package
-  versions, preloading and the sealed measurement).
+  and `introspect` (`IntrospectionLike`: the read-only questions about the user's state, one generic `ask`
+  keyed by `ANSWERS`, the package versions, preloading and the sealed measurement).
 
 A part of a closed kernel raises what the kernel's own calls raise (an `InfrastructureError` saying it is
 not started or was closed), and one of a dead kernel a `KernelDiedError`. Three implementations satisfy it:
@@ -210,34 +210,58 @@ class SnapshotsLike(Protocol):
 
 class IntrospectionLike(Protocol):
     """A kernel's introspection (``kernel.introspect``): none of it changes the user namespace, ``_``,
-    ``Out``, the execution counter or the history."""
+    ``Out``, the execution counter or the history.
+
+    An implementation answers `ask` (and the calls below it); the typed questions above it are `ask` of a
+    call of `ANSWERS`, inherited by subclassing this protocol.
+    """
+
+    def ask(self, call: str, /, **args: Any) -> Any:
+        """The helper's answer to ``call`` (a name of `ANSWERS`) with these JSON-able arguments, validated into
+        the call's model.
+
+        Raises:
+            UnknownNameError: No user variable has the name asked for (the message names the nearest ones).
+            IntrospectionRefused: The helper declined (not a DataFrame, no source, ...).
+            HelperError: The helper failed on the user's data (the kernel is fine).
+            InfrastructureError: The kernel could not answer (it died, or stopped answering).
+        """
+        ...
 
     def list_variables(self, *, limit: int = 100, known: Mapping[str, int] | None = None) -> VariableListing:
-        """The user's variables sorted by name."""
-        ...
+        """The user's variables sorted by name, with type, size, and shape or length (modules left out), at
+        most ``limit`` rows; the sizes in ``known`` are reported as they are, not measured."""
+        listing: VariableListing = self.ask("list_variables", limit=limit, **_known(known))
+        return listing
 
     def inspect_variable(self, name: str, *, max_chars: int = 2000) -> VariableDetail:
-        """One variable: type, shape, size and repr."""
-        ...
+        """One variable: type, shape, length, size, dtype(s) and its repr cut to ``max_chars``."""
+        detail: VariableDetail = self.ask("inspect_variable", name=name, max_chars=max_chars)
+        return detail
 
     def dataframe(self, name: str, view: FrameViewName = "head", *, n: int = 5, max_chars: int = 4000) -> FrameView:
-        """``head(n)``, ``info()`` or ``describe()`` of a DataFrame or Series, as text."""
-        ...
+        """``head(n)``, ``info()`` or ``describe()`` of a pandas DataFrame or Series, as text."""
+        frame: FrameView = self.ask("dataframe", name=name, view=view, n=n, max_chars=max_chars)
+        return frame
 
     def memory(self, *, top: int = 20, known: Mapping[str, int] | None = None) -> MemoryReport:
-        """The kernel's memory and its largest variables."""
-        ...
+        """The kernel's resident memory, the user variables' total size and the ``top`` largest ones."""
+        report: MemoryReport = self.ask("memory", top=top, **_known(known))
+        return report
+
+    def source(self, name: str, *, max_chars: int = 4000) -> SourceText:
+        """The source of a function or class (of a bound method's function; of another object's class)."""
+        text: SourceText = self.ask("source", name=name, max_chars=max_chars)
+        return text
+
+    def namespace_state(self) -> NamespaceState:
+        """What introspection must never change: user names with object ids and types, ``_``, ``Out``'s
+        keys, the execution counter and the history's length (comparable within one kernel process)."""
+        state: NamespaceState = self.ask("state_fingerprint")
+        return state
 
     def variable_sizes(self) -> dict[str, int]:
         """Approximate deep size in bytes of every user variable."""
-        ...
-
-    def source(self, name: str, *, max_chars: int = 4000) -> SourceText:
-        """The source of a function or class."""
-        ...
-
-    def namespace_state(self) -> NamespaceState:
-        """What introspection must never change (names and ids, ``_``, ``Out``, counter, history)."""
         ...
 
     def fingerprint(self) -> dict[str, str]:
@@ -265,6 +289,10 @@ class IntrospectionLike(Protocol):
     ) -> dict[str, str]:
         """Plant ``canary`` names and take the fingerprint with the sealed helper, in one request."""
         ...
+
+
+def _known(known: Mapping[str, int] | None) -> dict[str, Any]:
+    return {"known": dict(known)} if known else {}
 
 
 def contract_members(protocol: type) -> dict[str, Any]:

@@ -2,26 +2,19 @@
 
 `KernelIntrospection` asks the helper (`themisto_env.sandbox.kernel.helper`) about the user's
 state: variables, one variable, dataframe views, memory, sources, fingerprints, package versions; none of
-it changes the user namespace, ``_``, ``Out``, the execution counter or the history. Each answer is
-validated into a model of `themisto_env.sandbox.kernel.answers`. The working folder is the snapshots
-part's (`KernelSnapshots`).
+it changes the user namespace, ``_``, ``Out``, the execution counter or the history. `ask` validates each
+answer into its model (`themisto_env.sandbox.kernel.answers.ANSWERS`); the typed questions are the
+contract's, over `ask`. The working folder is the snapshots part's (`KernelSnapshots`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from themisto_env.errors import HelperError, InfrastructureError, KernelDiedError
-from themisto_env.sandbox.kernel.answers import (
-    FrameView,
-    FrameViewName,
-    MemoryReport,
-    NamespaceState,
-    SourceText,
-    VariableDetail,
-    VariableListing,
-)
-from themisto_env.sandbox.kernel.contract import MEASURE_TIMEOUT_S
+from themisto_env.sandbox.kernel.answers import ANSWERS
+from themisto_env.sandbox.kernel.contract import MEASURE_TIMEOUT_S, IntrospectionLike
 from themisto_env.sandbox.kernel.messaging import HELPER_MODULE, KernelMessaging, helper_value
 
 #: Bounds of a measurement's answer after model-written code ran (it may be forged; the time bound is
@@ -29,7 +22,7 @@ from themisto_env.sandbox.kernel.messaging import HELPER_MODULE, KernelMessaging
 MEASURE_MAX_NAMES, MEASURE_MAX_ENTRY = 100_000, 10_000
 
 
-class KernelIntrospection:
+class KernelIntrospection(IntrospectionLike):
     """A kernel's introspection calls (`kernel.introspect`), through its messaging part.
 
     Args:
@@ -48,64 +41,10 @@ class KernelIntrospection:
         memory = self.process.launcher.memory_bytes()
         return memory if memory is not None else self.messaging.call("kernel_memory")
 
-    def list_variables(self, *, limit: int = 100, known: Mapping[str, int] | None = None) -> VariableListing:
-        """The user's variables sorted by name, with type, size, and shape or length (modules left out).
-
-        Args:
-            limit: The most rows to return (``total`` counts them all).
-            known: Sizes to report as they are instead of measuring them (the recorded ones a tool shows
-                anyway: measuring deep sizes is most of the call's cost).
-
-        Raises:
-            HelperError: The helper failed on the user's data (the kernel is fine).
-            InfrastructureError: The kernel could not answer (it died, or stopped answering).
-        """
-        extra = {"known": dict(known)} if known else {}
-        return VariableListing.model_validate(self.messaging.call("list_variables", limit=limit, **extra))
-
-    def inspect_variable(self, name: str, *, max_chars: int = 2000) -> VariableDetail:
-        """One variable: type, shape, length, size, dtype(s) and its repr cut to ``max_chars``.
-
-        A ``__repr__`` that raises is answered in `VariableDetail.repr` (``<repr failed: ...>``).
-
-        Raises:
-            UnknownNameError: No user variable is called ``name`` (the message names the nearest ones).
-            HelperError: The helper failed on the user's object (a ``__len__`` that raises, ...; the kernel
-                is fine).
-            InfrastructureError: The kernel could not answer.
-        """
-        return VariableDetail.model_validate(self.messaging.call("inspect_variable", name=name, max_chars=max_chars))
-
-    def dataframe(self, name: str, view: FrameViewName = "head", *, n: int = 5, max_chars: int = 4000) -> FrameView:
-        """``head(n)``, ``info()`` or ``describe()`` of a pandas DataFrame or Series, as text.
-
-        Args:
-            name: The variable's name.
-            view: Which view.
-            n: How many rows ``head`` shows (1 to 50).
-            max_chars: The longest text returned (a marker says how much was cut).
-
-        Raises:
-            UnknownNameError: No user variable is called ``name``.
-            IntrospectionRefused: ``name`` is not a DataFrame or Series, or ``view`` is not a view.
-            HelperError: pandas raised on the user's frame (``describe()`` of a frame without columns,
-                ...; the kernel is fine).
-            InfrastructureError: The kernel could not answer.
-        """
-        return FrameView.model_validate(
-            self.messaging.call("dataframe", name=name, view=view, n=n, max_chars=max_chars)
-        )
-
-    def memory(self, *, top: int = 20, known: Mapping[str, int] | None = None) -> MemoryReport:
-        """The kernel's resident memory, the user variables' total size and the ``top`` largest ones
-        (the sizes in ``known`` reported as they are, not measured).
-
-        Raises:
-            HelperError: The helper failed on the user's data (the kernel is fine).
-            InfrastructureError: The kernel could not answer.
-        """
-        extra = {"known": dict(known)} if known else {}
-        return MemoryReport.model_validate(self.messaging.call("memory", top=top, **extra))
+    def ask(self, call: str, /, **args: Any) -> Any:
+        """The helper's answer to ``call`` (a name of `ANSWERS`), validated into its model (see
+        `IntrospectionLike.ask`)."""
+        return ANSWERS[call].model_validate(self.messaging.call(call, **args))
 
     def variable_sizes(self) -> dict[str, int]:
         """Approximate deep size in bytes of every user variable (modules left out).
@@ -115,28 +54,6 @@ class KernelIntrospection:
             InfrastructureError: The kernel could not answer.
         """
         return {str(name): int(size) for name, size in self.messaging.call("variable_sizes").items()}
-
-    def source(self, name: str, *, max_chars: int = 4000) -> SourceText:
-        """The source of a function or class (of a bound method's function; of another object's class).
-
-        Raises:
-            UnknownNameError: No user variable is called ``name``.
-            IntrospectionRefused: Python has no source for it (a class defined in a cell, a builtin, a
-                kernel restored from a snapshot, ...).
-            HelperError: The helper failed on the user's object (the kernel is fine).
-            InfrastructureError: The kernel could not answer.
-        """
-        return SourceText.model_validate(self.messaging.call("source", name=name, max_chars=max_chars))
-
-    def namespace_state(self) -> NamespaceState:
-        """What introspection must never change: user names with object ids and types, ``_``, ``Out``'s
-        keys, the execution counter and the history's length (comparable within one kernel process).
-
-        Raises:
-            HelperError: The helper failed on the user's data (``Out`` rebound to a non-dict, ...).
-            InfrastructureError: The kernel could not answer.
-        """
-        return NamespaceState.model_validate(self.messaging.call("state_fingerprint"))
 
     def fingerprint(self) -> dict[str, str]:
         """The user namespace's fingerprint: per name ``type|shape-or-length|content-hash`` (the hash

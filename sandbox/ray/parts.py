@@ -8,21 +8,12 @@ parts (the kernel is not imported here: it imports its parts).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from themisto_env.errors import SnapshotCorruptError, SnapshotError
-from themisto_env.sandbox.kernel.answers import (
-    FrameView,
-    FrameViewName,
-    MemoryReport,
-    NamespaceState,
-    SourceText,
-    VariableDetail,
-    VariableListing,
-)
-from themisto_env.sandbox.kernel.contract import MEASURE_TIMEOUT_S
+from themisto_env.sandbox.kernel.contract import MEASURE_TIMEOUT_S, IntrospectionLike
 from themisto_env.sandbox.models import RestoreResult, SnapshotInfo
 from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 from themisto_env.sandbox.store.workdir import FileStore, FileTree
@@ -143,43 +134,22 @@ class RemoteSnapshots:
         self._kernel._call("set_files", tree, during="set_files")
 
 
-class RemoteIntrospection:
+class RemoteIntrospection(IntrospectionLike):
     """A remote kernel's introspection (`IntrospectionLike`): each question goes to the kernel's
-    ``introspect`` part on its node and its answer (or exception) comes back as it is; a ``timeout_s``
-    travels with the call."""
+    ``introspect`` part on its node (the typed ones through `ask`) and its answer (or exception) comes back
+    as it is; a ``timeout_s`` travels with the call."""
 
     def __init__(self, kernel: ActorCalls) -> None:
         self._kernel = kernel
 
-    def _ask(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        return self._kernel._invoke(f"introspect.{name}", *args, **kwargs)
+    def _ask(self, method: str, /, *args: Any, **kwargs: Any) -> Any:
+        return self._kernel._invoke(f"introspect.{method}", *args, **kwargs)
 
-    def list_variables(self, *, limit: int = 100, known: Mapping[str, int] | None = None) -> VariableListing:
-        listing: VariableListing = self._ask("list_variables", limit=limit, known=known)
-        return listing
-
-    def inspect_variable(self, name: str, *, max_chars: int = 2000) -> VariableDetail:
-        detail: VariableDetail = self._ask("inspect_variable", name, max_chars=max_chars)
-        return detail
-
-    def dataframe(self, name: str, view: FrameViewName = "head", *, n: int = 5, max_chars: int = 4000) -> FrameView:
-        frame: FrameView = self._ask("dataframe", name, view, n=n, max_chars=max_chars)
-        return frame
-
-    def memory(self, *, top: int = 20, known: Mapping[str, int] | None = None) -> MemoryReport:
-        report: MemoryReport = self._ask("memory", top=top, known=known)
-        return report
+    def ask(self, call: str, /, **args: Any) -> Any:
+        return self._ask("ask", call, **args)
 
     def variable_sizes(self) -> dict[str, int]:
         return dict(self._ask("variable_sizes"))
-
-    def source(self, name: str, *, max_chars: int = 4000) -> SourceText:
-        text: SourceText = self._ask("source", name, max_chars=max_chars)
-        return text
-
-    def namespace_state(self) -> NamespaceState:
-        state: NamespaceState = self._ask("namespace_state")
-        return state
 
     def fingerprint(self) -> dict[str, str]:
         return dict(self._ask("fingerprint"))

@@ -62,18 +62,30 @@ def test_without_tools_it_falls_back_to_the_static_baseline() -> None:
 
 
 TOOLS = ("list_variables", "inspect_variable", "dataframe_head", "dataframe_info")
-LISTING = (
-    "2 user variables (modules not listed):\n"
-    "name  type              size    shape/len\n"
-    "df    pandas.DataFrame  1.1 KB  (4, 2)\n"
-    "n     int               28 B\n"
-)
+LISTING = {
+    "tool": "list_variables",
+    "ok": True,
+    "error": None,
+    "data": {
+        "variables": [
+            {"name": "df", "type": "pandas.DataFrame", "size_bytes": 1100, "shape": [4, 2], "length": 4},
+            {"name": "n", "type": "int", "size_bytes": 28},
+        ],
+        "total": 2,
+    },
+}
 
 
-def _step(agent: RuntimeRulesAgent, cell: str, tool_result: str = "", tools_left: int = 5) -> object:
-    info = {"sample_id": "s", "task": "output", "tool_names": TOOLS}
+def _failed(tool: str, error: str) -> dict[str, object]:
+    return {"tool": tool, "ok": False, "text": f"Error: {error}", "error": error, "data": None}
+
+
+def _step(
+    agent: RuntimeRulesAgent, cell: str, tool_result: dict[str, object] | None = None, tools_left: int = 5
+) -> object:
+    info = {"sample_id": "s", "task": "output", "tool_names": TOOLS, "tool_result": tool_result}
     history = "# In [1]:\nimport pandas as pd\n\n# In [2]:\n1 + 1\n# Out [2]:\n2\n"
-    obs = {"history": history, "cell": cell, "runtime": "", "tool_result": tool_result, "tools_left": tools_left}
+    obs = {"history": history, "cell": cell, "runtime": "", "tool_result": "", "tools_left": tools_left}
     return agent.act(obs, info)
 
 
@@ -83,7 +95,7 @@ def test_an_undefined_name_predicts_a_name_error() -> None:
     assert _step(agent, "pd.concat([df, extra])") == ToolCall(tool="list_variables")
     # df is listed, pd was imported in the history: only extra is asked about
     assert _step(agent, "", LISTING, 4) == ToolCall(tool="inspect_variable", args={"name": "extra", "max_chars": 4000})
-    no_such = "Error: no variable named 'extra' in the kernel. Did you mean n?"
+    no_such = _failed("inspect_variable", "no variable named 'extra' in the kernel. Did you mean n?")
     assert _step(agent, "", no_such, 3) == Prediction(text="NameError: name 'extra' is not defined")
     assert agent.answered_by_tools == 1
 
@@ -93,11 +105,13 @@ def test_a_missing_column_predicts_a_key_error() -> None:
     agent.reset({})
     assert _step(agent, "y = df.pop('target')") == ToolCall(tool="list_variables")
     assert _step(agent, "", LISTING, 4) == ToolCall(tool="dataframe_info", args={"name": "df"})
-    info = (
-        "df.info():\n<class 'pandas.DataFrame'>\nRangeIndex: 4 entries, 0 to 3\nData columns (total 2 columns):\n"
-        " #   Column  Non-Null Count  Dtype  \n---  ------  --------------  -----  \n"
-        " 0   a       4 non-null      int64  \n 1   b b     4 non-null      float64\n"
-    )
+    view = {"name": "df", "view": "info", "text": "<class 'pandas.DataFrame'>\n...", "dtypes": {"a": "int64"}}
+    info = {
+        "tool": "dataframe_info",
+        "ok": True,
+        "error": None,
+        "data": {**view, "dtypes": {**view["dtypes"], "b b": "float64"}},
+    }
     assert _step(agent, "", info, 3) == Prediction(text="KeyError: 'target'")
 
 
@@ -106,7 +120,7 @@ def test_a_tool_error_falls_back_to_the_static_baseline() -> None:
     agent.reset({})
     assert _step(agent, "n.head()") == ToolCall(tool="list_variables")
     assert _step(agent, "", LISTING, 4) == ToolCall(tool="dataframe_head", args={"name": "n", "n": 5})
-    not_a_frame = "Error: 'n' is a int, not a pandas DataFrame or Series."
+    not_a_frame = _failed("dataframe_head", "'n' is a int, not a pandas DataFrame or Series.")
     assert _step(agent, "", not_a_frame, 3) == Prediction(text="2")
     assert agent.answered_by_tools == 0
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections.abc import Iterator
+from typing import Any
 
 import gymnasium as gym
 import pytest
@@ -13,7 +15,7 @@ from gymnasium.utils.env_checker import check_env
 import themisto_env  # noqa: F401  (registers the ids)
 from themisto_env.env.actions import Prediction, encode_action
 from themisto_env.env.core import ThemistoEnv
-from themisto_env.env.tools import TOOL_NAMES, ToolCall
+from themisto_env.env.tools import TOOL_NAMES, TOOLS, ToolCall
 from themisto_env.errors import ConfigError
 
 ENV_IDS = ("themisto/NextCell-v0", "themisto/OutputPrediction-v0")
@@ -117,11 +119,18 @@ def test_tools_are_read_only_and_bounded(env_dataset: dict[str, str]) -> None:
         ToolCall(tool="get_source", args={"name": "total"}),
         ToolCall(tool="recent_executions", args={"n": 3}),
     ]
+    typed: dict[str, tuple[dict[str, Any], str]] = {}
     for call in calls:
         obs, reward, terminated, _, info = env.step(encode_action(call))
         assert info["tool_result"]["ok"], (call, info["tool_result"])
         assert reward == pytest.approx(-env.episode.config.tool_cost) and not terminated
         assert 0 < len(obs["tool_result"]) <= env.episode.config.max_text_chars
+        data = json.loads(json.dumps(info["tool_result"]["data"]))  # the typed answer, as JSON
+        assert TOOLS[call.tool].answer.model_validate(data).model_dump(mode="json") == data, call
+        typed[call.tool] = (data, obs["tool_result"])
+    assert "sales" in {row["name"] for row in typed["list_variables"][0]["variables"]}
+    head, head_text = typed["dataframe_head"]
+    assert head["n"] == 3 and head_text == f"sales.head(3):\n{head['text']}", "the text is the typed answer's"
     assert "region" in env.step(ToolCall(tool="dataframe_head", args={"name": "sales"}))[0]["tool_result"]
     assert kernel.introspect.namespace_state() == before
     env.close()

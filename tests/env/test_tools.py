@@ -30,6 +30,7 @@ from themisto_env.env.tools import (
 )
 from themisto_env.env.tools._history import find_definition
 from themisto_env.errors import ActionError, InfrastructureError, KernelDiedError
+from themisto_env.sandbox.kernel.answers import FrameView
 from themisto_env.sandbox.kernel.core import Kernel
 
 CELLS = (
@@ -419,8 +420,9 @@ def test_every_result_is_bounded_with_a_marker(
     text = answer(small, tool, **args)
     assert len(text) <= max_chars
     unbounded = answer(ToolContext(kernel=ctx.kernel, history=ctx.history, max_chars=100_000), tool, **args)
-    if len(unbounded) > max_chars:
-        assert "more characters]" in text or "characters cut]" in text or "value (shortened" in text
+    if len(unbounded) > max_chars:  # a marker, or (a listing) the rows that fit, said in its title
+        marked = ("more characters]", "characters cut]", "value (shortened", "by name (modules not listed)")
+        assert any(mark in text for mark in marked), text
 
 
 def test_huge_values_are_cut_by_max_chars(ctx: ToolContext) -> None:
@@ -638,9 +640,10 @@ def test_langchain_invoke_returns_the_text_and_is_counted(ctx: ToolContext) -> N
     head = tools[TOOL_NAMES.index("dataframe_head")]
     text = head.invoke({"name": "frame", "n": 2})
     assert text == answer(ctx, "dataframe_head", name="frame", n=2)
-    assert seen == [
-        (ToolCall(tool="dataframe_head", args={"name": "frame", "n": 2}), ToolResult("dataframe_head", True, text))
-    ]
+    (call, result), *more = seen
+    assert call == ToolCall(tool="dataframe_head", args={"name": "frame", "n": 2}) and not more
+    assert (result.tool, result.ok, result.text) == ("dataframe_head", True, text)
+    assert result.data == FrameView(name="frame", view="head", text=text.split("\n", 1)[1], n=2)
     assert tools[TOOL_NAMES.index("dataframe_info")].invoke("frame").startswith("frame.info():")
     assert tools[0].invoke({}).startswith("12 user variables")
     assert asyncio.run(head.ainvoke({"name": "frame", "n": 1})).startswith("frame.head(1):")

@@ -35,7 +35,7 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
 
     See the module docstring for the turn structure; [`EnvConfig`][themisto_env.env.EnvConfig] for the options. A
     gymnasium adapter (spaces, seeding, the gym signatures, rendering) over its
-    [`episode`][themisto_env.env.ThemistoEnv.episode] ([`Episode`][themisto_env.env.Episode]: the turns, the
+    ``episode`` ([`Episode`][themisto_env.env.Episode]: the turns, the
     live state, the scorer and the record; ``env.unwrapped.episode`` under ``gym.make``).
     """
 

@@ -15,7 +15,6 @@ one `themisto_env.env.group.StateGroup` (a GRPO group's rollouts) share its serv
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -244,7 +243,7 @@ class Episode:
         elif turn.outcome is not None and turn.outcome.result is None:
             extra["infrastructure_error"] = turn.outcome.error
         elif turn.outcome is not None and turn.outcome.result is not None:
-            extra["tool_result"] = asdict(turn.outcome.result)
+            extra["tool_result"] = turn.outcome.result.as_dict()
         self.tool_text = turn.text
         return self.observation(), turn.reward, False, False, self.info(**extra)
 

@@ -27,7 +27,8 @@ class StepInfo(BaseModel):
 
     A tool step (only when they apply):
         action_error: Why the action was malformed (answered in ``tool_result`` of the observation).
-        tool_result: The tool's answer (``ok``, ``text``, ...).
+        tool_result: The tool's answer: ``tool``, ``ok``, ``text``, ``error``, and ``data`` (the typed answer
+            as JSON, whose facts the text shows; None on an error).
         infrastructure_error: The machinery failed during the call (recovered; the sample is unscored).
         tool_refused: True when the call came after the sample's budget was spent: nothing ran, it cost
             nothing, and the sample waits for its prediction.

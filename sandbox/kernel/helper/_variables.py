@@ -72,23 +72,22 @@ def dataframe(name: str, view: str = "head", n: int = 5, max_chars: int = 4000) 
     pd = sys.modules.get("pandas")
     if pd is None or not isinstance(obj, (pd.DataFrame, pd.Series)):
         raise Refused(f"{name!r} is a {_type_name(obj)}, not a pandas DataFrame or Series.", name=name)
-    n = max(1, min(int(n), 50))
+    n, dtypes = max(1, min(int(n), 50)), None
     if view == "head":
         text = obj.head(n).to_string()
     elif view == "describe":
         text = obj.describe().to_string()
     elif view == "info":
-        buf = io.StringIO()
-        if isinstance(obj, pd.DataFrame):
-            obj.info(buf=buf)
-        else:
-            obj.to_frame().info(buf=buf)
+        buf, frame = io.StringIO(), obj if isinstance(obj, pd.DataFrame) else obj.to_frame()
+        frame.info(buf=buf)
         text = buf.getvalue()
+        if len(frame.columns) <= pd.get_option("display.max_info_columns"):  # as info lists them
+            dtypes = {str(column): str(dtype) for column, dtype in frame.dtypes.items()}
     else:
         raise Refused(f"unknown view {view!r}: use 'head', 'info' or 'describe'.", name=name)
     if len(text) > max_chars:
         text = text[:max_chars] + f"\n... [{len(text) - max_chars} more characters]"
-    return {"name": name, "view": view, "text": text}
+    return {"name": name, "view": view, "text": text, "n": n if view == "head" else None, "dtypes": dtypes}
 
 
 def kernel_memory() -> int | None:

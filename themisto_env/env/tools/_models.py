@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -46,15 +46,22 @@ class ToolResult:
         tool: The tool's name as called (possibly unknown).
         ok: Whether the tool ran and answered; False for an unknown tool, bad arguments or a name that is
             not defined in the kernel.
-        text: What the agent reads: the answer, or the error with a hint. Never longer than the context's
-            ``max_chars``.
+        text: What the agent reads: the answer rendered from ``data``, or the error with a hint. Never
+            longer than the context's ``max_chars``.
         error: The error message when ``ok`` is False, else None.
+        data: The typed answer (the tool's `ObservationTool.answer` model) when ``ok``, else None.
     """
 
     tool: str
     ok: bool
     text: str
     error: str | None = None
+    data: BaseModel | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The result as JSON-able data (``info["tool_result"]``): ``data`` as its model's dump."""
+        data = self.data.model_dump(mode="json") if self.data is not None else None
+        return {"tool": self.tool, "ok": self.ok, "text": self.text, "error": self.error, "data": data}
 
 
 @dataclass(frozen=True)
@@ -152,11 +159,18 @@ class ObservationTool(ToolSpec):
     """One observation tool: a `ToolSpec` and what it does.
 
     Attributes:
-        function: `(context, validated_args) -> text`; raises `ToolError` for answers the agent should read
+        function: `(context, validated_args) -> answer`, a pydantic model whose text `render` makes (its
+            return annotation is the tool's `answer`); raises `ToolError` for answers the agent should read
             as an error.
     """
 
-    function: Callable[[ToolContext, Any], str] = field(repr=False)
+    function: Callable[[ToolContext, Any], BaseModel] = field(repr=False)
+
+    @property
+    def answer(self) -> type[BaseModel]:
+        """The model of the tool's typed answer (``ToolResult.data``), from its function's return annotation."""
+        answer: type[BaseModel] = get_type_hints(self.function)["return"]
+        return answer
 
 
 class ToolError(ActionError):

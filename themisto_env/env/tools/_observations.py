@@ -14,12 +14,21 @@ from typing import ParamSpec, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from themisto_env.env.tools._answers import RecentExecutions, ShownExecution, SourceAnswer
 from themisto_env.env.tools._history import find_definition
 from themisto_env.env.tools._models import ObservationTool, ToolContext, ToolError, ToolSpec
-from themisto_env.env.tools._text import clip, human_size, shape_or_length, table
+from themisto_env.env.tools._render import render
+from themisto_env.env.tools._text import clip
 from themisto_env.env.tools._try import TryCellArgs, try_cell
 from themisto_env.errors import HelperError, IntrospectionRefused
-from themisto_env.sandbox.kernel.answers import FrameViewName, MemoryReport, MemoryRow, VariableDetail, VariableListing
+from themisto_env.sandbox.kernel.answers import (
+    FrameView,
+    FrameViewName,
+    MemoryReport,
+    MemoryRow,
+    VariableDetail,
+    VariableListing,
+)
 
 _NAME_DESCRIPTION = "The variable's name in the kernel, as list_variables shows it."
 
@@ -93,74 +102,43 @@ def _listing(ctx: ToolContext) -> VariableListing:
     return answer
 
 
-def list_variables(ctx: ToolContext, args: NoArgs) -> str:
-    """A table of the user's variables: name, type, size, shape or length."""
-    answer = _listing(ctx)
-    rows = answer.variables
-    if not rows:
-        return "No user variables are defined (imported modules are not listed)."
-    total = answer.total
-    shown = f", the first {len(rows)} by name" if len(rows) < total else ""
-    lines = [
-        (row.name, row.type, human_size(ctx.size_of(row.name, row.size_bytes)), shape_or_length(row.shape, row.length))
-        for row in rows
-    ]
-    return f"{total} user variables{shown} (modules not listed):\n" + table(
-        ("name", "type", "size", "shape/len"), lines
-    )
+def list_variables(ctx: ToolContext, args: NoArgs) -> VariableListing:
+    """The user's variables: name, type, size (the recorded one where there is one), shape or length; the
+    first rows by name whose lines fit in ``ctx.max_chars`` (``total`` counts them all)."""
+    listing = _listing(ctx)
+    text = render(listing)
+    if len(text) <= ctx.max_chars:
+        return listing
+    fit = clip(text, ctx.max_chars).count("\n") - 2  # the title, the table's header and the cut marker
+    return listing.model_copy(update={"variables": listing.variables[: max(fit, 0)]})
 
 
-def inspect_variable(ctx: ToolContext, args: InspectVariableArgs) -> str:
+def inspect_variable(ctx: ToolContext, args: InspectVariableArgs) -> VariableDetail:
     """One variable: type, shape, dtype, length, size, column dtypes, and a bounded repr."""
     limit = max(50, min(args.max_chars, ctx.max_chars - 400))
     info = _ask(ctx.kernel.introspect.inspect_variable, args.name, max_chars=limit)
-    facts = [f"size {human_size(ctx.size_of(info.name, info.size_bytes))}"]
-    if info.shape is not None:
-        facts.insert(0, f"shape {shape_or_length(info.shape, None)}")
-    elif info.length is not None:
-        facts.insert(0, f"len {info.length}")
-    if info.dtype:
-        facts.append(f"dtype {info.dtype}")
-    lines = [f"{info.name}: {info.type}", ", ".join(facts)]
-    dtypes = info.dtypes
-    if dtypes:
-        columns = ", ".join(f"{column} {dtype}" for column, dtype in dtypes.items())
-        shape = info.shape or ()
-        label = (
-            f"column dtypes (first {len(dtypes)} of {shape[1]})"
-            if len(shape) == 2 and shape[1] > len(dtypes)
-            else "column dtypes"
-        )
-        lines.append(clip(f"{label}: {columns}", 400))
-    lines += ["value (shortened, ... marks the cuts):" if _shortened(info) else "value:", info.repr]
-    return "\n".join(lines)
+    return info.model_copy(update={"size_bytes": ctx.size_of(info.name, info.size_bytes)})
 
 
-def _shortened(info: VariableDetail) -> bool:
-    """Whether the helper's repr left items or characters out (its repr of builtins marks cuts with ...)."""
-    length, text = info.length, info.repr
-    if length is None or info.type not in ("str", "bytes", "list", "tuple", "dict", "set", "frozenset"):
-        return False
-    return len(text) < length if info.type in ("str", "bytes") else length > 50 and "..." in text
+def dataframe_view(ctx: ToolContext, args: DataFrameHeadArgs | DataFrameArgs, view: FrameViewName) -> FrameView:
+    """A view of a DataFrame or Series: ``head(n)``, ``info()`` or ``describe()``."""
+    n = args.n if isinstance(args, DataFrameHeadArgs) else 5
+    return _ask(ctx.kernel.introspect.dataframe, args.name, view, n=n, max_chars=ctx.max_chars)
 
 
-def _dataframe_view(ctx: ToolContext, name: str, view: FrameViewName, n: int = 5) -> str:
-    return _ask(ctx.kernel.introspect.dataframe, name, view, n=n, max_chars=ctx.max_chars).text
-
-
-def dataframe_head(ctx: ToolContext, args: DataFrameHeadArgs) -> str:
+def dataframe_head(ctx: ToolContext, args: DataFrameHeadArgs) -> FrameView:
     """The first rows of a DataFrame or Series."""
-    return f"{args.name}.head({args.n}):\n" + _dataframe_view(ctx, args.name, "head", args.n)
+    return dataframe_view(ctx, args, "head")
 
 
-def dataframe_info(ctx: ToolContext, args: DataFrameArgs) -> str:
+def dataframe_info(ctx: ToolContext, args: DataFrameArgs) -> FrameView:
     """``DataFrame.info()``: index, columns, non-null counts, dtypes, memory."""
-    return f"{args.name}.info():\n" + _dataframe_view(ctx, args.name, "info")
+    return dataframe_view(ctx, args, "info")
 
 
-def dataframe_describe(ctx: ToolContext, args: DataFrameArgs) -> str:
+def dataframe_describe(ctx: ToolContext, args: DataFrameArgs) -> FrameView:
     """``DataFrame.describe()``: summary statistics of the numeric columns."""
-    return f"{args.name}.describe():\n" + _dataframe_view(ctx, args.name, "describe")
+    return dataframe_view(ctx, args, "describe")
 
 
 def _memory_from_listing(ctx: ToolContext) -> MemoryReport | None:
@@ -173,36 +151,22 @@ def _memory_from_listing(ctx: ToolContext) -> MemoryReport | None:
     rows = listing.variables
     if len(rows) != listing.total or any(row.name not in ctx.recorded_sizes for row in rows):
         return None
-    sized: list[MemoryRow] = [MemoryRow(name=r.name, size_bytes=r.size_bytes, type=r.type) for r in rows]
-    sized.sort(key=lambda row: -row.size_bytes)
-    return MemoryReport(
-        kernel_rss_bytes=None, variables_total_bytes=sum(r.size_bytes for r in sized), variables=tuple(sized)
-    )
+    sized = tuple(MemoryRow(name=r.name, size_bytes=r.size_bytes, type=r.type) for r in rows)
+    return MemoryReport(kernel_rss_bytes=None, variables_total_bytes=0, variables=sized)
 
 
-def memory_usage(ctx: ToolContext, args: NoArgs) -> str:
-    """The kernel's resident memory and the largest user variables."""
+def memory_usage(ctx: ToolContext, args: NoArgs) -> MemoryReport:
+    """The kernel's resident memory and the largest user variables (recorded figures where there are)."""
     answer = _memory_from_listing(ctx) or _ask(ctx.kernel.introspect.memory, top=10_000, known=ctx.recorded_sizes)
-    sized = sorted(((ctx.size_of(r.name, r.size_bytes), r) for r in answer.variables), key=lambda p: (-p[0], p[1].name))
-    total = sum(size for size, _ in sized)
+    sized = [r.model_copy(update={"size_bytes": ctx.size_of(r.name, r.size_bytes)}) for r in answer.variables]
+    sized.sort(key=lambda r: (-r.size_bytes, r.name))
     rss = ctx.recorded_memory if ctx.recorded_memory is not None else answer.kernel_rss_bytes
-    lines = [
-        f"kernel process memory (resident): {human_size(rss)}",
-        f"user variables: {human_size(total)} in total (modules not counted)",
-    ]
-    rows = sized[: min(ctx.max_rows, 15)]
-    if rows:
-        lines.append("largest variables:")
-        lines.append(
-            table(
-                ("name", "type", "size", "share"),
-                [(r.name, r.type, human_size(size), f"{100 * size / total:.0f}%" if total else "") for size, r in rows],
-            )
-        )
-    return "\n".join(lines)
+    total = sum(r.size_bytes for r in sized)
+    shown = tuple(sized[: min(ctx.max_rows, 15)])
+    return MemoryReport(kernel_rss_bytes=rss, variables_total_bytes=total, variables=shown)
 
 
-def get_source(ctx: ToolContext, args: SourceArgs) -> str:
+def get_source(ctx: ToolContext, args: SourceArgs) -> SourceAnswer:
     """The source of a function or class: from the kernel, else its latest definition in the history.
 
     IPython cannot give the source of classes defined in cells, and a kernel restored from a snapshot has
@@ -213,20 +177,24 @@ def get_source(ctx: ToolContext, args: SourceArgs) -> str:
     try:
         source = _ask(ctx.kernel.introspect.source, name, max_chars=ctx.max_chars).source
     except ToolError as exc:
-        found, what = find_definition(name, ctx.history), f"of {name!r}"
+        found, instance_of = find_definition(name, ctx.history), None
         if found is None and (cls := _class_name(ctx, name)) not in (None, name):
-            found, what = find_definition(cls, ctx.history), f"of {name!r} (an instance of {cls})"
+            found, instance_of = find_definition(cls, ctx.history), cls
         if found is None:
             raise ToolError(f"{exc} No `def {name}` or `class {name}` ran in the history either.") from exc
-        return (
-            f"# The kernel cannot show the source {what} ({exc}).\n"
-            f"# From the history: the most recent definition, in execution [{found.index}]:\n{found.source}"
+        return SourceAnswer(
+            name=name,
+            source=found.source,
+            origin="history",
+            instance_of=instance_of,
+            kernel_error=str(exc),
+            execution=found.index,
         )
     header = _DEFINITION_LINE.search(source)
     if header is None or header["name"] == name:
-        return f"# source of {name}, from the kernel:\n{source}"
+        return SourceAnswer(name=name, source=source, origin="kernel")
     kind = "class" if header["kind"] == "class" else "function"
-    return f"# source of {name} (the {kind} {header['name']}), from the kernel:\n{source}"
+    return SourceAnswer(name=name, source=source, origin="kernel", defines=f"{kind} {header['name']}")
 
 
 _DEFINITION_LINE = re.compile(r"^\s*(?P<kind>class|def|async\s+def)\s+(?P<name>\w+)", re.MULTILINE)
@@ -241,19 +209,18 @@ def _class_name(ctx: ToolContext, name: str) -> str | None:
     return info.type.rsplit(".", 1)[-1]
 
 
-def recent_executions(ctx: ToolContext, args: RecentExecutionsArgs) -> str:
+def recent_executions(ctx: ToolContext, args: RecentExecutionsArgs) -> RecentExecutions:
     """The last ``n`` executions with their code and output, oldest first, each bounded."""
     history = list(ctx.history)
-    if not history:
-        return "No cells have been executed yet."
-    items = history[-args.n :]
+    items = history[-args.n :] if history else []
     header = f"The last {len(items)} of {len(history)} executions, oldest first:"
-    budget = max((ctx.max_chars - len(header)) // len(items) - 60, 80)
-    blocks = [header]
+    budget = max((ctx.max_chars - len(header)) // max(len(items), 1) - 60, 80)
+    shown = []
     for item in items:
-        source, output = _share(item.source.strip("\n"), item.output.strip("\n") or "(no output)", budget)
-        blocks.append(f"--- execution [{item.index}] ---\nIn:\n{source}\nOut:\n{output}")
-    return "\n".join(blocks)
+        output = item.output.strip("\n")
+        source, cut = _share(item.source.strip("\n"), output or "(no output)", budget)
+        shown.append(ShownExecution(index=item.index, source=source, output=cut if output else ""))
+    return RecentExecutions(total=len(history), executions=tuple(shown))
 
 
 def _share(source: str, output: str, budget: int) -> tuple[str, str]:

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from themisto_env.data.limits import MAX_ARGS_CHARS, MAX_ARGS_DEPTH, MAX_NAME_CHARS, depth_exceeds, echo, size_exceeds
 from themisto_env.env.tools._models import ObservationTool, ToolCall, ToolContext, ToolError, ToolResult
 from themisto_env.env.tools._observations import TOOL_NAMES, TOOLS
+from themisto_env.env.tools._render import render
 from themisto_env.env.tools._text import clip
 
 
@@ -26,7 +27,8 @@ def run_tool(call: ToolCall | Mapping[str, Any], ctx: ToolContext) -> ToolResult
         ctx: The kernel, history and bounds to answer from.
 
     Returns:
-        The result; its ``text`` is at most ``ctx.max_chars`` characters.
+        The result: its typed answer in ``data``, and its ``text`` (rendered from it) at most
+        ``ctx.max_chars`` characters.
 
     Raises:
         InfrastructureError: The kernel died, timed out, or is not running (not the agent's fault).
@@ -50,10 +52,10 @@ def run_tool(call: ToolCall | Mapping[str, Any], ctx: ToolContext) -> ToolResult
         message = f"invalid arguments for {tool.name}: {format_validation_error(exc)}. Usage: {signature(tool)}"
         return _failure(tool.name, message, ctx)
     try:
-        text = tool.function(ctx, args)
+        answer = tool.function(ctx, args)
     except ToolError as exc:
         return _failure(tool.name, str(exc), ctx)
-    return ToolResult(tool=tool.name, ok=True, text=clip(text, ctx.max_chars), error=None)
+    return ToolResult(tool=tool.name, ok=True, text=clip(render(answer), ctx.max_chars), data=answer)
 
 
 def _failure(tool: str, error: str, ctx: ToolContext) -> ToolResult:

@@ -15,8 +15,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from themisto_env.env.tools._answers import TriedCell, VariableChange
 from themisto_env.env.tools._models import ToolContext, ToolError
-from themisto_env.env.tools._text import clip, table
+from themisto_env.env.tools._render import TRIED_HEADER, changes_text
+from themisto_env.env.tools._text import clip
 from themisto_env.replay.disposable import DELETED
 from themisto_env.sandbox.kernel.helper import OPTIONS_KEY
 from themisto_env.sandbox.rendering import render_outputs
@@ -53,23 +55,20 @@ class TryCellArgs(BaseModel):
     )
 
 
-def try_cell(ctx: ToolContext, args: TryCellArgs) -> str:
+def try_cell(ctx: ToolContext, args: TryCellArgs) -> TriedCell:
     """Run the candidate in a disposable kernel at the current state: status, outputs, changed variables."""
     if ctx.try_code is None:
         raise ToolError(NOT_AVAILABLE)
     if not args.code.strip():
         raise ToolError("the candidate cell is empty: give the code to run.")
     run = ctx.try_code(args.code)
-    head = [
-        "Ran your cell in a disposable copy of the kernel (the state before the next cell; the notebook's "
-        "kernel is unchanged).",
-        f"status: {_status(run.status, run.outputs, run.failure, run.detail)}",
-    ]
-    changes = _changes(run.changed, ctx.recorded_fingerprint, ctx.max_rows)
-    room = max(ctx.max_chars - sum(len(line) + 1 for line in head) - len(changes) - 40, 100)
+    status = _status(run.status, run.outputs, run.failure, run.detail)
+    changes, changed = _changes(run.changed, ctx.recorded_fingerprint, ctx.max_rows)
+    options = run.changed is not None and OPTIONS_KEY in run.changed
+    told = len(TRIED_HEADER) + len(f"status: {status}") + 2 + len(changes_text(changes, changed, options))
     outputs = render_outputs(run.outputs).strip("\n")
-    body = clip(outputs, room, keep="middle") if outputs else "(no output)"
-    return "\n".join([*head, "outputs:", body, changes])
+    shown = clip(outputs, max(ctx.max_chars - told - 40, 100), keep="middle") if outputs else ""
+    return TriedCell(status=status, outputs=shown, changes=changes, changed=changed, options_changed=options)
 
 
 def _status(status: str, outputs: list[dict[str, Any]], failure: str | None, detail: str) -> str:
@@ -98,36 +97,28 @@ def _parts(entry: str) -> tuple[str, str]:
     return kind, ""
 
 
-def _changes(changed: Mapping[str, str] | None, before: Mapping[str, str] | None, max_rows: int) -> str:
-    """The variables the candidate created, changed or deleted, as a table (display options on a line)."""
+def _changes(
+    changed: Mapping[str, str] | None, before: Mapping[str, str] | None, max_rows: int
+) -> tuple[tuple[VariableChange, ...] | None, int]:
+    """The variables the candidate created, changed or deleted (the first ``max_rows`` by name), and how many."""
     if changed is None:
-        return "changed variables: not measured (the run failed)"
-    options = OPTIONS_KEY in changed
+        return None, 0
     names = sorted(name for name in changed if name != OPTIONS_KEY)
-    lines = []
-    if not names:
-        lines.append("changed variables: none")
-    else:
-        rows = []
-        for name in names[:max_rows]:
-            entry, old = changed[name], (before or {}).get(name)
-            if entry == DELETED:
-                kind, size = _parts(old) if old else ("", "")
-                rows.append((name, kind, size, "deleted"))
-                continue
-            kind, size = _parts(entry)
-            if before is None:
-                what = "set"
-            elif old is None:
-                what = "created"
-            elif _parts(old) != (kind, size):
-                what = "changed (was " + " ".join(p for p in _parts(old) if p) + ")"
-            else:
-                what = "changed"
-            rows.append((name, kind, size, what))
-        more = f" (the first {max_rows} of {len(names)} by name)" if len(names) > max_rows else ""
-        lines.append(f"changed variables{more}:")
-        lines.append(table(("name", "type", "shape/len", "change"), rows))
-    if options:
-        lines.append("display options (pandas/numpy): changed")
-    return "\n".join(lines)
+    rows = []
+    for name in names[:max_rows]:
+        entry, old = changed[name], (before or {}).get(name)
+        if entry == DELETED:
+            kind, size = _parts(old) if old else ("", "")
+            rows.append(VariableChange(name=name, type=kind, shape=size, change="deleted"))
+            continue
+        kind, size = _parts(entry)
+        if before is None:
+            what = "set"
+        elif old is None:
+            what = "created"
+        elif _parts(old) != (kind, size):
+            what = "changed (was " + " ".join(p for p in _parts(old) if p) + ")"
+        else:
+            what = "changed"
+        rows.append(VariableChange(name=name, type=kind, shape=size, change=what))
+    return tuple(rows), len(names)
