@@ -8,6 +8,7 @@ chosen by registered name (the agent, the backend, the executor), never written 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -60,6 +61,9 @@ class RunConfig(OneLineOptions):
         cache: An SQLite file caching model replies (keyed by model, parameters and messages): a rerun
             is reproducible and makes no call.
         env: Further environment options (see ``EnvConfig``).
+
+    A ``kernel:`` block (the env's kernel options: ``fork``, ``warm_kernels``, ``limits``, ``environment``,
+    ``snapshot_dir``, ...) goes to the env as ``env.kernel``; a ``backend`` in it is the run's ``backend``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -100,7 +104,7 @@ class RunConfig(OneLineOptions):
     @model_validator(mode="before")
     @classmethod
     def _old_names(cls, data: Any) -> Any:
-        return renamed_option(data, "samples", "attempts")
+        return _kernel_block(renamed_option(data, "samples", "attempts"))
 
     @model_validator(mode="after")
     def _one_source_per_option(self) -> RunConfig:
@@ -134,6 +138,32 @@ class RunConfig(OneLineOptions):
         if self.cache is not None:
             kwargs["cache"] = self.cache
         return {**kwargs, **self.model_args}
+
+
+def _kernel_block(data: Any) -> Any:
+    """A run config's ``kernel:`` block (the env's kernel options: ``themisto_env.sandbox.KernelSpec``'s
+    fields) as the env's ``env.kernel``, its ``backend`` as the run's own ``backend``.
+
+    Raises:
+        ValueError: The backend is given twice, or the kernel block twice.
+    """
+    if not isinstance(data, Mapping):
+        return data
+    env = data.get("env") or {}
+    if "kernel" in data and isinstance(env, Mapping) and "kernel" in env:
+        raise ValueError("give the kernel options once: in kernel:, not also in env.kernel")
+    kernel = data["kernel"] if "kernel" in data else (env.get("kernel") if isinstance(env, Mapping) else None)
+    if not isinstance(kernel, Mapping):
+        return data
+    data = {key: value for key, value in data.items() if key != "kernel"}
+    kernel = dict(kernel)
+    if "backend" in kernel:
+        backend = kernel.pop("backend")
+        if data.get("backend", backend) != backend:
+            raise ValueError(f"the backend is given twice: backend {data['backend']!r}, kernel.backend {backend!r}")
+        data["backend"] = backend
+    data["env"] = {**env, "kernel": kernel}
+    return data
 
 
 def parse_model_args(pairs: list[str]) -> dict[str, Any]:
