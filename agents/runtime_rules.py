@@ -49,7 +49,7 @@ import ast
 from collections.abc import Callable, Generator
 from typing import Literal
 
-from themisto_env.agents.base import Action, BaseAgent, Info, Observation
+from themisto_env.agents.base import BaseAgent, Info, Observation
 from themisto_env.agents.baselines import repeat_previous, retrieve
 from themisto_env.agents.cell_names import column_lookups, needed_names, parse_cell
 from themisto_env.agents.displayed import SCALAR_KINDS, DisplayedExpression, displayed_expression
@@ -66,6 +66,7 @@ from themisto_env.agents.tool_answers import (
     says_undefined,
     variable_types,
 )
+from themisto_env.env import Action
 from themisto_env.env.actions import Prediction
 from themisto_env.env.tools import ToolCall
 

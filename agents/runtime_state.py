@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import ast
 
-from themisto_env.agents.base import Action, Info, Observation
+from themisto_env.agents.base import Info, Observation
 from themisto_env.agents.cell_names import parse_cell
 from themisto_env.agents.displayed import DisplayedExpression, displayed_expression
 from themisto_env.agents.history import parse_history
@@ -43,6 +43,7 @@ from themisto_env.agents.runtime_rules import (
     output_plan,
 )
 from themisto_env.agents.tool_answers import is_pandas
+from themisto_env.env import Action
 from themisto_env.env.actions import Prediction
 
 #: The kinds whose ``print`` shows what their display shows (``type`` and ``info`` print otherwise).

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 import themisto_env.agents as agents
-from themisto_env.agents import AGENTS, Agent, AgentUsage, BaseAgent, make_agent, parse_history, register_agent
+from themisto_env.agents import Agent, AgentUsage, BaseAgent, make_agent, parse_history, register_agent
+from themisto_env.agents.registry import AGENTS
 from themisto_env.env.actions import Prediction
 from themisto_env.env.tools import ToolCall
 from themisto_env.errors import ConfigError

@@ -24,11 +24,11 @@ from themisto_env.env.tools import (
     ToolCall,
     ToolContext,
     ToolResult,
-    describe_tools,
     langchain_tools,
     run_tool,
 )
 from themisto_env.env.tools._history import find_definition
+from themisto_env.env.tools._run import describe_tools
 from themisto_env.errors import ActionError, InfrastructureError, KernelDiedError
 from themisto_env.sandbox.kernel.core import Kernel
 

@@ -24,13 +24,12 @@ from themisto_env.metrics import (
     chrf,
     compare_paired,
     exact_match,
-    normalize_for_exact_match,
     reward,
     rouge_l,
-    rouge_tokens,
     score,
-    score_many,
 )
+from themisto_env.metrics._rouge import rouge_tokens
+from themisto_env.metrics._sample import normalize_for_exact_match, score_many
 
 _ROUGE = rouge_scorer.RougeScorer(["rougeL"])
 

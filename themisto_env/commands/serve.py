@@ -69,7 +69,7 @@ def serve_command(
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's log level.")] = "info",
 ) -> None:
     """Serve the env over the network (OpenEnv): each WebSocket session is one episode with its own kernel."""
-    from themisto_env.bridges.openenv import require_openenv
+    from themisto_env.bridges.openenv.deps import require_openenv
 
     require_openenv()
     from themisto_env.bridges.openenv.capacity import raise_open_file_limit, session_capacity

@@ -3,7 +3,7 @@
 JuNE (JetBrains Research's notebook-execution dataset) is an event log, one row per user or kernel
 event, with the columns in `JUNE_COLUMNS`. JuNE logs are read from
 CSV, Parquet or JSON Lines (``.csv``, ``.csv.gz``, ``.parquet``, ``.jsonl``, ``.jsonl.gz``, ``.ndjson``),
-every row validated into a [`JuneEvent`][themisto_env.data.JuneEvent] (a malformed row raises
+every row validated into a `JuneEvent` (a malformed row raises
 [`DataError`][themisto_env.errors.DataError] naming the file, the 1-based data row and the field); this module
 groups the events into [`Session`][themisto_env.data.Session] objects by ``kernel_id``. The rows
 and their columns live in `themisto_env.data.june_events`, reading and writing files in

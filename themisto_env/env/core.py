@@ -94,8 +94,8 @@ class ThemistoEnv(gym.Env[dict[str, Any], dict[str, Any]]):
     See the module docstring for the turn structure; [`EnvConfig`][themisto_env.env.EnvConfig] for the options. A
     gymnasium adapter (spaces, seeding, the gym signatures, rendering) over the env's parts, its members:
     `episode` ([`Episode`][themisto_env.env.Episode]: the turns), which holds
-    [`server`][themisto_env.env.ThemistoEnv.server] ([`StateServer`][themisto_env.env.StateServer]: the live state of
-    the current sample), [`scorer`][themisto_env.env.ThemistoEnv.scorer] ([`Scorer`][themisto_env.env.Scorer]: the rule
+    [`server`][themisto_env.env.ThemistoEnv.server] (`StateServer`: the live state of
+    the current sample), [`scorer`][themisto_env.env.ThemistoEnv.scorer] (`Scorer`: the rule
     and the disposable kernels) and [`record`][themisto_env.env.ThemistoEnv.record]
     ([`EpisodeRecord`][themisto_env.env.EpisodeRecord]: the samples left, the draw's tool calls, budget and faults).
     """

@@ -2,8 +2,8 @@
 [`ThemistoEnv`][themisto_env.env.ThemistoEnv]'s ``reset`` and ``step`` do (the turn structure is documented in
 `themisto_env.env.core`), over the env's parts:
 
-- a [`StateServer`][themisto_env.env.StateServer], the live state of the current sample;
-- a [`Scorer`][themisto_env.env.Scorer], the rule and the disposable kernels predictions run in;
+- a `StateServer`, the live state of the current sample;
+- a `Scorer`, the rule and the disposable kernels predictions run in;
 - an [`EpisodeRecord`][themisto_env.env.EpisodeRecord], the samples left and the current draw's tool calls,
   budget, cost and faults.
 
@@ -38,10 +38,10 @@ from themisto_env.replay.state_check import StateReport
 from themisto_env.sandbox.kernel.spec import KernelSpec
 from themisto_env.scoring.score import ExecutionRun, SampleScore
 
-__all__ = ["Episode", "Step"]
+__all__ = ["Episode", "StepReturn"]
 
 #: What a step returns: observation, reward, terminated, truncated, info (gymnasium's order).
-Step = tuple[dict[str, Any], float, bool, bool, dict[str, Any]]
+StepReturn = tuple[dict[str, Any], float, bool, bool, dict[str, Any]]
 
 
 class Episode:
@@ -174,7 +174,7 @@ class Episode:
         self.server.warm_up()  # a kernel on its way before the first state is needed
         return self._begin_sample(), self.info()
 
-    def step(self, action: Any) -> Step:
+    def step(self, action: Any) -> StepReturn:
         """Take one action: a tool call (answered in the observation's ``tool_result``; ``-tool_cost``) or a
         prediction (scored; the sample's reward less what its tool steps paid). See
         `themisto_env.env.core` for the turn structure.
@@ -189,7 +189,7 @@ class Episode:
             self._end_span()
         return stepped
 
-    def _step(self, action: Any) -> Step:
+    def _step(self, action: Any) -> StepReturn:
         if self.record.sample is None:
             raise ConfigError("call reset() before step()")
         self.server.raise_lost_backend()
@@ -239,7 +239,7 @@ class Episode:
         assert self.record.sample is not None
         return self.server.call_tool(call, self.scorer.try_code(self.record.sample))
 
-    def _submit(self, prediction: Prediction, extra: dict[str, Any]) -> Step:
+    def _submit(self, prediction: Prediction, extra: dict[str, Any]) -> StepReturn:
         """Score the prediction (the step pays the sample's reward less what its tool steps already paid:
         the sample's steps sum to ``SampleScore.reward``, or to 0 when the sample is unscored)."""
         record = self.record
@@ -341,7 +341,7 @@ class Episode:
 
     def execution_run(self, sample: Sample) -> ExecutionRun | None:
         """How a prediction of ``sample`` runs for the execution score (see
-        [`Scorer.execution_run`][themisto_env.env.Scorer.execution_run])."""
+        `Scorer.execution_run`)."""
         return self.scorer.execution_run(sample)
 
     def close(self) -> None:

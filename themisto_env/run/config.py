@@ -27,7 +27,7 @@ class RunConfig(OneLineOptions):
     """What to run. Pure data: code is chosen by registered name (``agent``).
 
     Attributes:
-        agent: Registered agent name (``themisto agents``; ``themisto_env.agents.AGENTS``), an agent of the
+        agent: Registered agent name (``themisto agents``; ``themisto_env.agents.registry.AGENTS``), an agent of the
             ``themisto_env.agents`` entry-point group, or ``package.module:Class``.
         agent_options: Keyword arguments for the agent's factory.
         model: ``PROVIDER/NAME`` for the LLM agents (``openai/gpt-4o-mini``, ``anthropic/claude-3-5-haiku-latest``,

@@ -18,7 +18,7 @@ A rollout: ``reset(sample_id=...)`` serves nothing yet (the state is lazy); the 
 observation tools (`ROLLOUT_TOOLS`: the env's read-only tools, methods made from the tool table
 `themisto_env.env.tools.TOOLS`, so their names, arguments and docstrings are the table's), each answered
 from the live kernel in the sample's state; it gives its prediction with the table's `SUBMIT` tool; ``get_reward()``
-scores the last submitted prediction with the env's [`Scorer`][themisto_env.env.Scorer] (the one rule,
+scores the last submitted prediction with the env's `Scorer` (the one rule,
 docs/reward.md: metrics, execution score when on, minus ``tool_cost`` per tool call) and returns None (TRL
 leaves it out) when the rollout cannot be trusted: an infrastructure failure during its tool calls, or a
 state that differs from the recording.
@@ -30,7 +30,7 @@ where the sandbox failed it (given back, up to the env's cap).
 
 **Group sharing.** Tools are read-only, so the rollouts of one sample (a GRPO group) can share one kernel
 in that state: [`SharedStates`][themisto_env.bridges.rl.SharedStates] keeps one
-[`StateServer`][themisto_env.env.StateServer] (one kernel) per sample in flight, up to ``max_kernels`` (the least
+`StateServer` (one kernel) per sample in flight, up to ``max_kernels`` (the least
 recently used one moves to a new sample when all are taken), and a call one rollout of the group made is answered to the
 others from that kernel's answer (``cache_answers``; the state is the same and tools are read-only). With
 ``share=False`` each rollout instance has a server and a kernel of its own (TRL's default picture), which costs a kernel
