@@ -166,10 +166,14 @@ def _kernel_block(data: Any) -> Any:
     return data
 
 
-def parse_model_args(pairs: list[str]) -> dict[str, Any]:
+def parse_model_args(pairs: list[str], *, flag: str = "-M") -> dict[str, Any]:
     """``["temperature=0", "stop=[END]"]`` -> ``{"temperature": 0, "stop": ["END"]}``: values are read as
     JSON or YAML flow collections (``0`` an int, ``1e3`` a float, ``true`` a bool), anything else as text
     (``abc``, ``no``, ``2024-01-01`` stay strings).
+
+    Args:
+        pairs: The ``KEY=VALUE`` pairs.
+        flag: The option that gave them, for the error (``-M``, ``-K``).
 
     Raises:
         ConfigError: A pair without ``=``.
@@ -178,7 +182,8 @@ def parse_model_args(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"-M takes key=value (e.g. -M temperature=0), got {pair!r}")
+            example = "temperature=0" if flag == "-M" else "fork=false"
+            raise ConfigError(f"{flag} takes key=value (e.g. {flag} {example}), got {pair!r}")
         args[key.strip()] = _model_arg(value)
     return args
 
@@ -253,4 +258,4 @@ def check_env_options(env: dict[str, Any], path: str | Path | None = None) -> No
         raise ConfigError(f"{path or 'run options'}: {line}", errors=exc.errors) from None
 
 
-__all__ = ["RunConfig", "load_run_config", "parse_model_args", "read_config_file"]
+__all__ = ["RunConfig", "check_env_options", "load_run_config", "parse_model_args", "read_config_file"]
