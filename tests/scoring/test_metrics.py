@@ -299,33 +299,6 @@ def test_score_many_checks_lengths() -> None:
     assert score_many([], []) == []
 
 
-def test_public_names() -> None:
-    assert set(metrics.__all__) == {
-        "API_SEQUENCE_METRICS",
-        "ApiSequenceScore",
-        "api_sequence",
-        "api_sequence_score",
-        "METRICS",
-        "CorpusScore",
-        "Estimate",
-        "PairedComparison",
-        "PairedDifference",
-        "RewardWeights",
-        "Score",
-        "aggregate",
-        "chrf",
-        "compare_paired",
-        "estimate_means",
-        "exact_match",
-        "normalize_for_exact_match",
-        "reward",
-        "rouge_l",
-        "rouge_tokens",
-        "score",
-        "score_many",
-    }
-
-
 # ---------------------------------------------------------------------------------------------------
 # Aggregation and paired comparison.
 
