@@ -50,11 +50,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from themisto_env.env.actions import Prediction
+from themisto_env.env.actions import Action, Prediction
 from themisto_env.env.tools import ToolCall
 from themisto_env.errors import ConfigError
 
-Action = ToolCall | Prediction
 Observation = Mapping[str, Any]
 Info = Mapping[str, Any]
 
@@ -214,8 +213,8 @@ class BaseAgent:
             info: The env's info (``sample_id``, ``task``, ``observation_mode``, ``tool_names``, ...).
 
         Returns:
-            A [`ToolCall`][themisto_env.env.ToolCall] (only when ``observation["tools_left"] > 0`` and the env is in
-            ``tools`` mode) or a [`Prediction`][themisto_env.env.Prediction].
+            A [`ToolCall`][themisto_env.env.tools.ToolCall] (only when ``observation["tools_left"] > 0`` and the
+            env is in ``tools`` mode) or a [`Prediction`][themisto_env.env.Prediction].
         """
         raise NotImplementedError
 
@@ -251,7 +250,7 @@ class BaseAgent:
 
 def checked_action(action: object, agent: object) -> Action | Mapping[str, Any]:
     """What an agent returned, if it is an action: a [`Prediction`][themisto_env.env.Prediction], a
-    [`ToolCall`][themisto_env.env.ToolCall], or the env's raw form of one (a mapping with ``kind``).
+    [`ToolCall`][themisto_env.env.tools.ToolCall], or the env's raw form of one (a mapping with ``kind``).
 
     The env answers a malformed action in ``tool_result`` (a policy being trained must not crash it), but
     an agent that returns something else altogether (a string, None) is a bug in the agent, not an answer:
@@ -271,4 +270,4 @@ def checked_action(action: object, agent: object) -> Action | Mapping[str, Any]:
     )
 
 
-__all__ = ["Action", "Agent", "AgentUsage", "BaseAgent", "Info", "Observation", "checked_action"]
+__all__ = ["Agent", "AgentUsage", "BaseAgent", "Info", "Observation", "checked_action"]

@@ -17,8 +17,9 @@ from collections.abc import Sequence
 
 from rapidfuzz import fuzz
 
-from themisto_env.agents.base import Action, BaseAgent, Info, Observation
+from themisto_env.agents.base import BaseAgent, Info, Observation
 from themisto_env.agents.history import HistoryCell, parse_history
+from themisto_env.env import Action
 from themisto_env.env.actions import Prediction
 
 

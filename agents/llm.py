@@ -32,12 +32,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from themisto_env import tracing
-from themisto_env.agents.base import Action, BaseAgent, Info, Observation
+from themisto_env.agents.base import BaseAgent, Info, Observation
 from themisto_env.agents.cache import ResponseCache, is_cached, open_cache, request_key
 from themisto_env.agents.parsing import extract_prediction
 from themisto_env.agents.prompting import ContextMode, PromptTemplates, load_prompts
 from themisto_env.agents.retry import RetryPolicy, acall_with_retries, call_with_retries, status_of
 from themisto_env.agents.transcript import message_text, transcript
+from themisto_env.env import Action
 from themisto_env.env.actions import Prediction
 from themisto_env.errors import ConfigError
 from themisto_env.redaction import without_secrets

@@ -26,10 +26,11 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from themisto_env.agents.base import Action, Info, Observation
+from themisto_env.agents.base import Info, Observation
 from themisto_env.agents.llm import LLMAgent
 from themisto_env.agents.parsing import extract_prediction
 from themisto_env.agents.transcript import message_text, transcript
+from themisto_env.env import Action
 from themisto_env.env.actions import Prediction
 from themisto_env.env.tools import ToolCall, ToolContext
 from themisto_env.errors import ConfigError

@@ -53,7 +53,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from themisto_env.agents.base import Action, BaseAgent, Info, Observation
+from themisto_env.agents.base import BaseAgent, Info, Observation
 from themisto_env.agents.baselines import repeat_previous, retrieve
 from themisto_env.agents.displayed import (
     SCALAR_KINDS,
@@ -65,7 +65,7 @@ from themisto_env.agents.displayed import (
 from themisto_env.agents.frame_text import notebook_frame_text
 from themisto_env.agents.history import parse_history
 from themisto_env.agents.needed_names import column_lookups, needed_names, parse_cell
-from themisto_env.env.actions import Prediction
+from themisto_env.env.actions import Action, Prediction
 from themisto_env.env.tools import TOOLS, ToolCall
 from themisto_env.sandbox.kernel.answers import FrameView, VariableDetail, VariableListing
 

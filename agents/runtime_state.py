@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import ast
 
-from themisto_env.agents.base import Action, Info, Observation
+from themisto_env.agents.base import Info, Observation
 from themisto_env.agents.displayed import DisplayedExpression, displayed_expression, is_pandas
 from themisto_env.agents.history import parse_history
 from themisto_env.agents.needed_names import parse_cell
@@ -42,7 +42,7 @@ from themisto_env.agents.runtime_rules import (
     next_cell_plan,
     output_plan,
 )
-from themisto_env.env.actions import Prediction
+from themisto_env.env.actions import Action, Prediction
 
 #: The kinds whose ``print`` shows what their display shows (``type`` and ``info`` print otherwise).
 PRINTABLE = frozenset({"value", "shape", "len", "head", "describe", "dtypes", "tuple"})

@@ -9,7 +9,7 @@ import ast
 import threading
 from pathlib import Path
 
-from themisto_env.sandbox.kernel.helper import PARTS as HELPER_PARTS
+from themisto_env.sandbox.kernel.helper._source import PARTS as HELPER_PARTS
 from themisto_env.sandbox.template.zygote import PARTS as PROGRAM_PARTS
 from themisto_env.syntax import parse
 

@@ -1,14 +1,11 @@
 """themisto-env: a gymnasium environment for predicting Jupyter development trajectories from runtime state.
 
-Importing the package registers the gymnasium ids ``themisto/NextCell-v0`` and
-``themisto/OutputPrediction-v0`` (registration only: nothing is started at import). It re-exports,
-lazily (each imported from its module on first use), the exception tree ([`themisto_env.errors`][themisto_env.errors])
-and the names most code starts from: the env, its actions and options, the dataset, samples and trajectories;
-and the verifiers taskset and harness (``ThemistoTaskset``, ``ThemistoHarness``: the package is a
-verifiers 0.4 environment, ``vf-eval themisto-env``; see `themisto_env.bridges.vf_env`). Each
-subpackage owns one job (``data``, ``replay``, ``scoring``, ``env``, ``run``, ``bridges``, ``agents``,
-``sandbox``, ``metrics``; see docs/architecture.md). A package's face is its ``__init__.pyi``: a line per
-public name, from the module that defines it; ``lazy_loader.attach_stub`` makes ``__all__`` from it and
+Importing the package registers the gymnasium ids ``themisto/NextCell-v0`` and ``themisto/OutputPrediction-v0``
+(registration only: nothing is started at import). Its face holds the version, the roots of the exception tree
+([`themisto_env.errors`][themisto_env.errors] has all of it) and verifiers' taskset and harness (verifiers 0.4 finds
+them by this package's ``__all__``: ``vf-eval themisto-env``). Every other name has one face, its layer's: the env in
+``themisto_env.env``, the dataset in ``themisto_env.replay``, trajectories and samples in ``themisto_env.data``
+(see docs/architecture.md). A face is a package's ``__init__.pyi``, a line per name; ``lazy_loader.attach_stub``
 imports each name when first used.
 """
 

@@ -8,6 +8,7 @@ template could not prebuild). The whole tree is drawn in the API reference (docs
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -217,7 +218,7 @@ def options_error(errors: Sequence[Mapping[str, Any]], model: Any, *, prefix: st
         name = prefix + ".".join(loc) if loc else prefix.rstrip(".") or "options"
         given = error.get("input")
         shown = repr(given) if len(repr(given)) <= 80 else repr(given)[:77] + "..."
-        if error.get("type") == "extra_forbidden":
+        if error.get("type") in ("extra_forbidden", "unexpected_keyword_argument"):  # a model's, a dataclass's
             problems.append(f"{name}: no such option" + did_you_mean(loc[-1] if loc else "", _fields(model, loc[:-1])))
         elif error.get("type") in ("literal_error", "enum"):
             expected = str((error.get("ctx") or {}).get("expected", ""))
@@ -234,13 +235,16 @@ def options_error(errors: Sequence[Mapping[str, Any]], model: Any, *, prefix: st
 
 
 def _fields(model: Any, path: Sequence[str]) -> list[str]:
-    """The field names of ``model`` at ``path`` (a nested model's), or none when the path leaves the models."""
+    """The option names of ``model`` at ``path`` (a nested model's or dataclass's: its fields, and the names a
+    model takes beside them, its ``flat_options``), or none when the path leaves the models."""
     for part in path:
         field = getattr(model, "model_fields", {}).get(part)
         model = getattr(field, "annotation", None)
         if model is None:
             return []
-    return list(getattr(model, "model_fields", {}))
+    if dataclasses.is_dataclass(model):
+        return [field.name for field in dataclasses.fields(model)]
+    return [*getattr(model, "model_fields", {}), *getattr(model, "flat_options", ())]
 
 
 __all__ = [

@@ -3,8 +3,9 @@ and is keyed by, and `RayPlacement`, where kernels run on Ray.
 
 A spec names the backend, the limits, the snapshot store and how the kernel sees it, the kernel
 environment, the Ray placement (None: on this machine), the modules to preload, the backend's launcher
-options and whether kernels of this kind may be forked from a template. It is built once by its owner (the
-env builds one from its config and dataset) and handed down: `make_kernel`, `Kernel`, `RemoteKernel`,
+options, whether kernels of this kind may be forked from a template and how many an owner keeps warm. It is
+the env's ``kernel`` option (``gym.make(id, kernel=KernelSpec("docker"))``), completed once by its owner (the
+env adds its dataset's environment and imports) and handed down: `make_kernel`, `Kernel`, `RemoteKernel`,
 `KernelTemplate`, `shared_template`, `shared_pool` and the disposable kernels all take it, and two equal
 specs share one template and one pool. The fork policy (`KernelSpec.not_forked`) lives here too, so that
 every user of a spec forks, or does not, for the same reason.
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 
 from themisto_env.sandbox.models import SandboxLimits
 
@@ -82,7 +83,8 @@ class KernelFields(TypedDict, total=False):
     ray: RayPlacement | None
     preload: Sequence[str]
     launcher_options: Mapping[str, Any] | None
-    fork: bool
+    fork: bool | None
+    warm_kernels: int
 
 
 @dataclass(frozen=True)
@@ -103,8 +105,14 @@ class KernelSpec:
         launcher_options: Extra keyword arguments for the backend's launcher (e.g. ``image`` for docker),
             as sorted ``(name, value)`` pairs (a mapping given is sorted so).
         fork: Whether kernels of this kind may be forked from a template (see `not_forked` for where
-            they are not, fork or no fork).
+            they are not, fork or no fork); None: the owner's default (the env forks, a bare kernel does
+            not).
+        warm_kernels: Started kernels an owner keeps ready (the env's pool; 0 starts each kernel when
+            needed). Not part of the kind: two specs differing only here are equal.
     """
+
+    # a `kernel:` block of a config file is validated into a spec: an unknown key is an error
+    __pydantic_config__ = ConfigDict(extra="forbid")
 
     backend: str = "local"
     limits: SandboxLimits = dataclasses.field(default_factory=SandboxLimits)
@@ -114,13 +122,16 @@ class KernelSpec:
     ray: RayPlacement | None = None
     preload: tuple[str, ...] = ()
     launcher_options: tuple[tuple[str, Any], ...] = ()
-    fork: bool = False
+    fork: bool | None = None
+    warm_kernels: NonNegativeInt = dataclasses.field(default=1, compare=False)
 
     def __post_init__(self) -> None:
         # normalized, so that equal kernels make equal specs (and one key)
         set_ = object.__setattr__
         if self.limits is None:
             set_(self, "limits", SandboxLimits())
+        if isinstance(self.ray, str):  # a bare address: a placement with the defaults
+            set_(self, "ray", RayPlacement(address=self.ray))
         if self.snapshot_dir is not None and not isinstance(self.snapshot_dir, str):
             set_(self, "snapshot_dir", str(self.snapshot_dir))
         if not isinstance(self.preload, tuple):

@@ -87,17 +87,22 @@ def test_an_openenv_session_draws_the_trajectory_the_gym_env_draws_for_a_seed() 
 
 
 def test_the_inspect_tasks_options_default_to_the_env_configs() -> None:
-    """The inspect task's ``-T`` options are the env's: each default is EnvConfig's (``reward=None``: its default)."""
+    """The inspect task's ``-T`` options are the env's: each default is EnvConfig's (``reward=None``: its default),
+    the kernel's (``backend``, ...) its kernel spec's."""
     pytest.importorskip("inspect_ai", reason="inspect_ai is not installed (pip install -e '.[inspect]')")
     import inspect
 
     from themisto_env.bridges.inspect_task import themisto
-    from themisto_env.env.config import EnvConfig
+    from themisto_env.env.config import KERNEL_OPTIONS, EnvConfig
 
     fields, parameters = EnvConfig.model_fields, inspect.signature(themisto).parameters
     shared = {name: {"data": "dataset"}.get(name, name) for name in parameters}
-    shared = {name: field for name, field in shared.items() if field in fields}
-    assert len(shared) >= 10
+    flat = {name for name in shared if name in KERNEL_OPTIONS}
+    shared = {name: field for name, field in shared.items() if field in fields or field in flat}
+    assert len(shared) >= 10 and "backend" in flat
     for name, field in shared.items():
-        default, expected = parameters[name].default, fields[field].get_default(call_default_factory=True)
+        default = parameters[name].default
+        expected = (
+            getattr(EnvConfig(), field) if field in flat else fields[field].get_default(call_default_factory=True)
+        )
         assert default == expected or (name == "reward" and default is None), name  # None: the env's weights

@@ -17,16 +17,9 @@ from typing import Any
 import pytest
 
 from themisto_env.bridges.rl.tool_env import ROLLOUT_TOOLS, ThemistoToolEnv, tool_methods
-from themisto_env.env.tools import (
-    SUBMIT,
-    TOOLS,
-    ToolContext,
-    ToolSpec,
-    argument_description,
-    langchain_tools,
-    task_tools,
-    tool_docstring,
-)
+from themisto_env.env.tools import SUBMIT, TOOLS, ToolContext, ToolSpec, langchain_tools, task_tools
+from themisto_env.env.tools._functions import tool_docstring
+from themisto_env.env.tools._run import argument_description
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from themisto_env._version import __version__
 from themisto_env.cli import app
+from themisto_env.errors import ConfigError
 
 
 def _help(*args: str) -> str:
@@ -68,25 +69,58 @@ def test_agents_says_which_need_a_model() -> None:
     assert any("--model fake" in line for line in lines)
 
 
-def test_run_takes_the_env_options_serve_takes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_takes_the_env_and_kernel_options_serve_takes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--tool-budget`` over the config's ``env:``, ``-K`` over its ``kernel:`` block; rarer options are the
+    config file's."""
     seen: dict[str, Any] = {}
 
     def fake_run(config: Any, out: Path, force: bool = False) -> dict[str, Any]:
-        seen["env"] = config.env
+        seen["env"], seen["backend"] = config.env, config.backend
         raise SystemExit(0)
 
     monkeypatch.setattr("themisto_env.run.runner.run", fake_run)
     config = tmp_path / "run.yaml"
-    config.write_text("env:\n  tool_budget: 9\n  history_length: 4\n  fork: false\n")
-    options = ["--tool-budget", "2", "--tool-cost", "0.5", "--history-length", "3"]
+    config.write_text("env:\n  tool_budget: 9\n  history_length: 4\nkernel:\n  backend: bwrap\n  warm_kernels: 2\n")
+    options = ["--tool-budget", "2", "-K", "fork=false", "--kernel", "limits.timeout_s=120"]
     CliRunner().invoke(app, ["run", "--config", str(config), *options])
-    assert seen["env"] == {"tool_budget": 2, "tool_cost": 0.5, "history_length": 3, "fork": False}
-    for command in ("run", "serve"):
+    kernel = {"warm_kernels": 2, "fork": False, "limits": {"timeout_s": 120}}
+    assert seen == {"env": {"tool_budget": 2, "history_length": 4, "kernel": kernel}, "backend": "bwrap"}
+    for command in ("run", "serve", "mcp"):
         shown = _help(command)
-        assert "--tool-budget" in shown and "--tool-cost" in shown and "--history-length" in shown
+        assert "--tool-budget" in shown and "--kernel -K" in shown
+        # run takes the rare task options in its config file; serve and mcp have none, so they take --tool-cost
+        assert ("--tool-cost" in shown) == (command != "run"), command
 
 
-def test_attempts_and_its_hidden_deprecated_alias(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["-K", "frok=false"], "env.kernel.frok: no such option; did you mean 'fork'?"),
+        (["-K", "backend=docker"], "give the backend with --backend, not -K backend=..."),
+        (["-K", "fork"], "-K takes key=value (e.g. -K fork=false), got 'fork'"),
+    ],
+)
+def test_a_bad_kernel_option_is_one_line(args: list[str], line: str) -> None:
+    result = CliRunner().invoke(app, ["run", *args])  # the ConfigError that `themisto` prints as its one line
+    assert isinstance(result.exception, ConfigError) and line in str(result.exception)
+    assert "\n" not in str(result.exception)
+
+
+def test_the_kernel_options_have_a_panel_of_their_own() -> None:
+    import typer.rich_utils
+
+    width, typer.rich_utils.MAX_WIDTH = typer.rich_utils.MAX_WIDTH, 400
+    try:
+        shown = CliRunner().invoke(app, ["run", "--help"]).output
+    finally:
+        typer.rich_utils.MAX_WIDTH = width
+    kernel = shown[shown.index("─ Kernel ─") :]
+    for option in ("--backend", "--kernel", "--workers", "--ray"):  # each option's own line, in the panel only
+        assert f"│ {option} " in kernel and f"│ {option} " not in shown[: shown.index("─ Kernel ─")]
+    assert "─ Model ─" in shown and "--samples" not in shown
+
+
+def test_attempts(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[int] = []
 
     def fake_run(config: Any, out: Path, force: bool = False) -> dict[str, Any]:
@@ -95,7 +129,4 @@ def test_attempts_and_its_hidden_deprecated_alias(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr("themisto_env.run.runner.run", fake_run)
     CliRunner().invoke(app, ["run", "--attempts", "3"])
-    old = CliRunner().invoke(app, ["run", "--samples", "2"])
-    assert seen == [3, 2] and "--samples is deprecated: it is now --attempts" in old.output
-    shown = _help("run")
-    assert "--attempts" in shown and "--samples" not in shown
+    assert seen == [3]

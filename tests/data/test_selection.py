@@ -64,7 +64,7 @@ def test_sample_ids_files_lines_or_results_jsonl(tmp_path: Path) -> None:
 def test_run_inspect_and_export_cover_the_same_samples(env_dataset: dict[str, str], tmp_path: Path) -> None:
     """``themisto run --limit``, the inspect task's limit (and inspect's own --limit) and the TRL export."""
     from themisto_env.bridges.inspect_task import themisto
-    from themisto_env.bridges.rl import export_samples
+    from themisto_env.bridges.rl.export import export_samples
     from themisto_env.replay.dataset import Dataset
     from themisto_env.run.config import RunConfig
     from themisto_env.run.plan import covered_samples

@@ -16,7 +16,6 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field
 
-import themisto_env.env.tools
 from themisto_env.env.tools import (
     TOOL_NAMES,
     TOOLS,
@@ -24,11 +23,12 @@ from themisto_env.env.tools import (
     ToolCall,
     ToolContext,
     ToolResult,
-    describe_tools,
     langchain_tools,
     run_tool,
 )
 from themisto_env.env.tools._history import find_definition
+from themisto_env.env.tools._models import ToolError
+from themisto_env.env.tools._run import describe_tools
 from themisto_env.errors import ActionError, InfrastructureError, KernelDiedError
 from themisto_env.sandbox.kernel.answers import FrameView
 from themisto_env.sandbox.kernel.core import Kernel
@@ -100,40 +100,8 @@ def test_tool_names_are_pinned() -> None:
     assert all(TOOLS[name].name == name for name in TOOL_NAMES)
 
 
-def test_public_names_are_pinned() -> None:
-    assert sorted(themisto_env.env.tools.__all__) == sorted(
-        [
-            "TOOLS",
-            "TOOL_NAMES",
-            "HistoryItem",
-            "ObservationStructuredTool",
-            "ObservationTool",
-            "OnCall",
-            "ToolCall",
-            "ToolContext",
-            "ToolError",
-            "ToolResult",
-            "describe_tools",
-            "langchain_tools",
-            "nearest_tool",
-            "run_tool",
-            "signature",
-            "SUBMIT",
-            "TRY_CELL",
-            "ToolSpec",
-            "argument_description",
-            "task_tools",
-            "tool_docstring",
-            "tool_function",
-            "tool_method",
-        ]
-    )
-    for name in themisto_env.env.tools.__all__:
-        assert getattr(themisto_env.env.tools, name) is not None
-
-
 def test_tool_errors_belong_to_the_exception_tree() -> None:
-    assert issubclass(themisto_env.env.tools.ToolError, ActionError)
+    assert issubclass(ToolError, ActionError)
 
 
 @pytest.mark.parametrize("name", TOOL_NAMES)

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from themisto_env.bridges.rl import ExecutionReward, export_samples
+from themisto_env.bridges.rl import ExecutionReward
+from themisto_env.bridges.rl.export import export_samples
 from themisto_env.errors import KernelDiedError
 from themisto_env.sandbox.kernel import copy_namespaces
 from themisto_env.sandbox.kernel.core import Kernel

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from themisto_env.sandbox.kernel.core import Kernel
-from themisto_env.sandbox.kernel.helper import CELL_FOLDER
+from themisto_env.sandbox.kernel.helper._process import CELL_FOLDER
 from themisto_env.sandbox.rendering import render_outputs
 
 CELLS = [

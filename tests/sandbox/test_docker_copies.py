@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from themisto_env.bridges.rl import ExecutionReward, export_samples
+from themisto_env.bridges.rl import ExecutionReward
+from themisto_env.bridges.rl.export import export_samples
 from themisto_env.errors import InfrastructureError, KernelDiedError
 from themisto_env.replay.disposable import CodeRun, DisposableKernels
 from themisto_env.sandbox.kernel.core import Kernel

@@ -23,8 +23,8 @@ import pytest
 
 from themisto_env.errors import InfrastructureError
 from themisto_env.sandbox.kernel.core import Kernel
-from themisto_env.sandbox.kernel.helper import PARTS as HELPER_PARTS
 from themisto_env.sandbox.kernel.helper import helper_source
+from themisto_env.sandbox.kernel.helper._source import PARTS as HELPER_PARTS
 from themisto_env.sandbox.kernel.sources import assemble
 from themisto_env.sandbox.template.core import KernelTemplate
 from themisto_env.sandbox.template.zygote import PARTS as PROGRAM_PARTS

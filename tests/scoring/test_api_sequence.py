@@ -14,12 +14,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from themisto_env.metrics import (
-    API_SEQUENCE_METRICS,
-    ApiSequenceScore,
-    api_sequence,
-    api_sequence_score,
-)
+from themisto_env.metrics import API_SEQUENCE_METRICS, api_sequence, api_sequence_score
+from themisto_env.metrics._api_sequence import ApiSequenceScore
 
 # -- an oracle: JuICe's extraction as its authors wrote it (templatized token types, then gen_api_seq) ----
 

@@ -38,7 +38,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import require_backend
-from themisto_env.bridges.rl import ExecutionReward, export_samples
+from themisto_env.bridges.rl import ExecutionReward
+from themisto_env.bridges.rl.export import export_samples
 from themisto_env.data.samples import SampleRule
 from themisto_env.env.actions import Prediction
 from themisto_env.env.core import ThemistoEnv

@@ -3,38 +3,71 @@
 from __future__ import annotations
 
 import errno
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
+from themisto_env.errors import ConfigError
+
 console = Console()
 """Where the commands print (stdout)."""
+
+KERNEL_PANEL = "Kernel"
+"""The help panel of the kernel's options (``--backend``, ``--kernel``, ``--ray``, ...)."""
 
 Backend = Annotated[str, typer.Option("--backend", "-b", help="Kernel backend: local, bwrap or docker.")]
 """The ``--backend`` option."""
 
+KernelOptions = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--kernel",
+        "-K",
+        metavar="KEY=VALUE",
+        rich_help_panel=KERNEL_PANEL,
+        help="A kernel option (repeatable; a config file's kernel: block): -K fork=false -K warm_kernels=0 "
+        "-K limits.timeout_s=120 -K environment=NAME -K snapshot_dir=DIR.",
+    ),
+]
+"""The ``--kernel``/``-K`` option (``serve``, ``run``): the env's kernel options, `kernel_options`."""
+
 ToolBudget = Annotated[
     int | None, typer.Option("--tool-budget", min=0, help="Tool calls per sample (env: tool_budget).")
 ]
-"""The ``--tool-budget`` option (``serve``, ``run``): the env's ``tool_budget``."""
+"""The ``--tool-budget`` option (``serve``, ``run``, ``mcp``): the env's ``tool_budget``."""
 
 ToolCost = Annotated[
     float | None, typer.Option("--tool-cost", min=0.0, help="Reward paid per tool call (env: tool_cost).")
 ]
-"""The ``--tool-cost`` option (``serve``, ``run``): the env's ``tool_cost``."""
-
-HistoryLength = Annotated[
-    int | None,
-    typer.Option("--history-length", min=0, help="Executions shown in the observation (env: history_length)."),
-]
-"""The ``--history-length`` option (``serve``, ``run``): the env's ``history_length``."""
+"""The ``--tool-cost`` option (``serve``, ``mcp``: no config file; ``run`` takes it in its ``env:`` block)."""
 
 
-def env_options(tool_budget: int | None, tool_cost: float | None, history_length: int | None) -> dict[str, object]:
-    """The env options given on the command line (`ToolBudget`, `ToolCost`, `HistoryLength`), None left out."""
-    given = {"tool_budget": tool_budget, "tool_cost": tool_cost, "history_length": history_length}
+def task_options(tool_budget: int | None, tool_cost: float | None) -> dict[str, object]:
+    """The env options given on the command line (`ToolBudget`, `ToolCost`), None left out."""
+    given = {"tool_budget": tool_budget, "tool_cost": tool_cost}
     return {key: value for key, value in given.items() if value is not None}
+
+
+def kernel_options(pairs: list[str] | None) -> dict[str, Any]:
+    """``-K`` pairs as the env's kernel options: ``["fork=false", "limits.timeout_s=120"]`` -> ``{"fork": False,
+    "limits": {"timeout_s": 120}}`` (values read as YAML scalars, a dotted key as a nested option).
+
+    Raises:
+        ConfigError: A pair is not KEY=VALUE, or names the backend (``--backend`` does).
+    """
+    from themisto_env.run.config import parse_model_args
+
+    options: dict[str, Any] = {}
+    for key, value in parse_model_args(list(pairs or []), flag="-K").items():
+        if key == "backend":
+            raise ConfigError("give the backend with --backend, not -K backend=...")
+        *parents, leaf = key.split(".")
+        nested = options
+        for parent in parents:
+            nested = nested.setdefault(parent, {})
+        nested[leaf] = value
+    return options
 
 
 _STORAGE_ERRORS = {
@@ -68,12 +101,14 @@ def storage_error_line(exc: OSError) -> str | None:
 
 
 __all__ = [
+    "KERNEL_PANEL",
     "RESUME_HINT",
     "Backend",
-    "HistoryLength",
+    "KernelOptions",
     "ToolBudget",
     "ToolCost",
     "console",
-    "env_options",
+    "kernel_options",
     "storage_error_line",
+    "task_options",
 ]

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from themisto_env.commands.common import HistoryLength, ToolBudget, ToolCost, env_options
+from themisto_env.commands.common import KERNEL_PANEL, KernelOptions, ToolBudget, ToolCost, kernel_options, task_options
 from themisto_env.errors import ConfigError
 
 __all__ = ["check_loopback", "mcp_command", "parse_address"]
@@ -81,7 +81,11 @@ def mcp_command(
     workers: Annotated[int, typer.Option("--workers", min=1, help="Threads running the sessions' calls, shared.")] = 64,
     task: Annotated[str, typer.Option(help="Task: next-cell or output.")] = "next-cell",
     observation: Annotated[str, typer.Option(help="Observation mode: static, full or tools.")] = "tools",
-    backend: Annotated[str, typer.Option("--backend", "-b", help="Kernel backend: local, bwrap or docker.")] = "local",
+    backend: Annotated[
+        str,
+        typer.Option("--backend", "-b", rich_help_panel=KERNEL_PANEL, help="Kernel backend: local, bwrap or docker."),
+    ] = "local",
+    kernel: KernelOptions = None,
     data: Annotated[
         Path | None, typer.Option("--data", "--dataset", help="Dataset folder (default: the bundled data).")
     ] = None,
@@ -91,7 +95,6 @@ def mcp_command(
     ] = None,
     tool_budget: ToolBudget = None,
     tool_cost: ToolCost = None,
-    history_length: HistoryLength = None,
     execution_score: Annotated[
         bool, typer.Option("--execution-score", help="Also score next-cell predictions by running them.")
     ] = False,
@@ -116,7 +119,9 @@ def mcp_command(
             options["dataset"] = str(data)
         if split is not None:
             options["split"] = split
-        options.update(env_options(tool_budget, tool_cost, history_length))
+        options.update(task_options(tool_budget, tool_cost))
+        if kernel:
+            options["kernel"] = kernel_options(kernel)
         if execution_score:
             options["execution_score"] = True
         server, sessions = episode_server(options, workers=workers, http=http is not None)

@@ -11,10 +11,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from themisto_env import trace_export
-from themisto_env.commands.common import HistoryLength, ToolBudget, ToolCost, console, env_options
+from themisto_env.commands.common import KERNEL_PANEL, KernelOptions, ToolBudget, console, kernel_options
 from themisto_env.metrics import API_SEQUENCE_METRICS, METRICS
 from themisto_env.run.results import model_label
 from themisto_env.run.tally import nothing_scored
+
+MODEL_PANEL = "Model"
+"""The help panel of the LLM agents' options (``--model``, ``-M``, ``--max-connections``, ...)."""
 
 
 def run_command(
@@ -32,12 +35,19 @@ def run_command(
             "--model",
             "-m",
             metavar="PROVIDER/NAME",
+            rich_help_panel=MODEL_PANEL,
             help="The LLM agents' model: openai/gpt-4o-mini, anthropic/claude-3-5-haiku-latest, "
             "ollama/qwen2.5-coder:7b, fake, or package.module:ChatClass/NAME.",
         ),
     ] = None,
     base_url: Annotated[
-        str | None, typer.Option("--base-url", metavar="URL", help="The provider's endpoint (OpenAI-compatible).")
+        str | None,
+        typer.Option(
+            "--base-url",
+            metavar="URL",
+            rich_help_panel=MODEL_PANEL,
+            help="The provider's endpoint (OpenAI-compatible).",
+        ),
     ] = None,
     model_args: Annotated[
         list[str] | None,
@@ -45,6 +55,7 @@ def run_command(
             "--model-arg",
             "-M",
             metavar="KEY=VALUE",
+            rich_help_panel=MODEL_PANEL,
             help="A model argument (repeatable): -M temperature=0 -M max_tokens=512.",
         ),
     ] = None,
@@ -53,7 +64,10 @@ def run_command(
         str | None,
         typer.Option(help="What the agent sees: static, full or tools (default: the agent's own mode)."),
     ] = None,
-    backend: Annotated[str | None, typer.Option("--backend", "-b", help="local, bwrap or docker.")] = None,
+    backend: Annotated[
+        str | None, typer.Option("--backend", "-b", rich_help_panel=KERNEL_PANEL, help="local, bwrap or docker.")
+    ] = None,
+    kernel: KernelOptions = None,
     data: Annotated[Path | None, typer.Option(help="Dataset folder (default: the bundled data).")] = None,
     split: Annotated[
         str | None,
@@ -74,10 +88,11 @@ def run_command(
     ] = None,
     selection: Annotated[
         str | None,
-        typer.Option("--selection", metavar="spread|first", help="How --limit picks: spread (default) or first."),
-    ] = None,
-    selection_seed: Annotated[
-        int | None, typer.Option("--selection-seed", metavar="N", help="The seed of --limit's selection (0).")
+        typer.Option(
+            "--selection",
+            metavar="spread|first",
+            help="How --limit picks: spread (default; seeded by a config's selection_seed) or first.",
+        ),
     ] = None,
     sample_ids: Annotated[
         Path | None,
@@ -87,12 +102,18 @@ def run_command(
             help="Run these samples: a file of sample ids, one a line, or another run's results.jsonl.",
         ),
     ] = None,
-    workers: Annotated[int | None, typer.Option(help="Worker processes (or Ray actors with --ray).")] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            rich_help_panel=KERNEL_PANEL, help="Worker processes, each with its env and kernel (or Ray actors)."
+        ),
+    ] = None,
     ray: Annotated[
         str | None,
         typer.Option(
             "--ray",
             metavar="ADDRESS",
+            rich_help_panel=KERNEL_PANEL,
             help="Spread episodes over Ray actors: 'local' starts a local Ray instance; 'auto' or a cluster "
             "address (HOST:6379, ray://HOST:10001) joins a running cluster. Needs themisto-env\\[ray].",
         ),
@@ -107,9 +128,6 @@ def run_command(
             "pass@k over the execution score (with --execution-score) and best-of-K for the text metrics.",
         ),
     ] = None,
-    samples: Annotated[
-        int | None, typer.Option("--samples", min=1, hidden=True, help="Deprecated: --attempts.")
-    ] = None,
     execution_score: Annotated[
         bool | None,
         typer.Option(
@@ -122,6 +140,7 @@ def run_command(
         int | None,
         typer.Option(
             "--max-retries",
+            rich_help_panel=MODEL_PANEL,
             min=0,
             metavar="N",
             help="Retries of a failed model call (rate limit, 5xx, timeout), with exponential backoff and "
@@ -132,6 +151,7 @@ def run_command(
         float | None,
         typer.Option(
             "--fail-on-error",
+            rich_help_panel=MODEL_PANEL,
             min=0.0,
             max=1.0,
             metavar="RATE",
@@ -144,6 +164,7 @@ def run_command(
         int | None,
         typer.Option(
             "--max-connections",
+            rich_help_panel=MODEL_PANEL,
             min=1,
             metavar="N",
             help="Model calls in flight at once (LLM agents): episodes run concurrently, each with its own "
@@ -154,13 +175,12 @@ def run_command(
         Path | None,
         typer.Option(
             "--cache",
+            rich_help_panel=MODEL_PANEL,
             metavar="FILE",
             help="SQLite cache of model replies (keyed by model, parameters and messages): a rerun is free.",
         ),
     ] = None,
     tool_budget: ToolBudget = None,
-    tool_cost: ToolCost = None,
-    history_length: HistoryLength = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Run folder (resumed if it exists).")] = Path("runs/latest"),
     trace: Annotated[
         Path | None,
@@ -176,12 +196,12 @@ def run_command(
         bool, typer.Option("--force", help="Start the run folder over (its results are removed).")
     ] = False,
 ) -> None:
-    """Run an agent over a task's samples; write results.jsonl and summary.json (resumable)."""
-    from themisto_env.run.config import load_run_config, parse_model_args
-    from themisto_env.run.runner import run
+    """Run an agent over a task's samples; write results.jsonl and summary.json (resumable).
 
-    if samples is not None:
-        typer.echo("warning: --samples is deprecated: it is now --attempts (attempts per sample)", err=True)
+    Rarer options (the env's tool cost, history length, reward weights and sample rule; the selection's
+    seed) go in a config file (--config)."""
+    from themisto_env.run.config import check_env_options, load_run_config, parse_model_args
+    from themisto_env.run.runner import run
 
     overrides = {
         "agent": agent,
@@ -196,21 +216,23 @@ def run_command(
         "split": split,
         "limit": limit,
         "selection": selection,
-        "selection_seed": selection_seed,
         "sample_ids": str(sample_ids) if sample_ids is not None else None,
         "workers": workers,
         "ray": ray,
-        "attempts": attempts if attempts is not None else samples,
+        "attempts": attempts,
         "max_retries": max_retries,
         "fail_on_error": fail_on_error,
     }
     overrides["data"] = str(data) if data is not None else None
     run_config = load_run_config(config, {k: v for k, v in overrides.items() if v is not None})
-    given = env_options(tool_budget, tool_cost, history_length)
+    given: dict[str, object] = {} if tool_budget is None else {"tool_budget": tool_budget}
     if execution_score is not None:
         given["execution_score"] = execution_score
+    if kernel:  # over the config's kernel: block
+        given["kernel"] = {**run_config.env.get("kernel", {}), **kernel_options(kernel)}
     if given:  # over the config's env: block
         run_config = run_config.model_copy(update={"env": {**run_config.env, **given}})
+        check_env_options(run_config.env, config)
     with trace_export.configured(trace):  # and the OTEL_* variables
         summary = run(run_config, out, force=force)
     console.print(summary_table(summary))
@@ -316,4 +338,4 @@ def agents_command() -> None:
         )
 
 
-__all__ = ["agents_command", "draws_note", "run_command", "summary_table", "usage_note"]
+__all__ = ["MODEL_PANEL", "agents_command", "draws_note", "run_command", "summary_table", "usage_note"]

@@ -7,7 +7,15 @@ from typing import Annotated, Any
 
 import typer
 
-from themisto_env.commands.common import HistoryLength, ToolBudget, ToolCost, console, env_options
+from themisto_env.commands.common import (
+    KERNEL_PANEL,
+    KernelOptions,
+    ToolBudget,
+    ToolCost,
+    console,
+    kernel_options,
+    task_options,
+)
 
 
 def serve_command(
@@ -41,7 +49,11 @@ def serve_command(
     observation: Annotated[
         str, typer.Option(help="Default observation mode: static, full or tools (a reset may ask for another).")
     ] = "tools",
-    backend: Annotated[str, typer.Option("--backend", "-b", help="Kernel backend: local, bwrap or docker.")] = "local",
+    backend: Annotated[
+        str,
+        typer.Option("--backend", "-b", rich_help_panel=KERNEL_PANEL, help="Kernel backend: local, bwrap or docker."),
+    ] = "local",
+    kernel: KernelOptions = None,
     data: Annotated[Path | None, typer.Option(help="Dataset folder (default: the bundled data).")] = None,
     split: Annotated[
         str | None,
@@ -53,7 +65,6 @@ def serve_command(
     ] = None,
     tool_budget: ToolBudget = None,
     tool_cost: ToolCost = None,
-    history_length: HistoryLength = None,
     execution_score: Annotated[
         bool, typer.Option("--execution-score", help="Also score next-cell predictions by running them.")
     ] = False,
@@ -62,14 +73,18 @@ def serve_command(
         typer.Option(
             "--ray",
             metavar="ADDRESS",
+            rich_help_panel=KERNEL_PANEL,
             help="Run the sessions' kernels in Ray actors: 'local' starts Ray here, 'auto' or a cluster address "
             "(HOST:6379, ray://HOST:10001) places them on the cluster's CPU nodes. Needs themisto-env\\[ray].",
         ),
     ] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's log level.")] = "info",
 ) -> None:
-    """Serve the env over the network (OpenEnv): each WebSocket session is one episode with its own kernel."""
-    from themisto_env.bridges.openenv import require_openenv
+    """Serve the env over the network (OpenEnv): each WebSocket session is one episode with its own kernel.
+
+    The env's rarer options (tool_cost, history_length, ...) keep their defaults here; Python's
+    `themisto_env.bridges.openenv.serve` takes them all."""
+    from themisto_env.bridges.openenv.deps import require_openenv
 
     require_openenv()
     from themisto_env.bridges.openenv.capacity import raise_open_file_limit, session_capacity
@@ -86,7 +101,12 @@ def serve_command(
         options["dataset"] = str(data)
     if split is not None:
         options["split"] = split
-    options.update(env_options(tool_budget, tool_cost, history_length))
+    options.update(task_options(tool_budget, tool_cost))
+    if kernel:
+        options["kernel"] = kernel_options(kernel)
+    from themisto_env.env.config import EnvConfig
+
+    EnvConfig(**options)  # an invalid option is one line now, not at the first session
     if execution_score:
         options["execution_score"] = True
     if ray:

@@ -1,4 +1,4 @@
-"""JuNE event rows: the columns, the event kinds and [`JuneEvent`][themisto_env.data.JuneEvent], one validated row.
+"""JuNE event rows: the columns, the event kinds and `JuneEvent`, one validated row.
 
 A malformed value raises pydantic's ``ValueError`` here; the readers in
 `themisto_env.data.june_files` turn it into a [`DataError`][themisto_env.errors.DataError] naming the

@@ -1,4 +1,4 @@
-"""JuNE log files: read and validate CSV, Parquet or JSON Lines logs into [`JuneEvent`][themisto_env.data.JuneEvent]
+"""JuNE log files: read and validate CSV, Parquet or JSON Lines logs into `JuneEvent`
 rows, write them back.
 
 Supported suffixes: ``.csv``, ``.csv.gz``, ``.parquet``, ``.pq``, ``.jsonl``, ``.jsonl.gz``, ``.ndjson``,

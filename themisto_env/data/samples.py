@@ -209,7 +209,7 @@ def episode_starts(episodes: Mapping[str, Sequence[Sample]], wanted: Collection[
 
     Args:
         episodes: Samples by trajectory, each in step order
-            ([`samples_by_trajectory`][themisto_env.data.samples_by_trajectory], an env's
+            (`samples_by_trajectory`, an env's
             ``episode_samples``).
         wanted: The sample ids to reach.
 

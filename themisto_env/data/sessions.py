@@ -1,14 +1,14 @@
 """Recorded development sessions: what a person executed, in order, as read from a log or a notebook.
 
 A [`Session`][themisto_env.data.Session] is one kernel's life in a notebook (JuNE groups episodes by ``kernel_id``); its
-[`RecordedExecution`][themisto_env.data.RecordedExecution] items are the cell executions in the order they were
+`RecordedExecution` items are the cell executions in the order they were
 performed, with the outputs that were recorded at the time. These are the *inputs* of trajectory building: replaying a
 session in a sandbox kernel adds runtime state and replayed outputs beside the recorded ones.
 
 Sources:
     * JuNE event logs ([`themisto_env.data.june.read_sessions`][themisto_env.data.read_sessions]): full sessions with
     times.
-    * Saved notebooks ([`themisto_env.data.notebook.read_notebook_session`][themisto_env.data.read_notebook_session]):
+    * Saved notebooks (`themisto_env.data.notebook.read_notebook_session`):
     partial sessions, code
       cells ordered by ``execution_count``, no times.
 """

@@ -7,7 +7,7 @@ calls, budget and faults (``record``); the kind of kernel its parts share, built
 ``env_kernel_spec``), and what serving a state or calling a tool came to (``outcomes``: ``ToolOutcome``,
 ``not_served``, ``state_mismatch``); its options [`EnvConfig`][themisto_env.env.EnvConfig] (``config``), its spaces
 (``spaces``), the step's typed ``info`` (``info``: ``StepInfo``), the actions (``actions``:
-[`Prediction`][themisto_env.env.Prediction], and [`ToolCall`][themisto_env.env.ToolCall] from ``tools``), the
+[`Prediction`][themisto_env.env.Prediction], and [`ToolCall`][themisto_env.env.tools.ToolCall] from ``tools``), the
 observation's text (``observation``) and the observation tools (``tools``). The ids ``themisto/NextCell-v0`` and
 ``themisto/OutputPrediction-v0`` are registered by ``import themisto_env``. Names are re-exported lazily:
 importing this package imports none of its modules.

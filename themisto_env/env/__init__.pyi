@@ -3,12 +3,7 @@ use)."""
 
 from .actions import Action as Action
 from .actions import Prediction as Prediction
-from .actions import encode_action as encode_action
-from .actions import parse_action as parse_action
 from .config import EnvConfig as EnvConfig
 from .core import ThemistoEnv as ThemistoEnv
 from .episode import Episode as Episode
 from .record import EpisodeRecord as EpisodeRecord
-from .scorer import Scorer as Scorer
-from .state_server import StateServer as StateServer
-from .tools import ToolCall as ToolCall

@@ -6,8 +6,8 @@ In the gymnasium action space an action is a dict ``{"kind", "tool", "args", "te
   object of its arguments;
 * ``kind`` 1 = submit a prediction: ``text`` is the predicted cell source or output.
 
-Agents may also pass [`ToolCall`][themisto_env.env.ToolCall] or [`Prediction`][themisto_env.env.Prediction] objects
-directly. [`parse_action`][themisto_env.env.parse_action] turns either form into one of the two, or raises
+Agents may also pass [`ToolCall`][themisto_env.env.tools.ToolCall] or [`Prediction`][themisto_env.env.Prediction]
+objects directly. `parse_action` turns either form into one of the two, or raises
 [`ActionError`][themisto_env.errors.ActionError] saying what is wrong; the env answers that in the observation rather
 than ending the episode.
 """

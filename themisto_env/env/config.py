@@ -1,9 +1,10 @@
-"""The env's options: [`EnvConfig`][themisto_env.env.EnvConfig] (``gymnasium.make(id, **options)``), opened with its
-dataset by `env_config_and_dataset`; and the warning given once when model-written code is about to run where it
-can reach the host's files."""
+"""The env's options: [`EnvConfig`][themisto_env.env.EnvConfig] (``gymnasium.make(id, **options)``), the task's
+and its kernel's (one `KernelSpec`), opened with its dataset by `env_config_and_dataset`; and the warning given
+once when model-written code is about to run where it can reach the host's files."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import warnings
 from collections.abc import Mapping
@@ -16,11 +17,12 @@ from themisto_env.errors import ConfigError, options_error
 from themisto_env.metrics import RewardWeights
 from themisto_env.replay.dataset import Dataset
 from themisto_env.sandbox.kernel.launcher import launcher_class
-from themisto_env.sandbox.kernel.spec import RayPlacement
+from themisto_env.sandbox.kernel.spec import KernelSpec, RayPlacement
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.scoring.score import ScoringRule
 
 __all__ = [
+    "KERNEL_OPTIONS",
     "MODEL_CODE_TIMEOUT_S",
     "EnvConfig",
     "ObservationMode",
@@ -89,20 +91,23 @@ class OneLineOptions(BaseModel):
             raise ConfigError(line, errors=exc.errors()) from None
 
 
+#: The kernel's options an env also takes flat (``backend="docker"``): each goes into its ``kernel`` spec.
+KERNEL_OPTIONS = ("backend", "fork", "warm_kernels", "limits", "environment", "ray", "snapshot_dir")
+
+
 class EnvConfig(OneLineOptions):
-    """Options of a Themisto environment (``gymnasium.make(id, **options)``).
+    """Options of a Themisto environment (``gymnasium.make(id, **options)``): the task's, and the kernel's
+    as one value (``kernel=KernelSpec("docker", fork=False)``). The kernel's options are also taken flat
+    (``backend="docker"``, `KERNEL_OPTIONS`) and read back so (``config.backend`` is ``config.kernel.backend``).
 
     Attributes:
         task: ``next-cell`` or ``output``.
         dataset: A built trajectory dataset folder; None uses the bundled data (built on first use). The
             env itself also takes an open [`Dataset`][themisto_env.replay.Dataset] here (shared with
             other envs and callers; the config then holds its folder), or one side of a split.
-        snapshot_dir: The snapshot store; None: the dataset's own (an exported dataset's ``snapshots/``),
-            else the cache's.
         split: Serve only one side of the dataset's split: ``train``, ``test`` or ``NAME:train`` (see
             [`view`][themisto_env.replay.Dataset.view]); a sample of the other side is refused
             ([`SplitError`][themisto_env.errors.SplitError]). None: the whole dataset.
-        backend: Sandbox backend (``local``, ``bwrap``, ``docker``).
         observation: ``static`` (history), ``full`` (history + every variable and memory), ``tools``
             (history; the agent queries the state with tool calls).
         history_length: How many recent executions the observation shows.
@@ -115,40 +120,36 @@ class EnvConfig(OneLineOptions):
             attempt scored, and the episode moves on after the last. ``info["draw"]`` is the attempt the
             env now waits for (from 0); the step that scores one says which in ``info["scored_draw"]``.
             ``samples`` is its old, deprecated name.
-        lazy_state: Serve a sample's state only when the live state is needed (see the module
-            docstring); False serves each sample as it begins.
-        warm_kernels: Started kernels kept ready for the env (the dataset's imports preloaded); 0 starts
-            each kernel when needed and restarts it in place. Unused where kernels are forked (``fork``).
-        fork: Fork kernels, and copies of a sample's state, from a warm template process (the dataset's
-            imports done, each state loaded once) instead of starting a kernel and restoring a snapshot
-            into it: milliseconds instead of seconds, and pages shared with the template. On the ``local``
-            and ``bwrap`` backends, outside Ray; a template that cannot start or a state that is not safe
-            to fork (an open file or socket, a thread) is served the old way, and ``info["state"]["served_by"]``
-            says which way each sample was served. Kernels for model-written code are forked on ``local``,
-            ``docker`` (each docker copy with a uid of its own, in a template container) and ``bwrap`` (each
-            copy in namespaces of its own, in a template sandbox; started, a sandbox each, where the host
-            refuses nested user namespaces); the env's own docker kernel is started.
+        lazy_state: Serve a sample's state only when the live state is needed; False serves each sample
+            as it begins.
         sample_rule: Which steps are samples.
-        limits: Sandbox limits.
-        environment: The kernel environment (``themisto kernel-env``) kernels run in: None uses the one the
-            dataset was built in (its manifest says), ``default`` the tool's own Python, else a name or id.
-            Snapshots written in another environment are not restored (the state is replayed).
         max_output_chars: Cap of one output in the history.
         max_text_chars: Cap of each text field of the observation.
-        ray: Run the env's kernels in Ray actors on a cluster's CPU nodes, not in this process's machine:
-            an address (``local``, ``auto``, ``HOST:6379``, ``ray://HOST:10001``, as ``themisto run --ray``)
-            or a `RayPlacement` (resources, spreading, the nodes'
-            snapshot store). The env, its API and its rewards stay here; a kernel or node lost mid-episode
-            is an infrastructure fault (the sample is unscored), as a local kernel's death is.
+        kernel: The env's kernels ([`KernelSpec`][themisto_env.sandbox.KernelSpec], a mapping of its fields
+            in a config file's ``kernel:`` block):
+
+            - ``backend``: ``local``, ``bwrap`` or ``docker``;
+            - ``fork``: fork kernels, and copies of a sample's state, from a warm template process instead
+              of starting a kernel and restoring a snapshot into it (default True; where a state cannot be
+              forked it is served the old way, and ``info["state"]["served_by"]`` says which way);
+            - ``warm_kernels``: started kernels kept ready (the dataset's imports preloaded); unused where
+              kernels are forked;
+            - ``limits``: the sandbox limits;
+            - ``environment``: the kernel environment (``themisto kernel-env``): None uses the one the
+              dataset was built in, ``default`` the tool's own Python, else a name or id;
+            - ``ray``: run the kernels in Ray actors: an address (``local``, ``auto``, ``HOST:6379``) or a
+              `RayPlacement`; a kernel or node lost mid-episode is an infrastructure fault;
+            - ``snapshot_dir``: the snapshot store; None: the dataset's own, else the cache's.
     """
 
     model_config = ConfigDict(extra="forbid")
     options_label: ClassVar[str] = "environment options"
+    #: Names taken beside the fields (and offered as the nearest name of a misspelt option).
+    flat_options: ClassVar[tuple[str, ...]] = KERNEL_OPTIONS
 
     task: TaskName = "next-cell"
     dataset: str | None = None
     split: str | None = None
-    backend: str = "local"
     observation: ObservationMode = "tools"
     history_length: int = Field(10, ge=0)
     tool_budget: int = Field(5, ge=0)
@@ -157,30 +158,89 @@ class EnvConfig(OneLineOptions):
     execution_score: bool = False
     attempts: int = Field(1, ge=1)
     lazy_state: bool = True
-    warm_kernels: int = Field(1, ge=0)
-    fork: bool = True
     sample_rule: SampleRule = Field(default_factory=SampleRule)
-    limits: SandboxLimits = Field(default_factory=SandboxLimits)
     max_output_chars: int = Field(1500, ge=100)
     max_text_chars: int = Field(16000, ge=1000)
-    snapshot_dir: str | None = None
-    environment: str | None = None
-    ray: RayPlacement | None = None
+    kernel: KernelSpec = Field(default_factory=lambda: KernelSpec(fork=True))
 
     @model_validator(mode="before")
     @classmethod
     def _old_names(cls, data: Any) -> Any:
-        return renamed_option(data, "samples", "attempts")
+        data = renamed_option(data, "samples", "attempts")
+        if not isinstance(data, Mapping) or not set(KERNEL_OPTIONS) & set(data):
+            return data
+        flat = {key: data[key] for key in KERNEL_OPTIONS if key in data}
+        rest = {key: value for key, value in data.items() if key not in flat}
+        kernel = rest.get("kernel")
+        if isinstance(kernel, KernelSpec):
+            rest["kernel"] = dataclasses.replace(kernel, **{k: _kernel_value(k, v) for k, v in flat.items()})
+        else:
+            rest["kernel"] = {**(kernel if isinstance(kernel, Mapping) else {}), **flat}
+        return rest
 
-    @field_validator("ray", mode="before")
+    @field_validator("kernel", mode="before")
     @classmethod
-    def _ray_address(cls, value: object) -> object:
-        """A bare address stands for a placement with the defaults."""
-        return {"address": value} if isinstance(value, str) else value
+    def _kernel_fields(cls, value: object) -> object:
+        """A config file's mapping, its values as the spec takes them (a bare Ray address, a mapping of
+        launcher options); the env forks unless told not to."""
+        if isinstance(value, Mapping):
+            return {"fork": True, **{key: _kernel_value(key, item) for key, item in value.items()}}
+        if isinstance(value, KernelSpec) and value.fork is None:
+            return dataclasses.replace(value, fork=True)
+        return value
+
+    # the kernel's options read flat, as they may be given
+    @property
+    def backend(self) -> str:
+        """``kernel.backend``."""
+        return self.kernel.backend
+
+    @property
+    def fork(self) -> bool:
+        """``kernel.fork``."""
+        return bool(self.kernel.fork)
+
+    @property
+    def warm_kernels(self) -> int:
+        """``kernel.warm_kernels``."""
+        return self.kernel.warm_kernels
+
+    @property
+    def limits(self) -> SandboxLimits:
+        """``kernel.limits``."""
+        return self.kernel.limits
+
+    @property
+    def environment(self) -> str | None:
+        """``kernel.environment``."""
+        return self.kernel.environment
+
+    @property
+    def ray(self) -> RayPlacement | None:
+        """``kernel.ray``."""
+        return self.kernel.ray
+
+    @property
+    def snapshot_dir(self) -> str | None:
+        """``kernel.snapshot_dir``."""
+        return self.kernel.snapshot_dir
 
     def scoring_rule(self) -> ScoringRule:
         """The options that enter the reward: weights, tool cost, execution score (docs/reward.md)."""
         return ScoringRule(weights=self.reward, tool_cost=self.tool_cost, execution_score=self.execution_score)
+
+
+def _kernel_value(key: str, value: Any) -> Any:
+    """A kernel option's value as `KernelSpec` takes it."""
+    if key == "ray" and isinstance(value, str):
+        return RayPlacement(address=value)
+    if key == "ray" and isinstance(value, Mapping):
+        return RayPlacement(**value)
+    if key == "limits" and isinstance(value, Mapping):
+        return SandboxLimits(**value)
+    if key == "launcher_options" and isinstance(value, Mapping):
+        return tuple(sorted(value.items()))
+    return value
 
 
 def env_config_and_dataset(options: Mapping[str, Any]) -> tuple[EnvConfig, Dataset]:
@@ -212,5 +272,6 @@ def env_config_and_dataset(options: Mapping[str, Any]) -> tuple[EnvConfig, Datas
         raise ConfigError(f"invalid environment options: {exc}") from exc
     dataset = opened or Dataset.open(config.dataset, backend=config.backend, split=config.split)
     if config.snapshot_dir is None and dataset.snapshot_dir is not None:  # an exported dataset's own snapshots
-        config = config.model_copy(update={"snapshot_dir": str(dataset.snapshot_dir)})
+        kernel = dataclasses.replace(config.kernel, snapshot_dir=str(dataset.snapshot_dir))
+        config = config.model_copy(update={"kernel": kernel})
     return config, dataset

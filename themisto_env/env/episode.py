@@ -2,8 +2,8 @@
 [`ThemistoEnv`][themisto_env.env.ThemistoEnv]'s ``reset`` and ``step`` do (the turn structure is documented in
 `themisto_env.env.core`), over the env's parts:
 
-- a [`StateServer`][themisto_env.env.StateServer], the live state of the current sample;
-- a [`Scorer`][themisto_env.env.Scorer], the rule and the disposable kernels predictions run in;
+- a `StateServer`, the live state of the current sample;
+- a `Scorer`, the rule and the disposable kernels predictions run in;
 - an [`EpisodeRecord`][themisto_env.env.EpisodeRecord], the samples left and the current draw's tool calls,
   budget, cost and faults.
 
@@ -382,7 +382,7 @@ class Episode:
 
     def execution_run(self, sample: Sample) -> ExecutionRun | None:
         """How a prediction of ``sample`` runs for the execution score (see
-        [`Scorer.execution_run`][themisto_env.env.Scorer.execution_run])."""
+        `Scorer.execution_run`)."""
         return self.scorer.execution_run(sample)
 
     def close(self) -> None:

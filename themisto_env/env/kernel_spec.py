@@ -8,12 +8,13 @@ What it settles, in one place:
   built in; resolved here only (it reads the dataset's manifest and the machine's environments);
 - the **preloaded modules**: the modules the dataset's cells import, as imported (``sklearn.ensemble``,
   not only ``sklearn``): what the templates, the warm kernels and the disposable kernels all import ahead;
-- the **fork policy**: ``config.fork`` goes into the spec, whose `KernelSpec.not_forked` says where kernels
-  are forked and why not elsewhere.
+- the **fork policy**: the config's ``kernel.fork`` stays in the spec, whose `KernelSpec.not_forked` says where
+  kernels are forked and why not elsewhere.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 
 from themisto_env.env.config import EnvConfig
@@ -49,10 +50,10 @@ def kernel_environment(config: EnvConfig, dataset: Dataset) -> str | None:
 def env_kernel_spec(
     config: EnvConfig, dataset: Dataset, *, environment: EnvironmentChoice = FROM_DATASET
 ) -> KernelSpec:
-    """The kernels of ``config`` over ``dataset``: its backend, limits, snapshot store (read: the env's own
-    kernels; the scorer's take `KernelSpec.with_access` ``"copy"``), kernel environment (``environment``, by
-    default the config's or the dataset's: `kernel_environment`), Ray placement, forking, and the modules
-    the dataset's cells import as preloads.
+    """The kernels of ``config`` over ``dataset``: its ``kernel`` spec (read: the env's own kernels; the
+    scorer's take `KernelSpec.with_access` ``"copy"``), with its kernel environment (``environment``, by
+    default the config's or the dataset's: `kernel_environment`) and the modules the dataset's cells import
+    as preloads.
 
     Raises:
         BackendUnavailableError: The dataset's environment is not on this machine.
@@ -60,12 +61,6 @@ def env_kernel_spec(
     """
     if isinstance(environment, _FromDataset):
         environment = kernel_environment(config, dataset)
-    return KernelSpec(
-        config.backend,
-        limits=config.limits,
-        snapshot_dir=config.snapshot_dir,
-        environment=environment,
-        ray=config.ray,
-        preload=tuple(imported_modules(dataset.trajectories.values(), submodules=True)),
-        fork=config.fork,
-    )
+    imported = imported_modules(dataset.trajectories.values(), submodules=True)
+    preload = tuple(dict.fromkeys((*config.kernel.preload, *imported)))
+    return dataclasses.replace(config.kernel, environment=environment, preload=preload, fork=config.fork)

@@ -129,7 +129,7 @@ class SampleRecord:
         self.faults.extend(faults)
 
     def score_args(self, report: StateReport | None) -> dict[str, Any]:
-        """What [`score`][themisto_env.env.Scorer.score] takes of this record and the sample's served
+        """What `score` takes of this record and the sample's served
         state: ``tools_used``, ``faults``, ``state_mismatch``."""
         return {"tools_used": self.tools_used, "faults": self.faults, "state_mismatch": state_mismatch(report)}
 

@@ -8,7 +8,7 @@ Per sample, [`score`][themisto_env.metrics.score] returns a [`Score`][themisto_e
   .fmeasure`` (default tokenizer, no stemmer), with the LCS computed by rapidfuzz;
 - ``chrf == sacrebleu.sentence_chrf(prediction, [reference]).score / 100`` (chrF2, character order 6,
   whitespace removed), with the n-gram matching done in numpy;
-- ``exact_match`` compares after [`normalize_for_exact_match`][themisto_env.metrics.normalize_for_exact_match] (trailing
+- ``exact_match`` compares after `normalize_for_exact_match` (trailing
 whitespace of each line
   and leading/trailing blank lines removed, nothing else).
 
@@ -19,7 +19,7 @@ whole trajectories, since samples of one trajectory are correlated. [`reward`][t
 [`Score`][themisto_env.metrics.Score] into a scalar reward with [`RewardWeights`][themisto_env.metrics.RewardWeights].
 
 For next-cell predictions, [`api_sequence_score`][themisto_env.metrics.api_sequence_score] adds JuICe's API-sequence
-precision, recall and F1 (an [`ApiSequenceScore`][themisto_env.metrics.ApiSequenceScore]; its ``as_dict()`` is keyed by
+precision, recall and F1 (an `ApiSequenceScore`; its ``as_dict()`` is keyed by
 [`API_SEQUENCE_METRICS`][themisto_env.metrics.API_SEQUENCE_METRICS]), from the API calls
 [`api_sequence`][themisto_env.metrics.api_sequence] reads in each cell.
 """

@@ -2,24 +2,16 @@
 first use)."""
 
 from ._api_sequence import API_SEQUENCE_METRICS as API_SEQUENCE_METRICS
-from ._api_sequence import ApiSequenceScore as ApiSequenceScore
 from ._api_sequence import api_sequence as api_sequence
 from ._api_sequence import api_sequence_score as api_sequence_score
 from ._chrf import chrf as chrf
-from ._corpus import CorpusScore as CorpusScore
-from ._corpus import Estimate as Estimate
-from ._corpus import PairedComparison as PairedComparison
-from ._corpus import PairedDifference as PairedDifference
 from ._corpus import aggregate as aggregate
 from ._corpus import compare_paired as compare_paired
 from ._corpus import estimate_means as estimate_means
 from ._reward import RewardWeights as RewardWeights
 from ._reward import reward as reward
 from ._rouge import rouge_l as rouge_l
-from ._rouge import rouge_tokens as rouge_tokens
 from ._sample import METRICS as METRICS
 from ._sample import Score as Score
 from ._sample import exact_match as exact_match
-from ._sample import normalize_for_exact_match as normalize_for_exact_match
 from ._sample import score as score
-from ._sample import score_many as score_many

@@ -3,7 +3,7 @@
 ``rouge_score.rouge_scorer.RougeScorer(["rougeL"])`` (default tokenizer, no stemmer) lowercases the text,
 replaces every run of characters other than ``[a-z0-9]`` with a space, splits on whitespace and drops
 empty tokens. That is exactly ``re.findall("[a-z0-9]+", text.lower())``, which is what
-[`rouge_tokens`][themisto_env.metrics.rouge_tokens] does (for ASCII text, faster, with one ``str.translate`` and a
+`rouge_tokens` does (for ASCII text, faster, with one ``str.translate`` and a
 ``split``). The longest common subsequence of the two token lists is then computed with rapidfuzz's bit-parallel
 ``LCSseq`` instead of rouge-score's pure-Python dynamic programme, after mapping each distinct token of
 the pair to a small integer (so tokens are compared by identity, with no hash collisions). Precision,

@@ -20,7 +20,7 @@ class Score:
 
     Attributes:
         exact_match: 1.0 when the texts are equal after
-            [`normalize_for_exact_match`][themisto_env.metrics.normalize_for_exact_match], else 0.0.
+            `normalize_for_exact_match`, else 0.0.
         rouge_l: ROUGE-L F1 over rouge-score's tokens, in [0, 1].
         chrf: sacrebleu's sentence chrF divided by 100, in [0, 1].
     """
@@ -57,7 +57,7 @@ def normalize_for_exact_match(text: str) -> str:
 
 
 def exact_match(prediction: str, reference: str) -> float:
-    """1.0 if the texts are equal after [`normalize_for_exact_match`][themisto_env.metrics.normalize_for_exact_match],
+    """1.0 if the texts are equal after `normalize_for_exact_match`,
     else 0.0.
 
     Args:

@@ -42,7 +42,7 @@ and "a fresh kernel" is the next pooled one rather than a restart of the current
 closed in the background. A pooled kernel's namespace is as empty as a restarted one's.
 
 Built on `recorded_cells` (running recorded cells) and `state_check` (fingerprints, files,
-[`StateReport`][themisto_env.replay.StateReport]).
+`StateReport`).
 """
 
 from __future__ import annotations

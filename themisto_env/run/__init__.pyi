@@ -4,8 +4,6 @@ use)."""
 from .compare import compare_runs as compare_runs
 from .config import RunConfig as RunConfig
 from .config import load_run_config as load_run_config
-from .report import write_report as write_report
 from .results import ResultRow as ResultRow
 from .results import read_results as read_results
 from .runner import run as run
-from .view import write_view as write_view

@@ -8,6 +8,7 @@ chosen by registered name (the agent, the backend, the executor), never written 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -26,7 +27,7 @@ class RunConfig(OneLineOptions):
     """What to run. Pure data: code is chosen by registered name (``agent``).
 
     Attributes:
-        agent: Registered agent name (``themisto agents``; ``themisto_env.agents.AGENTS``), an agent of the
+        agent: Registered agent name (``themisto agents``; ``themisto_env.agents.registry.AGENTS``), an agent of the
             ``themisto_env.agents`` entry-point group, or ``package.module:Class``.
         agent_options: Keyword arguments for the agent's factory.
         model: ``PROVIDER/NAME`` for the LLM agents (``openai/gpt-4o-mini``, ``anthropic/claude-3-5-haiku-latest``,
@@ -60,6 +61,9 @@ class RunConfig(OneLineOptions):
         cache: An SQLite file caching model replies (keyed by model, parameters and messages): a rerun
             is reproducible and makes no call.
         env: Further environment options (see ``EnvConfig``).
+
+    A ``kernel:`` block (the env's kernel options: ``fork``, ``warm_kernels``, ``limits``, ``environment``,
+    ``snapshot_dir``, ...) goes to the env as ``env.kernel``; a ``backend`` in it is the run's ``backend``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -100,7 +104,7 @@ class RunConfig(OneLineOptions):
     @model_validator(mode="before")
     @classmethod
     def _old_names(cls, data: Any) -> Any:
-        return renamed_option(data, "samples", "attempts")
+        return _kernel_block(renamed_option(data, "samples", "attempts"))
 
     @model_validator(mode="after")
     def _one_source_per_option(self) -> RunConfig:
@@ -136,10 +140,40 @@ class RunConfig(OneLineOptions):
         return {**kwargs, **self.model_args}
 
 
-def parse_model_args(pairs: list[str]) -> dict[str, Any]:
+def _kernel_block(data: Any) -> Any:
+    """A run config's ``kernel:`` block (the env's kernel options: ``themisto_env.sandbox.KernelSpec``'s
+    fields) as the env's ``env.kernel``, its ``backend`` as the run's own ``backend``.
+
+    Raises:
+        ValueError: The backend is given twice, or the kernel block twice.
+    """
+    if not isinstance(data, Mapping):
+        return data
+    env = data.get("env") or {}
+    if "kernel" in data and isinstance(env, Mapping) and "kernel" in env:
+        raise ValueError("give the kernel options once: in kernel:, not also in env.kernel")
+    kernel = data["kernel"] if "kernel" in data else (env.get("kernel") if isinstance(env, Mapping) else None)
+    if not isinstance(kernel, Mapping):
+        return data
+    data = {key: value for key, value in data.items() if key != "kernel"}
+    kernel = dict(kernel)
+    if "backend" in kernel:
+        backend = kernel.pop("backend")
+        if data.get("backend", backend) != backend:
+            raise ValueError(f"the backend is given twice: backend {data['backend']!r}, kernel.backend {backend!r}")
+        data["backend"] = backend
+    data["env"] = {**env, "kernel": kernel}
+    return data
+
+
+def parse_model_args(pairs: list[str], *, flag: str = "-M") -> dict[str, Any]:
     """``["temperature=0", "stop=[END]"]`` -> ``{"temperature": 0, "stop": ["END"]}``: values are read as
     JSON or YAML flow collections (``0`` an int, ``1e3`` a float, ``true`` a bool), anything else as text
     (``abc``, ``no``, ``2024-01-01`` stay strings).
+
+    Args:
+        pairs: The ``KEY=VALUE`` pairs.
+        flag: The option that gave them, for the error (``-M``, ``-K``).
 
     Raises:
         ConfigError: A pair without ``=``.
@@ -148,7 +182,8 @@ def parse_model_args(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"-M takes key=value (e.g. -M temperature=0), got {pair!r}")
+            example = "temperature=0" if flag == "-M" else "fork=false"
+            raise ConfigError(f"{flag} takes key=value (e.g. {flag} {example}), got {pair!r}")
         args[key.strip()] = _model_arg(value)
     return args
 
@@ -223,4 +258,4 @@ def check_env_options(env: dict[str, Any], path: str | Path | None = None) -> No
         raise ConfigError(f"{path or 'run options'}: {line}", errors=exc.errors) from None
 
 
-__all__ = ["RunConfig", "load_run_config", "parse_model_args", "read_config_file"]
+__all__ = ["RunConfig", "check_env_options", "load_run_config", "parse_model_args", "read_config_file"]

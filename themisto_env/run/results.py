@@ -264,6 +264,15 @@ OPERATIONAL_ENV = frozenset({"snapshot_dir", "warm_kernels", "lazy_state"})
 """Env options that do not change a run's results."""
 
 
+def _results_env(env: dict[str, Any]) -> dict[str, Any]:
+    """The env options that change a run's results: without `OPERATIONAL_ENV`, flat or in the ``kernel:``
+    block."""
+    kept = {k: v for k, v in env.items() if k not in OPERATIONAL_ENV}
+    if isinstance(kept.get("kernel"), dict):
+        kept["kernel"] = {k: v for k, v in kept["kernel"].items() if k not in OPERATIONAL_ENV}
+    return kept
+
+
 def run_identity(config: RunConfig) -> dict[str, Any]:
     """What makes a run's rows comparable: the agent and its model options (as the agent gets them, secrets
     redacted, without `OPERATIONAL_OPTIONS`), the task, the observation mode the env will use, the
@@ -281,7 +290,7 @@ def run_identity(config: RunConfig) -> dict[str, Any]:
         "observation": config.observation or agent_observation(config.agent) or "static",
         "backend": config.backend,
         "data": recorded_data(config),
-        "env": {k: v for k, v in config.env.items() if k not in OPERATIONAL_ENV},
+        "env": _results_env(config.env),
     }
     if config.split is not None:  # only then: run folders from before splits keep their identity
         identity["split"] = config.split

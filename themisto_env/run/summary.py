@@ -48,7 +48,7 @@ def summarize(rows: Sequence[ResultRow], config: RunConfig | None = None) -> dic
     (`USAGE_TOTALS`) over every row, scored or not, the rows of attempts run again on resume
     included (their tokens were paid for too); ``usage.tokens_reported`` is False when some model call
     reported no token counts (the totals are then lower bounds). When rows have ``draws`` (``attempts=K``),
-    [`themisto_env.scoring.passk.summarize_draws`][themisto_env.scoring.summarize_draws] adds ``draws`` (K),
+    `themisto_env.scoring.passk.summarize_draws` adds ``draws`` (K),
     ``best_of_k`` and, with the execution score, ``pass_at_k`` (``{"1": {"mean", "ci_low", "ci_high"}, ..., "K": ...}``)
     and ``pass_at_k_counts``. ``timing`` sums where the scored samples' time went (`timing_totals`; left
     out for rows of older runs, which do not say). ``per_sample`` holds the reward, tool calls and tokens per

@@ -4,6 +4,5 @@ first use)."""
 from .execution import ExecutionScore as ExecutionScore
 from .execution import execution_score as execution_score
 from .passk import pass_at_k as pass_at_k
-from .passk import summarize_draws as summarize_draws
 from .score import SampleScore as SampleScore
 from .score import score_sample as score_sample

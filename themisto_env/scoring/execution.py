@@ -61,7 +61,7 @@ def recorded_effects(trajectory: Trajectory, step: int) -> dict[str, str] | None
 
 
 def score_run(run: CodeRun, trajectory: Trajectory, step: int) -> ExecutionScore | None:
-    """Score what a prediction did (a [`CodeRun`][themisto_env.replay.CodeRun] in the state before
+    """Score what a prediction did (a `CodeRun` in the state before
     ``step``) against the recorded effects of ``step``; None when they were not recorded (format 1)."""
     truth = recorded_effects(trajectory, step)
     if truth is None:

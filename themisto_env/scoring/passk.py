@@ -7,7 +7,7 @@ code failed, ``prediction_failed``, did not pass). [`pass_at_k`][themisto_env.sc
 estimator of Chen et al. (2021, "Evaluating Large Language Models Trained on Code"): the probability that at least one
 of k draws taken without replacement from the n passes. pass@1 is the fraction of passing draws.
 
-[`summarize_draws`][themisto_env.scoring.summarize_draws] gives the corpus figures: pass@k for k = 1, 2, 4, ... (powers
+`summarize_draws` gives the corpus figures: pass@k for k = 1, 2, 4, ... (powers
 of 2 below K) and K, and best-of-K (per row, the best draw on each text metric), each as a mean with a bootstrap
 interval computed exactly like the other metrics of a summary
 ([`themisto_env.metrics.aggregate`][themisto_env.metrics.aggregate] and

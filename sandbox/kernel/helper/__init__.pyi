@@ -3,9 +3,5 @@ first use): the host's side of the helper (its source) and the names the host sh
 
 from ._display import OPTIONS_KEY as OPTIONS_KEY
 from ._fingerprint import FINGERPRINT_VERSION as FINGERPRINT_VERSION
-from ._fingerprint import namespace_fingerprint as namespace_fingerprint
 from ._fingerprint import value_fingerprint as value_fingerprint
-from ._process import CELL_FOLDER as CELL_FOLDER
-from ._process import stable_cell_names as stable_cell_names
-from ._source import PARTS as PARTS
 from ._source import helper_source as helper_source

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from themisto_env.bridges.rl import export_dataset, export_samples, observation_prompt
+from themisto_env.bridges.rl import export_dataset
+from themisto_env.bridges.rl.export import export_samples, observation_prompt
 from themisto_env.env.actions import Prediction
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.errors import ConfigError

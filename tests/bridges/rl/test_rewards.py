@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from themisto_env.bridges.rl import ExecutionReward, MetricReward, completion_text, export_samples
+from themisto_env.bridges.rl import ExecutionReward, MetricReward
+from themisto_env.bridges.rl.export import export_samples
+from themisto_env.bridges.rl.rewards import completion_text
 from themisto_env.metrics import RewardWeights, reward, score
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from themisto_env.bridges.rl import batch_actions, make_vector_env, unbatch_observations
-from themisto_env.bridges.rl.vector import unbatch_info
+from themisto_env.bridges.rl import make_vector_env
+from themisto_env.bridges.rl.vector import batch_actions, unbatch_info, unbatch_observations
 from themisto_env.env.actions import Prediction
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.tools import ToolCall

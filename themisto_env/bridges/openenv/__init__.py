@@ -8,7 +8,7 @@
 * `client`: [`ThemistoEnvClient`][themisto_env.bridges.openenv.ThemistoEnvClient], OpenEnv's ``EnvClient`` for it.
 
 ``openenv-core`` is imported on first use of a name here;
-[`require_openenv`][themisto_env.bridges.openenv.require_openenv] says how to install it.
+`require_openenv` says how to install it.
 """
 
 from __future__ import annotations

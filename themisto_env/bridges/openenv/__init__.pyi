@@ -2,8 +2,6 @@
 imports each on first use)."""
 
 from .client import ThemistoEnvClient as ThemistoEnvClient
-from .deps import require_openenv as require_openenv
-from .environment import ThemistoServedEnv as ThemistoServedEnv
 from .models import ThemistoAction as ThemistoAction
 from .models import ThemistoObservation as ThemistoObservation
 from .models import ThemistoState as ThemistoState

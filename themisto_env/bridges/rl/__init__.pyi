@@ -2,15 +2,9 @@
 on first use)."""
 
 from .export import export_dataset as export_dataset
-from .export import export_samples as export_samples
-from .export import observation_prompt as observation_prompt
 from .rewards import ExecutionReward as ExecutionReward
 from .rewards import MetricReward as MetricReward
-from .rewards import completion_text as completion_text
 from .tool_env import SharedStates as SharedStates
 from .tool_env import ThemistoToolEnv as ThemistoToolEnv
 from .tool_env import tool_dataset as tool_dataset
-from .vector import batch_actions as batch_actions
 from .vector import make_vector_env as make_vector_env
-from .vector import unbatch_info as unbatch_info
-from .vector import unbatch_observations as unbatch_observations

@@ -10,7 +10,7 @@ Each row is what the env shows the agent at that sample, turned into a prompt, w
 The observation is the env's own (`sample_observation`, what
 [`ThemistoEnv`][themisto_env.env.ThemistoEnv] shows): in ``static`` mode it is computed from the trajectory
 without a kernel (the samples come from the [`Dataset`][themisto_env.replay.Dataset]); in ``full``
-mode a [`StateServer`][themisto_env.env.StateServer] serves each sample's state in turn (a kernel
+mode a `StateServer` serves each sample's state in turn (a kernel
 restores snapshots or runs the recorded cells forward) and the runtime is dumped from it, as the env does.
 The prompt wording is the LLM agents' (`themisto_env.agents.prompting.load_prompts`), so a model
 trained on these rows reads what the ``llm-static`` / ``llm-full`` agents send. ``tools`` mode needs several turns: use
@@ -88,7 +88,7 @@ def export_samples(
         observation: ``static`` (history; no kernel needed) or ``full`` (history and the runtime dump;
             each sample's state is served from the snapshots, as the env serves it).
         prompt_format: ``chat`` (messages) or ``text`` (one string); see
-            [`observation_prompt`][themisto_env.bridges.rl.observation_prompt].
+            `observation_prompt`.
         templates: A prompt template file; None for the bundled one.
         limit: At most this many samples, spread over the trajectories: the samples of ``themisto run
             --limit N`` (`select_samples`).
@@ -155,7 +155,7 @@ def export_dataset(
     **env_options: Any,
 ) -> Any:
     """The samples of a task as a Hugging Face ``datasets.Dataset`` (the rows of
-    [`export_samples`][themisto_env.bridges.rl.export_samples]).
+    `export_samples`).
 
     Ready for TRL: ``GRPOTrainer(train_dataset=export_dataset(...), reward_funcs=MetricReward(), ...)``.
 

@@ -4,7 +4,7 @@ TRL calls a reward function as ``func(prompts=..., completions=..., completion_i
 where ``columns`` are the dataset's other columns as lists, one value per completion (here ``target``,
 ``task``, ``sample_id``, ...), and expects one float (or None: "does not apply") per completion. A
 completion is a string (standard format) or a list of messages (conversational format); both are read by
-[`completion_text`][themisto_env.bridges.rl.completion_text].
+`completion_text`.
 
 * [`MetricReward`][themisto_env.bridges.rl.MetricReward] scores a completion against the row's ``target`` with
   [`themisto_env.scoring.score.score_sample`][themisto_env.scoring.score_sample] (the env's one rule, docs/reward.md,
@@ -12,7 +12,7 @@ completion is a string (standard format) or a list of messages (conversational f
   By default the prediction is first read out of the reply as the LLM agents read it (fenced block,
   lead-in lines dropped: `themisto_env.agents.parsing.extract_prediction`).
 * [`ExecutionReward`][themisto_env.bridges.rl.ExecutionReward] (next-cell only) scores the prediction with the env's
-  [`Scorer`][themisto_env.env.Scorer], the execution score on (the predicted cell runs from the
+  `Scorer`, the execution score on (the predicted cell runs from the
   pre-target state in a disposable kernel), and returns the same ``SampleScore.reward`` every other path
   gives (``value="execution_score"``: the bare execution score instead); it owns disposable kernels, so
   close it when done. Use the docker backend for model-written code. Use it *instead of*
@@ -189,14 +189,14 @@ class MetricReward:
 class ExecutionReward:
     """Scores next-cell completions by running them in the sandbox (TRL ``reward_funcs`` signature).
 
-    Each completion is scored by the env's [`Scorer`][themisto_env.env.Scorer] with ``execution_score``
+    Each completion is scored by the env's `Scorer` with ``execution_score``
     on, as the env's prediction step scores a prediction made without tool calls, and its reward
     ([`SampleScore`][themisto_env.scoring.SampleScore]'s) is returned; with ``value="execution_score"`` the execution
     score alone: the mean of the Jaccard overlap of the variables the predicted and the real cell change and the chrF of
     their outputs (`themisto_env.scoring.execution`). Each completion runs in a disposable kernel of its
     own, so a batch scores exactly as its completions would alone: what one completion does (a thread, an
     option, a patched helper) never reaches another. The completions of one sample run as a group
-    ([`run_many`][themisto_env.replay.DisposableKernels.run_many]): copies of its state forked ahead, two at once;
+    (`DisposableKernels.run_many`): copies of its state forked ahead, two at once;
     a run the machinery failed (its template killed by a sibling, say) runs again alone. A completion whose
     own code fails scores 0 on the execution score; output-task samples and unscored samples (the sandbox
     failed) get None (TRL skips them).

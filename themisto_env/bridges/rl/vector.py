@@ -22,10 +22,10 @@ Turn structure, per copy (the env's, see `themisto_env.env.core`):
 
 Batching: observations come back as a dict of per-field batches (``history``, ``cell``, ``runtime``,
 ``tool_result``: tuples of strings; ``tools_left``: an int array); infos as a dict of arrays with a
-``_key`` mask per key (gymnasium's convention). [`batch_actions`][themisto_env.bridges.rl.batch_actions] builds the
-batched action from [`Prediction`][themisto_env.env.Prediction] / [`ToolCall`][themisto_env.env.ToolCall] objects,
-[`unbatch_observations`][themisto_env.bridges.rl.unbatch_observations] splits observations back per copy, and
-[`themisto_env.bridges.rl.export.observation_prompt`][themisto_env.bridges.rl.observation_prompt] turns one into a model
+``_key`` mask per key (gymnasium's convention). `batch_actions` builds the
+batched action from [`Prediction`][themisto_env.env.Prediction] / [`ToolCall`][themisto_env.env.tools.ToolCall] objects,
+`unbatch_observations` splits observations back per copy, and
+`themisto_env.bridges.rl.export.observation_prompt` turns one into a model
 prompt.
 """
 
