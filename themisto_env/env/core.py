@@ -24,7 +24,7 @@ reset, a prediction and the move to the next sample cost no kernel work until a 
 straight to the sample it is asked for (forward over the recorded cells, or by snapshot). ``lazy_state=False`` serves
 every sample as it begins. The execution score and ``try_cell`` never use the env's kernel.
 
-Every served state is checked (`themisto_env.replay.state`): the live namespace must match the
+Every served state is checked (`themisto_env.state.kernel`): the live namespace must match the
 fingerprint recorded at build time, else it is repaired from snapshots, and what could not be repaired
 is reported. ``info["state"]`` tells how the current sample's state was reached and checked; while it is
 not served yet, ``info["state"]["check"]`` is ``"not served"`` (nothing live was shown to the agent, so
@@ -38,7 +38,7 @@ snapshot store, dataset imports) in one process share the pool, so a new env's f
 kernel already warm; the pool and its kernels are closed with the last of those envs.
 
 Model-written code never runs in the env's kernel: the execution score runs each prediction in a
-disposable kernel brought to the sample's state and discarded after (`themisto_env.replay.disposable`),
+disposable kernel brought to the sample's state and discarded after (`themisto_env.state.copies`),
 so nothing one prediction does reaches a later sample or another prediction; the ``try_cell`` tool
 (next-cell task) runs the agent's candidates the same way. With ``attempts=K`` each
 sample takes K predictions (pass@k), each scored on its own; the episode moves on after the K-th.
@@ -80,10 +80,10 @@ from themisto_env.env.scorer import Scorer
 from themisto_env.env.spaces import action_space, observation_space
 from themisto_env.env.state_server import StateServer
 from themisto_env.env.tools import ToolContext
-from themisto_env.replay.disposable import DisposableKernels
-from themisto_env.replay.state import TrajectoryKernel
-from themisto_env.replay.state_check import StateReport
 from themisto_env.scoring.score import ExecutionRun, SampleScore, ScoringRule
+from themisto_env.state.check import StateReport
+from themisto_env.state.copies import DisposableKernels
+from themisto_env.state.kernel import TrajectoryKernel
 
 __all__ = ["ThemistoEnv"]
 

@@ -4,8 +4,6 @@ use)."""
 from .build import BuildReport as BuildReport
 from .build import build_dataset as build_dataset
 from .dataset import Dataset as Dataset
-from .disposable import CodeRun as CodeRun
-from .disposable import DisposableKernels as DisposableKernels
 from .kernel_environment_registry import list_kernel_environments as list_kernel_environments
 from .kernel_environment_spec import KernelEnvironmentRecord as KernelEnvironmentRecord
 from .kernel_environment_spec import KernelEnvironmentSpec as KernelEnvironmentSpec
@@ -13,5 +11,3 @@ from .kernel_environments import dataset_kernel_environment as dataset_kernel_en
 from .kernel_environments import use_kernel_environment as use_kernel_environment
 from .resolve import bundled_dataset_dir as bundled_dataset_dir
 from .resolve import resolve_dataset as resolve_dataset
-from .state import TrajectoryKernel as TrajectoryKernel
-from .state_check import StateReport as StateReport

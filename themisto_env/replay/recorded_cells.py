@@ -1,6 +1,6 @@
 """Running a recorded cell as it was recorded, and replaying a built step checked against its build.
 
-The builder records with `run_recorded`; [`TrajectoryKernel`][themisto_env.replay.TrajectoryKernel]
+The builder records with `run_recorded`; `TrajectoryKernel`
 replays with `replay_step`, which raises [`ReplayDivergedError`][themisto_env.errors.ReplayDivergedError] where a
 cell ends otherwise than when it was built.
 """

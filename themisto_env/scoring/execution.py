@@ -3,12 +3,12 @@
 Beside the text metrics ([`themisto_env.metrics`][themisto_env.metrics]), a next-cell prediction can be scored by what
 it
 *does*. It runs in a disposable kernel brought to the state before the target step
-(`themisto_env.replay.disposable`), and its effects are compared with the target step's effects **as
+(`themisto_env.state.copies`), and its effects are compared with the target step's effects **as
 recorded at build time** (never by re-running the target in a kernel the prediction touched):
 
 * variables: the names whose fingerprint the step changed (created, rebound, mutated, deleted), from
   the fingerprints recorded before and after the target step, against the names the prediction changed,
-  measured by the sealed helper (see `themisto_env.replay.disposable`). A name counts as matched when both
+  measured by the sealed helper (see `themisto_env.state.copies`). A name counts as matched when both
   changed it and its new fingerprint agrees, content hash included where one was recorded
   (`same_effect`); the variable
   part is the Jaccard overlap of matched names over all changed names (1.0 when neither changes anything);
@@ -33,7 +33,7 @@ bounded mapping of names to fingerprints is ``unreadable``. What a lie can gain 
 after-state is not in the kernel, and a name matches only with the recorded content hash, so it can hide
 changes it made, not invent the right ones.
 
-What the score cannot see (the fingerprint's limits, `themisto_env.replay.state`): objects with no content
+What the score cannot see (the fingerprint's limits, `themisto_env.state.kernel`): objects with no content
 hash (most library objects, e.g. a fitted scikit-learn model, or a matplotlib figure) are compared by type
 and length only, so a cell that fits a model in place changes nothing the score sees, and any plot of the
 same size and axes count prints the same ``<Figure ...>``; arrays and frames above 64 KiB are hashed on a
@@ -49,9 +49,9 @@ from dataclasses import dataclass
 from themisto_env.data.trajectory import Trajectory
 from themisto_env.errors import InfrastructureError
 from themisto_env.metrics import score
-from themisto_env.replay.disposable import CodeRun, DisposableKernels, changed_names
-from themisto_env.replay.state_check import expected_fingerprint
 from themisto_env.sandbox.rendering import render_outputs
+from themisto_env.state.check import expected_fingerprint
+from themisto_env.state.copies import CodeRun, DisposableKernels, changed_names
 
 #: The output agreement (chrF, 0 to 1) a passing prediction reaches, its variables matching exactly.
 PASS_OUTPUTS = 0.9
@@ -91,7 +91,7 @@ def recorded_effects(trajectory: Trajectory, step: int) -> dict[str, str] | None
 
 
 def score_run(run: CodeRun, trajectory: Trajectory, step: int) -> ExecutionScore | None:
-    """Score what a prediction did (a [`CodeRun`][themisto_env.replay.CodeRun] in the state before
+    """Score what a prediction did (a [`CodeRun`][themisto_env.state.CodeRun] in the state before
     ``step``) against the recorded effects of ``step``; None when they were not recorded (format 1)."""
     truth = recorded_effects(trajectory, step)
     if truth is None:

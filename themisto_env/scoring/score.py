@@ -30,8 +30,8 @@ from themisto_env import tracing
 from themisto_env.data.trajectory import Trajectory
 from themisto_env.errors import BackendUnavailableError, ConfigError, InfrastructureError
 from themisto_env.metrics import RewardWeights, api_sequence, api_sequence_score, reward, score
-from themisto_env.replay.disposable import DisposableKernels
 from themisto_env.scoring.execution import ExecutionScore, execution_score
+from themisto_env.state.copies import DisposableKernels
 
 __all__ = ["ExecutionRun", "SampleScore", "ScoringRule", "execution_run", "score_sample"]
 

@@ -196,7 +196,7 @@ class ExecutionReward:
     their outputs (`themisto_env.scoring.execution`). Each completion runs in a disposable kernel of its
     own, so a batch scores exactly as its completions would alone: what one completion does (a thread, an
     option, a patched helper) never reaches another. The completions of one sample run as a group
-    ([`run_many`][themisto_env.replay.DisposableKernels.run_many]): copies of its state forked ahead, two at once;
+    ([`run_many`][themisto_env.state.DisposableKernels.run_many]): copies of its state forked ahead, two at once;
     a run the machinery failed (its template killed by a sibling, say) runs again alone. A completion whose
     own code fails scores 0 on the execution score; output-task samples and unscored samples (the sandbox
     failed) get None (TRL skips them).

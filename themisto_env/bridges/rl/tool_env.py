@@ -293,7 +293,8 @@ class ThemistoToolEnv:
 
     def _run(self, call: ToolCall) -> ToolOutcome:
         """Answer a call from the group's cache or the sample's state server (the outcome the record takes)."""
-        from themisto_env.env.outcomes import ToolOutcome, fault_text, state_mismatch
+        from themisto_env.env.outcomes import ToolOutcome, state_mismatch
+        from themisto_env.state.check import fault_text
 
         states, sample = self.states, self.sample
         assert sample is not None

@@ -7,7 +7,7 @@ execution, or a cell the agent tries (the ``try_cell`` tool), runs instead in a 
    time, the dataset's libraries already imported), which does not see the snapshot store: each snapshot
    it restores is copied in and removed once loaded, so the code cannot read the states of later steps;
 2. it is brought to the state before the sample's step and checked against the recorded fingerprint,
-   as the env's own kernel is ([`TrajectoryKernel`][themisto_env.replay.TrajectoryKernel]);
+   as the env's own kernel is (`TrajectoryKernel`);
 3. the measuring side is sealed (a private copy of the in-kernel helper, with the builtins as they are
    now, reachable only through a random token), then the code runs, as a cell;
 4. its outputs are those the kernel's protocol carried for that request (iopub messages collected by the
@@ -45,8 +45,6 @@ from themisto_env.errors import (
     InfrastructureError,
     KernelDiedError,
 )
-from themisto_env.replay.state import TrajectoryKernel
-from themisto_env.replay.state_check import diff_fingerprints, expected_fingerprint
 from themisto_env.sandbox.kernel.contract import KernelLike
 from themisto_env.sandbox.kernel.forked import shared_fault
 from themisto_env.sandbox.kernel.helper import value_fingerprint
@@ -54,6 +52,8 @@ from themisto_env.sandbox.kernel.pool import KernelPool
 from themisto_env.sandbox.kernel.spec import KernelFields, KernelSpec
 from themisto_env.sandbox.ray.kernel import make_kernel
 from themisto_env.sandbox.template.shared import hold_shared_templates, release_shared_templates, template_source
+from themisto_env.state.check import diff_fingerprints, expected_fingerprint
+from themisto_env.state.kernel import TrajectoryKernel
 from themisto_env.syntax import parse as parse_python
 
 #: Why a piece of model-written code failed, when it was its own doing.
@@ -219,7 +219,7 @@ class DisposableKernels:
         spec: The kind of kernel (a `KernelSpec`, or a backend's name; use ``docker`` for code you do not
             trust), always with ``store_access="copy"`` (the states are copied in, the store never
             mounted): its limits are each kernel's (the code's timeout is passed to
-            [`run`][themisto_env.replay.DisposableKernels.run]), its preloads are imported ahead of time, its Ray
+            [`run`][themisto_env.state.DisposableKernels.run]), its preloads are imported ahead of time, its Ray
             placement says where the kernels run, and its fork policy (`KernelSpec.not_forked`) whether each is a copy
             of the state's template (no kernel start, no restore: the process's shared template of the spec) or is
             started and restored.
@@ -260,7 +260,7 @@ class DisposableKernels:
     def run_many(
         self, trajectory: Trajectory, step: int, codes: Sequence[str], *, timeout_s: float
     ) -> list[CodeRun | InfrastructureError]:
-        """Run each piece of code as [`run`][themisto_env.replay.DisposableKernels.run] does, each in a kernel
+        """Run each piece of code as [`run`][themisto_env.state.DisposableKernels.run] does, each in a kernel
         of its own in the state before ``step`` (a GRPO group's completions of one sample), and return what
         each did, in order, or the machinery's failure that left it unjudged.
 

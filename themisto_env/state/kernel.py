@@ -7,7 +7,7 @@ is the only code that moves a kernel through a trajectory:
   restarted, interrupting it where the person interrupted it). The builder records with it; the env
   replays with it and checks that each replayed cell ends as recorded
   ([`ReplayDivergedError`][themisto_env.errors.ReplayDivergedError]).
-* [`TrajectoryKernel`][themisto_env.replay.TrajectoryKernel] serves a state: its `serve` brings its kernel to
+* `TrajectoryKernel` serves a state: its `serve` brings its kernel to
   the state before a step and **checks** the live namespace against the fingerprint recorded at build time.
 
 Serving a state, in order of cost:
@@ -42,7 +42,7 @@ and "a fresh kernel" is the next pooled one rather than a restart of the current
 closed in the background. A pooled kernel's namespace is as empty as a restarted one's.
 
 Built on `recorded_cells` (running recorded cells) and `state_check` (fingerprints, files,
-[`StateReport`][themisto_env.replay.StateReport]).
+[`StateReport`][themisto_env.state.StateReport]).
 """
 
 from __future__ import annotations
@@ -60,18 +60,18 @@ from themisto_env.errors import (
     SnapshotCorruptError,
     SnapshotError,
 )
-from themisto_env.replay.forked_states import ForkedStates
 from themisto_env.replay.recorded_cells import replay_step
-from themisto_env.replay.state_check import (
+from themisto_env.sandbox.kernel.contract import KernelLike
+from themisto_env.sandbox.kernel.pool import KernelPool
+from themisto_env.sandbox.store.workdir import FolderTooLargeError, diff_trees, tree_digest
+from themisto_env.state.check import (
     StateReport,
     diff_fingerprints,
     expected_fingerprint,
     files_before,
     fresh_before,
 )
-from themisto_env.sandbox.kernel.contract import KernelLike
-from themisto_env.sandbox.kernel.pool import KernelPool
-from themisto_env.sandbox.store.workdir import FolderTooLargeError, diff_trees, tree_digest
+from themisto_env.state.fork import ForkedStates
 
 if TYPE_CHECKING:
     from themisto_env.sandbox.template.core import KernelTemplate
@@ -90,7 +90,7 @@ class TrajectoryKernel(ForkedStates):
     Args:
         new_kernel: Makes a new, unstarted kernel (called again when one cannot be restarted).
         pool: Where started kernels come from instead, if given; a fresh kernel is then a new pooled
-            one (the pool is the caller's: [`close`][themisto_env.replay.TrajectoryKernel.close] closes only the kernel
+            one (the pool is the caller's: `close` closes only the kernel
             this owner holds).
     """
 
@@ -137,7 +137,7 @@ class TrajectoryKernel(ForkedStates):
     @property
     def started(self) -> bool:
         """Whether this owner holds a kernel now (it starts one on first use of
-        [`kernel`][themisto_env.replay.TrajectoryKernel.kernel])."""
+        `kernel`)."""
         return self._kernel is not None
 
     def close(self, *, graceful: bool = True) -> None:
@@ -152,7 +152,7 @@ class TrajectoryKernel(ForkedStates):
         self._closing = []
 
     def taint(self) -> None:
-        """Unrecorded code ran in the kernel: the next [`serve`][themisto_env.replay.TrajectoryKernel.serve] starts from
+        """Unrecorded code ran in the kernel: the next `serve` starts from
         a fresh kernel."""
         self._tainted = True
         self.position = None
@@ -416,7 +416,7 @@ class TrajectoryKernel(ForkedStates):
         """Restore the nearest trusted snapshot and replay after it; return the route and the
         fingerprint after it. The kernel is not restarted (a restore into a warm kernel is fast): module
         state a snapshot does not hold survives, and where it shows (display options, in the
-        fingerprint) [`serve`][themisto_env.replay.TrajectoryKernel.serve] repeats the route from a fresh kernel."""
+        fingerprint) `serve` repeats the route from a fresh kernel."""
         steps = trajectory.steps
         if fresh_before(trajectory, step):
             if not self._fresh:
