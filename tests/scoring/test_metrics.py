@@ -17,7 +17,6 @@ from rouge_score import rouge_scorer, tokenize
 
 import themisto_env.metrics as metrics
 from themisto_env.metrics import (
-    RewardWeights,
     Score,
     _chrf,
     aggregate,
@@ -25,12 +24,12 @@ from themisto_env.metrics import (
     compare_paired,
     exact_match,
     normalize_for_exact_match,
-    reward,
     rouge_l,
     rouge_tokens,
     score,
     score_many,
 )
+from themisto_env.scoring import RewardWeights, reward
 
 _ROUGE = rouge_scorer.RougeScorer(["rougeL"])
 
@@ -311,7 +310,6 @@ def test_public_names() -> None:
         "Estimate",
         "PairedComparison",
         "PairedDifference",
-        "RewardWeights",
         "Score",
         "aggregate",
         "chrf",
@@ -319,7 +317,6 @@ def test_public_names() -> None:
         "estimate_means",
         "exact_match",
         "normalize_for_exact_match",
-        "reward",
         "rouge_l",
         "rouge_tokens",
         "score",

@@ -80,7 +80,8 @@ from themisto_env.env.scorer import Scorer
 from themisto_env.env.spaces import action_space, observation_space
 from themisto_env.env.state_server import StateServer
 from themisto_env.env.tools import ToolContext
-from themisto_env.scoring.score import ExecutionRun, SampleScore, ScoringRule
+from themisto_env.scoring.rule import ScoringRule
+from themisto_env.scoring.score import ExecutionRun, SampleScore
 from themisto_env.state.check import StateReport
 from themisto_env.state.copies import DisposableKernels
 from themisto_env.state.kernel import TrajectoryKernel

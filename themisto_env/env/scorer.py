@@ -17,7 +17,8 @@ from themisto_env.env.config import MODEL_CODE_TIMEOUT_S, EnvConfig, warn_unisol
 from themisto_env.env.kernel_spec import env_kernel_spec
 from themisto_env.replay.dataset import Dataset
 from themisto_env.sandbox.kernel.spec import KernelSpec
-from themisto_env.scoring.score import ExecutionRun, SampleScore, ScoringRule, execution_run, score_sample
+from themisto_env.scoring.rule import ScoringRule
+from themisto_env.scoring.score import ExecutionRun, SampleScore, execution_run, score_sample
 from themisto_env.state.copies import CodeRun, DisposableKernels
 from themisto_env.state.provider import StateProvider
 

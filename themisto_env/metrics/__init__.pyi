@@ -13,8 +13,6 @@ from ._corpus import PairedDifference as PairedDifference
 from ._corpus import aggregate as aggregate
 from ._corpus import compare_paired as compare_paired
 from ._corpus import estimate_means as estimate_means
-from ._reward import RewardWeights as RewardWeights
-from ._reward import reward as reward
 from ._rouge import rouge_l as rouge_l
 from ._rouge import rouge_tokens as rouge_tokens
 from ._sample import METRICS as METRICS

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from themisto_env.bridges.rl import ExecutionReward, MetricReward, completion_text, export_samples
-from themisto_env.metrics import RewardWeights, reward, score
+from themisto_env.metrics import score
+from themisto_env.scoring.rule import RewardWeights, reward
 
 
 def test_the_target_itself_earns_full_reward_in_every_format(env_dataset: dict[str, str]) -> None:
