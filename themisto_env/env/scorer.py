@@ -93,7 +93,7 @@ class Scorer:
 
         def try_code(code: str) -> CodeRun:
             warn_unisolated(self.config.backend, "the try_cell tool")
-            return self.provider.run_copy(trajectory, step, code, timeout_s=self.code_timeout_s)
+            return self.disposable_kernels().run(trajectory, step, code, timeout_s=self.code_timeout_s)
 
         return try_code
 

@@ -26,7 +26,7 @@ from themisto_env.sandbox.ray.cluster import connect
 from themisto_env.sandbox.ray.kernel import make_kernel
 from themisto_env.sandbox.template.shared import hold_shared_templates, release_shared_templates, template_source
 from themisto_env.state.check import StateReport, fault_text
-from themisto_env.state.copies import CodeRun, DisposableKernels
+from themisto_env.state.copies import DisposableKernels
 from themisto_env.state.kernel import TrajectoryKernel
 
 __all__ = ["StateProvider"]
@@ -174,10 +174,6 @@ class StateProvider:
         if self.disposable is None:
             self.disposable = DisposableKernels(self.spec.with_access("copy"))
         return self.disposable
-
-    def run_copy(self, trajectory: Trajectory, step: int, code: str, *, timeout_s: float) -> CodeRun:
-        """Run ``code`` in a disposable copy of the state before ``step`` (see `DisposableKernels.run`)."""
-        return self.copies().run(trajectory, step, code, timeout_s=timeout_s)
 
     # -- a lost backend ----------------------------------------------------------------------------------
 
