@@ -29,10 +29,10 @@ from rich.console import Console
 from rich.table import Table
 
 from themisto_env.replay.dataset import Dataset
-from themisto_env.replay.disposable import imported_modules
 from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 from themisto_env.sandbox.template.core import KernelTemplate
+from themisto_env.state.copies import imported_modules
 
 CELLS = ("first", "second", "third, after 100 ms idle")
 

@@ -60,11 +60,11 @@ from themisto_env.env.actions import Prediction
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.tools import ToolCall
 from themisto_env.replay.dataset import Dataset
-from themisto_env.replay.disposable import imported_modules
 from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 from themisto_env.sandbox.template.core import KernelTemplate
 from themisto_env.sandbox.template.shared import close_shared_templates
+from themisto_env.state.copies import imported_modules
 
 
 def timed(run: Callable[[], Any]) -> float:

@@ -41,8 +41,8 @@ from rich.console import Console
 from rich.table import Table
 
 from themisto_env.replay.dataset import Dataset
-from themisto_env.replay.disposable import imported_modules
 from themisto_env.sandbox.template.zygote import HELPER_FILE, program_source, write_program
+from themisto_env.state.copies import imported_modules
 
 #: ``IPKernelApp.initialize``'s steps after its first (ipykernel 7), in its order.
 STEPS = (

@@ -42,11 +42,11 @@ from themisto_env.env import scorer, state_server
 from themisto_env.env.actions import Prediction
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.tools import ToolCall, _observations
-from themisto_env.replay import state
 from themisto_env.replay.dataset import Dataset
 from themisto_env.sandbox.kernel import messaging as kernel_messaging
 from themisto_env.sandbox.kernel import snapshots as kernel_snapshots
 from themisto_env.sandbox.template.shared import close_shared_templates
+from themisto_env.state import kernel as state
 
 
 class Timers:

@@ -30,7 +30,7 @@ from rich.table import Table
 
 from themisto_env.env.actions import Prediction
 from themisto_env.env.core import ThemistoEnv
-from themisto_env.replay.state_check import diff_fingerprints, expected_fingerprint
+from themisto_env.state.check import diff_fingerprints, expected_fingerprint
 
 
 def episode_seconds(env: ThemistoEnv, tid: str) -> tuple[float, int]:

@@ -31,11 +31,12 @@ from themisto_env.env.episode import Episode
 from themisto_env.env.info import StepInfo
 from themisto_env.env.state_server import StateServer
 from themisto_env.env.tools import ToolCall
-from themisto_env.metrics import RewardWeights, reward, score
+from themisto_env.metrics import score
 from themisto_env.run.config import RunConfig
 from themisto_env.run.results import read_results
 from themisto_env.run.runner import run
-from themisto_env.scoring.score import SampleScore, ScoringRule, score_sample
+from themisto_env.scoring.rule import RewardWeights, ScoringRule, reward
+from themisto_env.scoring.score import SampleScore, score_sample
 
 TOOL_COST = 0.05
 #: Half right: it loads the data, as the target does, but builds no frame.

@@ -31,7 +31,6 @@ LONG = lengths.LONG
 #: Long module docstrings in modules rewritten in parallel by their owners; take each off once it is short.
 PENDING = {
     "agents/cache.py",
-    "themisto_env/replay/state.py",
     "agents/base.py",
     "agents/runtime_rules.py",
     "themisto_env/bridges/rl/tool_env.py",
@@ -45,7 +44,6 @@ PENDING = {
     "sandbox/image/__init__.py",
     "sandbox/kernel/pool.py",
     "themisto_env/metrics/__init__.py",
-    "themisto_env/replay/disposable.py",
     "agents/llm.py",
     "agents/runtime_state.py",
     "agents/providers.py",

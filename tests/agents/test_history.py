@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from themisto_env.agents import HistoryCell, parse_history
+from themisto_env.agents import parse_history
+from themisto_env.agents.history import HistoryCell
 from themisto_env.env.observation import render_history
 from themisto_env.env.tools import HistoryItem
 

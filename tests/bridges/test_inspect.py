@@ -24,7 +24,8 @@ from themisto_env.bridges.inspect_task import themisto
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.tools import ToolCall
 from themisto_env.metrics import score
-from themisto_env.scoring.score import ScoringRule, score_sample
+from themisto_env.scoring.rule import ScoringRule
+from themisto_env.scoring.score import score_sample
 
 MODEL = "mockllm/model"
 ANSWER = "```python\nsales.head()\n```"

@@ -8,7 +8,7 @@ import pytest
 from themisto_env.env.config import EnvConfig
 from themisto_env.errors import ConfigError
 from themisto_env.run.config import load_run_config
-from themisto_env.run.episode import env_options
+from themisto_env.run.rollout import env_options
 from themisto_env.sandbox.kernel.spec import KernelSpec, RayPlacement
 from themisto_env.sandbox.models import SandboxLimits
 

@@ -161,7 +161,7 @@ def test_warm_kernels_are_handed_out_once_and_closed_with_the_env(data: dict[str
     env = make_env(data, fork=False)
     pids: list[int] = []
     try:
-        assert env.episode.server.preload, "the dataset's imports are preloaded"
+        assert env.episode.server.spec.preload, "the dataset's imports are preloaded"
         samples = env.episode.episode_samples["faults-faults"]
         restart = next(i for i, s in enumerate(samples) if s.step == RESTART_STEP)
         env.reset(options={"trajectory": 0, "sample": restart - 1})

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-import themisto_env.replay.state as state_module
+import themisto_env.state.kernel as state_module
 from tests.conftest import require_backend, wait_for
 from tests.env.state_fixtures import RESTART_STEP, fault_session, random_session, write_dataset
 from tests.sandbox.test_lifetime import engine_proxy  # noqa: F401  (a fixture)
@@ -28,10 +28,10 @@ from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.tools import ToolCall
 from themisto_env.errors import BackendUnavailableError
 from themisto_env.replay.dataset import Dataset
-from themisto_env.replay.disposable import imported_modules
 from themisto_env.replay.recorded_cells import replay_step
-from themisto_env.replay.state_check import diff_fingerprints, expected_fingerprint
 from themisto_env.sandbox.template.core import KernelTemplate
+from themisto_env.state.check import diff_fingerprints, expected_fingerprint
+from themisto_env.state.copies import imported_modules
 
 ALL_SAMPLES = SampleRule(max_length_quantile=None).model_dump()
 

@@ -22,10 +22,10 @@ from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.tools import TOOL_NAMES, ToolCall, ToolContext, langchain_tools, run_tool
 from themisto_env.env.tools._try import NOT_AVAILABLE
 from themisto_env.errors import InfrastructureError
-from themisto_env.replay.disposable import CodeRun, DisposableKernels
-from themisto_env.replay.state_check import expected_fingerprint
 from themisto_env.sandbox.kernel.helper import OPTIONS_KEY
 from themisto_env.sandbox.rendering import render_outputs
+from themisto_env.state.check import expected_fingerprint
+from themisto_env.state.copies import CodeRun, DisposableKernels
 
 TRAJECTORY = "diabetes-regression-b2738d8c"  # bundled: X (DataFrame), y (array), diabetes (Bunch) early on
 SAMPLE = 2  # its step 3, `X.shape, y.shape, y[:10]`: a target with a distinctive output

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 
 from themisto_env.env.core import ThemistoEnv
-from themisto_env.replay.disposable import DisposableKernels
 from themisto_env.scoring.execution import execution_score, score_run
+from themisto_env.state.copies import DisposableKernels
 
 SEALED = "import sys as _s\n_h = _s.modules['_themisto_helper']\n"
 

@@ -13,9 +13,9 @@ import pytest
 
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.errors import InfrastructureError
-from themisto_env.replay.disposable import CodeRun, DisposableKernels
-from themisto_env.replay.state import TrajectoryKernel
 from themisto_env.scoring.execution import execution_scores, score_run
+from themisto_env.state.copies import CodeRun, DisposableKernels
+from themisto_env.state.kernel import TrajectoryKernel
 
 KILL_TEMPLATE = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nimport time\ntime.sleep(5)\n"
 

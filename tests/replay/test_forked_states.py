@@ -10,9 +10,9 @@ import pytest
 
 from tests.conftest import wait_for
 from themisto_env.env.core import ThemistoEnv
-from themisto_env.replay.state import TrajectoryKernel
 from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.template.core import KernelTemplate
+from themisto_env.state.kernel import TrajectoryKernel
 
 
 @pytest.fixture(scope="module")

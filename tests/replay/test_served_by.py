@@ -13,8 +13,8 @@ import pytest
 from tests.conftest import require_backend
 from themisto_env.bridges.openenv.server_metrics import route_of
 from themisto_env.env.core import ThemistoEnv
-from themisto_env.replay.state import TrajectoryKernel
 from themisto_env.sandbox.template.core import KernelTemplate
+from themisto_env.state.kernel import TrajectoryKernel
 
 
 @pytest.fixture(scope="module")

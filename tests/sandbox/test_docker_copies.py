@@ -18,12 +18,12 @@ import pytest
 from themisto_env.bridges.rl import ExecutionReward
 from themisto_env.bridges.rl.export import export_samples
 from themisto_env.errors import InfrastructureError, KernelDiedError
-from themisto_env.replay.disposable import CodeRun, DisposableKernels
 from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.kernel.forked import ForkLauncher
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.template import shared as templates
 from themisto_env.sandbox.template.core import KernelTemplate
+from themisto_env.state.copies import CodeRun, DisposableKernels
 
 LIMITS = SandboxLimits(memory_mb=512, pids=64, timeout_s=10)
 ALL_SAMPLES = {"max_length_quantile": None}
@@ -189,7 +189,7 @@ NEAR_THE_ALLOWANCE = (
 def test_a_large_but_legal_allocation_fails_nothing(template: KernelTemplate) -> None:
     """Data near the copy's allowance is inferred as a memory hit: it names the failure of code that failed
     (the memory bomb above), and never fails code that ran to its end."""
-    from themisto_env.replay.disposable import _LimitWatch
+    from themisto_env.state.copies import _LimitWatch
 
     a = template.kernel()
     try:

@@ -22,12 +22,12 @@ from themisto_env.data.trajectory import Trajectory, read_manifest, read_traject
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.tools import ToolCall
 from themisto_env.errors import DataError
-from themisto_env.replay.state import TrajectoryKernel
 from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.kernel.pool import KernelPool
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.store.workdir import FileStore, FolderTooLargeError, scan, tree_digest
 from themisto_env.sandbox.template.shared import close_shared_templates
+from themisto_env.state.kernel import TrajectoryKernel
 
 NOTEBOOKS = Path(__file__).parents[1] / "fixtures" / "notebooks"
 WORKDIR_NOTEBOOKS = ("sales", "writeback")  # need only this project's packages

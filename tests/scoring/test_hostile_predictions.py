@@ -44,10 +44,10 @@ from themisto_env.data.samples import SampleRule
 from themisto_env.env.actions import Prediction
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.tools import ToolCall, run_tool
-from themisto_env.replay.disposable import FAILURES, CodeRun
-from themisto_env.replay.state_check import diff_fingerprints, expected_fingerprint
 from themisto_env.sandbox.rendering import render_outputs
 from themisto_env.sandbox.template import shared as templates
+from themisto_env.state.check import diff_fingerprints, expected_fingerprint
+from themisto_env.state.copies import FAILURES, CodeRun
 
 #: Small enough that the memory bomb and the fork bomb hit quickly; a 5 s limit per prediction.
 LIMITS = {"memory_mb": 512, "pids": 64, "timeout_s": 5}

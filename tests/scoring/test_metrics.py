@@ -17,19 +17,18 @@ from rouge_score import rouge_scorer, tokenize
 
 import themisto_env.metrics as metrics
 from themisto_env.metrics import (
-    RewardWeights,
     Score,
     _chrf,
     aggregate,
     chrf,
     compare_paired,
     exact_match,
-    reward,
     rouge_l,
     score,
 )
 from themisto_env.metrics._rouge import rouge_tokens
 from themisto_env.metrics._sample import normalize_for_exact_match, score_many
+from themisto_env.scoring.rule import RewardWeights, reward
 
 _ROUGE = rouge_scorer.RougeScorer(["rougeL"])
 

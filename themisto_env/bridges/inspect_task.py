@@ -46,8 +46,9 @@ from themisto_env.env.config import EnvConfig, ObservationMode
 from themisto_env.env.observation import sample_observation
 from themisto_env.env.tools import TOOLS, ObservationTool
 from themisto_env.errors import ConfigError, InfrastructureError, ThemistoError, options_error
-from themisto_env.metrics import METRICS, RewardWeights
+from themisto_env.metrics import METRICS
 from themisto_env.replay.dataset import Dataset
+from themisto_env.scoring.rule import RewardWeights
 from themisto_env.scoring.score import SampleScore
 
 # -- the dataset ------------------------------------------------------------------------------------------

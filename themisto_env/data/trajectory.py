@@ -58,7 +58,7 @@ class Step(BaseModel):
         snapshot: Digest of the namespace snapshot after the step (None if snapshots were off).
         snapshot_skipped: Names the snapshot could not hold, with the reason.
         fingerprint: The user namespace after the step, per name ``type|shape-or-length|content-hash``
-            (see `themisto_env.replay.state`); what a served state is checked against. None in datasets
+            (see `themisto_env.state.kernel`); what a served state is checked against. None in datasets
             built before format version 2.
         agrees: Whether the replayed output equals the recorded one after normalisation.
         agreement_kind: Why not, as `themisto_env.data.agreement.agreement` classifies it (``ok``,

@@ -14,12 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from themisto_env.data.samples import SampleRule, TaskName
 from themisto_env.errors import ConfigError, options_error
-from themisto_env.metrics import RewardWeights
 from themisto_env.replay.dataset import Dataset
 from themisto_env.sandbox.kernel.launcher import launcher_class
 from themisto_env.sandbox.kernel.spec import KernelSpec, RayPlacement
 from themisto_env.sandbox.models import SandboxLimits
-from themisto_env.scoring.score import ScoringRule
+from themisto_env.scoring.rule import RewardWeights, ScoringRule
 
 __all__ = [
     "KERNEL_OPTIONS",

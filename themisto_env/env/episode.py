@@ -34,9 +34,9 @@ from themisto_env.env.state_server import StateServer
 from themisto_env.env.tools import ToolCall, ToolContext, task_tools
 from themisto_env.errors import ActionError, BackendUnavailableError, ConfigError, InfrastructureError
 from themisto_env.replay.dataset import Dataset
-from themisto_env.replay.state_check import StateReport
 from themisto_env.sandbox.kernel.spec import KernelSpec
 from themisto_env.scoring.score import ExecutionRun, SampleScore
+from themisto_env.state.check import StateReport
 
 if TYPE_CHECKING:
     from themisto_env.env.group import StateGroup
@@ -102,7 +102,7 @@ class Episode:
             server = StateServer(config, dataset, spec=self.spec)
         self._server = server
         self._group_report: StateReport | None = None  # in a group: how the sample's state was last seen
-        self.scorer = scorer if scorer is not None else Scorer(config, dataset, spec=self.spec)
+        self.scorer = scorer if scorer is not None else Scorer(config, dataset, spec=self.spec, provider=server)
         if config.execution_score and config.task == "next-cell":
             warn_unisolated(config.backend, "the execution score")
         self.record = EpisodeRecord(config)

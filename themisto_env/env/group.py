@@ -12,14 +12,14 @@ from collections.abc import Callable
 from themisto_env.data.samples import Sample
 from themisto_env.env.config import EnvConfig
 from themisto_env.env.kernel_spec import env_kernel_spec
-from themisto_env.env.outcomes import ToolOutcome, fault_text
+from themisto_env.env.outcomes import ToolOutcome
 from themisto_env.env.scorer import Scorer
 from themisto_env.env.state_server import StateServer
 from themisto_env.env.tools import TOOLS, ToolCall, ToolResult
 from themisto_env.errors import ConfigError, InfrastructureError
 from themisto_env.replay.dataset import Dataset
-from themisto_env.replay.disposable import CodeRun
-from themisto_env.replay.state_check import StateReport
+from themisto_env.state.check import StateReport, fault_text
+from themisto_env.state.copies import CodeRun
 
 __all__ = ["StateGroup"]
 

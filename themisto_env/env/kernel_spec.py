@@ -19,9 +19,9 @@ import enum
 
 from themisto_env.env.config import EnvConfig
 from themisto_env.replay.dataset import Dataset
-from themisto_env.replay.disposable import imported_modules
 from themisto_env.replay.resolve import dataset_kernel_environment
 from themisto_env.sandbox.kernel.spec import KernelSpec
+from themisto_env.state.copies import imported_modules
 
 __all__ = ["FROM_DATASET", "EnvironmentChoice", "env_kernel_spec", "kernel_environment"]
 

@@ -1,5 +1,5 @@
 """What serving a state and calling a tool came to, as the record, the score and the bridges read it:
-`ToolOutcome`, `fault_text`, `not_served` and `state_mismatch` (the state server produces them; the
+`ToolOutcome`, `not_served` and `state_mismatch` (the state server produces them; the
 episode's record and the scorer read them without importing the server)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from themisto_env.env.tools import ToolResult
-from themisto_env.replay.state_check import StateReport
+from themisto_env.state.check import StateReport
 
-__all__ = ["ToolOutcome", "fault_text", "not_served", "state_mismatch"]
+__all__ = ["ToolOutcome", "not_served", "state_mismatch"]
 
 
 def not_served() -> dict[str, object]:
@@ -22,11 +22,6 @@ def state_mismatch(report: StateReport | None) -> str | None:
     if report is None or report.check != "mismatch":
         return None
     return "; ".join(report.differences[:10]) or "the state differs"
-
-
-def fault_text(error: Exception) -> str:
-    """An infrastructure failure as a sample's fault: ``TypeName: message``."""
-    return f"{type(error).__name__}: {error}"
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from themisto_env.data.trajectory import Trajectory
 from themisto_env.env.config import EnvConfig
 from themisto_env.env.outcomes import ToolOutcome, state_mismatch
 from themisto_env.env.tools import ToolCall
-from themisto_env.replay.state_check import StateReport
 from themisto_env.scoring.score import SampleScore
+from themisto_env.state.check import StateReport
 
 __all__ = ["MAX_TOOL_REFUNDS", "SANDBOX_FAILED", "EpisodeRecord", "SampleRecord", "ToolTurn"]
 

@@ -1,11 +1,11 @@
-"""Scoring a prediction: [`Scorer`][themisto_env.env.Scorer], the scoring rule of an env config (docs/reward.md) and the
+"""Scoring a prediction: `Scorer`, the scoring rule of an env config (docs/reward.md) and the
 disposable kernels model-written code runs in (a prediction under the execution score, a ``try_cell`` candidate).
 
 A scorer holds no episode and no live state: the gym env's prediction step, the TRL tool env and reward
-functions, pass@k and the inspect scorer score through [`Scorer.score`][themisto_env.env.Scorer.score], which is
+functions, pass@k and the inspect scorer score through `Scorer.score`, which is
 [`score_sample`][themisto_env.scoring.score_sample] under the config's rule with the sample's execution run.
 Model-written code never runs in a state server's kernel: each run takes a disposable kernel brought to the
-sample's state and discarded after (`themisto_env.replay.disposable`).
+sample's state and discarded after (`themisto_env.state.copies`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from themisto_env.data.samples import Sample
 from themisto_env.env.config import MODEL_CODE_TIMEOUT_S, EnvConfig, warn_unisolated
 from themisto_env.env.kernel_spec import env_kernel_spec
 from themisto_env.replay.dataset import Dataset
-from themisto_env.replay.disposable import CodeRun, DisposableKernels
 from themisto_env.sandbox.kernel.spec import KernelSpec
-from themisto_env.sandbox.template.shared import hold_shared_templates, release_shared_templates
-from themisto_env.scoring.score import ExecutionRun, SampleScore, ScoringRule, execution_run, score_sample
+from themisto_env.scoring.rule import ScoringRule
+from themisto_env.scoring.score import ExecutionRun, SampleScore, execution_run, score_sample
+from themisto_env.state.copies import CodeRun, DisposableKernels
+from themisto_env.state.provider import StateProvider
 
 __all__ = ["Scorer"]
 
@@ -38,17 +39,23 @@ class Scorer:
     No kernel starts until code has to run. Usable as a context manager (closed on exit).
     """
 
-    def __init__(self, config: EnvConfig, dataset: Dataset, *, spec: KernelSpec | None = None) -> None:
+    def __init__(
+        self,
+        config: EnvConfig,
+        dataset: Dataset,
+        *,
+        spec: KernelSpec | None = None,
+        provider: StateProvider | None = None,
+    ) -> None:
         self.config = config
         self.dataset = dataset
+        self._owns = provider is None
+        #: Where the disposable copies come from (the episode's served state's provider, or one of its own).
+        self.provider = provider or StateProvider(dataset, spec or env_kernel_spec(config, dataset), serves=False)
         #: The kind of the disposable kernels (the store hidden, snapshots copied in).
-        self.spec = (spec or env_kernel_spec(config, dataset)).with_access("copy")
+        self.spec = self.provider.spec.with_access("copy")
         #: The kernel environment's id (None: the tool's own Python).
         self.environment = self.spec.environment
-        self._disposable: DisposableKernels | None = None
-        self._holds_templates = self.spec.forks
-        if self._holds_templates:  # the shared templates keep spares and states while a scorer forks from them
-            hold_shared_templates()
 
     @property
     def rule(self) -> ScoringRule:
@@ -63,14 +70,11 @@ class Scorer:
     @property
     def disposable(self) -> DisposableKernels | None:
         """The disposable kernels, if started (None: no model-written code ran yet)."""
-        return self._disposable
+        return self.provider.disposable
 
     def disposable_kernels(self) -> DisposableKernels:
-        """The kernels model-written code runs in (disposable kernels of `spec`, started on first use,
-        preloading the modules the dataset's cells import)."""
-        if self._disposable is None:
-            self._disposable = DisposableKernels(self.spec)
-        return self._disposable
+        """The kernels model-written code runs in (`StateProvider.copies`, started on first use)."""
+        return self.provider.copies()
 
     def execution_run(self, sample: Sample) -> ExecutionRun | None:
         """How a prediction of ``sample`` is run for the execution score (a disposable kernel in the state
@@ -127,13 +131,9 @@ class Scorer:
         )
 
     def close(self) -> None:
-        """Close the disposable kernels and give back this scorer's share of the shared templates. Idempotent."""
-        if self._disposable is not None:
-            self._disposable.close()
-            self._disposable = None
-        if self._holds_templates:
-            self._holds_templates = False
-            release_shared_templates()
+        """Close the provider this scorer made (one given to it stays open). Idempotent."""
+        if self._owns:
+            self.provider.close()
 
     def __enter__(self) -> Scorer:
         return self

@@ -1,4 +1,4 @@
-"""Metrics and rewards: exact match, ROUGE-L F1 and chrF per sample; corpus means with confidence intervals.
+"""Metrics: exact match, ROUGE-L F1 and chrF per sample; corpus means with confidence intervals.
 
 Per sample, [`score`][themisto_env.metrics.score] returns a [`Score`][themisto_env.metrics.Score] with ``exact_match``,
 ``rouge_l`` and ``chrf``, each in [0, 1]. ROUGE-L and chrF are identical in value to the reference implementations
@@ -15,8 +15,8 @@ whitespace of each line
 Over a corpus, [`aggregate`][themisto_env.metrics.aggregate] gives each metric's mean with a seeded percentile bootstrap
 interval, and [`compare_paired`][themisto_env.metrics.compare_paired] compares two runs on the same samples (mean
 difference, paired bootstrap interval, wins/ties/losses); given ``groups`` (a trajectory id per sample), both resample
-whole trajectories, since samples of one trajectory are correlated. [`reward`][themisto_env.metrics.reward] turns a
-[`Score`][themisto_env.metrics.Score] into a scalar reward with [`RewardWeights`][themisto_env.metrics.RewardWeights].
+whole trajectories, since samples of one trajectory are correlated. The reward made of them is
+[`themisto_env.scoring`][themisto_env.scoring]'s.
 
 For next-cell predictions, [`api_sequence_score`][themisto_env.metrics.api_sequence_score] adds JuICe's API-sequence
 precision, recall and F1 (an `ApiSequenceScore`; its ``as_dict()`` is keyed by

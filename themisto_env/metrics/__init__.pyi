@@ -8,8 +8,6 @@ from ._chrf import chrf as chrf
 from ._corpus import aggregate as aggregate
 from ._corpus import compare_paired as compare_paired
 from ._corpus import estimate_means as estimate_means
-from ._reward import RewardWeights as RewardWeights
-from ._reward import reward as reward
 from ._rouge import rouge_l as rouge_l
 from ._sample import METRICS as METRICS
 from ._sample import Score as Score

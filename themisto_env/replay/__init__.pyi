@@ -2,4 +2,3 @@
 use)."""
 
 from .dataset import Dataset as Dataset
-from .state import TrajectoryKernel as TrajectoryKernel

@@ -1,7 +1,7 @@
 """Replaying a built step checked against its build.
 
 The builder records with `themisto_env.build.as_recorded.run_recorded`;
-[`TrajectoryKernel`][themisto_env.replay.TrajectoryKernel] replays with `replay_step`, which raises
+`themisto_env.state.kernel.TrajectoryKernel` replays with `replay_step`, which raises
 [`ReplayDivergedError`][themisto_env.errors.ReplayDivergedError] where a cell ends otherwise than when it was built.
 """
 

@@ -1,9 +1,7 @@
 """The public names of [`themisto_env.run`][themisto_env.run], a line each (``__init__.py`` imports each on first
 use)."""
 
-from .compare import compare_runs as compare_runs
 from .config import RunConfig as RunConfig
-from .config import load_run_config as load_run_config
 from .results import ResultRow as ResultRow
 from .results import read_results as read_results
 from .runner import run as run

@@ -216,7 +216,7 @@ def _draws_table(runs: list[tuple[str, list[ResultRow], dict[str, Any]]]) -> str
 
 
 def paired_section(run_dirs: list[str | Path]) -> str:
-    """The first run against each other run: [`compare_runs`][themisto_env.run.compare_runs] as tables."""
+    """The first run against each other run: `themisto_env.run.compare.compare_runs` as tables."""
     if len(run_dirs) < 2:
         return ""
     tables = []

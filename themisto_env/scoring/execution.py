@@ -1,7 +1,7 @@
 """The execution score of a next-cell prediction: what it does, against what the target step did.
 
 The prediction runs in a disposable kernel brought to the state before the target step
-(`themisto_env.replay.disposable`), and its effects are compared with the target step's effects **as
+(`themisto_env.state.copies`), and its effects are compared with the target step's effects **as
 recorded at build time**: the names it changed and their new fingerprints (Jaccard overlap of the names
 matched by `same_effect`), and its outputs (chrF). The score is the mean of the two; a prediction whose own
 code fails (``exit``, ``timeout``, ``memory``, ``processes``, ``unreadable``, ``tampered``) scores 0 with
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from themisto_env.data.trajectory import Trajectory
 from themisto_env.errors import InfrastructureError
 from themisto_env.metrics import score
-from themisto_env.replay.disposable import CodeRun, DisposableKernels, changed_names
-from themisto_env.replay.state_check import expected_fingerprint
 from themisto_env.sandbox.rendering import render_outputs
+from themisto_env.state.check import expected_fingerprint
+from themisto_env.state.copies import CodeRun, DisposableKernels, changed_names
 
 #: The output agreement (chrF, 0 to 1) a passing prediction reaches, its variables matching exactly.
 PASS_OUTPUTS = 0.9

@@ -13,36 +13,21 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from themisto_env import tracing
 from themisto_env.data.trajectory import Trajectory
 from themisto_env.errors import BackendUnavailableError, ConfigError, InfrastructureError
-from themisto_env.metrics import RewardWeights, api_sequence, api_sequence_score, reward, score
-from themisto_env.replay.disposable import DisposableKernels
+from themisto_env.metrics import api_sequence, api_sequence_score, score
 from themisto_env.scoring.execution import ExecutionScore, execution_score
+from themisto_env.scoring.rule import ScoringRule, reward
+from themisto_env.state.copies import DisposableKernels
 
-__all__ = ["ExecutionRun", "SampleScore", "ScoringRule", "execution_run", "score_sample"]
+__all__ = ["ExecutionRun", "SampleScore", "execution_run", "score_sample"]
 
 #: Runs a prediction's code and scores its effects (None: the dataset recorded no effects to compare).
 #: Raises `InfrastructureError` when the machinery failed, not the code.
 ExecutionRun = Callable[[str], ExecutionScore | None]
-
-
-class ScoringRule(BaseModel):
-    """How a prediction is scored: the env options that enter the reward.
-
-    Attributes:
-        weights: The weights of the metrics, and ``weights.execution`` of the execution score.
-        tool_cost: Subtracted from the reward for each tool call.
-        execution_score: Whether next-cell predictions are also scored by running them.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    weights: RewardWeights = Field(default_factory=RewardWeights)
-    tool_cost: float = Field(0.0, ge=0.0)
-    execution_score: bool = False
 
 
 class SampleScore(BaseModel):
@@ -54,7 +39,7 @@ class SampleScore(BaseModel):
             ``api_f1``); each in [0, 1]. A target that calls nothing leaves them out: JuICe scores a
             prediction that calls nothing 1.0 against it, so an empty prediction would earn them.
         metric_reward: The weighted mean of the text metrics
-            ([`themisto_env.metrics.reward`][themisto_env.metrics.reward]).
+            ([`themisto_env.scoring.reward`][themisto_env.scoring.reward]).
         execution_score: The execution score in [0, 1] (next-cell with the execution score on and
             effects recorded), else None.
         execution: Its parts: ``variables``, ``outputs``, ``passed``, ``failure`` (None without it).

@@ -49,7 +49,7 @@ from themisto_env.errors import (
     SnapshotCorruptError,
     TemplateGoneError,
 )
-from themisto_env.replay.state_check import StateReport
+from themisto_env.state.check import StateReport
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

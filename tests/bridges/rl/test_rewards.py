@@ -7,7 +7,8 @@ import pytest
 from themisto_env.bridges.rl import ExecutionReward, MetricReward
 from themisto_env.bridges.rl.export import export_samples
 from themisto_env.bridges.rl.rewards import completion_text
-from themisto_env.metrics import RewardWeights, reward, score
+from themisto_env.metrics import score
+from themisto_env.scoring.rule import RewardWeights, reward
 
 
 def test_the_target_itself_earns_full_reward_in_every_format(env_dataset: dict[str, str]) -> None:

@@ -14,7 +14,8 @@ from themisto_env.env.actions import Prediction
 from themisto_env.env.core import ThemistoEnv
 from themisto_env.env.record import SANDBOX_FAILED
 from themisto_env.env.tools import ToolCall
-from themisto_env.metrics import reward, score
+from themisto_env.metrics import score
+from themisto_env.scoring.rule import reward
 
 #: Every observation tool a rollout can call, with arguments valid in the sales notebook's later states.
 CALLS: list[tuple[str, dict[str, Any]]] = [

@@ -29,10 +29,10 @@ from themisto_env.env.state_server import StateServer
 from themisto_env.env.tools import ToolCall
 from themisto_env.errors import InfrastructureError
 from themisto_env.replay.dataset import Dataset
-from themisto_env.replay.disposable import CodeRun
-from themisto_env.replay.state_check import StateReport
 from themisto_env.sandbox.kernel.spec import KernelSpec
 from themisto_env.scoring.score import ExecutionRun
+from themisto_env.state.check import StateReport
+from themisto_env.state.copies import CodeRun
 
 __all__ = ["MeteredScorer", "MeteredStateServer", "close_metered_episode", "open_metered_episode"]
 

@@ -29,12 +29,12 @@ from prometheus_client.registry import Collector
 
 from themisto_env import errors
 from themisto_env.env.tools import TOOL_NAMES
-from themisto_env.replay.state_check import StateReport
 from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.lifetime.reaper import tracked
 from themisto_env.sandbox.ray.kernel import live_remote_kernels, remote_kernel_memory
 from themisto_env.sandbox.template.prebuild import prebuild_failures
 from themisto_env.sandbox.template.shared import live_shared_templates
+from themisto_env.state.check import StateReport
 
 __all__ = [
     "FAULT_KINDS",

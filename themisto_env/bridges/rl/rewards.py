@@ -27,9 +27,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from themisto_env.errors import ConfigError, InfrastructureError
-from themisto_env.metrics import RewardWeights
 from themisto_env.scoring.execution import ExecutionScore, execution_scores
-from themisto_env.scoring.score import ScoringRule, score_sample
+from themisto_env.scoring.rule import RewardWeights, ScoringRule
+from themisto_env.scoring.score import score_sample
 
 if TYPE_CHECKING:
     from themisto_env.data.samples import Sample

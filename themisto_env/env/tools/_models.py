@@ -11,8 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from themisto_env.errors import ActionError
 
 if TYPE_CHECKING:
-    from themisto_env.replay.disposable import CodeRun
     from themisto_env.sandbox.kernel.contract import KernelLike
+    from themisto_env.state.copies import CodeRun
 
 #: Runs a candidate cell in a disposable kernel brought to the current state (never the env's own kernel)
 #: and reports what it did; raises `InfrastructureError` when that kernel

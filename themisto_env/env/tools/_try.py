@@ -3,7 +3,7 @@
 Revision with execution feedback (as CodeBenchGen does it): the agent writes a candidate, sees its outputs,
 whether it raised, and which variables it created, changed or deleted, and may revise before it predicts.
 The candidate runs through `ToolContext.try_code` in a throw-away kernel brought to the current
-state (`themisto_env.replay.disposable`); the env's own kernel is never touched. The answer holds only what
+state (`themisto_env.state.copies`); the env's own kernel is never touched. The answer holds only what
 the candidate itself produced: nothing recorded (neither the target nor a later step) is compared with it
 or shown.
 """
@@ -19,9 +19,9 @@ from themisto_env.env.tools._answers import TriedCell, VariableChange
 from themisto_env.env.tools._models import ToolContext, ToolError
 from themisto_env.env.tools._render import TRIED_HEADER, changes_text
 from themisto_env.env.tools._text import clip
-from themisto_env.replay.disposable import DELETED
 from themisto_env.sandbox.kernel.helper import OPTIONS_KEY
 from themisto_env.sandbox.rendering import render_outputs
+from themisto_env.state.copies import DELETED
 
 #: The one-line refusal where candidates may not run (the output task: the cell's run is the answer).
 NOT_AVAILABLE = (

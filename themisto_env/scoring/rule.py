@@ -1,12 +1,14 @@
-"""The reward of one prediction: a weighted mean of its scores."""
+"""The reward rule, its one home: the weights of the metrics (`RewardWeights`), the metric reward (`reward`, a
+weighted mean of a sample's scores) and the options that enter a sample's reward (`ScoringRule`), which
+[`score_sample`][themisto_env.scoring.score_sample] applies."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from themisto_env.metrics._sample import Score
+from themisto_env.metrics import Score
 
-__all__ = ["RewardWeights", "reward"]
+__all__ = ["RewardWeights", "ScoringRule", "reward"]
 
 
 class RewardWeights(BaseModel):
@@ -20,7 +22,7 @@ class RewardWeights(BaseModel):
 
     ``execution`` is the share of the execution score in a sample's reward when the execution score is
     on (next-cell): ``(1 - execution) * metric reward + execution * execution score``; the rule is
-    applied in one place, [`themisto_env.scoring.score.score_sample`][themisto_env.scoring.score_sample] (see
+    applied in one place, [`score_sample`][themisto_env.scoring.score_sample] (see
     docs/reward.md).
 
     Attributes:
@@ -31,7 +33,7 @@ class RewardWeights(BaseModel):
             perfect answer can earn less than 1: ROUGE-L is 0 for a reference with no ASCII letter or
             digit (``[]``, ``{}``, ``---``), and both ROUGE-L and chrF are 0 when both texts are empty.
         execution: Weight of the execution score in the reward when it is on, in [0, 1] (0.5: as much
-            as the text metrics together). Not used by [`reward`][themisto_env.metrics.reward], which is the metric
+            as the text metrics together). Not used by [`reward`][themisto_env.scoring.reward], which is the metric
             reward.
     """
 
@@ -58,7 +60,7 @@ def reward(score: Score, weights: RewardWeights | None = None) -> float:
 
     Args:
         score: The sample's scores.
-        weights: The weights; the defaults of [`RewardWeights`][themisto_env.metrics.RewardWeights] when None.
+        weights: The weights; the defaults of [`RewardWeights`][themisto_env.scoring.RewardWeights] when None.
 
     Returns:
         ``(w_em * exact_match + w_rouge * rouge_l + w_chrf * chrf) / (w_em + w_rouge + w_chrf)``, or
@@ -70,3 +72,19 @@ def reward(score: Score, weights: RewardWeights | None = None) -> float:
     total = w.exact_match + w.rouge_l + w.chrf
     value = (w.exact_match * score.exact_match + w.rouge_l * score.rouge_l + w.chrf * score.chrf) / total
     return min(1.0, max(0.0, value))
+
+
+class ScoringRule(BaseModel):
+    """How a prediction is scored: the env options that enter the reward.
+
+    Attributes:
+        weights: The weights of the metrics, and ``weights.execution`` of the execution score.
+        tool_cost: Subtracted from the reward for each tool call.
+        execution_score: Whether next-cell predictions are also scored by running them.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    weights: RewardWeights = Field(default_factory=RewardWeights)
+    tool_cost: float = Field(0.0, ge=0.0)
+    execution_score: bool = False

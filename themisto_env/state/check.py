@@ -2,7 +2,7 @@
 
 A trajectory records, for each step, the namespace fingerprint and the working folder's digest after
 it; the state before step k is checked against those of step k-1 (or an empty namespace where the step
-starts in a fresh kernel). [`StateReport`][themisto_env.replay.StateReport] says what was checked and met.
+starts in a fresh kernel). [`StateReport`][themisto_env.state.StateReport] says what was checked and met.
 """
 
 from __future__ import annotations
@@ -42,6 +42,11 @@ def files_before(trajectory: Trajectory, step: int) -> str | None:
     if trajectory.workdir_digest is None:
         return None
     return trajectory.workdir_digest if step == 0 else trajectory.steps[step - 1].files
+
+
+def fault_text(error: Exception) -> str:
+    """An infrastructure failure as a sample's fault: ``TypeName: message``."""
+    return f"{type(error).__name__}: {error}"
 
 
 def diff_fingerprints(expected: Mapping[str, str], actual: Mapping[str, str]) -> list[str]:
@@ -101,4 +106,12 @@ class StateReport:
         return info
 
 
-__all__ = ["StateCheck", "StateReport", "diff_fingerprints", "expected_fingerprint", "files_before", "fresh_before"]
+__all__ = [
+    "StateCheck",
+    "StateReport",
+    "diff_fingerprints",
+    "expected_fingerprint",
+    "fault_text",
+    "files_before",
+    "fresh_before",
+]

@@ -1,27 +1,13 @@
-"""Model-written code runs in a disposable kernel, brought to a sample's state and discarded after one run.
+"""Disposable copies: model-written code (a prediction under the execution score, a ``try_cell``
+candidate) runs in a kernel of its own, brought to a sample's state and discarded after one run.
 
-The env's own kernel only ever runs recorded cells and the read-only tools. A prediction scored by
-execution, or a cell the agent tries (the ``try_cell`` tool), runs instead in a kernel of its own:
-
-1. a started kernel is taken from a `KernelPool` (started ahead of
-   time, the dataset's libraries already imported), which does not see the snapshot store: each snapshot
-   it restores is copied in and removed once loaded, so the code cannot read the states of later steps;
-2. it is brought to the state before the sample's step and checked against the recorded fingerprint,
-   as the env's own kernel is ([`TrajectoryKernel`][themisto_env.replay.TrajectoryKernel]);
-3. the measuring side is sealed (a private copy of the in-kernel helper, with the builtins as they are
-   now, reachable only through a random token), then the code runs, as a cell;
-4. its outputs are those the kernel's protocol carried for that request (iopub messages collected by the
-   host); its effects are the names whose fingerprint changed, measured by the sealed helper in the same
-   request that plants *canary* names with random values the code could not know. The host checks the
-   canaries' fingerprints itself: a measuring side that the code froze, replaced or broke is caught
-   (``tampered`` or ``unreadable``) rather than believed. Limit hits are read from outside the kernel
-   where the backend can (the container's cgroup: out-of-memory kills, the process limit);
-5. the kernel is closed, in the background: its threads, child processes, module state, display
-   options and files go with it, and never reach another sample or another completion.
-
-A failure while bringing the kernel to the state is the machinery's
-([`InfrastructureError`][themisto_env.errors.InfrastructureError]); a crash, timeout, limit hit or tampering during or
-after the code is the code's own (``failure``).
+The copy never sees the snapshot store (each snapshot is copied in). Before the code runs, the measuring
+side is sealed (a private copy of the in-kernel helper behind a random token); after it, the names whose
+fingerprint changed are measured beside *canary* names the code could not know, so a measurement the code
+froze or broke is caught (``tampered``, ``unreadable``). Limit hits are read from outside the kernel where
+the backend can. A failure while reaching the state is the machinery's
+([`InfrastructureError`][themisto_env.errors.InfrastructureError]); one during or after the code is the
+code's own (``failure``).
 """
 
 from __future__ import annotations
@@ -45,8 +31,6 @@ from themisto_env.errors import (
     InfrastructureError,
     KernelDiedError,
 )
-from themisto_env.replay.state import TrajectoryKernel
-from themisto_env.replay.state_check import diff_fingerprints, expected_fingerprint
 from themisto_env.sandbox.kernel.contract import KernelLike
 from themisto_env.sandbox.kernel.forked import shared_fault
 from themisto_env.sandbox.kernel.helper import value_fingerprint
@@ -54,6 +38,8 @@ from themisto_env.sandbox.kernel.pool import KernelPool
 from themisto_env.sandbox.kernel.spec import KernelFields, KernelSpec
 from themisto_env.sandbox.ray.kernel import make_kernel
 from themisto_env.sandbox.template.shared import hold_shared_templates, release_shared_templates, template_source
+from themisto_env.state.check import diff_fingerprints, expected_fingerprint
+from themisto_env.state.kernel import TrajectoryKernel
 from themisto_env.syntax import parse as parse_python
 
 #: Why a piece of model-written code failed, when it was its own doing.
@@ -219,7 +205,7 @@ class DisposableKernels:
         spec: The kind of kernel (a `KernelSpec`, or a backend's name; use ``docker`` for code you do not
             trust), always with ``store_access="copy"`` (the states are copied in, the store never
             mounted): its limits are each kernel's (the code's timeout is passed to
-            [`run`][themisto_env.replay.DisposableKernels.run]), its preloads are imported ahead of time, its Ray
+            `run`), its preloads are imported ahead of time, its Ray
             placement says where the kernels run, and its fork policy (`KernelSpec.not_forked`) whether each is a copy
             of the state's template (no kernel start, no restore: the process's shared template of the spec) or is
             started and restored.
@@ -260,7 +246,7 @@ class DisposableKernels:
     def run_many(
         self, trajectory: Trajectory, step: int, codes: Sequence[str], *, timeout_s: float
     ) -> list[CodeRun | InfrastructureError]:
-        """Run each piece of code as [`run`][themisto_env.replay.DisposableKernels.run] does, each in a kernel
+        """Run each piece of code as `run` does, each in a kernel
         of its own in the state before ``step`` (a GRPO group's completions of one sample), and return what
         each did, in order, or the machinery's failure that left it unjudged.
 

@@ -1,48 +1,12 @@
-"""A kernel in the state before step k of a trajectory: the one owner of that promise.
+"""The replay and restore routes: `TrajectoryKernel` brings a kernel to the state before a step of a
+trajectory and checks it against the fingerprint (and working folder) recorded at build time.
 
-The builder, the env and the scorers all need "a kernel in which step k is about to run". This module
-is the only code that moves a kernel through a trajectory:
-
-* `run_recorded` runs one recorded cell as it was recorded (restarting first where the person
-  restarted, interrupting it where the person interrupted it). The builder records with it; the env
-  replays with it and checks that each replayed cell ends as recorded
-  ([`ReplayDivergedError`][themisto_env.errors.ReplayDivergedError]).
-* [`TrajectoryKernel`][themisto_env.replay.TrajectoryKernel] serves a state: its `serve` brings its kernel to
-  the state before a step and **checks** the live namespace against the fingerprint recorded at build time.
-
-Serving a state, in order of cost:
-
-1. *forward*: the kernel is already before an earlier step of the same trajectory: run the recorded
-   cells in between (the cheap path between consecutive samples), when their recorded execution time
-   is below the cost of the snapshot route;
-2. *snapshot*: restore the nearest trusted snapshot that holds the whole namespace, replay the cells
-   after it, and where the exact snapshot skipped unpicklable names (generators), restore it over the
-   replayed state keeping those names (the replay supplies them, the snapshot the exact values).
-
-The kernel's working folder is part of the state: the files it held before a step when built (recorded
-with each step, kept in the dataset's ``files/``) are put in place wherever a route starts from a
-snapshot or a fresh kernel, and checked after every route beside the namespace (a forward replay brings
-them along, as the recorded cells wrote them). A file that differs is a difference like a variable's.
-
-After either, the namespace fingerprint must equal the recorded one. A mismatch after *forward* (an unseeded
-random cell, a fault) is repaired by *snapshot*, and a mismatch after that by *snapshot* from a fresh kernel
-(module state a snapshot does not hold); a mismatch after a route that started from a fresh kernel is
-reported (``check == "mismatch"``, with the differing names), never served as verified. A sample whose step
-was recorded right after a kernel restart is served from a fresh kernel. Snapshots are trusted only when
-their bytes hash to their name (checked inside the kernel, on the bytes it loads); a corrupt one is set aside
-(renamed ``*.corrupt``) and an unloadable one is not tried again by this owner. An infrastructure failure on
-the way (the kernel died, a replayed cell timed out) is recorded in the report's ``faults``, the kernel
-restarted, and the snapshot route tried again; only when that keeps failing does `serve` raise.
-
-Code that is not a recorded cell (a model's prediction) taints the kernel: `taint` makes the next `serve`
-start from a fresh kernel, since such code may have changed anything, the in-kernel helper included.
-
-With a `KernelPool`, kernels come from the pool (started ahead of time, the dataset's libraries imported)
-and "a fresh kernel" is the next pooled one rather than a restart of the current one: the old kernel is
-closed in the background. A pooled kernel's namespace is as empty as a restarted one's.
-
-Built on `recorded_cells` (running recorded cells) and `state_check` (fingerprints, files,
-`StateReport`).
+Cheapest route first: *forward* (replay the recorded cells in between, when the kernel is before an earlier
+step of the same trajectory and they cost less than a restore), then *snapshot* (restore, or fork, the
+nearest trusted snapshot and replay after it), then *snapshot* from a fresh kernel. A state that still
+differs is reported (``check == "mismatch"``), never served as verified; an infrastructure failure is
+recorded in the report's ``faults`` and the route retried on a fresh kernel (`MAX_RECOVERIES`). Code that
+is not a recorded cell taints the kernel (`TrajectoryKernel.taint`): the next serve starts fresh.
 """
 
 from __future__ import annotations
@@ -60,18 +24,18 @@ from themisto_env.errors import (
     SnapshotCorruptError,
     SnapshotError,
 )
-from themisto_env.replay.forked_states import ForkedStates
 from themisto_env.replay.recorded_cells import replay_step
-from themisto_env.replay.state_check import (
+from themisto_env.sandbox.kernel.contract import KernelLike
+from themisto_env.sandbox.kernel.pool import KernelPool
+from themisto_env.sandbox.store.workdir import FolderTooLargeError, diff_trees, tree_digest
+from themisto_env.state.check import (
     StateReport,
     diff_fingerprints,
     expected_fingerprint,
     files_before,
     fresh_before,
 )
-from themisto_env.sandbox.kernel.contract import KernelLike
-from themisto_env.sandbox.kernel.pool import KernelPool
-from themisto_env.sandbox.store.workdir import FolderTooLargeError, diff_trees, tree_digest
+from themisto_env.state.fork import ForkedStates
 
 if TYPE_CHECKING:
     from themisto_env.sandbox.template.core import KernelTemplate
@@ -90,7 +54,7 @@ class TrajectoryKernel(ForkedStates):
     Args:
         new_kernel: Makes a new, unstarted kernel (called again when one cannot be restarted).
         pool: Where started kernels come from instead, if given; a fresh kernel is then a new pooled
-            one (the pool is the caller's: [`close`][themisto_env.replay.TrajectoryKernel.close] closes only the kernel
+            one (the pool is the caller's: `close` closes only the kernel
             this owner holds).
     """
 
@@ -137,7 +101,7 @@ class TrajectoryKernel(ForkedStates):
     @property
     def started(self) -> bool:
         """Whether this owner holds a kernel now (it starts one on first use of
-        [`kernel`][themisto_env.replay.TrajectoryKernel.kernel])."""
+        `kernel`)."""
         return self._kernel is not None
 
     def close(self, *, graceful: bool = True) -> None:
@@ -152,7 +116,7 @@ class TrajectoryKernel(ForkedStates):
         self._closing = []
 
     def taint(self) -> None:
-        """Unrecorded code ran in the kernel: the next [`serve`][themisto_env.replay.TrajectoryKernel.serve] starts from
+        """Unrecorded code ran in the kernel: the next `serve` starts from
         a fresh kernel."""
         self._tainted = True
         self.position = None
@@ -416,7 +380,7 @@ class TrajectoryKernel(ForkedStates):
         """Restore the nearest trusted snapshot and replay after it; return the route and the
         fingerprint after it. The kernel is not restarted (a restore into a warm kernel is fast): module
         state a snapshot does not hold survives, and where it shows (display options, in the
-        fingerprint) [`serve`][themisto_env.replay.TrajectoryKernel.serve] repeats the route from a fresh kernel."""
+        fingerprint) `serve` repeats the route from a fresh kernel."""
         steps = trajectory.steps
         if fresh_before(trajectory, step):
             if not self._fresh:

@@ -1,4 +1,4 @@
-"""The fork route of a [`TrajectoryKernel`][themisto_env.replay.TrajectoryKernel]: a state's copy forked from
+"""The fork route of a `TrajectoryKernel`: a state's copy forked from
 its state template instead of a restore, and the spares of the states it will serve next.
 
 `ForkedStates` is the part of `TrajectoryKernel` that asks the kernel template (its ``template``) for copies: a
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from themisto_env.data.trajectory import Trajectory
 from themisto_env.errors import BackendUnavailableError, InfrastructureError, KernelStartError, TemplateGoneError
-from themisto_env.replay.state_check import StateReport, fresh_before
 from themisto_env.sandbox.kernel.contract import KernelLike
+from themisto_env.state.check import StateReport, fresh_before
 
 if TYPE_CHECKING:
     from themisto_env.sandbox.template.core import KernelTemplate
