@@ -1,46 +1,10 @@
 """The agent protocol: what a runner needs from a policy, and a base class that does the bookkeeping.
 
-A runner drives an agent through an episode like this::
-
-    obs, info = env.reset()
-    agent.reset(info)
-    while True:
-        action = agent.act(obs, info)              # a ToolCall or a Prediction
-        obs, reward, terminated, truncated, info = env.step(action)
-        if isinstance(action, Prediction):
-            log(info["scored_sample_id"], info["scores"], agent.usage)   # this sample's usage
-        if terminated or truncated:
-            break
-
-[`Agent`][themisto_env.agents.Agent] is the contract (a `typing.Protocol`: any object with these members is an agent).
-[`BaseAgent`][themisto_env.agents.BaseAgent] implements it for the common case: subclass it, set ``name``, write
-``decide``. A whole new agent takes a dozen lines::
-
-    from themisto_env.env.actions import Prediction
-from themisto_env.errors import ConfigError
-    from themisto_env.agents import BaseAgent, parse_history
-
-
-    class LastSourceAgent(BaseAgent):
-        \"\"\"Predicts that the developer re-runs the last cell.\"\"\"
-
-        name = "last-source"
-
-        def decide(self, observation, info):
-            cells = parse_history(observation["history"])
-            return Prediction(text=cells[-1].source if cells else "")
-
-Register it to make it available by name (``themisto run --agent last-source``)::
-
-    from themisto_env.agents import register_agent
-
-    register_agent("last-source", "my_package.my_module:LastSourceAgent")
-
-[`AgentUsage`][themisto_env.agents.AgentUsage] is what an agent spent on one sample (model calls, tokens where the model
-reports them, tool calls); ``agent.usage`` holds it for the current sample, and a new one starts when the
-agent sees a new ``info["sample_id"]``, or a new ``info["draw"]`` of the same sample (each of the K
-predictions of pass@k starts afresh, [`BaseAgent.start_sample`][themisto_env.agents.BaseAgent.start_sample] included),
-or on ``reset``.
+[`Agent`][themisto_env.agents.Agent] is the contract (a `typing.Protocol`: any object with these members is
+an agent). [`BaseAgent`][themisto_env.agents.BaseAgent] implements it for the common case: subclass it, set
+``name``, write ``decide`` (docs/agents.md shows a whole agent and how to register it).
+[`AgentUsage`][themisto_env.agents.AgentUsage] is what an agent spent on one sample; a new one starts with
+each new ``info["sample_id"]`` or ``info["draw"]``, or on ``reset``.
 """
 
 from __future__ import annotations

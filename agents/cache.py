@@ -1,57 +1,11 @@
 """A response cache for the LLM agents: one SQLite file, so that a rerun is reproducible and free.
 
-``LLMAgent(..., cache="replies.sqlite")`` (``agent_options: {cache: ...}`` in a run config) looks every
-model call up before making it: a hit returns the stored ``AIMessage`` (its text, ``tool_calls`` and
-``usage_metadata``) and costs no request and no token; a miss makes the call (with its retries) and stores
-the reply. A second run of the same experiment over the same file makes no model call at all and gives the
-same predictions, whatever the temperature.
-
-The key
-    The SHA-256 of a canonical JSON of everything that changes the answer (`request_key`):
-
-    - the provider, as the chat model's ``_llm_type`` (``openai-chat``, ``anthropic-chat``, ...: the same
-      for ``provider="openai"`` and a ``ChatOpenAI`` passed in, and stable across package versions);
-    - the model's invocation parameters (``_get_invocation_params``: model name, temperature,
-      max_tokens, top_p, seed, stop, ``model_kwargs``, ...), without what only says where or how to ask:
-      API keys and any secret value, base URLs, organisation and project, headers, clients, timeouts and
-      retries, streaming (`NOT_THE_ANSWER`). A rerun with another key, through another proxy, or
-      with another ``--max-retries`` hits; a different endpoint serving the same model name also hits,
-      so use one cache file per deployment if the name is ambiguous;
-    - what is bound to the model (``bind_tools``: the tools' schemas, ``tool_choice``, ...);
-    - the full message list: each message's type, content, name, tool calls (name, arguments, id),
-      invalid tool calls, and a tool message's ``tool_call_id`` and status. Tool-call ids are random
-      (the provider's ``call_...``, or the agent's own for a call without one), so they are renumbered
-      in order of first appearance (``id0``, ``id1``, ...): a conversation hits whatever ids its earlier
-      replies carried. Message ids, ``response_metadata`` and ``additional_kwargs`` are left out (random
-      or bookkeeping, never what the model reads);
-    - the draw: the K predictions of a sample under pass@k (``info["draw"]``) ask the same messages K
-      times and must stay K independent answers, so each draw is its own entry.
-
-    Only the hash is stored, never the material, so nothing secret can reach the file even by accident.
-
-Why not langchain-core's ``BaseCache`` (``ChatOpenAI(cache=...)``)
-    It keys on ``(prompt, llm_string)``, where ``llm_string`` is the serialised constructor of the model:
-    for ``ChatOpenAI`` that includes ``openai_api_base`` (credentials in the URL included),
-    ``request_timeout`` and ``max_retries``, so changing a timeout or a proxy misses; the prompt is the
-    messages' ``dumps``, with random message and tool-call ids, so a tool conversation whose first reply
-    was fresh never hits again. A hit happens inside the model, where the agent cannot tell it from a call
-    to count it as free, and it only works for models made with ``cache=`` (not for one passed in ready
-    made). Caching at `call_model`, the one place every model call
-    goes through, avoids all four.
-
-Usage
-    A reply from the cache counts in [`AgentUsage`][themisto_env.agents.AgentUsage] as a ``cached_calls``,
-    with the tokens its original call used in ``cached_input_tokens`` / ``cached_output_tokens``;
-    ``model_calls``, ``input_tokens`` and ``output_tokens`` count only what this run spent (0 on a fully
-    cached rerun). What the run would have cost without the cache is the sum of both.
-
-The file
-    SQLite in WAL mode with a busy timeout, so several worker processes and async tasks share one file:
-    readers never block, writers queue. Each reply is one transaction (``INSERT OR IGNORE``: when two
-    workers ask the same thing at once, the first stored answer stays and both replay it from then on).
-    A writer killed mid-run leaves the file consistent (SQLite's journal rolls the half-written
-    transaction back). A file that is not a readable response cache raises a one-line
-    [`DataError`][themisto_env.errors.DataError] naming it.
+``LLMAgent(..., cache="replies.sqlite")`` looks every model call up before making it: a hit replays the
+stored reply without a request, a miss makes the call and stores the reply. The key (`request_key`) covers
+everything that changes the answer and nothing that only says where or how to ask; only its hash is stored.
+Caching at `call_model`, the one place every model call goes through, rather than langchain-core's
+``BaseCache``, keeps keys stable across timeouts, proxies and random tool-call ids, and lets the agent count
+a hit as free (``cached_calls`` in [`AgentUsage`][themisto_env.agents.AgentUsage]).
 """
 
 from __future__ import annotations
@@ -209,6 +163,14 @@ def request_material(model: Any, messages: Sequence[BaseMessage], *, draw: int =
 def request_key(model: Any, messages: Sequence[BaseMessage], *, draw: int = 0) -> str:
     """The cache key of a model call: the SHA-256 (hex) of `request_material` as canonical JSON.
 
+    The material is everything that changes the answer: the provider (the chat model's ``_llm_type``), the
+    model's invocation parameters without what only says where or how to ask (keys and secrets, base URLs,
+    organisation, headers, clients, timeouts, retries, streaming: `NOT_THE_ANSWER`; so a different endpoint
+    serving the same model name also hits: use one file per deployment if the name is ambiguous), what is
+    bound to the model (tools, ``tool_choice``), the full message list with tool-call ids renumbered in order
+    of first appearance (message ids, ``response_metadata`` and ``additional_kwargs`` left out), and the draw
+    (each of the K predictions of pass@k is its own entry).
+
     Args:
         model: The chat model (or binding) about to be called.
         messages: The messages it is about to be given.
@@ -229,6 +191,10 @@ def _busy(exc: BaseException) -> bool:
 
 class ResponseCache:
     """Model replies in one SQLite file, shared safely by threads, async tasks and processes.
+
+    WAL mode with a busy timeout: readers never block, writers queue. Each reply is one transaction
+    (``INSERT OR IGNORE``: when two workers store the same key, the first answer stays), and a writer killed
+    mid-run leaves the file consistent.
 
     Args:
         path: The file (created, with its folder, when missing).

@@ -1,26 +1,10 @@
 """LLM agents on any langchain-core ``BaseChatModel``, one per kind of context.
 
-``llm-static`` (`StaticContextAgent`)
-    The history only (Themisto's setting without runtime information).
-``llm-full`` (`FullRuntimeAgent`)
-    The history and the env's runtime dump: every variable and the memory (the env's ``full`` mode;
-    Themisto's "with runtime information" setting).
-``llm-tools`` (`ToolUsingAgent`)
-    The history, and the observation tools bound to the model: it queries the kernel, then answers.
-
-Each is made from a chat model, or from a provider and a model name (see
-`make_chat_model`)::
-
-    agent = StaticContextAgent(provider="openai", model="gpt-4o-mini", temperature=0)
-    agent = make_agent("llm-full", chat_model=my_chat_model)
-
-A reply is read with `extract_prediction`; the tokens each call
-used are taken from ``AIMessage.usage_metadata`` when the model reports them. Every model call goes through
-`call_with_retries` (rate limits, 5xx, timeouts retried with backoff;
-``max_retries=`` and ``retry_delay=`` set the policy); one that still fails raises
-[`ModelError`][themisto_env.errors.ModelError]. With ``cache="replies.sqlite"`` every call is looked up in a
-`ResponseCache` first: a hit is replayed without a request and counted
-as ``usage.cached_calls`` (see `themisto_env.agents.cache`).
+``llm-static`` (`StaticContextAgent`) sees the history only; ``llm-full`` (`FullRuntimeAgent`) the history
+and the env's runtime dump; ``llm-tools`` (`ToolUsingAgent`) the history and the observation tools bound to
+the model. Each is made from a chat model, or from a provider and a model name (`make_chat_model`). Every
+model call goes through `call_model`: the response cache (`themisto_env.agents.cache`), then
+`call_with_retries`; a reply is read with `extract_prediction`.
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
 """``llm-tools``: a chat model with the observation tools bound, every tool call an env step.
 
-The observation tools are bound to the model with ``bind_tools`` (their names, descriptions and argument
-schemas; see `themisto_env.env.tools.langchain_tools`), but they are never run by langchain: each tool
-call the model makes becomes the agent's action ``ToolCall(tool, args)``, the env runs it (counting it
-against the sample's budget and cost), and the resulting observation's ``tool_result`` becomes the
-``ToolMessage`` the model reads. One sample goes::
-
-    act -> model: [system, user]                    -> AIMessage(tool_calls=[a, b])   -> ToolCall a
-    act <- tool_result of a: ToolMessage(a)                                           -> ToolCall b
-    act <- tool_result of b: ToolMessage(b) -> model -> AIMessage("```python ...```") -> Prediction
-
-Several tool calls in one model message are stepped one by one before the model is asked again; a
-tool call whose arguments did not parse (``invalid_tool_calls``) is answered with an error tool message
-without an env step. When
-the budget runs out (``observation["tools_left"] == 0``), tool calls still pending are answered with a
-"not run" tool message, the model is told to answer and asked once more without tools, and its reply is
-the prediction. The model is asked at most ``max_model_calls`` times per sample (default: the budget
-plus 2); after that the last reply's text is read as the prediction.
+The tools are bound with ``bind_tools`` but never run by langchain: each tool call the model makes becomes
+the agent's action ``ToolCall(tool, args)``, and the observation's ``tool_result`` becomes the
+``ToolMessage`` the model reads. Once the budget is spent, pending calls are answered "not run" and the
+model is asked once more without tools; it is asked at most ``max_model_calls`` times per sample.
 """
 
 from __future__ import annotations

@@ -1,39 +1,8 @@
 """Reading a prediction out of what a model wrote.
 
-Models are asked for the answer alone in one fenced block, and often write more: a lead-in ("Here is
-the next cell:"), an explanation after the block, several blocks, an unclosed block (cut by the token
-limit), a reasoning section, or no fence at all. `extract_prediction` applies these rules, in
-order, to the reply text:
-
-1. Reasoning is removed: ``<think>...</think>`` / ``<thinking>...</thinking>`` sections (and an unclosed
-   one at the start, up to the end of the reply).
-2. An explicit answer tag wins: the content of the last ``<answer>``, ``<cell>``, ``<code>`` or
-   ``<output>`` element, and the rules below apply to that content.
-3. Fenced blocks (```` ``` ```` or ``~~~``, any language tag; also a one-line ```` ```df.info()``` ````):
-   the blocks whose tag suits the task are the candidates (for ``next-cell``: ``python``, ``py``,
-   ``python3``, ``ipython``, ``ipython3``, ``jupyter`` or no tag; for ``output``: no tag, ``text``,
-   ``txt``, ``plaintext``, ``plain``, ``output``, ``console``, ``shell``, ``bash``, ``sh``, ``none``), or
-   every block when none suits. Of several candidates, the first one introduced as the answer wins (the
-   text before it says "next", "answer", "predict...", "final", "output" or "will", and not "previous",
-   "earlier", "last", "before" or "already"), else the first one. A fence opened and never closed
-   runs to the end of the reply.
-4. Without a fence: leading lead-in lines are dropped (`LEAD_INS`: an interjection such as
-   "Sure!" or "Okay, here it is.", or a prose phrase ending in a colon that starts like "Here is...",
-   "The next cell is...", "Based on...", "Output...", optionally in ``**bold**``). A lead-in sharing the
-   line with the answer ("Output: 42", "Next cell: df.info()") is cut off, unless the line is valid
-   Python for ``next-cell`` (``result: int = 5``). Then, for ``next-cell``, prose paragraphs (separated
-   by blank lines; they do not parse as Python and have about two words or more per line, or start like
-   an explanation: "This...", "Note...", "The cell...") before or after the code are dropped; for
-   ``output``, only trailing paragraphs that start like an explanation are.
-5. Jupyter prompt headers the model may imitate from the history are removed: a first line
-   ``# In [n]:`` / ``In [n]:``; for ``output`` a first line ``# Out [n]:`` / ``Out[n]:`` (or that prefix
-   on the first line). For ``next-cell`` the answer stops at a ``# Out [n]:`` line (the model went on
-   to predict the output too).
-6. An answer wrapped whole in single backticks (```` `df.head()` ````) is unwrapped.
-7. Blank lines at either end and trailing spaces are removed; for ``next-cell`` the code is dedented
-   (leading spaces of an output's first line are kept: a table's header starts with them).
-
-The result is never None: an empty reply gives ``""``.
+Models are asked for the answer alone in one fenced block, and often write more: a lead-in, an
+explanation, several blocks, an unclosed block, a reasoning section, or no fence at all.
+`extract_prediction` reads the answer out of all of these (its docstring lists the rules, in order).
 """
 
 from __future__ import annotations
@@ -85,7 +54,37 @@ _WORD = re.compile(r"[A-Za-z]{2,}")
 
 
 def extract_prediction(reply: str, task: Task) -> str:
-    """The predicted cell source or output in a model's reply (the rules are in the module docstring).
+    """The predicted cell source or output in a model's reply.
+
+    The rules, in order:
+
+    1. Reasoning is removed: ``<think>...</think>`` / ``<thinking>...</thinking>`` sections (and an unclosed
+       one at the start, up to the end of the reply).
+    2. An explicit answer tag wins: the content of the last ``<answer>``, ``<cell>``, ``<code>`` or
+       ``<output>`` element, and the rules below apply to that content.
+    3. Fenced blocks (```` ``` ```` or ``~~~``, any language tag; also a one-line ```` ```df.info()``` ````):
+       the blocks whose tag suits the task are the candidates (for ``next-cell``: ``python``, ``py``,
+       ``python3``, ``ipython``, ``ipython3``, ``jupyter`` or no tag; for ``output``: no tag, ``text``,
+       ``txt``, ``plaintext``, ``plain``, ``output``, ``console``, ``shell``, ``bash``, ``sh``, ``none``), or
+       every block when none suits. Of several candidates, the first one introduced as the answer wins (the
+       text before it says "next", "answer", "predict...", "final", "output" or "will", and not "previous",
+       "earlier", "last", "before" or "already"), else the first one. A fence opened and never closed
+       runs to the end of the reply.
+    4. Without a fence: leading lead-in lines are dropped (`LEAD_INS`: an interjection such as
+       "Sure!" or "Okay, here it is.", or a prose phrase ending in a colon that starts like "Here is...",
+       "The next cell is...", "Based on...", "Output...", optionally in ``**bold**``). A lead-in sharing the
+       line with the answer ("Output: 42", "Next cell: df.info()") is cut off, unless the line is valid
+       Python for ``next-cell`` (``result: int = 5``). Then, for ``next-cell``, prose paragraphs (separated
+       by blank lines; they do not parse as Python and have about two words or more per line, or start like
+       an explanation: "This...", "Note...", "The cell...") before or after the code are dropped; for
+       ``output``, only trailing paragraphs that start like an explanation are.
+    5. Jupyter prompt headers the model may imitate from the history are removed: a first line
+       ``# In [n]:`` / ``In [n]:``; for ``output`` a first line ``# Out [n]:`` / ``Out[n]:`` (or that prefix
+       on the first line). For ``next-cell`` the answer stops at a ``# Out [n]:`` line (the model went on
+       to predict the output too).
+    6. An answer wrapped whole in single backticks (```` `df.head()` ````) is unwrapped.
+    7. Blank lines at either end and trailing spaces are removed; for ``next-cell`` the code is dedented
+       (leading spaces of an output's first line are kept: a table's header starts with them).
 
     Args:
         reply: The model's reply text.

@@ -1,25 +1,8 @@
 """Chat models chosen by configuration: ``make_chat_model("openai", "gpt-4o-mini")``.
 
-========================  ==========================  ==================================================
-provider                  needs                       made as
-========================  ==========================  ==================================================
-``openai``                ``themisto-env[openai]``,   ``langchain_openai.ChatOpenAI(model=..., **kw)``
-                          ``OPENAI_API_KEY`` (none
-                          with ``base_url``)
-``anthropic``             ``themisto-env[anthropic]``,  ``langchain_anthropic.ChatAnthropic(model=..., **kw)``
-                          ``ANTHROPIC_API_KEY``
-``ollama``                ``themisto-env[ollama]``,   ``langchain_ollama.ChatOllama(model=..., **kw)``
-                          a running Ollama server
-``fake``                  nothing                     `ScriptedChatModel`
-                                                      replaying ``responses=[...]`` in a cycle (tests,
-                                                      dry runs)
-``package.module:Class``  that package                ``Class(model=..., **kw)``, any ``BaseChatModel``
-========================  ==========================  ==================================================
-
-Provider packages are imported when a model is made, never at import. A missing package or key raises
-[`ProviderError`][themisto_env.errors.ProviderError] whose message is the one line that fixes it. An API key may
-also be passed as ``api_key=...``. The ``openai`` provider given a ``base_url`` (a local OpenAI-compatible
-server: vLLM, llama.cpp, LM Studio) needs no key: without one it sends ``EMPTY``, as those servers expect.
+One name per provider (``openai``, ``anthropic``, ``ollama``, ``fake``, or ``package.module:Class``) makes
+the langchain-core chat model; the table of what each needs is on `make_chat_model`. Provider packages are
+imported when a model is made, never at import, and a missing package or key raises one line that fixes it.
 """
 
 from __future__ import annotations
@@ -68,6 +51,25 @@ LOCAL_SERVER_KEY = "EMPTY"
 
 def make_chat_model(provider: str, model: str | None = None, **kwargs: Any) -> BaseChatModel:
     """Make a langchain-core chat model.
+
+    ========================  ==========================  ==================================================
+    provider                  needs                       made as
+    ========================  ==========================  ==================================================
+    ``openai``                ``themisto-env[openai]``,   ``langchain_openai.ChatOpenAI(model=..., **kw)``
+                              ``OPENAI_API_KEY`` (none
+                              with ``base_url``)
+    ``anthropic``             ``themisto-env[anthropic]``,  ``langchain_anthropic.ChatAnthropic(model=..., **kw)``
+                              ``ANTHROPIC_API_KEY``
+    ``ollama``                ``themisto-env[ollama]``,   ``langchain_ollama.ChatOllama(model=..., **kw)``
+                              a running Ollama server
+    ``fake``                  nothing                     `ScriptedChatModel`
+                                                          replaying ``responses=[...]`` in a cycle (tests,
+                                                          dry runs)
+    ``package.module:Class``  that package                ``Class(model=..., **kw)``, any ``BaseChatModel``
+    ========================  ==========================  ==================================================
+
+    An API key may also be passed as ``api_key=...``. The ``openai`` provider given a ``base_url`` (a local
+    OpenAI-compatible server: vLLM, llama.cpp, LM Studio) needs no key: without one it sends ``EMPTY``.
 
     Args:
         provider: ``openai``, ``anthropic``, ``ollama``, ``fake``, or ``package.module:ClassName``.

@@ -1,23 +1,10 @@
 """Retrying model calls: one explicit policy for every provider.
 
-A model call that fails with a rate limit (HTTP 429), a server error (5xx, 408), a timeout or a lost
-connection is made again after a pause, up to ``max_retries`` more times. The pause is exponential
-backoff with full jitter (a random wait between 0 and ``base_delay * 2**attempt``, at most
-``max_delay``), unless the provider said how long to wait: a ``Retry-After`` header (seconds or an HTTP
-date; also ``retry-after-ms``) is honoured, up to ``max_retry_after``. Other failures (400, 401, 404, a
-reply that is not JSON) are not retried. A call that still fails raises
-[`ModelError`][themisto_env.errors.ModelError] with one line: the provider, the status, the provider's message
-and the number of attempts.
-
-The LLM agents switch off the openai and anthropic clients' own retries (``max_retries=0``) when they
-make the model, so that this is the only retry policy (the clients' own would multiply the attempts and
-ignore ``--max-retries``). A chat model passed in ready-made keeps its client's settings.
-
-Errors are read by duck typing, so no provider package is imported here: ``status_code`` (on the
-exception or its ``response``), ``response.headers``, and the exception's class names (``...Timeout...``,
-``...Connection...``), module (``openai``, ``anthropic``, ``httpx``, ``ollama``, ``langchain_*``, ...), and
-the module that raised it (a reply the client could not read). Other exceptions (a bug, a scripted test
-model running out of replies) propagate unchanged.
+A rate limit, a server error, a timeout or a lost connection is retried with exponential backoff and full
+jitter, honouring the provider's ``Retry-After``; other failures are not, and a call that still fails raises
+a one-line [`ModelError`][themisto_env.errors.ModelError]. The LLM agents switch the openai and anthropic
+clients' own retries off, so this is the only policy. Errors are read by duck typing (status code, headers,
+class and module names), so no provider package is imported here.
 """
 
 from __future__ import annotations

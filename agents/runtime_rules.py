@@ -1,47 +1,10 @@
 """``runtime-rules``: a rule-based agent that asks the live kernel instead of guessing.
 
-Output prediction
-    First, whether the cell fails: when it reads a name (in evaluation order, see
-    `needed_names`) that the kernel does not define
-    (``list_variables``, then ``inspect_variable`` for names that are neither listed nor imported in the
-    visible history, such as modules), it predicts ``NameError: name 'x' is not defined``; when it reads
-    ``df['col']`` or calls ``df.pop('col')`` on a kernel DataFrame without that column
-    (``dataframe_info``), it predicts ``KeyError: 'col'``. One tool call is kept for the display rule;
-    names left unchecked for lack of budget are taken as defined.
-
-    Otherwise, when the cell ends by displaying one of these expressions of a variable ``x``, and nothing
-    earlier in the cell mentions ``x`` (so the kernel's ``x`` is the one displayed), the agent asks a
-    tool and predicts from its answer:
-
-    ==================  ==================================  =================================================
-    the cell ends with  tool call(s)                        prediction
-    ==================  ==================================  =================================================
-    ``x``               ``inspect_variable(x)``             the value's repr
-    ``x.shape``         ``inspect_variable(x)``             the shape, e.g. ``(178, 13)``
-    ``len(x)``          ``inspect_variable(x)``             the length (or the first dimension)
-    ``type(x)``         ``inspect_variable(x)``             the class as IPython shows it: ``pandas.DataFrame``
-    ``x.head(n)``       ``dataframe_head(x, n)``            the rows, laid out as a notebook shows them
-    ``x.describe()``    ``dataframe_describe(x)``           the statistics, laid out likewise
-    ``x.info()``        ``dataframe_info(x)``               the info text
-    ``x.dtypes``        ``inspect_variable(x)`` then, for   ``dtype('float64')`` for a Series or array, the
-                        a DataFrame, ``dataframe_info(x)``  dtypes Series' repr for a DataFrame
-    ==================  ==================================  =================================================
-
-    A tuple of the first four (``X.shape, y.shape``, ``len(a), len(b)``) is answered element by element
-    and printed as IPython prints a tuple. A trailing ``;`` (display suppressed), a tool error (no such
-    variable, not a DataFrame), a spent budget or an env without tools make it fall back to the static
-    baseline.
-Next-cell prediction
-    When the last executed cell ends by assigning a variable and showed nothing, people usually look
-    at it next: the agent calls ``list_variables`` and, when the variable exists, predicts ``x.head()``
-    for a DataFrame or Series and ``x`` otherwise. Else it falls back to the static baseline.
-
-The static baseline is ``retrieval`` for output prediction and ``repeat-previous`` for next-cell
-prediction by default (``fallback=...`` chooses one for both).
-
-What a cell displays is read by `displayed`; the tools' answers are read as they come, typed
-(``info["tool_result"]["data"]``, validated into the tool's answer model); this module holds the rules and
-the agent.
+For output prediction it predicts the ``NameError`` or ``KeyError`` the kernel's state implies, or answers
+a displayed expression of a kernel variable (``x``, ``x.shape``, ``x.head(n)``, ...) from one observation
+tool; for next-cell prediction it predicts a look at the variable the last cell assigned. Anything else
+falls back to a static baseline. The rules are on `RuntimeRulesAgent`;
+what a cell displays is read by `displayed`.
 """
 
 from __future__ import annotations
@@ -264,6 +227,33 @@ def assigned_name(source: str) -> str | None:
 
 class RuntimeRulesAgent(BaseAgent):
     """Answers displayed expressions from the live kernel through tools; static fallback otherwise.
+
+    Output prediction: first, whether the cell fails: a name it reads (in evaluation order, `needed_names`)
+    that the kernel does not define gives ``NameError: name 'x' is not defined``; ``df['col']`` or
+    ``df.pop('col')`` on a kernel DataFrame without that column gives ``KeyError: 'col'``. One tool call is
+    kept for the display rule; names left unchecked for lack of budget are taken as defined. Otherwise, when
+    the cell ends by displaying one of these of a variable ``x`` that nothing earlier in the cell mentions:
+
+    ==================  ==================================  =================================================
+    the cell ends with  tool call(s)                        prediction
+    ==================  ==================================  =================================================
+    ``x``               ``inspect_variable(x)``             the value's repr
+    ``x.shape``         ``inspect_variable(x)``             the shape, e.g. ``(178, 13)``
+    ``len(x)``          ``inspect_variable(x)``             the length (or the first dimension)
+    ``type(x)``         ``inspect_variable(x)``             the class as IPython shows it: ``pandas.DataFrame``
+    ``x.head(n)``       ``dataframe_head(x, n)``            the rows, laid out as a notebook shows them
+    ``x.describe()``    ``dataframe_describe(x)``           the statistics, laid out likewise
+    ``x.info()``        ``dataframe_info(x)``               the info text
+    ``x.dtypes``        ``inspect_variable(x)`` then, for   ``dtype('float64')`` for a Series or array, the
+                        a DataFrame, ``dataframe_info(x)``  dtypes Series' repr for a DataFrame
+    ==================  ==================================  =================================================
+
+    A tuple of the first four is answered element by element. A trailing ``;``, a tool error, a spent budget
+    or an env without tools fall back to the static baseline.
+
+    Next-cell prediction: when the last executed cell ends by assigning a variable and showed nothing, the
+    agent calls ``list_variables`` and, when the variable exists, predicts ``x.head()`` for a DataFrame or
+    Series and ``x`` otherwise; else the static baseline.
 
     Args:
         fallback: The static baseline for samples no rule answers: ``retrieval``, ``repeat-previous``, or

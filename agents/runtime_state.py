@@ -1,26 +1,11 @@
 """``runtime-state``: one offline agent for all three observation modes, using the state before the cell.
 
-It reads what the kernel holds *before* the cell runs, never the target: in ``tools`` mode by asking the
-env's observation tools, in ``full`` mode from the runtime dump the observation carries, and in ``static``
-mode it has no state and answers as its static baseline. So the same agent in the three modes measures what
-runtime information buys.
-
-Output prediction
-    ``tools``: ``runtime-rules``' rules (a ``NameError`` or ``KeyError`` the state implies; ``x``,
-    ``x.shape``, ``len(x)``, ``type(x)``, ``x.head(n)``, ``x.describe()``, ``x.info()``, ``x.dtypes`` and
-    tuples of the first four, answered from the tools), and ``print(...)`` of those expressions (a string
-    printed without its quotes, arguments joined by spaces; an array's ``print`` differs from its repr and
-    falls back). ``full``: the same expressions where the dump holds the answer (a one-line value, a shape,
-    a length, a type; `themisto_env.agents.runtime_dump`). Anything else falls back.
-Next-cell prediction
-    When the last cell failed on a name or a column the state does not define, the cell again with the
-    nearest name the state does define (`themisto_env.agents.runtime_repair`). When the last executed cell
-    ends by assigning a variable the state defines and showed nothing, people usually look at it next:
-    ``x.head()`` for a DataFrame or Series, ``x`` otherwise. ``tools``: the names from ``list_variables``
-    and ``dataframe_info``; ``full``: the names in the dump. Else the static baseline.
-
-The static baseline is ``retrieval`` for output prediction and ``repeat-previous`` for next-cell prediction
-(``fallback=...`` chooses one for both), as ``runtime-rules``'.
+It reads what the kernel holds *before* the cell runs, never the target: in ``tools`` mode through the
+observation tools, in ``full`` mode from the runtime dump (`themisto_env.agents.runtime_dump`), and in
+``static`` mode not at all (its static baseline answers). So the same agent in the three modes measures
+what runtime information buys. Its rules are ``runtime-rules``' plus ``print(...)`` of those expressions,
+and for next-cell prediction a repair of a cell that failed on a name or column the state lacks
+(`themisto_env.agents.runtime_repair`).
 """
 
 from __future__ import annotations

@@ -1,33 +1,11 @@
 """The kernel contract: what every kernel offers its callers, whatever runs it and wherever.
 
-`KernelLike` is narrow: the kernel's lifetime and facts, `execute` and `call`, and two named parts.
-Its members (15, and `__enter__`/`__exit__`; a test holds the set to this list):
-
-- facts: `backend`, `environment`, `limits`, `store`, `restarts`, `launcher` (the launcher's readings:
-  `pid()`, limit events, the backend's health);
-- lifetime: `start`, `close` (also as a context manager), `is_alive`, `interrupt`, `restart`;
-- execution: `execute` (a cell, as a user runs it) and `call` (a function of the in-kernel helper);
-- parts: `snapshots` (`SnapshotsLike`: save and restore the user namespace, the working folder's files)
-  and `introspect` (`IntrospectionLike`: the read-only questions about the user's state, one generic `ask`
-  keyed by `ANSWERS`, the package versions, preloading and the sealed measurement).
-
-A part of a closed kernel raises what the kernel's own calls raise (an `InfrastructureError` saying it is
-not started or was closed), and one of a dead kernel a `KernelDiedError`. Three implementations satisfy it:
-
-- [`Kernel`][themisto_env.sandbox.Kernel], a kernel started on this machine by a backend's
-  [`KernelLauncher`][themisto_env.sandbox.KernelLauncher] (``local``, ``bwrap``, ``docker``);
-- the same [`Kernel`][themisto_env.sandbox.Kernel] forked from a warm process
-  ([`KernelTemplate`][themisto_env.sandbox.KernelTemplate]: ``Kernel(..., template=...)``, made by
-  ``KernelTemplate.kernel()`` and ``KernelTemplate.copies()``), which differs only by its launcher
-  (`ForkLauncher`);
-- [`RemoteKernel`][themisto_env.sandbox.RemoteKernel], a kernel in a Ray actor on another node, which
-  answers the same calls with the same typed answers and exceptions (its parts forward over the actor).
-
-Factories ([`make_kernel`][themisto_env.sandbox.make_kernel], a
-`KernelPool`, a template) are typed with it: code written against the
-contract cannot tell the three apart, and one conformance suite
-(`themisto_env.sandbox.kernel.conformance`) runs on any of them. Kernel-specific extras (``run_dir``,
-``isolated``, the full launcher) are each implementation's own.
+`KernelLike` is narrow: the kernel's facts and lifetime, `execute` and `call`, and two named parts,
+`snapshots` (`SnapshotsLike`) and `introspect` (`IntrospectionLike`); a test holds its members to this
+list. [`Kernel`][themisto_env.sandbox.Kernel] (started by a backend, or forked from a
+[`KernelTemplate`][themisto_env.sandbox.KernelTemplate]) and [`RemoteKernel`][themisto_env.sandbox.RemoteKernel]
+(in a Ray actor) satisfy it, and the factories are typed with it, so code written against the contract
+cannot tell them apart and one conformance suite (`themisto_env.sandbox.kernel.conformance`) runs on all.
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
 """A Jupyter kernel on any backend: start, execute, restart, close; its snapshots and introspection as parts.
 
-[`Kernel`][themisto_env.sandbox.Kernel] holds one part per job, each a plain class in its own module (it inherits from
-none: ``Kernel.__mro__`` is ``(Kernel, object)``). Its lifetime and ``execute``/``call`` are its own methods; the
-snapshots and the introspection are named parts a caller reaches directly (``kernel.snapshots.save()``,
-``kernel.introspect.list_variables()``), not re-exposed one method at a time:
-
-- `KernelProcess`: the run directory and the backend's
-  [`KernelLauncher`][themisto_env.sandbox.KernelLauncher] (start, restart, interrupt, liveness, close);
-- `KernelMessaging`: the Jupyter messaging protocol
-  (execute, replies, output collection, timeouts, helper calls; a kernel that dies while a reply is
-  awaited raises [`KernelDiedError`][themisto_env.errors.KernelDiedError] within a second instead of hanging);
-- `KernelSnapshots` (``kernel.snapshots``): save and restore
-  through the content-addressed store, and the working folder's files;
-- `KernelIntrospection` (``kernel.introspect``): typed
-  helper calls (variables, memory, fingerprints).
-
-The parts hold each other as members: messaging holds the process part; snapshots and introspection hold
-the messaging part. [`Kernel`][themisto_env.sandbox.Kernel] satisfies [`KernelLike`][themisto_env.sandbox.KernelLike],
-the contract its callers are typed with; a kernel forked from a template (``template=``) is the same
-class with another launcher.
+[`Kernel`][themisto_env.sandbox.Kernel] holds one part per job, each a plain class in its own module:
+`KernelProcess` (the run directory and the launcher), `KernelMessaging` (the Jupyter messaging protocol),
+`KernelSnapshots` (``kernel.snapshots``) and `KernelIntrospection` (``kernel.introspect``), reached directly
+rather than re-exposed. A kernel forked from a template is the same class with another launcher.
 
 Example:
     >>> with Kernel("local") as kernel:

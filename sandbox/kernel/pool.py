@@ -1,29 +1,13 @@
 """Started kernels kept ready in the background, each handed out once.
 
-Starting a kernel (a process or a container) and importing the libraries a notebook uses costs about a
-second; a `KernelPool` pays it ahead of time, on a background thread, so that whoever needs a
-fresh kernel (a disposable kernel for model-written code, a reset) takes one that is already up::
+A `KernelPool` pays a kernel's start (the process or container, and the notebook's imports) ahead of time
+on background threads, so that whoever needs a fresh kernel takes one already up::
 
     with KernelPool(lambda: Kernel("docker"), size=1, preload=("pandas", "numpy")) as pool:
         kernel = pool.take()      # started, pandas and numpy imported; yours to use and close
-        ...
-        kernel.close()
 
-A kernel is handed out once and never comes back: what ran in it stays with it. Preloading imports the
-modules (``sys.modules``) without binding any user name, so a pooled kernel's namespace is as empty as a
-new one's. A kernel that fails to start in the background is reported by the next `KernelPool.take`
-(which then has another one started); the pool closes every kernel it still holds on `KernelPool.close`.
-
-Kernels start on background threads, several at once: the ``size`` kept ready, and one more for each
-taker waiting when none is ready, at most ``max_starting`` (the CPU count by default) at a time. Eight
-envs that take their first kernel together (a run with 8 connections) no longer wait for 8 starts one
-after another (a start that imports a dataset's libraries is CPU-bound, so they still share the CPUs:
-figures in benchmarks/README.md, ``bench_first_sample.py``).
-
-Several owners of the same kind of kernel (envs of one dataset and backend in one process: a vector env,
-the rollout instances of a trainer) can share one pool: `shared_pool` hands out a pool by key and
-counts its holders; each holder calls `KernelPool.release` once, and the last release closes it.
-A new holder then finds kernels already warm, started while the others worked.
+A kernel is handed out once and never comes back. Several owners of the same kind of kernel share one pool
+through `shared_pool`, which counts its holders; the last `KernelPool.release` closes it.
 """
 
 from __future__ import annotations

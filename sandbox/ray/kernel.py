@@ -1,32 +1,12 @@
 """Kernels in Ray actors: the kernel runs on a cluster's CPU node, its owner (an env, a trainer) stays put.
 
-A [`RemoteKernel`][themisto_env.sandbox.RemoteKernel] is a kernel (a [`KernelLike`][themisto_env.sandbox.KernelLike], as
-a [`Kernel`][themisto_env.sandbox.Kernel] is) whose process lives on another node: a Ray actor
-(`KernelHost`) owns a real Kernel there, and every call (execute,
-the parts' calls: ``kernel.snapshots.restore``, ``kernel.introspect.list_variables``, ..., the launcher's
-limit readings) is an explicit method that goes to it and comes back as the same typed answer or the same
-exception (its parts are in `themisto_env.sandbox.ray.parts`). Code that drives kernels (the state server, the
-disposable kernels, the tools) cannot tell the two apart; [`make_kernel`][themisto_env.sandbox.make_kernel] makes one or
-the other from a `RayPlacement`.
-
-What travels, and what does not:
-
-- **Snapshots** stay in the owner's store (the truth about which exist). A snapshot the actor's node lacks
-  is sent with the restore that needs it (once per node: it is kept in the node's store), and one a
-  remote kernel writes is fetched into the owner's store. On one machine, or with the store on a shared
-  folder, both stores are the same folder and nothing is copied.
-- **Working folder files** are sent the same way, blob by blob, into a store in the node's cache
-  (copied there from the owner's folder when the node sees it).
-- **Failures**: a kernel that dies is a [`KernelDiedError`][themisto_env.errors.KernelDiedError], as on this machine;
-  so is an actor that is lost (its node removed, its process killed) or does not answer in time. An actor
-  that cannot be placed (no node offers the resources asked for) is a
-  [`KernelStartError`][themisto_env.errors.KernelStartError] naming them.
-
-Lifetime: an actor lives as long as its RemoteKernel (closing it or collecting it kills the actor). Ray
-ends an owner's actors when the owner's process ends, and with them their process trees (the kernels);
-what such a kernel leaves on disk (its run directory) is removed by the next kernel started on that node,
-as any first kernel start of a process removes a dead owner's leftovers (see
-`reaper`).
+A [`RemoteKernel`][themisto_env.sandbox.RemoteKernel] is a [`KernelLike`][themisto_env.sandbox.KernelLike] whose
+process lives on another node: a Ray actor (`KernelHost`) owns a real kernel there, and every call goes to
+it and comes back as the same typed answer or the same exception (its parts are in
+`themisto_env.sandbox.ray.parts`). Snapshots and working-folder files stay in the owner's store and are sent
+to a node once, when a restore needs them; a lost actor is a
+[`KernelDiedError`][themisto_env.errors.KernelDiedError]. The actor lives as long as its RemoteKernel. How
+to run on a cluster: docs/ray.md.
 """
 
 from __future__ import annotations

@@ -1,36 +1,11 @@
 """Kernel templates: kernels forked from a warm process, and copies of a state without a restore.
 
-A [`KernelTemplate`][themisto_env.sandbox.KernelTemplate] is one process per kind of kernel (a `KernelSpec`: backend,
-kernel environment, snapshot store, preloaded modules, ...) with the imports done and no thread, zmq socket or event
-loop of its own (`themisto_env.sandbox.template.zygote` is its program). A new kernel is ``fork()``\\ ed from it and
-builds its own ipykernel application after the fork, so it answers in milliseconds instead of the second (or two, with
-numpy, pandas and scikit-learn preloaded) a cold start costs, and it shares the template's pages until it
-writes them.
-
-`KernelTemplate.state` makes the *state template* of a snapshot: a child of the template that loaded
-the snapshot once (its bytes checked against the digest). `KernelTemplate.copies` forks kernels from it:
-each starts in that state, loads nothing, and costs the same whatever the snapshot's size. Copies are
-identical, random generators included (a GRPO group must see one state); ``reseed=True`` draws a fresh
-seed in each copy.
-
-Example:
-    >>> with KernelTemplate(KernelSpec("local", preload=("pandas",))) as template:
-    ...     kernel = template.kernel()                 # a fresh kernel, forked
-    ...     kernel.execute("import pandas as pd; df = pd.DataFrame({'a': [1, 2]})")
-    ...     digest = kernel.snapshots.save().digest
-    ...     a, b = template.copies(digest, 2)          # two kernels in that state, nothing loaded
-    ...     a.execute("df['a'].sum()").text
-    '3'
-
-What a copy shares, by backend: ``local`` copies are processes of the host's user, like local kernels
-(no isolation at all); ``bwrap`` copies run inside their template's sandbox (the same isolation from the
-host as a bwrap kernel): the env's own kernels share its user, while copies for model-written code
-(``store_access="copy"``) isolate themselves after the fork (user, pid, mount, network and IPC namespaces of
-their own; `themisto_env.sandbox.template.zygote`) and make no state templates (`NO_STATE_TEMPLATES_ISOLATED`).
-``docker`` copies (``store_access="copy"`` only: kernels for model-written code) run in their template's
-container, each under a uid of its own with its own rlimits and folders
-(`themisto_env.sandbox.kernel.copy_uid`), so one copy cannot reach another or the template; they have
-no state templates (see `NO_STATE_TEMPLATES`): each copy restores a state itself.
+A [`KernelTemplate`][themisto_env.sandbox.KernelTemplate] is one process per kind of kernel (a `KernelSpec`)
+with the imports done and no thread, zmq socket or event loop of its own (its program is
+`themisto_env.sandbox.template.zygote`). A new kernel is forked from it and builds its own ipykernel
+application after the fork, so it answers in milliseconds instead of a cold start's second.
+`KernelTemplate.state` loads a snapshot once into a *state template*, and `KernelTemplate.copies` forks
+kernels already in that state. An example, and what a copy shares on each backend: docs/sandboxes.md.
 """
 
 from __future__ import annotations

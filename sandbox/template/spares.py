@@ -7,8 +7,8 @@ so: `SpareKernels.expecting` (a GRPO group's copies of one state, forked `FILLER
 ``kernel_info`` answered and checked alive; a dead one is closed and the next tried. The spare that replaces
 a handed-out one starts forking `REFILL_DELAY_S` later, so that the copy just handed out runs its first
 request on cores it does not share with that start. A template's ``spare_nice`` can also fork its spares at
-a lower priority (given back when handed out); off by default (`SPARE_NICE`): it measured no better than the
-delay (benchmarks/README.md), and a caller that waits for a spare under way would wait at that priority.
+a lower priority (given back when handed out); off by default (`SPARE_NICE`), since a caller that waits for
+a spare under way would wait at that priority.
 """
 
 from __future__ import annotations

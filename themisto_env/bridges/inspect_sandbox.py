@@ -1,25 +1,12 @@
 """The ``themisto`` sandbox of inspect_ai: a sample's sandbox is the env's episode serving that sample's state.
 
-inspect_ai gives every sample a sandbox (``sample_init`` ... ``sample_cleanup``); under the ``themisto``
-type that sandbox is an [`Episode`][themisto_env.env.Episode] (the env's turns over its state server,
-scorer and record, without gym) reset to the sample (its kernel in the state just before the target step,
-checked like every served state), configured by a `SandboxConfig` (the env's options). What inspect
-can ask of it:
-
-- [`ThemistoSandbox.call_tool`][themisto_env.bridges.ThemistoSandbox.call_tool] (what the observation tools of
-`themisto_env.bridges.inspect_task` call):
-  one observation tool, run as the episode's tool step, so it counts against the sample's budget and cost.
-  Once the budget is spent the episode refuses the call (nothing runs) and it is answered with an error.
-- ``exec(["python", "-c", CODE])`` or ``exec(["python"], input=CODE)``: runs CODE as the ``try_cell``
-  tool does (a disposable copy of the kernel in the sample's state; the served kernel is never written
-  to), counted against the same budget; the next-cell task only (in the output task it would reveal the
-  output). Any other command is a failed result (exit 127); a command as another ``user`` raises
-  ``SandboxUserUnsupportedError``.
-- ``read_file``/``write_file``: the sandbox has no files (``PermissionError``).
-
-The env's machinery failing (the state could not be served) fails the sample's setup with
-[`InfrastructureError`][themisto_env.errors.InfrastructureError], so inspect reports the sample as an error, never as a
-wrong answer. inspect_ai is needed here; ``import themisto_env`` never imports this module.
+Under the ``themisto`` type a sample's sandbox is an [`Episode`][themisto_env.env.Episode] reset to the
+sample and configured by a `SandboxConfig`.
+[`ThemistoSandbox.call_tool`][themisto_env.bridges.ThemistoSandbox.call_tool] runs one observation tool as
+the episode's tool step; ``exec`` of ``python`` runs code as ``try_cell`` does (next-cell task only); the
+sandbox has no files. A state that cannot be served fails the sample's setup with
+[`InfrastructureError`][themisto_env.errors.InfrastructureError], so inspect reports an error, never a wrong
+answer. inspect_ai is needed here; ``import themisto_env`` never imports this module.
 """
 
 from __future__ import annotations
@@ -112,7 +99,14 @@ def _close(episode: Episode) -> None:
 
 @sandboxenv(name=SANDBOX_TYPE)
 class ThemistoSandbox(SandboxEnvironment):
-    """One sample's episode, its kernel in the sample's state (see the module docstring).
+    """One sample's episode, its kernel in the sample's state.
+
+    What inspect can ask of it: `call_tool` (one observation tool, counted against the sample's budget; once
+    the budget is spent the call is refused and answered with an error); ``exec(["python", "-c", CODE])`` or
+    ``exec(["python"], input=CODE)`` (CODE runs as ``try_cell`` runs it, in a disposable copy of the kernel,
+    counted against the same budget; next-cell task only, since in the output task it would reveal the output;
+    any other command is a failed result with exit 127, and another ``user`` raises
+    ``SandboxUserUnsupportedError``); ``read_file``/``write_file`` (``PermissionError``: no files).
 
     Attributes:
         episode: The episode, reset to the sample (its ``config``, ``state_report``, ``scorer``, ``record``).

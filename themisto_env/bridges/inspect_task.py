@@ -1,25 +1,11 @@
 """Themisto as an inspect_ai task: ``inspect eval themisto_env/themisto --model PROVIDER/MODEL``.
 
-The parts, as inspect names them:
-
-- dataset (`themisto_dataset`): one inspect ``Sample`` per Themisto sample; ``input`` is the
-  system and user messages our LLM agents send (`themisto_env.agents.prompting`), ``target`` the
-  sample's target, ``metadata`` its id, trajectory, step and index within the trajectory.
-- sandbox (`themisto_env.bridges.inspect_sandbox`): the ``themisto`` type; each sample's sandbox is the
-  env's episode, whose kernel is in the sample's state. Its config:
-  `SandboxConfig`.
-- solver (`themisto_agent`): gives the model the observation tools (`observation_tools`,
-  each the episode's tool step against the sample's budget), asks it up to budget + 2 times, tells it to answer
-  once the budget is spent, as our ``llm-tools`` agent does.
-- scorer (`themisto_scorer`): the env's one score
-([`themisto_env.scoring.score.score_sample`][themisto_env.scoring.score_sample],
-  docs/reward.md) of the prediction read from the reply as our agents read it: exact match, ROUGE-L,
-  chrF and the reward, each with its mean and stderr.
-
-The sample's state is served by the sandbox before the solver starts; a state that could not be served,
-or a tool call the machinery failed (recovered from by the env), makes the sample an error in the log
-(retry with ``--retry-on-error``), never a wrong answer. Registered through the ``inspect_ai`` entry
-point of this package; needs ``pip install 'themisto-env[inspect]'``.
+The parts, as inspect names them: the dataset (`themisto_dataset`: one inspect ``Sample`` per Themisto
+sample, its input the messages our LLM agents send), the sandbox (`themisto_env.bridges.inspect_sandbox`),
+the solver (`themisto_agent`: the observation tools, as our ``llm-tools`` agent uses them) and the scorer
+(`themisto_scorer`: the env's one score, [`score_sample`][themisto_env.scoring.score_sample]). A state that
+could not be served makes the sample an error in the log, never a wrong answer. Usage: docs/inspect.md
+(``pip install 'themisto-env[inspect]'``).
 """
 
 from __future__ import annotations

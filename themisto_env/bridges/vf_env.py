@@ -1,25 +1,11 @@
 """A verifiers environment (PrimeIntellect's ``verifiers`` 0.4, ``verifiers.v1``: ``vf-eval``, prime-rl).
 
-The package is a verifiers environment: ``vf-eval themisto-env`` loads the taskset and harness it exports
-(``themisto_env.ThemistoTaskset``, ``themisto_env.ThemistoHarness``; verifiers looks a taskset up by its
-package's name, in ``__all__``). Its tasks are
-the samples of a task, each prompt the one of ``tool_dataset`` (the history and the tool invitation; no
-target) with the sample id beside it; the model calls the same tools as in the TRL tool env
-(`ROLLOUT_TOOLS` of `themisto_env.bridges.rl.tool_env`, made from the tool table), observation tools and
-``submit``, and each rollout is a
-[`ThemistoToolEnv`][themisto_env.bridges.rl.ThemistoToolEnv] on its sample (the rollouts of a sample share one
-kernel in its state). The task's one reward is that rollout's ``get_reward()``, i.e.
-[`score_sample`][themisto_env.scoring.score_sample] (0 for a rollout the env cannot trust, with the metric
-``untrusted`` = 1 beside it). How verifiers runs it: `themisto_env.bridges.vf_taskset`.
-
-From Python, `load_environment` gives the ``verifiers.v1`` env (on this machine: the subprocess
-runtime)::
-
-    from themisto_env.bridges.vf_env import load_environment
-
-    env = load_environment(task="next-cell", limit=20)   # a verifiers.v1.SingleAgentEnv
-
-``verifiers`` is imported on first use (``pip install 'themisto-env[verifiers]'``: verifiers 0.4).
+``vf-eval themisto-env`` loads the taskset and harness the package exports (``themisto_env.ThemistoTaskset``,
+``themisto_env.ThemistoHarness``). Each rollout is a [`ThemistoToolEnv`][themisto_env.bridges.rl.ThemistoToolEnv]
+on its sample with the TRL tool env's tools, and its one reward is that rollout's ``get_reward()``, so
+verifiers scores what TRL scores. From Python, `load_environment` gives the ``verifiers.v1`` env; how
+verifiers runs it is in `themisto_env.bridges.vf_taskset`, usage in docs/rl.md. ``verifiers`` is imported
+on first use (``pip install 'themisto-env[verifiers]'``).
 """
 
 from __future__ import annotations

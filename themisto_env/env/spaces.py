@@ -31,8 +31,8 @@ def _text_space_prototype(max_length: int) -> spaces.Text:
 
 
 def text_space(max_length: int) -> spaces.Text:
-    """A ``Text`` space over `CHARSET`: a copy of one built once per length (building the charset's
-    index takes 0.15 s a space, which made every new env cost a second)."""
+    """A ``Text`` space over `CHARSET`: a copy of one built once per length (building the charset's index
+    is slow, and every env makes several)."""
     return copy.copy(_text_space_prototype(max_length))
 
 

@@ -1,31 +1,11 @@
 """The kernel template's own program: a process with the imports done that forks new kernels.
 
-This program runs *inside* the template process, started by path (``python zygote.py CONFIG``) with the
-kernel's Python (the tool's own, a kernel environment's venv, or a container's), so it imports nothing
-of ``themisto_env``: only the standard library, ipykernel and dill. The host side is
-`themisto_env.sandbox.template.core`, which writes the program (`write_program`: its parts, `PARTS`,
-a private module each, joined into one file) and the in-kernel helper into the template's run directory,
-where every backend's template sees them (a bwrap template's bind, a docker template's mount).
-
-A template holds no thread, no zmq context and no event loop of its own (forking a *running* kernel
-breaks its ioloop, its zmq contexts and its threads: ipykernel PRs #410 and #1261). It imports the
-dataset's modules, ipykernel and the in-kernel helper once, freezes its objects out of the garbage
-collector (``gc.freeze``: a child's collections then do not write to the pages it shares with the
-template), and answers requests on a unix socket, one JSON line each:
-
-- ``fork``: fork a child that builds its own ipykernel application (connection file, sockets,
-  heartbeat, threads, ioloop) after the fork, in its own session, and becomes a kernel. The reply
-  carries the child's pid and, as an ``SCM_RIGHTS`` file descriptor, a pidfd of it (the host watches
-  and signals the kernel through it, with no race against pid reuse).
-- ``derive``: fork a child that loads a snapshot (its bytes checked against their digest) into a user
-  namespace and becomes a template itself, on a socket of its own: the *state template* of that
-  snapshot. Kernels forked from it start in that state without loading anything.
-- ``status``: the template's state (``ok``, the names it holds, or the error that made it unusable),
-  and the exit status of a child it reaped.
-- ``exit``: end the template (its kernels go with it: each watches its parent).
-
-A template ends by itself when its parent is gone (it polls ``getppid``, as ipykernel's parent poller
-does), and so do the kernels it forked (``JPY_PARENT_PID`` names the template).
+It runs *inside* the template process with the kernel's Python, so it imports nothing of ``themisto_env``:
+only the standard library, ipykernel and dill. The host side (`themisto_env.sandbox.template.core`) writes
+it, its parts (`PARTS`) joined into one file, into the template's run directory. The template holds no
+thread, zmq context or event loop (forking a running kernel breaks them), freezes its objects out of the
+garbage collector, and answers one JSON line per request on a unix socket: ``fork`` (a new kernel),
+``derive`` (a state template), ``status`` and ``exit``. It ends when its parent is gone, and so do its kernels.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ _PR_SET_DUMPABLE = 4
 #: loopback and System V IPC).
 COPY_NAMESPACES = _CLONE_NEWUSER | _CLONE_NEWPID | _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWIPC
 #: What a copy's kernel may use beyond its size at the fork before its memory allowance counts (its
-#: ipykernel application starting: threads, sockets, heap; about 80 MiB with ipykernel 7).
+#: ipykernel application starting: threads, sockets, heap).
 KERNEL_START_BYTES = 256 << 20
 
 

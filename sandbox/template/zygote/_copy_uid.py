@@ -82,7 +82,7 @@ AS_SLACK = 1 << 30
 
 def _settle_memory(shell: Any, memory: int) -> None:
     """At a copy's first cell, before its code runs: its memory allowance counts from its size now (its kernel
-    started: thread stacks, sockets, heap, about 80 MiB with ipykernel 7; its state restored), not from its
+    started: thread stacks, sockets, heap; its state restored), not from its
     size at the fork, when its limits were twice the allowance (`_take_identity`). ``RLIMIT_DATA`` and
     ``RLIMIT_AS`` (soft and hard: the copy cannot raise them again) become its size now plus ``memory``
     (``RLIMIT_AS``: plus `AS_SLACK`), never above what they were."""

@@ -3,9 +3,8 @@
 An open session holds a forked kernel (its private pages; the template's pages are shared by all of them),
 its share of the state templates, and in the server a WebSocket, the kernel client's two zmq sockets and a
 pidfd. `session_capacity` divides what the machine has (``MemAvailable``, the soft ``RLIMIT_NOFILE``)
-by what a session was measured to take (``benchmarks/bench_sessions.py``: PSS of the server and its
-descendants per open session, descriptors of the server per open session); `raise_open_file_limit`
-lifts the soft descriptor limit to the hard one first, where the process may.
+by what a session takes (`SESSION_PSS_MIB`, `DESCRIPTORS_PER_SESSION`); `raise_open_file_limit` lifts the
+soft descriptor limit to the hard one first, where the process may.
 """
 
 from __future__ import annotations
@@ -23,12 +22,11 @@ __all__ = [
 ]
 
 #: PSS per open session (MiB): the server and its descendants, tools mode, bundled data, local backend,
-#: each session at its own sample (benchmarks/bench_sessions.py: 33.7 at 64 sessions, where the templates'
-#: fixed share still counts, 28.3 at 256, 27.4 at 500; rounded up).
+#: each session at its own sample, rounded up (measured by benchmarks/bench_sessions.py; figures in
+#: benchmarks/README.md).
 SESSION_PSS_MIB = 30.0
-#: The server's open descriptors per open session (488 at 64, 1,643 at 256, 3,104 at 500: 6.0-6.2 each; rounded up): a
-#: WebSocket, two zmq sockets and their signalling descriptors, a pidfd. (9 while each session had a thread
-#: of its own, and with it jupyter_client's event loop for that thread: an epoll and a socket pair.)
+#: The server's open descriptors per open session, rounded up (measured likewise): a WebSocket, two zmq
+#: sockets and their signalling descriptors, a pidfd.
 DESCRIPTORS_PER_SESSION = 7
 
 

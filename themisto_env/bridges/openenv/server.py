@@ -1,26 +1,11 @@
 """``themisto serve``: the env as an OpenEnv server (``openenv-core``'s FastAPI app, not a protocol of ours).
 
-Endpoints are OpenEnv's: ``/ws`` (a WebSocket session = one episode with its own state server and kernel; the
-client is [`ThemistoEnvClient`][themisto_env.bridges.openenv.ThemistoEnvClient]), ``/health``, ``/schema``,
-``/metadata``, ``/state``, and the stateless ``/reset`` and ``/step`` (each request gets a fresh env,
-closed after it; an episode needs the WebSocket). What is ours:
-
-* ``/metrics``: the server's Prometheus metrics (`themisto_env.bridges.openenv.server_metrics`);
-
-* sessions run at once up to ``max_sessions`` (the env declares ``SUPPORTS_CONCURRENT_SESSIONS``); one
-  more is answered ``CAPACITY_REACHED``; a session idle past ``idle_timeout_s`` is closed with its
-  kernel (OpenEnv's reaper looks every ``max(timeout / 4, 5)`` seconds); a client that disconnects frees
-  its kernel at once; at shutdown every session still open is closed;
-* the sessions' calls run on one shared pool of at most ``workers`` threads (`SessionServer`), not on a
-  thread of each session's own: an idle session holds its WebSocket, its kernel and its state, no thread;
-* a token (``token``): every request but ``/health`` must carry ``Authorization: Bearer TOKEN`` (HTTP 401
-  without it; a WebSocket is refused with HTTP 403 before it opens). `check_bind` refuses a
-  non-loopback address without one;
-* our errors over HTTP are one JSON line: a bad option or action 400, a lost sandbox 503 (OpenEnv answers
-  a malformed body 422 itself); over the WebSocket they are OpenEnv's error messages and the session
-  stays usable;
-* ``/mcp``: the same env over MCP's streamable HTTP (`themisto_env.bridges.mcp`), behind the same token:
-  each MCP session is one episode of its own, closed on the client's ``DELETE`` or past ``idle_timeout_s``.
+Endpoints are OpenEnv's: ``/ws`` (a WebSocket session is one episode with its own kernel; the client is
+[`ThemistoEnvClient`][themisto_env.bridges.openenv.ThemistoEnvClient]), ``/health``, ``/schema``,
+``/metadata``, ``/state`` and the stateless ``/reset`` and ``/step``. Ours are ``/metrics``
+(`themisto_env.bridges.openenv.server_metrics`), ``/mcp`` (`themisto_env.bridges.mcp`), a bearer token, a
+cap on sessions at once with an idle timeout, and one shared pool of threads for the sessions' calls
+(`SessionServer`). What each does, and the errors: docs/serving.md.
 """
 
 from __future__ import annotations

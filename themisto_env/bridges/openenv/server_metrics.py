@@ -74,8 +74,8 @@ _TOOL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2
 _COUNTED = "_themisto_metrics_counted"  # set on an exception once counted as a fault (it may be met twice)
 
 MEMORY_MAX_AGE_S = 5.0
-"""How old the process tree's memory figures may be when scraped: reading a process's PSS costs 2-10 ms (the
-kernel walks its page tables), so a tree of a hundred kernels is read at most once in this time."""
+"""How old the process tree's memory figures may be when scraped: reading a process's PSS makes the kernel
+walk its page tables, so a tree of a hundred kernels is read at most once in this time."""
 
 
 def fault_kind(fault: BaseException | str) -> str:

@@ -1,23 +1,10 @@
 """A task's samples as single-turn training rows: prompt, target, sample id and metadata.
 
-Each row is what the env shows the agent at that sample, turned into a prompt, with the text to predict::
-
-    {"prompt": [{"role": "system", ...}, {"role": "user", ...}] or "text",
-     "target": "...", "sample_id": "traj/next-cell/7", "task": "next-cell", "trajectory_id": "traj",
-     "step": 7, "observation_mode": "static", "history": "...", "cell": "...", "runtime": "...",
-     "metadata": {"notebook_name": ..., "dataset": ..., "history_length": ...}}
-
-The observation is the env's own (`sample_observation`, what
-[`ThemistoEnv`][themisto_env.env.ThemistoEnv] shows): in ``static`` mode it is computed from the trajectory
-without a kernel (the samples come from the [`Dataset`][themisto_env.replay.Dataset]); in ``full``
-mode a `StateServer` serves each sample's state in turn (a kernel
-restores snapshots or runs the recorded cells forward) and the runtime is dumped from it, as the env does.
-The prompt wording is the LLM agents' (`themisto_env.agents.prompting.load_prompts`), so a model
-trained on these rows reads what the ``llm-static`` / ``llm-full`` agents send. ``tools`` mode needs several turns: use
-`themisto_env.bridges.rl.vector`.
-
-The ``target`` column is for the reward function (TRL passes every column but ``prompt`` to it); the
-model never sees it.
+Each row is what the env shows the agent at that sample (`sample_observation`, as
+[`ThemistoEnv`][themisto_env.env.ThemistoEnv] shows it: computed without a kernel in ``static`` mode, dumped
+from a served state in ``full`` mode), turned into a prompt in the LLM agents' wording, with the text to
+predict. The ``target`` column is for the reward function (TRL passes every column but ``prompt`` to it);
+the model never sees it. ``tools`` mode needs several turns: `themisto_env.bridges.rl.vector`.
 """
 
 from __future__ import annotations
@@ -100,7 +87,10 @@ def export_samples(
             ``sample_rule``, ``snapshot_dir``, ...).
 
     Returns:
-        One dict per sample (keys in the module docstring).
+        One dict per sample: ``prompt`` (messages, or a string with ``prompt_format="text"``), ``target``,
+        ``sample_id``, ``task``, ``trajectory_id``, ``step``, ``observation_mode``, the observation's
+        ``history``, ``cell`` and ``runtime``, and ``metadata`` (``notebook_name``, ``dataset``,
+        ``history_length``, ...).
 
     Raises:
         ConfigError: ``observation`` is ``tools`` or unknown, or an env option is invalid.

@@ -1,23 +1,11 @@
 """Reward functions for TRL's ``reward_funcs``: the env's metrics, and the execution-based score.
 
-TRL calls a reward function as ``func(prompts=..., completions=..., completion_ids=..., **columns)``
-where ``columns`` are the dataset's other columns as lists, one value per completion (here ``target``,
-``task``, ``sample_id``, ...), and expects one float (or None: "does not apply") per completion. A
-completion is a string (standard format) or a list of messages (conversational format); both are read by
-`completion_text`.
-
-* [`MetricReward`][themisto_env.bridges.rl.MetricReward] scores a completion against the row's ``target`` with
-  [`themisto_env.scoring.score.score_sample`][themisto_env.scoring.score_sample] (the env's one rule, docs/reward.md,
-  here without tool calls and without the execution score), and returns its ``reward`` or one metric.
-  By default the prediction is first read out of the reply as the LLM agents read it (fenced block,
-  lead-in lines dropped: `themisto_env.agents.parsing.extract_prediction`).
-* [`ExecutionReward`][themisto_env.bridges.rl.ExecutionReward] (next-cell only) scores the prediction with the env's
-  `Scorer`, the execution score on (the predicted cell runs from the
-  pre-target state in a disposable kernel), and returns the same ``SampleScore.reward`` every other path
-  gives (``value="execution_score"``: the bare execution score instead); it owns disposable kernels, so
-  close it when done. Use the docker backend for model-written code. Use it *instead of*
-  [`MetricReward`][themisto_env.bridges.rl.MetricReward], not beside it: the env's rule already weighs the metrics and
-  the execution score (``RewardWeights.execution``).
+[`MetricReward`][themisto_env.bridges.rl.MetricReward] scores a completion (a string or messages, read by
+`completion_text`) against the row's ``target`` by the env's rule without tool calls or execution.
+[`ExecutionReward`][themisto_env.bridges.rl.ExecutionReward] (next-cell only) runs the predicted cell from the
+pre-target state in a disposable kernel and returns the same ``SampleScore.reward`` every other path gives;
+it owns kernels, so close it when done. Use one of them, not both: the env's rule already weighs the metrics
+and the execution score.
 """
 
 from __future__ import annotations

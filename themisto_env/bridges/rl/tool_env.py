@@ -1,27 +1,11 @@
 """Multi-turn tool-calling GRPO with TRL: ``GRPOTrainer(environment_factory=...)`` over the env's tools.
 
-TRL (>= 1.16, experimental) makes one environment instance per rollout; the instance's public methods
-are the model's tools (typed, described by their docstrings), ``reset(**row)`` starts a rollout on a
-dataset row, and ``get_reward()`` scores the finished rollout.
-[`ThemistoToolEnv`][themisto_env.bridges.rl.ThemistoToolEnv] is that instance for themisto-env::
-
-    from themisto_env.bridges.rl.tool_env import SharedStates, tool_dataset
-
-    states = SharedStates(task="next-cell")            # the kernels, shared by every rollout
-    trainer = GRPOTrainer(
-        model=..., args=GRPOConfig(...),
-        train_dataset=tool_dataset("next-cell"),        # rows: a prompt and a sample_id
-        environment_factory=states.factory(),          # -> ThemistoToolEnv
-    )
-
-Each rollout is an [`Episode`][themisto_env.env.Episode] reset to its sample (nothing is served until a tool needs
-it); each call of an observation tool (`ROLLOUT_TOOLS`, made from the tool table) is one of the episode's tool
-steps, as in the gym env (the budget, its refusal, `SANDBOX_FAILED` and its refund); ``get_reward()`` scores the
-last `SUBMIT`-ted prediction as the episode's prediction step would (docs/reward.md), or returns None (TRL leaves it
-out) when an infrastructure failure or a state that differs from the recording touched the rollout. The rollouts
-share a `themisto_env.env.group.StateGroup` ([`SharedStates`][themisto_env.bridges.rl.SharedStates]): those of one
-sample (a GRPO group) share one kernel in its state and its answers (``cache_answers``); ``share=False`` gives each
-rollout a kernel of its own.
+TRL makes one environment instance per rollout, whose public methods are the model's tools;
+[`ThemistoToolEnv`][themisto_env.bridges.rl.ThemistoToolEnv] is that instance for themisto-env (docs/rl.md
+shows the trainer). Each rollout is an [`Episode`][themisto_env.env.Episode] reset to its sample; each tool
+call is one of its tool steps, and ``get_reward()`` scores the last submitted prediction as the episode's
+prediction step would, or returns None when the rollout cannot be trusted. The rollouts of one sample (a
+GRPO group) share one kernel in its state through [`SharedStates`][themisto_env.bridges.rl.SharedStates].
 """
 
 from __future__ import annotations

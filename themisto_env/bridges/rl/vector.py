@@ -1,32 +1,11 @@
 """Multi-turn RL with tools: the env under ``gymnasium.vector``, with batched actions and observations.
 
-[`make_vector_env`][themisto_env.bridges.rl.make_vector_env] runs ``num_envs`` copies of the env side by side, in this
-process (``sync``) or one subprocess each (``async``: the kernels' work then overlaps). Each copy owns its kernel.
-
-Turn structure, per copy (the env's, see `themisto_env.env.core`):
-
-1. ``reset`` puts each copy at the start of a trajectory (``seed`` draws it; ``options`` can name it)
-   with the kernel restored to the state before the first sample's target.
-2. Each ``step`` takes one action per copy: a tool call (``kind`` 0: ``tool`` index into
-   `TOOL_NAMES`, ``args`` JSON; reward ``-tool_cost``, the result comes back
-   in the ``tool_result`` observation, ``tools_left`` goes down) or a prediction (``kind`` 1: ``text``;
-   the rest of the sample's reward, [`score_sample`][themisto_env.scoring.score_sample]'s (docs/reward.md),
-   ``info["scores"]``). After a prediction the copy executes the real
-   cells and its next observation is the next sample's. Copies move independently: one can be calling a
-   tool while another predicts.
-3. ``terminated`` is True for a copy after its trajectory's last sample. What happens next is
-   gymnasium's autoreset mode: ``next-step`` (gymnasium's default) resets the copy on its *next* step,
-   ignoring that step's action (reward 0), so a training loop should mask that transition;
-   ``same-step`` resets it inside the terminating step (the returned observation is the new episode's;
-   the last one is in ``info["final_obs"]``), so every action counts.
-
-Batching: observations come back as a dict of per-field batches (``history``, ``cell``, ``runtime``,
-``tool_result``: tuples of strings; ``tools_left``: an int array); infos as a dict of arrays with a
-``_key`` mask per key (gymnasium's convention). `batch_actions` builds the
-batched action from [`Prediction`][themisto_env.env.Prediction] / [`ToolCall`][themisto_env.env.tools.ToolCall] objects,
-`unbatch_observations` splits observations back per copy, and
-`themisto_env.bridges.rl.export.observation_prompt` turns one into a model
-prompt.
+[`make_vector_env`][themisto_env.bridges.rl.make_vector_env] runs ``num_envs`` copies of the env side by side,
+in this process (``sync``) or one subprocess each (``async``), each copy with its kernel and the env's own
+turns (`themisto_env.env.core`); copies move independently. A terminated copy resets under gymnasium's
+autoreset mode (``next-step`` or ``same-step``, docs/rl.md). `batch_actions` builds the batched action from
+[`Prediction`][themisto_env.env.Prediction] / [`ToolCall`][themisto_env.env.tools.ToolCall] objects, and
+`unbatch_observations` splits the observations back per copy.
 """
 
 from __future__ import annotations
@@ -59,7 +38,9 @@ def make_vector_env(
         num_envs: How many copies (each with its own kernel).
         task: ``next-cell`` or ``output``.
         vectorization: ``sync`` (one process) or ``async`` (a subprocess per copy).
-        autoreset: gymnasium's autoreset mode (see the module docstring).
+        autoreset: gymnasium's autoreset mode for a terminated copy: ``next-step`` (gymnasium's default)
+            resets it on its next step and ignores that step's action (reward 0: mask that transition),
+            ``same-step`` within the terminating step (the last observation in ``info["final_obs"]``).
         **options: [`EnvConfig`][themisto_env.env.EnvConfig] options for every copy (``observation``,
             ``tool_budget``, ``dataset``, ``backend``, ...).
 
