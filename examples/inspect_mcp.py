@@ -21,7 +21,7 @@ from inspect_ai.model import ChatMessageTool
 from inspect_ai.scorer import Score, Target, mean, scorer
 from inspect_ai.solver import TaskState
 
-from themisto_env.bridges.mcp import inspect_tools
+from themisto_env.bridges.mcp.inspect_source import inspect_tools
 from themisto_env.env.episode import Episode
 
 PROMPT = (

@@ -1,8 +1,9 @@
 """The kernel contract: what every kernel offers its callers, whatever runs it and wherever.
 
-`KernelLike` is narrow: the kernel's facts and lifetime, `execute` and `call`, and two named parts,
-`snapshots` (`SnapshotsLike`) and `introspect` (`IntrospectionLike`); a test holds its members to this
-list. [`Kernel`][themisto_env.sandbox.Kernel] (started by a backend, or forked from a
+`KernelLike` is narrow, and a test holds its members to this list: the facts (`backend`, `environment`,
+`limits`, `store`, `restarts`, `launcher`), the lifetime (`start`, `close`, `is_alive`, `interrupt`,
+`restart`), `execute` and `call`, and two named parts, `snapshots` (`SnapshotsLike`) and `introspect`
+(`IntrospectionLike`). [`Kernel`][themisto_env.sandbox.Kernel] (started by a backend, or forked from a
 [`KernelTemplate`][themisto_env.sandbox.KernelTemplate]) and [`RemoteKernel`][themisto_env.sandbox.RemoteKernel]
 (in a Ray actor) satisfy it, and the factories are typed with it, so code written against the contract
 cannot tell them apart and one conformance suite (`themisto_env.sandbox.kernel.conformance`) runs on all.

@@ -59,8 +59,8 @@ def test_samples_are_what_make_samples_gives_and_what_the_env_serves(env_dataset
         env.close()
     shared = ThemistoEnv(task="output", dataset=dataset, snapshot_dir=env_dataset["snapshot_dir"])
     try:
-        assert shared.dataset is dataset and shared.config.dataset == str(dataset.path)
-        assert shared.samples == dataset.samples("output")
+        assert shared.episode.dataset is dataset and shared.episode.config.dataset == str(dataset.path)
+        assert shared.episode.samples == dataset.samples("output")
     finally:
         shared.close()
 

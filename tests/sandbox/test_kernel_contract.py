@@ -35,7 +35,7 @@ SNAPSHOTS_MEMBERS = {"save", "restore", "workdir", "files", "set_files"}
 INTROSPECTION_MEMBERS = {
     *("list_variables", "inspect_variable", "dataframe", "memory", "variable_sizes", "source"),
     *("namespace_state", "fingerprint", "package_versions", "loaded_distributions"),
-    *("preload", "seal", "sealed_fingerprint"),
+    *("preload", "seal", "sealed_fingerprint", "ask"),
 }
 
 

@@ -2,7 +2,6 @@
 
 from .app import episode_endpoint as episode_endpoint
 from .app import episode_server as episode_server
-from .inspect_source import inspect_tools as inspect_tools
 from .session import EpisodeSession as EpisodeSession
 from .transports import http_app as http_app
 from .transports import mount_mcp as mount_mcp

@@ -23,7 +23,7 @@ from jupyter_client.blocking import BlockingKernelClient
 from themisto_env.bridges.mcp.server import Sessions, build_server
 from themisto_env.bridges.mcp.session import Answer
 from themisto_env.bridges.mcp.tools import attach_tools
-from themisto_env.env.tools import ToolCall, ToolContext, run_tool
+from themisto_env.env.tools import TOOLS, ToolCall, ToolContext, run_tool
 from themisto_env.errors import ConfigError, InfrastructureError, KernelStartError
 from themisto_env.sandbox.kernel.helper import helper_source
 from themisto_env.sandbox.kernel.introspection import KernelIntrospection
@@ -33,9 +33,9 @@ from themisto_env.sandbox.models import SandboxLimits
 
 __all__ = ["AttachedKernel", "AttachedSession", "attached_server", "read_connection_file"]
 
-#: The tools attach mode offers: the read-only ones that need only the kernel (``recent_executions`` reads
-#: the env's recorded history, which an attached kernel does not have).
-ATTACH_TOOLS = tuple(tool.name for tool in attach_tools() if tool.name != "recent_executions")
+#: The tools attach mode offers: the read-only ones that need only the kernel (not those that read the env's
+#: recorded history, which an attached kernel does not have).
+ATTACH_TOOLS = tuple(tool.name for tool in attach_tools() if not TOOLS[tool.name].reads_history)
 
 
 def read_connection_file(path: Path) -> dict[str, Any]:

@@ -76,7 +76,7 @@ class EpisodeSession:
             if name == START:
                 return self.start(**StartArgs.model_validate(args).model_dump())
             if name == SUBMIT.name:
-                return self.submit(SUBMIT.args_model.model_validate(args).prediction)  # type: ignore[attr-defined]
+                return self.predict(SUBMIT.args_model.model_validate(args).prediction)  # type: ignore[attr-defined]
             return self.tool(name, args)
         except ValidationError as exc:
             return _error(f"invalid arguments for {name}: {format_validation_error(exc)}")
@@ -119,7 +119,7 @@ class EpisodeSession:
         refused = bool(info.get("tool_refused"))
         return Answer(text, {"tool": name, "ok": False, "text": text, "error": text, "refused": refused, **extra}, True)
 
-    def submit(self, text: str) -> Answer:
+    def predict(self, text: str) -> Answer:
         """Score a prediction of the current sample (the episode then moves on)."""
         episode = self._started()
         obs, reward, terminated, truncated, info = episode.step(Prediction(text=text))

@@ -195,7 +195,8 @@ def create_server_app(
     app = FastAPI(title="themisto-env (OpenEnv)")
     env_server.register_routes(app)
     add_metrics_route(app, metrics)
-    from themisto_env.bridges.mcp import episode_endpoint, mount_mcp
+    from themisto_env.bridges.mcp.app import episode_endpoint
+    from themisto_env.bridges.mcp.transports import mount_mcp
 
     mount_mcp(
         app, episode_endpoint(options, idle_timeout_s=idle_timeout_s, host="", workers=workers or DEFAULT_WORKERS)

@@ -145,6 +145,8 @@ class ToolSpec:
             disposable kernel, never the env's): offered in the next-cell task only, where running code
             reveals nothing the agent is asked to predict, and its answers are never shared between calls.
         returns: What the answer is, for frameworks that read a function's `Returns:` section.
+        reads_history: The tool answers from the env's recorded history, not only from the kernel (a kernel
+            attached without an episode has none).
     """
 
     name: str
@@ -152,6 +154,7 @@ class ToolSpec:
     args_model: type[BaseModel]
     read_only: bool = field(default=True, kw_only=True)
     returns: str = field(default="The answer as text; an error says what went wrong.", kw_only=True)
+    reads_history: bool = field(default=False, kw_only=True)
 
 
 @dataclass(frozen=True)

@@ -298,6 +298,7 @@ _TOOLS = (
         "Show the n most recently executed cells with their code and output, oldest first.",
         RecentExecutionsArgs,
         recent_executions,
+        reads_history=True,
     ),
     TRY_CELL,
 )
