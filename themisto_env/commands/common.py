@@ -43,10 +43,28 @@ ToolCost = Annotated[
 """The ``--tool-cost`` option (``serve``, ``mcp``: no config file; ``run`` takes it in its ``env:`` block)."""
 
 
-def task_options(tool_budget: int | None, tool_cost: float | None) -> dict[str, object]:
-    """The env options given on the command line (`ToolBudget`, `ToolCost`), None left out."""
-    given = {"tool_budget": tool_budget, "tool_cost": tool_cost}
-    return {key: value for key, value in given.items() if value is not None}
+def episode_options(
+    task: str,
+    observation: str,
+    backend: str,
+    *,
+    data: object = None,
+    split: str | None = None,
+    tool_budget: int | None = None,
+    tool_cost: float | None = None,
+    kernel: list[str] | None = None,
+    execution_score: bool = False,
+) -> dict[str, Any]:
+    """The env options a serving command's flags give (``serve``, ``mcp``): those left unset are left out, so
+    the env's defaults hold."""
+    options: dict[str, Any] = {"task": task, "observation": observation, "backend": backend}
+    given = {"dataset": None if data is None else str(data), "split": split, "tool_budget": tool_budget}
+    options.update({key: value for key, value in {**given, "tool_cost": tool_cost}.items() if value is not None})
+    if kernel:
+        options["kernel"] = kernel_options(kernel)
+    if execution_score:
+        options["execution_score"] = True
+    return options
 
 
 def kernel_options(pairs: list[str] | None) -> dict[str, Any]:
@@ -108,7 +126,7 @@ __all__ = [
     "ToolBudget",
     "ToolCost",
     "console",
+    "episode_options",
     "kernel_options",
     "storage_error_line",
-    "task_options",
 ]

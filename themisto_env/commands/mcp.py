@@ -8,12 +8,12 @@ on a running Jupyter kernel instead (no episode). Nothing but the protocol is wr
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from themisto_env.commands.common import KERNEL_PANEL, KernelOptions, ToolBudget, ToolCost, kernel_options, task_options
+from themisto_env.commands.common import KERNEL_PANEL, KernelOptions, ToolBudget, ToolCost, episode_options
 from themisto_env.errors import ConfigError
 
 __all__ = ["check_loopback", "mcp_command", "parse_address"]
@@ -114,16 +114,17 @@ def mcp_command(
     else:
         from themisto_env.bridges.mcp.app import episode_server
 
-        options: dict[str, Any] = {"task": task, "observation": observation, "backend": backend}
-        if data is not None:
-            options["dataset"] = str(data)
-        if split is not None:
-            options["split"] = split
-        options.update(task_options(tool_budget, tool_cost))
-        if kernel:
-            options["kernel"] = kernel_options(kernel)
-        if execution_score:
-            options["execution_score"] = True
+        options = episode_options(
+            task,
+            observation,
+            backend,
+            data=data,
+            split=split,
+            tool_budget=tool_budget,
+            tool_cost=tool_cost,
+            kernel=kernel,
+            execution_score=execution_score,
+        )
         server, sessions = episode_server(options, workers=workers, http=http is not None)
         what = f"the {task} task's episodes ({observation} observation, {backend} backend)"
     if http is None:

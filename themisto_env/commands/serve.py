@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -13,8 +13,7 @@ from themisto_env.commands.common import (
     ToolBudget,
     ToolCost,
     console,
-    kernel_options,
-    task_options,
+    episode_options,
 )
 
 
@@ -96,19 +95,20 @@ def serve_command(
 
         raise ConfigError(f"--workers is at least 1, got {workers}")
     raise_open_file_limit()  # each session holds a few descriptors: the soft limit (often 1,024) caps them
-    options: dict[str, Any] = {"task": task, "observation": observation, "backend": backend}
-    if data is not None:
-        options["dataset"] = str(data)
-    if split is not None:
-        options["split"] = split
-    options.update(task_options(tool_budget, tool_cost))
-    if kernel:
-        options["kernel"] = kernel_options(kernel)
+    options = episode_options(
+        task,
+        observation,
+        backend,
+        data=data,
+        split=split,
+        tool_budget=tool_budget,
+        tool_cost=tool_cost,
+        kernel=kernel,
+        execution_score=execution_score,
+    )
     from themisto_env.env.config import EnvConfig
 
     EnvConfig(**options)  # an invalid option is one line now, not at the first session
-    if execution_score:
-        options["execution_score"] = True
     if ray:
         from themisto_env.sandbox.ray.cluster import connect
 

@@ -31,6 +31,7 @@ pytest.importorskip("openenv.core", reason="openenv-core is not installed: pip i
 import httpx
 from websockets.asyncio.client import connect
 
+from tests.bridges.mcp_support import kernels_under
 from tests.conftest import needs
 from themisto_env.bridges.openenv.client import ThemistoEnvClient
 from themisto_env.bridges.openenv.models import ThemistoAction
@@ -54,17 +55,8 @@ class Server:
         return self.url.replace("http://", "ws://") + "/ws"
 
     def kernels(self) -> list[psutil.Process]:
-        """The live kernels the server started (its descendants running ipykernel, zombies left out; a kernel
-        forked from a template has the template's command line and the name ``ipykernel``)."""
-        found = []
-        for child in psutil.Process(self.process.pid).children(recursive=True):
-            try:
-                running = "ipykernel" in " ".join(child.cmdline()) or child.name() == "ipykernel"
-                if child.status() != psutil.STATUS_ZOMBIE and running:
-                    found.append(child)
-            except psutil.NoSuchProcess:
-                continue
-        return found
+        """The live kernels the server started."""
+        return kernels_under(self.process.pid)
 
 
 def _free_port() -> int:
