@@ -42,7 +42,7 @@ from rich.console import Console
 from rich.table import Table
 
 import themisto_env.env.core as env_module
-import themisto_env.run.executors.serial as serial_module
+import themisto_env.run.executors as serial_module
 from themisto_env.data.trajectory import read_trajectories
 from themisto_env.run.config import RunConfig
 from themisto_env.run.rollout import make_run_agent

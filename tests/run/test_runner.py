@@ -87,20 +87,19 @@ def test_cli_run_prints_a_summary_table(env_dataset: dict[str, str], tmp_path: P
     assert len(read_results(tmp_path / "r")) == 3
 
 
-# -- the parts: executors by name, the one episode loop run in place ------------------------------------------
+# -- the parts: the executor a config chooses, the one episode loop run in place -------------------------------------
 
 
-def test_executors_are_chosen_by_name_and_an_unknown_name_says_the_nearest() -> None:
-    from themisto_env.run.executors import EXECUTORS, executor, executor_name
+def test_the_config_chooses_the_executor() -> None:
+    from themisto_env.run.executors import executor_for, serial_rows
+    from themisto_env.run.executors.concurrent import concurrent_rows
+    from themisto_env.run.executors.processes import process_rows
+    from themisto_env.run.executors.ray_actors import ray_rows
 
-    assert executor_name(RunConfig()) == "serial"
-    assert executor_name(RunConfig(max_connections=4)) == "concurrent"
-    assert executor_name(RunConfig(workers=2)) == "processes"
-    assert executor_name(RunConfig(workers=2, ray="local")) == "ray"
-    assert set(EXECUTORS) == {"serial", "processes", "concurrent", "ray"}
-    assert all(callable(executor(name)) for name in EXECUTORS if name != "ray")
-    with pytest.raises(ConfigError, match=r"no executor named 'serail'; did you mean 'serial'\?"):
-        executor("serail")
+    assert executor_for(RunConfig()) is serial_rows
+    assert executor_for(RunConfig(max_connections=4)) is concurrent_rows
+    assert executor_for(RunConfig(workers=2)) is process_rows
+    assert executor_for(RunConfig(workers=2, ray="local")) is ray_rows
 
 
 def test_the_episode_loop_runs_in_place_without_an_event_loop_and_is_closed_with_its_rows() -> None:

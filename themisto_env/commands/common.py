@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from themisto_env.errors import ConfigError
 
@@ -88,6 +89,14 @@ def kernel_options(pairs: list[str] | None) -> dict[str, Any]:
     return options
 
 
+def estimate_text(m: dict | None, digits: int = 3) -> str:
+    """``mean [low, high]`` of an estimate, escaped for rich (empty when absent): a cell of ``compare``'s
+    and ``eval-set``'s tables."""
+    if not m:
+        return ""
+    return escape(f"{m['mean']:.{digits}f} [{m['ci_low']:.{digits}f}, {m['ci_high']:.{digits}f}]")
+
+
 _STORAGE_ERRORS = {
     errno.ENOSPC: "no space left on the device",
     errno.EDQUOT: "the disk quota is used up",
@@ -127,6 +136,7 @@ __all__ = [
     "ToolCost",
     "console",
     "episode_options",
+    "estimate_text",
     "kernel_options",
     "storage_error_line",
 ]

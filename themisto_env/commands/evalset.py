@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from themisto_env.commands.common import console
+from themisto_env.commands.common import console, estimate_text
 from themisto_env.metrics import METRICS
 
 
@@ -112,12 +112,6 @@ def wide_console() -> Console:
     return console if console.is_terminal else Console(width=TABLE_WIDTH)
 
 
-def _estimate(m: dict | None, digits: int = 3) -> str:
-    if not m:
-        return ""
-    return escape(f"{m['mean']:.{digits}f} [{m['ci_low']:.{digits}f}, {m['ci_high']:.{digits}f}]")
-
-
 def grid_table(rows: list[dict[str, Any]]) -> Table:
     """The eval-set's table (the paper's): a row per setting, each metric, the reward, tool calls and tokens
     per sample with their 95% intervals."""
@@ -130,10 +124,10 @@ def grid_table(rows: list[dict[str, Any]]) -> Table:
             r["task"],
             r["observation"],
             str(r["samples"]) if r["status"] != "failed" else "[red]failed[/]",
-            *(_estimate(r.get(m)) for m in METRICS),
-            _estimate(r.get("reward")),
-            _estimate(r.get("tool_calls"), 2),
-            _estimate(r.get("tokens"), 0),
+            *(estimate_text(r.get(m)) for m in METRICS),
+            estimate_text(r.get("reward")),
+            estimate_text(r.get("tool_calls"), 2),
+            estimate_text(r.get("tokens"), 0),
         )
     return table
 

@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from themisto_env.commands.common import console
+from themisto_env.commands.common import console, estimate_text
 
 
 def _default_page(name: str) -> str:
@@ -46,13 +46,6 @@ def compare_command(
                 )
 
 
-def _estimate(m: dict | None, digits: int = 3) -> str:
-    """``mean [low, high]`` of an estimate (empty when absent)."""
-    if not m:
-        return ""
-    return escape(f"{m['mean']:.{digits}f} [{m['ci_low']:.{digits}f}, {m['ci_high']:.{digits}f}]")
-
-
 def runs_table(runs: list[dict]) -> Table:
     """Every run of a comparison: its samples, metrics and per-sample figures with their intervals."""
     from themisto_env.metrics import METRICS
@@ -65,10 +58,10 @@ def runs_table(runs: list[dict]) -> Table:
         table.add_row(
             escape(run["label"]),
             str(run["samples"]),
-            *(_estimate(run.get(m)) for m in METRICS),
-            _estimate(per_sample.get("reward")),
-            _estimate(per_sample.get("tool_calls"), 2),
-            _estimate(per_sample.get("tokens"), 0),
+            *(estimate_text(run.get(m)) for m in METRICS),
+            estimate_text(per_sample.get("reward")),
+            estimate_text(per_sample.get("tool_calls"), 2),
+            estimate_text(per_sample.get("tokens"), 0),
         )
     return table
 

@@ -5,7 +5,7 @@ resume, episodes), a trajectory's rollout (``rollout``), a sample's row (``rows`
 (``executors``: serial, processes, concurrent, ray), the bookkeeping (``tally``); the results model and
 files (``results``: [`ResultRow`][themisto_env.run.ResultRow], what every reader reads) and the summary (``summary``);
 and the
-readers: the report (``report``), the HTML view (``view``, ``view_page``) and the comparison of two runs
+readers: the report (``report``), the HTML view (``view``) and the comparison of two runs
 (``compare``). ``themisto run`` is this package. Names are re-exported lazily: importing this package
 imports none of its modules.
 """

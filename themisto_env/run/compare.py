@@ -13,14 +13,23 @@ from themisto_env.run.results import ResultRow, read_results
 from themisto_env.run.summary import summarize
 
 
-def scored_rows(run_dir: str | Path) -> dict[str, ResultRow]:
-    """A run's scored rows by sample id (infrastructure failures and mismatched states left out; the last
-    row of a sample wins)."""
+def latest_rows(run_dir: str | Path) -> dict[str, ResultRow]:
+    """A run's latest row per sample id, in the order the samples were first written (a sample run again on
+    resume keeps its first place and shows its last row).
+
+    Raises:
+        DataError: The folder holds no results.
+    """
     rows = read_results(run_dir)
     if not rows:
         raise DataError("no results.jsonl with results (run `themisto run --out` first)", path=run_dir)
-    latest = {r.sample_id: r for r in rows}
-    return {sid: r for sid, r in latest.items() if r.is_scored}
+    return {r.sample_id: r for r in rows}
+
+
+def scored_rows(run_dir: str | Path) -> dict[str, ResultRow]:
+    """A run's scored rows by sample id (infrastructure failures and mismatched states left out; the last
+    row of a sample wins)."""
+    return {sid: r for sid, r in latest_rows(run_dir).items() if r.is_scored}
 
 
 def _score(row: ResultRow) -> Score:

@@ -97,13 +97,9 @@ class EvalSetConfig(BaseModel):
         Raises:
             ConfigError: An invalid shared option (named).
         """
-        try:
-            config = RunConfig(
-                **{**self.run, "agent": setting.agent, "task": setting.task, "observation": setting.observation}
-            )
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in exc.errors())
-            raise ConfigError(f"eval-set: {problems}") from None
+        config = RunConfig(
+            **{**self.run, "agent": setting.agent, "task": setting.task, "observation": setting.observation}
+        )
         check_env_options(config.env, "eval-set")
         return config
 

@@ -20,7 +20,7 @@ from themisto_env.errors import ConfigError, ModelError
 from themisto_env.redaction import redact
 from themisto_env.replay.resolve import dataset_kernel_environment
 from themisto_env.run.config import RunConfig
-from themisto_env.run.executors import executor, executor_name
+from themisto_env.run.executors import executor_for
 from themisto_env.run.plan import plan_run
 from themisto_env.run.results import RESULTS, SUMMARY, append_row, done_samples, read_results, secrets, write_config
 from themisto_env.run.rollout import env_options, make_run_agent
@@ -58,7 +58,7 @@ def run(config: RunConfig, out: str | Path, *, progress: bool = True, force: boo
         config = config.model_copy(update={"data": str(dataset.path)})
     hidden = secrets(config)
     with RunProgress(config, plan, show=progress) as books, open(out / RESULTS, "a", encoding="utf-8") as f:
-        rows = executor(executor_name(config))(config, plan.episodes)
+        rows = executor_for(config)(config, plan.episodes)
         try:
             for row in rows:
                 append_row(f, row, hidden)

@@ -10,7 +10,9 @@ and the JSON is escaped so that no ``</script>`` in a prediction can end the dat
 from __future__ import annotations
 
 import base64
+import html
 import json
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +21,8 @@ from themisto_env.data.trajectory import Step, read_trajectories
 from themisto_env.errors import DataError, ThemistoError
 from themisto_env.metrics import METRICS
 from themisto_env.replay.resolve import bundled_dataset_dir
-from themisto_env.run.compare import run_label
-from themisto_env.run.results import CONFIG, ResultRow, read_results
-from themisto_env.run.view_page import render_page
+from themisto_env.run.compare import latest_rows, run_label
+from themisto_env.run.results import CONFIG, ResultRow
 from themisto_env.sandbox.store.workdir import FileStore
 
 FIGURES_PER_SAMPLE = 4
@@ -39,17 +40,11 @@ def error_kind(row: ResultRow) -> str:
 
 
 def _load_run(run_dir: str | Path) -> tuple[Path, dict[str, ResultRow]]:
-    """A run folder's latest row per sample id, in the order the samples were first written."""
+    """A run folder and its latest row per sample id (`latest_rows`)."""
     path = Path(run_dir)
     if not path.is_dir():
         raise DataError("no such run folder", path=path)
-    rows = read_results(path)
-    if not rows:
-        raise DataError("no results.jsonl with results (run `themisto run --out` first)", path=path)
-    latest: dict[str, ResultRow] = {}
-    for row in rows:  # a sample run again (resume) keeps its first place and shows its last row
-        latest[row.sample_id] = row
-    return path, latest
+    return path, latest_rows(path)
 
 
 def view_data(run_dirs: list[str | Path]) -> dict[str, Any]:
@@ -162,11 +157,24 @@ def _script_json(data: Any) -> str:
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
+def _asset(name: str) -> str:
+    """A file of the page (``view_assets/page.html``, ``view.css``, ``view.js``: plain files an editor and a
+    linter read as what they are), beside this module."""
+    return resources.files("themisto_env.run").joinpath("view_assets", name).read_text(encoding="utf-8")
+
+
 def render_view(run_dirs: list[str | Path]) -> str:
-    """The view's HTML for the given run folders (see the module docstring)."""
+    """The view's self-contained HTML for the given run folders (see the module docstring): the page's
+    skeleton with its CSS, its script and the runs' data inline."""
     data = view_data(run_dirs)
     title = "themisto view: " + ", ".join(r["label"] for r in data["runs"])
-    return render_page(title, _script_json(data))
+    return (
+        _asset("page.html")
+        .replace("__TITLE__", html.escape(title))
+        .replace("__CSS__", "\n" + _asset("view.css"))
+        .replace("__JS__", "\n" + _asset("view.js"))
+        .replace("__DATA__", _script_json(data))
+    )
 
 
 def default_page(run_dirs: list[str | Path], name: str) -> Path:

@@ -1,10 +1,10 @@
-"""Executors by name: how a run's episodes are spread over processes, event loops and machines.
+"""The executors: how a run's episodes are spread over processes, event loops and machines.
 
 An executor (`Executor`) takes the run's config and its episodes (in the order to hand them out)
 and yields their [`ResultRow`][themisto_env.run.ResultRow] s as samples are scored. Closing the rows
-ends the episodes, workers or actors at once. Each executor is one module, imported only when used:
+ends the episodes, workers or actors at once. `executor_for` picks one from the config:
 
-``serial`` (`serial`)
+`serial_rows`
     One env and agent in this process, one episode after another.
 ``processes`` (`processes`)
     ``workers`` worker processes, each owning its env and kernel (or, with ``max_connections``, its
@@ -20,51 +20,47 @@ ends the episodes, workers or actors at once. Each executor is one module, impor
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterator
 
-from themisto_env.errors import ConfigError, did_you_mean
+from themisto_env.env.core import ThemistoEnv
 from themisto_env.run.config import RunConfig
 from themisto_env.run.plan import EpisodePlan
 from themisto_env.run.results import ResultRow
+from themisto_env.run.rollout import env_options, episode_rows, make_run_agent
 
 Rows = Iterator[ResultRow]
 Executor = Callable[[RunConfig, list[EpisodePlan]], Rows]
 """An executor runs the episodes (in the order to hand them out) and yields their rows."""
 
-EXECUTORS: dict[str, str] = {
-    "serial": "themisto_env.run.executors.serial:serial_rows",
-    "processes": "themisto_env.run.executors.processes:process_rows",
-    "concurrent": "themisto_env.run.executors.concurrent:concurrent_rows",
-    "ray": "themisto_env.run.executors.ray_actors:ray_rows",
-}
-"""Executors by name: ``"module:function"`` (an `Executor`), imported when used."""
+
+def serial_rows(config: RunConfig, plans: list[EpisodePlan]) -> Rows:
+    """Run the episodes one after another with one env and agent in this process; yield their rows."""
+    agent = make_run_agent(config)
+    options = env_options(config, agent)
+    env = ThemistoEnv(**options)
+    try:
+        for plan in plans:
+            yield from episode_rows(config, env, agent, options, *plan)
+    finally:
+        env.close()
 
 
-def executor_name(config: RunConfig) -> str:
-    """The executor a config asks for: ``ray`` with ``ray`` set; ``processes`` with several workers;
-    ``concurrent`` with ``max_connections`` in one process; else ``serial``."""
+def executor_for(config: RunConfig) -> Executor:
+    """The executor a config asks for: Ray actors with ``ray`` set; processes with several workers;
+    asyncio with ``max_connections`` in one process; else `serial_rows`. Each is imported when used."""
     if config.ray is not None:
-        return "ray"
-    if config.workers > 1:
-        return "processes"  # each process runs its episodes concurrently when max_connections is set
-    return "concurrent" if config.max_connections is not None else "serial"
+        from themisto_env.run.executors.ray_actors import ray_rows
+
+        return ray_rows
+    if config.workers > 1:  # each process runs its episodes concurrently when max_connections is set
+        from themisto_env.run.executors.processes import process_rows
+
+        return process_rows
+    if config.max_connections is not None:
+        from themisto_env.run.executors.concurrent import concurrent_rows
+
+        return concurrent_rows
+    return serial_rows
 
 
-def executor(name: str) -> Executor:
-    """The executor registered as ``name``.
-
-    Raises:
-        ConfigError: No executor has that name (the message suggests the nearest one).
-    """
-    target = EXECUTORS.get(name)
-    if target is None:
-        known = sorted(EXECUTORS)
-        raise ConfigError(
-            f"no executor named {name!r}{did_you_mean(name, known, listed=False)} (executors: {', '.join(known)})"
-        )
-    module, _, function = target.partition(":")
-    return getattr(importlib.import_module(module), function)
-
-
-__all__ = ["EXECUTORS", "Executor", "Rows", "executor", "executor_name"]
+__all__ = ["Executor", "Rows", "executor_for", "serial_rows"]

@@ -62,7 +62,7 @@ def ray_rows(config: RunConfig, episodes: list[EpisodePlan]) -> Iterator[ResultR
         episodes: The episodes, in the order to hand them out (longest first balances best).
 
     Yields:
-        One result row per wanted sample, as in `themisto_env.run.executors.serial.serial_rows`.
+        One result row per wanted sample, as in `themisto_env.run.executors.serial_rows`.
     """
     ray = import_ray()
     if not episodes:
