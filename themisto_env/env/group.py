@@ -60,7 +60,6 @@ class StateGroup:
         self.share, self.max_kernels, self.cache_answers = share, max_kernels, cache_answers and share
         #: The kind of kernel of every server and the scorer made here (built once).
         self.spec = env_kernel_spec(config, dataset)
-        self.environment = self.spec.environment
         self.samples: dict[str, Sample] = {s.id: s for s in dataset.samples(config.task, config.sample_rule)}
         self.answers: dict[str, dict[tuple[str, str], ToolResult]] = {}
         self._scorer: Scorer | None = None
