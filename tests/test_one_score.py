@@ -388,7 +388,7 @@ def test_every_path_gives_the_same_reward_and_flags(
             task="next-cell",
             rule=ScoringRule(weights=RewardWeights(), tool_cost=TOOL_COST, execution_score=case.execution),
             tools_used=tools,
-            execution=gym_envs[case.execution].episode.execution_run(sample),
+            execution=gym_envs[case.execution].episode.scorer.execution_run(sample),
         ).reward
     )
 

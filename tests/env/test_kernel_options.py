@@ -17,22 +17,23 @@ def test_the_kernel_options_pass_as_one_spec_or_flat() -> None:
     whole = EnvConfig(kernel=KernelSpec("bwrap", fork=False, warm_kernels=0, snapshot_dir="/tmp/snaps"))
     flat = EnvConfig(backend="bwrap", fork=False, warm_kernels=0, snapshot_dir="/tmp/snaps")
     assert whole == flat
-    assert (flat.backend, flat.fork, flat.warm_kernels, flat.snapshot_dir) == ("bwrap", False, 0, "/tmp/snaps")
+    kernel = flat.kernel
+    assert (flat.backend, kernel.fork, kernel.warm_kernels, kernel.snapshot_dir) == ("bwrap", False, 0, "/tmp/snaps")
     assert "backend" not in EnvConfig.model_fields and "kernel" in EnvConfig.model_fields
 
 
 def test_the_env_forks_unless_told_not_to() -> None:
     assert EnvConfig().kernel.fork is True
-    assert EnvConfig(kernel=KernelSpec("docker")).fork is True
-    assert EnvConfig(kernel=KernelSpec("docker", fork=False)).fork is False
+    assert EnvConfig(kernel=KernelSpec("docker")).kernel.fork is True
+    assert EnvConfig(kernel=KernelSpec("docker", fork=False)).kernel.fork is False
     assert KernelSpec("local").forks is False  # a bare kernel is started, as before
 
 
 def test_a_flat_option_goes_over_the_spec_given() -> None:
     config = EnvConfig(kernel=KernelSpec("docker", warm_kernels=3), ray="auto", limits={"timeout_s": 5})
-    assert config.kernel.backend == "docker" and config.warm_kernels == 3
-    assert config.ray == RayPlacement(address="auto")
-    assert config.limits == SandboxLimits(timeout_s=5)
+    assert config.kernel.backend == "docker" and config.kernel.warm_kernels == 3
+    assert config.kernel.ray == RayPlacement(address="auto")
+    assert config.kernel.limits == SandboxLimits(timeout_s=5)
 
 
 def test_a_config_survives_its_dump() -> None:
@@ -66,7 +67,7 @@ def test_a_run_config_takes_a_kernel_block(tmp_path) -> None:
     config = load_run_config(path)
     assert config.backend == "docker"
     env = EnvConfig(**env_options(config, None))
-    assert env.kernel.backend == "docker" and env.fork is False and env.warm_kernels == 0
+    assert env.kernel.backend == "docker" and env.kernel.fork is False and env.kernel.warm_kernels == 0
     path.write_text("kernel:\n  frok: false\n")
     with pytest.raises(ConfigError, match=r"run\.yaml: env\.kernel\.frok: no such option; did you mean 'fork'\?"):
         load_run_config(path)
@@ -79,7 +80,7 @@ def test_gym_make_takes_a_kernel_spec(env_dataset: dict[str, str]) -> None:
     env = gym.make("themisto/NextCell-v0", kernel=KernelSpec("local", warm_kernels=0), **env_dataset)
     try:
         episode = env.unwrapped.episode
-        assert episode.config.kernel.backend == "local" and episode.config.warm_kernels == 0
+        assert episode.config.kernel.backend == "local" and episode.config.kernel.warm_kernels == 0
         assert episode.spec.fork is True and episode.spec.preload  # the dataset's imports, added by the env
     finally:
         env.close()

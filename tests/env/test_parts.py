@@ -71,7 +71,7 @@ def test_a_scorer_alone_scores_as_the_env(env_dataset: dict[str, str]) -> None:
         assert sample is not None
         with Scorer(config, dataset) as scorer:
             alone = scorer.score(sample, sample.target)
-            assert scorer.disposable is not None, "the execution score ran in its disposable kernels"
+            assert scorer.provider.disposable is not None, "the execution score ran in its disposable kernels"
         assert alone == env.episode.score_prediction(sample.target)
         assert alone.execution_score is not None and alone.reward is not None
     finally:

@@ -28,7 +28,7 @@ from themisto_env.env.tools import (
 )
 from themisto_env.env.tools._history import find_definition
 from themisto_env.env.tools._models import ToolError
-from themisto_env.env.tools._run import describe_tools
+from themisto_env.env.tools._run import argument_description, signature
 from themisto_env.errors import ActionError, InfrastructureError, KernelDiedError
 from themisto_env.sandbox.kernel.answers import FrameView
 from themisto_env.sandbox.kernel.core import Kernel
@@ -124,6 +124,16 @@ def test_context_checks_its_bounds(history: tuple[Kernel, list[HistoryItem]]) ->
         ToolContext(kernel=history[0], max_chars=10)
     with pytest.raises(ValueError, match="max_rows"):
         ToolContext(kernel=history[0], max_rows=0)
+
+
+def describe_tools() -> str:
+    """The tools and their arguments as a prompt of an agent without tool calling would list them."""
+    entries = []
+    for tool in TOOLS.values():
+        lines = [f"- {signature(tool)}: {tool.description}"]
+        lines += [f"    {name}: {argument_description(info)}" for name, info in tool.args_model.model_fields.items()]
+        entries.append("\n".join(lines))
+    return "\n".join(entries)
 
 
 def test_describe_tools_lists_every_tool_with_its_arguments() -> None:

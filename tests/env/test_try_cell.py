@@ -248,7 +248,7 @@ def test_the_output_task_refuses_in_one_line() -> None:
         )
         assert not info["tool_result"]["ok"] and obs["tools_left"] == 1  # costs a call, like any failing tool
         assert obs["tool_result"] == f"Error: {NOT_AVAILABLE}" and "\n" not in obs["tool_result"]
-        assert env.episode.scorer.disposable is None, "nothing ran"
+        assert env.episode.scorer.provider.disposable is None, "nothing ran"
     finally:
         env.close()
 

@@ -154,7 +154,7 @@ def test_the_exported_folder_serves_the_original_states(
     try:
         served = ThemistoEnv(dataset=str(exported), warm_kernels=0, tool_cost=0)
         try:
-            assert served.episode.config.snapshot_dir == str(exported / "snapshots")
+            assert served.episode.config.kernel.snapshot_dir == str(exported / "snapshots")
             after = answers(served)
         finally:
             served.close()

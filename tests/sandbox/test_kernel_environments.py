@@ -224,7 +224,7 @@ def test_the_env_serves_the_dataset_in_its_environment_with_no_option(
 ) -> None:
     env = ThemistoEnv(dataset=str(built), task="next-cell", warm_kernels=0)
     try:
-        assert env.episode.environment == old_env.id
+        assert env.episode.spec.environment == old_env.id
         env.reset(seed=0, options={"trajectory": 0, "sample": 0})
         report = env.episode.serve_state()
         assert report.check == "verified" and report.route.startswith("snapshot")
@@ -237,7 +237,7 @@ def test_the_env_serves_the_dataset_in_its_environment_with_no_option(
 def test_a_kernel_of_another_environment_replays_instead_of_restoring(built: Path) -> None:
     env = ThemistoEnv(dataset=str(built), task="next-cell", warm_kernels=0, environment="default")
     try:
-        assert env.episode.environment is None
+        assert env.episode.spec.environment is None
         env.reset(seed=0, options={"trajectory": 0, "sample": 0})
         report = env.episode.serve_state()
         assert report.refused_snapshots

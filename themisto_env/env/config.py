@@ -97,7 +97,7 @@ KERNEL_OPTIONS = ("backend", "fork", "warm_kernels", "limits", "environment", "r
 class EnvConfig(OneLineOptions):
     """Options of a Themisto environment (``gymnasium.make(id, **options)``): the task's, and the kernel's
     as one value (``kernel=KernelSpec("docker", fork=False)``). The kernel's options are also taken flat
-    (``backend="docker"``, `KERNEL_OPTIONS`) and read back so (``config.backend`` is ``config.kernel.backend``).
+    (``backend="docker"``, `KERNEL_OPTIONS`); ``config.backend`` reads ``config.kernel.backend``.
 
     Attributes:
         task: ``next-cell`` or ``output``.
@@ -188,41 +188,10 @@ class EnvConfig(OneLineOptions):
             return dataclasses.replace(value, fork=True)
         return value
 
-    # the kernel's options read flat, as they may be given
     @property
     def backend(self) -> str:
         """``kernel.backend``."""
         return self.kernel.backend
-
-    @property
-    def fork(self) -> bool:
-        """``kernel.fork``."""
-        return bool(self.kernel.fork)
-
-    @property
-    def warm_kernels(self) -> int:
-        """``kernel.warm_kernels``."""
-        return self.kernel.warm_kernels
-
-    @property
-    def limits(self) -> SandboxLimits:
-        """``kernel.limits``."""
-        return self.kernel.limits
-
-    @property
-    def environment(self) -> str | None:
-        """``kernel.environment``."""
-        return self.kernel.environment
-
-    @property
-    def ray(self) -> RayPlacement | None:
-        """``kernel.ray``."""
-        return self.kernel.ray
-
-    @property
-    def snapshot_dir(self) -> str | None:
-        """``kernel.snapshot_dir``."""
-        return self.kernel.snapshot_dir
 
     def scoring_rule(self) -> ScoringRule:
         """The options that enter the reward: weights, tool cost, execution score (docs/reward.md)."""
@@ -270,7 +239,7 @@ def env_config_and_dataset(options: Mapping[str, Any]) -> tuple[EnvConfig, Datas
     except Exception as exc:
         raise ConfigError(f"invalid environment options: {exc}") from exc
     dataset = opened or Dataset.open(config.dataset, backend=config.backend, split=config.split)
-    if config.snapshot_dir is None and dataset.snapshot_dir is not None:  # an exported dataset's own snapshots
+    if config.kernel.snapshot_dir is None and dataset.snapshot_dir is not None:  # an exported dataset's own snapshots
         kernel = dataclasses.replace(config.kernel, snapshot_dir=str(dataset.snapshot_dir))
         config = config.model_copy(update={"kernel": kernel})
     return config, dataset

@@ -35,7 +35,7 @@ from themisto_env.env.tools import ToolCall, ToolContext, task_tools
 from themisto_env.errors import ActionError, BackendUnavailableError, ConfigError, InfrastructureError
 from themisto_env.replay.dataset import Dataset
 from themisto_env.sandbox.kernel.spec import KernelSpec
-from themisto_env.scoring.score import ExecutionRun, SampleScore
+from themisto_env.scoring.score import SampleScore
 from themisto_env.state.check import StateReport
 
 if TYPE_CHECKING:
@@ -86,8 +86,6 @@ class Episode:
             spec = server.spec if server is not None else scorer.spec if scorer is not None else None
         #: The kind of the episode's kernels, built once for its parts.
         self.spec = spec if spec is not None else env_kernel_spec(config, dataset)
-        #: The kernel environment's id (None: the tool's own Python).
-        self.environment = self.spec.environment
         self.trajectories: dict[str, Trajectory] = dict(dataset.trajectories)
         self.samples = dataset.samples(config.task, config.sample_rule)
         #: Each trajectory's samples in step order (the episodes).
@@ -379,11 +377,6 @@ class Episode:
         if sample is None:
             raise ConfigError("call reset() before score_prediction()")
         return self.scorer.score(sample, text, **self.record.current.score_args(self.state_report))
-
-    def execution_run(self, sample: Sample) -> ExecutionRun | None:
-        """How a prediction of ``sample`` runs for the execution score (see
-        `Scorer.execution_run`)."""
-        return self.scorer.execution_run(sample)
 
     def close(self) -> None:
         """Close the parts this episode made (a server, scorer or group given to it stays open)."""

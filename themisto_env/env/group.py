@@ -42,7 +42,9 @@ class StateGroup:
 
     Attributes:
         samples: The task's samples by id.
-        answers: The answers given for each live sample: (tool, arguments as JSON) -> the kernel's result.
+
+    A shared call's result is kept in its server's own answers (`StateProvider.answers`), the one cache,
+    emptied whenever the server's state may change.
     """
 
     def __init__(
@@ -60,9 +62,7 @@ class StateGroup:
         self.share, self.max_kernels, self.cache_answers = share, max_kernels, cache_answers and share
         #: The kind of kernel of every server and the scorer made here (built once).
         self.spec = env_kernel_spec(config, dataset)
-        self.environment = self.spec.environment
         self.samples: dict[str, Sample] = {s.id: s for s in dataset.samples(config.task, config.sample_rule)}
-        self.answers: dict[str, dict[tuple[str, str], ToolResult]] = {}
         self._scorer: Scorer | None = None
         self._live: OrderedDict[str, StateServer] = OrderedDict()  # sample id -> its shared server
         self._own: weakref.WeakKeyDictionary[object, StateServer] = weakref.WeakKeyDictionary()  # share=False
@@ -93,8 +93,7 @@ class StateGroup:
                 if len(self._live) < self.max_kernels:
                     server = self._new_server()
                 else:
-                    moved, server = self._live.popitem(last=False)  # the least recently used state moves on
-                    self.answers.pop(moved, None)
+                    _, server = self._live.popitem(last=False)  # the least recently used state moves on
                 self._live[sample_id] = server
             sample = self.samples[sample_id]
             if server.trajectory is None or server.trajectory.id != sample.trajectory_id or server.step != sample.step:
@@ -110,10 +109,11 @@ class StateGroup:
         cannot be selected) is a fault of the outcome, never the tool's answer."""
         tool = TOOLS.get(call.tool)
         shared = self.cache_answers and tool is not None and tool.read_only
-        key = (call.tool, json.dumps(call.args, sort_keys=True))
+        key = f"tool/{call.tool}/{json.dumps(call.args, sort_keys=True)}"
         with self._lock:
-            cached = self.answers.get(sample_id, {}).get(key) if shared else None
-            if cached is not None:
+            live = self._live.get(sample_id) if shared else None
+            cached = live.answers.get(key) if live is not None else None
+            if isinstance(cached, ToolResult):
                 return ToolOutcome(cached), None
             report = None
             try:
@@ -122,10 +122,13 @@ class StateGroup:
                 report = server.report
             except InfrastructureError as exc:
                 outcome = ToolOutcome(None, (fault_text(exc),))
-            if outcome.faults:
-                self.answers.pop(sample_id, None)  # the kernel was replaced
-            elif shared and outcome.result is not None and (report is None or report.check != "mismatch"):
-                self.answers.setdefault(sample_id, {})[key] = outcome.result
+            if (
+                shared
+                and not outcome.faults
+                and outcome.result is not None
+                and (report is None or report.check != "mismatch")
+            ):
+                server.answers[key] = outcome.result
             return outcome, report
 
     def _new_server(self) -> StateServer:
@@ -143,7 +146,6 @@ class StateGroup:
             self._closed = True
             servers, self._owned = self._owned, []
             self._live.clear()
-            self.answers.clear()
             scorer, self._scorer = self._scorer, None
         for server in servers:
             server.close()

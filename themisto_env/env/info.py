@@ -8,8 +8,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
-from themisto_env.scoring.score import SampleScore
-
 __all__ = ["StepInfo"]
 
 
@@ -84,7 +82,3 @@ class StepInfo(BaseModel):
     @model_serializer(mode="wrap")
     def _leave_out_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         return {key: value for key, value in handler(self).items() if value is not None}
-
-    def with_score(self, scored: SampleScore) -> StepInfo:
-        """This info with a sample score's fields."""
-        return self.model_copy(update=dict(scored))

@@ -54,8 +54,6 @@ class Scorer:
         self.provider = provider or StateProvider(dataset, spec or env_kernel_spec(config, dataset), serves=False)
         #: The kind of the disposable kernels (the store hidden, snapshots copied in).
         self.spec = self.provider.spec.with_access("copy")
-        #: The kernel environment's id (None: the tool's own Python).
-        self.environment = self.spec.environment
 
     @property
     def rule(self) -> ScoringRule:
@@ -65,12 +63,7 @@ class Scorer:
     @property
     def code_timeout_s(self) -> float:
         """The time limit of model-written code (a prediction, a tried cell)."""
-        return min(self.config.limits.timeout_s, MODEL_CODE_TIMEOUT_S)
-
-    @property
-    def disposable(self) -> DisposableKernels | None:
-        """The disposable kernels, if started (None: no model-written code ran yet)."""
-        return self.provider.disposable
+        return min(self.config.kernel.limits.timeout_s, MODEL_CODE_TIMEOUT_S)
 
     def disposable_kernels(self) -> DisposableKernels:
         """The kernels model-written code runs in (`StateProvider.copies`, started on first use)."""

@@ -41,7 +41,7 @@ class StateServer(StateProvider):
         self.config = config
         served = config.observation != "static" or not config.lazy_state
         spec = spec or env_kernel_spec(config, dataset)
-        super().__init__(dataset, spec, warm_kernels=config.warm_kernels, serves=served)
+        super().__init__(dataset, spec, warm_kernels=config.kernel.warm_kernels, serves=served)
 
     def recorded_figures(self) -> tuple[dict[str, int], int | None]:
         """Per-variable sizes and kernel memory recorded at build time for the selected state (what tools

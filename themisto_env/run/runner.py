@@ -46,7 +46,7 @@ def run(config: RunConfig, out: str | Path, *, progress: bool = True, force: boo
     # The samples come from the dataset (resolved, and if needed built, here); only the executors make envs.
     env_config, dataset = env_config_and_dataset(env_options(config, agent))
     # Its kernels can start (else one line saying how to make its kernel environment):
-    dataset_kernel_environment(dataset.path, env_config.environment, backend=env_config.backend)
+    dataset_kernel_environment(dataset.path, env_config.kernel.environment, backend=env_config.backend)
     samples = dataset.samples(env_config.task, env_config.sample_rule)
     if not samples:
         raise ConfigError(f"no {env_config.task} samples in {dataset.path} under {env_config.sample_rule}")

@@ -121,8 +121,56 @@ def score_sample(
         BackendUnavailableError: The backend went away while running the prediction (the caller stops).
     """
     with tracing.span("themisto.score", {"themisto.task": task}, timed="scoring") as span:
-        scored = _score_sample(
-            prediction, target, task, rule or ScoringRule(), tools_used, execution, faults, state_mismatch
+        rule = rule or ScoringRule()
+        text = score(prediction, target)
+        scores = text.as_dict()
+        if task == "next-cell" and api_sequence(target):  # else an empty prediction would score 1.0
+            scores.update(api_sequence_score(prediction, target).as_dict())
+        metric_reward = reward(text, rule.weights)
+        faults = list(faults)
+        executed: ExecutionScore | None = None
+        if rule.execution_score and task == "next-cell" and not faults and state_mismatch is None:
+            if execution is None:
+                raise ConfigError("the execution score is on but score_sample() was given no execution run")
+            with tracing.span("themisto.score.execution") as run_span:
+                try:
+                    executed = execution(prediction)
+                except BackendUnavailableError:
+                    raise
+                except InfrastructureError as exc:  # the machinery, not the prediction: unscored
+                    tracing.fail(run_span, exc)
+                    faults.append(f"{type(exc).__name__}: {exc}")
+                if executed is not None:
+                    tracing.record(
+                        run_span, {"themisto.score.passed": executed.passed, "themisto.score.failure": executed.failure}
+                    )
+        value = metric_reward
+        if executed is not None:
+            w = rule.weights.execution
+            value = (1.0 - w) * metric_reward + w * executed.value
+        cost = rule.tool_cost * tools_used
+        unscored = bool(faults) or state_mismatch is not None
+        scored = SampleScore(
+            scores=scores,
+            metric_reward=metric_reward,
+            execution_score=executed.value if executed is not None else None,
+            execution=(
+                {
+                    "variables": executed.variables,
+                    "outputs": executed.outputs,
+                    "passed": executed.passed,
+                    "failure": executed.failure,
+                }
+                if executed is not None
+                else None
+            ),
+            passed=executed.passed if executed is not None else None,
+            prediction_failed=executed.failure if executed is not None else None,
+            tools_used=tools_used,
+            tool_cost=cost,
+            reward=None if unscored else value - cost,
+            infrastructure_error="; ".join(faults) or None,
+            state_mismatch=state_mismatch,
         )
         tracing.record(
             span,
@@ -134,65 +182,3 @@ def score_sample(
             },
         )
         return scored
-
-
-def _score_sample(
-    prediction: str,
-    target: str,
-    task: Literal["next-cell", "output"],
-    rule: ScoringRule,
-    tools_used: int,
-    execution: ExecutionRun | None,
-    faults: Sequence[str],
-    state_mismatch: str | None,
-) -> SampleScore:
-    text = score(prediction, target)
-    scores = text.as_dict()
-    if task == "next-cell" and api_sequence(target):  # else an empty prediction would score 1.0
-        scores.update(api_sequence_score(prediction, target).as_dict())
-    metric_reward = reward(text, rule.weights)
-    faults = list(faults)
-    executed: ExecutionScore | None = None
-    if rule.execution_score and task == "next-cell" and not faults and state_mismatch is None:
-        if execution is None:
-            raise ConfigError("the execution score is on but score_sample() was given no execution run")
-        with tracing.span("themisto.score.execution") as span:
-            try:
-                executed = execution(prediction)
-            except BackendUnavailableError:
-                raise
-            except InfrastructureError as exc:  # the machinery, not the prediction: unscored
-                tracing.fail(span, exc)
-                faults.append(f"{type(exc).__name__}: {exc}")
-            if executed is not None:
-                tracing.record(
-                    span, {"themisto.score.passed": executed.passed, "themisto.score.failure": executed.failure}
-                )
-    value = metric_reward
-    if executed is not None:
-        w = rule.weights.execution
-        value = (1.0 - w) * metric_reward + w * executed.value
-    cost = rule.tool_cost * tools_used
-    unscored = bool(faults) or state_mismatch is not None
-    return SampleScore(
-        scores=scores,
-        metric_reward=metric_reward,
-        execution_score=executed.value if executed is not None else None,
-        execution=(
-            {
-                "variables": executed.variables,
-                "outputs": executed.outputs,
-                "passed": executed.passed,
-                "failure": executed.failure,
-            }
-            if executed is not None
-            else None
-        ),
-        passed=executed.passed if executed is not None else None,
-        prediction_failed=executed.failure if executed is not None else None,
-        tools_used=tools_used,
-        tool_cost=cost,
-        reward=None if unscored else value - cost,
-        infrastructure_error="; ".join(faults) or None,
-        state_mismatch=state_mismatch,
-    )

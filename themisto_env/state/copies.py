@@ -192,10 +192,21 @@ class _LimitWatch:
         return CodeRun("failed", outputs or [], failure=failure, detail=detail)
 
 
-def _template_alive(kernel: KernelLike) -> bool:
-    """Whether the template a forked kernel came from still runs (True for a kernel not forked)."""
+def _died(
+    kernel: KernelLike,
+    exc: KernelDiedError,
+    limits: _LimitWatch,
+    *,
+    alone: bool,
+    outputs: list[dict[str, Any]] | None = None,
+) -> CodeRun:
+    """The code's kernel died: its own doing once the backend is known to be alive and, beside other runs (not
+    ``alone``), the template it was forked from too (else `_MaybeAnothers`)."""
+    kernel.launcher.check_backend()
     template = getattr(kernel.launcher, "template", None)
-    return template is None or template.is_alive()
+    if not alone and template is not None and not template.is_alive():
+        raise _MaybeAnothers(f"the kernel died with its template: {exc}") from exc
+    return limits.failed("exit", str(exc), outputs=outputs)
 
 
 class DisposableKernels:
@@ -215,23 +226,16 @@ class DisposableKernels:
 
     def __init__(self, spec: KernelSpec | str, *, pool_size: int = 1, **fields: Unpack[KernelFields]) -> None:
         self.spec = KernelSpec.of(spec, **fields).with_access("copy")
-        self.backend = self.spec.backend
         self.template = template_source(self.spec)
         self._holds_templates = self.template is not None
         if self._holds_templates:  # the shared template (a container on docker) lives while a holder forks
             hold_shared_templates()
-        self.not_forked = self.spec.not_forked
-        self.limits = self.spec.limits
-        self.environment = self.spec.environment
-        self.pool = KernelPool(self._new_kernel, size=pool_size, preload=self.spec.preload)
+        self.pool = KernelPool(functools.partial(make_kernel, self.spec), size=pool_size, preload=self.spec.preload)
         self._closing: list[threading.Thread] = []
         self._closing_lock = threading.Lock()
         #: The kernel running model-written code right now (for tests and monitors; the last one started where
         #: `run_many` runs several at once), else None.
         self.running: KernelLike | None = None
-
-    def _new_kernel(self) -> KernelLike:
-        return make_kernel(self.spec)
 
     def run(self, trajectory: Trajectory, step: int, code: str, *, timeout_s: float) -> CodeRun:
         """Run ``code`` as a cell in a fresh kernel in the state before ``step``; measure what it did.
@@ -292,7 +296,7 @@ class DisposableKernels:
         if not code.strip():  # an empty cell does nothing and prints nothing: no kernel needed
             return CodeRun("ok", [], changed={}, seconds=time.perf_counter() - started)
         served = TrajectoryKernel(self.pool.take, template=self.template)
-        served.not_forked = self.not_forked
+        served.not_forked = self.spec.not_forked
         try:
             report = served.serve(trajectory, step)
             if report.check == "mismatch":
@@ -325,10 +329,7 @@ class DisposableKernels:
             except BackendUnavailableError:
                 raise
             except KernelDiedError as exc:
-                kernel.launcher.check_backend()
-                if not alone and not _template_alive(kernel):
-                    raise _MaybeAnothers(f"the kernel died with its template: {exc}") from exc
-                return limits.failed("exit", str(exc))
+                return _died(kernel, exc, limits, alone=alone)
             except InfrastructureError as exc:
                 kernel.launcher.check_backend()
                 return limits.failed("unreadable", str(exc))
@@ -343,10 +344,7 @@ class DisposableKernels:
         except BackendUnavailableError:
             raise
         except KernelDiedError as exc:
-            kernel.launcher.check_backend()
-            if not alone and not _template_alive(kernel):
-                raise _MaybeAnothers(f"the kernel died with its template: {exc}") from exc
-            return limits.failed("exit", str(exc), outputs=result.outputs)
+            return _died(kernel, exc, limits, alone=alone, outputs=result.outputs)
         except (InfrastructureError, HelperError) as exc:
             kernel.launcher.check_backend()
             return CodeRun("failed", result.outputs, failure="unreadable", detail=str(exc))

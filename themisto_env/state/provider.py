@@ -58,8 +58,6 @@ class StateProvider:
         self.dataset = dataset
         #: The kind of the served kernel (its store read-only; the copies' is copied in).
         self.spec = spec.with_access("read")
-        #: The kernel environment's id (None: the tool's own Python).
-        self.environment = self.spec.environment
         self.trajectories: dict[str, Trajectory] = dict(dataset.trajectories)
         self.warm_kernels = warm_kernels
         self.serves = serves

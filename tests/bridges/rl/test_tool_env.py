@@ -180,7 +180,7 @@ def test_a_groups_repeated_calls_are_answered_once_and_the_same(env_dataset: dic
         for rollout in group:
             rollout.reset(sample_id=late_sample)
         assert call_all(group[0]) == expected
-        kernel = states._owned[0].tool_context().kernel
+        kernel = states._owned[0].kernel_owner.kernel
         os.kill(kernel.launcher.pid(), signal.SIGKILL)  # a call that reached the kernel now would fail
         assert all(call_all(rollout) == expected for rollout in group[1:]), "answered from the group's first calls"
         assert all(rollout.faults == [] for rollout in group)

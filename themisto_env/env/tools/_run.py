@@ -1,4 +1,4 @@
-"""Running a tool call without ever raising for the agent's mistakes, and describing the tools in text."""
+"""Running a tool call without ever raising for the agent's mistakes, and the tools' signatures in text."""
 
 from __future__ import annotations
 
@@ -137,19 +137,3 @@ def argument_description(info: Any) -> str:
     high = next((m.le for m in info.metadata if getattr(m, "le", None) is not None), None)
     bounds = f" ({low} to {high})" if low is not None and high is not None else ""
     return f"{info.description.rstrip('.')}{bounds}."
-
-
-def describe_tools() -> str:
-    """A short plain-text list of the tools and their arguments, for prompts of agents without tool calling.
-
-    Returns:
-        One entry per tool in `TOOL_NAMES` order: the signature and description, then one line per
-        argument.
-    """
-    entries = []
-    for tool in TOOLS.values():
-        lines = [f"- {signature(tool)}: {tool.description}"]
-        fields: dict[str, Any] = dict(tool.args_model.model_fields)
-        lines += [f"    {name}: {argument_description(info)}" for name, info in fields.items()]
-        entries.append("\n".join(lines))
-    return "\n".join(entries)
