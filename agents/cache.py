@@ -10,7 +10,6 @@ a hit as free (``cached_calls`` in [`AgentUsage`][themisto_env.agents.AgentUsage
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import os
@@ -323,14 +322,6 @@ class ResponseCache:
         except sqlite3.Error as exc:
             raise self._error(exc) from None
 
-    async def aget(self, key: str) -> BaseMessage | None:
-        """`get` in a thread (a busy file never blocks the event loop)."""
-        return await asyncio.to_thread(self.get, key)
-
-    async def aput(self, key: str, message: BaseMessage, *, provider: str = "", model: str = "") -> None:
-        """`put` in a thread."""
-        await asyncio.to_thread(self.put, key, message, provider=provider, model=model)
-
     def __len__(self) -> int:
         try:
             with self._lock:
@@ -346,20 +337,12 @@ class ResponseCache:
             self._conn = None
 
 
-def open_cache(cache: str | Path | ResponseCache | None) -> ResponseCache | None:
-    """A `ResponseCache` from a path (or one already open), or None for no cache."""
-    if cache is None or isinstance(cache, ResponseCache):
-        return cache
-    return ResponseCache(cache)
-
-
 __all__ = [
     "CACHED",
     "NOT_THE_ANSWER",
     "ResponseCache",
     "is_cached",
     "model_parameters",
-    "open_cache",
     "request_key",
     "request_material",
 ]
