@@ -52,21 +52,21 @@ class AgentUsage:
     retries: int = 0
     rate_limited: int = 0
 
-    def add_model_call(self, input_tokens: int | None = None, output_tokens: int | None = None) -> None:
-        """Count one model call and the tokens it reported (None where it reported none)."""
-        self.model_calls += 1
+    def add_model_call(
+        self, input_tokens: int | None = None, output_tokens: int | None = None, *, cached: bool = False
+    ) -> None:
+        """Count one model call and the tokens it reported (None where it reported none); ``cached``: a reply
+        replayed from a response cache, with the tokens its original call reported."""
         if input_tokens is None or output_tokens is None:
             self.tokens_reported = False
-        self.input_tokens += input_tokens or 0
-        self.output_tokens += output_tokens or 0
-
-    def add_cached_call(self, input_tokens: int | None = None, output_tokens: int | None = None) -> None:
-        """Count one reply replayed from a response cache and the tokens its original call reported."""
-        self.cached_calls += 1
-        if input_tokens is None or output_tokens is None:
-            self.tokens_reported = False
-        self.cached_input_tokens += input_tokens or 0
-        self.cached_output_tokens += output_tokens or 0
+        if cached:
+            self.cached_calls += 1
+            self.cached_input_tokens += input_tokens or 0
+            self.cached_output_tokens += output_tokens or 0
+        else:
+            self.model_calls += 1
+            self.input_tokens += input_tokens or 0
+            self.output_tokens += output_tokens or 0
 
     def __add__(self, other: AgentUsage) -> AgentUsage:
         summed = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}

@@ -133,10 +133,7 @@ class LLMAgent(BaseAgent):
     def record(self, message: Any) -> None:
         """Count a model call and the tokens its ``usage_metadata`` reports (a cached reply as a cached call)."""
         usage = getattr(message, "usage_metadata", None) or {}
-        if is_cached(message):
-            self.usage.add_cached_call(usage.get("input_tokens"), usage.get("output_tokens"))
-        else:
-            self.usage.add_model_call(usage.get("input_tokens"), usage.get("output_tokens"))
+        self.usage.add_model_call(usage.get("input_tokens"), usage.get("output_tokens"), cached=is_cached(message))
 
     def retried(self, error: BaseException, wait: float) -> None:
         """Count a retry of a model call in `usage` (shown in the run's usage line)."""

@@ -126,14 +126,6 @@ def load_factory(target: str, *, name: str | None = None) -> Any:
     return factory
 
 
-def _is_agent_class(factory: Any) -> bool:
-    return (
-        inspect.isclass(factory)
-        and callable(getattr(factory, "reset", None))
-        and callable(getattr(factory, "act", None))
-    )
-
-
 def agent_observation(name: str) -> str | None:
     """The observation mode the agent named ``name`` is written for (its class's ``observation``), or None
     (any mode, or an agent that cannot be imported: making it will say why)."""
@@ -192,7 +184,8 @@ def make_agent(name: str, **options: Any) -> Agent:
             f"no agent named {name!r}{hint} (agents: {names}, or package.module:Class, or path/to/file.py:Class)"
         )
     factory = load_factory(target, name=name)
-    if target == name and not _is_agent_class(factory):  # a path from a config or the CLI: agents only
+    is_agent_class = inspect.isclass(factory) and all(callable(getattr(factory, m, None)) for m in ("reset", "act"))
+    if target == name and not is_agent_class:  # a path from a config or the CLI: agents only
         raise ConfigError(
             f"{name} is not an agent class (one with reset and act, e.g. a BaseAgent): register a factory "
             "function by name with register_agent instead"
