@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from themisto_env.env.actions import Action, Prediction
@@ -52,35 +52,25 @@ class AgentUsage:
     retries: int = 0
     rate_limited: int = 0
 
-    def add_model_call(self, input_tokens: int | None = None, output_tokens: int | None = None) -> None:
-        """Count one model call and the tokens it reported (None where it reported none)."""
-        self.model_calls += 1
+    def add_model_call(
+        self, input_tokens: int | None = None, output_tokens: int | None = None, *, cached: bool = False
+    ) -> None:
+        """Count one model call and the tokens it reported (None where it reported none); ``cached``: a reply
+        replayed from a response cache, with the tokens its original call reported."""
         if input_tokens is None or output_tokens is None:
             self.tokens_reported = False
-        self.input_tokens += input_tokens or 0
-        self.output_tokens += output_tokens or 0
-
-    def add_cached_call(self, input_tokens: int | None = None, output_tokens: int | None = None) -> None:
-        """Count one reply replayed from a response cache and the tokens its original call reported."""
-        self.cached_calls += 1
-        if input_tokens is None or output_tokens is None:
-            self.tokens_reported = False
-        self.cached_input_tokens += input_tokens or 0
-        self.cached_output_tokens += output_tokens or 0
+        if cached:
+            self.cached_calls += 1
+            self.cached_input_tokens += input_tokens or 0
+            self.cached_output_tokens += output_tokens or 0
+        else:
+            self.model_calls += 1
+            self.input_tokens += input_tokens or 0
+            self.output_tokens += output_tokens or 0
 
     def __add__(self, other: AgentUsage) -> AgentUsage:
-        return AgentUsage(
-            model_calls=self.model_calls + other.model_calls,
-            input_tokens=self.input_tokens + other.input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-            tokens_reported=self.tokens_reported and other.tokens_reported,
-            tool_calls=self.tool_calls + other.tool_calls,
-            cached_calls=self.cached_calls + other.cached_calls,
-            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
-            cached_output_tokens=self.cached_output_tokens + other.cached_output_tokens,
-            retries=self.retries + other.retries,
-            rate_limited=self.rate_limited + other.rate_limited,
-        )
+        summed = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
+        return AgentUsage(**{**summed, "tokens_reported": self.tokens_reported and other.tokens_reported})
 
     def as_dict(self) -> dict[str, Any]:
         """The usage as a plain dict (for a results line)."""

@@ -10,7 +10,6 @@ a hit as free (``cached_calls`` in [`AgentUsage`][themisto_env.agents.AgentUsage
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import os
@@ -198,15 +197,13 @@ class ResponseCache:
 
     Args:
         path: The file (created, with its folder, when missing).
-        busy_timeout: Seconds a write waits for another process's before giving up.
 
     Raises:
         DataError: The file exists but is not a readable response cache (one line, naming it).
     """
 
-    def __init__(self, path: str | Path, *, busy_timeout: float = BUSY_TIMEOUT) -> None:
+    def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.busy_timeout = busy_timeout
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
@@ -215,10 +212,10 @@ class ResponseCache:
     # -- pickling (worker processes get the path, and open their own connection) -------------------
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "busy_timeout": self.busy_timeout}
+        return {"path": self.path}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"], busy_timeout=state["busy_timeout"])  # type: ignore[misc]
+        self.__init__(state["path"])  # type: ignore[misc]
 
     def __repr__(self) -> str:
         return f"ResponseCache({str(self.path)!r})"
@@ -237,11 +234,11 @@ class ResponseCache:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise self._error(exc) from None
-        deadline = time.monotonic() + self.busy_timeout
+        deadline = time.monotonic() + BUSY_TIMEOUT
         while True:
-            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, check_same_thread=False, isolation_level=None)
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, check_same_thread=False, isolation_level=None)
             try:
-                conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+                conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute("PRAGMA synchronous = NORMAL")  # in WAL: durable across a process crash
                 self._check_format(conn)
@@ -296,9 +293,7 @@ class ResponseCache:
             if row is None:
                 return None
             message = messages_from_dict([json.loads(row[0])])[0]
-        except sqlite3.Error as exc:
-            raise self._error(exc) from None
-        except (ValueError, KeyError, TypeError) as exc:  # a row that is not a serialised message
+        except (sqlite3.Error, ValueError, KeyError, TypeError) as exc:  # or a row that is not a serialised message
             raise self._error(exc) from None
         message.response_metadata = {**message.response_metadata, CACHED: True}
         return message
@@ -323,14 +318,6 @@ class ResponseCache:
         except sqlite3.Error as exc:
             raise self._error(exc) from None
 
-    async def aget(self, key: str) -> BaseMessage | None:
-        """`get` in a thread (a busy file never blocks the event loop)."""
-        return await asyncio.to_thread(self.get, key)
-
-    async def aput(self, key: str, message: BaseMessage, *, provider: str = "", model: str = "") -> None:
-        """`put` in a thread."""
-        await asyncio.to_thread(self.put, key, message, provider=provider, model=model)
-
     def __len__(self) -> int:
         try:
             with self._lock:
@@ -346,20 +333,12 @@ class ResponseCache:
             self._conn = None
 
 
-def open_cache(cache: str | Path | ResponseCache | None) -> ResponseCache | None:
-    """A `ResponseCache` from a path (or one already open), or None for no cache."""
-    if cache is None or isinstance(cache, ResponseCache):
-        return cache
-    return ResponseCache(cache)
-
-
 __all__ = [
     "CACHED",
     "NOT_THE_ANSWER",
     "ResponseCache",
     "is_cached",
     "model_parameters",
-    "open_cache",
     "request_key",
     "request_material",
 ]

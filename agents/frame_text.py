@@ -33,13 +33,11 @@ class _Table:
     header_lines: int
 
 
-def notebook_frame_text(text: str, *, width: int = DISPLAY_WIDTH, max_columns: int = MAX_COLUMNS) -> str:
+def notebook_frame_text(text: str) -> str:
     """The notebook's ``repr`` layout of a DataFrame given its ``to_string()`` text.
 
     Args:
         text: ``frame.to_string()`` (every column on one line).
-        width: pandas' ``display.width``.
-        max_columns: pandas' ``display.max_columns`` (0 or less: no column limit).
 
     Returns:
         The text laid out as a notebook shows the frame, or ``text`` unchanged when it does not read as
@@ -49,13 +47,13 @@ def notebook_frame_text(text: str, *, width: int = DISPLAY_WIDTH, max_columns: i
     if table is None:
         return text
     columns = [[line[start:end] for line in table.lines] for start, end in table.spans]
-    truncated = 0 < max_columns < len(columns)
+    truncated = len(columns) > MAX_COLUMNS
     if truncated:
-        half = max_columns // 2
+        half = MAX_COLUMNS // 2
         dots = [" ..."] * len(table.lines)
         columns = [*columns[:half], dots, *columns[-half:]]
     index = [line[: table.index_width] for line in table.lines]
-    bins = _binify([len(c[0]) for c in columns], width - (table.index_width + 1))
+    bins = _binify([len(c[0]) for c in columns], DISPLAY_WIDTH - (table.index_width + 1))
     blocks, start = [], 0
     for i, end in enumerate(bins):
         row = [index, *columns[start:end]]

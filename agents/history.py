@@ -57,7 +57,8 @@ def parse_history(text: str) -> list[HistoryCell]:
 
     for line in text.splitlines():
         header = _IN.match(line)
-        if header is not None and (output is not None or number is None or not source or _blank_before(source)):
+        # a header after an output, or after a blank line (blocks are separated by one), starts a new cell
+        if header is not None and (output is not None or number is None or not source or not source[-1].strip()):
             close()
             number, source, output = int(header.group(1)), [], None
             continue
@@ -68,11 +69,6 @@ def parse_history(text: str) -> list[HistoryCell]:
         (source if output is None else output).append(line)
     close()
     return cells
-
-
-def _blank_before(lines: list[str]) -> bool:
-    """Blocks are separated by a blank line: a header right after one starts a new cell."""
-    return not lines[-1].strip()
 
 
 __all__ = ["HistoryCell", "parse_history"]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from themisto_env import tracing
 from themisto_env.agents.base import BaseAgent, Info, Observation
-from themisto_env.agents.cache import ResponseCache, is_cached, open_cache, request_key
+from themisto_env.agents.cache import ResponseCache, is_cached, request_key
 from themisto_env.agents.parsing import extract_prediction
 from themisto_env.agents.prompting import ContextMode, PromptTemplates, load_prompts
 from themisto_env.agents.retry import RetryPolicy, acall_with_retries, call_with_retries, status_of
@@ -82,7 +82,7 @@ class LLMAgent(BaseAgent):
     ) -> None:
         super().__init__()
         self.retry = RetryPolicy(max_retries=max_retries, base_delay=retry_delay)
-        self.cache: ResponseCache | None = open_cache(cache)
+        self.cache = ResponseCache(cache) if isinstance(cache, str | Path) else cache
         self.provider = provider
         self.limiter: asyncio.Semaphore | None = None
         self._model_given = model
@@ -133,10 +133,7 @@ class LLMAgent(BaseAgent):
     def record(self, message: Any) -> None:
         """Count a model call and the tokens its ``usage_metadata`` reports (a cached reply as a cached call)."""
         usage = getattr(message, "usage_metadata", None) or {}
-        if is_cached(message):
-            self.usage.add_cached_call(usage.get("input_tokens"), usage.get("output_tokens"))
-        else:
-            self.usage.add_model_call(usage.get("input_tokens"), usage.get("output_tokens"))
+        self.usage.add_model_call(usage.get("input_tokens"), usage.get("output_tokens"), cached=is_cached(message))
 
     def retried(self, error: BaseException, wait: float) -> None:
         """Count a retry of a model call in `usage` (shown in the run's usage line)."""
@@ -186,17 +183,15 @@ class LLMAgent(BaseAgent):
             return self.traced_reply(span, self._call_model(model, messages), retries)
 
     def _call_model(self, model: Any, messages: list[BaseMessage]) -> Any:
-        if self.cache is None:
-            return call_with_retries(
-                lambda: model.invoke(messages), self.retry, provider=self.provider, on_retry=self.retried
-            )
-        key = self.cache_key(model, messages)
-        reply = self.cache.get(key)
+        cache = self.cache
+        key = self.cache_key(model, messages) if cache is not None else ""
+        reply = cache.get(key) if cache is not None else None
         if reply is None:
             reply = call_with_retries(
                 lambda: model.invoke(messages), self.retry, provider=self.provider, on_retry=self.retried
             )
-            self.cache.put(key, reply, provider=self.provider or "", model=self._model_name())
+            if cache is not None:
+                cache.put(key, reply, provider=self.provider or "", model=self._model_name())
         return reply
 
     async def acall_model(self, model: Any, messages: list[BaseMessage]) -> Any:
@@ -206,20 +201,18 @@ class LLMAgent(BaseAgent):
             return self.traced_reply(span, await self._acall_model(model, messages), retries)
 
     async def _acall_model(self, model: Any, messages: list[BaseMessage]) -> Any:
-        if self.cache is None:
-            return await self._ainvoke(model, messages)
-        key = self.cache_key(model, messages)
-        reply = await self.cache.aget(key)
+        # the cache's file is read and written in a thread: a busy file never blocks the event loop
+        cache = self.cache
+        key = self.cache_key(model, messages) if cache is not None else ""
+        reply = await asyncio.to_thread(cache.get, key) if cache is not None else None
         if reply is None:
-            reply = await self._ainvoke(model, messages)
-            await self.cache.aput(key, reply, provider=self.provider or "", model=self._model_name())
+            async with self.limiter or contextlib.nullcontext():
+                reply = await acall_with_retries(
+                    lambda: model.ainvoke(messages), self.retry, provider=self.provider, on_retry=self.retried
+                )
+            if cache is not None:
+                await asyncio.to_thread(cache.put, key, reply, provider=self.provider or "", model=self._model_name())
         return reply
-
-    async def _ainvoke(self, model: Any, messages: list[BaseMessage]) -> Any:
-        async with self.limiter or contextlib.nullcontext():
-            return await acall_with_retries(
-                lambda: model.ainvoke(messages), self.retry, provider=self.provider, on_retry=self.retried
-            )
 
     def cache_key(self, model: Any, messages: list[BaseMessage]) -> str:
         """The response-cache key of a call (`request_key`), for the

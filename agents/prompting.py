@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from themisto_env.errors import ConfigError
 
@@ -21,17 +21,10 @@ ContextMode = Literal["static", "full", "tools"]
 
 
 class TaskTexts(BaseModel):
-    """One text per task."""
+    """One text per task: ``{"next-cell": ..., "output": ...}``."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    next_cell: str
+    next_cell: str = Field(alias="next-cell")
     output: str
-
-    @classmethod
-    def from_data(cls, data: Mapping[str, Any]) -> TaskTexts:
-        """Read ``{"next-cell": ..., "output": ...}``."""
-        return cls(next_cell=data["next-cell"], output=data["output"])
 
     def for_task(self, task: str) -> str:
         """The text of a task (``next-cell`` or ``output``)."""
@@ -51,9 +44,7 @@ class Sections(BaseModel):
 
 
 class PromptTemplates(BaseModel):
-    """The LLM agents' prompt templates (see ``prompts/default.yaml``)."""
-
-    model_config = ConfigDict(extra="forbid")
+    """The LLM agents' prompt templates (see ``prompts/default.yaml``; other top-level keys are ignored)."""
 
     system: TaskTexts
     sections: Sections
@@ -112,14 +103,8 @@ def load_prompts(path: str | Path | None = None) -> PromptTemplates:
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"cannot read prompt templates from {path or 'the package'}: {exc}") from exc
     try:
-        templates = PromptTemplates(
-            system=TaskTexts.from_data(data["system"]),
-            sections=Sections(**data["sections"]),
-            instructions=TaskTexts.from_data(data["instructions"]),
-            budget_spent=data["budget_spent"],
-            tool_not_run=data["tool_not_run"],
-        )
-    except (KeyError, TypeError, ValidationError) as exc:
+        templates = PromptTemplates.model_validate(data)
+    except ValidationError as exc:
         raise ConfigError(f"prompt templates in {where} are incomplete or malformed: {exc!r}") from exc
     for section, template in templates.sections.model_dump().items():
         try:

@@ -104,15 +104,14 @@ def make_chat_model(provider: str, model: str | None = None, **kwargs: Any) -> B
             f"(make_chat_model({provider!r}, model=...) in code)"
         )
     cls = _import_class(provider, spec)
-    keyless = spec.keyless_base_url and kwargs.get("base_url")
-    if spec.key is not None and not kwargs.get("api_key") and not os.environ.get(spec.key) and keyless:
-        kwargs["api_key"] = LOCAL_SERVER_KEY
     if spec.key is not None and not kwargs.get("api_key") and not os.environ.get(spec.key):
-        raise ProviderError(
-            f"the {provider} provider needs an API key: set {spec.key} (or -M api_key=... on the command line, "
-            "model_args: {api_key: ...} in a config, api_key=... in code)"
-            + ("; a local server (--base-url) needs none" if spec.keyless_base_url else "")
-        )
+        if not (spec.keyless_base_url and kwargs.get("base_url")):
+            raise ProviderError(
+                f"the {provider} provider needs an API key: set {spec.key} (or -M api_key=... on the command "
+                "line, model_args: {api_key: ...} in a config, api_key=... in code)"
+                + ("; a local server (--base-url) needs none" if spec.keyless_base_url else "")
+            )
+        kwargs["api_key"] = LOCAL_SERVER_KEY
     try:
         return cls(model=model, **kwargs)
     except (ValueError, TypeError) as exc:  # pydantic's ValidationError too: a bad -M value, an unknown option

@@ -64,20 +64,9 @@ def register_agent(name: str, target: str, *, replace: bool = False) -> None:
 ENTRY_POINT_GROUP = "themisto_env.agents"
 
 
-def installed_agents() -> dict[str, str]:
-    """The agents of the ``themisto_env.agents`` entry-point group: name -> ``"module:factory"``."""
-    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
-
-
 def agent_targets() -> dict[str, str]:
     """Every agent by name: `AGENTS` and the entry-point group (a registered name wins)."""
-    return {**installed_agents(), **AGENTS}
-
-
-def is_file_target(target: str) -> bool:
-    """Whether a target names a Python file (``path/to/my_agents.py:Class``) rather than a module."""
-    module = target.rpartition(":")[0]
-    return module.endswith(".py") or "/" in module or os.sep in module
+    return {**{ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}, **AGENTS}
 
 
 def _import_file(path: str) -> Any:
@@ -113,7 +102,8 @@ def load_factory(target: str, *, name: str | None = None) -> Any:
         ConfigError: The module, file or attribute cannot be imported (the message says why; a module not
             found hints at the file-path form).
     """
-    by_file = is_file_target(target)
+    module = target.rpartition(":")[0]  # a Python file (path/to/my_agents.py:Class), or a module
+    by_file = module.endswith(".py") or "/" in module or os.sep in module
     module_name, sep, attr = target.rpartition(":") if by_file else target.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigError(f"an agent target is 'package.module:Class' or 'path/to/file.py:Class', got {target!r}")
@@ -134,14 +124,6 @@ def load_factory(target: str, *, name: str | None = None) -> Any:
             f"agent {name or target!r}: cannot import {target}: {type(exc).__name__}: {exc}{hint}"
         ) from exc
     return factory
-
-
-def _is_agent_class(factory: Any) -> bool:
-    return (
-        inspect.isclass(factory)
-        and callable(getattr(factory, "reset", None))
-        and callable(getattr(factory, "act", None))
-    )
 
 
 def agent_observation(name: str) -> str | None:
@@ -202,7 +184,8 @@ def make_agent(name: str, **options: Any) -> Agent:
             f"no agent named {name!r}{hint} (agents: {names}, or package.module:Class, or path/to/file.py:Class)"
         )
     factory = load_factory(target, name=name)
-    if target == name and not _is_agent_class(factory):  # a path from a config or the CLI: agents only
+    is_agent_class = inspect.isclass(factory) and all(callable(getattr(factory, m, None)) for m in ("reset", "act"))
+    if target == name and not is_agent_class:  # a path from a config or the CLI: agents only
         raise ConfigError(
             f"{name} is not an agent class (one with reset and act, e.g. a BaseAgent): register a factory "
             "function by name with register_agent instead"
@@ -218,7 +201,6 @@ __all__ = [
     "NEEDS_MODEL",
     "agent_targets",
     "describe_agents",
-    "installed_agents",
     "load_factory",
     "make_agent",
     "register_agent",

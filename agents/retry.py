@@ -90,10 +90,6 @@ def retry_after(error: BaseException) -> float | None:
     return when.timestamp() - time.time()
 
 
-def _names(error: BaseException) -> list[str]:
-    return [cls.__name__ for cls in type(error).__mro__]
-
-
 def is_retryable(error: BaseException) -> bool:
     """A rate limit, a server error, a timeout or a lost connection: worth another attempt."""
     status = status_of(error)
@@ -101,7 +97,8 @@ def is_retryable(error: BaseException) -> bool:
         return status in (408, 409, 429) or status >= 500
     if isinstance(error, (TimeoutError, ConnectionError)):
         return True
-    return any("Timeout" in name or "Connection" in name or "Connect" in name for name in _names(error))
+    names = [cls.__name__ for cls in type(error).__mro__]
+    return any("Timeout" in name or "Connect" in name for name in names)
 
 
 def _provider_module(name: str) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -187,17 +187,22 @@ def _tuple_repr(items: list[str]) -> str:
 
 def next_cell_plan(observation: Observation) -> Plan:
     """Predict a look at the variable the last cell assigned, when it showed nothing."""
-    cells = parse_history(str(observation.get("history", "")))
-    if not cells or cells[-1].output.strip():
-        return None
-    name = assigned_name(cells[-1].source)
+    name = silently_assigned(observation)
     if name is None:
         return None
     types = variable_types((yield ToolCall(tool="list_variables", args={}))) or {}
-    if name not in types:
-        return None
-    frame = is_pandas(types[name], "DataFrame") or is_pandas(types[name], "Series")
-    return f"{name}.head()" if frame else name
+    return look_at(name, types[name]) if name in types else None
+
+
+def silently_assigned(observation: Observation) -> str | None:
+    """The variable the last cell of the history assigned, when that cell showed nothing."""
+    cells = parse_history(str(observation.get("history", "")))
+    return assigned_name(cells[-1].source) if cells and not cells[-1].output.strip() else None
+
+
+def look_at(name: str, type_name: str) -> str:
+    """The look at a variable people take next: ``x.head()`` for a DataFrame or Series, else ``x``."""
+    return f"{name}.head()" if is_pandas(type_name, "DataFrame") or is_pandas(type_name, "Series") else name
 
 
 def imported_names(observation: Observation) -> set[str]:
@@ -259,18 +264,16 @@ class RuntimeRulesAgent(BaseAgent):
         fallback: The static baseline for samples no rule answers: ``retrieval``, ``repeat-previous``, or
             ``auto`` (retrieval for output prediction, repeat-previous for next-cell prediction: the better
             of the two on the bundled data for each task).
-        next_cell_rules: Whether to use the ``list_variables`` rule for next-cell prediction.
     """
 
     name = "runtime-rules"
     observation = "tools"
 
-    def __init__(self, fallback: Fallback = "auto", *, next_cell_rules: bool = True) -> None:
+    def __init__(self, fallback: Fallback = "auto") -> None:
         super().__init__()
         if fallback not in ("auto", "retrieval", "repeat-previous"):
             raise ValueError(f"fallback must be 'auto', 'retrieval' or 'repeat-previous', got {fallback!r}")
         self.fallback = fallback
-        self.next_cell_rules = next_cell_rules
         self._plan: Plan | None = None
         self._first: Observation | None = None
         self._started = False
@@ -278,12 +281,8 @@ class RuntimeRulesAgent(BaseAgent):
         self.answered_by_tools = 0
 
     def _static(self, observation: Observation, task: str) -> str:
-        baselines: dict[str, Callable[[Observation, str], str]] = {
-            "retrieval": retrieve,
-            "repeat-previous": repeat_previous,
-        }
         name = self.fallback if self.fallback != "auto" else ("retrieval" if task == "output" else "repeat-previous")
-        return baselines[name](observation, task)
+        return (retrieve if name == "retrieval" else repeat_previous)(observation, task)
 
     def start_episode(self, info: Info) -> None:
         """Forget the previous episode's counts."""
@@ -298,7 +297,7 @@ class RuntimeRulesAgent(BaseAgent):
             return
         if info["task"] == "output":
             self._plan = output_plan(observation, int(observation.get("tools_left", 0)))
-        elif self.next_cell_rules:
+        else:
             self._plan = next_cell_plan(observation)
 
     def decide(self, observation: Observation, info: Info) -> Action:
@@ -330,7 +329,9 @@ __all__ = [
     "display_plan",
     "frame_columns",
     "imported_names",
+    "look_at",
     "next_cell_plan",
     "output_plan",
+    "silently_assigned",
     "variable_types",
 ]

@@ -13,8 +13,7 @@ from __future__ import annotations
 import ast
 
 from themisto_env.agents.base import Info, Observation
-from themisto_env.agents.displayed import DisplayedExpression, displayed_expression, is_pandas
-from themisto_env.agents.history import parse_history
+from themisto_env.agents.displayed import DisplayedExpression, displayed_expression
 from themisto_env.agents.needed_names import parse_cell
 from themisto_env.agents.runtime_dump import dump_answer, read_dump
 from themisto_env.agents.runtime_repair import dump_repair, repair_plan
@@ -22,10 +21,11 @@ from themisto_env.agents.runtime_rules import (
     Fallback,
     Plan,
     RuntimeRulesAgent,
-    assigned_name,
     display_plan,
+    look_at,
     next_cell_plan,
     output_plan,
+    silently_assigned,
 )
 from themisto_env.env.actions import Action, Prediction
 
@@ -120,15 +120,9 @@ def dump_next_cell(observation: Observation) -> str | None:
     fixed = dump_repair(observation)
     if fixed is not None:
         return fixed
-    cells = parse_history(str(observation.get("history", "")))
-    if not cells or cells[-1].output.strip():
-        return None
-    name = assigned_name(cells[-1].source)
+    name = silently_assigned(observation)
     variables = read_dump(str(observation.get("runtime", "")))
-    if name is None or name not in variables:
-        return None
-    kind = variables[name].type
-    return f"{name}.head()" if is_pandas(kind, "DataFrame") or is_pandas(kind, "Series") else name
+    return look_at(name, variables[name].type) if name is not None and name in variables else None
 
 
 class RuntimeStateAgent(RuntimeRulesAgent):
@@ -154,12 +148,11 @@ class RuntimeStateAgent(RuntimeRulesAgent):
         task = info["task"]
         if info.get("tool_names") and mode in (None, "tools"):
             budget = int(observation.get("tools_left", 0))
-            self._plan = state_output_plan(observation, budget) if task == "output" else self._next_cell(observation)
+            self._plan = (
+                state_output_plan(observation, budget) if task == "output" else state_next_cell_plan(observation)
+            )
         elif mode == "full" or (mode is None and observation.get("runtime")):
             self._answer = dump_output(observation) if task == "output" else dump_next_cell(observation)
-
-    def _next_cell(self, observation: Observation) -> Plan | None:
-        return state_next_cell_plan(observation)
 
     def decide(self, observation: Observation, info: Info) -> Action:
         """Predict from the dump (full mode), or advance the tool plan (tools mode), or fall back."""

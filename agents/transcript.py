@@ -38,11 +38,10 @@ def message_record(message: Any) -> dict[str, Any]:
     """One message as a plain dict (see the module docstring)."""
     role = ROLES.get(getattr(message, "type", ""), str(getattr(message, "type", "user")))
     record: dict[str, Any] = {"role": role, "content": message_text(message)}
-    calls = (
-        [{"id": c.get("id"), "name": c.get("name"), "args": c.get("args")} for c in message.tool_calls or []]
-        if (getattr(message, "tool_calls", None))
-        else []
-    )
+    calls = [
+        {"id": c.get("id"), "name": c.get("name"), "args": c.get("args")}
+        for c in getattr(message, "tool_calls", None) or []
+    ]
     calls += [
         {"id": c.get("id"), "name": c.get("name"), "args": c.get("args"), "error": c.get("error")}
         for c in getattr(message, "invalid_tool_calls", None) or []
