@@ -38,20 +38,8 @@ class _NoSpan:
     def set_attribute(self, key: str, value: Any) -> None:
         pass
 
-    def set_attributes(self, attributes: Attributes) -> None:
-        pass
-
-    def record_exception(self, exception: BaseException, attributes: Attributes | None = None) -> None:
-        pass
-
-    def set_status(self, status: Any, description: str | None = None) -> None:
-        pass
-
     def is_recording(self) -> bool:
         return False
-
-    def end(self) -> None:
-        pass
 
     def __enter__(self) -> _NoSpan:
         return self
