@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 OUTPUT_MESSAGES = frozenset(
@@ -147,13 +147,9 @@ class OutputCollector:
             self._clear()
         self._append(output, display_id)
 
-    def outputs(self) -> list[dict[str, Any]]:
-        """The outputs so far (a copy)."""
-        return copy.deepcopy(self._items)
-
     def finish(self) -> list[dict[str, Any]]:
         """The outputs, with a note on stderr at the end when the cap cut or dropped some."""
-        items = self.outputs()
+        items = copy.deepcopy(self._items)
         if self.omitted:
             items.append(
                 {
@@ -250,27 +246,10 @@ class OutputCollector:
         self._sizes.append(output_size(output))
 
 
-def collect_outputs(messages: Iterable[Mapping[str, Any]], *, limit: int | None = None) -> list[dict[str, Any]]:
-    """The outputs of a sequence of messages (each with ``msg_type`` and ``content``).
-
-    Args:
-        messages: One execution's iopub messages, in order.
-        limit: The output cap; None for none.
-
-    Returns:
-        The nbformat outputs, with the truncation note when the cap cut some.
-    """
-    collector = OutputCollector(limit)
-    for msg in messages:
-        collector.add_message(msg)
-    return collector.finish()
-
-
 __all__ = [
     "DROPPED_KEY",
     "OUTPUT_MESSAGES",
     "OutputCollector",
-    "collect_outputs",
     "output_from_message",
     "output_size",
 ]

@@ -77,7 +77,7 @@ def test_the_stopwatch_counts_each_kinds_own_time() -> None:
                 with tracing.timed("state"):  # the same kind inside: counted once
                     ticks[0] += 2.0
             ticks[0] += 0.5
-        with clock.timed("model"):
+        with tracing.timed("model"):
             ticks[0] += 3.0
     assert clock.since(mark) == {"tools": 1.5, "state": 6.0, "model": 3.0}
     with tracing.span("untimed", timed="tools"):  # no stopwatch current: nothing counted

@@ -18,48 +18,28 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
 from themisto_env._version import __version__
 
 TRACER_NAME = "themisto_env"
 """The instrumentation scope of every span."""
-"""How to install what exporting traces needs."""
 
 Attributes = Mapping[str, Any]
 """Span attributes: str, bool, int, float, or sequences of them (a None value is left out)."""
 
 
-class SpanLike(Protocol):
-    """What hooks call on a span: an OpenTelemetry `Span`, or [NO_SPAN][themisto_env.tracing.NO_SPAN]."""
-
-    def set_attribute(self, key: str, value: Any) -> None: ...
-
-    def is_recording(self) -> bool: ...
-
-
 class _NoSpan:
-    """The span while tracing is off: every call does nothing; also its own context manager."""
+    """The span while tracing is off (what hooks call on an OpenTelemetry `Span`): every call does nothing;
+    also its own context manager."""
 
     __slots__ = ()
 
     def set_attribute(self, key: str, value: Any) -> None:
         pass
 
-    def set_attributes(self, attributes: Attributes) -> None:
-        pass
-
-    def record_exception(self, exception: BaseException, attributes: Attributes | None = None) -> None:
-        pass
-
-    def set_status(self, status: Any, description: str | None = None) -> None:
-        pass
-
     def is_recording(self) -> bool:
         return False
-
-    def end(self) -> None:
-        pass
 
     def __enter__(self) -> _NoSpan:
         return self
@@ -102,15 +82,6 @@ class Stopwatch:
         self.totals[kind] = self.totals.get(kind, 0.0) + spent - inside
         if self._open:
             self._open[-1][2] += spent
-
-    @contextmanager
-    def timed(self, kind: str) -> Iterator[None]:
-        """Time a block as `kind` (without a span)."""
-        self.enter(kind)
-        try:
-            yield
-        finally:
-            self.leave()
 
     def mark(self) -> dict[str, float]:
         """The totals now (for [since][themisto_env.tracing.Stopwatch.since])."""
@@ -353,7 +324,6 @@ __all__ = [
     "NO_SPAN",
     "TRACER_NAME",
     "Attributes",
-    "SpanLike",
     "Stopwatch",
     "current",
     "enabled",

@@ -3,8 +3,7 @@
 A kernel's *owner* is the host process that started it. Every run directory holds ``owner.json``
 (`write_owner`): who owns it (host, boot, pid and the pid's start time, so a reused pid is never
 taken for the owner), the backend, the kernel's host processes (pid and start time) and containers.
-`owner_state` tells a live owner from a dead one; `kill_process` kills a recorded process
-only if it is still the same process.
+`owner_state` tells a live owner from a dead one.
 
 Standard library only: the reaper loads it without running the package's ``__init__`` (see
 `themisto_env.sandbox.lifetime.reaper.reaper_command`).
@@ -15,7 +14,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import signal
 import socket
 from collections.abc import Iterable
 from pathlib import Path
@@ -64,29 +62,6 @@ def identity(pid: int | None = None) -> dict[str, Any]:
 def process_record(pid: int) -> dict[str, Any]:
     """A host process to kill if its owner dies: pid and start time."""
     return {"pid": pid, "start": process_start(pid)}
-
-
-def kill_process(record: dict[str, Any]) -> bool:
-    """SIGKILL a recorded process (its process group when it leads one) if it is still the same process.
-
-    Returns:
-        Whether a signal was sent.
-    """
-    try:
-        pid = int(record["pid"])
-    except (KeyError, TypeError, ValueError):
-        return False
-    start = process_start(pid)
-    if start is None or start != record.get("start"):
-        return False  # gone, or the pid now belongs to another process
-    try:
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, signal.SIGKILL)
-        else:
-            os.kill(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
 
 
 # -- owner records -----------------------------------------------------------------------------------------

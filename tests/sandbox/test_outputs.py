@@ -12,7 +12,7 @@ import pytest
 from themisto_env.data.june import read_sessions
 from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.models import SandboxLimits
-from themisto_env.sandbox.outputs import DROPPED_KEY, OutputCollector, collect_outputs
+from themisto_env.sandbox.outputs import DROPPED_KEY, OutputCollector
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,6 +29,14 @@ def _display(text: str, display_id: str | None = None, *, update: bool = False) 
 
 def _stream(text: str, name: str = "stdout") -> dict[str, Any]:
     return _msg("stream", name=name, text=text)
+
+
+def collect_outputs(messages: list[dict[str, Any]], *, limit: int | None = None) -> list[dict[str, Any]]:
+    """The outputs of one execution's messages, as the sandbox collects them."""
+    collector = OutputCollector(limit)
+    for msg in messages:
+        collector.add_message(msg)
+    return collector.finish()
 
 
 def _texts(outputs: list[dict[str, Any]]) -> list[str]:
