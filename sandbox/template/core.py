@@ -43,15 +43,7 @@ from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 from themisto_env.sandbox.template.launchers import ISOLATED_COPIES, REQUEST_TIMEOUT_S, TEMPLATE_LAUNCHERS
 from themisto_env.sandbox.template.prebuild import note_prebuild
-from themisto_env.sandbox.template.spares import (
-    FILLING,
-    REFILL_DELAY_S,
-    SPARE_NICE,
-    SpareKernels,
-    may_renice,
-    pidfd_pid,
-    renice,
-)
+from themisto_env.sandbox.template.spares import REFILL_DELAY_S, SpareKernels
 from themisto_env.sandbox.template.states import NO_STATE_TEMPLATES, NO_STATE_TEMPLATES_ISOLATED, StateTemplates
 from themisto_env.sandbox.template.zygote import HELPER_FILE, write_program
 
@@ -107,9 +99,6 @@ class KernelTemplate(StateTemplates, SpareKernels):
         #: Kernels forked ahead of time and kept ready (a state template's too: copies of a state are
         #: usually asked for in groups)
         self.spares = spares
-        #: The nice value spares are forked at (`SPARE_NICE`); 0, whatever is set, where this process could not
-        #: give a handed-out spare its priority back
-        self.spare_nice = SPARE_NICE
         #: How long after handing out a spare the next one starts forking (`REFILL_DELAY_S`)
         self.refill_delay_s = REFILL_DELAY_S
         self._spares: list[Kernel] = []
@@ -385,9 +374,6 @@ class KernelTemplate(StateTemplates, SpareKernels):
             if failed is not None:  # a copy the template may have forked anyway goes with its uid
                 failed.end_processes()
             raise
-        nice = (self.base or self).spare_nice
-        if nice and may_renice() and getattr(FILLING, "active", False):
-            renice(pidfd_pid(int(answer["pidfd"])), nice)  # its start yields to the copies in use
         return int(answer["pid"]), int(answer["pidfd"])
 
     def identity_for(self, connection_file: Path) -> CopyIdentity | None:
