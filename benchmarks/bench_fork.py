@@ -22,8 +22,8 @@ Each figure is a ratio of two things measured in this process, alternating, medi
 * **multi-turn rollout** (reset at a random sample, two tool calls, a prediction) in a warm env, mean and
   p90, against a bare ``1+1`` on the env's kernel;
 * **a copy of a state** (``copy``), p50 and p90 to a first ``1+1``: a spare ready (and its hand-out alone,
-  and its second ``1+1``: a bare execute, the floor), its replacement forked at once or later, at nice 0 or
-  10, against no spare, with the kernel application built before the fork and after it (as before issue 38),
+  and its second ``1+1``: a bare execute, the floor), its replacement forked at once or later,
+  against no spare, with the kernel application built before the fork and after it (as before issue 38),
   and the parts of a first cell built and warmed before it answers or not;
 * **idle forked kernels' memory** (``prebuild-memory``): PSS and private pages, the application built
   before the fork and after it.
@@ -191,28 +191,26 @@ def state_copies(
 
 def copy_latency(rounds: int, preload: tuple[str, ...], store_root: Path, digest: str) -> dict[str, list[float]]:
     """A copy of one state, to its first ``1+1`` (issue "copies at the kernel's round trip"), side by side:
-    with a spare ready (handed out; its hand-out alone too), the next spare forked at a lower priority or later
-    (now) or at once at the same priority (before); and without one (forked on request), the kernel application
+    with a spare ready (handed out; its hand-out alone too), the next spare forked later
+    (now) or at once (before); and without one (forked on request), the kernel application
     built before the fork (now), only its shell (`prebuild_mode` ``"shell"``: the child still lists every
     loaded module and looks for startup files) or all of it after the fork (``"0"``); the parts IPython builds on
     a first cell (display formatters) built in the copy on its first cell and not warmed before it answers
     (``"app"``) or before the fork and warmed (now)."""
     kinds = (
-        ("no spare, application built after the fork (before)", "0", 0, 0, 0.0),
-        ("no spare, shell built before the fork (before)", "shell", 0, 0, 0.0),
-        ("no spare, application built before the fork, the first cell's parts in the copy (before)", "app", 0, 0, 0.0),
-        ("no spare, application built before the fork", "1", 0, 0, 0.0),
-        ("spare ready, next spare forked at once, nice 0 (before)", "1", 1, 0, 0.0),
-        ("spare ready, next spare forked at nice 10", "1", 1, 10, 0.0),
-        ("spare ready, the first cell's parts in the copy (before)", "app", 1, 0, 0.05),
-        ("spare ready, next spare forked 50 ms later", "1", 1, 0, 0.05),
-        ("spare ready, next spare forked 50 ms later at nice 10", "1", 1, 10, 0.05),
+        ("no spare, application built after the fork (before)", "0", 0, 0.0),
+        ("no spare, shell built before the fork (before)", "shell", 0, 0.0),
+        ("no spare, application built before the fork, the first cell's parts in the copy (before)", "app", 0, 0.0),
+        ("no spare, application built before the fork", "1", 0, 0.0),
+        ("spare ready, next spare forked at once (before)", "1", 1, 0.0),
+        ("spare ready, the first cell's parts in the copy (before)", "app", 1, 0.05),
+        ("spare ready, next spare forked 50 ms later", "1", 1, 0.05),
     )
     templates: dict[str, KernelTemplate] = {}
-    for name, flag, spares, nice, delay in kinds:
+    for name, flag, spares, delay in kinds:
         with prebuild_mode(flag):
             templates[name] = KernelTemplate("local", preload=preload, snapshot_dir=store_root, spares=spares).start()
-        templates[name].spare_nice, templates[name].refill_delay_s = nice, delay
+        templates[name].refill_delay_s = delay
     times: dict[str, list[float]] = {name: [] for name, *_ in kinds}
     for name, _, spares, *_ in kinds:
         if spares:

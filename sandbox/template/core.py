@@ -10,7 +10,6 @@ kernels already in that state. An example, and what a copy shares on each backen
 
 from __future__ import annotations
 
-import array
 import contextlib
 import json
 import os
@@ -43,15 +42,7 @@ from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 from themisto_env.sandbox.template.launchers import ISOLATED_COPIES, REQUEST_TIMEOUT_S, TEMPLATE_LAUNCHERS
 from themisto_env.sandbox.template.prebuild import note_prebuild
-from themisto_env.sandbox.template.spares import (
-    FILLING,
-    REFILL_DELAY_S,
-    SPARE_NICE,
-    SpareKernels,
-    may_renice,
-    pidfd_pid,
-    renice,
-)
+from themisto_env.sandbox.template.spares import REFILL_DELAY_S, SpareKernels
 from themisto_env.sandbox.template.states import NO_STATE_TEMPLATES, NO_STATE_TEMPLATES_ISOLATED, StateTemplates
 from themisto_env.sandbox.template.zygote import HELPER_FILE, write_program
 
@@ -107,9 +98,6 @@ class KernelTemplate(StateTemplates, SpareKernels):
         #: Kernels forked ahead of time and kept ready (a state template's too: copies of a state are
         #: usually asked for in groups)
         self.spares = spares
-        #: The nice value spares are forked at (`SPARE_NICE`); 0, whatever is set, where this process could not
-        #: give a handed-out spare its priority back
-        self.spare_nice = SPARE_NICE
         #: How long after handing out a spare the next one starts forking (`REFILL_DELAY_S`)
         self.refill_delay_s = REFILL_DELAY_S
         self._spares: list[Kernel] = []
@@ -224,12 +212,10 @@ class KernelTemplate(StateTemplates, SpareKernels):
         while True:
             if not self.is_alive():
                 raise KernelStartError(
-                    f"the {self.backend} kernel template ended while starting: {self._exit_reason()}"
+                    f"the {self.backend} kernel template ended while starting: {self._process.exit_reason()}"
                 )
             try:
-                answer = self.request({"op": "status"}, timeout_s=2.0)
-                if not answer.get("ok"):
-                    raise KernelStartError(f"the kernel template cannot serve: {answer.get('error')}")
+                answer = self.request({"op": "status"}, timeout_s=2.0)  # "ok": only a state template fails to load
                 self.hazards = list(answer.get("hazards") or [])
                 self.prebuild_error = note_prebuild(answer, f"the {self.backend} kernel template")
                 return
@@ -237,11 +223,6 @@ class KernelTemplate(StateTemplates, SpareKernels):
                 if time.monotonic() > deadline:
                     raise KernelStartError(f"the {self.backend} kernel template did not answer in time") from None
                 time.sleep(0.02)
-
-    def _exit_reason(self) -> str:
-        if self._process is not None:
-            return self._process.exit_reason()
-        return "its template ended"
 
     def is_alive(self) -> bool:
         """Whether the template process runs."""
@@ -309,13 +290,11 @@ class KernelTemplate(StateTemplates, SpareKernels):
                 connection.sendall((json.dumps(request) + "\n").encode())
                 data, fds = b"", []
                 while not data.endswith(b"\n"):
-                    chunk, ancillary, _, _ = connection.recvmsg(1 << 16, socket.CMSG_SPACE(4))
+                    chunk, received, _, _ = socket.recv_fds(connection, 1 << 16, 1)
                     if not chunk:
                         break
                     data += chunk
-                    for level, kind, payload in ancillary:
-                        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                            fds.extend(array.array("i", payload[: len(payload) - len(payload) % 4]))
+                    fds += received
             except OSError as exc:
                 raise TemplateGoneError(f"the kernel template does not answer: {exc}") from None
         if not data:
@@ -358,13 +337,12 @@ class KernelTemplate(StateTemplates, SpareKernels):
             TemplateGoneError: The template is gone.
             KernelStartError: The template cannot serve (a state template whose snapshot did not load).
         """
-        environment = {"PYTHONUNBUFFERED": "1"}
         request = {
             "op": "fork",
             "connection_file": str(connection_file),
             "workdir": str(workdir),
             "log": str(log),
-            "environment": environment,
+            "environment": {"PYTHONUNBUFFERED": "1"},
             "reseed": self.reseed,
         }
         if self.isolates_copies and limits is not None:  # the copy's own rlimits (default: the template's)
@@ -385,9 +363,6 @@ class KernelTemplate(StateTemplates, SpareKernels):
             if failed is not None:  # a copy the template may have forked anyway goes with its uid
                 failed.end_processes()
             raise
-        nice = (self.base or self).spare_nice
-        if nice and may_renice() and getattr(FILLING, "active", False):
-            renice(pidfd_pid(int(answer["pidfd"])), nice)  # its start yields to the copies in use
         return int(answer["pid"]), int(answer["pidfd"])
 
     def identity_for(self, connection_file: Path) -> CopyIdentity | None:

@@ -6,9 +6,7 @@ so: `SpareKernels.expecting` (a GRPO group's copies of one state, forked `FILLER
 `SpareKernels.prepare` (the state an env serves next). A spare is handed out connected, its first
 ``kernel_info`` answered and checked alive; a dead one is closed and the next tried. The spare that replaces
 a handed-out one starts forking `REFILL_DELAY_S` later, so that the copy just handed out runs its first
-request on cores it does not share with that start. A template's ``spare_nice`` can also fork its spares at
-a lower priority (given back when handed out); off by default (`SPARE_NICE`), since a caller that waits for
-a spare under way would wait at that priority.
+request on cores it does not share with that start.
 """
 
 from __future__ import annotations
@@ -31,50 +29,13 @@ if TYPE_CHECKING:
     from themisto_env.sandbox.kernel.core import Kernel
     from themisto_env.sandbox.kernel.spec import KernelSpec
 
-__all__ = ["FILLERS", "FILLING", "REFILL_DELAY_S", "SPARE_NICE", "SpareKernels", "may_renice", "pidfd_pid", "renice"]
+__all__ = ["FILLERS", "REFILL_DELAY_S", "SpareKernels"]
 
 #: How many spares a template forks at once in the background (the machine's cores, at most 2: more only queue).
 FILLERS = max(1, min(2, os.cpu_count() or 1))
-#: The nice value spares are forked at by default (a template's ``spare_nice``; given back, to 0, when handed
-#: out, so only where this process may raise a priority again: root, or ``RLIMIT_NICE``). 0: off (see above).
-SPARE_NICE = 0
-
 #: How long after a spare is handed out the next one starts forking: the copy's first request (a few
 #: milliseconds) goes first, rather than beside the next spare's start on the same cores.
 REFILL_DELAY_S = 0.05
-
-FILLING = threading.local()  # set in a thread forking spares
-
-
-def may_renice() -> bool:
-    """Whether this process may give a process its priority back (root, or a ``RLIMIT_NICE`` allowing nice 0)."""
-    import resource
-
-    return os.geteuid() == 0 or resource.getrlimit(resource.RLIMIT_NICE)[0] >= 20
-
-
-def pidfd_pid(pidfd: int) -> int | None:
-    """The pid, as this process sees it, of the process behind a pidfd (``/proc/self/fdinfo``)."""
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        for line in Path(f"/proc/self/fdinfo/{pidfd}").read_text().splitlines():
-            if line.startswith("Pid:"):
-                pid = int(line.split()[1])
-                return pid if pid > 0 else None
-    return None
-
-
-def renice(pid: int | None, nice: int) -> None:
-    """Set the nice value of every thread of a process (nice is a thread's: threads made later inherit their
-    maker's). A process gone meanwhile, or a priority this process may not set, is left as it is."""
-    if pid is None:
-        return
-    try:
-        threads = [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
-    except OSError:
-        threads = [pid]
-    for tid in threads:
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, tid, nice)
 
 
 class SpareKernels:
@@ -83,7 +44,6 @@ class SpareKernels:
     spec: KernelSpec
     limits: SandboxLimits
     spares: int
-    spare_nice: int
     refill_delay_s: float
     base: Any
     _lock: threading.RLock
@@ -140,8 +100,6 @@ class SpareKernels:
                     self._waiting -= 1
         for kernel in dead:
             kernel.close(graceful=False)
-        if spare is not None and (self.base or self).spare_nice and may_renice():
-            renice(spare.launcher.pid(), 0)  # in use now: as any kernel
         return spare
 
     def _fork_kernel(self, limits: SandboxLimits | None = None) -> Kernel:
@@ -206,14 +164,12 @@ class SpareKernels:
                 filler.start()
 
     def _fill(self, delay_s: float = 0.0) -> None:
-        FILLING.active = True
         try:
             if delay_s:
                 time.sleep(delay_s)
             with tracing.untraced():  # a spare belongs to no episode yet: no trace of its own
                 self._fill_spares()
         finally:
-            FILLING.active = False
             release_thread_loop()
 
     def _fill_spares(self) -> None:

@@ -18,7 +18,6 @@ from tests.conftest import wait_for
 from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.kernel.forked import exited
 from themisto_env.sandbox.template.core import KernelTemplate
-from themisto_env.sandbox.template.spares import may_renice
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +42,6 @@ def states(template: KernelTemplate) -> dict[str, tuple[str, dict[str, str]]]:
 
 def _ready(state: KernelTemplate, n: int) -> bool:
     return wait_for(lambda: len(state._spares) >= n, seconds=60)
-
-
-def _threads_nice(pid: int) -> set[int]:
-    return {os.getpriority(os.PRIO_PROCESS, int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
 
 
 def test_a_spare_handed_out_is_in_its_state_as_a_restore_is(
@@ -102,28 +97,6 @@ def test_a_killed_spare_is_passed_over_and_replaced(
             assert kernel.execute("label").text() == "'first'"
     assert not any(kernel in state._spares for kernel in victims), "a dead spare was kept"
     assert not any(kernel._process.started for kernel in victims), "a dead spare was dropped, not closed"
-
-
-def test_a_spare_forked_at_a_lower_priority_is_handed_out_at_the_normal_one(
-    template: KernelTemplate, states: dict[str, tuple[str, dict[str, str]]]
-) -> None:
-    if not may_renice():
-        pytest.skip("this process may not give a spare its priority back (neither root nor RLIMIT_NICE)")
-    state = template.state(states["second"][0])
-    state.trim()
-    template.spare_nice = 10
-    try:
-        with state.expecting(1):
-            assert _ready(state, 1)
-            waiting = state._spares[0]
-            pid = waiting.launcher.pid()
-            assert pid is not None and _threads_nice(pid) == {10}, "its start competed at nice 0"
-            with state.kernel() as kernel:
-                assert kernel is waiting
-                assert _threads_nice(pid) == {0}, "a kernel in use kept the spare's lower priority"
-                assert kernel.execute("1 + 1").text() == "2"
-    finally:
-        template.spare_nice = 0
 
 
 def test_spares_go_with_their_template(tmp_path_factory: pytest.TempPathFactory) -> None:

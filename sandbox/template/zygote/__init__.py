@@ -16,12 +16,9 @@ from pathlib import Path
 
 from themisto_env.sandbox.kernel.helper import helper_source
 from themisto_env.sandbox.kernel.sources import SHARED_PARTS, assemble
+from themisto_env.sandbox.template.zygote._copy_namespaces import ISOLATE_VARIABLE  # the host sets what it reads
 
 __all__ = ["HELPER_FILE", "ISOLATE_VARIABLE", "PARTS", "PROGRAM_FILE", "program_source", "write_program"]
-
-#: The variable that tells a bwrap template's copies to isolate themselves, with their limits (the program reads
-#: it under this name: `_copy_namespaces.ISOLATE_VARIABLE`, checked equal by tests/sandbox/test_program_sources.py).
-ISOLATE_VARIABLE = "THEMISTO_ISOLATE_COPIES"
 
 #: The program's parts, each after the parts it imports from: the order of its one file (after the shared part
 #: `themisto_env.sandbox.compat.in_kernel`, the only one that may use other libraries' private names).

@@ -22,7 +22,6 @@ from themisto_env.sandbox.compat.in_kernel import (
     forget_trait_value,
     give_kernel_module_files,
     give_shell_module_names,
-    point_dill_at_main,
     with_kernel_module_seeing,
     without_configuration,
 )
@@ -299,8 +298,3 @@ def _reseed() -> None:
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         numpy.random.seed(int.from_bytes(os.urandom(4), "little"))
-
-
-def _adopt_main_module() -> None:
-    """dill binds ``__main__`` when it is first imported: point it at the current one (the user module)."""
-    point_dill_at_main()

@@ -7,7 +7,6 @@ parts, it imports only the standard library, ipykernel and dill, and names of th
 
 from __future__ import annotations
 
-import array
 import contextlib
 import json
 import os
@@ -53,7 +52,7 @@ def _read_line(connection: socket.socket) -> bytes:
 def _send(connection: socket.socket, answer: dict[str, Any], fds: list[int] | None = None) -> None:
     payload = (json.dumps(answer) + "\n").encode()
     if fds:
-        connection.sendmsg([payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+        socket.send_fds(connection, [payload], fds)
     else:
         connection.sendall(payload)
 

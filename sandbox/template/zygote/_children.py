@@ -13,10 +13,10 @@ import os
 import sys
 from typing import Any
 
+from themisto_env.sandbox.compat.in_kernel import point_dill_at_main
 from themisto_env.sandbox.template.zygote._app import (
     HELPER_MODULE,
     KERNEL_ARGS,
-    _adopt_main_module,
     _drop_app,
     _finish_app,
     _keep_generator,
@@ -62,7 +62,7 @@ def _become_kernel(template: Any, request: dict[str, Any]) -> None:
         hidden = app.shell.user_ns_hidden
         for name in template.loaded:
             hidden.pop(name, None)
-    _adopt_main_module()
+    point_dill_at_main()  # dill binds ``__main__`` when first imported: the user module now
     helper = sys.modules.get(HELPER_MODULE)
     if helper is not None:
         helper.install()
@@ -119,7 +119,7 @@ def _load_state(namespace: dict[str, Any], data: bytes) -> list[str]:
         module = interactiveshell.DummyMod()
         module.__dict__ = namespace
     sys.modules["__main__"] = module
-    _adopt_main_module()
+    point_dill_at_main()
     import dill
 
     state = dill.loads(data)

@@ -15,7 +15,7 @@ import select
 import signal
 from typing import Any
 
-from themisto_env.sandbox.template.zygote._copy_uid import AS_SLACK, _vm_sizes
+from themisto_env.sandbox.template.zygote._copy_uid import _die_with, _set_limits, _use_tmp
 
 #: The template's environment variable that makes its kernels isolate themselves (`_isolate_copy`): set by
 #: the ``bwrap`` template launcher for model-written code, a JSON object (``nproc``, ``memory_bytes``, ``hide``).
@@ -91,10 +91,10 @@ def _isolate_copy(request: dict[str, Any]) -> None:
         _init(kernel, status_write)
     os.close(status_write)
     _check(libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")  # the kernel: as any process
-    libc.prctl(1, signal.SIGKILL)  # the kernel ends with the init (as every process of the namespace does)
-    if os.getppid() != 1:
-        os._exit(1)
-    _limit_copy(config)
+    _die_with(1)  # the kernel ends with the init (as every process of the namespace does)
+    # the kernel's rlimits: RLIMIT_NPROC counts per user namespace and uid (this copy's)
+    _set_limits(int(config["nproc"]), int(config["memory_bytes"]) + KERNEL_START_BYTES)
+    _check_no_capability()  # its init dropped every capability before it forked it
 
 
 def _keep(init: int, kept: tuple[int, int]) -> None:
@@ -199,10 +199,7 @@ def _mount_own_folders(libc: Any, request: dict[str, Any], config: dict[str, Any
     # the sandbox's /dev (a tmpfs bwrap made, shared by the template and every copy): read-only here (its
     # device nodes stay usable: a read-only mount refuses new files, not a device's reads and writes)
     mount(None, "/dev", None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _mount_flags("/dev"))
-    os.environ.update({"TMPDIR": "/tmp", "HOME": "/tmp"})
-    import tempfile
-
-    tempfile.tempdir = None  # chosen again from $TMPDIR
+    _use_tmp("/tmp")
 
 
 def _mount_flags(path: str) -> int:
@@ -216,22 +213,6 @@ def _mount_flags(path: str) -> int:
     if flags & 4096:  # ST_RELATIME
         kept |= 1 << 21  # MS_RELATIME
     return kept
-
-
-def _limit_copy(config: dict[str, Any]) -> None:
-    """The kernel's rlimits (soft and hard: it cannot raise them); that it holds no capability (its init
-    dropped them before it forked it, `_drop_capabilities`) is checked in ``/proc/self/status``."""
-    import resource
-
-    nproc = int(config["nproc"])
-    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))  # per user namespace and uid: this copy's
-    memory = int(config["memory_bytes"]) + KERNEL_START_BYTES
-    sizes = _vm_sizes()
-    data = sizes.get("VmData", 0) + memory
-    resource.setrlimit(resource.RLIMIT_DATA, (data, data))
-    space = sizes.get("VmSize", 0) + memory + AS_SLACK
-    resource.setrlimit(resource.RLIMIT_AS, (space, space))
-    _check_no_capability()
 
 
 def _drop_capabilities(libc: Any) -> None:

@@ -41,35 +41,42 @@ def _take_identity(identity: dict[str, Any] | None, parent: int) -> None:
     if identity is None:
         return
     import ctypes
-    import resource
 
     uid, gid = int(identity["uid"]), int(identity["gid"])
     if uid <= 0 or gid <= 0:
         raise ValueError(f"a copy's identity must not be root: {uid}:{gid}")
     with open("/proc/self/oom_score_adj", "w") as f:
         f.write("1000")
-    sizes = _vm_sizes()
-    memory = int(identity["memory_bytes"])
-    nproc = int(identity["nproc"])
-    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
     # until its first cell, twice the allowance (its kernel's start, a state it restores); then settled
-    data = sizes.get("VmData", 0) + 2 * memory
-    resource.setrlimit(resource.RLIMIT_DATA, (data, data))
-    space = sizes.get("VmSize", 0) + 2 * memory + AS_SLACK
-    resource.setrlimit(resource.RLIMIT_AS, (space, space))
+    _set_limits(int(identity["nproc"]), 2 * int(identity["memory_bytes"]))
     os.setgroups([])
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
     if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid) or os.getgroups():
         raise PermissionError("the copy kept its template's identity")
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(4, 1)  # PR_SET_DUMPABLE: its /proc files are its own again (the uid change made them root's)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG, cleared by the change of uid
-    if os.getppid() != parent:
-        os._exit(1)
+    ctypes.CDLL(None).prctl(4, 1)  # PR_SET_DUMPABLE: its /proc files are its own again (the uid change: root's)
+    _die_with(parent)  # PR_SET_PDEATHSIG again: the change of uid cleared it
     os.umask(0o077)
-    tmp = identity["tmp"]
-    os.environ.update({"TMPDIR": tmp, "HOME": tmp})
+    _use_tmp(identity["tmp"])
+
+
+def _set_limits(nproc: int, memory: int) -> None:
+    """This process's rlimits, soft and hard (it cannot raise them again): ``RLIMIT_NPROC`` at ``nproc``,
+    ``RLIMIT_DATA`` and ``RLIMIT_AS`` at its size now plus ``memory`` (``RLIMIT_AS``: plus `AS_SLACK`)."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+    sizes = _vm_sizes()
+    for limit, size in (
+        (resource.RLIMIT_DATA, sizes.get("VmData", 0) + memory),
+        (resource.RLIMIT_AS, sizes.get("VmSize", 0) + memory + AS_SLACK),
+    ):
+        resource.setrlimit(limit, (size, size))
+
+
+def _use_tmp(folder: str) -> None:
+    """``folder`` as this process's ``TMPDIR`` and ``HOME``, and ``tempfile``'s."""
+    os.environ.update({"TMPDIR": folder, "HOME": folder})
     import tempfile
 
     tempfile.tempdir = None  # chosen again from $TMPDIR

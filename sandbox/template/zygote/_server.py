@@ -29,7 +29,6 @@ class Template:
     """The template's state: its socket, its namespace (a state template's), its reaped children."""
 
     def __init__(self, socket_path: str, parent: int) -> None:
-        self.socket_path = socket_path
         self.parent = parent
         self.namespace: dict[str, Any] | None = None  # a state template's loaded user namespace
         self.loaded: list[str] = []  # the names its snapshot held
@@ -87,8 +86,6 @@ class Template:
             answer: dict[str, Any] = {"ok": self.error is None, "error": self.error, "pid": os.getpid()}
             answer["prebuild_error"] = self.prebuild_error
             answer["hazards"] = fork_hazards({self.listener.fileno(), self.wakeup, connection.fileno()})
-            if self.namespace is not None:
-                answer["names"] = sorted(n for n in self.namespace if not n.startswith("_"))
             if isinstance(pid, int) and pid in self.exited:
                 answer["exit_status"] = self.exited[pid]
             _send(connection, answer)
