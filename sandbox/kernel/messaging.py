@@ -165,8 +165,17 @@ class KernelMessaging:
             except KernelDiedError as exc:
                 raise KernelStartError(str(exc)) from exc
         self._drain_iopub(wait_s=DRAIN_S)
-        if getattr(process.launcher, "helper_installed", False):  # a forked kernel: its template installed it
-            return
+        if not getattr(process.launcher, "helper_installed", False):  # a forked kernel: its template installed it
+            self.install_helper()
+
+    def install_helper(self, *, setup: bool = True) -> None:
+        """Install the in-kernel helper module under `HELPER_MODULE`; with ``setup``, run its ``install`` too
+        (outside a cell, by design). A kernel attached to, not started, is not set up.
+
+        Raises:
+            KernelStartError: The helper could not be installed.
+        """
+        timeout_s = self.process.limits.start_timeout_s
         source = helper_source()
         module = (
             f"__import__('sys').modules.setdefault({HELPER_MODULE!r}, "
@@ -176,13 +185,14 @@ class KernelMessaging:
             f"exec(compile({source!r}, '<themisto-helper>', 'exec'), {module}.__dict__)\n"
             f"{module}.SOURCE = {source!r}"  # seal() compiles private copies from it
         )
-        result = self.run(code, silent=True, store_history=False, timeout_s=limits.start_timeout_s)
+        result = self.run(code, silent=True, store_history=False, timeout_s=timeout_s)
         if result[0].get("status") != "ok":
             raise KernelStartError(f"could not install the introspection helper: {result[0]}")
-        try:
-            self.call("install", timeout_s=limits.start_timeout_s)  # outside a cell, by design
-        except (HelperError, InfrastructureError) as exc:
-            raise KernelStartError(f"could not install the introspection helper: {exc}") from exc
+        if setup:
+            try:
+                self.call("install", timeout_s=timeout_s)
+            except (HelperError, InfrastructureError) as exc:
+                raise KernelStartError(f"could not install the introspection helper: {exc}") from exc
 
     def disconnect(self) -> None:
         """Stop the client's channels, if connected: their sockets close now (``linger=0``), in order,

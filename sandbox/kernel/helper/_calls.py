@@ -11,7 +11,7 @@ import types
 from typing import Any
 
 from themisto_env.sandbox.kernel.helper._fingerprint import namespace_fingerprint
-from themisto_env.sandbox.kernel.helper._namespace import Refused, _shell, state_fingerprint, user_names
+from themisto_env.sandbox.kernel.helper._namespace import Refused, _shell, state_fingerprint
 from themisto_env.sandbox.kernel.helper._process import (
     install,
     keep_process_state,
@@ -21,7 +21,6 @@ from themisto_env.sandbox.kernel.helper._process import (
     put_back_process_state,
 )
 from themisto_env.sandbox.kernel.helper._randomness import (
-    keep_random_state,
     put_back_random_state,
     reseed_generators,
     shuffle_random_state,
@@ -98,11 +97,9 @@ FUNCTIONS = {
         loaded_distributions,
         snapshot,
         restore,
-        user_names,
         preload,
         seal,
         install,
-        keep_random_state,
         put_back_random_state,
         shuffle_random_state,
         reseed_generators,

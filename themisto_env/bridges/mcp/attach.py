@@ -25,9 +25,8 @@ from themisto_env.bridges.mcp.session import Answer
 from themisto_env.bridges.mcp.tools import attach_tools
 from themisto_env.env.tools import TOOLS, ToolCall, ToolContext, run_tool
 from themisto_env.errors import ConfigError, InfrastructureError, KernelStartError
-from themisto_env.sandbox.kernel.helper import helper_source
 from themisto_env.sandbox.kernel.introspection import KernelIntrospection
-from themisto_env.sandbox.kernel.messaging import HELPER_MODULE, KernelMessaging, client_context
+from themisto_env.sandbox.kernel.messaging import KernelMessaging, client_context
 from themisto_env.sandbox.kernel.process import bind_thread_loop
 from themisto_env.sandbox.models import SandboxLimits
 
@@ -102,15 +101,7 @@ class _AttachedMessaging(KernelMessaging):
         except RuntimeError as exc:
             raise KernelStartError(f"the kernel of the connection file did not answer: {exc}") from None
         self._drain_iopub(wait_s=0.01)
-        source = helper_source()
-        module = (
-            f"__import__('sys').modules.setdefault({HELPER_MODULE!r}, "
-            f"__import__('types').ModuleType({HELPER_MODULE!r}))"
-        )
-        code = f"exec(compile({source!r}, '<themisto-helper>', 'exec'), {module}.__dict__)"
-        reply = self.run(code, silent=True, store_history=False, timeout_s=self.process.limits.start_timeout_s)
-        if reply[0].get("status") != "ok":
-            raise KernelStartError(f"could not add the introspection helper to the kernel: {reply[0]}")
+        self.install_helper(setup=False)
 
     def run(self, code: str, **options: Any) -> tuple[dict[str, Any], list[dict[str, Any]], bool, bool, bool]:
         return super().run(code, **{**options, "interrupt": False})
