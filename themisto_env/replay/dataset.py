@@ -34,9 +34,9 @@ from themisto_env.data.splits import (
     read_splits,
     write_split,
 )
-from themisto_env.data.trajectory import MANIFEST, TRAJECTORIES, Manifest, Trajectory, iter_trajectories, read_manifest
+from themisto_env.data.trajectory import MANIFEST, Manifest, Trajectory, iter_trajectories, read_manifest
 from themisto_env.errors import ConfigError, DataError, SplitError
-from themisto_env.replay.resolve import resolve_dataset
+from themisto_env.replay.resolve import Stamp, folder_stamp, resolve_dataset
 
 #: The name of the bundled data (as ``Dataset.open()`` with no argument); ``./bundled`` is a folder.
 BUNDLED = "bundled"
@@ -53,10 +53,6 @@ class _TaskSamples:
     samples: tuple[Sample, ...]
     episodes: Mapping[str, tuple[Sample, ...]]
     positions: Mapping[str, tuple[Sample, int]]  # sample id -> (sample, its index in its episode)
-
-
-Stamp = tuple[tuple[int, int] | None, ...]
-"""What a dataset folder's files looked like when it was opened (modification time and size of each)."""
 
 
 class Dataset:
@@ -145,7 +141,7 @@ class Dataset:
                 )
         folder = folder.resolve()
         with _OPEN_LOCK:
-            stamp = _stamp(folder)
+            stamp = folder_stamp(folder)
             cached = _OPENED.get(folder)
             if cached is not None and cached[0] == stamp:
                 return cached[1]
@@ -211,10 +207,6 @@ class Dataset:
             return DEFAULT_RULE
         known = ", ".join(sorted({DEFAULT_SPLIT, *splits}))
         raise ConfigError(f"no split named {name!r} in {self.path} (splits: {known}); `themisto data split`")
-
-    def splits(self) -> dict[str, SplitRecord]:
-        """The named splits written beside the dataset (``splits.json``)."""
-        return read_splits(self.path)
 
     def leakage(self, rule: SplitRule, sample_rule: SampleRule | None = None) -> Leakage:
         """The leakage report of a split of the whole dataset (`leakage`)."""
@@ -443,15 +435,3 @@ def _open_side(path: str, rule: dict[str, Any], side: Side, name: str | None) ->
 _OPEN_LOCK = threading.Lock()
 _OPENED: dict[Path, tuple[Stamp, Dataset]] = {}
 """The datasets this process opened, by folder, with their files' stamp then (a changed file opens anew)."""
-
-
-def _stamp(folder: Path) -> Stamp:
-    stamps: list[tuple[int, int] | None] = []
-    for name in (MANIFEST, TRAJECTORIES):
-        try:
-            stat = (folder / name).stat()
-        except OSError:
-            stamps.append(None)
-        else:
-            stamps.append((stat.st_mtime_ns, stat.st_size))
-    return tuple(stamps)
