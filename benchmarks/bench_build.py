@@ -26,8 +26,8 @@ from rich.console import Console
 from rich.table import Table
 
 from themisto_env.build.session_replay import replay_session
-from themisto_env.build.session_sources import load_sessions
 from themisto_env.data.bundled import bundled_log_path
+from themisto_env.data.june import read_sessions
 from themisto_env.sandbox.kernel.core import Kernel
 
 
@@ -39,7 +39,7 @@ def main() -> None:
     parser.add_argument("--ks", default="5,15,30", help="steps k to restore to (comma-separated)")
     args = parser.parse_args()
     console = Console()
-    sessions = load_sessions([bundled_log_path()])[: args.sessions]
+    sessions = read_sessions(bundled_log_path())[: args.sessions]
     executions = sum(len(s.executions) for s in sessions)
     console.print(
         f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; backend={args.backend}; "

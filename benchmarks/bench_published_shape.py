@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the log writer lives in the tests
+
+from tests.data.june_logs import write_events
 from themisto_env.build.builder import build_dataset
 from themisto_env.data.bundled import bundled_log_path
 from themisto_env.data.june import sessions_from_events
-from themisto_env.data.june_files import read_events, write_events
+from themisto_env.data.june_files import iter_events
 from themisto_env.data.kind_and_size import published_events
 from themisto_env.data.samples import TASKS, sample_counts
 from themisto_env.data.trajectory import read_trajectories
@@ -46,7 +50,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    events = read_events(args.log)
+    events = list(iter_events(args.log))
     if args.sessions is not None:
         keys = [s.key for s in sessions_from_events(events)][: args.sessions]
         events = [e for e in events if e.kernel_id in keys]

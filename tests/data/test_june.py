@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.data.june_logs import write_events
 from themisto_env.data.bundled import bundled_log_path
 from themisto_env.data.june import read_sessions, sessions_from_events
 from themisto_env.data.june_events import JUNE_COLUMNS, JuneEvent
-from themisto_env.data.june_files import event_format, iter_events, read_events, write_events
+from themisto_env.data.june_files import event_format, iter_events
 from themisto_env.errors import DataError
 
 DATA = Path(__file__).parents[1] / "fixtures"
@@ -70,7 +71,7 @@ def test_csv_as_pandas_writes_it() -> None:
     assert session.executions[0].duration_s == pytest.approx(0.337)
     assert session.executions[0].cell_num == 0.0
     assert session.executions[2].recorded_outputs[0]["data"]["text/plain"] == "np.int64(3)"
-    events = read_events(DATA / "june_small.csv")
+    events = list(iter_events(DATA / "june_small.csv"))
     assert events[0].event == "save_notebook" and events[0].cell_source is not None
     assert events[0].time_text() == "2023-05-06 10:32:26.282"
 
@@ -108,7 +109,7 @@ def test_malformed_files_name_file_row_and_field(name: str, row: int | None, fie
 def test_exact_message_for_a_bad_time() -> None:
     path = MALFORMED / "bad_time.csv"
     with pytest.raises(DataError) as info:
-        read_events(path)
+        list(iter_events(path))
     assert str(info.value) == (
         f"{path}, row 2, field 'time': expected a time like '2023-05-06 10:32:26.282', got 'yesterday at noon'"
     )
@@ -116,9 +117,9 @@ def test_exact_message_for_a_bad_time() -> None:
 
 def test_unknown_suffix_and_missing_file(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"unknown event-log format"):
-        read_events(tmp_path / "log.txt")
+        list(iter_events(tmp_path / "log.txt"))
     with pytest.raises(DataError, match=r"no such file"):
-        read_events(tmp_path / "log.csv")
+        list(iter_events(tmp_path / "log.csv"))
     assert event_format("a/B.JSONL.GZ") == "jsonl"
     assert event_format("x.parquet") == "parquet"
 
@@ -133,10 +134,10 @@ def test_reading_is_lazy(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("suffix", [".csv", ".csv.gz", ".jsonl", ".jsonl.gz", ".parquet"])
 def test_round_trip(tmp_path: Path, suffix: str) -> None:
-    events = read_events(DATA / "june_small.jsonl") + read_events(DATA / "june_small.csv")
+    events = list(iter_events(DATA / "june_small.jsonl")) + list(iter_events(DATA / "june_small.csv"))
     path = tmp_path / f"log{suffix}"
     assert write_events(path, events) == len(events)
-    again = read_events(path)
+    again = list(iter_events(path))
     assert again == events
     assert read_sessions(path) == sessions_from_events(events, source_path=path)
 
@@ -153,7 +154,7 @@ def test_round_trip_keeps_microseconds_and_empty_outputs(tmp_path: Path) -> None
     for suffix in (".csv", ".jsonl", ".parquet"):
         path = tmp_path / f"one{suffix}"
         write_events(path, [event])
-        (back,) = read_events(path)
+        (back,) = list(iter_events(path))
         assert back == event, suffix
     assert event.to_row(output_as_text=True)["time"] == "2024-01-02 03:04:05.123456"
     assert list(event.to_row(output_as_text=False)) == list(JUNE_COLUMNS)
@@ -163,7 +164,7 @@ def test_gzip_that_is_not_gzip(tmp_path: Path) -> None:
     path = tmp_path / "log.jsonl.gz"
     shutil.copy(DATA / "june_small.jsonl", path)
     with pytest.raises(DataError, match=r"cannot be read as jsonl"):
-        read_events(path)
+        list(iter_events(path))
 
 
 def test_bundled_log_is_a_realistic_development_dataset() -> None:

@@ -12,7 +12,7 @@ import pytest
 from jupyter_client.manager import KernelManager
 
 from themisto_env.data.june import read_sessions
-from themisto_env.data.june_files import read_events
+from themisto_env.data.june_files import iter_events
 
 KERNEL_ID = "0123abcd-0000-4000-8000-00000000beef"
 
@@ -137,7 +137,7 @@ def test_records_what_the_notebook_shows(frontend: _Frontend, tmp_path: Path) ->
     plot = session.executions[3].recorded_outputs
     assert any("image/png" in o.get("data", {}) for o in plot)
     assert session.executions[2].error is not None and session.executions[2].error["traceback"]
-    events = read_events(log)
+    events = list(iter_events(log))
     assert [e.action_id for e in events] == list(range(len(events)))
     assert [e.event for e in events[4:7]] == ["execute", "error", "finished_execute"]
 

@@ -112,9 +112,9 @@ def test_an_empty_side_is_refused_with_seeds_that_fill_both() -> None:
 def test_the_default_split_of_the_bundled_data_has_both_sides() -> None:
     """What a user of the bundled data gets with no options: both sides non-empty by every grouping."""
     from themisto_env.build.session_replay import trajectory_id
-    from themisto_env.build.session_sources import load_sessions
+    from themisto_env.data.june import read_sessions
 
-    sessions = load_sessions([bundled_log_path()])
+    sessions = read_sessions(bundled_log_path())
     trajectories = [_trajectory(trajectory_id(s), s.user_id, s.notebook_name) for s in sessions]
     tests = {}
     for by in ("trajectory", "user", "notebook"):

@@ -22,8 +22,6 @@ from themisto_env.errors import DataError
 from themisto_env.sandbox.outputs import OVER_CAP_KEY
 from themisto_env.sandbox.store.workdir import FileStore
 
-FILES_KEY = FIGURE_FILES_KEY
-"""The metadata key of an output naming its images kept in the file store: mime type -> sha256."""
 BUILD_IMAGE_BYTES = 32 * 2**20
 """A build's image budget per execution (characters of the images' JSON, base64 for PNG)."""
 _TEXT_IMAGES = frozenset({"image/svg+xml"})
@@ -54,7 +52,7 @@ def keep_figures(outputs: list[dict[str, Any]], store: FileStore) -> int:
         metadata = output.get("metadata")
         if not isinstance(metadata, dict) or not metadata.get(OVER_CAP_KEY):
             continue
-        files = metadata.setdefault(FILES_KEY, {})
+        files = metadata.setdefault(FIGURE_FILES_KEY, {})
         for mime in metadata.pop(OVER_CAP_KEY):
             value = (output.get("data") or {}).pop(mime, None)
             if value is not None:
@@ -84,7 +82,7 @@ def figures(outputs: list[Mapping[str, Any]], store: FileStore | None) -> Iterat
         for mime, value in data.items():
             if mime.startswith("image/"):
                 yield mime, image_bytes(mime, value)
-        kept = (output.get("metadata") or {}).get(FILES_KEY) or {}
+        kept = (output.get("metadata") or {}).get(FIGURE_FILES_KEY) or {}
         for mime, sha in kept.items():
             if store is None:
                 continue
@@ -94,4 +92,4 @@ def figures(outputs: list[Mapping[str, Any]], store: FileStore | None) -> Iterat
                 continue
 
 
-__all__ = ["BUILD_IMAGE_BYTES", "FILES_KEY", "figures", "image_bytes", "keep_figures", "without_over_cap"]
+__all__ = ["BUILD_IMAGE_BYTES", "figures", "image_bytes", "keep_figures", "without_over_cap"]

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from themisto_env.build.project_packages import ProjectPackages, project_packages
+from themisto_env.data.samples import step_cause
 from themisto_env.data.trajectory import iter_trajectories
 from themisto_env.data.writes import write_text_atomic
 from themisto_env.errors import ConfigError, ThemistoError
@@ -259,7 +260,7 @@ def _record(members: list[tuple[NotebookBuild, ProjectPackages]], built: Any, da
         mine = [trajectories[t] for t in entry.trajectories if t in trajectories]
         steps = [s for t in mine for s in t.steps]
         entry.executions = len(steps)
-        entry.causes = dict(Counter(s.agreement_kind or ("ok" if s.agrees else "other") for s in steps))
+        entry.causes = dict(Counter(step_cause(s) for s in steps))
         compared = [s for s in steps if s.agreement_kind != "unrecorded"]
         entry.agreement = round(sum(s.agrees for s in compared) / len(compared), 4) if compared else None
         failures = [built.failed[t] for t in entry.trajectories if t in built.failed]

@@ -88,7 +88,14 @@ class SessionReplayer:
         try:
             missing = [p for p, sha in job.work.tree.items() if not job.work.store.blob_path(sha).exists()]
             if missing:
-                return {"error": files_not_shared(job.work.store.root, self.node(), missing[0])}
+                return {
+                    "error": DataError(
+                        f"the dataset's files folder is not readable on Ray node {self.node()} ({missing[0]} is "
+                        "missing): a build on Ray needs the dataset folder at the same path on every node (a shared "
+                        "folder) for sessions with a working folder",
+                        path=job.work.store.root,
+                    )
+                }
             with interruptible_children():  # the replay restarts the kernel: a new process
                 trajectory = replay_session(
                     job.session, self.kernel, snapshots=self.snapshots, work=job.work, limit=self.limit
@@ -119,16 +126,6 @@ class SessionReplayer:
     def close(self) -> None:
         """Close the kernel."""
         self.kernel.close()
-
-
-def files_not_shared(root: Path, node: str, example: str) -> ThemistoError:
-    """The one line for a node that cannot read the dataset's files folder."""
-    return DataError(
-        f"the dataset's files folder is not readable on Ray node {node} ({example} is missing): a build on "
-        "Ray needs the dataset folder at the same path on every node (a shared folder) for sessions with a "
-        "working folder",
-        path=root,
-    )
 
 
 def replay_on_ray(

@@ -106,12 +106,6 @@ def session_digest(session: Session) -> str:
     return hashlib.sha256(dump_json(session.model_dump(mode="json", exclude={"source_path"})).encode()).hexdigest()[:16]
 
 
-def outputs_agree(recorded: list[dict], replayed: list[dict]) -> bool:
-    """Whether replayed outputs equal recorded ones once what legitimately varies is normalised (see
-    `themisto_env.data.agreement.agreement`, which also says why not)."""
-    return agreement(recorded, replayed).agrees
-
-
 @dataclass(frozen=True)
 class CellLimit:
     """How long a build lets each recorded cell run before it cuts it (a cut cell's step is ``timeout``).
@@ -350,7 +344,6 @@ __all__ = [
     "CellLimit",
     "ProgressHook",
     "WorkFolder",
-    "outputs_agree",
     "record_files",
     "replay_execution",
     "replay_session",

@@ -1,7 +1,7 @@
 """The sources of a build: which files a folder holds, and the sessions each file gives.
 
 `read_sources` reads every source and goes on past one that cannot be read (noted in the build's
-report); `load_sessions` stops at the first.
+report).
 """
 
 from __future__ import annotations
@@ -63,11 +63,6 @@ def read_source(path: Path) -> list[Session]:
     raise DataError("not a JuNE log (.csv, .parquet, .jsonl) or a notebook (.ipynb)", path=path)
 
 
-def load_sessions(sources: Iterable[str | Path]) -> list[Session]:
-    """Read every session from JuNE logs and notebooks (the first unreadable one raises)."""
-    return [session for path in source_files(sources) for session in read_source(path)]
-
-
 def read_sources(sources: Iterable[str | Path], bad_sources: dict[str, str]) -> list[tuple[Path, Session]]:
     """Every session of the sources with the file it came from; a file that cannot be read is noted in
     ``bad_sources`` (path -> why) and left out (the others are built).
@@ -89,4 +84,4 @@ def read_sources(sources: Iterable[str | Path], bad_sources: dict[str, str]) -> 
     return read
 
 
-__all__ = ["LOG_SUFFIXES", "load_sessions", "read_source", "read_sources", "source_files"]
+__all__ = ["LOG_SUFFIXES", "read_source", "read_sources", "source_files"]

@@ -17,7 +17,6 @@ from typing import Any
 from themisto_env.data.june_events import JuneEvent
 from themisto_env.data.june_files import iter_events
 from themisto_env.data.sessions import RecordedExecution, Session
-from themisto_env.errors import DataError
 
 
 class _Running:
@@ -134,27 +133,15 @@ def sessions_from_events(events: Iterable[JuneEvent], *, source_path: str | Path
     - ``notebook_renamed``: the session's ``notebook_name`` follows.
 
     Args:
-        events: Events of one or more kernels.
+        events: Events of one or more kernels, their times all with a zone or all without
+            (`themisto_env.data.june_files.iter_events` checks a log's).
         source_path: The file they came from, kept on each session.
 
     Returns:
         One session per kernel.
-
-    Raises:
-        DataError: Some times carry a zone and others do not.
     """
     groups: dict[str, list[tuple[int, int, JuneEvent]]] = {}
-    zoned: bool | None = None
     for position, event in enumerate(events):
-        if zoned is None:
-            zoned = event.time.tzinfo is not None
-        elif zoned != (event.time.tzinfo is not None):  # durations would subtract naive from zoned times
-            raise DataError(
-                f"times with and without a zone are mixed (action_id {event.action_id}): "
-                "write every time of a log the same way",
-                path=source_path,
-                field="time",
-            )
         groups.setdefault(event.kernel_id, []).append((event.action_id, position, event))
     source = str(source_path) if source_path is not None else None
     return [

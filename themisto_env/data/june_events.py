@@ -1,4 +1,4 @@
-"""JuNE event rows: the columns, the event kinds and `JuneEvent`, one validated row.
+"""JuNE event rows: the columns and `JuneEvent`, one validated row.
 
 A malformed value raises pydantic's ``ValueError`` here; the readers in
 `themisto_env.data.june_files` turn it into a [`DataError`][themisto_env.errors.DataError] naming the
@@ -43,25 +43,6 @@ EVENT_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
 """Columns the rows of an event kind must have (a value may be null, the column may not be absent), and
 why: a log without them would build silently with every source, or every recorded output, empty."""
 
-KNOWN_EVENTS: frozenset[str] = frozenset(
-    {
-        "execute",
-        "finished_execute",
-        "create",
-        "delete",
-        "rendered",
-        "error",
-        "save_notebook",
-        "kernel_restarting",
-        "kernel_interrupting",
-        "notebook_renamed",
-        "move",
-        "cut",
-        "paste",
-    }
-)
-"""Event kinds seen in JuNE. Others are accepted too (counted, ignored for replay)."""
-
 TIME_FORMAT_EXAMPLE = "2023-05-06 10:32:26.282"
 
 
@@ -78,7 +59,8 @@ class JuneEvent(BaseModel):
         session_id: The frontend session.
         kernel_id: The kernel: the session key.
         notebook_name: The notebook's file name.
-        event: The event kind (`KNOWN_EVENTS`, or any other string).
+        event: The event kind (``execute``, ``finished_execute``, ``error``, ``kernel_restarting``,
+            ``delete``, ...: any string is kept, the kinds replay uses are in `themisto_env.data.june`).
         cell_index: The cell's id (32 hex digits in JuNE), null for notebook-level events.
         cell_num: The cell's position in the notebook.
         cell_type: ``code``, ``markdown`` or ``raw``.
@@ -193,8 +175,10 @@ class JuneEvent(BaseModel):
         raise ValueError(f"expected a boolean, got {echo(value)}")
 
     def time_text(self) -> str:
-        """The time as JuNE writes it (milliseconds, unless the time has finer digits)."""
-        return format_time(self.time)
+        """The time as JuNE writes it, ``2023-05-06 10:32:26.282`` (milliseconds, unless the time has finer
+        digits)."""
+        text = self.time.strftime("%Y-%m-%d %H:%M:%S.%f")
+        return text[:-3] if self.time.microsecond % 1000 == 0 else text
 
     def to_row(self, *, output_as_text: bool) -> dict[str, Any]:
         """The event as a row of JuNE columns.
@@ -215,25 +199,10 @@ class JuneEvent(BaseModel):
 _BOOL_TEXT = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
 
 
-def format_time(value: datetime) -> str:
-    """Format a time as JuNE does: ``2023-05-06 10:32:26.282``.
-
-    Args:
-        value: The time.
-
-    Returns:
-        The text; microseconds are kept when they are not whole milliseconds.
-    """
-    text = value.strftime("%Y-%m-%d %H:%M:%S.%f")
-    return text[:-3] if value.microsecond % 1000 == 0 else text
-
-
 __all__ = [
     "EVENT_COLUMNS",
     "JUNE_COLUMNS",
-    "KNOWN_EVENTS",
     "REQUIRED_COLUMNS",
     "TIME_FORMAT_EXAMPLE",
     "JuneEvent",
-    "format_time",
 ]

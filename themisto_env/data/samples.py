@@ -107,13 +107,6 @@ def step_cause(step: Step) -> str:
     return step.agreement_kind or ("ok" if step.agrees else "other")
 
 
-def replay_disagrees(step: Step) -> bool:
-    """Whether a step's replay shows something else than what was recorded (and something was)."""
-    if step.agreement_kind is None:  # a trajectory not compared under kinds: its flag alone
-        return not step.agrees
-    return step.agreement_kind in DISAGREEMENTS
-
-
 @dataclass(frozen=True)
 class SampleCounts:
     """How a rule made a task's samples: candidates, what each filter dropped, and what was kept.

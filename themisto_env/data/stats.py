@@ -9,7 +9,7 @@ from typing import Any
 from themisto_env.data.agreement import KINDS, NORMALIZATION_VERSION, TOLERATED, agreement
 from themisto_env.data.corpus import corpus_table
 from themisto_env.data.kind_and_size import RECORD_LEVELS
-from themisto_env.data.samples import TASKS, sample_counts
+from themisto_env.data.samples import TASKS, sample_counts, step_cause
 from themisto_env.data.trajectory import (
     FIGURE_FILES_KEY,
     FILES,
@@ -51,7 +51,7 @@ def dataset_info(folder: str | Path, *, raw: bool = False) -> dict[str, Any]:
     store = SnapshotStore(own if own.is_dir() else None)
     digests = {s.snapshot for _, s in steps if s.snapshot and s.snapshot in store}
     compared = [(t, s) for t, s in steps if s.agreement_kind != "unrecorded"]
-    kinds = Counter(s.agreement_kind or ("ok" if s.agrees else "other") for _, s in steps)
+    kinds = Counter(step_cause(s) for _, s in steps)
     counts = {task: sample_counts(trajectories, task) for task in TASKS}
     info: dict[str, Any] = {
         "folder": str(folder),
@@ -105,7 +105,7 @@ def _folder_bytes(folder: Path) -> int:
 def _split(compared: list[tuple[Trajectory, Step]]) -> dict[str, float | None]:
     """Shares of the compared steps that agree, are tolerated (`TOLERATED`:
     timings, warnings) and disagree (every other cause)."""
-    kinds = [s.agreement_kind or ("ok" if s.agrees else "other") for _, s in compared]
+    kinds = [step_cause(s) for _, s in compared]
     tolerated = sum(kind in TOLERATED for kind in kinds)
     agrees = sum(kind == "ok" for kind in kinds)
     return {
@@ -120,7 +120,7 @@ def _kinds_by_source(steps: list[tuple[Trajectory, Step]]) -> dict[str, dict[str
     counts: dict[str, Counter[str]] = {}
     for trajectory, step in steps:
         source = trajectory.source_path or trajectory.id
-        counts.setdefault(source, Counter())[step.agreement_kind or ("ok" if step.agrees else "other")] += 1
+        counts.setdefault(source, Counter())[step_cause(step)] += 1
     return {source: {kind: c[kind] for kind in KINDS if c[kind]} for source, c in counts.items()}
 
 

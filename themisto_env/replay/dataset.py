@@ -34,9 +34,9 @@ from themisto_env.data.splits import (
     read_splits,
     write_split,
 )
-from themisto_env.data.trajectory import MANIFEST, TRAJECTORIES, Manifest, Trajectory, iter_trajectories, read_manifest
+from themisto_env.data.trajectory import MANIFEST, Manifest, Trajectory, iter_trajectories, read_manifest
 from themisto_env.errors import ConfigError, DataError, SplitError
-from themisto_env.replay.resolve import resolve_dataset
+from themisto_env.replay.resolve import Stamp, folder_stamp, resolve_dataset
 
 #: The name of the bundled data (as ``Dataset.open()`` with no argument); ``./bundled`` is a folder.
 BUNDLED = "bundled"
@@ -55,10 +55,6 @@ class _TaskSamples:
     positions: Mapping[str, tuple[Sample, int]]  # sample id -> (sample, its index in its episode)
 
 
-Stamp = tuple[tuple[int, int] | None, ...]
-"""What a dataset folder's files looked like when it was opened (modification time and size of each)."""
-
-
 class Dataset:
     """A trajectory dataset folder, checked and read once: open it with
     [`Dataset.open`][themisto_env.replay.Dataset.open].
@@ -75,6 +71,8 @@ class Dataset:
     Attributes:
         path: The dataset folder (absolute).
         manifest: Its manifest (format, backend, package versions, counts).
+        whole: The whole dataset (itself; a split's side: the dataset it is a side of), which its splits,
+            leakage and split records are of.
         split_label: None for a whole dataset; a split's side says which (``test``, ``NAME:train``; ``""``
             for a side of a split made by [`split`][themisto_env.replay.Dataset.split] and not saved).
     """
@@ -86,6 +84,7 @@ class Dataset:
         and caches)."""
         self.path = path
         self.manifest = manifest
+        self.whole: Dataset = self
         self._lock = threading.Lock()
         self._trajectories: Mapping[str, Trajectory] | None = None
         self._by_task: dict[tuple[TaskName, SampleRule], _TaskSamples] = {}
@@ -142,7 +141,7 @@ class Dataset:
                 )
         folder = folder.resolve()
         with _OPEN_LOCK:
-            stamp = _stamp(folder)
+            stamp = folder_stamp(folder)
             cached = _OPENED.get(folder)
             if cached is not None and cached[0] == stamp:
                 return cached[1]
@@ -192,8 +191,8 @@ class Dataset:
         """
         name, side = parse_split(split)
         rule = self.split_rule(name)
-        assign(self.trajectories.values(), rule)
-        return self._view(rule, side, name)
+        assign(self.whole.trajectories.values(), rule)
+        return self.whole._view(rule, side, name)
 
     def split_rule(self, name: str = DEFAULT_SPLIT) -> SplitRule:
         """The rule of a named split (``splits.json``; the default rule for ``default`` when not written).
@@ -209,14 +208,10 @@ class Dataset:
         known = ", ".join(sorted({DEFAULT_SPLIT, *splits}))
         raise ConfigError(f"no split named {name!r} in {self.path} (splits: {known}); `themisto data split`")
 
-    def splits(self) -> dict[str, SplitRecord]:
-        """The named splits written beside the dataset (``splits.json``)."""
-        return read_splits(self.path)
-
     def leakage(self, rule: SplitRule, sample_rule: SampleRule | None = None) -> Leakage:
-        """The leakage report of a split of this dataset (`leakage`)."""
-        samples = {task: self.samples(task, sample_rule) for task in TASKS}
-        return leakage(self.trajectories.values(), samples, rule)
+        """The leakage report of a split of the whole dataset (`leakage`)."""
+        samples = {task: self.whole.samples(task, sample_rule) for task in TASKS}
+        return leakage(self.whole.trajectories.values(), samples, rule)
 
     def save_split(self, rule: SplitRule, name: str = DEFAULT_SPLIT) -> SplitRecord:
         """Check a split (no side empty), write it into ``splits.json`` under ``name`` and return its record
@@ -225,16 +220,17 @@ class Dataset:
         Raises:
             ConfigError: A side is empty, or the name is invalid.
         """
-        assign(self.trajectories.values(), rule)
+        assign(self.whole.trajectories.values(), rule)
         record = self.split_record(rule)
         write_split(self.path, name, record)
         return record
 
     def split_record(self, rule: SplitRule) -> SplitRecord:
-        """What a split of this dataset holds now: trajectories and samples (Themisto's rule) per side, and
-        its leakage report (a side may be empty here: it is counted, not refused)."""
-        sides = assign(self.trajectories.values(), rule, require_both=False)
-        samples = {task: self.samples(task) for task in TASKS}
+        """What a split of the whole dataset holds now: trajectories and samples (Themisto's rule) per side,
+        and its leakage report (a side may be empty here: it is counted, not refused)."""
+        whole = self.whole
+        sides = assign(whole.trajectories.values(), rule, require_both=False)
+        samples = {task: whole.samples(task) for task in TASKS}
         return SplitRecord(
             rule=rule,
             trajectories={side: sum(s == side for s in sides.values()) for side in SIDES},
@@ -242,7 +238,7 @@ class Dataset:
                 task: {side: sum(sides[s.trajectory_id] == side for s in listed) for side in SIDES}
                 for task, listed in samples.items()
             },
-            leakage=leakage(self.trajectories.values(), samples, rule),
+            leakage=leakage(whole.trajectories.values(), samples, rule),
         )
 
     def split_report(self) -> dict[str, dict[str, Any]]:
@@ -271,7 +267,7 @@ class Dataset:
         """Pickled as its folder: another process opens it again (e.g. a worker, a vector env's subprocess)."""
         return Dataset.open, (str(self.path),)
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> Dataset:
+    def __deepcopy__(self, _memo: dict[int, Any]) -> Dataset:
         """The same object: a dataset is shared, never copied (``gymnasium.make`` copies its options)."""
         return self
 
@@ -387,26 +383,6 @@ class DatasetSplit(Dataset):
     def split(self, *args: Any, **kwargs: Any) -> tuple[DatasetSplit, DatasetSplit]:  # type: ignore[override]
         raise ConfigError("split the whole dataset, not a side of a split")
 
-    def view(self, split: str) -> DatasetSplit:
-        """The whole dataset's side ``split`` (a side asked for its own label is itself)."""
-        return self.whole.view(split)
-
-    def leakage(self, rule: SplitRule, sample_rule: SampleRule | None = None) -> Leakage:
-        """The whole dataset's leakage report under ``rule``."""
-        return self.whole.leakage(rule, sample_rule)
-
-    def save_split(self, rule: SplitRule, name: str = DEFAULT_SPLIT) -> SplitRecord:
-        """Saved on the whole dataset."""
-        return self.whole.save_split(rule, name)
-
-    def split_record(self, rule: SplitRule) -> SplitRecord:
-        """The whole dataset's record under ``rule``."""
-        return self.whole.split_record(rule)
-
-    def split_report(self) -> dict[str, dict[str, Any]]:
-        """The whole dataset's named splits."""
-        return self.whole.split_report()
-
     def check_served(self, *, trajectory_id: str | None = None, sample_id: str | None = None) -> None:
         """Raise [`SplitError`][themisto_env.errors.SplitError] for a trajectory or sample of the other side.
 
@@ -459,15 +435,3 @@ def _open_side(path: str, rule: dict[str, Any], side: Side, name: str | None) ->
 _OPEN_LOCK = threading.Lock()
 _OPENED: dict[Path, tuple[Stamp, Dataset]] = {}
 """The datasets this process opened, by folder, with their files' stamp then (a changed file opens anew)."""
-
-
-def _stamp(folder: Path) -> Stamp:
-    stamps: list[tuple[int, int] | None] = []
-    for name in (MANIFEST, TRAJECTORIES):
-        try:
-            stat = (folder / name).stat()
-        except OSError:
-            stamps.append(None)
-        else:
-            stamps.append((stat.st_mtime_ns, stat.st_size))
-    return tuple(stamps)

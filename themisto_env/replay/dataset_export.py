@@ -93,8 +93,7 @@ def export_dataset_folder(
     """
     import pandas as pd
 
-    whole = dataset if isinstance(dataset, Dataset) else Dataset.open(dataset)
-    whole = getattr(whole, "whole", whole)  # a side of a split: its whole dataset
+    whole = (dataset if isinstance(dataset, Dataset) else Dataset.open(dataset)).whole  # a side: its whole
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"--out {out}: give a new or empty folder (an export never writes over files)")

@@ -10,12 +10,15 @@ import sys
 from pathlib import Path
 
 from themisto_env.data.bundled import bundled_log_path
-from themisto_env.data.trajectory import MANIFEST, EnvironmentRef, read_manifest
+from themisto_env.data.trajectory import MANIFEST, TRAJECTORIES, EnvironmentRef, read_manifest
 from themisto_env.errors import BackendUnavailableError, DataError
 from themisto_env.sandbox.environments import environment_registry
 from themisto_env.sandbox.environments.docker_image import ready
 from themisto_env.sandbox.environments.environment_spec import REQUIREMENTS_FILE
 from themisto_env.sandbox.store.snapshot_store import DEFAULT_ENVIRONMENT, default_cache_dir
+
+Stamp = tuple[tuple[int, int] | None, ...]
+"""What a dataset folder's files looked like (modification time and size of each; None: absent)."""
 
 
 def bundled_dataset_dir(backend: str = "local") -> Path:
@@ -42,8 +45,8 @@ def resolve_dataset(dataset: str | Path | None = None, *, backend: str = "local"
     from themisto_env.build.builder import build_dataset
 
     folder = bundled_dataset_dir(backend)
-    stamp = _manifest_stamp(folder)
-    if stamp is not None and _CHECKED.get(folder) == stamp:  # this process checked it, and it is unchanged
+    stamp = folder_stamp(folder)
+    if stamp[0] is not None and _CHECKED.get(folder) == stamp:  # this process checked it, and it is unchanged
         return folder
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / ".lock", "w") as lock:  # parallel workers build it once
@@ -62,21 +65,26 @@ def resolve_dataset(dataset: str | Path | None = None, *, backend: str = "local"
                     flush=True,
                 )
             build_dataset([bundled_log_path()], folder, backend=backend, progress=progress)
-        _CHECKED[folder] = _manifest_stamp(folder)
+        _CHECKED[folder] = folder_stamp(folder)
     return folder
 
 
-_CHECKED: dict[Path, tuple[int, int] | None] = {}
-"""Bundled dataset folders this process found complete, with their manifest's stamp then (every new env
+_CHECKED: dict[Path, Stamp] = {}
+"""Bundled dataset folders this process found complete, with their stamp then (every new env
 would otherwise read the whole log again to check it)."""
 
 
-def _manifest_stamp(folder: Path) -> tuple[int, int] | None:
-    try:
-        stat = (folder / MANIFEST).stat()
-    except OSError:
-        return None
-    return stat.st_mtime_ns, stat.st_size
+def folder_stamp(folder: Path) -> Stamp:
+    """The stamp of a dataset folder's ``manifest.json`` and ``trajectories.jsonl``: a changed file is read anew."""
+    stamps: list[tuple[int, int] | None] = []
+    for name in (MANIFEST, TRAJECTORIES):
+        try:
+            stat = (folder / name).stat()
+        except OSError:
+            stamps.append(None)
+        else:
+            stamps.append((stat.st_mtime_ns, stat.st_size))
+    return tuple(stamps)
 
 
 def _packages_differ(folder: Path) -> list[str]:
@@ -113,7 +121,7 @@ def _clear(folder: Path) -> None:
 def _complete(folder: Path, backend: str) -> bool:
     from themisto_env.build.builder import is_built
     from themisto_env.build.session_replay import trajectory_id
-    from themisto_env.build.session_sources import load_sessions
+    from themisto_env.data.june import read_sessions
     from themisto_env.data.trajectory import iter_trajectories
     from themisto_env.sandbox.store.snapshot_store import SnapshotStore
 
@@ -121,7 +129,7 @@ def _complete(folder: Path, backend: str) -> bool:
     store = SnapshotStore()
     return all(
         (t := built.get(trajectory_id(session))) is not None and is_built(t, session, backend, store, snapshots=True)
-        for session in load_sessions([bundled_log_path()])
+        for session in read_sessions(bundled_log_path())
     )
 
 
