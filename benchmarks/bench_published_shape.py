@@ -11,19 +11,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the log writer lives in the tests
-
-from tests.data.june_logs import write_events
 from themisto_env.build.builder import build_dataset
 from themisto_env.data.bundled import bundled_log_path
 from themisto_env.data.june import sessions_from_events
-from themisto_env.data.june_files import iter_events
+from themisto_env.data.june_files import iter_events, write_events
 from themisto_env.data.kind_and_size import published_events
 from themisto_env.data.samples import TASKS, sample_counts
 from themisto_env.data.trajectory import read_trajectories

@@ -46,13 +46,12 @@ from jupyter_client.manager import KernelManager
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent.parent))  # the log writer lives in the tests
 
 from script import Delete, Markdown, Pause, Rename, Restart, Run, Save, SessionScript  # noqa: E402
 
-from tests.data.june_logs import write_events  # noqa: E402
 from themisto_env.data.june import read_sessions  # noqa: E402
 from themisto_env.data.june_events import JuneEvent  # noqa: E402
+from themisto_env.data.june_files import write_events  # noqa: E402
 from themisto_env.sandbox.outputs import OutputCollector  # noqa: E402
 
 REPO = HERE.parent.parent

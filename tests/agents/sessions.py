@@ -11,8 +11,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from tests.data.june_logs import write_events
 from themisto_env.data.june_events import JuneEvent
+from themisto_env.data.june_files import write_events
 
 SESSIONS: dict[str, list[str]] = {
     "k-frames": [

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.data.june_logs import write_events
 from themisto_env.data.bundled import bundled_log_path
 from themisto_env.data.june import read_sessions, sessions_from_events
 from themisto_env.data.june_events import JUNE_COLUMNS, JuneEvent
-from themisto_env.data.june_files import event_format, iter_events
+from themisto_env.data.june_files import event_format, iter_events, write_events
 from themisto_env.errors import DataError
 
 DATA = Path(__file__).parents[1] / "fixtures"

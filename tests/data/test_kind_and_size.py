@@ -7,10 +7,10 @@ from pathlib import Path
 
 import nbformat
 
-from tests.data.june_logs import write_events
 from themisto_env.data.agreement import agreement
 from themisto_env.data.june import read_sessions
 from themisto_env.data.june_events import JuneEvent
+from themisto_env.data.june_files import write_events
 from themisto_env.data.kind_and_size import parts, published_events, record_level, same_parts, to_kind_and_size
 
 

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from tests.data.june_logs import write_events
 from themisto_env.build.builder import build_dataset
 from themisto_env.cli import app
 from themisto_env.data.june_events import JuneEvent
+from themisto_env.data.june_files import write_events
 from themisto_env.data.kind_and_size import parts, published_events, same_parts, to_kind_and_size
 from themisto_env.data.samples import make_samples
 from themisto_env.data.splits import SplitRule

@@ -1,5 +1,5 @@
 """JuNE log files: read and validate CSV, Parquet or JSON Lines logs into `JuneEvent`
-rows.
+rows, write them back.
 
 Supported suffixes: ``.csv``, ``.csv.gz``, ``.parquet``, ``.pq``, ``.jsonl``, ``.jsonl.gz``, ``.ndjson``,
 ``.ndjson.gz``. A malformed row raises [`DataError`][themisto_env.errors.DataError] naming the file, the
@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import json
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -55,10 +56,10 @@ def event_format(path: str | Path) -> EventFormat:
     raise DataError(f"unknown event-log format; expected one of {', '.join(sorted(_SUFFIXES))}", path=path)
 
 
-def _open_text(path: Path) -> io.TextIOBase:
+def _open_text(path: Path, mode: Literal["r", "w"]) -> io.TextIOBase:
     if path.name.lower().endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8", newline="")  # type: ignore[return-value]
-    return open(path, encoding="utf-8", newline="")
+        return gzip.open(path, mode + "t", encoding="utf-8", newline="")  # type: ignore[return-value]
+    return open(path, mode, encoding="utf-8", newline="")
 
 
 def _event(raw: dict[str, Any], path: Path, row: int) -> JuneEvent:
@@ -88,7 +89,7 @@ def _check_header(columns: Iterable[str], path: Path) -> None:
 
 def _iter_csv(path: Path) -> Iterator[tuple[int, JuneEvent]]:
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
-    with _open_text(path) as handle:
+    with _open_text(path, "r") as handle:
         reader = csv.DictReader(handle)
         if reader.fieldnames is None:
             raise DataError("empty file: no header row", path=path)
@@ -100,7 +101,7 @@ def _iter_csv(path: Path) -> Iterator[tuple[int, JuneEvent]]:
 
 
 def _iter_jsonl(path: Path) -> Iterator[tuple[int, JuneEvent]]:
-    with _open_text(path) as handle:
+    with _open_text(path, "r") as handle:
         for row, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
@@ -168,4 +169,57 @@ def iter_events(path: str | Path) -> Iterator[JuneEvent]:
         raise DataError(f"cannot be read as {fmt} ({exc})", path=file) from None
 
 
-__all__ = ["EventFormat", "event_format", "iter_events"]
+def write_events(path: str | Path, events: Iterable[JuneEvent]) -> int:
+    """Write events as a JuNE log; the format follows the suffix, as for reading.
+
+    CSV and Parquet hold ``cell_output`` as a JSON string (as JuNE does); JSON Lines holds it as a list.
+
+    Args:
+        path: The file to write (parents are created).
+        events: The events, in the order to write.
+
+    Returns:
+        The number of events written.
+    """
+    file = Path(path)
+    fmt = event_format(file)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    count = 0
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        rows = [event.to_row(output_as_text=True) for event in events]
+        schema = pa.schema(
+            [
+                (
+                    name,
+                    pa.int64()
+                    if name == "action_id"
+                    else pa.float64()
+                    if name == "cell_num"
+                    else pa.bool_()
+                    if name == "expert"
+                    else pa.string(),
+                )
+                for name in JUNE_COLUMNS
+            ]
+        )
+        table = pa.Table.from_pylist(rows, schema=schema)
+        pq.write_table(table, file)
+        return len(rows)
+    with _open_text(file, "w") as handle:
+        if fmt == "csv":
+            writer = csv.DictWriter(handle, fieldnames=list(JUNE_COLUMNS), lineterminator="\n")
+            writer.writeheader()
+            for event in events:
+                writer.writerow(event.to_row(output_as_text=True))
+                count += 1
+        else:
+            for event in events:
+                handle.write(json.dumps(event.to_row(output_as_text=False), ensure_ascii=False) + "\n")
+                count += 1
+    return count
+
+
+__all__ = ["EventFormat", "event_format", "iter_events", "write_events"]
