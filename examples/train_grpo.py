@@ -29,14 +29,15 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from themisto_env.bridges.rl import MetricReward, export_dataset
-from themisto_env.bridges.rl.tiny_model import (
+from tiny_model import (
     parameter_count,
     plot_reward_curve,
     reward_curve,
     tiny_causal_lm,
     train_tokenizer,
 )
+
+from themisto_env.bridges.rl import MetricReward, export_dataset
 
 
 def train(

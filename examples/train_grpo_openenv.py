@@ -37,11 +37,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # train_grpo_tools, beside this file
 
+from tiny_model import parameter_count, reward_curve, tiny_causal_lm, train_tokenizer
 from train_grpo_tools import TEMPLATE_SPECIALS, demonstration, warm_start
 
 from themisto_env.bridges.openenv.client import ThemistoEnvClient
 from themisto_env.bridges.openenv.models import ThemistoAction
-from themisto_env.bridges.rl.tiny_model import parameter_count, reward_curve, tiny_causal_lm, train_tokenizer
 from themisto_env.bridges.rl.tool_env import ROLLOUT_TOOLS, SUBMIT_INSTRUCTION, tool_dataset, tool_methods
 from themisto_env.env.tools import SUBMIT, tool_method
 

@@ -37,13 +37,14 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from themisto_env.bridges.rl.tiny_model import (
+from tiny_model import (
     parameter_count,
     plot_reward_curve,
     reward_curve,
     tiny_causal_lm,
     train_tokenizer,
 )
+
 from themisto_env.bridges.rl.tool_env import SharedStates, ThemistoToolEnv, tool_dataset, tool_methods
 from themisto_env.env.tools import SUBMIT, TOOLS
 

@@ -27,7 +27,6 @@ from themisto_env.agents.parsing import extract_prediction
 from themisto_env.agents.prompting import PromptTemplates, load_prompts
 from themisto_env.bridges.inspect_sandbox import SANDBOX_TYPE, SandboxConfig, ThemistoSandbox
 from themisto_env.data.samples import TaskName, read_sample_ids, select_samples, selection_order
-from themisto_env.data.trajectory import Trajectory
 from themisto_env.env.config import EnvConfig, ObservationMode
 from themisto_env.env.observation import sample_observation
 from themisto_env.env.tools import TOOLS, ObservationTool
@@ -38,13 +37,6 @@ from themisto_env.scoring.rule import RewardWeights
 from themisto_env.scoring.score import SampleScore
 
 # -- the dataset ------------------------------------------------------------------------------------------
-
-
-def first_observation(trajectory: Trajectory, step: int, config: EnvConfig) -> dict[str, Any]:
-    """The observation the env shows at a sample before any tool call
-    (`sample_observation`; ``runtime`` is left empty: it needs the live
-    kernel, and the solver fills it in the ``full`` mode)."""
-    return sample_observation(config, trajectory, step, tools_left=config.tool_budget)
 
 
 def prompt_messages(
@@ -79,7 +71,10 @@ def themisto_dataset(
     samples = []
     for sample in selection_order(chosen, seed=seed):
         trajectory_id, index = dataset.episode_position(sample.id, config.sample_rule)
-        observation = first_observation(dataset.trajectories[trajectory_id], sample.step, config)
+        # before any tool call: ``runtime`` is empty (the solver fills it from the live kernel in ``full`` mode)
+        observation = sample_observation(
+            config, dataset.trajectories[trajectory_id], sample.step, tools_left=config.tool_budget
+        )
         samples.append(
             Sample(
                 id=sample.id,
@@ -269,7 +264,23 @@ def themisto(
             with no traceback.
     """
     try:
-        return _task(**{name: value for name, value in locals().items() if name in _TASK_OPTIONS})
+        if execution_score and task != "next-cell":
+            raise ConfigError("the execution score is for the next-cell task only")
+        options = SandboxConfig(
+            task=task,
+            observation=observation,
+            dataset=data,
+            split=split,
+            backend=backend,
+            tool_budget=tool_budget,
+            tool_cost=tool_cost,
+            reward=reward or RewardWeights(),
+            history_length=history_length,
+            snapshot_dir=snapshot_dir,
+            execution_score=execution_score,
+        )
+        ids = read_sample_ids(sample_ids) if sample_ids is not None else None
+        dataset = themisto_dataset(options.env_config(), limit=limit, seed=selection_seed, sample_ids=ids)
     except ValidationError as exc:  # inspect prints a PrerequisiteError as its message, with no traceback
         raise PrerequisiteError(f"themisto task: {options_error(exc.errors(), EnvConfig, prefix='-T ')}") from None
     except ConfigError as exc:
@@ -277,59 +288,6 @@ def themisto(
         raise PrerequisiteError(f"themisto task: {problems}") from None
     except ThemistoError as exc:
         raise PrerequisiteError(f"themisto task: {' '.join(str(exc).split())}") from None
-
-
-_TASK_OPTIONS = (
-    "task",
-    "observation",
-    "data",
-    "backend",
-    "tool_budget",
-    "tool_cost",
-    "reward",
-    "history_length",
-    "snapshot_dir",
-    "limit",
-    "execution_score",
-    "selection_seed",
-    "sample_ids",
-    "split",
-)
-
-
-def _task(
-    task: TaskName,
-    observation: ObservationMode,
-    data: str | None,
-    backend: str,
-    tool_budget: int,
-    tool_cost: float,
-    reward: RewardWeights | None,
-    history_length: int,
-    snapshot_dir: str | None,
-    limit: int | None,
-    execution_score: bool,
-    selection_seed: int,
-    sample_ids: str | None,
-    split: str | None,
-) -> Task:
-    if execution_score and task != "next-cell":
-        raise ConfigError("the execution score is for the next-cell task only")
-    options = SandboxConfig(
-        task=task,
-        observation=observation,
-        dataset=data,
-        split=split,
-        backend=backend,
-        tool_budget=tool_budget,
-        tool_cost=tool_cost,
-        reward=reward or RewardWeights(),
-        history_length=history_length,
-        snapshot_dir=snapshot_dir,
-        execution_score=execution_score,
-    )
-    ids = read_sample_ids(sample_ids) if sample_ids is not None else None
-    dataset = themisto_dataset(options.env_config(), limit=limit, seed=selection_seed, sample_ids=ids)
     return Task(
         dataset=dataset,
         solver=themisto_agent(),
@@ -340,7 +298,6 @@ def _task(
 
 
 __all__ = [
-    "first_observation",
     "observation_tools",
     "prompt_messages",
     "themisto",

@@ -86,8 +86,9 @@ def serve_command(
     from themisto_env.bridges.openenv.deps import require_openenv
 
     require_openenv()
+    from themisto_env.bridges.gate import check_bind
     from themisto_env.bridges.openenv.capacity import raise_open_file_limit, session_capacity
-    from themisto_env.bridges.openenv.server import DEFAULT_WORKERS, check_bind, serve
+    from themisto_env.bridges.openenv.server import DEFAULT_WORKERS, serve
 
     check_bind(host, token)
     if workers is not None and workers < 1:

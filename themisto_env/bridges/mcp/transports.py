@@ -9,8 +9,6 @@ shutdown. Over stdio the one connection's episode is closed when the input ends.
 from __future__ import annotations
 
 import contextlib
-import hmac
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,9 +20,10 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.routing import Route
 
+from themisto_env.bridges.gate import Gate
 from themisto_env.bridges.mcp.server import SESSION_HEADER, Sessions
 
-__all__ = ["MCP_PATH", "BearerGate", "McpEndpoint", "http_app", "mount_mcp", "run_stdio"]
+__all__ = ["MCP_PATH", "McpEndpoint", "http_app", "mount_mcp", "run_stdio"]
 
 MCP_PATH = "/mcp"
 """Where the streamable-HTTP endpoint is."""
@@ -93,26 +92,6 @@ class McpEndpoint:
             await self.sessions.close_idle(idle_s)
 
 
-class BearerGate:
-    """ASGI middleware: with a token, every HTTP request must carry ``Authorization: Bearer TOKEN`` (HTTP 401
-    otherwise; compared in constant time)."""
-
-    def __init__(self, app: Any, token: str | None) -> None:
-        self.app = app
-        self._expected = f"Bearer {token}".encode() if token else None
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if self._expected is not None and scope["type"] == "http":
-            given = dict(scope.get("headers") or ()).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self._expected):
-                body = json.dumps({"detail": "missing or wrong token: send 'Authorization: Bearer TOKEN'"}).encode()
-                headers = [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]
-                await send({"type": "http.response.start", "status": 401, "headers": headers})
-                await send({"type": "http.response.body", "body": body})
-                return
-        await self.app(scope, receive, send)
-
-
 def http_app(
     server: Server,
     sessions: Sessions,
@@ -121,7 +100,8 @@ def http_app(
     idle_timeout_s: float | None = 600.0,
     host: str = "127.0.0.1",
 ) -> Any:
-    """The MCP server alone over streamable HTTP at `MCP_PATH` (``themisto mcp --http``), behind the token."""
+    """The MCP server alone over streamable HTTP at `MCP_PATH` (``themisto mcp --http``), behind the token's
+    `themisto_env.bridges.gate.Gate`."""
     endpoint = McpEndpoint(server, sessions, idle_timeout_s=idle_timeout_s, host=host)
 
     @contextlib.asynccontextmanager
@@ -130,7 +110,7 @@ def http_app(
             yield
 
     app = Starlette(routes=[Route(MCP_PATH, endpoint=endpoint, methods=["GET", "POST", "DELETE"])], lifespan=lifespan)
-    return BearerGate(app, token)
+    return Gate(app, token)
 
 
 def mount_mcp(app: Any, endpoint: McpEndpoint) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from themisto_env.bridges.openenv.server_metrics import ServerMetrics, route_of
 from themisto_env.data.samples import Sample
-from themisto_env.env.config import EnvConfig, env_config_and_dataset
+from themisto_env.env.config import env_config_and_dataset
 from themisto_env.env.episode import Episode
 from themisto_env.env.kernel_spec import env_kernel_spec
 from themisto_env.env.outcomes import ToolOutcome
@@ -28,8 +28,6 @@ from themisto_env.env.scorer import Scorer
 from themisto_env.env.state_server import StateServer
 from themisto_env.env.tools import ToolCall
 from themisto_env.errors import InfrastructureError
-from themisto_env.replay.dataset import Dataset
-from themisto_env.sandbox.kernel.spec import KernelSpec
 from themisto_env.scoring.score import ExecutionRun
 from themisto_env.state.check import StateReport
 from themisto_env.state.copies import CodeRun
@@ -41,15 +39,8 @@ class MeteredStateServer(StateServer):
     """A `themisto_env.env.state_server.StateServer` that reports to ``metrics`` (see the module
     docstring); the other arguments are the state server's."""
 
-    def __init__(
-        self,
-        metrics: ServerMetrics,
-        config: EnvConfig,
-        dataset: Dataset,
-        *,
-        spec: KernelSpec | None = None,
-    ) -> None:
-        super().__init__(config, dataset, spec=spec)
+    def __init__(self, metrics: ServerMetrics, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.metrics = metrics
         self._serving_s = 0.0  # time spent serving states, so far (a tool call's own time leaves it out)
         self._recovered = False  # whether a recovery ran during the tool call under way
@@ -95,15 +86,8 @@ class MeteredScorer(Scorer):
     """A `themisto_env.env.scorer.Scorer` whose execution-score runs report to ``metrics``; the
     other arguments are the scorer's."""
 
-    def __init__(
-        self,
-        metrics: ServerMetrics,
-        config: EnvConfig,
-        dataset: Dataset,
-        *,
-        spec: KernelSpec | None = None,
-    ) -> None:
-        super().__init__(config, dataset, spec=spec)
+    def __init__(self, metrics: ServerMetrics, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.metrics = metrics
 
     def execution_run(self, sample: Sample) -> ExecutionRun | None:

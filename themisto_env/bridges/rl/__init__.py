@@ -1,4 +1,4 @@
-"""Reinforcement learning adapters: single-turn datasets and rewards for TRL, vector envs, a tiny model.
+"""Reinforcement learning adapters: single-turn datasets and rewards for TRL, vector envs.
 
 * `themisto_env.bridges.rl.export`: a task's samples as rows (prompt, target, sample id, metadata) or a
   Hugging Face ``datasets.Dataset``, the prompts built from the env's own observations.
@@ -9,8 +9,6 @@
 * `themisto_env.bridges.rl.tool_env`: multi-turn tool-calling GRPO, ``GRPOTrainer(environment_factory=...)``:
   each rollout queries the live state of its sample with the observation tools (a GRPO group shares one
   kernel) and submits a prediction that ``get_reward()`` scores.
-* `themisto_env.bridges.rl.tiny_model`: a tokenizer trained offline and a tiny causal LM built from a config,
-  to prove the training plumbing on a CPU.
 
 Nothing heavy is imported here: ``datasets``, ``torch``, ``transformers`` and ``trl`` are imported when a
 function needs them (``pip install 'themisto-env[rl]'``).

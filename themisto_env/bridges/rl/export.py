@@ -133,19 +133,10 @@ def export_samples(
     return rows
 
 
-def export_dataset(
-    task: TaskName = "next-cell",
-    observation: str = "static",
-    *,
-    prompt_format: PromptFormat = "chat",
-    templates: str | Path | None = None,
-    limit: int | None = None,
-    selection_seed: int = 0,
-    sample_ids: Sequence[str] | None = None,
-    **env_options: Any,
-) -> Any:
-    """The samples of a task as a Hugging Face ``datasets.Dataset`` (the rows of
-    `export_samples`).
+def export_dataset(task: TaskName = "next-cell", observation: str = "static", **options: Any) -> Any:
+    """The samples of a task as a Hugging Face ``datasets.Dataset``: the rows of `export_samples`, which
+    takes the same arguments (``prompt_format``, ``templates``, ``limit``, ``selection_seed``,
+    ``sample_ids`` and the env's options).
 
     Ready for TRL: ``GRPOTrainer(train_dataset=export_dataset(...), reward_funcs=MetricReward(), ...)``.
 
@@ -154,18 +145,7 @@ def export_dataset(
     """
     from themisto_env.bridges.rl._deps import require
 
-    datasets = require("datasets")
-    rows = export_samples(
-        task,
-        observation,
-        prompt_format=prompt_format,
-        templates=templates,
-        limit=limit,
-        selection_seed=selection_seed,
-        sample_ids=sample_ids,
-        **env_options,
-    )
-    return datasets.Dataset.from_list(rows)
+    return require("datasets").Dataset.from_list(export_samples(task, observation, **options))
 
 
 def _observations(config: EnvConfig, dataset: Dataset, samples: Sequence[Sample]) -> dict[str, dict[str, Any]]:

@@ -1,6 +1,6 @@
 """A tokenizer and a causal language model small enough to train on a CPU in minutes, built offline.
 
-No weights can be downloaded on the project's machines, so the training example builds its model here:
+No weights can be downloaded on the project's machines, so the training examples build their model here:
 a byte-level BPE tokenizer trained with the ``tokenizers`` library on the exported prompts and targets
 (wrapped as a ``transformers.PreTrainedTokenizerFast``, with a plain chat template), and a Llama-style
 causal LM initialised from a config (a few hundred thousand parameters by default). It proves the
@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
-
-from themisto_env.bridges.rl._deps import require
 
 EOS = "<|endoftext|>"
 PAD = "<|pad|>"
@@ -47,8 +45,9 @@ def train_tokenizer(
         The tokenizer, with ``eos`` (default ``<|endoftext|>``), ``bos`` ``<|endoftext|>``, ``pad``
         ``<|pad|>``, left padding and the chat template.
     """
-    tokenizers = require("tokenizers")
-    transformers = require("transformers")
+    import tokenizers
+    import transformers
+
     specials = list(dict.fromkeys([EOS, PAD, "<|system|>", "<|user|>", "<|assistant|>", *specials, eos]))
     tok = tokenizers.Tokenizer(tokenizers.models.BPE())
     tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -89,8 +88,9 @@ def tiny_causal_lm(
     Returns:
         A ``transformers.LlamaForCausalLM`` in training mode on the CPU.
     """
-    torch = require("torch")
-    transformers = require("transformers")
+    import torch
+    import transformers
+
     torch.manual_seed(seed)
     config = transformers.LlamaConfig(
         vocab_size=len(tokenizer),
