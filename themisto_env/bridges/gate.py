@@ -20,8 +20,8 @@ OPEN_PATHS = frozenset({"/health"})
 """Paths a token does not guard (liveness probes)."""
 
 
-def check_bind(host: str, token: str | None) -> None:
-    """Refuse to listen beyond this machine without a token.
+def check_bind(host: str, token: str | None, flag: str = "--host") -> None:
+    """Refuse to listen beyond this machine without a token (``flag`` names the option in the error).
 
     Raises:
         ConfigError: ``host`` is not a loopback address (or ``localhost``) and ``token`` is empty.
@@ -34,7 +34,7 @@ def check_bind(host: str, token: str | None) -> None:
         loopback = False
     if not loopback:
         raise ConfigError(
-            f"--host {host} listens beyond this machine: give --token TOKEN (or THEMISTO_SERVE_TOKEN) so that "
+            f"{flag} {host} listens beyond this machine: give --token TOKEN (or THEMISTO_SERVE_TOKEN) so that "
             "only clients holding it get in"
         )
 

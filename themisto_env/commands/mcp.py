@@ -16,7 +16,7 @@ from rich.console import Console
 from themisto_env.commands.common import KERNEL_PANEL, KernelOptions, ToolBudget, ToolCost, episode_options
 from themisto_env.errors import ConfigError
 
-__all__ = ["check_loopback", "mcp_command", "parse_address"]
+__all__ = ["mcp_command", "parse_address"]
 
 _stderr = Console(stderr=True, soft_wrap=True)
 
@@ -32,24 +32,6 @@ def parse_address(address: str) -> tuple[str, int]:
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError(f"--http is HOST:PORT (e.g. 127.0.0.1:8765), got {address!r}")
     return host, int(port)
-
-
-def check_loopback(host: str, token: str | None) -> None:
-    """Refuse to listen beyond this machine without a token (as ``themisto serve`` does).
-
-    Raises:
-        ConfigError: ``host`` is not a loopback address (or ``localhost``) and ``token`` is empty.
-    """
-    import ipaddress
-
-    if token or host == "localhost":
-        return
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
-        raise ConfigError(f"--http {host}: listens beyond this machine: give --token TOKEN (or THEMISTO_SERVE_TOKEN)")
 
 
 def mcp_command(
@@ -132,7 +114,9 @@ def mcp_command(
         anyio.run(run_stdio, server, sessions)
         return
     host, port = parse_address(http)
-    check_loopback(host, token)
+    from themisto_env.bridges.gate import check_bind
+
+    check_bind(host, token, flag="--http")
     _stderr.print(
         f"themisto mcp: {what} at http://{host}:{port}/mcp ({'token required' if token else 'no token'})", markup=False
     )
