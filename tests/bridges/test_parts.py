@@ -100,9 +100,10 @@ def test_the_inspect_tasks_options_default_to_the_env_configs() -> None:
     flat = {name for name in shared if name in KERNEL_OPTIONS}
     shared = {name: field for name, field in shared.items() if field in fields or field in flat}
     assert len(shared) >= 10 and "backend" in flat
+    spec = EnvConfig().kernel
     for name, field in shared.items():
         default = parameters[name].default
         expected = (
-            getattr(EnvConfig(), field) if field in flat else fields[field].get_default(call_default_factory=True)
+            getattr(spec, field) if field in flat else fields[field].get_default(call_default_factory=True)
         )
         assert default == expected or (name == "reward" and default is None), name  # None: the env's weights
