@@ -103,7 +103,5 @@ def test_the_inspect_tasks_options_default_to_the_env_configs() -> None:
     spec = EnvConfig().kernel
     for name, field in shared.items():
         default = parameters[name].default
-        expected = (
-            getattr(spec, field) if field in flat else fields[field].get_default(call_default_factory=True)
-        )
+        expected = getattr(spec, field) if field in flat else fields[field].get_default(call_default_factory=True)
         assert default == expected or (name == "reward" and default is None), name  # None: the env's weights
