@@ -324,6 +324,23 @@ def test_an_idle_session_is_closed_with_its_kernel_and_a_stopped_server_closes_t
             left_open.close()
 
 
+def test_a_session_in_a_call_longer_than_the_idle_timeout_is_not_closed_under_it() -> None:
+    """OpenEnv's reaper looks every 5 s and times idleness from the last call's end: a tried cell that runs
+    7 s in a session idle-timed at 1 s spans at least one look. The call answers, and the session goes on."""
+    idle = _start("--idle-timeout", "1")
+    try:
+        with ThemistoEnvClient(idle.url).sync() as env:
+            env.reset(observation="tools", task="next-cell", trajectory=0)
+            started = time.monotonic()
+            tried = env.step(ThemistoAction.call("try_cell", code="import time; time.sleep(7); print('woke')"))
+            assert time.monotonic() - started >= 7
+            assert "woke" in (tried.observation.tool_result or ""), tried.observation
+            assert env.step(ThemistoAction.call("list_variables")).observation.tool_result
+        _wait_until(lambda: idle.kernels() == [], 30, "the session's kernels closed once it left")
+    finally:
+        _stop(idle)
+
+
 @pytest.mark.slow
 def test_open_sessions_hold_no_thread_each() -> None:
     """Sessions opened all at once, each with a live kernel and its state served, then left idle: the

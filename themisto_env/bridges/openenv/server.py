@@ -14,6 +14,7 @@ import asyncio
 import logging
 import threading
 import weakref
+from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -52,6 +53,10 @@ class SessionServer(HTTPEnvServer):
     free: our episodes do not keep to a thread (jupyter_client's loop is bound per thread at each call).
     Past ``workers`` calls at once (a long cell in each), the next call waits for a thread.
 
+    A session in the middle of a call is not idle: OpenEnv's reaper times idleness from the end of the last
+    call (or the connect), so a reset slower than the idle timeout was closed under its caller. The reaper
+    passes over such a session; its idle time starts again when the call ends.
+
     Args:
         env: The env factory (OpenEnv's ``env``).
         action_cls: The action model.
@@ -70,10 +75,29 @@ class SessionServer(HTTPEnvServer):
         concurrency_config: ConcurrencyConfig,
     ) -> None:
         super().__init__(env, action_cls, observation_cls, concurrency_config=concurrency_config)
+        self._calling: Counter[str] = Counter()  # the calls in progress per session (the reaper spares them)
         if not hasattr(self, "_shared_session_executor"):  # openenv-core changed: say so, keep its executors
             log.warning("openenv-core has no shared session executor: each session keeps a thread of its own")
             return
         self._shared_session_executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="themisto-session")
+
+    async def _run_in_session_executor(
+        self, session_id: str, func: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        self._calling[session_id] += 1
+        try:
+            return await super()._run_in_session_executor(session_id, func, *args, **kwargs)
+        finally:
+            self._calling[session_id] -= 1
+            if not self._calling[session_id]:
+                del self._calling[session_id]
+            self._update_session_activity(session_id)
+
+    async def _destroy_session(self, session_id: str) -> None:
+        # Only the reaper comes here mid-call: a WebSocket's own end waits for its call to return first.
+        if self._calling.get(session_id):
+            return
+        await super()._destroy_session(session_id)
 
 
 def create_server_app(
