@@ -16,7 +16,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -35,7 +35,15 @@ from themisto_env.sandbox.image.spec import (
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["BuildMethod", "build_from_wheels", "build_image", "build_lock", "docker_build", "download_wheels"]
+__all__ = [
+    "BuildMethod",
+    "build_from_wheels",
+    "build_image",
+    "build_lock",
+    "build_once",
+    "docker_build",
+    "download_wheels",
+]
 
 BuildMethod = Literal["debootstrap", "dockerfile"]
 #: The label of a multi-stage build's first stage (venv + wheels), dropped once the image is built.
@@ -67,44 +75,55 @@ def build_image(
     """
     from rich.console import Console
 
+    if method not in ("debootstrap", "dockerfile"):
+        raise ValueError(f"unknown build method {method!r}; use 'debootstrap' or 'dockerfile'")
     spec = spec or default_spec()
     console = console or Console(stderr=True)
     client = docker_client()
-    name = spec.image_name
+    cache = cache_dir()
+
+    def build(tmp: Path) -> None:
+        context = tmp / "context"
+        if method == "debootstrap":
+            wheels = download_wheels(spec, cache, tmp / "wheels", console)
+            build_from_wheels(
+                client, spec, spec.image_name, wheels, context=context, log=cache / "build.log", console=console,
+                no_cache=force,
+            )  # fmt: skip
+        else:
+            write_context(spec, context)
+            docker_build(client, context, spec.image_name, spec, {}, "default", cache / "build.log", console, force)
+            _drop_build_stage(client)
+
+    return build_once(client, spec.image_name, build, what="kernel image", lock="build", force=force, console=console)
+
+
+def build_once(
+    client: Any, name: str, build: Callable[[Path], None], *, what: str, lock: str, force: bool, console: Console
+) -> str:
+    """Build image ``name`` with ``build`` (given a temporary folder in the cache) unless it exists (or
+    ``force``), one build at a time (`build_lock` on ``<cache>/<lock>.lock``); return ``name``. A forced
+    rebuild drops the image it replaced (one a container still uses is kept)."""
     if not force and image_exists(client, name):
-        console.print(f"[green]✓[/] kernel image {name} exists")
+        console.print(f"[green]✓[/] {what} {name} exists")
         return name
     cache = cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with (
-        build_lock(cache / "build.lock", console),
-        tempfile.TemporaryDirectory(prefix="build-", dir=cache) as tmp,
+        build_lock(cache / f"{lock}.lock", console),
+        tempfile.TemporaryDirectory(prefix=f"{lock}-", dir=cache) as tmp,
     ):
         if not force and image_exists(client, name):  # built by whoever held the lock
-            console.print(f"[green]✓[/] kernel image {name} exists")
+            console.print(f"[green]✓[/] {what} {name} exists")
             return name
-        context = Path(tmp) / "context"
         replaced = image_id(client, name)
-        if method == "debootstrap":
-            wheels = download_wheels(spec, cache, Path(tmp) / "wheels", console)
-            build_from_wheels(
-                client, spec, name, wheels, context=context, log=cache / "build.log", console=console, no_cache=force
-            )
-        elif method == "dockerfile":
-            write_context(spec, context)
-            docker_build(client, context, name, spec, {}, "default", cache / "build.log", console, force)
-            _drop_build_stage(client)
-        else:
-            raise ValueError(f"unknown build method {method!r}; use 'debootstrap' or 'dockerfile'")
-        # A forced rebuild leaves the image it replaced: drop it (an image a container still uses is kept).
+        build(Path(tmp))
         if replaced is not None and replaced != image_id(client, name):
             with contextlib.suppress(Exception):
                 client.images.remove(replaced)
     size = client.images.get(name).attrs.get("Size", 0)
-    console.print(
-        f"[green]✓[/] built {name} in {time.perf_counter() - started:.0f} s ({size / 1e6:.0f} MB)",
-    )
+    console.print(f"[green]✓[/] built {name} in {time.perf_counter() - started:.0f} s ({size / 1e6:.0f} MB)")
     return name
 
 

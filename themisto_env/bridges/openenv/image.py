@@ -28,7 +28,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -241,55 +240,33 @@ def build_server_image(*, force: bool = False, console: Console | None = None) -
     """
     from rich.console import Console
 
-    from themisto_env.sandbox.engine import docker_client, image_exists, image_id
-    from themisto_env.sandbox.image.build import build_image, build_lock, docker_build
+    from themisto_env.sandbox.engine import docker_client
+    from themisto_env.sandbox.image.build import build_image, build_once, docker_build
     from themisto_env.sandbox.image.spec import ImageSpec, cache_dir
 
     console = console or Console(stderr=True)
     kernel_image = build_image(console=console)
     inputs = server_image_inputs(kernel_image)
     client = docker_client()
-    name = inputs.name
-    if not force and image_exists(client, name):
-        console.print(f"[green]✓[/] server image {name} exists")
-        return name
     cache = cache_dir()
-    cache.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    with (
-        build_lock(cache / "serve-build.lock", console),
-        tempfile.TemporaryDirectory(prefix="serve-build-", dir=cache) as tmp,
-    ):
-        if not force and image_exists(client, name):  # built by whoever held the lock
-            console.print(f"[green]✓[/] server image {name} exists")
-            return name
-        replaced = image_id(client, name)  # a forced rebuild leaves it dangling: removed below
-        context = Path(tmp) / "context"
+
+    def build(tmp: Path) -> None:
+        context = tmp / "context"
         _write_context(inputs, context, cache, console)
         labels = {
             "themisto-env.image": IMAGE_LABEL,
             "themisto-env.recipe": RECIPE_VERSION,
             "themisto-env.kernel-image": kernel_image,
         }
+        packages = ImageSpec(packages=list(inputs.pins) or ["openenv-core"])
+        log = cache / "serve-build.log"
         docker_build(
-            client,
-            context,
-            name,
-            ImageSpec(packages=list(inputs.pins) or ["openenv-core"]),
-            {"KERNEL_IMAGE": kernel_image},
-            "none",
-            cache / "serve-build.log",
-            console,
-            force,
+            client, context, inputs.name, packages, {"KERNEL_IMAGE": kernel_image}, "none", log, console, force,
             labels=labels,
-        )
-    if replaced is not None and replaced != image_id(client, name):
-        with contextlib.suppress(Exception):  # kept while a container uses it
-            client.images.remove(replaced)
-    _remove_older_images(client, name)
-    size = client.images.get(name).attrs.get("Size", 0)
-    console.print(f"[green]✓[/] built {name} in {time.perf_counter() - started:.0f} s ({size / 1e6:.0f} MB)")
-    return name
+        )  # fmt: skip
+        _remove_older_images(client, inputs.name)
+
+    return build_once(client, inputs.name, build, what="server image", lock="serve-build", force=force, console=console)
 
 
 def _write_context(inputs: ServerImageInputs, context: Path, cache: Path, console: Console) -> None:
