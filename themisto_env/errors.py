@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 
@@ -68,6 +70,15 @@ class ActionError(ThemistoError):
 
 class ProviderError(ThemistoError):
     """An optional provider (LLM package, API key) is missing; the message says what to install or set."""
+
+
+def import_extra(module: str, extra: str, *, name: str | None = None) -> ModuleType:
+    """Import ``module`` of an optional extra, or raise a ProviderError naming it (``name``, default the
+    module) and the extra that installs it, in one line."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ProviderError(f"{name or module} is not installed ({exc}): pip install 'themisto-env[{extra}]'") from None
 
 
 class ModelError(ThemistoError):
@@ -270,5 +281,6 @@ __all__ = [
     "ThemistoWarning",
     "UnknownNameError",
     "did_you_mean",
+    "import_extra",
     "options_error",
 ]

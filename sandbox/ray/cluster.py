@@ -20,7 +20,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from themisto_env.errors import ConfigError, ProviderError
+from themisto_env.errors import ConfigError, import_extra
 
 __all__ = [
     "LOCAL",
@@ -60,11 +60,7 @@ def adopt_owner_variables(values: dict[str, str | None]) -> None:
 
 def import_ray() -> Any:
     """The ``ray`` module, or a ProviderError saying how to install it."""
-    try:
-        import ray
-    except ImportError:
-        raise ProviderError("Ray is not installed: pip install 'themisto-env[ray]'") from None
-    return ray
+    return import_extra("ray", "ray", name="Ray")
 
 
 def connect(address: str, *, num_cpus: int | None = None) -> bool:

@@ -3,7 +3,7 @@
 
 The static check reads the extras from pyproject.toml and the bridge's modules (and the bridge modules they
 import) with ``ast``: every third-party module they import, at the top or inside a function, or load by name
-(``require("datasets")``, ``importlib.import_module``, ``find_spec``), must belong to a distribution that the
+(``import_extra("datasets", ...)``, ``importlib.import_module``, ``find_spec``), must belong to a distribution that the
 extra's requirements, the base dependencies or what those require (installed metadata) bring. One extra,
 verifiers, is also installed alone into a fresh venv with the lock and its bridge imported (slow; pip's
 cache makes it about a minute: doing that for every extra would take several).
@@ -38,7 +38,7 @@ EXTRA_BRIDGES = {
     ],
 }
 #: Calls that load a module by name (their first argument, a string).
-LOADERS = {"require", "import_module", "find_spec"}
+LOADERS = {"import_extra", "import_module", "find_spec"}
 
 
 def pyproject() -> dict:
@@ -154,7 +154,7 @@ def test_an_extra_brings_every_module_its_bridge_imports(extra: str) -> None:
 
 
 def test_the_scan_sees_a_module_loaded_by_name() -> None:
-    """``require("datasets")`` inside a function counts (the verifiers bridge reaches it through tool_env)."""
+    """``import_extra("datasets", ...)`` inside a function counts (the verifiers bridge reaches it through tool_env)."""
     assert "datasets" in bridge_imports(["themisto_env.bridges.vf_taskset"])
     assert "trl" not in bridge_imports(["themisto_env.bridges.inspect_task"])
 
@@ -172,8 +172,8 @@ def test_the_verifiers_extra_alone_in_a_fresh_venv_imports_its_bridge(tmp_path: 
     assert done.returncode == 0, done.stderr[-3000:]
     check = (
         "import themisto_env.bridges.vf_taskset\n"
-        "from themisto_env.bridges.rl._deps import require\n"
-        "require('datasets', 'verifiers')\n"  # what vf-eval stopped at
+        "from themisto_env.errors import import_extra\n"
+        "import_extra('datasets', 'verifiers')\n"  # what vf-eval stopped at
         "print('ok')\n"
     )
     ran = subprocess.run([str(python), "-c", check], capture_output=True, text=True, timeout=300, cwd=tmp_path)

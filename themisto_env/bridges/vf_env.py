@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from themisto_env.errors import ProviderError
+from themisto_env.errors import import_extra
 
 __all__ = ["TASKSET_ID", "load_environment"]
 
@@ -45,10 +45,7 @@ def load_environment(
     Raises:
         ProviderError: verifiers 0.4 is not installed.
     """
-    try:
-        import verifiers.v1 as vf
-    except ImportError as exc:
-        raise ProviderError(f"verifiers 0.4 is not installed ({exc}): pip install 'themisto-env[verifiers]'") from None
+    vf = import_extra("verifiers.v1", "verifiers", name="verifiers 0.4")
 
     config = vf.resolve_env_config(
         {

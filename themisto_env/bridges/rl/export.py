@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from themisto_env.data.samples import Sample, TaskName, select_samples
-from themisto_env.errors import ConfigError, InfrastructureError
+from themisto_env.errors import ConfigError, InfrastructureError, import_extra
 
 if TYPE_CHECKING:
     from themisto_env.env.config import EnvConfig
@@ -143,9 +143,7 @@ def export_dataset(task: TaskName = "next-cell", observation: str = "static", **
     Raises:
         ProviderError: ``datasets`` is not installed (``pip install 'themisto-env[rl]'``).
     """
-    from themisto_env.bridges.rl._deps import require
-
-    return require("datasets").Dataset.from_list(export_samples(task, observation, **options))
+    return import_extra("datasets", "rl").Dataset.from_list(export_samples(task, observation, **options))
 
 
 def _observations(config: EnvConfig, dataset: Dataset, samples: Sequence[Sample]) -> dict[str, dict[str, Any]]:

@@ -19,7 +19,7 @@ from themisto_env.env.group import StateGroup
 from themisto_env.env.outcomes import state_mismatch
 from themisto_env.env.record import SampleRecord
 from themisto_env.env.tools import SUBMIT, TOOLS, ToolCall, ToolSpec, tool_method
-from themisto_env.errors import ConfigError
+from themisto_env.errors import ConfigError, import_extra
 from themisto_env.scoring.score import SampleScore
 
 __all__ = ["ROLLOUT_TOOLS", "SUBMIT_INSTRUCTION", "SharedStates", "ThemistoToolEnv", "tool_dataset", "tool_methods"]
@@ -177,10 +177,9 @@ def tool_dataset(task: str = "next-cell", *, limit: int | None = None, **env_opt
     Returns:
         A ``datasets.Dataset``.
     """
-    from themisto_env.bridges.rl._deps import require
     from themisto_env.bridges.rl.export import export_samples, observation_prompt
 
-    datasets = require("datasets")
+    datasets = import_extra("datasets", "rl")
     rows = export_samples(task, "static", limit=limit, **env_options)  # type: ignore[arg-type]
     budget = env_config_and_dataset({**env_options, "task": task})[0].tool_budget  # the option or its default
     out = []
