@@ -3,11 +3,12 @@ sample (a GRPO group's rollouts), the scorer they share, and the one cache of th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from themisto_env.data.samples import Sample
 from themisto_env.env.config import EnvConfig
@@ -67,7 +68,8 @@ class StateGroup:
         self._live: OrderedDict[str, StateServer] = OrderedDict()  # sample id -> its shared server
         self._own: weakref.WeakKeyDictionary[object, StateServer] = weakref.WeakKeyDictionary()  # share=False
         self._owned: list[StateServer] = []  # every server made here (closed by close())
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the map of servers (never held while waiting for a server's lock)
+        self._server_locks: dict[StateServer, threading.RLock] = {}  # a server's kernel work, one call at a time
         self._closed = False
 
     def scorer(self) -> Scorer:
@@ -81,24 +83,7 @@ class StateGroup:
     def server_for(self, sample_id: str, owner: object = None) -> StateServer:
         """The server of ``sample_id``'s state, moved to it if it served another sample: the sample's shared
         server, or (without sharing) ``owner``'s own."""
-        with self._lock:
-            self._check_open()
-            if not self.share and owner is not None:
-                server = self._own.get(owner) or self._new_server()
-                self._own[owner] = server
-            elif sample_id in self._live:
-                self._live.move_to_end(sample_id)
-                return self._live[sample_id]
-            else:
-                if len(self._live) < self.max_kernels:
-                    server = self._new_server()
-                else:
-                    _, server = self._live.popitem(last=False)  # the least recently used state moves on
-                self._live[sample_id] = server
-            sample = self.samples[sample_id]
-            if server.trajectory is None or server.trajectory.id != sample.trajectory_id or server.step != sample.step:
-                server.select(self.dataset.trajectories[sample.trajectory_id], sample.step)
-                server.warm_up()
+        with self._serving(sample_id, owner) as server:
             return server
 
     def call_tool(
@@ -106,34 +91,71 @@ class StateGroup:
     ) -> tuple[ToolOutcome, StateReport | None]:
         """Answer ``owner``'s call from the group's answers or the sample's server; the outcome, and how the
         state was served (None: answered from the group). The machinery failing (a lost backend, a state that
-        cannot be selected) is a fault of the outcome, never the tool's answer."""
+        cannot be selected) is a fault of the outcome, never the tool's answer. Calls on different samples'
+        servers run at once; calls on one server, one at a time."""
         tool = TOOLS.get(call.tool)
         shared = self.cache_answers and tool is not None and tool.read_only
         key = f"tool/{call.tool}/{json.dumps(call.args, sort_keys=True)}"
-        with self._lock:
-            live = self._live.get(sample_id) if shared else None
-            cached = live.answers.get(key) if live is not None else None
-            if isinstance(cached, ToolResult):
-                return ToolOutcome(cached), None
-            report = None
-            try:
-                server = self.server_for(sample_id, owner)
+        try:
+            with self._serving(sample_id, owner) as server:
+                cached = server.answers.get(key) if shared else None  # the server is at the sample's state
+                if isinstance(cached, ToolResult):
+                    return ToolOutcome(cached), None
                 outcome = server.call_tool(call, try_code)
                 report = server.report
-            except InfrastructureError as exc:
-                outcome = ToolOutcome(None, (fault_text(exc),))
-            if (
-                shared
-                and not outcome.faults
-                and outcome.result is not None
-                and (report is None or report.check != "mismatch")
-            ):
-                server.answers[key] = outcome.result
-            return outcome, report
+                if (
+                    shared
+                    and not outcome.faults
+                    and outcome.result is not None
+                    and (report is None or report.check != "mismatch")
+                ):
+                    server.answers[key] = outcome.result
+                return outcome, report
+        except InfrastructureError as exc:
+            return ToolOutcome(None, (fault_text(exc),)), None
+
+    @contextlib.contextmanager
+    def _serving(self, sample_id: str, owner: object) -> Iterator[StateServer]:
+        """The sample's server, held (its lock) and at the sample's state. Which server serves which sample is
+        decided under the group's lock, the kernel work under the server's: a server moved to another sample
+        while this waited for it is claimed again."""
+        sample = self.samples[sample_id]
+        while True:
+            server = self._claim(sample_id, owner)
+            with self._server_locks[server]:
+                with self._lock:
+                    still = self._own.get(owner) if not self.share and owner is not None else self._live.get(sample_id)
+                if still is not server:
+                    continue
+                at = server.trajectory
+                if at is None or at.id != sample.trajectory_id or server.step != sample.step:
+                    server.select(self.dataset.trajectories[sample.trajectory_id], sample.step)
+                    server.warm_up()
+                yield server
+                return
+
+    def _claim(self, sample_id: str, owner: object) -> StateServer:
+        """The server to serve ``sample_id`` (the group's map of servers only: no kernel work)."""
+        with self._lock:
+            self._check_open()
+            if not self.share and owner is not None:
+                server = self._own.get(owner) or self._new_server()
+                self._own[owner] = server
+            elif sample_id in self._live:
+                self._live.move_to_end(sample_id)
+                server = self._live[sample_id]
+            else:
+                if len(self._live) < self.max_kernels:
+                    server = self._new_server()
+                else:
+                    _, server = self._live.popitem(last=False)  # the least recently used state moves on
+                self._live[sample_id] = server
+            return server
 
     def _new_server(self) -> StateServer:
         server = StateServer(self.config, self.dataset, spec=self.spec)
         self._owned.append(server)
+        self._server_locks[server] = threading.RLock()
         return server
 
     def _check_open(self) -> None:
@@ -148,7 +170,8 @@ class StateGroup:
             self._live.clear()
             scorer, self._scorer = self._scorer, None
         for server in servers:
-            server.close()
+            with self._server_locks[server]:  # after the call it is making
+                server.close()
         if scorer is not None:
             scorer.close()
 

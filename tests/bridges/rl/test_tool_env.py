@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -185,6 +187,64 @@ def test_a_groups_repeated_calls_are_answered_once_and_the_same(env_dataset: dic
         assert all(call_all(rollout) == expected for rollout in group[1:]), "answered from the group's first calls"
         assert all(rollout.faults == [] for rollout in group)
         assert all(len(rollout.tool_calls) == len(CALLS) for rollout in group), "each rollout pays for its calls"
+
+
+def test_rollouts_of_two_samples_call_their_kernels_at_once(env_dataset: dict[str, str]) -> None:
+    """A slow call on one sample's kernel (a tried cell that sleeps) does not hold up a call on another's: the
+    verifiers tool server runs its rollouts in threads."""
+    rows = tool_dataset("next-cell", **env_dataset)
+    slow_sample, quick_sample = str(rows[-2]["sample_id"]), str(rows[2]["sample_id"])
+    with SharedStates(task="next-cell", tool_budget=100, **env_dataset) as states:
+        slow, quick = ThemistoToolEnv(states), ThemistoToolEnv(states)
+        slow.reset(sample_id=slow_sample)
+        quick.reset(sample_id=quick_sample)
+        slow.list_variables()  # both kernels served before the race
+        quick.list_variables()
+        copies = states.scorer().disposable_kernels()
+        tried = threading.Thread(target=slow._call, args=("try_cell", {"code": "import time; time.sleep(6)"}))
+        tried.start()
+        deadline = time.monotonic() + 120
+        while copies.running is None and tried.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert copies.running is not None, "the tried cell never started"
+        answered = quick.memory_usage()  # not cached: it has to reach the quick sample's kernel
+        still_sleeping = tried.is_alive()
+        tried.join(timeout=120)
+        assert answered and still_sleeping, "the quick call waited for the other sample's tried cell"
+        assert "SANDBOX" not in slow.episode.tool_text and quick.faults == slow.faults == []
+
+
+def test_rollouts_in_threads_moving_one_kernel_between_samples_get_each_samples_answers(
+    env_dataset: dict[str, str],
+) -> None:
+    """One kernel for two samples, rollouts of both calling from threads at once: each answer is its own
+    sample's (the answer cache never hands one sample's answer to the other)."""
+    rows = tool_dataset("next-cell", **env_dataset)
+    samples = [str(rows[-2]["sample_id"]), str(rows[2]["sample_id"])]
+    want = {}
+    for sample_id in samples:
+        with SharedStates(task="next-cell", tool_budget=100, **env_dataset) as alone:
+            rollout = ThemistoToolEnv(alone)
+            rollout.reset(sample_id=sample_id)
+            want[sample_id] = (rollout.list_variables(), rollout.dataframe_info(name="sales"))
+    assert want[samples[0]] != want[samples[1]]
+    with SharedStates(task="next-cell", tool_budget=100, max_kernels=1, **env_dataset) as states:
+        seen: dict[str, list[tuple[str, str]]] = {s: [] for s in samples}
+
+        def rollouts(sample_id: str) -> None:
+            for _ in range(3):
+                rollout = ThemistoToolEnv(states)
+                rollout.reset(sample_id=sample_id)
+                seen[sample_id].append((rollout.list_variables(), rollout.dataframe_info(name="sales")))
+
+        threads = [threading.Thread(target=rollouts, args=(s,)) for s in samples]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=300)
+        assert len(states._owned) == 1
+    for sample_id in samples:
+        assert seen[sample_id] == [want[sample_id]] * 3, sample_id
 
 
 def gym_tool_steps(env_dataset: dict[str, str], sample_id: str, budget: int, calls: int) -> list[dict[str, Any]]:
