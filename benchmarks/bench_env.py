@@ -58,7 +58,8 @@ def main() -> None:
     console = Console()
     console.print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; backend={args.backend}")
 
-    env = ThemistoEnv(task="next-cell", observation="static", dataset=args.data, backend=args.backend)
+    # served eagerly: the default serves a static episode's state only when a tool needs it (nothing would run)
+    env = ThemistoEnv(task="next-cell", observation="static", dataset=args.data, backend=args.backend, lazy_state=False)
     # By default a trajectory without a restart midway: nbclient cannot restart, so it would not compare.
     no_restart = [
         t for t in env.episode.episode_ids if not any(s.restarted_before for s in env.episode.trajectories[t].steps[1:])

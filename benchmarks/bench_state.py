@@ -21,6 +21,7 @@ fingerprint of the served states (median, max) and the host's comparison. Nothin
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import statistics
 import time
@@ -30,6 +31,7 @@ from rich.table import Table
 
 from themisto_env.env.actions import Prediction
 from themisto_env.env.core import ThemistoEnv
+from themisto_env.replay.dataset import Dataset
 from themisto_env.state.check import diff_fingerprints, expected_fingerprint
 
 
@@ -53,10 +55,13 @@ def main() -> None:
     args = parser.parse_args()
     console = Console()
     console.print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; backend={args.backend}")
-    checked = ThemistoEnv(task="next-cell", observation="static", backend=args.backend, dataset=args.data)
-    unchecked = ThemistoEnv(task="next-cell", observation="static", backend=args.backend, dataset=args.data)
-    for trajectory in unchecked.episode.trajectories.values():  # hide the recordings: nothing to check against
+    # served eagerly (the default serves a static episode's state only when a tool needs it: nothing to time)
+    options = {"task": "next-cell", "observation": "static", "backend": args.backend, "lazy_state": False}
+    checked = ThemistoEnv(**options, dataset=args.data)
+    hidden = copy.deepcopy(Dataset.open(args.data, backend=args.backend))  # the process's one is the checked env's
+    for trajectory in hidden.trajectories.values():  # hide the recordings: nothing to check against
         trajectory.fingerprint_version = -1
+    unchecked = ThemistoEnv(**options, dataset=hidden)
     try:
         per_sample = {"checked": [], "unchecked": []}
         bare: list[float] = []
@@ -79,6 +84,7 @@ def main() -> None:
                 :: max(1, len(checked.episode.episode_samples[tid]) // 8)
             ]:
                 checked.reset(options={"trajectory": tid, "sample": checked.episode.episode_samples[tid].index(sample)})
+                kernel = checked.episode.tool_context().kernel  # a reset may serve the state on another kernel
                 result = kernel.execute(
                     "import time as _t, sys as _s\n_a = _t.perf_counter()\n"
                     "_s.modules['_themisto_helper'].namespace_fingerprint()\nprint(_t.perf_counter() - _a)"
