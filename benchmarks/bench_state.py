@@ -21,7 +21,6 @@ fingerprint of the served states (median, max) and the host's comparison. Nothin
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 import statistics
 import time
@@ -58,7 +57,8 @@ def main() -> None:
     # served eagerly (the default serves a static episode's state only when a tool needs it: nothing to time)
     options = {"task": "next-cell", "observation": "static", "backend": args.backend, "lazy_state": False}
     checked = ThemistoEnv(**options, dataset=args.data)
-    hidden = copy.deepcopy(Dataset.open(args.data, backend=args.backend))  # the process's one is the checked env's
+    shared = Dataset.open(args.data, backend=args.backend)  # the process's one: the checked env's
+    hidden = Dataset(shared.path, shared.manifest)  # trajectories of its own, read anew
     for trajectory in hidden.trajectories.values():  # hide the recordings: nothing to check against
         trajectory.fingerprint_version = -1
     unchecked = ThemistoEnv(**options, dataset=hidden)
