@@ -395,7 +395,9 @@ def test_each_card_shows_where_the_samples_time_went(page: Path, runs: tuple[Pat
         assert set(segments) == {f"timing-{k}" for k in kinds if timing.get(k, 0.0) > 0}
         total = sum(timing.values())
         for kind, style in segments.items():
-            assert style == f"width: {100 * timing[kind.removeprefix('timing-')] / total:.1f}%"
+            # the page rounds in the browser, with its own sum: the last digit may differ by one
+            width = float(style.removeprefix("width: ").removesuffix("%"))
+            assert abs(width - 100 * timing[kind.removeprefix("timing-")] / total) <= 0.051, style
     assert samples[talked]["rows"][1]["timing"]["model"] > 0 and samples[talked]["rows"][1]["timing"]["tools"] > 0
 
 
