@@ -104,7 +104,6 @@ PUBLIC: dict[str, list[str]] = {
         "SharedStates",
         "ThemistoToolEnv",
         "export_dataset",
-        "make_vector_env",
         "tool_dataset",
     ],
     "themisto_env.metrics": [

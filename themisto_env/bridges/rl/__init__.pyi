@@ -7,4 +7,3 @@ from .rewards import MetricReward as MetricReward
 from .tool_env import SharedStates as SharedStates
 from .tool_env import ThemistoToolEnv as ThemistoToolEnv
 from .tool_env import tool_dataset as tool_dataset
-from .vector import make_vector_env as make_vector_env

@@ -4,7 +4,7 @@ Each row is what the env shows the agent at that sample (`sample_observation`, a
 [`ThemistoEnv`][themisto_env.env.ThemistoEnv] shows it: computed without a kernel in ``static`` mode, dumped
 from a served state in ``full`` mode), turned into a prompt in the LLM agents' wording, with the text to
 predict. The ``target`` column is for the reward function (TRL passes every column but ``prompt`` to it);
-the model never sees it. ``tools`` mode needs several turns: `themisto_env.bridges.rl.vector`.
+the model never sees it. ``tools`` mode needs several turns: the env itself.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def export_samples(
     if observation not in ("static", "full"):
         raise ConfigError(
             f"single-turn export supports observation 'static' or 'full', not {observation!r}; "
-            "tool use needs several turns: use themisto_env.bridges.rl.vector.make_vector_env"
+            "tool use needs several turns: use the env itself (gymnasium.make_vec for several copies)"
         )
     config, dataset = env_config_and_dataset({**env_options, "task": task, "observation": observation})
     samples = dataset.samples(config.task, config.sample_rule)
