@@ -201,6 +201,9 @@ class SpareKernels:
             self._keep_spares = False
             self._expected = 0
             fillers = list(self._fillers)
+            kept = list(self._states.values())
+        for state in kept:  # their spares first: one being forked would count as a copy in use
+            state.trim()
         for filler in fillers:
             if filler is not threading.current_thread():
                 filler.join(timeout=30)  # a spare being forked now is closed, not kept

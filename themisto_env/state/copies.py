@@ -359,17 +359,18 @@ class DisposableKernels:
     def _discard(self, served: TrajectoryKernel) -> None:
         """Close the kernel in the background (a container takes a moment to go)."""
         thread = threading.Thread(target=served.close, kwargs={"graceful": False}, name="themisto-discard", daemon=True)
-        with self._closing_lock:
+        with self._closing_lock:  # started under the lock: another run's discard keeps only live threads
             self._closing = [t for t in self._closing if t.is_alive()] + [thread]
-        thread.start()
+            thread.start()
 
     def close(self) -> None:
         """Close the pool, wait for discarded kernels to be gone and give back this holder's share of the shared
         templates. Idempotent."""
         self.pool.close()
-        for thread in self._closing:
+        with self._closing_lock:
+            closing, self._closing = self._closing, []
+        for thread in closing:
             thread.join(timeout=60)
-        self._closing = []
         if self._holds_templates:
             self._holds_templates = False
             release_shared_templates()

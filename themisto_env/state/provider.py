@@ -71,6 +71,7 @@ class StateProvider:
         )
         #: The disposable copies model-written code runs in (None until the first is asked for).
         self.disposable: DisposableKernels | None = None
+        self._disposable_lock = threading.Lock()  # one set of copies for the threads that ask at once
         # the shared templates keep spares and states while a provider forks from them (its served kernel
         # or its copies: on docker, only the copies are forked)
         self._holds_templates = self.spec.forks or self.spec.with_access("copy").forks
@@ -169,9 +170,10 @@ class StateProvider:
     def copies(self) -> DisposableKernels:
         """The disposable kernels model-written code runs in: copies of a state, each discarded after one
         run, never the served kernel (started on first use)."""
-        if self.disposable is None:
-            self.disposable = DisposableKernels(self.spec.with_access("copy"))
-        return self.disposable
+        with self._disposable_lock:
+            if self.disposable is None:
+                self.disposable = DisposableKernels(self.spec.with_access("copy"))
+            return self.disposable
 
     # -- a lost backend ----------------------------------------------------------------------------------
 
@@ -233,9 +235,10 @@ class StateProvider:
         """Close the served kernel and the copies, give back this provider's share of the warm pool and of
         the shared templates. Idempotent."""
         self.kernel_owner.close()
-        if self.disposable is not None:
-            self.disposable.close()
-            self.disposable = None
+        with self._disposable_lock:
+            disposable, self.disposable = self.disposable, None
+        if disposable is not None:
+            disposable.close()
         if self.pool is not None:
             self.pool.release()  # closed with the last provider that holds it
             self.pool = self.kernel_owner.pool = None
