@@ -3,14 +3,20 @@ rewards from the env's metrics, and no reward where the machinery failed."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
+import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
+from tests.conftest import wait_for
 from themisto_env.bridges.rl.tool_env import ROLLOUT_TOOLS, SharedStates, ThemistoToolEnv, tool_dataset
 from themisto_env.env.actions import Prediction
 from themisto_env.env.core import ThemistoEnv
@@ -247,6 +253,182 @@ def test_rollouts_in_threads_moving_one_kernel_between_samples_get_each_samples_
         assert len(states._owned) == 1
     for sample_id in samples:
         assert seen[sample_id] == [want[sample_id]] * 3, sample_id
+
+
+#: The two samples of the concurrent runs below: tool_dataset's rows (``early``: before ``total`` exists).
+TWO_SAMPLES = {"early": 2, "late": -2}
+ROUNDS = 3
+
+
+def kernel_processes() -> set[int]:
+    """The live kernels and state templates this test process started (a forked kernel has its template's
+    command line and the name ``ipykernel``; one that ends while it is looked at, or a zombie its template reaps,
+    is gone)."""
+    found = set()
+    for process in psutil.Process().children(recursive=True):
+        try:
+            kernel = "ipykernel" in " ".join(process.cmdline()) or process.name() == "ipykernel"
+            running = kernel or process.name() == "themisto-state"
+            if running and process.status() != psutil.STATUS_ZOMBIE:
+                found.add(process.pid)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def run_folders() -> set[Path]:
+    """The kernels' run folders in the temporary folder: each kernel's and a forked copy's (in its template's
+    ``kernels``)."""
+    root = Path(tempfile.gettempdir())
+    patterns = ("themisto-kernel-*", "themisto-kernel-*/kernels/*")
+    return {path for pattern in patterns for path in root.glob(pattern)}
+
+
+def rendezvous(folder: Path, mine: str, other: str) -> str:
+    """Code that marks ``mine`` in ``folder`` and waits (30 s at most) for ``other``'s mark, creating no name:
+    it raises unless the other code ran meanwhile (or had run: its mark left in ``folder``)."""
+    path = "__import__('pathlib').Path"
+    wait = f"{path}({str(folder / other)!r}).exists() or __import__('time').sleep(0.05)"
+    return f"{path}({str(folder / mine)!r}).touch()\nassert any({wait} for _ in range(600)), 'ran alone'\n"
+
+
+def run_in_threads(work: dict[str, Any]) -> dict[str, Any]:
+    """Each of ``work``'s callables in a thread of its own, at once; their results (a thread's error raised)."""
+    with ThreadPoolExecutor(max_workers=len(work)) as threads:
+        futures = {key: threads.submit(call) for key, call in work.items()}
+        return {key: future.result(timeout=600) for key, future in futures.items()}
+
+
+@pytest.fixture
+def two_samples(env_dataset: dict[str, str]) -> dict[str, str]:
+    rows = tool_dataset("next-cell", **env_dataset)
+    return {tag: str(rows[index]["sample_id"]) for tag, index in TWO_SAMPLES.items()}
+
+
+def test_cells_tried_at_once_on_two_samples_answer_as_each_alone(
+    env_dataset: dict[str, str], two_samples: dict[str, str], tmp_path: Path
+) -> None:
+    """The verifiers tool server runs its rollouts in threads, which share one scorer's disposable kernels: two
+    rollouts on two samples trying cells at once (each cell reads its state, changes it and waits for the
+    other's to run) each read what their cell did alone, in their own sample's state, and none of it stays."""
+    other = {"early": "late", "late": "early"}
+
+    def code(tag: str, round_: int) -> str:
+        names = "sorted(n for n in globals() if not n.startswith('_') and n not in ('In', 'Out', 'exit', 'quit'))"
+        return rendezvous(tmp_path, f"{tag}-{round_}", f"{other[tag]}-{round_}") + (
+            f"seen_{tag}_{round_} = {names}\n"
+            f"sales['{tag}_{round_}'] = sales['units'] * {round_ + 2}\n"
+            f"print(sales.shape, seen_{tag}_{round_})"
+        )
+
+    for tag in two_samples:  # alone, every mark there already: no cell waits
+        for round_ in range(ROUNDS):
+            (tmp_path / f"{tag}-{round_}").touch()
+    want: dict[str, list[str]] = {}
+    variables: dict[str, str] = {}
+    for tag, sample_id in two_samples.items():
+        with SharedStates(task="next-cell", tool_budget=100, **env_dataset) as alone:
+            rollout = ThemistoToolEnv(alone)
+            rollout.reset(sample_id=sample_id)
+            variables[tag] = rollout.list_variables()
+            want[tag] = [rollout._call("try_cell", {"code": code(tag, r)}) for r in range(ROUNDS)]
+            assert rollout.faults == []
+    for tag, answers in want.items():
+        for round_, answer in enumerate(answers):
+            assert "status: ok" in answer and f"seen_{tag}_{round_}" in answer, answer
+            assert "(20, 3)" in answer, "each cell runs in a fresh copy: the column of the round before is gone"
+    assert "'total'" in want["late"][0] and "'total'" not in want["early"][0], "two different states"
+    for mark in tmp_path.iterdir():
+        mark.unlink()
+
+    kernels, folders = kernel_processes(), run_folders()
+    barrier = threading.Barrier(len(two_samples), timeout=300)
+    with SharedStates(task="next-cell", tool_budget=100, cache_answers=False, **env_dataset) as states:
+        rollouts = {tag: ThemistoToolEnv(states) for tag in two_samples}
+
+        def tries(tag: str) -> list[str]:
+            rollouts[tag].reset(sample_id=two_samples[tag])
+            rollouts[tag].list_variables()  # the sample's state served before the race
+            answers = []
+            for round_ in range(ROUNDS):
+                barrier.wait()
+                answers.append(rollouts[tag]._call("try_cell", {"code": code(tag, round_)}))
+            return answers
+
+        got = run_in_threads({tag: functools.partial(tries, tag) for tag in two_samples})
+        assert {p.name for p in tmp_path.iterdir()} == {f"{t}-{r}" for t in two_samples for r in range(ROUNDS)}
+        for tag, rollout in rollouts.items():
+            assert rollout.faults == [] and rollout.untrusted == [], "no run is the machinery's fault"
+            assert rollout.list_variables() == variables[tag], "the shared kernel never ran a tried cell"
+            fresh = ThemistoToolEnv(states)
+            fresh.reset(sample_id=two_samples[tag])
+            assert fresh.list_variables() == variables[tag]
+    for tag in two_samples:
+        assert got[tag] == want[tag], f"{tag}: a cell tried beside another's answered otherwise than alone"
+        for round_, answer in enumerate(got[tag]):
+            foreign = [f"{t}_{r}" for t in two_samples for r in range(ROUNDS) if (t, r) != (tag, round_)]
+            assert not [name for name in foreign if name in answer], answer
+    assert wait_for(lambda: not kernel_processes() - kernels), f"kernels left: {kernel_processes() - kernels}"
+    assert wait_for(lambda: not run_folders() - folders), f"run folders left: {run_folders() - folders}"
+
+
+def test_predictions_scored_at_once_on_two_samples_get_each_their_reward_alone(
+    env_dataset: dict[str, str], two_samples: dict[str, str], tmp_path: Path
+) -> None:
+    """Under the execution score, two rollouts on two samples asking their rewards at once (their predictions
+    run at once, each waiting for the other's) get the rewards they get alone, and leave nothing behind."""
+    other = {"early": "late", "late": "early"}
+
+    def predictions(tag: str, target: str) -> list[str]:
+        wrong = f"hacked_{tag} = 1\nsales.drop(columns=['units'], inplace=True)"
+        return [rendezvous(tmp_path, f"{tag}-{r}", f"{other[tag]}-{r}") + p for r, p in enumerate((target, wrong))]
+
+    options: dict[str, Any] = {"task": "next-cell", "execution_score": True, "tool_budget": 100, **env_dataset}
+    for tag in two_samples:
+        for round_ in range(2):
+            (tmp_path / f"{tag}-{round_}").touch()
+    want: dict[str, list[Any]] = {}
+    variables: dict[str, str] = {}
+    for tag, sample_id in two_samples.items():
+        with SharedStates(**options) as alone:
+            rollout = ThemistoToolEnv(alone)
+            rollout.reset(sample_id=sample_id)
+            variables[tag] = rollout.list_variables()
+            want[tag] = []
+            for prediction in predictions(tag, alone.samples[sample_id].target):
+                rollout.submit(prediction)
+                want[tag].append((rollout.get_reward(), rollout.last_score))
+    for tag, ((right, _), (wrong, _)) in want.items():
+        assert right is not None and wrong is not None and right > wrong, (tag, right, wrong)
+    for mark in tmp_path.iterdir():
+        mark.unlink()
+
+    kernels, folders = kernel_processes(), run_folders()
+    barrier = threading.Barrier(len(two_samples), timeout=300)
+    with SharedStates(**options, cache_answers=False) as states:
+        rollouts = {tag: ThemistoToolEnv(states) for tag in two_samples}
+
+        def rewards(tag: str) -> list[Any]:
+            rollout = rollouts[tag]
+            rollout.reset(sample_id=two_samples[tag])
+            rollout.list_variables()
+            got = []
+            for prediction in predictions(tag, states.samples[two_samples[tag]].target):
+                rollout.submit(prediction)
+                barrier.wait()
+                got.append((rollout.get_reward(), rollout.last_score))
+            return got
+
+        got = run_in_threads({tag: functools.partial(rewards, tag) for tag in two_samples})
+        assert len(list(tmp_path.iterdir())) == 4, "every prediction ran"
+        for tag, rollout in rollouts.items():
+            assert rollout.faults == [] and rollout.untrusted == []
+            fresh = ThemistoToolEnv(states)
+            fresh.reset(sample_id=two_samples[tag])
+            assert fresh.list_variables() == variables[tag], "a prediction reached the shared kernel"
+    assert got == want, "a reward asked beside another's differs from the one asked alone"
+    assert wait_for(lambda: not kernel_processes() - kernels), f"kernels left: {kernel_processes() - kernels}"
+    assert wait_for(lambda: not run_folders() - folders), f"run folders left: {run_folders() - folders}"
 
 
 def gym_tool_steps(env_dataset: dict[str, str], sample_id: str, budget: int, calls: int) -> list[dict[str, Any]]:
