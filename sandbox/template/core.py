@@ -251,7 +251,7 @@ class KernelTemplate(StateTemplates, SpareKernels):
                     signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
                 os.close(self._pidfd)
                 self._pidfd = None
-            if self._run_dir is not None and self.base is None:  # its kernels and what they started go first
+            if self._run_dir is not None:  # its kernels and what they started go first (a state template's: none)
                 remove_run_dir(self._run_dir)
             self._run_dir = None
             self._ready.notify_all()  # callers waiting for a spare fork their own (and learn it is gone)

@@ -277,10 +277,10 @@ def kernel_processes() -> set[int]:
 
 
 def run_folders() -> set[Path]:
-    """The kernels' run folders in the temporary folder: each kernel's and a forked copy's (in its template's
-    ``kernels``)."""
+    """The kernels' run folders in the temporary folder: each kernel's, a forked copy's (in its template's
+    ``kernels``) and each state template's."""
     root = Path(tempfile.gettempdir())
-    patterns = ("themisto-kernel-*", "themisto-kernel-*/kernels/*")
+    patterns = ("themisto-kernel-*", "themisto-kernel-*/kernels/*", "themisto-kernel-*/state-*")
     return {path for pattern in patterns for path in root.glob(pattern)}
 
 
