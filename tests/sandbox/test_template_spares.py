@@ -193,3 +193,21 @@ def test_a_copys_printers_follow_what_its_own_code_imported(tmp_path_factory: py
         assert copy.execute("import sys; print('numpy' in sys.modules)").text().strip() == "False", "no test"
         result = copy.execute("import numpy as np\n%precision 2\nnp.float64(1.23456)")
         assert result.text().strip() == "1.23", result.outputs
+
+
+def test_a_trim_while_a_state_forks_its_spare_ends_the_state_and_the_spare(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The last env closing trims the templates: a state template forking a spare at that moment (right after
+    its second copy) is not in use, and goes with its spare."""
+    store = tmp_path_factory.mktemp("trim-store")
+    with KernelTemplate("local", preload=("numpy",), snapshot_dir=store) as template:
+        digest, _ = _snapshot(template, "label = 'trimmed'\n")
+        state = template.state(digest)
+        first, second = state.kernel(), state.kernel()  # the second copy has a spare forked in the background
+        first.close(graceful=False)
+        second.close(graceful=False)
+        template.trim()
+        assert wait_for(lambda: not state.is_alive(), seconds=10), "the state template outlived the trim"
+        assert state._spares == [] and not any(kernel.is_alive() for kernel in list(state._forked))
+        assert not template.worth_forking(digest), "the next copy of the state loads it again"
