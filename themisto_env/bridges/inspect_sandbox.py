@@ -54,7 +54,7 @@ class SandboxConfig(EnvConfig):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    def __hash__(self) -> int:  # a Ray placement is a model: hash the options' JSON form
+    def __hash__(self) -> int:  # some options are models that do not hash: hash their JSON form
         return hash(self.model_dump_json())
 
     def env_config(self) -> EnvConfig:
