@@ -148,7 +148,6 @@ def train(
     execution_score: bool = False,
     learning_rate: float = 3e-3,
     seed: int = 0,
-    ray: str | None = None,
     split: str | None = "default",
 ) -> dict[str, Any]:
     """Run a few multi-turn GRPO steps on a tiny model through
@@ -174,8 +173,6 @@ def train(
         execution_score: Also score each prediction by running it (a disposable kernel).
         learning_rate: The optimizer's learning rate.
         seed: Seed of the model, sampling and data order.
-        ray: A Ray address (``local``, ``auto``, ``HOST:6379``): the kernels run in Ray actors on the
-            cluster's CPU nodes (the env option ``ray``), the model and the trainer here.
         split: Train on the ``train`` side of this split of the dataset (``default``, or a name ``themisto
             data split --name`` wrote); None trains on every sample.
 
@@ -195,8 +192,6 @@ def train(
     options: dict[str, Any] = {"dataset": data, "history_length": history_length, "tool_budget": tool_budget}
     if snapshot_dir:
         options["snapshot_dir"] = snapshot_dir
-    if ray:
-        options["ray"] = ray  # the kernels in Ray actors on the cluster's CPU nodes; the model stays here
     held_out: dict[str, Any] | None = None
     if split:  # train on the split's train side; the test side is served by states of its own, for the evaluation
         held_out = {**options, "split": "test" if split == "default" else f"{split}:test"}
@@ -316,9 +311,6 @@ def main() -> None:
     parser.add_argument("--no-share", action="store_true", help="a kernel per rollout, not per group")
     parser.add_argument("--execution-score", action="store_true", help="also score predictions by running them")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--ray", default=None, help="run the kernels on Ray: local, auto, HOST:6379 or ray://HOST:10001 (default: here)"
-    )
     parser.add_argument("--split", default="default", help="train on this split's train side (default; none: all)")
     args = parser.parse_args()
     summary = train(
@@ -332,7 +324,6 @@ def main() -> None:
         share=not args.no_share,
         execution_score=args.execution_score,
         seed=args.seed,
-        ray=args.ray,
         split=None if args.split == "none" else args.split,
     )
     print(json.dumps(summary, indent=2))

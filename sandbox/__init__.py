@@ -1,10 +1,10 @@
 """Where code runs: Jupyter kernels on interchangeable backends (``local``, ``bwrap``, ``docker``).
 
 The face lists the parts a caller uses ([`Kernel`][themisto_env.sandbox.Kernel],
-[`KernelLike`][themisto_env.sandbox.KernelLike], [`make_kernel`][themisto_env.sandbox.make_kernel],
-[`KernelTemplate`][themisto_env.sandbox.KernelTemplate], `KernelSpec`, limits and results), each imported on
-first use. The rooms: ``kernel/`` (a kernel and its parts), ``template/`` (forked kernels), ``backends/``,
-``image/``, ``ray/``, ``store/`` and ``lifetime/``. The bottom layer: it imports no other part of
+[`KernelLike`][themisto_env.sandbox.KernelLike], [`KernelTemplate`][themisto_env.sandbox.KernelTemplate],
+`KernelSpec`, limits and results), each imported on first use. The rooms: ``kernel/`` (a kernel and its
+parts), ``template/`` (forked kernels), ``backends/``, ``image/``, ``ray/`` (reaching a Ray cluster),
+``store/`` and ``lifetime/``. The bottom layer: it imports no other part of
 themisto_env but the leaves (errors).
 """
 

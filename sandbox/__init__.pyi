@@ -7,6 +7,4 @@ from .kernel.launcher import KernelLauncher as KernelLauncher
 from .kernel.spec import KernelSpec as KernelSpec
 from .models import ExecutionResult as ExecutionResult
 from .models import SandboxLimits as SandboxLimits
-from .ray.kernel import RemoteKernel as RemoteKernel
-from .ray.kernel import make_kernel as make_kernel
 from .template.core import KernelTemplate as KernelTemplate

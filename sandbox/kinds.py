@@ -1,9 +1,9 @@
 """Every kind of kernel there is, as a factory the conformance suite runs on.
 
 A kind is named ``BACKEND`` (a kernel started by the backend's launcher: ``local``, ``bwrap``, ``docker``),
-``BACKEND-forked`` (forked from a kernel template of that backend) or ``BACKEND-ray`` (in a Ray actor).
-`open_kind` gives the `KernelKind` (`themisto_env.sandbox.kernel.conformance`) and holds what its kernels
-need meanwhile (a template per store access, a Ray connection), closed when the block ends:
+or ``BACKEND-forked`` (forked from a kernel template of that backend). `open_kind` gives the `KernelKind`
+(`themisto_env.sandbox.kernel.conformance`) and holds what its kernels need meanwhile (a template per store
+access), closed when the block ends:
 
     >>> with open_kind("local-forked") as kind:
     ...     results = [run_check(check, kind) for check in checks_for(kind)]
@@ -23,24 +23,22 @@ from themisto_env.sandbox.models import SandboxLimits
 
 __all__ = ["HOW", "kind_name", "open_kind"]
 
-#: How a kind's kernels are made: started by the backend's launcher, forked from a template, or on Ray.
-HOW = ("started", "forked", "ray")
+#: How a kind's kernels are made: started by the backend's launcher, or forked from a template.
+HOW = ("started", "forked")
 
 
 def kind_name(backend: str, how: str = "started") -> str:
-    """The name of a kind: ``local``, ``docker-forked``, ``local-ray``, ..."""
+    """The name of a kind: ``local``, ``docker-forked``, ..."""
     return backend if how == "started" else f"{backend}-{how}"
 
 
 @contextmanager
-def open_kind(name: str, *, snapshot_dir: str | Path | None = None, ray_address: str = "local") -> Iterator[KernelKind]:
+def open_kind(name: str, *, snapshot_dir: str | Path | None = None) -> Iterator[KernelKind]:
     """The kind of kernel ``name`` names, with what its kernels need held until the block ends.
 
     Args:
-        name: ``BACKEND``, ``BACKEND-forked`` or ``BACKEND-ray`` (see the module docstring).
+        name: ``BACKEND`` or ``BACKEND-forked`` (see the module docstring).
         snapshot_dir: The snapshot store of its kernels (default: the user's).
-        ray_address: Where a Ray kind's actors go: ``local`` (a Ray instance on this machine, started for the
-            block if this process has none), ``auto`` or a cluster address.
 
     Raises:
         ConfigError: The name is not a kind (an unknown backend is its own one-line error).
@@ -48,15 +46,10 @@ def open_kind(name: str, *, snapshot_dir: str | Path | None = None, ray_address:
     backend, _, how = name.partition("-")
     how = how or "started"
     if how not in HOW:
-        raise ConfigError(f"no kind of kernel {name!r}: BACKEND, BACKEND-forked or BACKEND-ray")
+        raise ConfigError(f"no kind of kernel {name!r}: BACKEND or BACKEND-forked")
     launcher = launcher_class(backend)
     with ExitStack() as held:
-        if how == "forked":
-            make = _forked(backend, snapshot_dir, held)
-        elif how == "ray":
-            make = _on_ray(backend, snapshot_dir, ray_address, held)
-        else:
-            make = _started(backend, snapshot_dir)
+        make = _forked(backend, snapshot_dir, held) if how == "forked" else _started(backend, snapshot_dir)
         yield KernelKind(name, make, isolated=launcher.isolated, enforces_limits=launcher.enforces_limits)
 
 
@@ -83,23 +76,5 @@ def _forked(backend: str, snapshot_dir: str | Path | None, held: ExitStack) -> K
             template = KernelTemplate(backend, snapshot_dir=snapshot_dir, store_access=access, spares=0)
             templates[access] = held.enter_context(template)
         return templates[access].kernel(limits=limits)
-
-    return make
-
-
-def _on_ray(backend: str, snapshot_dir: str | Path | None, address: str, held: ExitStack) -> KernelFactory:
-    """Kernels in Ray actors; a Ray instance this call starts is shut down with the block."""
-    from themisto_env.sandbox.kernel.spec import RayPlacement
-    from themisto_env.sandbox.ray.cluster import connect, import_ray
-    from themisto_env.sandbox.ray.kernel import RemoteKernel
-
-    if connect(address, num_cpus=2):
-        held.callback(import_ray().shutdown)
-    placement = RayPlacement(address=address)
-
-    def make(limits: SandboxLimits, store_access: StoreAccess) -> KernelLike:
-        return RemoteKernel(
-            backend, placement=placement, limits=limits, snapshot_dir=snapshot_dir, store_access=store_access
-        )
 
     return make

@@ -135,9 +135,7 @@ PUBLIC: dict[str, list[str]] = {
         "KernelLike",
         "KernelSpec",
         "KernelTemplate",
-        "RemoteKernel",
         "SandboxLimits",
-        "make_kernel",
     ],
     # the in-kernel helper's host side: the names the host shares with it
     "themisto_env.sandbox.kernel.helper": [

@@ -3,7 +3,7 @@
 The suite takes a `KernelKind`: a factory (a callable that returns a started or startable
 `KernelLike` for some limits and a store access) and what the kind claims (isolation, enforced limits).
 `themisto_env.sandbox.kinds` makes every kind there is: a kernel started on the ``local``, ``bwrap`` or
-``docker`` backend, one forked from a kernel template, one in a Ray actor. ``themisto sandbox check`` runs
+``docker`` backend, or one forked from a kernel template. ``themisto sandbox check`` runs
 the suite on a user's machine and the tests run it on every kind (tests/sandbox/test_conformance.py). Each
 check starts its own kernel(s) and raises ``AssertionError`` (or a ``ThemistoError``) when the kind
 misbehaves; what it reads of a kernel is the contract (`themisto_env.sandbox.kernel.contract`), but for the
@@ -53,7 +53,7 @@ class KernelKind:
     """A kind of kernel the suite runs on (see `themisto_env.sandbox.kinds`).
 
     Args:
-        name: What the kind is called (``local``, ``docker-forked``, ``local-ray``, ...).
+        name: What the kind is called (``local``, ``docker-forked``, ...).
         make: Makes one kernel of the kind.
         isolated: Whether its kernels claim isolation from the host (the isolation checks run).
         enforces_limits: Whether its kernels claim enforced memory and process limits (the limit checks run).

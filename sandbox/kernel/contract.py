@@ -1,12 +1,12 @@
-"""The kernel contract: what every kernel offers its callers, whatever runs it and wherever.
+"""The kernel contract: what every kernel offers its callers, however it was made.
 
 `KernelLike` is narrow, and a test holds its members to this list: the facts (`backend`, `environment`,
 `limits`, `store`, `restarts`, `launcher`), the lifetime (`start`, `close`, `is_alive`, `interrupt`,
 `restart`), `execute` and `call`, and two named parts, `snapshots` (`SnapshotsLike`) and `introspect`
 (`IntrospectionLike`). [`Kernel`][themisto_env.sandbox.Kernel] (started by a backend, or forked from a
-[`KernelTemplate`][themisto_env.sandbox.KernelTemplate]) and [`RemoteKernel`][themisto_env.sandbox.RemoteKernel]
-(in a Ray actor) satisfy it, and the factories are typed with it, so code written against the contract
-cannot tell them apart and one conformance suite (`themisto_env.sandbox.kernel.conformance`) runs on all.
+[`KernelTemplate`][themisto_env.sandbox.KernelTemplate]) satisfies it, and the factories are typed with it, so
+code written against the contract cannot tell a started kernel from a forked one and one conformance suite
+(`themisto_env.sandbox.kernel.conformance`) runs on all.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ MEASURE_TIMEOUT_S = 10.0
 
 class LauncherReadings(Protocol):
     """What callers read of a kernel's launcher: its limits and the backend's health, taken from outside the
-    kernel (a [`KernelLauncher`][themisto_env.sandbox.KernelLauncher], or a remote kernel's view of one)."""
+    kernel (a [`KernelLauncher`][themisto_env.sandbox.KernelLauncher])."""
 
     @property
     def enforces_limits(self) -> bool:

@@ -44,8 +44,8 @@ class Kernel:
 
     Args:
         spec: What kind of kernel (a `KernelSpec`), or the backend's name: ``local`` (default, not
-            isolated), ``bwrap`` or ``docker``. Its ``ray`` and ``fork`` are its makers' business
-            (`make_kernel`, the state server): a `Kernel` runs on this machine, started or forked as told.
+            isolated), ``bwrap`` or ``docker``. Its ``fork`` is its makers' business (the state server):
+            a `Kernel` is started or forked as told.
         template: A [`KernelTemplate`][themisto_env.sandbox.KernelTemplate] to fork the kernel from instead of
             starting one (usually through [`KernelTemplate.kernel`][themisto_env.sandbox.KernelTemplate.kernel] or
             `KernelTemplate.copies`).

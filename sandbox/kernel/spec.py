@@ -1,14 +1,14 @@
 """What kind of kernel to make: `KernelSpec`, one frozen value that every factory, pool and template takes
-and is keyed by, and `RayPlacement`, where kernels run on Ray.
+and is keyed by.
 
 A spec names the backend, the limits, the snapshot store and how the kernel sees it, the kernel
-environment, the Ray placement (None: on this machine), the modules to preload, the backend's launcher
-options, whether kernels of this kind may be forked from a template and how many an owner keeps warm. It is
-the env's ``kernel`` option (``gym.make(id, kernel=KernelSpec("docker"))``), completed once by its owner (the
-env adds its dataset's environment and imports) and handed down: `make_kernel`, `Kernel`, `RemoteKernel`,
-`KernelTemplate`, `shared_template`, `shared_pool` and the disposable kernels all take it, and two equal
-specs share one template and one pool. The fork policy (`KernelSpec.not_forked`) lives here too, so that
-every user of a spec forks, or does not, for the same reason.
+environment, the modules to preload, the backend's launcher options, whether kernels of this kind may be
+forked from a template and how many an owner keeps warm. It is the env's ``kernel`` option
+(``gym.make(id, kernel=KernelSpec("docker"))``), completed once by its owner (the env adds its dataset's
+environment and imports) and handed down: `Kernel`, `KernelTemplate`, `shared_template`, `shared_pool` and
+the disposable kernels all take it, and two equal specs share one template and one pool. The fork policy
+(`KernelSpec.not_forked`) lives here too, so that every user of a spec forks, or does not, for the same
+reason.
 
 Example:
     >>> spec = KernelSpec("local", preload=("pandas",))
@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
+from pydantic import ConfigDict, NonNegativeInt
 
 from themisto_env.sandbox.models import SandboxLimits
 
-__all__ = ["FORKING_BACKENDS", "KernelFields", "KernelSpec", "RayPlacement", "StoreAccess"]
+__all__ = ["FORKING_BACKENDS", "KernelFields", "KernelSpec", "StoreAccess"]
 
 #: Backends whose kernels can be forked from a template.
 FORKING_BACKENDS = ("local", "bwrap", "docker")
@@ -38,49 +38,15 @@ FORKING_BACKENDS = ("local", "bwrap", "docker")
 StoreAccess = Literal["read", "copy"]
 
 
-class RayPlacement(BaseModel):
-    """Where an env's kernels run on Ray (the env option ``ray``; a bare address string means the defaults).
-
-    Attributes:
-        address: ``local`` (a Ray instance on this machine), ``auto`` (the cluster this machine joined),
-            ``HOST:6379`` or ``ray://HOST:10001``: the same addresses as ``themisto run --ray``.
-        num_cpus: CPUs each kernel's actor reserves in Ray's accounting (default a quarter: a kernel mostly
-            waits between cells, and an env holds two or three: its own, a warm one, a disposable one).
-        memory_mb: Memory each kernel's actor reserves (None: none reserved; the kernel's own limits
-            still apply on isolating backends).
-        resources: Custom Ray resources each kernel's actor needs, e.g. ``{"kernels": 1}`` with CPU nodes
-            started by ``ray start --resources '{"kernels": 16}'``: kernels then go only there, never to
-            the trainer's GPU node.
-        scheduling: ``SPREAD`` spreads kernels over the nodes; ``DEFAULT`` lets Ray pack them.
-        snapshot_dir: The snapshot store on the kernels' nodes (None: the same path as the owner's store,
-            which on one machine or a shared folder is the same store).
-        start_timeout_s: How long to wait for a node to take a new kernel's actor.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    address: str = "local"
-    num_cpus: float = Field(0.25, ge=0)
-    memory_mb: int | None = Field(None, ge=1)
-    resources: dict[str, float] = Field(default_factory=dict)
-    scheduling: Literal["SPREAD", "DEFAULT"] = "SPREAD"
-    snapshot_dir: str | None = None
-    start_timeout_s: float = Field(120.0, gt=0)
-
-    def __hash__(self) -> int:
-        return hash(self.model_dump_json())
-
-
 class KernelFields(TypedDict, total=False):
     """The fields of a `KernelSpec` but its backend, as keyword arguments: what the public constructors
-    (`Kernel("docker", limits=...)`, `make_kernel`, `KernelTemplate`, ...) accept beside a backend's name
-    or over a spec (see `KernelSpec.of`)."""
+    (`Kernel("docker", limits=...)`, `KernelTemplate`, ...) accept beside a backend's name or over a spec
+    (see `KernelSpec.of`)."""
 
     limits: SandboxLimits | None
     snapshot_dir: str | Path | None
     store_access: StoreAccess
     environment: str | None
-    ray: RayPlacement | None
     preload: Sequence[str]
     launcher_options: Mapping[str, Any] | None
     fork: bool | None
@@ -100,7 +66,6 @@ class KernelSpec:
             kernels that run model-written code, which must not read the states of later steps).
         environment: A kernel environment's id (``themisto kernel-env create``); None: the tool's own
             Python (or the default image). The store restores only snapshots written in it.
-        ray: Where the kernels run on Ray; None: on this machine.
         preload: Modules imported once a kernel (or a template) starts; missing ones are skipped.
         launcher_options: Extra keyword arguments for the backend's launcher (e.g. ``image`` for docker),
             as sorted ``(name, value)`` pairs (a mapping given is sorted so).
@@ -119,7 +84,6 @@ class KernelSpec:
     snapshot_dir: str | None = None
     store_access: StoreAccess = "read"
     environment: str | None = None
-    ray: RayPlacement | None = None
     preload: tuple[str, ...] = ()
     launcher_options: tuple[tuple[str, Any], ...] = ()
     fork: bool | None = None
@@ -130,8 +94,6 @@ class KernelSpec:
         set_ = object.__setattr__
         if self.limits is None:
             set_(self, "limits", SandboxLimits())
-        if isinstance(self.ray, str):  # a bare address: a placement with the defaults
-            set_(self, "ray", RayPlacement(address=self.ray))
         if self.snapshot_dir is not None and not isinstance(self.snapshot_dir, str):
             set_(self, "snapshot_dir", str(self.snapshot_dir))
         if not isinstance(self.preload, tuple):
@@ -175,8 +137,6 @@ class KernelSpec:
         """
         if not self.fork:
             return "fork=False"
-        if self.ray is not None:
-            return "kernels run in Ray actors"
         if self.backend not in FORKING_BACKENDS:
             return f"the {self.backend} backend does not fork"
         if self.store_access == "copy" and self.backend == "bwrap":

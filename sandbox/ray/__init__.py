@@ -1,1 +1,1 @@
-"""Kernels on Ray: reaching a cluster, placing kernels, the actor that owns a kernel and its remote handle."""
+"""Reaching a Ray cluster, for the commands that run whole jobs on one (``run --ray``, ``data build --ray``)."""

@@ -1,7 +1,6 @@
 """Reaching Ray: one address syntax for every part that places work on a cluster.
 
-``themisto run --ray``, ``themisto data build --ray``, the env option ``ray`` and ``themisto serve --ray``
-all take the same addresses:
+``themisto run --ray`` and ``themisto data build --ray`` take the same addresses:
 
 - ``local``: start a private Ray instance on this machine (shut down by whoever started it, or at exit);
 - ``auto``: join the cluster this machine belongs to (after ``ray start --head`` or ``ray start --address``);
@@ -35,7 +34,7 @@ __all__ = [
 LOCAL = "local"
 _connect_lock = threading.Lock()
 
-#: Environment variables a kernel started in a Ray actor takes from its owner rather than from Ray: Ray sets
+#: Environment variables a kernel started in a Ray actor takes from its driver rather than from Ray: Ray sets
 #: ``OMP_NUM_THREADS=1`` in its actors, and a kernel inheriting it computes some results otherwise than one
 #: started by the owner (scikit-learn's nearest neighbours break distance ties by thread count: a replayed
 #: cell's output then differs from the recorded one).

@@ -32,9 +32,9 @@ EXTRA_BRIDGES = {
     "inspect": ["themisto_env.bridges.inspect_sandbox", "themisto_env.bridges.inspect_task"],
     "serve": ["themisto_env.bridges.openenv"],
     "ray": [
-        "themisto_env.sandbox.ray.kernel",
         "themisto_env.sandbox.ray.cluster",
-        "themisto_env.sandbox.kernel.spec",
+        "themisto_env.run.executors.ray_actors",
+        "themisto_env.build.ray_workers",
     ],
 }
 #: Calls that load a module by name (their first argument, a string).

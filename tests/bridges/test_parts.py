@@ -58,9 +58,9 @@ def test_the_sandbox_config_is_the_env_config() -> None:
 
     assert issubclass(SandboxConfig, EnvConfig)
     assert SandboxConfig.model_fields.keys() == EnvConfig.model_fields.keys(), "no field repeated or added by hand"
-    config = SandboxConfig(task="output", tool_budget=3, ray="local")
+    config = SandboxConfig(task="output", tool_budget=3, limits={"timeout_s": 5})
     assert hash(config) == hash(SandboxConfig(**config.model_dump())), "inspect hashes it"
-    assert config.env_config() == EnvConfig(task="output", tool_budget=3, ray="local")
+    assert config.env_config() == EnvConfig(task="output", tool_budget=3, limits={"timeout_s": 5})
 
 
 def test_an_openenv_session_draws_the_trajectory_the_gym_env_draws_for_a_seed() -> None:

@@ -29,9 +29,7 @@ def _help(*args: str) -> str:
     return " ".join(result.output.split())
 
 
-@pytest.mark.parametrize(
-    ("command", "extras"), [("run", ["ray", "trace"]), ("serve", ["ray"]), ("data build", ["ray", "trace"])]
-)
+@pytest.mark.parametrize(("command", "extras"), [("run", ["ray", "trace"]), ("data build", ["ray", "trace"])])
 def test_help_keeps_the_extras_brackets(command: str, extras: list[str]) -> None:
     shown = _help(*command.split())
     for extra in extras:

@@ -9,7 +9,7 @@ from themisto_env.env.config import EnvConfig
 from themisto_env.errors import ConfigError
 from themisto_env.run.config import load_run_config
 from themisto_env.run.rollout import env_options
-from themisto_env.sandbox.kernel.spec import KernelSpec, RayPlacement
+from themisto_env.sandbox.kernel.spec import KernelSpec
 from themisto_env.sandbox.models import SandboxLimits
 
 
@@ -30,14 +30,21 @@ def test_the_env_forks_unless_told_not_to() -> None:
 
 
 def test_a_flat_option_goes_over_the_spec_given() -> None:
-    config = EnvConfig(kernel=KernelSpec("docker", warm_kernels=3), ray="auto", limits={"timeout_s": 5})
+    config = EnvConfig(kernel=KernelSpec("docker", warm_kernels=3), environment="default", limits={"timeout_s": 5})
     assert config.kernel.backend == "docker" and config.kernel.warm_kernels == 3
-    assert config.kernel.ray == RayPlacement(address="auto")
+    assert config.kernel.environment == "default"
     assert config.kernel.limits == SandboxLimits(timeout_s=5)
 
 
+def test_kernels_on_ray_are_no_option() -> None:
+    """Kernels on other machines are `themisto serve` there (docs/serving.md), not an env option."""
+    for options in ({"ray": "local"}, {"kernel": {"ray": "auto"}}):
+        with pytest.raises(ConfigError, match="ray: no such option"):
+            EnvConfig(**options)
+
+
 def test_a_config_survives_its_dump() -> None:
-    config = EnvConfig(task="output", backend="docker", ray="local", fork=False)
+    config = EnvConfig(task="output", backend="docker", limits={"timeout_s": 5}, fork=False)
     assert EnvConfig(**config.model_dump()) == config
     assert EnvConfig.model_validate_json(config.model_dump_json()) == config
 

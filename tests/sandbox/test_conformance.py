@@ -1,5 +1,5 @@
 """The one conformance suite (the same one `themisto sandbox check` runs) on every kind of kernel: started on
-each backend and forked from a template (local, bwrap, docker); in a Ray actor: test_conformance_ray.py.
+each backend and forked from a template (local, bwrap, docker).
 
 Each kind is opened once per module run in a test process, and closed when the process moves on to another
 module (held to the session's end, the docker-forked kind's template container met later modules of the worker
@@ -21,7 +21,7 @@ from tests.conftest import BACKENDS, require_backend
 from themisto_env.sandbox.kernel.conformance import CHECKS, Check, KernelKind, checks_for, run_check
 from themisto_env.sandbox.kinds import kind_name, open_kind
 
-#: (backend, how) of every kind the suite runs on; bwrap's skip as root (its refusal), Ray's without the extra.
+#: (backend, how) of every kind the suite runs on; bwrap's skip as root (its refusal).
 KINDS = [
     *((backend, "started") for backend in BACKENDS),
     *((backend, "forked") for backend in BACKENDS),
@@ -90,7 +90,7 @@ def test_each_kind_gets_the_checks_it_claims() -> None:
 def test_a_name_that_is_no_kind_is_one_clear_error() -> None:
     from themisto_env.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="BACKEND-forked or BACKEND-ray"), open_kind("local-cloned"):
+    with pytest.raises(ConfigError, match="BACKEND or BACKEND-forked"), open_kind("local-cloned"):
         pass
 
 

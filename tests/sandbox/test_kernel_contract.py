@@ -22,7 +22,6 @@ from themisto_env.sandbox.kernel.contract import (
 from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.kernel.introspection import KernelIntrospection
 from themisto_env.sandbox.kernel.snapshots import KernelSnapshots
-from themisto_env.sandbox.ray.kernel import RemoteKernel
 
 #: The contract's members: 15 public ones (31 before the parts), and the context manager's two.
 KERNEL_MEMBERS = {
@@ -52,18 +51,17 @@ def test_the_contract_is_the_documented_narrow_set() -> None:
 
 def test_no_kernel_re_exposes_a_part() -> None:
     """The parts' methods are reached through the parts: no one-line delegation is left on a kernel."""
-    for cls in (Kernel, RemoteKernel):
-        offered = {name for name in dir(cls) if not name.startswith("_")}
-        assert offered & (SNAPSHOTS_MEMBERS | INTROSPECTION_MEMBERS | {"snapshot", "memory_bytes"}) == set(), cls
+    offered = {name for name in dir(Kernel) if not name.startswith("_")}
+    assert offered & (SNAPSHOTS_MEMBERS | INTROSPECTION_MEMBERS | {"snapshot", "memory_bytes"}) == set()
 
 
-def test_each_implementation_declares_every_member_of_the_contract(snapshot_dir: Path) -> None:
-    """Unstarted, nothing runs: the classes themselves and their parts offer the contract (the properties of
-    an unstarted kernel are not read)."""
-    for kernel in (Kernel("local", snapshot_dir=snapshot_dir), RemoteKernel("local", snapshot_dir=snapshot_dir)):
-        assert broken_members(kernel, KernelLike) == [], type(kernel)
-        assert broken_members(kernel.snapshots, SnapshotsLike) == [], type(kernel)
-        assert broken_members(kernel.introspect, IntrospectionLike) == [], type(kernel)
+def test_the_kernel_declares_every_member_of_the_contract(snapshot_dir: Path) -> None:
+    """Unstarted, nothing runs: the class itself and its parts offer the contract (the properties of an
+    unstarted kernel are not read)."""
+    kernel = Kernel("local", snapshot_dir=snapshot_dir)
+    assert broken_members(kernel, KernelLike) == []
+    assert broken_members(kernel.snapshots, SnapshotsLike) == []
+    assert broken_members(kernel.introspect, IntrospectionLike) == []
 
 
 def test_a_part_that_drifts_from_the_contract_is_named() -> None:
@@ -81,9 +79,8 @@ def test_a_part_that_drifts_from_the_contract_is_named() -> None:
 
 def test_the_kernels_are_composed_not_inherited() -> None:
     """No project class in a kernel's method resolution order but its own: its parts are members."""
-    for cls in (Kernel, RemoteKernel):
-        ours = [c for c in cls.__mro__ if c.__module__.startswith("themisto_env")]
-        assert ours == [cls], cls.__mro__
+    ours = [c for c in Kernel.__mro__ if c.__module__.startswith("themisto_env")]
+    assert ours == [Kernel], Kernel.__mro__
     kernel = Kernel("local")
     assert {type(part).__name__ for part in vars(kernel).values()} >= {
         "KernelProcess",

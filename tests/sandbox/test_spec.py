@@ -11,9 +11,8 @@ import pytest
 
 from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.kernel.pool import shared_pool
-from themisto_env.sandbox.kernel.spec import KernelSpec, RayPlacement
+from themisto_env.sandbox.kernel.spec import KernelSpec
 from themisto_env.sandbox.models import SandboxLimits
-from themisto_env.sandbox.ray.kernel import make_kernel
 from themisto_env.sandbox.template.core import KernelTemplate
 from themisto_env.sandbox.template.shared import shared_template, template_source
 
@@ -24,8 +23,6 @@ def test_a_spec_is_frozen_and_hashable() -> None:
         spec.backend = "docker"  # type: ignore[misc]
     with pytest.raises(ValueError):  # its limits are frozen too: no change behind a key
         spec.limits.timeout_s = 1.0  # type: ignore[misc]
-    with pytest.raises(ValueError):
-        RayPlacement().address = "auto"  # type: ignore[misc]
     assert {spec: 1}[KernelSpec("local", preload=("json",))] == 1
 
 
@@ -35,14 +32,12 @@ def test_equal_kernels_make_equal_specs_however_spelled(tmp_path: Path) -> None:
         snapshot_dir=tmp_path,
         preload=["json", "csv"],
         launcher_options={"image": "x", "a": 1},
-        ray=RayPlacement(resources={"kernels": 1}),
     )
     other = KernelSpec.of(
         "docker",
         snapshot_dir=str(tmp_path),
         preload=("json", "csv"),
         launcher_options={"a": 1, "image": "x"},
-        ray=RayPlacement(resources={"kernels": 1.0}),
     )
     assert one == other and hash(one) == hash(other)
     assert KernelSpec.of(one) is one
@@ -52,8 +47,6 @@ def test_equal_kernels_make_equal_specs_however_spelled(tmp_path: Path) -> None:
         KernelSpec.of(one, snapshot_dir=tmp_path / "other"),
         one.with_access("copy"),
         KernelSpec.of(one, environment="0123456789ab"),
-        KernelSpec.of(one, ray=None),
-        KernelSpec.of(one, ray=RayPlacement(resources={"kernels": 2})),
         KernelSpec.of(one, preload=("json",)),
         KernelSpec.of(one, launcher_options={"image": "y"}),
         KernelSpec.of(one, fork=True),
@@ -64,7 +57,7 @@ def test_equal_kernels_make_equal_specs_however_spelled(tmp_path: Path) -> None:
 def test_a_kernel_made_from_fields_or_from_a_spec_is_the_same_kind(tmp_path: Path) -> None:
     spec = KernelSpec("local", snapshot_dir=tmp_path, store_access="copy", limits=SandboxLimits(timeout_s=7))
     made = Kernel("local", snapshot_dir=tmp_path, store_access="copy", limits=SandboxLimits(timeout_s=7))
-    assert made.spec == spec == make_kernel(spec).spec  # type: ignore[attr-defined]
+    assert made.spec == spec == Kernel(spec).spec
     assert (made.backend, made.store_access, made.limits.timeout_s) == ("local", "copy", 7)
 
 
@@ -100,9 +93,9 @@ def test_a_template_takes_its_spec_and_forks_kernels_of_it(tmp_path: Path) -> No
 
 def test_equal_specs_share_one_pool_and_different_specs_do_not(tmp_path: Path) -> None:
     spec = KernelSpec("local", snapshot_dir=tmp_path / "snapshots")
-    pools = [shared_pool((s, 0), functools.partial(make_kernel, s), size=0) for s in (spec, KernelSpec.of(spec))]
+    pools = [shared_pool((s, 0), functools.partial(Kernel, s), size=0) for s in (spec, KernelSpec.of(spec))]
     copy = spec.with_access("copy")
-    other = shared_pool((copy, 0), functools.partial(make_kernel, copy), size=0)
+    other = shared_pool((copy, 0), functools.partial(Kernel, copy), size=0)
     try:
         assert pools[0] is pools[1] and other is not pools[0]
     finally:
@@ -112,19 +105,16 @@ def test_equal_specs_share_one_pool_and_different_specs_do_not(tmp_path: Path) -
 
 
 @pytest.mark.parametrize(
-    ("backend", "fork", "ray", "read", "copy"),
+    ("backend", "fork", "read", "copy"),
     [
-        ("local", True, None, None, None),
-        ("bwrap", True, None, None, None),
-        ("docker", True, None, "only model-written code is forked", None),
-        ("local", False, None, "fork=False", "fork=False"),
-        ("local", True, RayPlacement(), "Ray actors", "Ray actors"),
+        ("local", True, None, None),
+        ("bwrap", True, None, None),
+        ("docker", True, "only model-written code is forked", None),
+        ("local", False, "fork=False", "fork=False"),
     ],
 )
-def test_the_fork_policy_lives_with_the_spec(
-    backend: str, fork: bool, ray: RayPlacement | None, read: str | None, copy: str | None
-) -> None:
-    spec = KernelSpec(backend, fork=fork, ray=ray)
+def test_the_fork_policy_lives_with_the_spec(backend: str, fork: bool, read: str | None, copy: str | None) -> None:
+    spec = KernelSpec(backend, fork=fork)
     for access, expected in (("read", read), ("copy", copy)):
         reason = spec.with_access(access).not_forked  # type: ignore[arg-type]
         assert (reason is None) == (expected is None) and (expected is None or expected in str(reason)), reason

@@ -54,7 +54,7 @@ class SandboxConfig(EnvConfig):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    def __hash__(self) -> int:  # a Ray placement is a model: hash the options' JSON form
+    def __hash__(self) -> int:  # a value may not hash (a list in the launcher options): hash the JSON form
         return hash(self.model_dump_json())
 
     def env_config(self) -> EnvConfig:

@@ -61,38 +61,28 @@ def sandbox_check(
     forked: Annotated[
         bool, typer.Option("--forked", help="Check kernels forked from a kernel template of the backend.")
     ] = False,
-    ray: Annotated[
-        str | None,
-        typer.Option(
-            "--ray",
-            metavar="ADDRESS",
-            help="Check kernels in Ray actors: 'local' (a Ray instance here), 'auto' or a cluster address.",
-        ),
-    ] = None,
 ) -> None:
     """Run the conformance suite on a kind of kernel and print a table; exit 1 if a check fails.
 
-    The kind is a backend's kernels as started (default), forked from a template (--forked) or in Ray actors
-    (--ray). A backend that cannot start here is one line (why, and what to do). bwrap refuses root: as root,
-    from a checkout, `bash scripts/setup-bwrap-user.sh --setup-only` makes an unprivileged user with a venv,
+    The kind is a backend's kernels as started (default) or forked from a template (--forked). A backend that
+    cannot start here is one line (why, and what to do). bwrap refuses root: as root, from a checkout,
+    `bash scripts/setup-bwrap-user.sh --setup-only` makes an unprivileged user with a venv,
     then `runuser -u themisto-bwrap -- /opt/themisto-bwrap/venv/bin/themisto sandbox check --backend bwrap`.
     """
-    from themisto_env.errors import BackendUnavailableError, ConfigError
+    from themisto_env.errors import BackendUnavailableError
     from themisto_env.sandbox.kernel.conformance import checks_for, run_check
     from themisto_env.sandbox.kernel.launcher import launcher_class
     from themisto_env.sandbox.kinds import kind_name, open_kind
 
-    if forked and ray is not None:
-        raise ConfigError("sandbox check: --forked or --ray, not both (a kernel on Ray is started there)")
     cleaned = launcher_class(backend).cleanup_stale()
     if cleaned:
         console.print(f"removed {len(cleaned)} stale kernel(s) left by crashed processes: {escape(', '.join(cleaned))}")
-    name = kind_name(backend, "forked" if forked else "ray" if ray is not None else "started")
+    name = kind_name(backend, "forked" if forked else "started")
     table = Table(title=f"sandbox check: {name}")
     for column in ("check", "result", "seconds", "detail"):
         table.add_column(column)
     failed = 0
-    with console.status(f"checking {name} kernels...") as status, open_kind(name, ray_address=ray or "local") as kind:
+    with console.status(f"checking {name} kernels...") as status, open_kind(name) as kind:
         for check in checks_for(kind):
             status.update(escape(f"{check.name}: {check.description}"))
             result = run_check(check, kind)

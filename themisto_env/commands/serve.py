@@ -67,16 +67,6 @@ def serve_command(
     execution_score: Annotated[
         bool, typer.Option("--execution-score", help="Also score next-cell predictions by running them.")
     ] = False,
-    ray: Annotated[
-        str | None,
-        typer.Option(
-            "--ray",
-            metavar="ADDRESS",
-            rich_help_panel=KERNEL_PANEL,
-            help="Run the sessions' kernels in Ray actors: 'local' starts Ray here, 'auto' or a cluster address "
-            "(HOST:6379, ray://HOST:10001) places them on the cluster's CPU nodes. Needs themisto-env\\[ray].",
-        ),
-    ] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's log level.")] = "info",
 ) -> None:
     """Serve the env over the network (OpenEnv): each WebSocket session is one episode with its own kernel.
@@ -110,16 +100,11 @@ def serve_command(
     from themisto_env.env.config import EnvConfig
 
     EnvConfig(**options)  # an invalid option is one line now, not at the first session
-    if ray:
-        from themisto_env.sandbox.ray.cluster import connect
-
-        connect(ray)  # here, in the main thread, before any session makes an env
-        options["ray"] = ray
     console.print(
         f"themisto serve: http://{host}:{port} (OpenEnv; WebSocket sessions at /ws, up to {max_sessions}, their "
         f"calls on {workers or min(max_sessions, DEFAULT_WORKERS)} shared threads; "
         "Prometheus metrics at /metrics; "
-        f"{'token required' if token else 'no token'}{f'; kernels on Ray at {ray}' if ray else ''})",
+        f"{'token required' if token else 'no token'})",
         markup=False,
     )
     capacity = session_capacity()

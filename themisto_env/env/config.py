@@ -16,7 +16,7 @@ from themisto_env.data.samples import SampleRule, TaskName
 from themisto_env.errors import ConfigError, options_error
 from themisto_env.replay.dataset import Dataset
 from themisto_env.sandbox.kernel.launcher import launcher_class
-from themisto_env.sandbox.kernel.spec import KernelSpec, RayPlacement
+from themisto_env.sandbox.kernel.spec import KernelSpec
 from themisto_env.sandbox.models import SandboxLimits
 from themisto_env.scoring.rule import RewardWeights, ScoringRule
 
@@ -91,7 +91,7 @@ class OneLineOptions(BaseModel):
 
 
 #: The kernel's options an env also takes flat (``backend="docker"``): each goes into its ``kernel`` spec.
-KERNEL_OPTIONS = ("backend", "fork", "warm_kernels", "limits", "environment", "ray", "snapshot_dir")
+KERNEL_OPTIONS = ("backend", "fork", "warm_kernels", "limits", "environment", "snapshot_dir")
 
 
 class EnvConfig(OneLineOptions):
@@ -136,8 +136,6 @@ class EnvConfig(OneLineOptions):
             - ``limits``: the sandbox limits;
             - ``environment``: the kernel environment (``themisto kernel-env``): None uses the one the
               dataset was built in, ``default`` the tool's own Python, else a name or id;
-            - ``ray``: run the kernels in Ray actors: an address (``local``, ``auto``, ``HOST:6379``) or a
-              `RayPlacement`; a kernel or node lost mid-episode is an infrastructure fault;
             - ``snapshot_dir``: the snapshot store; None: the dataset's own, else the cache's.
     """
 
@@ -180,7 +178,7 @@ class EnvConfig(OneLineOptions):
     @field_validator("kernel", mode="before")
     @classmethod
     def _kernel_fields(cls, value: object) -> object:
-        """A config file's mapping, its values as the spec takes them (a bare Ray address, a mapping of
+        """A config file's mapping, its values as the spec takes them (a mapping of limits or of
         launcher options); the env forks unless told not to."""
         if isinstance(value, Mapping):
             return {"fork": True, **{key: _kernel_value(key, item) for key, item in value.items()}}
@@ -200,10 +198,6 @@ class EnvConfig(OneLineOptions):
 
 def _kernel_value(key: str, value: Any) -> Any:
     """A kernel option's value as `KernelSpec` takes it."""
-    if key == "ray" and isinstance(value, str):
-        return RayPlacement(address=value)
-    if key == "ray" and isinstance(value, Mapping):
-        return RayPlacement(**value)
     if key == "limits" and isinstance(value, Mapping):
         return SandboxLimits(**value)
     if key == "launcher_options" and isinstance(value, Mapping):

@@ -30,7 +30,7 @@ class Scorer:
 
     Args:
         config: The options (the reward's weights, tool cost and execution score; the kernels' backend,
-            limits, snapshot store, forking, Ray placement).
+            limits, snapshot store, forking).
         dataset: The dataset the scored samples come from.
         spec: The kind of kernel (`KernelSpec`) the env built once for its parts; its kernels get copies of
             the snapshots (``store_access="copy"``). By default the config's and dataset's

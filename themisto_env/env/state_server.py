@@ -2,7 +2,7 @@
 [`StateProvider`][themisto_env.state.StateProvider] set up from an env config, plus the observation tools
 run on its served state (with recovery after a fault) and the ``full`` mode's dump of it.
 
-How the state is served (pools, templates, Ray) is the provider's; budgets, rewards and episodes are the
+How the state is served (pools, templates) is the provider's; budgets, rewards and episodes are the
 [`Episode`][themisto_env.env.Episode]'s. Model-written code never runs here (see
 `Scorer`).
 """
@@ -31,7 +31,7 @@ class StateServer(StateProvider):
     """The live state of one selected sample, served on demand and checked, and the tools run on it.
 
     Args:
-        config: The options (the task's, and the kernel's: backend, limits, warm kernels, forking, Ray, ...).
+        config: The options (the task's, and the kernel's: backend, limits, warm kernels, forking, ...).
         dataset: The dataset whose trajectories are served.
         spec: The kind of kernel the env built once for its parts; by default the config's and dataset's
             (`themisto_env.env.kernel_spec.env_kernel_spec`).

@@ -32,11 +32,11 @@ from themisto_env.errors import (
     KernelDiedError,
 )
 from themisto_env.sandbox.kernel.contract import KernelLike
+from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.kernel.forked import shared_fault
 from themisto_env.sandbox.kernel.helper import value_fingerprint
 from themisto_env.sandbox.kernel.pool import KernelPool
 from themisto_env.sandbox.kernel.spec import KernelFields, KernelSpec
-from themisto_env.sandbox.ray.kernel import make_kernel
 from themisto_env.sandbox.template.shared import hold_shared_templates, release_shared_templates, template_source
 from themisto_env.state.check import diff_fingerprints, expected_fingerprint
 from themisto_env.state.kernel import TrajectoryKernel
@@ -216,10 +216,9 @@ class DisposableKernels:
         spec: The kind of kernel (a `KernelSpec`, or a backend's name; use ``docker`` for code you do not
             trust), always with ``store_access="copy"`` (the states are copied in, the store never
             mounted): its limits are each kernel's (the code's timeout is passed to
-            `run`), its preloads are imported ahead of time, its Ray
-            placement says where the kernels run, and its fork policy (`KernelSpec.not_forked`) whether each is a copy
-            of the state's template (no kernel start, no restore: the process's shared template of the spec) or is
-            started and restored.
+            `run`), its preloads are imported ahead of time, and its fork policy (`KernelSpec.not_forked`)
+            whether each is a copy of the state's template (no kernel start, no restore: the process's shared
+            template of the spec) or is started and restored.
         pool_size: How many kernels to keep started ahead of time (where they are not forked).
         **fields: The spec's fields to set or replace (`KernelFields`).
     """
@@ -230,7 +229,7 @@ class DisposableKernels:
         self._holds_templates = self.template is not None
         if self._holds_templates:  # the shared template (a container on docker) lives while a holder forks
             hold_shared_templates()
-        self.pool = KernelPool(functools.partial(make_kernel, self.spec), size=pool_size, preload=self.spec.preload)
+        self.pool = KernelPool(functools.partial(Kernel, self.spec), size=pool_size, preload=self.spec.preload)
         self._closing: list[threading.Thread] = []
         self._closing_lock = threading.Lock()
         #: The kernel running model-written code right now (for tests and monitors; the last one started where

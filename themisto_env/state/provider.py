@@ -2,9 +2,9 @@
 trajectory and a step) and says how ([`StateReport`][themisto_env.state.StateReport]), hands out disposable
 copies of it for model-written code, and closes.
 
-How a state is reached (forward replay, a snapshot restored or forked from its template, a spare, a kernel
-in a Ray actor) is chosen inside, from the [`KernelSpec`][themisto_env.sandbox.KernelSpec]: the warm pool,
-the shared templates and Ray are this room's business, not its callers'.
+How a state is reached (forward replay, a snapshot restored or forked from its template, a spare) is chosen
+inside, from the [`KernelSpec`][themisto_env.sandbox.KernelSpec]: the warm pool and the shared templates are
+this room's business, not its callers'.
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ from themisto_env import tracing
 from themisto_env.data.trajectory import Trajectory
 from themisto_env.errors import BackendUnavailableError, ConfigError, InfrastructureError
 from themisto_env.replay.dataset import Dataset
+from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.kernel.helper import FINGERPRINT_VERSION
 from themisto_env.sandbox.kernel.pool import KernelPool, shared_pool
 from themisto_env.sandbox.kernel.spec import KernelSpec
-from themisto_env.sandbox.ray.cluster import connect
-from themisto_env.sandbox.ray.kernel import make_kernel
 from themisto_env.sandbox.template.shared import hold_shared_templates, release_shared_templates, template_source
 from themisto_env.state.check import StateReport, fault_text
 from themisto_env.state.copies import DisposableKernels
@@ -45,7 +44,7 @@ class StateProvider:
     Args:
         dataset: The dataset whose trajectories are served (its manifest says which packages the snapshots
             need).
-        spec: The kind of kernel: backend, limits, snapshot store, environment, forking, Ray.
+        spec: The kind of kernel: backend, limits, snapshot store, environment, forking.
         warm_kernels: How many started kernels to keep ready (where kernels are not forked).
         serves: Whether states are served at all (False: only copies are handed out, or the states are
             served lazily and only if asked); nothing is started ahead for the served state then.
@@ -61,14 +60,10 @@ class StateProvider:
         self.trajectories: dict[str, Trajectory] = dict(dataset.trajectories)
         self.warm_kernels = warm_kernels
         self.serves = serves
-        if self.spec.ray is not None:  # connected here, in the caller's thread, not in a pool's
-            connect(self.spec.ray.address)
         #: Warm kernels for the served state, taken at `warm_up`.
         self.pool: KernelPool | None = None
         #: The served kernel and where it is (`TrajectoryKernel.started` says whether one runs).
-        self.kernel_owner = TrajectoryKernel(
-            functools.partial(make_kernel, self.spec), template=template_source(self.spec)
-        )
+        self.kernel_owner = TrajectoryKernel(functools.partial(Kernel, self.spec), template=template_source(self.spec))
         #: The disposable copies model-written code runs in (None until the first is asked for).
         self.disposable: DisposableKernels | None = None
         self._disposable_lock = threading.Lock()  # one set of copies for the threads that ask at once
@@ -93,7 +88,7 @@ class StateProvider:
         if self.spec.forks or not self.warm_kernels or not self.serves:
             return  # a forked kernel needs no pool: the template starts with the first kernel
         if self.pool is None:
-            size, factory = self.warm_kernels, functools.partial(make_kernel, self.spec)
+            size, factory = self.warm_kernels, functools.partial(Kernel, self.spec)
             # shared with the process's other providers of that kind and size
             self.pool = self.kernel_owner.pool = shared_pool(
                 (self.spec, size), factory, size=size, preload=self.spec.preload
@@ -197,12 +192,11 @@ class StateProvider:
         if self._dataset_checked:
             return
         self._dataset_checked = True
-        if self.spec.ray is None:  # Ray places kernels on nodes that may differ: each provider checks its own
-            with _CHECKED_LOCK:
-                kinds = _CHECKED.setdefault(self.dataset, set())
-                if repr(self.spec) in kinds:
-                    return
-                kinds.add(repr(self.spec))
+        with _CHECKED_LOCK:
+            kinds = _CHECKED.setdefault(self.dataset, set())
+            if repr(self.spec) in kinds:
+                return
+            kinds.add(repr(self.spec))
         stale = sorted(t.id for t in self.trajectories.values() if t.fingerprint_version != FINGERPRINT_VERSION)
         if stale:
             log.warning(

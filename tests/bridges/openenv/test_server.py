@@ -32,7 +32,6 @@ import httpx
 from websockets.asyncio.client import connect
 
 from tests.bridges.mcp_support import kernels_under
-from tests.conftest import needs
 from themisto_env.bridges.openenv.client import ThemistoEnvClient
 from themisto_env.bridges.openenv.models import ThemistoAction
 from themisto_env.env.actions import Prediction
@@ -115,13 +114,6 @@ def bundled_data() -> None:
     Dataset.open()
 
 
-@pytest.fixture
-@needs("ray")
-def ray_extra() -> None:
-    """The ray extra, installed (the test starts a server that starts Ray)."""
-    pytest.importorskip("ray", reason="the ray extra is not installed: pip install 'themisto-env[ray]'")
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
     """A server with a token, at most 2 sessions."""
@@ -177,28 +169,6 @@ def test_rewards_over_the_network_equal_the_in_process_env(server: Server, task:
     assert sum(r.observation.info.get("scored_sample_id") is not None for r in got) == 3
     assert state.task == task and state.observation_mode == observation and state.step_count == len(ACTIONS)
     assert state.scored == 3 and state.total_reward == pytest.approx(sum(e[1] for e in expected))
-
-
-@pytest.mark.timeout(600)
-def test_a_server_with_kernels_on_ray_pays_the_in_process_rewards_and_leaves_nothing(ray_extra: None) -> None:
-    local = ThemistoEnv(task="next-cell", observation="tools")
-    try:
-        local.reset(options={"trajectory": 0, "sample": 0})
-        expected = [local.step(action.env_action())[1] for action in ACTIONS]
-    finally:
-        local.close()
-    started = _start("--ray", "local", env={**os.environ, "THEMISTO_SERVE_TOKEN": TOKEN})
-    try:
-        assert "kernels on Ray at local" in started.log.read_text()
-        with _client(started).sync() as env:
-            env.reset(task="next-cell", observation="tools", trajectory=0, sample=0)
-            got = [env.step(action).reward for action in ACTIONS]
-            kernels = started.kernels()
-            hosts = [" ".join(kernel.parent().cmdline()) for kernel in kernels]
-            assert kernels and all("KernelHost" in host for host in hosts), hosts  # each in a Ray actor
-        assert got == expected
-    finally:
-        _stop(started)  # Ray's processes and the kernels in its actors included
 
 
 def test_malformed_requests_are_4xx_and_the_server_stays_up(server: Server) -> None:

@@ -31,7 +31,6 @@ from tests.bridges.openenv.test_server import (  # the fixtures too, used here b
     _stop,
     _wait_until,
     bundled_data,  # noqa: F401
-    ray_extra,  # noqa: F401
 )
 from themisto_env.bridges.openenv.client import ThemistoEnvClient
 from themisto_env.bridges.openenv.models import ThemistoAction
@@ -249,30 +248,6 @@ def test_scrapes_under_load_never_fail_and_count_every_call(server: Server) -> N
     assert not failures, failures[:3]
     assert len(scrapes) >= 5 and max(scrapes) <= 3
     assert sum(_tool_calls(_scrape(server)).values()) - before == sum(calls) > 0
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-@pytest.mark.usefixtures("ray_extra")
-def test_a_server_with_kernels_on_ray_reports_them() -> None:
-    started = _start("--ray", "local", env={**os.environ, "THEMISTO_SERVE_TOKEN": TOKEN})
-    try:
-        with _client(started).sync() as env:
-            env.reset(task="next-cell", observation="tools", trajectory=0, sample=0)
-            env.step(ThemistoAction.call("list_variables"))
-            live = _scrape(started)
-            assert _value(live, "themisto_kernels_alive", placement="ray") >= 1
-            assert _value(live, "themisto_kernel_templates_alive", kind="kernel") == 0  # started on Ray, not forked
-            assert _value(live, "themisto_ray_kernels_reporting") >= 1
-            assert _value(live, "themisto_ray_kernels_memory_bytes") > 10 * 2**20  # a Python with pandas
-            assert _tool_calls(live)["list_variables"] == 1
-        _wait_until(
-            lambda: _value(_scrape(started), "themisto_kernels_alive", placement="ray") == 0,
-            60,
-            "the session's kernels on Ray closed",
-        )
-    finally:
-        _stop(started)
 
 
 # -- without a server ---------------------------------------------------------------------------------------------

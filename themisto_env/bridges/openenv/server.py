@@ -132,9 +132,7 @@ def create_server_app(
     Episode.open(**options).close()  # bad options and data fail here, in one line, before anything listens
     sessions: weakref.WeakSet[ThemistoServedEnv] = weakref.WeakSet()
     lock = threading.Lock()
-    metrics = ServerMetrics(
-        max_sessions=max_sessions, sessions=lambda: env_server.active_sessions, ray=bool(options.get("ray"))
-    )
+    metrics = ServerMetrics(max_sessions=max_sessions, sessions=lambda: env_server.active_sessions)
 
     def factory() -> ThemistoServedEnv:
         env = ThemistoServedEnv(options, metrics=metrics)

@@ -6,7 +6,7 @@ global one), so two servers in one process count apart. Two kinds of figure:
 * counted as the sessions work (by the metered parts of `themisto_env.bridges.openenv.metered`):
   state-serving latency by route, tool-call latency by tool, faults by kind, execution-score runs;
 * read at scrape time: sessions open and their limit, kernels and kernel templates alive, the memory of
-  the server's process tree (and, with ``--ray``, of the kernels on the cluster).
+  the server's process tree.
 
 The names and what each means are in docs/serving.md. Every label takes a bounded set of values (the
 tools, the routes, the fault kinds below), whatever a client sends.
@@ -31,7 +31,6 @@ from themisto_env import errors
 from themisto_env.env.tools import TOOL_NAMES
 from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.lifetime.reaper import tracked
-from themisto_env.sandbox.ray.kernel import live_remote_kernels, remote_kernel_memory
 from themisto_env.sandbox.template.prebuild import prebuild_failures
 from themisto_env.sandbox.template.shared import live_shared_templates
 from themisto_env.state.check import StateReport
@@ -138,14 +137,12 @@ class ServerMetrics:
     Args:
         max_sessions: The server's session limit.
         sessions: Gives the number of sessions open now (read at each scrape).
-        ray: Whether the kernels run on Ray (``--ray``): their memory is asked of the cluster at each scrape.
     """
 
-    def __init__(self, *, max_sessions: int, sessions: Callable[[], int], ray: bool = False) -> None:
+    def __init__(self, *, max_sessions: int, sessions: Callable[[], int]) -> None:
         self.registry = CollectorRegistry()
         self.max_sessions = max_sessions
         self.sessions = sessions
-        self.ray = ray
         self.state_seconds = Histogram(
             "themisto_state_serve_seconds",
             "Time to bring a session's kernel to a sample's state and check it, by route (forward: recorded "
@@ -235,12 +232,11 @@ class _LiveFigures(Collector):
 
     def collect(self) -> Iterator[Metric]:
         metrics = self._metrics
-        open_, limit, kernels, templates, prebuilds, memory, processes, *ray = self._families()
+        open_, limit, kernels, templates, prebuilds, memory, processes = self._families()
         open_.add_metric([], metrics.sessions())
         limit.add_metric([], metrics.max_sessions)
         local = sum(1 for k in tracked() if isinstance(k, Kernel) and _alive(k))
         kernels.add_metric(["host"], local)
-        kernels.add_metric(["ray"], len(live_remote_kernels()))
         base, states = live_shared_templates()
         templates.add_metric(["kernel"], base)
         templates.add_metric(["state"], states)
@@ -250,28 +246,20 @@ class _LiveFigures(Collector):
         memory.add_metric(["rss"], rss)
         processes.add_metric([], count)
         yield from (open_, limit, kernels, templates, prebuilds, memory, processes)
-        if ray:
-            ray_memory, ray_reporting = ray
-            total, answered = remote_kernel_memory()
-            ray_memory.add_metric([], total)
-            ray_reporting.add_metric([], answered)
-            yield from ray
 
     def _families(self) -> list[Metric]:
-        families: list[Metric] = [
+        return [
             GaugeMetricFamily("themisto_sessions_open", "WebSocket sessions open now (each one episode)."),
             GaugeMetricFamily("themisto_sessions_limit", "Sessions the server holds at once (--max-sessions)."),
             GaugeMetricFamily(
                 "themisto_kernels_alive",
-                "Kernels alive that this server started: on this host (sessions', spares', warm and "
-                "disposable ones), or in Ray actors on the cluster (--ray).",
+                "Kernels alive that this server started on this host (sessions', spares', warm and disposable ones).",
                 labels=["placement"],
             ),
             GaugeMetricFamily(
                 "themisto_kernel_templates_alive",
                 "Kernel templates alive on this host (kernels and copies of states are forked from them): "
-                "kernel templates, and state templates under them. None with --ray: kernels on Ray are "
-                "started, not forked.",
+                "kernel templates, and state templates under them.",
                 labels=["kind"],
             ),
             CounterMetricFamily(
@@ -283,28 +271,15 @@ class _LiveFigures(Collector):
             GaugeMetricFamily(
                 "themisto_process_tree_memory_bytes",
                 "Memory of the server's process and all its descendants (local and bwrap kernels, templates; "
-                "with --ray local, Ray's own processes; not docker kernels, which are the engine's "
-                "children): PSS (shared pages divided among their users: what the tree holds) or RSS "
-                "(shared pages counted in each process) summed; read at most every 5 s.",
+                "not docker kernels, which are the engine's children): PSS (shared pages divided among their "
+                "users: what the tree holds) or RSS (shared pages counted in each process) summed; read at most "
+                "every 5 s.",
                 labels=["measure"],
             ),
             GaugeMetricFamily(
                 "themisto_process_tree_processes", "Processes in the server's process tree (itself included)."
             ),
         ]
-        if self._metrics.ray:
-            families += [
-                GaugeMetricFamily(
-                    "themisto_ray_kernels_memory_bytes",
-                    "Resident memory (RSS) of the kernel processes on the Ray cluster, summed over those that "
-                    "answered within 2 s; PSS cannot be had there, and the actors' own processes are not "
-                    "included.",
-                ),
-                GaugeMetricFamily(
-                    "themisto_ray_kernels_reporting", "Kernels on Ray whose memory the last scrape could read."
-                ),
-            ]
-        return families
 
 
 def _alive(kernel: Any) -> bool:
