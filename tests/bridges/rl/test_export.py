@@ -77,5 +77,5 @@ def test_full_rows_show_the_runtime_the_env_shows(env_dataset: dict[str, str]) -
 
 
 def test_tools_mode_is_refused_with_the_alternative(env_dataset: dict[str, str]) -> None:
-    with pytest.raises(ConfigError, match="vector"):
+    with pytest.raises(ConfigError, match="make_vec"):
         export_samples("next-cell", "tools", **env_dataset)
