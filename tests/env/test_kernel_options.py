@@ -36,11 +36,32 @@ def test_a_flat_option_goes_over_the_spec_given() -> None:
     assert config.kernel.limits == SandboxLimits(timeout_s=5)
 
 
-def test_kernels_on_ray_are_no_option() -> None:
+def test_kernels_on_ray_are_no_option_and_the_error_says_what_replaced_them() -> None:
     """Kernels on other machines are `themisto serve` there (docs/serving.md), not an env option."""
-    for options in ({"ray": "local"}, {"kernel": {"ray": "auto"}}):
-        with pytest.raises(ConfigError, match="ray: no such option"):
+    for options in ({"ray": "local"}, {"kernel": {"ray": "auto"}}, {"kernel": {"backend": "docker", "ray": {}}}):
+        with pytest.raises(ConfigError, match="kernels in Ray actors are gone; run `themisto serve`") as refused:
             EnvConfig(**options)
+        assert "\n" not in str(refused.value)
+
+
+def test_a_config_saved_before_the_ray_option_went_still_loads() -> None:
+    """Configs and inspect logs written by earlier versions hold ``ray: null`` (flat and in the kernel's dump)."""
+    old = {**EnvConfig(task="output", backend="docker").model_dump(), "ray": None}
+    old["kernel"] = {**old["kernel"], "ray": None}
+    assert EnvConfig(**old) == EnvConfig(task="output", backend="docker")
+    assert EnvConfig.model_validate_json(EnvConfig(**old).model_dump_json()).backend == "docker"
+
+
+def test_an_inspect_log_written_before_the_ray_option_went_reads_its_sandbox() -> None:
+    pytest.importorskip("inspect_ai")
+    from inspect_ai.util import SandboxEnvironmentSpec
+
+    from themisto_env.bridges.inspect_sandbox import SandboxConfig
+
+    dump = SandboxConfig(task="next-cell", tool_budget=3).model_dump(mode="json")
+    dump["kernel"]["ray"] = None  # what every KernelSpec dumped before
+    spec = SandboxEnvironmentSpec.model_validate({"type": "themisto", "config": dump})
+    assert isinstance(spec.config, SandboxConfig) and spec.config.tool_budget == 3
 
 
 def test_a_config_survives_its_dump() -> None:

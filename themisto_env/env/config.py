@@ -164,6 +164,7 @@ class EnvConfig(OneLineOptions):
     @classmethod
     def _old_names(cls, data: Any) -> Any:
         data = renamed_option(data, "samples", "attempts")
+        data = _without_ray(data)
         if not isinstance(data, Mapping) or not set(KERNEL_OPTIONS) & set(data):
             return data
         flat = {key: data[key] for key in KERNEL_OPTIONS if key in data}
@@ -181,7 +182,7 @@ class EnvConfig(OneLineOptions):
         """A config file's mapping, its values as the spec takes them (a mapping of limits or of
         launcher options); the env forks unless told not to."""
         if isinstance(value, Mapping):
-            return {"fork": True, **{key: _kernel_value(key, item) for key, item in value.items()}}
+            return {"fork": True, **{key: _kernel_value(key, item) for key, item in _without_ray(value).items()}}
         if isinstance(value, KernelSpec) and value.fork is None:
             return dataclasses.replace(value, fork=True)
         return value
@@ -194,6 +195,22 @@ class EnvConfig(OneLineOptions):
     def scoring_rule(self) -> ScoringRule:
         """The options that enter the reward: weights, tool cost, execution score (docs/reward.md)."""
         return ScoringRule(weights=self.reward, tool_cost=self.tool_cost, execution_score=self.execution_score)
+
+
+def _without_ray(options: Any) -> Any:
+    """Options without the retired ``ray`` option: ``None``, which configs and inspect logs saved before it
+    went hold, is dropped; a placement is refused, naming what took its place.
+
+    Raises:
+        ValueError: ``ray`` is set.
+    """
+    if not isinstance(options, Mapping) or "ray" not in options:
+        return options
+    if options["ray"] is not None:
+        raise ValueError(
+            "ray: kernels in Ray actors are gone; run `themisto serve` where the kernels should run (docs/ray.md)"
+        )
+    return {key: value for key, value in options.items() if key != "ray"}
 
 
 def _kernel_value(key: str, value: Any) -> Any:
