@@ -201,7 +201,7 @@ class SpareKernels:
             self._keep_spares = False
             self._expected = 0
             fillers = list(self._fillers)
-            kept = list(self._states.values())
+            kept = [*self._states.values(), *self._retired]
         for state in kept:  # their spares first: one being forked would count as a copy in use
             state.trim()
         for filler in fillers:
@@ -209,9 +209,10 @@ class SpareKernels:
                 filler.join(timeout=30)  # a spare being forked now is closed, not kept
         with self._lock:
             spares, self._spares = self._spares, []
-            states = [state for state in self._states.values() if not state.in_use()]
+            states = [state for state in [*self._states.values(), *self._retired] if not state.in_use()]
             for state in states:
                 self._states.pop(str(state.digest), None)
+            self._retired = [state for state in self._retired if state not in states]
         for kernel in spares:
             kernel.close(graceful=False)
         for state in states:

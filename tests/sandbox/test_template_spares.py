@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -17,6 +19,7 @@ import pytest
 from tests.conftest import wait_for
 from themisto_env.sandbox.kernel.core import Kernel
 from themisto_env.sandbox.kernel.forked import exited
+from themisto_env.sandbox.template import states as states_module
 from themisto_env.sandbox.template.core import KernelTemplate
 
 
@@ -199,15 +202,49 @@ def test_a_trim_while_a_state_forks_its_spare_ends_the_state_and_the_spare(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     """The last env closing trims the templates: a state template forking a spare at that moment (right after
-    its second copy) is not in use, and goes with its spare."""
+    its second copy) is not in use, and goes with its spare and its folder."""
     store = tmp_path_factory.mktemp("trim-store")
     with KernelTemplate("local", preload=("numpy",), snapshot_dir=store) as template:
         digest, _ = _snapshot(template, "label = 'trimmed'\n")
         state = template.state(digest)
-        first, second = state.kernel(), state.kernel()  # the second copy has a spare forked in the background
+        first = state.kernel()
+        fork, forked = state._fork_kernel, threading.Event()
+
+        def slow_fork(*args: object) -> Kernel:  # the spare: forked, not yet a spare, when the trim comes
+            kernel = fork(*args)
+            forked.set()
+            time.sleep(1.0)
+            return kernel
+
+        state._fork_kernel = slow_fork  # type: ignore[method-assign]
+        second = state.kernel()  # forks a spare in the background after it
+        folder = state.run_dir
         first.close(graceful=False)
         second.close(graceful=False)
+        assert forked.wait(timeout=30) and state._forking == 1, "no spare was being forked"
         template.trim()
         assert wait_for(lambda: not state.is_alive(), seconds=10), "the state template outlived the trim"
         assert state._spares == [] and not any(kernel.is_alive() for kernel in list(state._forked))
+        assert not folder.exists(), "the state template's folder outlived it"
         assert not template.worth_forking(digest), "the next copy of the state loads it again"
+
+
+def test_a_trim_ends_a_state_pushed_out_of_the_cache_while_its_copy_ran(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A state template pushed out of the cache while a copy of it was open is kept for that copy; once the copy
+    is closed, the last holder's trim ends it too (no other state is asked for to sweep it)."""
+    monkeypatch.setattr(states_module, "STATE_TEMPLATES", 1)
+    store = tmp_path_factory.mktemp("retired-store")
+    with KernelTemplate("local", snapshot_dir=store) as template:
+        old, _ = _snapshot(template, "label = 'old'\n")
+        new, _ = _snapshot(template, "label = 'new'\n")
+        retired = template.state(old)
+        copy = retired.kernel()
+        with template.state(new).kernel():  # pushes the old state out while its copy is open
+            assert retired.is_alive() and not template.worth_forking(old)
+        folder = retired.run_dir
+        copy.close(graceful=False)
+        template.trim()
+        assert wait_for(lambda: not retired.is_alive(), seconds=10), "the retired state template outlived the trim"
+        assert not folder.exists() and template.live_states() == 0
