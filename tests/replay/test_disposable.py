@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from themisto_env.env.core import ThemistoEnv
+from themisto_env.errors import InfrastructureError
 from themisto_env.scoring.execution import execution_score, score_run
 from themisto_env.state.copies import DisposableKernels
 
@@ -67,3 +68,14 @@ def test_empty_code_needs_no_kernel(env: ThemistoEnv) -> None:
         assert not kernels.pool._threads, "a kernel was started for nothing"
     finally:
         kernels.close()
+
+
+def test_no_disposable_kernels_are_made_for_a_closed_provider(env_dataset: dict[str, str]) -> None:
+    """A rollout's thread asking for copies while its owner closes gets an infrastructure fault, not a set of
+    copies that nobody would close (they would hold the shared templates for the life of the process)."""
+    made = ThemistoEnv(task="next-cell", observation="static", backend="local", **env_dataset)
+    provider = made.episode.server
+    made.close()
+    with pytest.raises(InfrastructureError, match="closed"):
+        provider.copies()
+    assert provider.disposable is None

@@ -232,6 +232,7 @@ class DisposableKernels:
         self.pool = KernelPool(functools.partial(Kernel, self.spec), size=pool_size, preload=self.spec.preload)
         self._closing: list[threading.Thread] = []
         self._closing_lock = threading.Lock()
+        self._closed = False
         #: The kernel running model-written code right now (for tests and monitors; the last one started where
         #: `run_many` runs several at once), else None.
         self.running: KernelLike | None = None
@@ -361,13 +362,16 @@ class DisposableKernels:
         with self._closing_lock:  # started under the lock: another run's discard keeps only live threads
             self._closing = [t for t in self._closing if t.is_alive()] + [thread]
             thread.start()
+            closed = self._closed
+        if closed:  # close() has already waited for the others: this one is waited for here
+            thread.join(timeout=60)
 
     def close(self) -> None:
         """Close the pool, wait for discarded kernels to be gone and give back this holder's share of the shared
         templates. Idempotent."""
         self.pool.close()
         with self._closing_lock:
-            closing, self._closing = self._closing, []
+            closing, self._closing, self._closed = self._closing, [], True
         for thread in closing:
             thread.join(timeout=60)
         if self._holds_templates:

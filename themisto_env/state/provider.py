@@ -67,6 +67,7 @@ class StateProvider:
         #: The disposable copies model-written code runs in (None until the first is asked for).
         self.disposable: DisposableKernels | None = None
         self._disposable_lock = threading.Lock()  # one set of copies for the threads that ask at once
+        self._closed = False
         # the shared templates keep spares and states while a provider forks from them (its served kernel
         # or its copies: on docker, only the copies are forked)
         self._holds_templates = self.spec.forks or self.spec.with_access("copy").forks
@@ -164,8 +165,14 @@ class StateProvider:
 
     def copies(self) -> DisposableKernels:
         """The disposable kernels model-written code runs in: copies of a state, each discarded after one
-        run, never the served kernel (started on first use)."""
+        run, never the served kernel (started on first use).
+
+        Raises:
+            InfrastructureError: The provider is closed (a rollout's thread asked while its owner closed it).
+        """
         with self._disposable_lock:
+            if self._closed:
+                raise InfrastructureError("the state provider is closed: no disposable kernels")
             if self.disposable is None:
                 self.disposable = DisposableKernels(self.spec.with_access("copy"))
             return self.disposable
@@ -230,7 +237,7 @@ class StateProvider:
         the shared templates. Idempotent."""
         self.kernel_owner.close()
         with self._disposable_lock:
-            disposable, self.disposable = self.disposable, None
+            disposable, self.disposable, self._closed = self.disposable, None, True
         if disposable is not None:
             disposable.close()
         if self.pool is not None:
