@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import psutil
 import pytest
 
 from themisto_env.errors import BackendUnavailableError
@@ -251,6 +252,22 @@ def wait_for(check: Callable[[], Any], seconds: float = 30.0, *, every: float = 
             return True
         time.sleep(every)
     return bool(check())
+
+
+def kernels_under(pid: int, *, state_templates: bool = False) -> list[psutil.Process]:
+    """The live kernels a process started (its descendants running ipykernel, zombies left out; a kernel
+    forked from a template has the template's command line and the name ``ipykernel``), and with
+    ``state_templates`` its state templates (``themisto-state``) too."""
+    found = []
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            running = "ipykernel" in " ".join(child.cmdline()) or child.name() == "ipykernel"
+            running = running or (state_templates and child.name() == "themisto-state")
+            if child.status() != psutil.STATUS_ZOMBIE and running:
+                found.append(child)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+    return found
 
 
 @pytest.fixture

@@ -96,7 +96,7 @@ class KernelLike(Protocol):
 
     @property
     def store(self) -> SnapshotStore:
-        """The snapshot store its snapshots go to and are restored from (the owner's)."""
+        """The snapshot store its snapshots go to and are restored from."""
         ...
 
     @property

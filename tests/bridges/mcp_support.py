@@ -63,20 +63,6 @@ async def stdio_session(*args: str) -> AsyncIterator[Client]:
         yield client
 
 
-def kernels_under(pid: int) -> list[psutil.Process]:
-    """The live kernels a process started (its descendants running ipykernel, zombies left out; a kernel
-    forked from a template has the template's command line and the name ``ipykernel``)."""
-    found = []
-    for child in psutil.Process(pid).children(recursive=True):
-        try:
-            running = "ipykernel" in " ".join(child.cmdline()) or child.name() == "ipykernel"
-            if child.status() != psutil.STATUS_ZOMBIE and running:
-                found.append(child)
-        except psutil.NoSuchProcess:
-            continue
-    return found
-
-
 def mcp_servers() -> list[psutil.Process]:
     """The ``themisto mcp`` processes this test process started."""
     found = []

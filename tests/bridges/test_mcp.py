@@ -13,11 +13,11 @@ pytest.importorskip("mcp", reason="the mcp SDK is not installed: pip install 'th
 from tests.bridges.mcp_support import (
     ACTIONS,
     in_process_rewards,
-    kernels_under,
     mcp_rewards,
     mcp_servers,
     stdio_session,
 )
+from tests.conftest import kernels_under
 from themisto_env.env.tools import SUBMIT, TOOLS, task_tools
 from themisto_env.replay.dataset import Dataset
 

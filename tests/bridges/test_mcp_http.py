@@ -27,7 +27,8 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.bridges.mcp_support import ACTIONS, in_process_rewards, kernels_under, mcp_rewards
+from tests.bridges.mcp_support import ACTIONS, in_process_rewards, mcp_rewards
+from tests.conftest import kernels_under
 from themisto_env.env.episode import Episode
 from themisto_env.replay.dataset import Dataset
 

@@ -61,6 +61,8 @@ def test_the_sandbox_config_is_the_env_config() -> None:
     config = SandboxConfig(task="output", tool_budget=3, limits={"timeout_s": 5})
     assert hash(config) == hash(SandboxConfig(**config.model_dump())), "inspect hashes it"
     assert config.env_config() == EnvConfig(task="output", tool_budget=3, limits={"timeout_s": 5})
+    listed = SandboxConfig(kernel={"backend": "docker", "launcher_options": {"volumes": ["a"]}})  # a list: unhashable
+    assert hash(listed) == hash(SandboxConfig(**listed.model_dump())), "hashed through its JSON form"
 
 
 def test_an_openenv_session_draws_the_trajectory_the_gym_env_draws_for_a_seed() -> None:

@@ -1,4 +1,4 @@
-"""Bridges to other frameworks: TRL and gymnasium vector envs (``rl``), inspect_ai (``inspect_task``,
+"""Bridges to other frameworks: TRL single- and multi-turn (``rl``), inspect_ai (``inspect_task``,
 ``inspect_sandbox``).
 
 Owns the adapters only: each takes the env, the dataset and the one scoring from the packages below and

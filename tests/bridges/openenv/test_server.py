@@ -31,7 +31,7 @@ pytest.importorskip("openenv.core", reason="openenv-core is not installed: pip i
 import httpx
 from websockets.asyncio.client import connect
 
-from tests.bridges.mcp_support import kernels_under
+from tests.conftest import kernels_under
 from themisto_env.bridges.openenv.client import ThemistoEnvClient
 from themisto_env.bridges.openenv.models import ThemistoAction
 from themisto_env.env.actions import Prediction

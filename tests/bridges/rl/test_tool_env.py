@@ -13,10 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import kernels_under, wait_for
 from themisto_env.bridges.rl.tool_env import ROLLOUT_TOOLS, SharedStates, ThemistoToolEnv, tool_dataset
 from themisto_env.env.actions import Prediction
 from themisto_env.env.core import ThemistoEnv
@@ -261,19 +260,8 @@ ROUNDS = 3
 
 
 def kernel_processes() -> set[int]:
-    """The live kernels and state templates this test process started (a forked kernel has its template's
-    command line and the name ``ipykernel``; one that ends while it is looked at, or a zombie its template reaps,
-    is gone)."""
-    found = set()
-    for process in psutil.Process().children(recursive=True):
-        try:
-            kernel = "ipykernel" in " ".join(process.cmdline()) or process.name() == "ipykernel"
-            running = kernel or process.name() == "themisto-state"
-            if running and process.status() != psutil.STATUS_ZOMBIE:
-                found.add(process.pid)
-        except (psutil.NoSuchProcess, psutil.ZombieProcess):
-            continue
-    return found
+    """The live kernels and state templates this test process started."""
+    return {process.pid for process in kernels_under(os.getpid(), state_templates=True)}
 
 
 def run_folders() -> set[Path]:
