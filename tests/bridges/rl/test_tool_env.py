@@ -256,6 +256,7 @@ def test_rollouts_in_threads_moving_one_kernel_between_samples_get_each_samples_
 
 #: The two samples of the concurrent runs below: tool_dataset's rows (``early``: before ``total`` exists).
 TWO_SAMPLES = {"early": 2, "late": -2}
+OTHER = {"early": "late", "late": "early"}
 ROUNDS = 3
 
 
@@ -280,6 +281,24 @@ def rendezvous(folder: Path, mine: str, other: str) -> str:
     return f"{path}({str(folder / mine)!r}).touch()\nassert any({wait} for _ in range(600)), 'ran alone'\n"
 
 
+def marked_for_alone(folder: Path, rounds: int) -> None:
+    """Every rendezvous mark in ``folder`` already: run alone, no code waits."""
+    for tag in TWO_SAMPLES:
+        for round_ in range(rounds):
+            (folder / f"{tag}-{round_}").touch()
+
+
+def unmark(folder: Path) -> None:
+    for mark in folder.iterdir():
+        mark.unlink()
+
+
+def assert_nothing_left(kernels: set[int], folders: set[Path]) -> None:
+    """No kernel, state template or run folder beyond those there before (``kernels``, ``folders``)."""
+    assert wait_for(lambda: not kernel_processes() - kernels), f"kernels left: {kernel_processes() - kernels}"
+    assert wait_for(lambda: not run_folders() - folders), f"run folders left: {run_folders() - folders}"
+
+
 def run_in_threads(work: dict[str, Any]) -> dict[str, Any]:
     """Each of ``work``'s callables in a thread of its own, at once; their results (a thread's error raised)."""
     with ThreadPoolExecutor(max_workers=len(work)) as threads:
@@ -299,19 +318,16 @@ def test_cells_tried_at_once_on_two_samples_answer_as_each_alone(
     """The verifiers tool server runs its rollouts in threads, which share one scorer's disposable kernels: two
     rollouts on two samples trying cells at once (each cell reads its state, changes it and waits for the
     other's to run) each read what their cell did alone, in their own sample's state, and none of it stays."""
-    other = {"early": "late", "late": "early"}
 
     def code(tag: str, round_: int) -> str:
         names = "sorted(n for n in globals() if not n.startswith('_') and n not in ('In', 'Out', 'exit', 'quit'))"
-        return rendezvous(tmp_path, f"{tag}-{round_}", f"{other[tag]}-{round_}") + (
+        return rendezvous(tmp_path, f"{tag}-{round_}", f"{OTHER[tag]}-{round_}") + (
             f"seen_{tag}_{round_} = {names}\n"
             f"sales['{tag}_{round_}'] = sales['units'] * {round_ + 2}\n"
             f"print(sales.shape, seen_{tag}_{round_})"
         )
 
-    for tag in two_samples:  # alone, every mark there already: no cell waits
-        for round_ in range(ROUNDS):
-            (tmp_path / f"{tag}-{round_}").touch()
+    marked_for_alone(tmp_path, ROUNDS)
     want: dict[str, list[str]] = {}
     variables: dict[str, str] = {}
     for tag, sample_id in two_samples.items():
@@ -326,8 +342,7 @@ def test_cells_tried_at_once_on_two_samples_answer_as_each_alone(
             assert "status: ok" in answer and f"seen_{tag}_{round_}" in answer, answer
             assert "(20, 3)" in answer, "each cell runs in a fresh copy: the column of the round before is gone"
     assert "'total'" in want["late"][0] and "'total'" not in want["early"][0], "two different states"
-    for mark in tmp_path.iterdir():
-        mark.unlink()
+    unmark(tmp_path)
 
     kernels, folders = kernel_processes(), run_folders()
     barrier = threading.Barrier(len(two_samples), timeout=300)
@@ -356,8 +371,7 @@ def test_cells_tried_at_once_on_two_samples_answer_as_each_alone(
         for round_, answer in enumerate(got[tag]):
             foreign = [f"{t}_{r}" for t in two_samples for r in range(ROUNDS) if (t, r) != (tag, round_)]
             assert not [name for name in foreign if name in answer], answer
-    assert wait_for(lambda: not kernel_processes() - kernels), f"kernels left: {kernel_processes() - kernels}"
-    assert wait_for(lambda: not run_folders() - folders), f"run folders left: {run_folders() - folders}"
+    assert_nothing_left(kernels, folders)
 
 
 def test_predictions_scored_at_once_on_two_samples_get_each_their_reward_alone(
@@ -365,16 +379,13 @@ def test_predictions_scored_at_once_on_two_samples_get_each_their_reward_alone(
 ) -> None:
     """Under the execution score, two rollouts on two samples asking their rewards at once (their predictions
     run at once, each waiting for the other's) get the rewards they get alone, and leave nothing behind."""
-    other = {"early": "late", "late": "early"}
 
     def predictions(tag: str, target: str) -> list[str]:
         wrong = f"hacked_{tag} = 1\nsales.drop(columns=['units'], inplace=True)"
-        return [rendezvous(tmp_path, f"{tag}-{r}", f"{other[tag]}-{r}") + p for r, p in enumerate((target, wrong))]
+        return [rendezvous(tmp_path, f"{tag}-{r}", f"{OTHER[tag]}-{r}") + p for r, p in enumerate((target, wrong))]
 
     options: dict[str, Any] = {"task": "next-cell", "execution_score": True, "tool_budget": 100, **env_dataset}
-    for tag in two_samples:
-        for round_ in range(2):
-            (tmp_path / f"{tag}-{round_}").touch()
+    marked_for_alone(tmp_path, 2)
     want: dict[str, list[Any]] = {}
     variables: dict[str, str] = {}
     for tag, sample_id in two_samples.items():
@@ -388,8 +399,7 @@ def test_predictions_scored_at_once_on_two_samples_get_each_their_reward_alone(
                 want[tag].append((rollout.get_reward(), rollout.last_score))
     for tag, ((right, _), (wrong, _)) in want.items():
         assert right is not None and wrong is not None and right > wrong, (tag, right, wrong)
-    for mark in tmp_path.iterdir():
-        mark.unlink()
+    unmark(tmp_path)
 
     kernels, folders = kernel_processes(), run_folders()
     barrier = threading.Barrier(len(two_samples), timeout=300)
@@ -415,8 +425,7 @@ def test_predictions_scored_at_once_on_two_samples_get_each_their_reward_alone(
             fresh.reset(sample_id=two_samples[tag])
             assert fresh.list_variables() == variables[tag], "a prediction reached the shared kernel"
     assert got == want, "a reward asked beside another's differs from the one asked alone"
-    assert wait_for(lambda: not kernel_processes() - kernels), f"kernels left: {kernel_processes() - kernels}"
-    assert wait_for(lambda: not run_folders() - folders), f"run folders left: {run_folders() - folders}"
+    assert_nothing_left(kernels, folders)
 
 
 def gym_tool_steps(env_dataset: dict[str, str], sample_id: str, budget: int, calls: int) -> list[dict[str, Any]]:
